@@ -1,0 +1,1 @@
+"""The logkeeper service: config, log-dir states, Kafka protocol, ZooKeeper, metrics."""

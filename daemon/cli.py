@@ -1,0 +1,42 @@
+"""The `logkeeper` command line: one dispatcher, each subcommand owned by its module.
+
+Every subcommand module exposes `main(argv: list[str]) -> int`; this file only maps
+names to modules, imported lazily so `dump-log` works without the daemon's or Spark's
+dependencies. Exit codes are the subcommand's own.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "dump-log": ("logstore.dump", "print and verify Kafka log segments and indexes"),
+    "serve": ("daemon.server", "run the storage daemon"),
+    "log-dirs": ("daemon.admin", "describe, readmit, cordon or uncordon log dirs"),
+    "topics": ("daemon.admin_topics", "describe topics through the Metadata API"),
+    "audit": ("spark_audit.main", "audit segment integrity across hosts with PySpark"),
+}
+
+
+def _usage() -> str:
+    lines = ["usage: logkeeper COMMAND [ARGS...]", "", "commands:"]
+    lines += [f"  {name:<10} {help_}" for name, (_, help_) in SUBCOMMANDS.items()]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help"):
+        print(_usage())
+        return 0 if argv else 2
+    name, rest = argv[0], argv[1:]
+    if name not in SUBCOMMANDS:
+        print(f"logkeeper: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(SUBCOMMANDS[name][0])
+    return int(module.main(rest) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

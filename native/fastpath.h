@@ -1,0 +1,117 @@
+/*
+ * logkeeper native fast path: the one header. native/build_fastpath.py reads the
+ * declarations between the CDEF markers into cffi's cdef(), so each one is written
+ * once. Conventions: no function raises or prints; each returns a count >= 0 or
+ * -errno and writes its results through caller-allocated out-pointers. cffi
+ * releases the GIL around every call.
+ */
+#ifndef LOGKEEPER_FASTPATH_H
+#define LOGKEEPER_FASTPATH_H
+#include <stddef.h>
+#include <stdint.h>
+
+/* CDEF-BEGIN */
+
+/* ---- CRC-32C (Castagnoli), the checksum of Kafka record batches ---- */
+/* Implementations; lk_crc32c picks the fastest this CPU supports, once. */
+#define LK_CRC_PORTABLE 0   /* table-driven (slicing-by-8); always available */
+#define LK_CRC_SSE42 1      /* crc32 instruction, interleaved over 3 streams */
+#define LK_CRC_PCLMUL 2     /* PCLMULQDQ folding */
+#define LK_CRC_VPCLMUL 3    /* VPCLMULQDQ folding on 512-bit vectors (AVX-512) */
+#define LK_CRC_COUNT 4
+
+/* Running CRC as the crc32c package defines it: crc32c(b, crc32c(a)) == crc32c(a + b);
+ * start from 0. Thread-safe; no IO. */
+uint32_t lk_crc32c(uint32_t crc, const uint8_t *buf, size_t len);
+/* The same with one named implementation; -ENOTSUP when the CPU lacks it, -EINVAL
+ * for an unknown impl. Thread-safe; no IO. */
+int lk_crc32c_with(int impl, uint32_t crc, const uint8_t *buf, size_t len, uint32_t *out);
+/* 1 when this CPU can run impl, else 0. Thread-safe. */
+int lk_crc32c_supported(int impl);
+/* The impl lk_crc32c dispatches to. Thread-safe. */
+int lk_crc32c_active(void);
+
+/* ---- Record batch scan (magic 2) ---- */
+#define LK_SCAN_OK 0          /* the buffer ends exactly at a batch boundary */
+#define LK_SCAN_TORN 1        /* the last batch runs past the end of the buffer */
+#define LK_SCAN_BAD_LENGTH 2  /* batchLength < 49, or the batch is over max_batch_size */
+#define LK_SCAN_BAD_MAGIC 3   /* magic is not 0, 1 or 2 */
+#define LK_SCAN_LEGACY 4      /* a magic 0/1 message set: recognised, not scanned */
+#define LK_SCAN_BAD_CRC 5     /* stored CRC differs from the computed one */
+#define LK_SCAN_FULL 6        /* out_cap batches filled; scan again from valid_bytes */
+#define LK_SCAN_BAD_COUNT 7   /* recordsCount < 0 or lastOffsetDelta < 0 */
+
+struct lk_batch_info {
+    int64_t position;          /* base_position + offset of the batch in buf */
+    int64_t base_offset;
+    int64_t base_timestamp;
+    int64_t max_timestamp;
+    int64_t producer_id;
+    int32_t size;              /* whole batch: batchLength + 12 */
+    int32_t partition_leader_epoch;
+    int32_t last_offset_delta;
+    int32_t records_count;
+    int32_t base_sequence;
+    uint32_t crc;              /* as stored */
+    int16_t producer_epoch;
+    int16_t attributes;
+};
+
+struct lk_scan_result {
+    int64_t valid_bytes;       /* bytes of whole valid batches from the start of buf */
+    int32_t status;            /* LK_SCAN_* of what stopped the scan */
+    int32_t bad_value;         /* the offending batchLength, magic or count */
+    uint32_t stored_crc;       /* for LK_SCAN_BAD_CRC */
+    uint32_t computed_crc;     /* for LK_SCAN_BAD_CRC */
+};
+
+/* Walk buf as consecutive batches; fill up to out_cap infos; stop at the first
+ * batch that is not whole and valid (its position is base_position + valid_bytes).
+ * verify_crc = 0 checks framing only. Returns the number of batches filled, or
+ * -EINVAL. Thread-safe (on distinct buffers); no IO. */
+int64_t lk_scan_batches(const uint8_t *buf, size_t len, int64_t base_position,
+                        int32_t max_batch_size, int verify_crc,
+                        struct lk_batch_info *out, size_t out_cap,
+                        struct lk_scan_result *res);
+
+/* Write baseOffset (first_offset, then each following batch after the previous
+ * one's last offset) and partitionLeaderEpoch into every batch of an already
+ * validated buffer, in place; both fields lie outside the CRC. *next_offset gets
+ * the offset after the last batch. Returns the batch count or -EINVAL.
+ * Thread-safe on distinct buffers; no IO. */
+int64_t lk_assign_offsets(uint8_t *buf, size_t len, int64_t first_offset,
+                          int32_t leader_epoch, int64_t *next_offset);
+
+/* ---- File IO (all retry EINTR) ---- */
+/* Write all len bytes at the fd's position (loops over partial writes).
+ * Returns len or -errno. Thread-safe per fd as write(2) is; does not sync. */
+int64_t lk_write_all(int fd, const uint8_t *buf, size_t len);
+/* The same at an explicit offset. Thread-safe; does not sync. */
+int64_t lk_pwrite_all(int fd, const uint8_t *buf, size_t len, int64_t offset);
+/* Read up to len bytes at offset, looping until len or end of file.
+ * Returns the bytes read or -errno. Thread-safe. */
+int64_t lk_pread_full(int fd, uint8_t *buf, size_t len, int64_t offset);
+/* fdatasync(2). Returns 0 or -errno. Thread-safe; syncs. */
+int lk_fdatasync(int fd);
+/* fallocate(2) mode 0 (extends the file size). Returns 0 or -errno. Thread-safe. */
+int lk_fallocate(int fd, int64_t offset, int64_t len);
+
+/* ---- Probes of a log directory ---- */
+struct lk_space {
+    uint64_t total_bytes;
+    uint64_t free_bytes;       /* free to root */
+    uint64_t avail_bytes;      /* free to unprivileged users */
+    uint64_t total_inodes;
+    uint64_t free_inodes;
+};
+/* fstatvfs of the directory at path. Returns 0 or -errno. Thread-safe; no sync. */
+int lk_space_probe(const char *path, struct lk_space *out);
+/* Write a block_size canary (a pattern carrying a fresh nonce) to
+ * <dir>/.logkeeper-probe, fdatasync it, read it back and compare. *latency_ns gets
+ * the wall time of the whole probe. Returns 0, -EIO when the read-back differs, or
+ * -errno of the failing call. Thread-safe for distinct dirs; syncs. */
+int lk_availability_probe(const char *dir, size_t block_size, int64_t *latency_ns);
+
+/* CDEF-END */
+
+#endif
