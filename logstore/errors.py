@@ -1,0 +1,97 @@
+"""Typed errors of the log store, each carrying the Kafka protocol error code it maps to.
+
+Two families: errors of the input (a corrupt or oversized batch, an illegal topic
+name, an offset out of range) that change nothing on disk; and `StorageError`, a
+failure caused by the disk under a log dir, raised only by that dir's IoGuard
+(logstore.failure) after it has classified the OSError and told the failure channel.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class Verdict(enum.Enum):
+    """What an OSError says about the disk it came from."""
+
+    NONE = "none"  # not the disk's fault (EMFILE, ENOMEM...) or not a disk error at all
+    SATURATED = "saturated"  # out of space or quota: reads and deletes still work
+    OFFLINE = "offline"  # the disk cannot be trusted any more
+
+
+class LogStoreError(Exception):
+    """Base of every error this package raises on purpose."""
+
+    error_code = -1  # UNKNOWN_SERVER_ERROR
+
+
+class CorruptRecordError(LogStoreError):
+    """A record batch failed its framing or CRC check; nothing was written."""
+
+    error_code = 2
+
+    def __init__(self, message: str, *, position: int | None = None, reason: str = ""):
+        super().__init__(message)
+        self.position = position
+        self.reason = reason or message
+
+
+class UnsupportedCodecError(LogStoreError):
+    """A compressed batch whose codec library is not installed."""
+
+    error_code = 76  # UNSUPPORTED_COMPRESSION_TYPE
+
+
+class RecordTooLargeError(LogStoreError):
+    error_code = 10  # MESSAGE_TOO_LARGE
+
+
+class InvalidTopicError(LogStoreError, ValueError):
+    error_code = 17
+
+
+class OffsetOutOfRangeError(LogStoreError):
+    error_code = 1
+
+
+class LogDirNotFoundError(LogStoreError):
+    error_code = 57
+
+
+class CheckpointError(LogStoreError):
+    """A checkpoint or properties file that does not parse; names the file and line."""
+
+
+class LogDirLockedError(LogStoreError):
+    """Another process holds the log dir's .lock."""
+
+
+class ResourceError(LogStoreError):
+    """The process ran out of something (file descriptors, memory): not the disk's fault."""
+
+    def __init__(self, message: str, *, op: str = "", path: str = ""):
+        super().__init__(message)
+        self.op = op
+        self.path = path
+
+
+class StorageError(LogStoreError):
+    """A log dir's disk failed an operation; the dir's state must change."""
+
+    error_code = 56  # KAFKA_STORAGE_ERROR
+    verdict = Verdict.OFFLINE
+
+    def __init__(self, message: str, *, log_dir: str, op: str, path: str, errno: int | None):
+        super().__init__(message)
+        self.log_dir = log_dir
+        self.op = op
+        self.path = path
+        self.errno = errno
+
+
+class LogDirOfflineError(StorageError):
+    verdict = Verdict.OFFLINE
+
+
+class LogDirSaturatedError(StorageError):
+    verdict = Verdict.SATURATED

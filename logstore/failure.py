@@ -1,0 +1,169 @@
+"""The one place where an OSError from a log dir's files becomes a verdict on the disk.
+
+Every filesystem call on a log dir runs inside its `IoGuard.io(op, path)`. An OSError
+raised there is classified by errno (ARCHITECTURE.md, "Log dir states"):
+
+- ENOSPC, EDQUOT: the dir is SATURATED; confirmed with a space probe of the dir, and
+  a probe that itself fails makes the verdict OFFLINE;
+- EMFILE, ENFILE, ENOMEM, ENOBUFS: the process ran short, not the disk; no verdict,
+  `ResourceError` is raised and nothing is reported;
+- anything else (EIO, EROFS, ENXIO, ENODEV, ESTALE, EACCES/EPERM on our own files, a
+  vanished dir root...): the dir is OFFLINE.
+
+A verdict is reported to the dir's `FailureChannel` (each failing call once; the daemon
+turns a burst into one transition) and raised as `LogDirSaturatedError` or
+`LogDirOfflineError`, chained to the OSError. No other code decides a disk's fate.
+"""
+
+from __future__ import annotations
+
+import errno as errno_mod
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from .errors import (
+    LogDirOfflineError,
+    LogDirSaturatedError,
+    LogStoreError,
+    ResourceError,
+    StorageError,
+    Verdict,
+)
+
+SATURATING_ERRNOS = frozenset({errno_mod.ENOSPC, errno_mod.EDQUOT})
+PROCESS_ERRNOS = frozenset({errno_mod.EMFILE, errno_mod.ENFILE, errno_mod.ENOMEM, errno_mod.ENOBUFS})
+
+
+def classify(err: OSError) -> Verdict:
+    """The verdict an OSError's errno alone gives (no probing)."""
+    if err.errno in PROCESS_ERRNOS:
+        return Verdict.NONE
+    if err.errno in SATURATING_ERRNOS:
+        return Verdict.SATURATED
+    return Verdict.OFFLINE
+
+
+@dataclass(frozen=True)
+class LogDirFailure:
+    """One failed operation on a log dir, as reported to the failure channel."""
+
+    log_dir: str
+    verdict: Verdict
+    op: str
+    path: str
+    errno: int | None
+    message: str
+    time_ms: int
+
+
+class FailureChannel:
+    """Carries LogDirFailure events from IO paths to the daemon's single handler.
+
+    Thread-safe: any worker may `report`; one consumer calls `get`. Listeners added with
+    `subscribe` are called synchronously on the reporting thread and must not block.
+    """
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[LogDirFailure] = queue.SimpleQueue()
+        self._listeners: list[Callable[[LogDirFailure], None]] = []
+        self._lock = threading.Lock()
+
+    def subscribe(self, listener: Callable[[LogDirFailure], None]) -> None:
+        with self._lock:
+            self._listeners.append(listener)
+
+    def report(self, failure: LogDirFailure) -> None:
+        self._queue.put(failure)
+        with self._lock:
+            listeners = list(self._listeners)
+        for listener in listeners:
+            listener(failure)
+
+    def get(self, timeout: float | None = None) -> LogDirFailure | None:
+        try:
+            return self._queue.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+
+def _probe_space(log_dir: str) -> OSError | None:
+    """Run the space probe; return its OSError if the dir cannot even be probed."""
+    import native  # late: keeps this module importable for error classes alone
+
+    try:
+        native.space_probe(log_dir)
+    except OSError as err:
+        return err
+    return None
+
+
+class IoGuard:
+    """Wraps a log dir's IO: classifies failures, reports them, raises typed errors.
+
+    Thread-safe. `log_dir` is the directory whose disk the guarded files live on.
+    """
+
+    def __init__(self, log_dir: str | os.PathLike[str], channel: FailureChannel | None = None):
+        self.log_dir = os.fspath(log_dir)
+        self.channel = channel
+        # Set by the owner (the daemon) when the dir leaves ONLINE; checked by callers
+        # that must not touch a dir that is offline (`check_usable`).
+        self.verdict = Verdict.NONE
+
+    @contextmanager
+    def io(self, op: str, path: str | os.PathLike[str] | None = None) -> Iterator[None]:
+        try:
+            yield
+        except OSError as err:
+            raise self.translate(err, op, path) from err
+
+    def check_usable(self, op: str, *, writing: bool) -> None:
+        """Raise without touching the disk when the dir's known state forbids `op`."""
+        if self.verdict is Verdict.OFFLINE:
+            raise LogDirOfflineError(
+                f"log dir {self.log_dir} is offline ({op} refused)",
+                log_dir=self.log_dir, op=op, path=self.log_dir, errno=None,
+            )
+        if writing and self.verdict is Verdict.SATURATED:
+            raise LogDirSaturatedError(
+                f"log dir {self.log_dir} is saturated ({op} refused)",
+                log_dir=self.log_dir, op=op, path=self.log_dir, errno=None,
+            )
+
+    def translate(
+        self, err: OSError, op: str, path: str | os.PathLike[str] | None = None
+    ) -> LogStoreError:
+        """Classify `err`, report a disk verdict, and return the typed error to raise."""
+        where = os.fspath(path) if path is not None else (err.filename or self.log_dir)
+        where = os.fspath(where)
+        verdict = classify(err)
+        detail = f"{op} on {where}: {err.strerror or err}"
+        if verdict is Verdict.NONE:
+            return ResourceError(f"process resource exhausted during {detail}", op=op, path=where)
+        if verdict is Verdict.SATURATED:
+            probe_err = _probe_space(self.log_dir)
+            if probe_err is not None:
+                verdict = Verdict.OFFLINE
+                detail += f" (space probe failed: {probe_err.strerror})"
+        if not os.path.isdir(self.log_dir) and verdict is not Verdict.OFFLINE:
+            verdict = Verdict.OFFLINE
+            detail += " (log dir root is gone)"
+        if self.channel is not None:
+            self.channel.report(
+                LogDirFailure(
+                    log_dir=self.log_dir, verdict=verdict, op=op, path=where,
+                    errno=err.errno, message=detail, time_ms=int(time.time() * 1000),
+                )
+            )
+        cls: type[StorageError] = (
+            LogDirSaturatedError if verdict is Verdict.SATURATED else LogDirOfflineError
+        )
+        return cls(
+            f"log dir {self.log_dir} {verdict.value}: {detail}",
+            log_dir=self.log_dir, op=op, path=where, errno=err.errno,
+        )

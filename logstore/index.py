@@ -1,0 +1,254 @@
+"""Kafka's sparse segment indexes: `.index` (offset -> position) and `.timeindex`.
+
+Layout (FORMATS.md): `.index` holds 8-byte entries (int32 offset relative to the
+segment base, int32 byte position); `.timeindex` 12-byte entries (int64 timestamp,
+int32 relative offset). An active segment's files are preallocated (sparse) to
+`max_index_bytes` rounded down to the entry size, as Kafka does, and trimmed to
+`entries x entry size` on roll, close and after recovery.
+
+Entries are written with pwrite, not through the mapping: on a full disk a store into
+a mapped sparse page kills the process with SIGBUS, while pwrite returns ENOSPC,
+which the log dir's IoGuard turns into SATURATED. Lookups read a read-only mapping.
+An index is not thread-safe: its segment's log serialises access. OSErrors propagate
+to the caller (the segment's log runs these calls inside its IoGuard).
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from pathlib import Path
+
+OFFSET_ENTRY = struct.Struct(">ii")
+TIME_ENTRY = struct.Struct(">qi")
+
+
+class _Index:
+    entry: struct.Struct
+
+    def __init__(self, path: Path, base_offset: int, max_index_bytes: int, *, writable: bool):
+        self.path = Path(path)
+        self.base_offset = base_offset
+        self.entry_size = self.entry.size
+        self.max_entries = max(max_index_bytes // self.entry_size, 1)
+        self.writable = writable
+        # Read-write even when inactive: a rebuild after recovery rewrites any index.
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._map: mmap.mmap | None = None
+        try:
+            length = os.fstat(self._fd).st_size
+            self.entries = self._count_valid(length)
+            if writable:
+                self._resize(self.max_entries * self.entry_size)
+            else:
+                self._remap(length)
+        except BaseException:
+            self._close_map()
+            os.close(self._fd)
+            raise
+
+    # -- file and mapping --
+
+    def _remap(self, length: int) -> None:
+        self._close_map()
+        self._length = length
+        if length > 0:
+            self._map = mmap.mmap(self._fd, length, prot=mmap.PROT_READ)
+
+    def _close_map(self) -> None:
+        if self._map is not None:
+            self._map.close()
+            self._map = None
+
+    def _resize(self, length: int) -> None:
+        self._close_map()
+        os.ftruncate(self._fd, length)
+        self._remap(length)
+
+    def _count_valid(self, length: int) -> int:
+        """Entries in the file: the prefix that is well ordered.
+
+        A trimmed index has exactly floor(length / entry size) entries; a preallocated
+        one left by an unclean shutdown ends in zero entries, which break the order.
+        """
+        n = length // self.entry_size
+        if n == 0:
+            return 0
+        with open(self._fd, "rb", closefd=False) as f:
+            data = f.read(n * self.entry_size)
+        return self._valid_prefix(data, n)
+
+    def _valid_prefix(self, data: bytes, n: int) -> int:  # overridden
+        raise NotImplementedError
+
+    def _read_entry(self, i: int) -> tuple[int, int]:
+        assert self._map is not None
+        return self.entry.unpack_from(self._map, i * self.entry_size)
+
+    def _write_entry(self, *fields: int) -> None:
+        if self.entries >= self.max_entries:
+            raise IndexFullError(f"{self.path}: index full at {self.entries} entries")
+        data = self.entry.pack(*fields)
+        written = os.pwrite(self._fd, data, self.entries * self.entry_size)
+        if written != len(data):
+            raise OSError(28, "short write to index", str(self.path))
+        self.entries += 1
+
+    @property
+    def is_full(self) -> bool:
+        return self.entries >= self.max_entries
+
+    @property
+    def size_bytes(self) -> int:
+        return self.entries * self.entry_size
+
+    def trim(self) -> None:
+        """Cut the file to its entries (roll, close, after recovery)."""
+        if self._length != self.size_bytes:
+            self._resize(self.size_bytes)
+
+    def reset(self) -> None:
+        """Drop every entry (before a rebuild)."""
+        self.entries = 0
+        self._resize(self.max_entries * self.entry_size if self.writable else 0)
+
+    def truncate_entries(self, n: int) -> None:
+        self.entries = min(self.entries, n)
+
+    def sync(self) -> None:
+        os.fsync(self._fd)
+
+    def close(self, *, trim: bool = True) -> None:
+        try:
+            if trim and self.writable:
+                self.trim()
+        finally:
+            self._close_map()
+            os.close(self._fd)
+
+    def all_entries(self) -> list[tuple[int, int]]:
+        return [self._read_entry(i) for i in range(self.entries)]
+
+    def _search(self, key: int, field: int) -> int:
+        """Index of the greatest entry whose `field` <= key, or -1."""
+        lo, hi = 0, self.entries - 1
+        found = -1
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            if self._read_entry(mid)[field] <= key:
+                found = mid
+                lo = mid + 1
+            else:
+                hi = mid - 1
+        return found
+
+
+class IndexFullError(OSError):
+    """The index reached max_index_bytes; the log rolls before this can happen."""
+
+
+class OffsetIndex(_Index):
+    entry = OFFSET_ENTRY
+
+    def _valid_prefix(self, data: bytes, n: int) -> int:
+        # Kafka never indexes position 0 (the first batch of a segment), so a zero
+        # entry is preallocated space, not an entry.
+        last_rel, last_pos = -1, 0
+        for i in range(n):
+            rel, pos = OFFSET_ENTRY.unpack_from(data, i * 8)
+            if rel <= last_rel or pos <= last_pos or rel < 0:
+                return i
+            last_rel, last_pos = rel, pos
+        return n
+
+    def append(self, offset: int, position: int) -> None:
+        rel = offset - self.base_offset
+        if self.entries:
+            last_rel, last_pos = self._read_entry(self.entries - 1)
+            if rel <= last_rel or position <= last_pos:
+                return  # Kafka keeps entries strictly increasing; a repeat is skipped
+        self._write_entry(rel, position)
+
+    def last_entry(self) -> tuple[int, int]:
+        """(absolute offset, position) of the last entry, or (base, 0)."""
+        if not self.entries:
+            return self.base_offset, 0
+        rel, pos = self._read_entry(self.entries - 1)
+        return self.base_offset + rel, pos
+
+    def lookup(self, offset: int) -> tuple[int, int]:
+        """Greatest entry with offset <= target as (offset, position); (base, 0) if none."""
+        i = self._search(offset - self.base_offset, 0)
+        if i < 0:
+            return self.base_offset, 0
+        rel, pos = self._read_entry(i)
+        return self.base_offset + rel, pos
+
+    def truncate_to_position(self, position: int) -> None:
+        """Forget entries pointing at or past `position` (the log was cut there)."""
+        n = self.entries
+        while n and self._read_entry(n - 1)[1] >= position:
+            n -= 1
+        self.truncate_entries(n)
+
+    def entries_absolute(self) -> list[tuple[int, int]]:
+        return [(self.base_offset + rel, pos) for rel, pos in self.all_entries()]
+
+
+class TimeIndex(_Index):
+    entry = TIME_ENTRY
+
+    def _valid_prefix(self, data: bytes, n: int) -> int:
+        last_ts, last_rel = -(2**63), -1
+        for i in range(n):
+            ts, rel = TIME_ENTRY.unpack_from(data, i * 12)
+            if ts <= last_ts or rel < last_rel or rel < 0:
+                return i
+            last_ts, last_rel = ts, rel
+        return n
+
+    def last_entry(self) -> tuple[int, int]:
+        """(timestamp, absolute offset) of the last entry, or (-1, base)."""
+        if not self.entries:
+            return -1, self.base_offset
+        ts, rel = self._read_entry(self.entries - 1)
+        return ts, self.base_offset + rel
+
+    def maybe_append(self, timestamp: int, offset: int) -> None:
+        """Append only when the timestamp grows past the last entry (Kafka's rule)."""
+        last_ts, last_off = self.last_entry()
+        if self.entries and (timestamp <= last_ts or offset < last_off):
+            return
+        if timestamp < 0:
+            return
+        self._write_entry(timestamp, offset - self.base_offset)
+
+    def lookup(self, timestamp: int) -> tuple[int, int]:
+        """Greatest entry with timestamp <= target as (timestamp, offset); (-1, base) if none."""
+        i = self._search(timestamp, 0)
+        if i < 0:
+            return -1, self.base_offset
+        ts, rel = self._read_entry(i)
+        return ts, self.base_offset + rel
+
+    def truncate_to_offset(self, offset: int) -> None:
+        """Forget entries at or past `offset`."""
+        n = self.entries
+        while n and self.base_offset + self._read_entry(n - 1)[1] >= offset:
+            n -= 1
+        self.truncate_entries(n)
+
+    def entries_absolute(self) -> list[tuple[int, int]]:
+        return [(ts, self.base_offset + rel) for ts, rel in self.all_entries()]
+
+
+def read_index_entries(path: str | os.PathLike[str], kind: str) -> list[tuple[int, int]]:
+    """Every entry of an index file as stored (floor(L / entry size) of them), relative.
+
+    For verification: no ordering is assumed, nothing is preallocated or trimmed.
+    """
+    entry = OFFSET_ENTRY if kind == "offset" else TIME_ENTRY
+    data = Path(path).read_bytes()
+    n = len(data) // entry.size
+    return [entry.unpack_from(data, i * entry.size) for i in range(n)]

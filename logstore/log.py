@@ -1,0 +1,476 @@
+"""A partition's log: an ordered list of segments with one active segment at the end.
+
+`Log.open` loads a partition directory and recovers it when it was not closed cleanly
+(FORMATS.md "Recovery"): it finishes interrupted deletes and swaps, rebuilds the
+indexes from the recovery point on, cuts a torn tail, and drops every segment after a
+corrupt batch, reporting how many bytes went. `append` validates a whole request's
+batches (framing, magic 2, CRC-32C, size) before it writes a byte; invalid input
+raises `CorruptRecordError`/`RecordTooLargeError` and leaves the files unchanged.
+
+Concurrency: a Log is not thread-safe. Every call for one log must come from one thread
+at a time (the daemon runs them on the log dir's worker). Every filesystem call runs
+inside the log dir's IoGuard, so an OSError surfaces as a typed `StorageError` and has
+already been reported to the dir's failure channel.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import native
+from native import ScanStatus
+
+from . import checkpoint, names
+from .config import LogConfig
+from .errors import CorruptRecordError, OffsetOutOfRangeError, RecordTooLargeError
+from .failure import IoGuard
+from .segment import LogSegment
+
+MAX_RELATIVE_OFFSET = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class AppendInfo:
+    base_offset: int
+    last_offset: int
+    record_count: int
+    max_timestamp: int
+    log_append_time: int
+    position: int
+    size: int
+
+
+@dataclass
+class RecoveryResult:
+    """What opening a log did to it; `bytes_truncated` counts cut and deleted bytes."""
+
+    topic_partition: names.TopicPartition | None
+    recovered: bool = False
+    segments_recovered: int = 0
+    bytes_truncated: int = 0
+    segments_deleted: list[int] = field(default_factory=list)
+    indexes_rebuilt: list[int] = field(default_factory=list)
+    problem: str = ""
+
+
+def _clean_marker_present(partition_dir: Path) -> bool:
+    return (partition_dir.parent / names.CLEAN_SHUTDOWN_FILE).exists()
+
+
+class Log:
+    def __init__(self, partition_dir: Path, config: LogConfig, guard: IoGuard):
+        self.dir = Path(partition_dir)
+        self.config = config
+        self.guard = guard
+        self.topic_partition = names.parse_partition_dir(self.dir.name)
+        self._segments: list[LogSegment] = []
+        self._bases: list[int] = []
+        self.log_start_offset = 0
+        self.recovery_point = 0
+        self._high_watermark = 0
+        self.leader_epochs: list[tuple[int, int]] = []
+        self.recovery = RecoveryResult(self.topic_partition)
+
+    # ---- opening ----
+
+    @classmethod
+    def open(
+        cls,
+        partition_dir: str | os.PathLike[str],
+        config: LogConfig | None = None,
+        *,
+        guard: IoGuard | None = None,
+        recover: bool | None = None,
+        recovery_point: int = 0,
+        log_start_offset: int | None = None,
+        high_watermark: int | None = None,
+    ) -> Log:
+        """Open (creating if needed) a partition directory and recover it if needed.
+
+        `recover=None` recovers unless the parent log dir holds a clean-shutdown marker.
+        The log dir's checkpoints, when the caller has them, give the recovery point,
+        log start offset and high watermark.
+        """
+        path = Path(partition_dir)
+        guard = guard or IoGuard(path.parent)
+        log = cls(path, config or LogConfig(), guard)
+        with guard.io("open log", path):
+            path.mkdir(parents=False, exist_ok=True)
+            if recover is None:
+                recover = not _clean_marker_present(path)
+            log._load(recover=recover, recovery_point=recovery_point,
+                      log_start_offset=log_start_offset)
+        log._high_watermark = min(high_watermark if high_watermark is not None
+                                  else log.log_end_offset, log.log_end_offset)
+        log._high_watermark = max(log._high_watermark, log.log_start_offset)
+        return log
+
+    def _load(self, *, recover: bool, recovery_point: int, log_start_offset: int | None) -> None:
+        self._finish_interrupted_operations()
+        bases = sorted(
+            parsed[0] for f in os.listdir(self.dir)
+            if (parsed := names.parse_segment_file(f)) and parsed[1] == names.LOG_SUFFIX
+        )
+        self._remove_orphan_indexes(set(bases))
+        for i, base in enumerate(bases):
+            self._add_segment(LogSegment(
+                self.dir, base, index_interval_bytes=self.config.index_interval_bytes,
+                max_index_bytes=self.config.max_index_bytes, active=i == len(bases) - 1))
+        if not self._segments:
+            self._add_segment(self._new_segment(log_start_offset or 0))
+        self.recovery.recovered = recover
+        if recover:
+            self._recover_from(recovery_point)
+        else:
+            for seg in self._segments:
+                if not seg.index_sane():
+                    seg.recover()
+                    self.recovery.indexes_rebuilt.append(seg.base_offset)
+        first_base = self._segments[0].base_offset
+        start = first_base if log_start_offset is None else log_start_offset
+        self.log_start_offset = min(max(start, first_base), self.log_end_offset)
+        self.recovery_point = min(max(recovery_point, self.log_start_offset),
+                                  self.log_end_offset) if not recover else self.log_end_offset
+        epoch_file = self.dir / names.LEADER_EPOCH_CHECKPOINT
+        self.leader_epochs = [
+            (e, o) for e, o in checkpoint.read_leader_epoch_checkpoint(epoch_file)
+            if o < self.log_end_offset
+        ]
+
+    def _finish_interrupted_operations(self) -> None:
+        for name in os.listdir(self.dir):
+            path = self.dir / name
+            if name.endswith(names.DELETED_SUFFIX) or name.endswith(names.CLEANED_SUFFIX):
+                path.unlink()
+            elif name.endswith(names.SWAP_SUFFIX):
+                target = path.with_name(name[: -len(names.SWAP_SUFFIX)])
+                if target.suffix == names.LOG_SUFFIX:
+                    os.replace(path, target)
+                else:
+                    path.unlink()  # a swapped index: rebuilt from its log below
+
+    def _remove_orphan_indexes(self, bases: set[int]) -> None:
+        for name in os.listdir(self.dir):
+            parsed = names.parse_segment_file(name)
+            if parsed and parsed[1] in (names.INDEX_SUFFIX, names.TIME_INDEX_SUFFIX) \
+                    and parsed[0] not in bases:
+                (self.dir / name).unlink()
+
+    def _recover_from(self, recovery_point: int) -> None:
+        start = max(0, bisect.bisect_right(self._bases, recovery_point) - 1)
+        for seg in self._segments[:start]:
+            if not seg.index_sane():
+                seg.recover()
+                self.recovery.indexes_rebuilt.append(seg.base_offset)
+        i = start
+        while i < len(self._segments):
+            seg = self._segments[i]
+            scan, cut = seg.recover()
+            self.recovery.segments_recovered += 1
+            self.recovery.indexes_rebuilt.append(seg.base_offset)
+            if cut or scan.status not in (ScanStatus.OK,):
+                self.recovery.bytes_truncated += cut
+                self.recovery.problem = f"{seg.log_path}: {scan.detail}"
+                if i + 1 < len(self._segments):
+                    for later in self._segments[i + 1:]:
+                        self.recovery.bytes_truncated += later.size
+                        self.recovery.segments_deleted.append(later.base_offset)
+                        later.delete()
+                    del self._segments[i + 1:]
+                    del self._bases[i + 1:]
+                    if not seg.active:
+                        seg.become_active()
+                break
+            i += 1
+        # A segment left empty in the middle has no offsets to serve; keep it only last.
+
+    def _new_segment(self, base_offset: int) -> LogSegment:
+        return LogSegment(self.dir, base_offset,
+                          index_interval_bytes=self.config.index_interval_bytes,
+                          max_index_bytes=self.config.max_index_bytes, active=True)
+
+    def _add_segment(self, seg: LogSegment) -> None:
+        self._segments.append(seg)
+        self._bases.append(seg.base_offset)
+
+    # ---- properties ----
+
+    @property
+    def topic(self) -> str:
+        return self.topic_partition.topic if self.topic_partition else self.dir.name
+
+    @property
+    def partition(self) -> int:
+        return self.topic_partition.partition if self.topic_partition else 0
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    @property
+    def segments(self) -> list[LogSegment]:
+        return list(self._segments)
+
+    @property
+    def segment_count(self) -> int:
+        return len(self._segments)
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._segments[-1].next_offset
+
+    @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
+
+    @high_watermark.setter
+    def high_watermark(self, offset: int) -> None:
+        self._high_watermark = min(max(offset, self.log_start_offset), self.log_end_offset)
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(seg.size for seg in self._segments)
+
+    def update_config(self, config: LogConfig) -> None:
+        self.config = config
+
+    # ---- append ----
+
+    def append(self, batch_bytes: bytes | bytearray | memoryview, leader_epoch: int = -1, *,
+               assign_offsets: bool = True) -> AppendInfo:
+        """Validate and append one or more whole batches; see the module docstring."""
+        scan = native.scan_batches(batch_bytes)
+        where = f"append to {self.dir.name}"
+        if scan.status is not ScanStatus.OK or len(scan) == 0:
+            if scan.status is ScanStatus.OK:
+                raise CorruptRecordError(f"{where}: no record batch in {len(batch_bytes)} bytes")
+            raise CorruptRecordError(f"{where}: {scan.detail}", position=scan.error_position,
+                                     reason=scan.status.name.lower())
+        batches = list(scan)
+        for b in batches:
+            if b.size > self.config.max_message_bytes:
+                raise RecordTooLargeError(
+                    f"{where}: batch of {b.size} bytes is over max.message.bytes "
+                    f"{self.config.max_message_bytes}")
+            if b.records_count <= 0 or b.last_offset_delta < b.records_count - 1:
+                raise CorruptRecordError(
+                    f"{where}: batch at {b.position} has {b.records_count} records but "
+                    f"lastOffsetDelta {b.last_offset_delta}", position=b.position)
+        self.guard.check_usable("append", writing=True)
+        data = bytearray(batch_bytes)
+        if assign_offsets:
+            native.assign_offsets(data, self.log_end_offset, leader_epoch)
+            scan = native.scan_batches(data, verify_crc=False)
+            batches = list(scan)
+        else:
+            expected = self.log_end_offset
+            for b in batches:
+                if b.base_offset < expected:
+                    raise CorruptRecordError(
+                        f"{where}: batch offset {b.base_offset} below log end {expected}",
+                        position=b.position)
+                expected = b.last_offset + 1
+        first, last = batches[0], batches[-1]
+        with self.guard.io("append", self.active_segment.log_path):
+            self._maybe_roll(len(data), first.max_timestamp, last.last_offset)
+            seg = self.active_segment
+            position = seg.append(memoryview(data), batches)
+        epoch = leader_epoch if assign_offsets else first.partition_leader_epoch
+        if epoch >= 0 and (not self.leader_epochs or epoch > self.leader_epochs[-1][0]):
+            self.leader_epochs.append((epoch, first.base_offset))
+        return AppendInfo(
+            base_offset=first.base_offset, last_offset=last.last_offset,
+            record_count=sum(b.records_count for b in batches),
+            max_timestamp=max(b.max_timestamp for b in batches), log_append_time=-1,
+            position=position, size=len(data))
+
+    def _maybe_roll(self, incoming: int, max_timestamp: int, last_offset: int) -> None:
+        seg = self.active_segment
+        if seg.is_empty:
+            return
+        now = int(time.time() * 1000)
+        if (seg.size + incoming > self.config.segment_bytes
+                or now - seg.roll_base_ms() >= self.config.segment_ms
+                or seg.offset_index.is_full or seg.time_index.is_full
+                or last_offset - seg.base_offset > MAX_RELATIVE_OFFSET):
+            self._roll()
+
+    def roll(self) -> None:
+        """Start a new active segment at the log end (no-op when the active one is empty)."""
+        with self.guard.io("roll", self.dir):
+            if not self.active_segment.is_empty:
+                self._roll()
+
+    def _roll(self) -> None:
+        new_base = self.log_end_offset
+        self.active_segment.become_inactive()
+        self._add_segment(self._new_segment(new_base))
+
+    # ---- reads ----
+
+    def _check_offset(self, offset: int) -> None:
+        if offset < self.log_start_offset or offset > self.log_end_offset:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} of {self.dir.name} is outside "
+                f"[{self.log_start_offset}, {self.log_end_offset}]")
+
+    def _segment_for(self, offset: int) -> int:
+        return max(0, bisect.bisect_right(self._bases, offset) - 1)
+
+    def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None) -> bytes:
+        """Whole batches from the one holding `offset`; see the contract in the package doc."""
+        self._check_offset(offset)
+        self.guard.check_usable("read", writing=False)
+        with self.guard.io("read", self.dir):
+            i = self._segment_for(offset)
+            while i < len(self._segments):
+                seg = self._segments[i]
+                batch = seg.find_batch(offset)
+                if batch is not None:
+                    break
+                i += 1
+            else:
+                return b""
+            if max_offset is not None and batch.base_offset >= max_offset:
+                return b""
+            data = seg.read(batch.position, max(max_bytes, batch.size))
+        scan = native.scan_batches(data, verify_crc=False)
+        keep = scan.valid_bytes
+        if max_offset is not None:
+            for b in scan:
+                if b.base_offset >= max_offset:
+                    keep = b.position
+                    break
+        return data[:keep] if keep < len(data) else data
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record at or after `timestamp`, or None."""
+        self.guard.check_usable("list offsets", writing=False)
+        with self.guard.io("list offsets", self.dir):
+            for seg in self._segments:
+                if seg.is_empty or seg.max_timestamp < timestamp:
+                    continue
+                found = seg.find_timestamp(timestamp, min_offset=self.log_start_offset)
+                if found is not None:
+                    return found
+        return None
+
+    # ---- durability ----
+
+    def flush(self) -> None:
+        """fdatasync every segment past the recovery point; advance the recovery point."""
+        self.guard.check_usable("flush", writing=False)
+        with self.guard.io("flush", self.dir):
+            for seg in self._segments[self._segment_for(self.recovery_point):]:
+                seg.flush()
+            self._write_leader_epochs()
+        self.recovery_point = self.log_end_offset
+
+    def _write_leader_epochs(self) -> None:
+        if self.leader_epochs:
+            checkpoint.write_leader_epoch_checkpoint(self.dir / names.LEADER_EPOCH_CHECKPOINT,
+                                                     self.leader_epochs)
+
+    def close(self) -> None:
+        """Trim the active indexes, write the epoch checkpoint, close every file."""
+        with self.guard.io("close", self.dir):
+            self._write_leader_epochs()
+            for seg in self._segments:
+                seg.close()
+
+    def close_quietly(self) -> None:
+        """Drop every fd without writing (the log dir is offline)."""
+        for seg in self._segments:
+            seg.close_quietly()
+
+    # ---- retention and truncation ----
+
+    def apply_retention(self, now_ms: int | None = None) -> int:
+        """Delete the oldest segments past retention.ms or retention.bytes.
+
+        A segment is expired by time when its largest timestamp is older than
+        retention.ms. When every segment is deletable the log rolls first, so even an
+        active segment's space can be won back (what a saturated disk needs).
+        Returns the number of segments deleted.
+        """
+        if self.config.compacted:
+            return 0
+        self.guard.check_usable("retention", writing=False)
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        doomed = 0
+        excess = (self.size_bytes - self.config.retention_bytes
+                  if self.config.retention_bytes >= 0 else -1)
+        for seg in self._segments:
+            if seg.is_empty:
+                break
+            by_time = (self.config.retention_ms >= 0
+                       and now - seg.max_timestamp > self.config.retention_ms)
+            by_size = excess >= 0 and excess - seg.size >= 0
+            if not (by_time or by_size):
+                break
+            if by_size:
+                excess -= seg.size
+            doomed += 1
+        if not doomed:
+            return 0
+        with self.guard.io("delete segments", self.dir):
+            if doomed == len(self._segments):
+                self._roll()
+            self._delete_oldest(doomed)
+        return doomed
+
+    def _delete_oldest(self, count: int) -> None:
+        for seg in self._segments[:count]:
+            seg.delete()
+        del self._segments[:count]
+        del self._bases[:count]
+        self.log_start_offset = max(self.log_start_offset, self._segments[0].base_offset)
+        self.recovery_point = max(self.recovery_point, self.log_start_offset)
+        self._high_watermark = max(self._high_watermark, self.log_start_offset)
+
+    def delete_records(self, before_offset: int) -> None:
+        """Advance the log start offset (DeleteRecords); whole segments below it go."""
+        self._check_offset(before_offset)
+        self.log_start_offset = max(self.log_start_offset, before_offset)
+        count = 0
+        for i, seg in enumerate(self._segments[:-1]):
+            if self._segments[i + 1].base_offset <= before_offset:
+                count += 1
+            else:
+                break
+        if count:
+            with self.guard.io("delete segments", self.dir):
+                self._delete_oldest(count)
+
+    def truncate_to(self, offset: int) -> None:
+        """Cut the log so its end is at or below `offset` (a follower's truncation)."""
+        if offset >= self.log_end_offset:
+            return
+        self.guard.check_usable("truncate", writing=False)
+        with self.guard.io("truncate", self.dir):
+            if offset <= self._segments[0].base_offset:
+                for seg in self._segments:
+                    seg.delete()
+                self._segments.clear()
+                self._bases.clear()
+                self._add_segment(self._new_segment(offset))
+                self.log_start_offset = offset
+            else:
+                i = self._segment_for(offset)
+                for seg in self._segments[i + 1:]:
+                    seg.delete()
+                del self._segments[i + 1:]
+                del self._bases[i + 1:]
+                seg = self._segments[i]
+                if not seg.active:
+                    seg.become_active()
+                seg.truncate_to(offset)
+            end = self.log_end_offset
+            self.recovery_point = min(self.recovery_point, end)
+            self._high_watermark = min(self._high_watermark, end)
+            self.leader_epochs = [(e, o) for e, o in self.leader_epochs if o < end]
+            self._write_leader_epochs()

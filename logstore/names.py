@@ -1,0 +1,108 @@
+"""File and directory names of a Kafka log, as pure functions.
+
+Every name logkeeper writes or parses goes through here, so a segment's 20-digit base
+offset or a partition directory's `<topic>-<partition>` form is spelled in one place.
+Bad names raise `InvalidTopicError`; parsers return None for names that are not theirs.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+from .errors import InvalidTopicError
+
+MAX_TOPIC_LENGTH = 249
+_LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
+_SEGMENT_FILE = re.compile(r"(\d{20})(\.[a-z]+(?:\.[a-z]+)?)")
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+TXN_INDEX_SUFFIX = ".txnindex"
+SNAPSHOT_SUFFIX = ".snapshot"
+DELETED_SUFFIX = ".deleted"
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
+DELETE_DIR_SUFFIX = "-delete"
+FUTURE_DIR_SUFFIX = "-future"
+
+RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
+REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
+LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
+META_PROPERTIES = "meta.properties"
+LOCK_FILE = ".lock"
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
+PARTITION_METADATA = "partition.metadata"
+
+
+class TopicPartition(NamedTuple):
+    topic: str
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+
+def validate_topic(topic: str) -> str:
+    """Return `topic` if Kafka allows it as a topic name, else raise InvalidTopicError."""
+    if not isinstance(topic, str) or not topic:
+        raise InvalidTopicError(f"topic name {topic!r} is empty or not a string")
+    if topic in (".", ".."):
+        raise InvalidTopicError(f"topic name {topic!r} is not allowed")
+    if len(topic) > MAX_TOPIC_LENGTH:
+        raise InvalidTopicError(
+            f"topic name of {len(topic)} characters is longer than {MAX_TOPIC_LENGTH}"
+        )
+    if not _LEGAL_TOPIC.fullmatch(topic):
+        raise InvalidTopicError(
+            f"topic name {topic!r} has characters outside [a-zA-Z0-9._-]"
+        )
+    return topic
+
+
+def partition_dir_name(topic: str, partition: int) -> str:
+    validate_topic(topic)
+    if not isinstance(partition, int) or partition < 0:
+        raise InvalidTopicError(f"partition {partition!r} of {topic!r} is not a non-negative int")
+    return f"{topic}-{partition}"
+
+
+def parse_partition_dir(name: str) -> TopicPartition | None:
+    """`<topic>-<partition>` -> TopicPartition; None for deleted/future dirs and other names."""
+    if name.endswith(DELETE_DIR_SUFFIX) or name.endswith(FUTURE_DIR_SUFFIX):
+        return None
+    topic, sep, partition = name.rpartition("-")
+    if not sep or not partition.isdigit() or (len(partition) > 1 and partition[0] == "0"):
+        return None
+    try:
+        validate_topic(topic)
+    except InvalidTopicError:
+        return None
+    return TopicPartition(topic, int(partition))
+
+
+def offset_file_stem(offset: int) -> str:
+    return f"{offset:020d}"
+
+
+def log_file_name(base_offset: int) -> str:
+    return offset_file_stem(base_offset) + LOG_SUFFIX
+
+
+def index_file_name(base_offset: int) -> str:
+    return offset_file_stem(base_offset) + INDEX_SUFFIX
+
+
+def time_index_file_name(base_offset: int) -> str:
+    return offset_file_stem(base_offset) + TIME_INDEX_SUFFIX
+
+
+def parse_segment_file(name: str) -> tuple[int, str] | None:
+    """`00000000000000000123.log` -> (123, ".log"); `...log.deleted` -> (123, ".log.deleted")."""
+    match = _SEGMENT_FILE.fullmatch(name)
+    if not match:
+        return None
+    return int(match.group(1)), match.group(2)

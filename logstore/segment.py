@@ -1,0 +1,312 @@
+"""One log segment: its `.log` file and the `.index`/`.timeindex` beside it.
+
+A segment appends whole, already validated batches at its end and indexes them the
+way Kafka does (FORMATS.md): an offset-index entry (the batch's last offset -> the
+batch's start position) once more than `index_interval_bytes` were appended since the
+last entry, and a time-index entry whenever the largest timestamp grows at that point.
+A failed append is rolled back (the `.log` cut to where it was, index entries dropped),
+so a write that fails halfway leaves no partial batch.
+
+Not thread-safe: the owning Log serialises every call. OSErrors propagate to the Log,
+which runs segment calls inside its log dir's IoGuard.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import native
+from native import BatchInfo, ScanResult, ScanStatus
+
+from . import names
+from .index import OffsetIndex, TimeIndex
+from .errors import LogStoreError
+from .records import parse_batch_header
+from .scan import FileScan, scan_file
+
+
+class LogSegment:
+    def __init__(self, directory: Path, base_offset: int, *, index_interval_bytes: int,
+                 max_index_bytes: int, active: bool):
+        self.dir = Path(directory)
+        self.base_offset = base_offset
+        self.index_interval_bytes = index_interval_bytes
+        self.max_index_bytes = max_index_bytes
+        self.log_path = self.dir / names.log_file_name(base_offset)
+        self.index_path = self.dir / names.index_file_name(base_offset)
+        self.time_index_path = self.dir / names.time_index_file_name(base_offset)
+        self.indexes_missing = not (self.index_path.exists() and self.time_index_path.exists())
+        self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            self.size = os.fstat(self.fd).st_size
+            self.offset_index = OffsetIndex(self.index_path, base_offset, max_index_bytes,
+                                            writable=active)
+            self.time_index = TimeIndex(self.time_index_path, base_offset, max_index_bytes,
+                                        writable=active)
+        except BaseException:
+            os.close(self.fd)
+            raise
+        self.active = active
+        self.bytes_since_index = 0
+        self.max_timestamp, self.offset_of_max_timestamp = self.time_index.last_entry()
+        self._next_offset: int | None = base_offset if self.size == 0 else None
+        self._roll_base_ms: int | None = None
+
+    # ---- state ----
+
+    @property
+    def next_offset(self) -> int:
+        """Offset after this segment's last batch (its base offset when empty)."""
+        if self._next_offset is None:
+            self._load_tail()
+        assert self._next_offset is not None
+        return self._next_offset
+
+    def _load_tail(self) -> None:
+        """Find the last batch by scanning from the last index entry to the end."""
+        _, start = self.offset_index.last_entry()
+        last: list[BatchInfo] = []
+
+        def keep_last(res: ScanResult) -> None:
+            last[:] = [res[len(res) - 1]]
+            for b in res:
+                if b.max_timestamp > self.max_timestamp:
+                    self.max_timestamp, self.offset_of_max_timestamp = b.max_timestamp, b.last_offset
+
+        scan_file(self.fd, start=start, end=self.size, verify_crc=False, on_batches=keep_last,
+                  path=str(self.log_path))
+        self._next_offset = last[0].last_offset + 1 if last else self.base_offset
+
+    def roll_base_ms(self) -> int:
+        """The time a segment.ms roll counts from: its first batch's max timestamp."""
+        if self._roll_base_ms is None:
+            if self.size >= 61:
+                header = native.pread(self.fd, 61, 0, path=str(self.log_path))
+                ts = int.from_bytes(header[35:43], "big", signed=True)
+                self._roll_base_ms = ts if ts > 0 else int(os.fstat(self.fd).st_mtime * 1000)
+            else:
+                self._roll_base_ms = int(time.time() * 1000)
+        return self._roll_base_ms
+
+    @property
+    def is_empty(self) -> bool:
+        return self.size == 0
+
+    # ---- appends ----
+
+    def append(self, data: memoryview | bytes, batches: Sequence[BatchInfo]) -> int:
+        """Write whole batches at the end; index them. Returns the start position.
+
+        `batches` are the scan of `data` (positions relative to data). On any OSError
+        the segment is put back as it was before the call and the error re-raised.
+        """
+        position = self.size
+        saved = (self.offset_index.entries, self.time_index.entries, self.bytes_since_index,
+                 self.max_timestamp, self.offset_of_max_timestamp, self._next_offset)
+        try:
+            native.pwrite_all(self.fd, data, position, path=str(self.log_path))
+            for b in batches:
+                if b.max_timestamp > self.max_timestamp:
+                    self.max_timestamp, self.offset_of_max_timestamp = b.max_timestamp, b.last_offset
+                if self.bytes_since_index > self.index_interval_bytes:
+                    self.offset_index.append(b.last_offset, position + b.position)
+                    self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+                    self.bytes_since_index = 0
+                self.bytes_since_index += b.size
+        except OSError:
+            self._rollback(position, saved)
+            raise
+        if self.size == 0 and batches:
+            first_ts = batches[0].max_timestamp
+            self._roll_base_ms = first_ts if first_ts > 0 else int(time.time() * 1000)
+        self.size = position + len(data)
+        self._next_offset = batches[-1].last_offset + 1
+        return position
+
+    def _rollback(self, position: int, saved: tuple) -> None:
+        (off_entries, time_entries, self.bytes_since_index, self.max_timestamp,
+         self.offset_of_max_timestamp, self._next_offset) = saved
+        self.offset_index.truncate_entries(off_entries)
+        self.time_index.truncate_entries(time_entries)
+        try:
+            os.ftruncate(self.fd, position)
+        except OSError:
+            pass  # the caller's error already marks the dir; the loader cuts a torn tail
+
+    # ---- reads ----
+
+    def read(self, position: int, size: int) -> bytes:
+        size = max(0, min(size, self.size - position))
+        return native.pread(self.fd, size, position, path=str(self.log_path))
+
+    def find_batch(self, offset: int, *, start_position: int | None = None) -> BatchInfo | None:
+        """The first batch whose last offset >= `offset`, or None past the end."""
+        if start_position is None:
+            _, start_position = self.offset_index.lookup(offset)
+        found: list[BatchInfo] = []
+
+        def first_reaching(res: ScanResult) -> int | None:
+            for b in res:
+                if b.last_offset >= offset:
+                    found.append(b)
+                    return b.position
+            return None
+
+        scan_file(self.fd, start=start_position, end=self.size, buffer_size=1 << 16,
+                  verify_crc=False, on_batches=first_reaching, path=str(self.log_path))
+        return found[0] if found else None
+
+    def find_timestamp(self, timestamp: int, *, min_offset: int) -> tuple[int, int] | None:
+        """The first record with timestamp >= `timestamp` and offset >= min_offset."""
+        _, ts_offset = self.time_index.lookup(timestamp)
+        _, start = self.offset_index.lookup(max(ts_offset, min_offset))
+        found: list[BatchInfo] = []
+
+        def first_late(res: ScanResult) -> int | None:
+            for b in res:
+                if b.max_timestamp >= timestamp and b.last_offset >= min_offset:
+                    found.append(b)
+                    return b.position
+            return None
+
+        scan_file(self.fd, start=start, end=self.size, buffer_size=1 << 16, verify_crc=False,
+                  on_batches=first_late, path=str(self.log_path))
+        if not found:
+            return None
+        info = found[0]
+        batch = parse_batch_header(self.read(info.position, info.size))
+        try:
+            for rec in batch.records():
+                if rec.timestamp is not None and rec.timestamp >= timestamp \
+                        and rec.offset is not None and rec.offset >= min_offset:
+                    return rec.offset, rec.timestamp
+        except LogStoreError:
+            pass  # a codec we cannot decode: the batch itself is the answer
+        return max(info.base_offset, min_offset), info.max_timestamp
+
+    # ---- maintenance ----
+
+    def recover(self) -> tuple[FileScan, int]:
+        """Rebuild indexes from the `.log`, cut at the first invalid batch.
+
+        Returns the scan's verdict and how many bytes were cut. A batch whose offsets
+        go backwards counts as corruption.
+        """
+        self.offset_index.reset()
+        self.time_index.reset()
+        self.max_timestamp, self.offset_of_max_timestamp = -1, self.base_offset
+        state = {"next": self.base_offset, "valid": 0, "last_indexed": 0, "bad": None}
+
+        def rebuild(res: ScanResult) -> int | None:
+            for b in res:
+                if b.base_offset < state["next"]:
+                    state["bad"] = (f"batch at {b.position}: base offset {b.base_offset} "
+                                    f"below the expected {state['next']}")
+                    return b.position
+                if b.max_timestamp > self.max_timestamp:
+                    self.max_timestamp, self.offset_of_max_timestamp = b.max_timestamp, b.last_offset
+                if b.position - state["last_indexed"] > self.index_interval_bytes:
+                    self.offset_index.append(b.last_offset, b.position)
+                    self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+                    state["last_indexed"] = b.position
+                state["next"] = b.last_offset + 1
+            return None
+
+        scan = scan_file(self.fd, end=self.size, on_batches=rebuild, path=str(self.log_path))
+        if state["bad"] is not None:
+            scan = FileScan(scan.file_size, scan.valid_end, ScanStatus.BAD_COUNT, state["bad"])
+        cut = self.size - scan.valid_end
+        if cut:
+            os.ftruncate(self.fd, scan.valid_end)
+            self.size = scan.valid_end
+        self.bytes_since_index = self.size - state["last_indexed"]
+        self._next_offset = state["next"]
+        if not self.active:
+            self.close_indexes_for_roll()
+        self.indexes_missing = False
+        return scan, cut
+
+    def index_sane(self) -> bool:
+        """Kafka's cheap load-time check: entries inside the segment and the log."""
+        if self.indexes_missing:
+            return False
+        last_offset, last_pos = self.offset_index.last_entry()
+        if self.offset_index.entries and (last_pos >= self.size or last_offset < self.base_offset):
+            return False
+        _, last_ts_offset = self.time_index.last_entry()
+        return last_ts_offset >= self.base_offset
+
+    def truncate_to(self, offset: int) -> int:
+        """Cut every batch from the one holding `offset` on; returns bytes cut."""
+        batch = self.find_batch(offset, start_position=0 if offset <= self.base_offset else None)
+        if batch is None:
+            return 0
+        position = batch.position
+        self.offset_index.truncate_to_position(position)
+        self.time_index.truncate_to_offset(batch.base_offset)
+        cut = self.size - position
+        os.ftruncate(self.fd, position)
+        self.size = position
+        self.max_timestamp, self.offset_of_max_timestamp = self.time_index.last_entry()
+        self.bytes_since_index = 0
+        self._next_offset = batch.base_offset if position else self.base_offset
+        return cut
+
+    def close_indexes_for_roll(self) -> None:
+        """Force the last time-index entry and trim both indexes (roll and close)."""
+        if self.size:
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+        self.offset_index.trim()
+        self.time_index.trim()
+
+    def become_inactive(self) -> None:
+        self.close_indexes_for_roll()
+        self.offset_index.writable = self.time_index.writable = False
+        self.active = False
+
+    def become_active(self) -> None:
+        self.active = True
+        for idx in (self.offset_index, self.time_index):
+            idx.writable = True
+            idx._resize(idx.max_entries * idx.entry_size)
+
+    def flush(self) -> None:
+        native.fdatasync(self.fd, path=str(self.log_path))
+        self.offset_index.sync()
+        self.time_index.sync()
+
+    def close(self) -> None:
+        try:
+            if self.active:
+                self.close_indexes_for_roll()
+        finally:
+            self.offset_index.close(trim=False)
+            self.time_index.close(trim=False)
+            os.close(self.fd)
+
+    def close_quietly(self) -> None:
+        """Drop fds without writing anything (the disk is gone)."""
+        for close in (lambda: self.offset_index.close(trim=False),
+                      lambda: self.time_index.close(trim=False), lambda: os.close(self.fd)):
+            try:
+                close()
+            except OSError:
+                pass
+
+    def delete(self) -> None:
+        """Rename the files to `.deleted`, then remove them (Kafka's two steps)."""
+        self.close_quietly()
+        paths = [self.log_path, self.index_path, self.time_index_path]
+        paths += [self.dir / (names.offset_file_stem(self.base_offset) + s)
+                  for s in (names.TXN_INDEX_SUFFIX, names.SNAPSHOT_SUFFIX)]
+        doomed = []
+        for path in paths:
+            if path.exists():
+                target = path.with_name(path.name + names.DELETED_SUFFIX)
+                os.replace(path, target)
+                doomed.append(target)
+        for path in doomed:
+            path.unlink()
