@@ -1,0 +1,18 @@
+"""Fixtures shared by every test file: where shared/ is, and the real Kafka fixtures."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+KAFKA_FIXTURES = SHARED / "fixtures" / "kafka"
+
+
+@pytest.fixture(scope="session")
+def kafka_fixtures() -> Path:
+    if not KAFKA_FIXTURES.is_dir():
+        pytest.fail(f"the real Kafka fixtures are missing: expected {KAFKA_FIXTURES}")
+    return KAFKA_FIXTURES

@@ -1,0 +1,237 @@
+"""The Log API: append, read, indexes, roll, retention, truncation, recovery."""
+
+from __future__ import annotations
+
+import os
+import struct
+
+import pytest
+from kafka.record import MemoryRecords
+
+from logstore import CorruptRecordError, Log, LogConfig, OffsetOutOfRangeError, RecordTooLargeError
+from logstore import names, verify
+from logstore.index import read_index_entries
+from logstore.records import Record, build_batch, iter_batches
+
+from .logutil import batch, snapshot
+
+
+@pytest.fixture
+def pdir(tmp_path):
+    return tmp_path / "orders-0"
+
+
+def test_append_assigns_offsets_and_reads_back_in_kafka_python(pdir):
+    log = Log.open(pdir)
+    infos = [log.append(batch(5), leader_epoch=3) for _ in range(4)]
+    assert [(i.base_offset, i.last_offset) for i in infos] == [(0, 4), (5, 9), (10, 14), (15, 19)]
+    assert log.log_end_offset == 20
+    data = log.read(7, 1 << 20)
+    mr = MemoryRecords(data)
+    offsets = []
+    while (b := mr.next_batch()) is not None:
+        assert b.validate_crc()
+        offsets += [r.offset for r in b]
+    assert offsets[0] == 5 and offsets[-1] == 19  # whole batches from the one holding 7
+    (first,) = [b for b in iter_batches(data)][:1]
+    assert first.partition_leader_epoch == 3
+    log.close()
+
+
+def test_read_returns_whole_batches_and_at_least_one(pdir):
+    log = Log.open(pdir)
+    for _ in range(10):
+        log.append(batch(1, size=1000))
+    one = log.read(0, 10)  # smaller than a batch: still one whole batch
+    assert len(list(iter_batches(one))) == 1
+    some = log.read(2, 3500)
+    assert [b.base_offset for b in iter_batches(some)] == [2, 3, 4]
+    assert log.read(10, 1000) == b""
+    assert log.read(0, 1 << 20, max_offset=4) and \
+        [b.base_offset for b in iter_batches(log.read(0, 1 << 20, max_offset=4))] == [0, 1, 2, 3]
+    with pytest.raises(OffsetOutOfRangeError):
+        log.read(11, 100)
+    log.close()
+
+
+@pytest.mark.parametrize("mutate, error", [
+    (lambda b: b[:-1], CorruptRecordError),                             # torn
+    (lambda b: b[:30] + bytes([b[30] ^ 1]) + b[31:], CorruptRecordError),  # crc
+    (lambda b: b[:16] + b"\x01" + b[17:], CorruptRecordError),           # legacy magic
+    (lambda b: b[:8] + struct.pack(">i", 10) + b[12:], CorruptRecordError),  # length
+    (lambda b: b"", CorruptRecordError),
+])
+def test_bad_batches_change_nothing(pdir, mutate, error):
+    log = Log.open(pdir)
+    log.append(batch(3))
+    log.flush()
+    before = snapshot(pdir)
+    with pytest.raises(error):
+        log.append(mutate(batch(2)))
+    assert snapshot(pdir) == before
+    assert log.log_end_offset == 3
+    log.close()
+
+
+def test_oversized_batch_is_refused(pdir):
+    log = Log.open(pdir, LogConfig(max_message_bytes=1000))
+    before = snapshot(pdir)
+    with pytest.raises(RecordTooLargeError) as info:
+        log.append(batch(1, size=2000))
+    assert info.value.error_code == 10
+    assert snapshot(pdir) == before and log.log_end_offset == 0
+    log.close()
+
+
+def test_index_layout_matches_kafka(pdir):
+    cfg = LogConfig(index_interval_bytes=4096, max_index_bytes=1024 * 12)
+    log = Log.open(pdir, cfg)
+    batches = [log.append(batch(1, size=16 * 1024)) for _ in range(6)]
+    seg = log.active_segment
+    # Active indexes are preallocated to max_index_bytes (rounded down to the entry size).
+    assert os.path.getsize(seg.index_path) == (cfg.max_index_bytes // 8) * 8
+    assert os.path.getsize(seg.time_index_path) == cfg.max_index_bytes // 12 * 12
+    log.roll()
+    entries = read_index_entries(seg.index_path, "offset")
+    # Every batch after the first gets an entry: last offset -> batch start position.
+    assert entries == [(b.last_offset, b.position) for b in batches[1:]]
+    assert os.path.getsize(seg.index_path) == 8 * len(entries)  # trimmed on roll
+    assert verify.verify_segment(seg.log_path).problems == []
+    log.close()
+
+
+def test_roll_by_size_and_by_time(pdir):
+    log = Log.open(pdir, LogConfig(segment_bytes=3000))
+    for _ in range(9):
+        log.append(batch(1, size=900))
+    assert log.segment_count == 3
+    assert sorted(f for f in os.listdir(pdir) if f.endswith(".log")) == [
+        names.log_file_name(0), names.log_file_name(3), names.log_file_name(6)]
+    log.close()
+    tlog = Log.open(pdir.with_name("t-0"), LogConfig(segment_ms=1000))
+    tlog.append(batch(1, ts=1_000))  # the segment's first timestamp is long past
+    tlog.append(batch(1, ts=2_000))
+    assert tlog.segment_count == 2
+    tlog.close()
+
+
+def test_retention_by_time_and_size(tmp_path):
+    now = 1_700_000_000_000
+    log = Log.open(tmp_path / "t-0", LogConfig(segment_bytes=1500, retention_ms=10_000))
+    for i in range(6):
+        log.append(batch(1, size=1000, ts=now - 60_000 + i * 10_000))
+    assert log.segment_count == 6
+    deleted = log.apply_retention(now_ms=now)
+    assert deleted == 4 and log.log_start_offset == 4
+    assert not list((tmp_path / "t-0").glob("*.deleted"))
+    with pytest.raises(OffsetOutOfRangeError):
+        log.read(0, 100)
+    # Everything expired: the log rolls and even the active segment's bytes go.
+    assert log.apply_retention(now_ms=now + 10**9) == 2
+    assert log.size_bytes == 0 and log.log_start_offset == log.log_end_offset == 6
+    log.close()
+    slog = Log.open(tmp_path / "s-0", LogConfig(segment_bytes=1500, retention_bytes=2500,
+                                                retention_ms=-1))
+    for _ in range(6):
+        slog.append(batch(1, size=1000))
+    assert slog.apply_retention() == 4
+    assert slog.size_bytes <= 2500 and slog.log_start_offset == 4
+    slog.close()
+
+
+def test_offset_for_timestamp_uses_time_index(pdir):
+    log = Log.open(pdir, LogConfig(segment_bytes=5000, index_interval_bytes=100))
+    for i in range(20):
+        log.append(build_batch([Record(b"k", b"v" * 500, [], 1000 + 10 * i)]))
+    assert log.offset_for_timestamp(1000) == (0, 1000)
+    assert log.offset_for_timestamp(1095) == (10, 1100)
+    assert log.offset_for_timestamp(5000) is None
+    log.close()
+
+
+def test_truncate_to(pdir):
+    log = Log.open(pdir, LogConfig(segment_bytes=2500))
+    for _ in range(10):
+        log.append(batch(1, size=1000))
+    log.truncate_to(5)
+    assert log.log_end_offset == 5
+    assert log.append(batch(1)).base_offset == 5
+    log.truncate_to(0)
+    assert log.log_end_offset == 0 and log.size_bytes == 0
+    log.close()
+
+
+def _write_segments(pdir, n=10, cfg=None):
+    log = Log.open(pdir, cfg or LogConfig(segment_bytes=4000, index_interval_bytes=500))
+    for _ in range(n):
+        log.append(batch(2, size=500))
+    log.flush()
+    segs = [s.log_path for s in log.segments]
+    log.close()
+    return segs
+
+
+def test_recovery_cuts_a_torn_tail(pdir):
+    segs = _write_segments(pdir)
+    last = segs[-1]
+    size = os.path.getsize(last)
+    with open(last, "ab") as f:
+        f.write(batch(1)[:40])  # a half-written batch, as a crash leaves it
+    log = Log.open(pdir)
+    assert log.recovery.bytes_truncated == 40
+    assert os.path.getsize(last) == size and log.log_end_offset == 20
+    assert log.append(batch(1)).base_offset == 20
+    log.close()
+
+
+def test_recovery_drops_everything_after_a_flipped_byte(pdir):
+    segs = _write_segments(pdir)
+    victim = segs[1]
+    size = os.path.getsize(victim)
+    with open(victim, "r+b") as f:
+        f.seek(size // 2)
+        byte = f.read(1)
+        f.seek(size // 2)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    later = sum(os.path.getsize(s) for s in segs[2:])
+    log = Log.open(pdir)
+    assert log.recovery.segments_deleted == [int(s.stem) for s in segs[2:]]
+    assert log.recovery.bytes_truncated > later
+    assert log.segment_count == 2
+    assert all(not s.exists() for s in segs[2:])
+    assert verify.verify_segment(victim).problems == []
+    end = log.log_end_offset
+    assert end < 20 and log.append(batch(1)).base_offset == end
+    log.close()
+
+
+def test_recovery_rebuilds_missing_and_corrupt_indexes(pdir):
+    segs = _write_segments(pdir)
+    first_index = segs[0].with_suffix(".index")
+    good = first_index.read_bytes()
+    assert good
+    first_index.unlink()
+    second_index = segs[1].with_suffix(".index")
+    with open(second_index, "r+b") as f:
+        f.write(struct.pack(">ii", 1, 10**6))  # an entry pointing past the log
+    # Clean shutdown marker present: no full recovery, only the index checks.
+    (pdir.parent / ".kafka_cleanshutdown").touch()
+    log = Log.open(pdir)
+    assert log.recovery.indexes_rebuilt == [int(segs[0].stem), int(segs[1].stem)]
+    log.close()
+    assert first_index.read_bytes() == good
+    for s in segs:
+        assert verify.verify_segment(s).problems == []
+
+
+def test_unclean_reopen_keeps_every_appended_record(pdir):
+    log = Log.open(pdir, LogConfig(segment_bytes=3000))
+    for _ in range(7):
+        log.append(batch(3, size=300))
+    # No close: the fds are dropped as a killed process would drop them.
+    log.close_quietly()
+    again = Log.open(pdir)
+    assert again.log_end_offset == 21 and again.recovery.recovered
+    data = again.read(0, 1 << 20)
+    assert [b.base_offset for b in iter_batches(data)][0] == 0
+    again.close()

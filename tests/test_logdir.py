@@ -1,0 +1,181 @@
+"""Log directories: lock, identity, checkpoints, deletion, and real disk errors."""
+
+from __future__ import annotations
+
+import errno
+import os
+import resource
+
+import pytest
+
+from logstore import (
+    FailureChannel,
+    InvalidTopicError,
+    Log,
+    LogConfig,
+    LogDir,
+    LogDirOfflineError,
+    LogDirSaturatedError,
+    Verdict,
+    checkpoint,
+    names,
+)
+from logstore.errors import CheckpointError, LogDirLockedError, ResourceError
+from logstore.failure import IoGuard, classify
+
+from . import faults
+from .logutil import batch, snapshot
+
+
+def test_lock_meta_and_clean_shutdown(tmp_path):
+    root = tmp_path / "d1"
+    ld = LogDir.open(root, broker_id=7, cluster_id="abc")
+    assert checkpoint.read_meta_properties(root / "meta.properties") == {
+        "version": "0", "broker.id": "7", "cluster.id": "abc"}
+    with pytest.raises(LogDirLockedError):
+        LogDir.open(root, broker_id=7)
+    log = ld.create_log("orders", 3)
+    log.append(batch(4))
+    ld.close()
+    assert (root / ".kafka_cleanshutdown").exists()
+    assert (root / "recovery-point-offset-checkpoint").read_text() == "0\n1\norders 3 4\n"
+    assert (root / "replication-offset-checkpoint").read_text() == "0\n1\norders 3 4\n"
+    assert (root / "log-start-offset-checkpoint").read_text() == "0\n1\norders 3 0\n"
+    again = LogDir.open(root, broker_id=7)
+    assert again.clean_shutdown and not (root / ".kafka_cleanshutdown").exists()
+    assert again.get_log("orders", 3).log_end_offset == 4
+    again.close()
+    with pytest.raises(CheckpointError, match="broker.id=7"):
+        LogDir.open(root, broker_id=8)
+    LogDir.open(root, broker_id=7).close()  # the refused open left the lock free
+
+
+@pytest.mark.parametrize("bad", ["", ".", "..", "a/b", "../x", "x" * 250, "sp ace", "ü"])
+def test_bad_topic_names_create_nothing(tmp_path, bad):
+    ld = LogDir.open(tmp_path / "d")
+    before = snapshot(tmp_path) | {"dirs": str(sorted(os.listdir(tmp_path / "d")))}
+    with pytest.raises(InvalidTopicError):
+        ld.create_log(bad, 0)
+    assert snapshot(tmp_path) | {"dirs": str(sorted(os.listdir(tmp_path / "d")))} == before
+    ld.close()
+
+
+def test_delete_partition_renames_then_removes(tmp_path):
+    ld = LogDir.open(tmp_path / "d")
+    ld.create_log("t", 0).append(batch(2))
+    ld.delete_log("t", 0)
+    assert ld.get_log("t", 0) is None
+    assert not [p for p in os.listdir(tmp_path / "d") if p.startswith("t-0")]
+    # A rename left behind by a crash is finished at the next open.
+    (tmp_path / "d" / "t-1.0123abcd-delete").mkdir()
+    ld.close()
+    ld2 = LogDir.open(tmp_path / "d")
+    assert not (tmp_path / "d" / "t-1.0123abcd-delete").exists()
+    ld2.close()
+
+
+def test_unclean_log_dir_recovers_and_reports(tmp_path):
+    root = tmp_path / "d"
+    ld = LogDir.open(root)
+    log = ld.create_log("t", 0)
+    for _ in range(5):
+        log.append(batch(1, size=200))
+    seg = log.active_segment.log_path
+    ld.release()  # like a crash: no checkpoints, no marker
+    with open(seg, "ab") as f:
+        f.write(b"\x00" * 30)
+    ld2 = LogDir.open(root)
+    (result,) = ld2.recovery
+    assert result.recovered and result.bytes_truncated == 30
+    assert ld2.get_log("t", 0).log_end_offset == 5
+    ld2.close()
+
+
+def test_classify_by_errno():
+    assert classify(OSError(errno.ENOSPC, "x")) is Verdict.SATURATED
+    assert classify(OSError(errno.EDQUOT, "x")) is Verdict.SATURATED
+    for e in (errno.EIO, errno.EROFS, errno.ENXIO, errno.ENODEV, errno.ESTALE, errno.EACCES,
+              errno.EPERM):
+        assert classify(OSError(e, "x")) is Verdict.OFFLINE
+    for e in (errno.EMFILE, errno.ENFILE, errno.ENOMEM):
+        assert classify(OSError(e, "x")) is Verdict.NONE
+
+
+@pytest.mark.fault
+def test_enospc_on_a_real_tmpfs_saturates_and_leaves_no_partial_batch():
+    with faults.tmpfs("2m") as mnt:
+        channel = FailureChannel()
+        ld = LogDir.open(mnt / "d", LogConfig(segment_bytes=64 << 20), failure_channel=channel)
+        log = ld.create_log("t", 0)
+        appended = 0
+        with pytest.raises(LogDirSaturatedError) as info:
+            for _ in range(1000):
+                log.append(batch(1, size=100_000))
+                appended += 1
+        assert info.value.errno == errno.ENOSPC and info.value.error_code == 56
+        event = channel.get(timeout=1)
+        assert event.verdict is Verdict.SATURATED and event.log_dir == str(mnt / "d")
+        assert event.op == "append"
+        # The failed batch left nothing behind: the log is exactly the acknowledged batches.
+        assert log.log_end_offset == appended
+        assert log.active_segment.size == os.path.getsize(log.active_segment.log_path)
+        data = log.read(0, 1 << 30)
+        assert len(data) == log.size_bytes
+        # Reads and retention still work on a saturated dir, and free space.
+        log.update_config(log.config.replace(retention_bytes=0, retention_ms=-1))
+        assert log.apply_retention() >= 1
+        assert ld.space().avail_bytes > 1_000_000
+        ld.close()
+
+
+@pytest.mark.fault
+def test_eio_after_fs_shutdown_takes_the_dir_offline():
+    with faults.loop_ext4(32) as mnt:
+        channel = FailureChannel()
+        ld = LogDir.open(mnt / "d", failure_channel=channel)
+        log = ld.create_log("t", 0)
+        log.append(batch(3))
+        log.flush()
+        faults.shutdown_fs(mnt)
+        with pytest.raises(LogDirOfflineError) as info:
+            log.append(batch(1))
+            log.flush()
+        assert info.value.errno == errno.EIO
+        event = channel.get(timeout=1)
+        assert event.verdict is Verdict.OFFLINE and event.errno == errno.EIO
+        ld.release()
+
+
+def test_vanished_dir_root_is_offline(tmp_path):
+    channel = FailureChannel()
+    guard = IoGuard(tmp_path / "gone", channel)
+    with pytest.raises(LogDirOfflineError):
+        with guard.io("append", tmp_path / "gone" / "x"):
+            open(tmp_path / "gone" / "x", "rb")
+    assert channel.get(timeout=1).verdict is Verdict.OFFLINE
+
+
+def test_emfile_is_not_the_disks_fault(tmp_path):
+    channel = FailureChannel()
+    ld = LogDir.open(tmp_path / "d", failure_channel=channel)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    held = []
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, hard))
+        with pytest.raises(ResourceError):
+            for i in range(100):
+                held.append(os.open(os.devnull, os.O_RDONLY))
+                if len(held) > 40:
+                    ld.create_log("t", i)
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert channel.get(timeout=0.1) is None
+    ld.close()
+
+
+def test_standalone_log_uses_a_guard_too(tmp_path):
+    log = Log.open(tmp_path / names.partition_dir_name("t", 0))
+    assert isinstance(log.guard, IoGuard)
+    log.close()
