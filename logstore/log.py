@@ -393,8 +393,8 @@ class Log:
         """Delete the oldest segments past retention.ms or retention.bytes.
 
         A segment is expired by time when its largest timestamp is older than
-        retention.ms. When every segment is deletable the log rolls first, so even an
-        active segment's space can be won back (what a saturated disk needs).
+        retention.ms. When every segment is deletable, the active one goes too and a new
+        empty one is created after the deletes (what a saturated disk needs).
         Returns the number of segments deleted.
         """
         if self.config.compacted:
@@ -419,8 +419,19 @@ class Log:
             return 0
         with self.guard.io("delete segments", self.dir):
             if doomed == len(self._segments):
-                self._roll()
-            self._delete_oldest(doomed)
+                # Delete first, then create the new active segment: on a full disk the
+                # space must be won back before a new file can be made.
+                end = self.log_end_offset
+                self._delete_oldest(doomed - 1)
+                last = self._segments.pop()
+                self._bases.pop()
+                last.delete()
+                self._add_segment(self._new_segment(end))
+                self.log_start_offset = max(self.log_start_offset, end)
+                self.recovery_point = max(self.recovery_point, end)
+                self._high_watermark = max(self._high_watermark, end)
+            else:
+                self._delete_oldest(doomed)
         return doomed
 
     def _delete_oldest(self, count: int) -> None:

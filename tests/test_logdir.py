@@ -161,17 +161,20 @@ def test_emfile_is_not_the_disks_fault(tmp_path):
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     held = []
     try:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (64, hard))
-        with pytest.raises(ResourceError):
-            for i in range(100):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+        with pytest.raises(OSError) as exhausted:
+            while True:
                 held.append(os.open(os.devnull, os.O_RDONLY))
-                if len(held) > 40:
-                    ld.create_log("t", i)
+        assert exhausted.value.errno == errno.EMFILE
+        os.close(held.pop())  # one fd free: a partition needs more than one
+        with pytest.raises(ResourceError):
+            ld.create_log("t", 0)
     finally:
         for fd in held:
             os.close(fd)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
-    assert channel.get(timeout=0.1) is None
+    assert channel.get(timeout=0.1) is None  # no verdict on the disk
+    assert ld.create_log("t", 1).log_end_offset == 0  # the dir still works
     ld.close()
 
 

@@ -1,0 +1,62 @@
+"""Availability and space probes of one log dir, as results.
+
+`probe_availability` writes, syncs and reads back a canary block through the native
+fast path; `probe_space` reads fstatvfs numbers and compares them with the dir's
+low-space floor and resume mark. Both catch the OSError of a sick disk and return it
+in the result. They block on the disk: the daemon runs them on the dir's own worker
+with a timeout, so a hung disk stalls only its own probe.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import native
+
+
+@dataclass(frozen=True)
+class AvailabilityResult:
+    path: str
+    ok: bool
+    latency_ns: int
+    errno: int | None = None
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class SpaceResult:
+    path: str
+    ok: bool  # the probe itself worked
+    total_bytes: int = 0
+    avail_bytes: int = 0
+    free_inodes: int = 0
+    below_floor: bool = False  # saturate: under the floor, or out of inodes
+    above_resume: bool = False  # a saturated dir may come back online
+    errno: int | None = None
+    error: str = ""
+
+
+def probe_availability(path: str | os.PathLike[str], *, block_size: int = 4096) -> AvailabilityResult:
+    where = os.fspath(path)
+    try:
+        latency = native.availability_probe(where, block_size)
+    except OSError as err:
+        return AvailabilityResult(where, False, 0, err.errno, f"{err.strerror}: {where}")
+    return AvailabilityResult(where, True, latency)
+
+
+def probe_space(path: str | os.PathLike[str], *, floor_bytes: int = 0,
+                resume_bytes: int = 0) -> SpaceResult:
+    """Free space of the dir against its floor (saturate below) and resume mark."""
+    where = os.fspath(path)
+    try:
+        space = native.space_probe(where)
+    except OSError as err:
+        return SpaceResult(where, False, errno=err.errno, error=f"{err.strerror}: {where}")
+    no_inodes = space.total_inodes > 0 and space.free_inodes == 0
+    return SpaceResult(
+        where, True, space.total_bytes, space.avail_bytes, space.free_inodes,
+        below_floor=space.avail_bytes < floor_bytes or no_inodes,
+        above_resume=space.avail_bytes >= resume_bytes and not no_inodes,
+    )

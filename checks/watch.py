@@ -1,0 +1,81 @@
+"""Watch log dirs with inotify (pyinotify): deletion, moves, unmounts, permission changes.
+
+An event does not decide anything: it tells the daemon to probe that dir at once
+instead of waiting for the next interval. The watcher runs pyinotify's notifier on its
+own thread and calls `on_event(WatchEvent)` from there; the callback must not block
+(the daemon hands it to its event loop). Errors adding a watch (a dir already gone)
+are reported as an event too, never raised.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pyinotify
+
+# On the dir itself: it is deleted, moved, unmounted, or its mode/owner changes.
+_SELF_MASK = (pyinotify.IN_DELETE_SELF | pyinotify.IN_MOVE_SELF | pyinotify.IN_UNMOUNT
+              | pyinotify.IN_ATTRIB | pyinotify.IN_IGNORED)
+# On its parent: an entry named like the dir is removed or moved away.
+_PARENT_MASK = pyinotify.IN_DELETE | pyinotify.IN_MOVED_FROM | pyinotify.IN_ATTRIB
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    log_dir: str
+    reason: str  # "deleted", "moved", "unmounted", "attributes", "watch-lost", "unwatchable"
+
+
+class LogDirWatcher:
+    def __init__(self, log_dirs: list[str], on_event: Callable[[WatchEvent], None]):
+        self.log_dirs = [os.path.abspath(d) for d in log_dirs]
+        self.on_event = on_event
+        self._wm = pyinotify.WatchManager()
+        self._notifier = pyinotify.ThreadedNotifier(self._wm, self._handle)
+        self._notifier.daemon = True
+        self._by_parent: dict[str, list[str]] = {}
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        for d in self.log_dirs:
+            self.watch(d)
+        self._notifier.start()
+
+    def watch(self, log_dir: str) -> None:
+        """(Re)watch one dir, e.g. after an operator re-admits it."""
+        log_dir = os.path.abspath(log_dir)
+        added = self._wm.add_watch(log_dir, _SELF_MASK, quiet=True)
+        if not added or added.get(log_dir, -1) < 0:
+            self.on_event(WatchEvent(log_dir, "unwatchable"))
+        parent = os.path.dirname(log_dir)
+        with self._lock:
+            first = parent not in self._by_parent
+            self._by_parent.setdefault(parent, [])
+            if log_dir not in self._by_parent[parent]:
+                self._by_parent[parent].append(log_dir)
+        if first:
+            self._wm.add_watch(parent, _PARENT_MASK, quiet=True)
+
+    def stop(self) -> None:
+        self._notifier.stop()
+
+    def _handle(self, event: pyinotify.Event) -> None:
+        path = os.path.abspath(event.path)
+        mask = event.mask
+        if path in self.log_dirs and not event.name:
+            reason = ("deleted" if mask & pyinotify.IN_DELETE_SELF else
+                      "moved" if mask & pyinotify.IN_MOVE_SELF else
+                      "unmounted" if mask & pyinotify.IN_UNMOUNT else
+                      "watch-lost" if mask & pyinotify.IN_IGNORED else "attributes")
+            self.on_event(WatchEvent(path, reason))
+            return
+        with self._lock:
+            children = list(self._by_parent.get(path, ()))
+        target = os.path.join(path, event.name) if event.name else path
+        if target in children:
+            reason = "attributes" if mask & pyinotify.IN_ATTRIB else (
+                "moved" if mask & pyinotify.IN_MOVED_FROM else "deleted")
+            self.on_event(WatchEvent(target, reason))
