@@ -1,0 +1,428 @@
+"""The C fast path of logkeeper: CRC-32C, record batch scans, whole-transfer file IO and
+log-directory probes, wrapped for Python. This module is the only importer of the
+compiled `native._fastpath` (built by native/build_fastpath.py from native/fastpath.h).
+
+Errors: every C function returns -errno on failure; `_oserror` turns that into
+`OSError(errno, "<strerror> (from <op>)", path)`, so Python picks the subclass
+(FileNotFoundError, PermissionError, ...) and the message names the operation and,
+when the caller passed it, the path. Bad Python arguments (a negative size, an
+unknown CRC implementation name) raise ValueError before any C runs. A scan that finds
+a torn or corrupt batch is a result (`ScanResult.status`), not an exception.
+
+Buffers go to C without copying: `bytes` directly, anything else with the buffer
+protocol (bytearray, memoryview, mmap) through `ffi.from_buffer`. cffi releases the
+GIL around every C call, so all functions here may be called from several threads;
+the ones that take a buffer must not see it resized or written concurrently.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import struct
+from collections.abc import Iterator
+from operator import itemgetter
+from typing import Any, NamedTuple, overload
+
+try:
+    from native._fastpath import ffi as _ffi
+    from native._fastpath import lib as _lib
+except ImportError as err:  # pragma: no cover - only on a tree that was never built
+    raise ImportError(
+        "native._fastpath is not built: run `pip install -e . --no-deps` in the repo root "
+        "(needs gcc and the Python headers)"
+    ) from err
+
+__all__ = [
+    "CRC32C_IMPLS", "BatchInfo", "ScanResult", "ScanStatus", "Space", "assign_offsets",
+    "availability_probe", "crc32c", "crc32c_active", "crc32c_supported", "crc32c_using",
+    "fallocate", "fdatasync", "pread", "pread_into", "pwrite_all", "scan_batches",
+    "space_probe", "write_all",
+]
+
+Buffer = Any  # bytes, bytearray, memoryview, mmap: anything with the buffer protocol
+PathArg = str | os.PathLike[str] | None
+
+BATCH_HEADER_SIZE = 61
+# Big arrays of batch infos are malloc'd without zeroing: the scan writes every entry
+# it reports, and clearing an upper-bound array would cost more than the scan itself.
+_alloc_uncleared = _ffi.new_allocator(should_clear_after_alloc=False)
+
+
+def _oserror(rc: int, op: str, path: PathArg = None) -> OSError:
+    """The OSError for a C function's -errno `rc`, naming `op` and `path`."""
+    code = -rc
+    where = os.fspath(path) if path is not None else None
+    return OSError(code, f"{os.strerror(code)} (from {op})", where)
+
+
+def _cbuf(data: Buffer) -> tuple[Any, int]:
+    """`data` as something a `const uint8_t *` parameter takes, and its length in bytes."""
+    if type(data) is bytes:
+        return data, len(data)
+    cdata = _ffi.from_buffer(data)
+    return cdata, len(cdata)
+
+
+def _wbuf(buf: Buffer) -> tuple[Any, int]:
+    cdata = _ffi.from_buffer(buf, require_writable=True)
+    return cdata, len(cdata)
+
+
+# ---- CRC-32C ----------------------------------------------------------------------
+
+CRC32C_IMPLS: tuple[str, ...] = ("portable", "sse42", "pclmul", "vpclmul")
+assert len(CRC32C_IMPLS) == _lib.LK_CRC_COUNT
+
+
+def _impl_index(impl: str) -> int:
+    try:
+        return CRC32C_IMPLS.index(impl)
+    except ValueError:
+        raise ValueError(
+            f"unknown CRC-32C implementation {impl!r}; known: {', '.join(CRC32C_IMPLS)}"
+        ) from None
+
+
+def crc32c(data: Buffer, crc: int = 0) -> int:
+    """CRC-32C of `data` continuing from `crc`, as the crc32c package computes it:
+    crc32c(b, crc32c(a)) == crc32c(a + b). Uses the fastest implementation the CPU has."""
+    if type(data) is bytes:
+        return _lib.lk_crc32c(crc, data, len(data))
+    cdata = _ffi.from_buffer(data)
+    return _lib.lk_crc32c(crc, cdata, len(cdata))
+
+
+def crc32c_supported(impl: str) -> bool:
+    """Whether this CPU (and OS) can run the named implementation."""
+    return bool(_lib.lk_crc32c_supported(_impl_index(impl)))
+
+
+def crc32c_active() -> str:
+    """The implementation `crc32c` dispatches to, chosen once at import."""
+    return CRC32C_IMPLS[_lib.lk_crc32c_active()]
+
+
+def crc32c_using(impl: str, data: Buffer, crc: int = 0) -> int:
+    """`crc32c` with one named implementation; OSError(ENOTSUP) when the CPU lacks it."""
+    cdata, size = _cbuf(data)
+    out = _ffi.new("uint32_t *")
+    rc = _lib.lk_crc32c_with(_impl_index(impl), crc, cdata, size, out)
+    if rc < 0:
+        raise _oserror(rc, f"crc32c_using({impl})")
+    return int(out[0])
+
+
+# ---- Record batch scan ------------------------------------------------------------
+
+
+class ScanStatus(enum.IntEnum):
+    """What stopped a scan (fastpath.h's LK_SCAN_*)."""
+
+    OK = 0  # the buffer ends exactly at a batch boundary
+    TORN = 1  # the last batch runs past the end of the buffer
+    BAD_LENGTH = 2  # batchLength < 49, or the batch is over max_batch_size
+    BAD_MAGIC = 3  # magic is not 0, 1 or 2
+    LEGACY = 4  # a magic 0/1 message set: recognised, not scanned
+    BAD_CRC = 5  # stored CRC differs from the computed one
+    FULL = 6  # max_batches filled; scan again from valid_bytes
+    BAD_COUNT = 7  # recordsCount < 0 or lastOffsetDelta < 0
+
+
+_STATUSES = tuple(ScanStatus)
+
+
+class BatchInfo(NamedTuple):
+    """The header of one magic-2 record batch, and where it starts."""
+
+    position: int  # base_position + offset of the batch in the scanned buffer
+    base_offset: int
+    size: int  # whole batch: batchLength + 12
+    partition_leader_epoch: int
+    last_offset_delta: int
+    records_count: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    attributes: int
+    base_sequence: int
+    crc: int  # as stored
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta + 1
+
+
+# struct lk_batch_info as Python's struct sees it; checked against cffi's layout below.
+_INFO_FIELDS = (
+    "position", "base_offset", "base_timestamp", "max_timestamp", "producer_id", "size",
+    "partition_leader_epoch", "last_offset_delta", "records_count", "base_sequence", "crc",
+    "producer_epoch", "attributes",
+)
+_INFO_SIZE = _ffi.sizeof("struct lk_batch_info")
+_INFO_STRUCT = struct.Struct(f"=5q5iI2h{_INFO_SIZE - struct.calcsize('=5q5iI2h')}x")
+
+
+def _check_layout() -> None:
+    pos = 0
+    for name, code in zip(_INFO_FIELDS, "qqqqqiiiiiIhh", strict=True):
+        if _ffi.offsetof("struct lk_batch_info", name) != pos:
+            raise ImportError(f"struct lk_batch_info: field {name} is not at offset {pos}")
+        pos += struct.calcsize("=" + code)
+
+
+_check_layout()
+_TO_BATCH = itemgetter(*(_INFO_FIELDS.index(f) for f in BatchInfo._fields))
+_new_batch = tuple.__new__
+
+
+class ScanResult:
+    """The outcome of `scan_batches`: why it stopped, how far it got, and the batches
+    before that point, decoded from the C array only when indexed or iterated."""
+
+    __slots__ = ("status", "valid_bytes", "count", "bad_value", "stored_crc", "computed_crc",
+                 "base_position", "max_batch_size", "_infos", "_view", "_detail")
+
+    def __init__(self, status: ScanStatus, valid_bytes: int, count: int, *, bad_value: int = 0,
+                 stored_crc: int = 0, computed_crc: int = 0, base_position: int = 0,
+                 max_batch_size: int = 2**31 - 1, infos: Any = None, detail: str | None = None,
+                 ) -> None:
+        self.status = status
+        self.valid_bytes = valid_bytes
+        self.count = count
+        self.bad_value = bad_value
+        self.stored_crc = stored_crc
+        self.computed_crc = computed_crc
+        self.base_position = base_position
+        self.max_batch_size = max_batch_size
+        self._infos = infos
+        self._view = _ffi.buffer(infos, count * _INFO_SIZE) if count else b""
+        self._detail = detail
+
+    @property
+    def error_position(self) -> int | None:
+        """Where the bad or torn batch starts; None when the scan stopped cleanly."""
+        if self.status is ScanStatus.OK or self.status is ScanStatus.FULL:
+            return None
+        return self.base_position + self.valid_bytes
+
+    @property
+    def detail(self) -> str:
+        """What stopped the scan, in words, with the position."""
+        if self._detail is None:
+            end = self.base_position + self.valid_bytes
+            if self.status is ScanStatus.FULL:
+                self._detail = (f"stopped after {self.count} batches (max_batches); "
+                                f"scan again from position {end}")
+            else:
+                self._detail = (f"ok: {self.count} batches in {self.valid_bytes} bytes, "
+                                f"ending at position {end}")
+        return self._detail
+
+    def __len__(self) -> int:
+        return self.count
+
+    def _decode(self, i: int) -> BatchInfo:
+        return _new_batch(BatchInfo, _TO_BATCH(_INFO_STRUCT.unpack_from(self._view,
+                                                                        i * _INFO_SIZE)))
+
+    @overload
+    def __getitem__(self, index: int) -> BatchInfo: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[BatchInfo]: ...
+
+    def __getitem__(self, index: int | slice) -> BatchInfo | list[BatchInfo]:
+        if isinstance(index, slice):
+            return [self._decode(i) for i in range(*index.indices(self.count))]
+        if index < 0:
+            index += self.count
+        if not 0 <= index < self.count:
+            raise IndexError(f"batch {index} out of range: the scan found {self.count}")
+        return self._decode(index)
+
+    def __iter__(self) -> Iterator[BatchInfo]:
+        for fields in _INFO_STRUCT.iter_unpack(self._view):
+            yield _new_batch(BatchInfo, _TO_BATCH(fields))
+
+    def __repr__(self) -> str:
+        return (f"ScanResult(status={self.status.name}, valid_bytes={self.valid_bytes}, "
+                f"count={self.count}, detail={self.detail!r})")
+
+
+def _error_detail(status: ScanStatus, data: Any, size: int, valid: int, base: int,
+                  bad_value: int, stored: int, computed: int, max_batch_size: int) -> str:
+    """Words for a scan that stopped on a torn or bad batch at offset `valid` of data."""
+    at = base + valid
+    left = size - valid
+    if status is ScanStatus.TORN:
+        if left < 17:
+            return (f"torn tail: {left} bytes at {at}, fewer than the 17 needed to read a "
+                    f"batch's magic")
+        return (f"torn tail: batch of {bad_value + 12} bytes at {at} runs past end "
+                f"({left} bytes left)")
+    if status is ScanStatus.BAD_LENGTH:
+        if bad_value < 49:
+            return f"batchLength {bad_value} below 49 at position {at}"
+        return (f"batch of {bad_value + 12} bytes at position {at} is over max_batch_size "
+                f"{max_batch_size}")
+    if status is ScanStatus.BAD_MAGIC:
+        return f"unknown magic {bad_value} at position {at}"
+    if status is ScanStatus.LEGACY:
+        return f"legacy magic {bad_value} message set at position {at}"
+    if status is ScanStatus.BAD_CRC:
+        return (f"crc mismatch at position {at}: stored 0x{stored:08x}, "
+                f"computed 0x{computed:08x}")
+    if status is ScanStatus.BAD_COUNT:
+        records = int.from_bytes(bytes(data[valid + 57:valid + 61]), "big", signed=True)
+        field = "recordsCount" if records < 0 else "lastOffsetDelta"
+        return f"negative {field} {bad_value} at position {at}"
+    raise AssertionError(f"no error detail for {status!r}")
+
+
+def scan_batches(data: Buffer, *, base_position: int = 0, max_batch_size: int = 2**31 - 1,
+                 verify_crc: bool = True, max_batches: int | None = None) -> ScanResult:
+    """Walk `data` as consecutive magic-2 record batches, checking framing (and CRCs
+    unless verify_crc is false), up to the first batch that is not whole and valid.
+    Positions in the result are `base_position` + offsets into data. With max_batches
+    the scan stops with status FULL after that many; scan again from valid_bytes."""
+    cdata, size = _cbuf(data)
+    if max_batches is None:
+        cap = size // BATCH_HEADER_SIZE + 1  # every batch is at least a header
+    elif max_batches < 0:
+        raise ValueError(f"max_batches must be >= 0, got {max_batches}")
+    else:
+        cap = max_batches
+    if not 0 < max_batch_size < 2**31:
+        raise ValueError(f"max_batch_size must be in 1..2**31-1, got {max_batch_size}")
+    infos = _alloc_uncleared("struct lk_batch_info[]", cap)
+    res = _ffi.new("struct lk_scan_result *")
+    count = _lib.lk_scan_batches(cdata, size, base_position, max_batch_size,
+                                 1 if verify_crc else 0, infos, cap, res)
+    if count < 0:
+        raise _oserror(count, "scan_batches")
+    if cap > 1024 and count < cap // 2:
+        # Keep at most twice what is used alive in the result, not the upper bound.
+        small = _alloc_uncleared("struct lk_batch_info[]", count)
+        _ffi.memmove(small, infos, count * _INFO_SIZE)
+        infos = small
+    status = _STATUSES[res.status]
+    valid = res.valid_bytes
+    detail = None
+    if status is not ScanStatus.OK and status is not ScanStatus.FULL:
+        detail = _error_detail(status, data, size, valid, base_position, res.bad_value,
+                               res.stored_crc, res.computed_crc, max_batch_size)
+    return ScanResult(status, valid, count, bad_value=res.bad_value, stored_crc=res.stored_crc,
+                      computed_crc=res.computed_crc, base_position=base_position,
+                      max_batch_size=max_batch_size, infos=infos, detail=detail)
+
+
+def assign_offsets(buf: Buffer, first_offset: int, leader_epoch: int) -> int:
+    """Write baseOffset (first_offset onwards, batch after batch) and
+    partitionLeaderEpoch into every batch of the writable, already validated `buf`,
+    in place; returns the offset after the last batch. A buffer that is not whole
+    batches raises OSError(EINVAL) and is left unchanged."""
+    cdata, size = _wbuf(buf)
+    next_offset = _ffi.new("int64_t *")
+    rc = _lib.lk_assign_offsets(cdata, size, first_offset, leader_epoch, next_offset)
+    if rc < 0:
+        raise _oserror(rc, "assign_offsets")
+    return int(next_offset[0])
+
+
+# ---- File IO ----------------------------------------------------------------------
+
+
+def write_all(fd: int, data: Buffer, *, path: PathArg = None) -> int:
+    """Write all of data at the fd's position; returns its length. Does not sync."""
+    cdata, size = _cbuf(data)
+    rc = _lib.lk_write_all(fd, cdata, size)
+    if rc < 0:
+        raise _oserror(rc, "write", path)
+    return rc
+
+
+def pwrite_all(fd: int, data: Buffer, offset: int, *, path: PathArg = None) -> int:
+    """Write all of data at `offset`; returns its length. Does not sync."""
+    cdata, size = _cbuf(data)
+    rc = _lib.lk_pwrite_all(fd, cdata, size, offset)
+    if rc < 0:
+        raise _oserror(rc, "pwrite", path)
+    return rc
+
+
+def pread_into(fd: int, buf: Buffer, offset: int, *, path: PathArg = None) -> int:
+    """Fill the writable buf from `offset`; returns the bytes read (short only at EOF)."""
+    cdata, size = _wbuf(buf)
+    rc = _lib.lk_pread_full(fd, cdata, size, offset)
+    if rc < 0:
+        raise _oserror(rc, "pread", path)
+    return rc
+
+
+def pread(fd: int, size: int, offset: int, *, path: PathArg = None) -> bytes:
+    """Up to `size` bytes from `offset` (fewer only at end of file)."""
+    if size < 0:
+        raise ValueError(f"pread size must be >= 0, got {size}")
+    if size == 0:
+        return b""
+    cdata = _alloc_uncleared("uint8_t[]", size)
+    rc = _lib.lk_pread_full(fd, cdata, size, offset)
+    if rc < 0:
+        raise _oserror(rc, "pread", path)
+    return _ffi.buffer(cdata, rc)[:]
+
+
+def fdatasync(fd: int, *, path: PathArg = None) -> None:
+    """fdatasync(2) the fd."""
+    rc = _lib.lk_fdatasync(fd)
+    if rc < 0:
+        raise _oserror(rc, "fdatasync", path)
+
+
+def fallocate(fd: int, offset: int, length: int, *, path: PathArg = None) -> None:
+    """Allocate [offset, offset + length) on disk, extending the file size if needed."""
+    rc = _lib.lk_fallocate(fd, offset, length)
+    if rc < 0:
+        raise _oserror(rc, "fallocate", path)
+
+
+# ---- Probes -----------------------------------------------------------------------
+
+
+class Space(NamedTuple):
+    """Space and inodes of the filesystem holding a directory (fstatvfs)."""
+
+    total_bytes: int
+    free_bytes: int  # free to root
+    avail_bytes: int  # free to unprivileged users
+    total_inodes: int
+    free_inodes: int
+
+
+def space_probe(path: str | os.PathLike[str]) -> Space:
+    """fstatvfs of the directory at path (ENOTDIR for anything else)."""
+    out = _ffi.new("struct lk_space *")
+    rc = _lib.lk_space_probe(os.fsencode(path), out)
+    if rc < 0:
+        raise _oserror(rc, "space_probe", path)
+    return Space(out.total_bytes, out.free_bytes, out.avail_bytes, out.total_inodes,
+                 out.free_inodes)
+
+
+def availability_probe(path: str | os.PathLike[str], block_size: int = 4096) -> int:
+    """Write a fresh canary block to <path>/.logkeeper-probe, fdatasync it, drop it from
+    the page cache, read it back and compare; returns the whole probe's latency in ns.
+    A mismatch raises OSError(EIO); any failing call raises its errno."""
+    if block_size <= 0:
+        raise ValueError(f"block_size must be > 0, got {block_size}")
+    latency = _ffi.new("int64_t *")
+    rc = _lib.lk_availability_probe(os.fsencode(path), block_size, latency)
+    if rc < 0:
+        raise _oserror(rc, "availability_probe", path)
+    return int(latency[0])

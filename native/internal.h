@@ -1,0 +1,67 @@
+/*
+ * Private declarations shared by the C files of the fast path; not part of the cffi
+ * contract (that is fastpath.h). Raw CRC functions take and return the register
+ * without the pre/post inversion: crc32c(data, crc) == ~raw(~crc, data).
+ */
+#ifndef LOGKEEPER_INTERNAL_H
+#define LOGKEEPER_INTERNAL_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fastpath.h"
+
+#define LK_CASTAGNOLI_REFLECTED 0x82F63B78u
+
+typedef uint32_t (*lk_crc_raw_fn)(uint32_t crc, const uint8_t *buf, size_t len);
+
+/* Slicing-by-8 tables, filled once at load time (crc32c.c's constructor). */
+extern uint32_t lk_crc_table[8][256];
+
+/* a * b mod P in the reflected domain. Pure; thread-safe. */
+uint32_t lk_gf2_mulmod(uint32_t a, uint32_t b);
+/* x^(8 * nbytes) mod P, reflected: the multiplier that appends nbytes zero bytes. */
+uint32_t lk_xpow8n(uint64_t nbytes);
+
+uint32_t lk_crc_portable_raw(uint32_t crc, const uint8_t *buf, size_t len);
+
+/* The accelerated paths use 64-bit crc32 and clmul forms: x86-64 only. */
+#if defined(__x86_64__)
+#define LK_HAVE_X86 1
+/* Shift tables of the 3-stream crc32-instruction path, built by lk_crc_x86_init. */
+void lk_crc_x86_init(void);
+uint32_t lk_crc_sse42_raw(uint32_t crc, const uint8_t *buf, size_t len);
+uint32_t lk_crc_pclmul_raw(uint32_t crc, const uint8_t *buf, size_t len);
+uint32_t lk_crc_vpclmul_raw(uint32_t crc, const uint8_t *buf, size_t len);
+#endif
+
+/* Big-endian loads and stores of the batch header fields. */
+static inline uint32_t lk_be32(const uint8_t *p)
+{
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+
+static inline uint64_t lk_be64(const uint8_t *p)
+{
+    return ((uint64_t)lk_be32(p) << 32) | lk_be32(p + 4);
+}
+
+static inline uint16_t lk_be16(const uint8_t *p)
+{
+    return (uint16_t)(((unsigned)p[0] << 8) | p[1]);
+}
+
+static inline void lk_put_be32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)(v >> 24);
+    p[1] = (uint8_t)(v >> 16);
+    p[2] = (uint8_t)(v >> 8);
+    p[3] = (uint8_t)v;
+}
+
+static inline void lk_put_be64(uint8_t *p, uint64_t v)
+{
+    lk_put_be32(p, (uint32_t)(v >> 32));
+    lk_put_be32(p + 4, (uint32_t)v);
+}
+
+#endif

@@ -1,0 +1,180 @@
+/*
+ * Record batch framing (magic 2, FORMATS.md): the scan that validates a buffer of
+ * consecutive batches and decodes their headers, and the in-place offset assignment
+ * of the append path. Pure functions over caller memory; no IO, no allocation.
+ */
+#include <errno.h>
+#include <stdint.h>
+
+#include "internal.h"
+
+/* Header field offsets (FORMATS.md, "Record batch, magic 2"). */
+#define LK_OFF_BASE_OFFSET 0
+#define LK_OFF_LENGTH 8
+#define LK_OFF_LEADER_EPOCH 12
+#define LK_OFF_MAGIC 16
+#define LK_OFF_CRC 17
+#define LK_OFF_ATTRIBUTES 21
+#define LK_OFF_LAST_OFFSET_DELTA 23
+#define LK_OFF_BASE_TIMESTAMP 27
+#define LK_OFF_MAX_TIMESTAMP 35
+#define LK_OFF_PRODUCER_ID 43
+#define LK_OFF_PRODUCER_EPOCH 51
+#define LK_OFF_BASE_SEQUENCE 53
+#define LK_OFF_RECORDS_COUNT 57
+#define LK_HEADER_SIZE 61
+#define LK_LOG_OVERHEAD 12 /* baseOffset + batchLength: not counted in batchLength */
+#define LK_MIN_BATCH_LENGTH (LK_HEADER_SIZE - LK_LOG_OVERHEAD)
+#define LK_HEADER_UP_TO_MAGIC 17
+/* Smallest legacy messages (magic 0 and 1): crc, magic, attributes, [timestamp], key
+ * and value lengths. Shorter ones are garbage (a zero-filled tail reads as magic 0
+ * with length 0), so they count as a bad length rather than a legacy message set. */
+#define LK_LEGACY_MIN_LENGTH_V0 14
+#define LK_LEGACY_MIN_LENGTH_V1 22
+
+static void lk_decode_header(const uint8_t *b, int64_t position, int32_t size,
+                             struct lk_batch_info *info)
+{
+    info->position = position;
+    info->base_offset = (int64_t)lk_be64(b + LK_OFF_BASE_OFFSET);
+    info->base_timestamp = (int64_t)lk_be64(b + LK_OFF_BASE_TIMESTAMP);
+    info->max_timestamp = (int64_t)lk_be64(b + LK_OFF_MAX_TIMESTAMP);
+    info->producer_id = (int64_t)lk_be64(b + LK_OFF_PRODUCER_ID);
+    info->size = size;
+    info->partition_leader_epoch = (int32_t)lk_be32(b + LK_OFF_LEADER_EPOCH);
+    info->last_offset_delta = (int32_t)lk_be32(b + LK_OFF_LAST_OFFSET_DELTA);
+    info->records_count = (int32_t)lk_be32(b + LK_OFF_RECORDS_COUNT);
+    info->base_sequence = (int32_t)lk_be32(b + LK_OFF_BASE_SEQUENCE);
+    info->crc = lk_be32(b + LK_OFF_CRC);
+    info->producer_epoch = (int16_t)lk_be16(b + LK_OFF_PRODUCER_EPOCH);
+    info->attributes = (int16_t)lk_be16(b + LK_OFF_ATTRIBUTES);
+}
+
+int64_t lk_scan_batches(const uint8_t *buf, size_t len, int64_t base_position,
+                        int32_t max_batch_size, int verify_crc,
+                        struct lk_batch_info *out, size_t out_cap,
+                        struct lk_scan_result *res)
+{
+    int64_t count = 0;
+    size_t pos = 0;
+    int32_t status = LK_SCAN_OK;
+    int32_t bad_value = 0;
+    uint32_t stored_crc = 0, computed_crc = 0;
+
+    if (res == NULL || (buf == NULL && len) || (out == NULL && out_cap) ||
+        max_batch_size <= 0) {
+        count = -EINVAL;
+        goto out;
+    }
+    while (pos < len) {
+        const uint8_t *b = buf + pos;
+        size_t left = len - pos;
+        if ((size_t)count == out_cap) {
+            /* Checked first so the batch here is validated once, by the next call. */
+            status = LK_SCAN_FULL;
+            goto out;
+        }
+        if (left < LK_HEADER_UP_TO_MAGIC) {
+            /* Too short to hold even the magic byte: only a torn write ends like this. */
+            status = LK_SCAN_TORN;
+            bad_value = left >= LK_OFF_LENGTH + 4 ? (int32_t)lk_be32(b + LK_OFF_LENGTH) : -1;
+            goto out;
+        }
+        int32_t length = (int32_t)lk_be32(b + LK_OFF_LENGTH);
+        uint8_t magic = b[LK_OFF_MAGIC];
+        if (magic == 0 || magic == 1) {
+            int32_t min = magic == 0 ? LK_LEGACY_MIN_LENGTH_V0 : LK_LEGACY_MIN_LENGTH_V1;
+            status = length >= min ? LK_SCAN_LEGACY : LK_SCAN_BAD_LENGTH;
+            bad_value = length >= min ? magic : length;
+            goto out;
+        }
+        if (magic != 2) {
+            status = LK_SCAN_BAD_MAGIC;
+            bad_value = magic;
+            goto out;
+        }
+        int64_t size = (int64_t)length + LK_LOG_OVERHEAD;
+        if (length < LK_MIN_BATCH_LENGTH || size > max_batch_size) {
+            status = LK_SCAN_BAD_LENGTH;
+            bad_value = length;
+            goto out;
+        }
+        if ((uint64_t)size > left) {
+            status = LK_SCAN_TORN;
+            bad_value = length;
+            goto out;
+        }
+        if (verify_crc) {
+            stored_crc = lk_be32(b + LK_OFF_CRC);
+            computed_crc = lk_crc32c(0, b + LK_OFF_ATTRIBUTES, (size_t)size - LK_OFF_ATTRIBUTES);
+            if (stored_crc != computed_crc) {
+                status = LK_SCAN_BAD_CRC;
+                goto out;
+            }
+            stored_crc = computed_crc = 0;
+        }
+        int32_t records = (int32_t)lk_be32(b + LK_OFF_RECORDS_COUNT);
+        int32_t delta = (int32_t)lk_be32(b + LK_OFF_LAST_OFFSET_DELTA);
+        if (records < 0 || delta < 0) {
+            status = LK_SCAN_BAD_COUNT;
+            bad_value = records < 0 ? records : delta;
+            goto out;
+        }
+        lk_decode_header(b, base_position + (int64_t)pos, (int32_t)size, &out[count]);
+        count++;
+        pos += (size_t)size;
+    }
+out:
+    if (res != NULL) {
+        res->valid_bytes = (int64_t)pos;
+        res->status = count < 0 ? LK_SCAN_OK : status;
+        res->bad_value = bad_value;
+        res->stored_crc = stored_crc;
+        res->computed_crc = computed_crc;
+    }
+    return count;
+}
+
+int64_t lk_assign_offsets(uint8_t *buf, size_t len, int64_t first_offset,
+                          int32_t leader_epoch, int64_t *next_offset)
+{
+    int64_t count = 0;
+    int64_t offset = first_offset;
+    size_t pos = 0;
+
+    if ((buf == NULL && len) || next_offset == NULL || first_offset < 0) {
+        count = -EINVAL;
+        goto out;
+    }
+    /* Check the framing of every batch before touching any, so a bad buffer is left
+     * as it was rather than half renumbered. */
+    while (pos < len) {
+        size_t left = len - pos;
+        if (left < LK_HEADER_SIZE) {
+            count = -EINVAL;
+            goto out;
+        }
+        int32_t length = (int32_t)lk_be32(buf + pos + LK_OFF_LENGTH);
+        int32_t delta = (int32_t)lk_be32(buf + pos + LK_OFF_LAST_OFFSET_DELTA);
+        if (length < LK_MIN_BATCH_LENGTH || (uint64_t)length + LK_LOG_OVERHEAD > left ||
+            delta < 0 || offset > INT64_MAX - (int64_t)delta - 1) {
+            count = -EINVAL;
+            goto out;
+        }
+        offset += (int64_t)delta + 1;
+        pos += (size_t)length + LK_LOG_OVERHEAD;
+    }
+    offset = first_offset;
+    pos = 0;
+    while (pos < len) {
+        uint8_t *b = buf + pos;
+        lk_put_be64(b + LK_OFF_BASE_OFFSET, (uint64_t)offset);
+        lk_put_be32(b + LK_OFF_LEADER_EPOCH, (uint32_t)leader_epoch);
+        offset += (int64_t)(int32_t)lk_be32(b + LK_OFF_LAST_OFFSET_DELTA) + 1;
+        pos += (size_t)lk_be32(b + LK_OFF_LENGTH) + LK_LOG_OVERHEAD;
+        count++;
+    }
+    *next_offset = offset;
+out:
+    return count;
+}
