@@ -64,8 +64,12 @@ def _cbuf(data: Buffer) -> tuple[Any, int]:
     return cdata, len(cdata)
 
 
-def _wbuf(buf: Buffer) -> tuple[Any, int]:
-    cdata = _ffi.from_buffer(buf, require_writable=True)
+def _wbuf(buf: Buffer, op: str) -> tuple[Any, int]:
+    """Like _cbuf for a buffer C writes into; TypeError (as readinto) when read-only."""
+    try:
+        cdata = _ffi.from_buffer(buf, require_writable=True)
+    except BufferError as err:
+        raise TypeError(f"{op} needs a writable buffer, got {type(buf).__name__}") from err
     return cdata, len(cdata)
 
 
@@ -327,7 +331,7 @@ def assign_offsets(buf: Buffer, first_offset: int, leader_epoch: int) -> int:
     partitionLeaderEpoch into every batch of the writable, already validated `buf`,
     in place; returns the offset after the last batch. A buffer that is not whole
     batches raises OSError(EINVAL) and is left unchanged."""
-    cdata, size = _wbuf(buf)
+    cdata, size = _wbuf(buf, "assign_offsets")
     next_offset = _ffi.new("int64_t *")
     rc = _lib.lk_assign_offsets(cdata, size, first_offset, leader_epoch, next_offset)
     if rc < 0:
@@ -358,7 +362,7 @@ def pwrite_all(fd: int, data: Buffer, offset: int, *, path: PathArg = None) -> i
 
 def pread_into(fd: int, buf: Buffer, offset: int, *, path: PathArg = None) -> int:
     """Fill the writable buf from `offset`; returns the bytes read (short only at EOF)."""
-    cdata, size = _wbuf(buf)
+    cdata, size = _wbuf(buf, "pread_into")
     rc = _lib.lk_pread_full(fd, cdata, size, offset)
     if rc < 0:
         raise _oserror(rc, "pread", path)
