@@ -88,13 +88,16 @@ def _impl_index(impl: str) -> int:
         ) from None
 
 
+_lk_crc32c = _lib.lk_crc32c  # bound once: this is the hottest call in the package
+
+
 def crc32c(data: Buffer, crc: int = 0) -> int:
     """CRC-32C of `data` continuing from `crc`, as the crc32c package computes it:
     crc32c(b, crc32c(a)) == crc32c(a + b). Uses the fastest implementation the CPU has."""
     if type(data) is bytes:
-        return _lib.lk_crc32c(crc, data, len(data))
+        return _lk_crc32c(crc, data, len(data))
     cdata = _ffi.from_buffer(data)
-    return _lib.lk_crc32c(crc, cdata, len(cdata))
+    return _lk_crc32c(crc, cdata, len(cdata))
 
 
 def crc32c_supported(impl: str) -> bool:
@@ -182,7 +185,7 @@ def _check_layout() -> None:
 
 _check_layout()
 _TO_BATCH = itemgetter(*(_INFO_FIELDS.index(f) for f in BatchInfo._fields))
-_new_batch = tuple.__new__
+_new_tuple = tuple.__new__
 
 
 class ScanResult:
@@ -232,7 +235,7 @@ class ScanResult:
         return self.count
 
     def _decode(self, i: int) -> BatchInfo:
-        return _new_batch(BatchInfo, _TO_BATCH(_INFO_STRUCT.unpack_from(self._view,
+        return _new_tuple(BatchInfo, _TO_BATCH(_INFO_STRUCT.unpack_from(self._view,
                                                                         i * _INFO_SIZE)))
 
     @overload
@@ -252,7 +255,7 @@ class ScanResult:
 
     def __iter__(self) -> Iterator[BatchInfo]:
         for fields in _INFO_STRUCT.iter_unpack(self._view):
-            yield _new_batch(BatchInfo, _TO_BATCH(fields))
+            yield _new_tuple(BatchInfo, _TO_BATCH(fields))
 
     def __repr__(self) -> str:
         return (f"ScanResult(status={self.status.name}, valid_bytes={self.valid_bytes}, "
@@ -373,13 +376,17 @@ def pread(fd: int, size: int, offset: int, *, path: PathArg = None) -> bytes:
     """Up to `size` bytes from `offset` (fewer only at end of file)."""
     if size < 0:
         raise ValueError(f"pread size must be >= 0, got {size}")
-    if size == 0:
-        return b""
-    cdata = _alloc_uncleared("uint8_t[]", size)
-    rc = _lib.lk_pread_full(fd, cdata, size, offset)
-    if rc < 0:
-        raise _oserror(rc, "pread", path)
-    return _ffi.buffer(cdata, rc)[:]
+    # os.pread reads straight into the new bytes object (retrying EINTR); going through
+    # C would cost a second copy out of a cffi buffer. C finishes a short read.
+    try:
+        data = os.pread(fd, size, offset)
+    except OSError as err:
+        raise _oserror(-err.errno, "pread", path) from err
+    if len(data) == size or not data:
+        return data
+    rest = bytearray(size - len(data))
+    got = pread_into(fd, rest, offset + len(data), path=path)
+    return data + bytes(memoryview(rest)[:got])
 
 
 def fdatasync(fd: int, *, path: PathArg = None) -> None:
@@ -409,14 +416,17 @@ class Space(NamedTuple):
     free_inodes: int
 
 
+_SPACE_STRUCT = struct.Struct("=5Q")
+assert _SPACE_STRUCT.size == _ffi.sizeof("struct lk_space")
+
+
 def space_probe(path: str | os.PathLike[str]) -> Space:
     """fstatvfs of the directory at path (ENOTDIR for anything else)."""
     out = _ffi.new("struct lk_space *")
     rc = _lib.lk_space_probe(os.fsencode(path), out)
     if rc < 0:
         raise _oserror(rc, "space_probe", path)
-    return Space(out.total_bytes, out.free_bytes, out.avail_bytes, out.total_inodes,
-                 out.free_inodes)
+    return _new_tuple(Space, _SPACE_STRUCT.unpack(_ffi.buffer(out)))
 
 
 def availability_probe(path: str | os.PathLike[str], block_size: int = 4096) -> int:

@@ -1,10 +1,11 @@
 """cffi (API mode) builder of the C fast path, `native._fastpath`.
 
-setup.py names `ffibuilder` in `cffi_modules`; `python native/build_fastpath.py` builds
-the module in place for a quick try. The declarations come from native/fastpath.h
-between the CDEF markers, so each one is written once; a header without the markers
-fails the build with a message naming the file. Compiler errors surface as the usual
-setuptools/cffi build failure.
+setup.py names `ffibuilder` in `cffi_modules`, so `pip install -e . --no-deps` (or any
+pip install of the project) builds it; there is deliberately no second way to build, so
+no stale copy of the module can shadow the installed one. The declarations come from
+native/fastpath.h between the CDEF markers, so each one is written once; a header
+without the markers fails the build with a message naming the file. Compiler errors
+surface as the usual setuptools/cffi build failure.
 
 The C files need no special flags: every SIMD function carries its own target
 attribute and is only called after cpuid says the CPU (and OS) can run it.
@@ -33,8 +34,7 @@ def read_cdef(header: Path = HEADER) -> str:
 
 
 def _rel(path: Path) -> str:
-    # setuptools wants sources relative to the project root (the cwd of setup.py);
-    # relpath keeps a direct run of this script from another directory working too.
+    # setuptools wants sources relative to the project root, the cwd of setup.py.
     return os.path.relpath(path, os.getcwd())
 
 
@@ -48,7 +48,3 @@ ffibuilder.set_source(
     depends=[_rel(HERE / name) for name in ("fastpath.h", "internal.h", "crc32c_consts.h")],
     extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter"],
 )
-
-if __name__ == "__main__":
-    os.chdir(HERE.parent)
-    ffibuilder.compile(verbose=False)

@@ -1,0 +1,97 @@
+"""Paired benchmarks: ours against a baseline, timed in the same run, reported as ratios.
+
+Run: `make bench`, i.e. `python -m pytest benchmarks -q --benchmark-enable -p no:cacheprovider`
+(pyproject's addopts skip benchmarks unless --benchmark-enable is given). At the end
+of the session a table (name, ours, baseline, ratio, target) is printed and the pairs
+are merged by name into benchmarks/results.json; `python benchmarks/report.py` prints
+that file again.
+
+Benchmark files are benchmarks/bench_*.py (collected by the hook below; the functions
+in them are named test_*). API, for every benchmark file: request the `ratio` fixture and call
+
+    ratio(name, ours_fn, baseline_fn, *, target=None, higher_is_better=True,
+          setup=None, unit_bytes=0, baseline_label="", rounds=21, min_sample=0.002)
+
+ours_fn and baseline_fn take no arguments and do one unit of work each (append one
+batch, read one segment, ...). Both are timed interleaved (see report.py), the medians
+give the ratio: baseline/ours when higher_is_better (speed-up, e.g. target=1.0 means
+"at least as fast"), ours/baseline otherwise (relative cost, e.g. target=1.0 means "no
+slower"). setup, if given, runs untimed before every timed batch of calls (for
+example to truncate a file). unit_bytes adds GB/s to the table. The call returns the
+report.Pair (None under --benchmark-disable, where both callables run once as a smoke
+test). The first pair of a test is also handed to pytest-benchmark (`benchmark.pedantic`
+on ours, the pair in extra_info), so --benchmark-json and --benchmark-compare keep
+working. Targets are reported, never asserted: speed goals are not test failures.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import report  # this directory is on sys.path: pytest prepends a conftest's own dir
+
+_PAIRS: list[report.Pair] = []
+
+RatioFn = Callable[..., "report.Pair | None"]
+
+
+@pytest.fixture
+def ratio(benchmark: Any) -> RatioFn:
+    handed_to_pytest_benchmark = False
+
+    def run(name: str, ours: Callable[[], object], baseline: Callable[[], object], *,
+            target: float | None = None, higher_is_better: bool = True,
+            setup: Callable[[], object] | None = None, unit_bytes: int = 0,
+            ours_label: str = "", baseline_label: str = "", rounds: int = 21,
+            min_sample: float = 0.002) -> report.Pair | None:
+        nonlocal handed_to_pytest_benchmark
+        if benchmark.disabled:
+            if setup is not None:
+                setup()
+            ours()
+            baseline()
+            return None
+        ours_s, base_s, n_ours = report.measure_pair(
+            ours, baseline, rounds=rounds, min_sample=min_sample, setup=setup)
+        pair = report.Pair(name, ours_s, base_s, target, higher_is_better, ours_label,
+                           baseline_label, unit_bytes)
+        _PAIRS.append(pair)
+        if not handed_to_pytest_benchmark:
+            handed_to_pytest_benchmark = True
+            benchmark.extra_info.update(pair.to_json())
+            if setup is None:
+                benchmark.pedantic(ours, rounds=5, iterations=n_ours)
+            else:  # pytest-benchmark allows a setup only with one call per round
+                benchmark.pedantic(ours, setup=setup, rounds=max(5, n_ours))
+        return pair
+
+    return run
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    # pyproject's addopts carry --benchmark-skip so the normal run skips benchmarks;
+    # an explicit --benchmark-enable (make bench) means "run them", so lift the skip
+    # before pytest-benchmark reads its options in its own pytest_configure.
+    if config.getoption("benchmark_enable", False):
+        config.option.benchmark_skip = False
+
+
+def pytest_collect_file(file_path: Any, parent: Any) -> Any:
+    # Benchmark files are named bench_*.py so the normal test run never collects them.
+    if file_path.suffix == ".py" and file_path.name.startswith("bench_"):
+        return pytest.Module.from_parent(parent, path=file_path)
+    return None
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if not _PAIRS:
+        return
+    terminalreporter.write_sep("-", "ours vs baseline (same run; ratio > 1 = better "
+                                    "for 'x faster', < 1 = better for 'x cost')")
+    for line in report.render(_PAIRS).splitlines():
+        terminalreporter.write_line(line)
+    report.save(_PAIRS)
+    terminalreporter.write_line(f"merged into {report.RESULTS}")
