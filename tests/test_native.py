@@ -112,6 +112,17 @@ def test_crc_accepts_every_buffer_kind_without_copying() -> None:
         native.crc32c("not bytes")  # type: ignore[arg-type]
 
 
+def test_crc_from_many_threads_at_once() -> None:
+    # cffi drops the GIL around each call: concurrent callers must not disturb each other.
+    from concurrent.futures import ThreadPoolExecutor
+
+    blobs = [_rand(256 << 10, seed) for seed in range(8)]
+    want = [crc32c_pkg.crc32c(b) for b in blobs]
+    with ThreadPoolExecutor(4) as pool:
+        for _ in range(5):
+            assert list(pool.map(native.crc32c, blobs)) == want
+
+
 def test_crc_unknown_impl_is_a_value_error() -> None:
     with pytest.raises(ValueError, match="unknown CRC-32C implementation 'avx9'"):
         native.crc32c_using("avx9", b"x")
