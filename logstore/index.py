@@ -83,8 +83,11 @@ class _Index:
         raise NotImplementedError
 
     def _read_entry(self, i: int) -> tuple[int, int]:
-        assert self._map is not None
-        return self.entry.unpack_from(self._map, i * self.entry_size)
+        pos = i * self.entry_size
+        if self._map is not None and pos + self.entry_size <= self._length:
+            return self.entry.unpack_from(self._map, pos)
+        # An inactive index being rebuilt grows past its (trimmed) mapping.
+        return self.entry.unpack(os.pread(self._fd, self.entry_size, pos))
 
     def _write_entry(self, *fields: int) -> None:
         if self.entries >= self.max_entries:

@@ -276,7 +276,7 @@ class Log:
                 expected = b.last_offset + 1
         first, last = batches[0], batches[-1]
         with self.guard.io("append", self.active_segment.log_path):
-            self._maybe_roll(len(data), first.max_timestamp, last.last_offset)
+            self._maybe_roll(len(data), max(b.max_timestamp for b in batches), last.last_offset)
             seg = self.active_segment
             position = seg.append(memoryview(data), batches)
         epoch = leader_epoch if assign_offsets else first.partition_leader_epoch
@@ -294,7 +294,7 @@ class Log:
             return
         now = int(time.time() * 1000)
         if (seg.size + incoming > self.config.segment_bytes
-                or now - seg.roll_base_ms() >= self.config.segment_ms
+                or seg.time_waited_for_roll(now, max_timestamp) > self.config.segment_ms
                 or seg.offset_index.is_full or seg.time_index.is_full
                 or last_offset - seg.base_offset > MAX_RELATIVE_OFFSET):
             self._roll()
@@ -448,11 +448,10 @@ class Log:
         self._check_offset(before_offset)
         self.log_start_offset = max(self.log_start_offset, before_offset)
         count = 0
-        for i, seg in enumerate(self._segments[:-1]):
-            if self._segments[i + 1].base_offset <= before_offset:
-                count += 1
-            else:
+        for nxt in self._segments[1:]:
+            if nxt.base_offset > before_offset:
                 break
+            count += 1
         if count:
             with self.guard.io("delete segments", self.dir):
                 self._delete_oldest(count)

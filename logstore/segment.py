@@ -22,8 +22,8 @@ import native
 from native import BatchInfo, ScanResult, ScanStatus
 
 from . import names
-from .index import OffsetIndex, TimeIndex
 from .errors import LogStoreError
+from .index import OffsetIndex, TimeIndex
 from .records import parse_batch_header
 from .scan import FileScan, scan_file
 
@@ -53,7 +53,8 @@ class LogSegment:
         self.bytes_since_index = 0
         self.max_timestamp, self.offset_of_max_timestamp = self.time_index.last_entry()
         self._next_offset: int | None = base_offset if self.size == 0 else None
-        self._roll_base_ms: int | None = None
+        self._roll_base_ms: int | None = None  # first batch's max timestamp, -1 if none
+        self._created_ms = int(time.time() * 1000)
 
     # ---- state ----
 
@@ -80,16 +81,21 @@ class LogSegment:
                   path=str(self.log_path))
         self._next_offset = last[0].last_offset + 1 if last else self.base_offset
 
-    def roll_base_ms(self) -> int:
-        """The time a segment.ms roll counts from: its first batch's max timestamp."""
+    def time_waited_for_roll(self, now_ms: int, message_timestamp: int) -> int:
+        """How long this segment has been open, as Kafka's segment.ms roll measures it.
+
+        From the first batch's max timestamp to the incoming batch's timestamp when the
+        first batch has one; otherwise from the segment's creation (wall clock).
+        """
         if self._roll_base_ms is None:
+            ts = -1
             if self.size >= 61:
                 header = native.pread(self.fd, 61, 0, path=str(self.log_path))
                 ts = int.from_bytes(header[35:43], "big", signed=True)
-                self._roll_base_ms = ts if ts > 0 else int(os.fstat(self.fd).st_mtime * 1000)
-            else:
-                self._roll_base_ms = int(time.time() * 1000)
-        return self._roll_base_ms
+            self._roll_base_ms = ts
+        if self._roll_base_ms >= 0:
+            return message_timestamp - self._roll_base_ms
+        return now_ms - self._created_ms
 
     @property
     def is_empty(self) -> bool:
@@ -120,8 +126,7 @@ class LogSegment:
             self._rollback(position, saved)
             raise
         if self.size == 0 and batches:
-            first_ts = batches[0].max_timestamp
-            self._roll_base_ms = first_ts if first_ts > 0 else int(time.time() * 1000)
+            self._roll_base_ms = batches[0].max_timestamp
         self.size = position + len(data)
         self._next_offset = batches[-1].last_offset + 1
         return position

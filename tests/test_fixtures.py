@@ -62,7 +62,7 @@ def test_checkpoints_parse_and_write_back_byte_for_byte(kafka_fixtures, tmp_path
         assert files, f"no {name} in the fixtures"
     for src in files:
         entries = checkpoint.read_offset_checkpoint(src)
-        assert entries, src
+        assert len(entries) == int(src.read_text().split("\n")[1]), src
         out = tmp_path / name
         checkpoint.write_offset_checkpoint(out, entries)
         assert out.read_bytes() == src.read_bytes()
@@ -100,7 +100,8 @@ def test_kafka_log_dir_opens_as_a_log_dir(kafka_fixtures, tmp_path, version):
             assert counts["__consumer_offsets-39"] == 20
             assert counts["__consumer_offsets-17"] == 3
         for log in ld.logs.values():
-            assert log.read(log.log_start_offset, 1 << 20)
+            if log.log_end_offset > log.log_start_offset:  # myTopic-0 holds only a snapshot
+                assert log.read(log.log_start_offset, 1 << 20)
         assert all(r.bytes_truncated == 0 for r in ld.recovery)
     finally:
         ld.close()

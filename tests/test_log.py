@@ -8,8 +8,15 @@ import struct
 import pytest
 from kafka.record import MemoryRecords
 
-from logstore import CorruptRecordError, Log, LogConfig, OffsetOutOfRangeError, RecordTooLargeError
-from logstore import names, verify
+from logstore import (
+    CorruptRecordError,
+    Log,
+    LogConfig,
+    OffsetOutOfRangeError,
+    RecordTooLargeError,
+    names,
+    verify,
+)
 from logstore.index import read_index_entries
 from logstore.records import Record, build_batch, iter_batches
 
@@ -109,8 +116,10 @@ def test_roll_by_size_and_by_time(pdir):
         names.log_file_name(0), names.log_file_name(3), names.log_file_name(6)]
     log.close()
     tlog = Log.open(pdir.with_name("t-0"), LogConfig(segment_ms=1000))
-    tlog.append(batch(1, ts=1_000))  # the segment's first timestamp is long past
-    tlog.append(batch(1, ts=2_000))
+    tlog.append(batch(1, ts=1_000))
+    tlog.append(batch(1, ts=1_900))  # within segment.ms of the first batch
+    assert tlog.segment_count == 1
+    tlog.append(batch(1, ts=2_500))  # past it: Kafka rolls by record time
     assert tlog.segment_count == 2
     tlog.close()
 
@@ -121,21 +130,23 @@ def test_retention_by_time_and_size(tmp_path):
     for i in range(6):
         log.append(batch(1, size=1000, ts=now - 60_000 + i * 10_000))
     assert log.segment_count == 6
-    deleted = log.apply_retention(now_ms=now)
-    assert deleted == 4 and log.log_start_offset == 4
+    deleted = log.apply_retention(now_ms=now)  # the newest is exactly 10 s old: kept
+    assert deleted == 5 and log.log_start_offset == 5
     assert not list((tmp_path / "t-0").glob("*.deleted"))
     with pytest.raises(OffsetOutOfRangeError):
         log.read(0, 100)
     # Everything expired: the log rolls and even the active segment's bytes go.
-    assert log.apply_retention(now_ms=now + 10**9) == 2
+    assert log.apply_retention(now_ms=now + 10**9) == 1
     assert log.size_bytes == 0 and log.log_start_offset == log.log_end_offset == 6
     log.close()
     slog = Log.open(tmp_path / "s-0", LogConfig(segment_bytes=1500, retention_bytes=2500,
                                                 retention_ms=-1))
     for _ in range(6):
         slog.append(batch(1, size=1000))
-    assert slog.apply_retention() == 4
-    assert slog.size_bytes <= 2500 and slog.log_start_offset == 4
+    seg_size = slog.segments[0].size
+    # Kafka deletes while the log stays at or above retention.bytes.
+    assert slog.apply_retention() == 3
+    assert 2500 <= slog.size_bytes < 2500 + seg_size and slog.log_start_offset == 3
     slog.close()
 
 
@@ -161,8 +172,11 @@ def test_truncate_to(pdir):
     log.close()
 
 
-def _write_segments(pdir, n=10, cfg=None):
-    log = Log.open(pdir, cfg or LogConfig(segment_bytes=4000, index_interval_bytes=500))
+SMALL = LogConfig(segment_bytes=4000, index_interval_bytes=500)
+
+
+def _write_segments(pdir, n=10, cfg=SMALL):
+    log = Log.open(pdir, cfg)
     for _ in range(n):
         log.append(batch(2, size=500))
     log.flush()
@@ -199,10 +213,10 @@ def test_recovery_drops_everything_after_a_flipped_byte(pdir):
     assert log.recovery.bytes_truncated > later
     assert log.segment_count == 2
     assert all(not s.exists() for s in segs[2:])
-    assert verify.verify_segment(victim).problems == []
     end = log.log_end_offset
     assert end < 20 and log.append(batch(1)).base_offset == end
     log.close()
+    assert verify.verify_segment(victim).problems == []
 
 
 def test_recovery_rebuilds_missing_and_corrupt_indexes(pdir):
@@ -216,7 +230,7 @@ def test_recovery_rebuilds_missing_and_corrupt_indexes(pdir):
         f.write(struct.pack(">ii", 1, 10**6))  # an entry pointing past the log
     # Clean shutdown marker present: no full recovery, only the index checks.
     (pdir.parent / ".kafka_cleanshutdown").touch()
-    log = Log.open(pdir)
+    log = Log.open(pdir, SMALL)
     assert log.recovery.indexes_rebuilt == [int(segs[0].stem), int(segs[1].stem)]
     log.close()
     assert first_index.read_bytes() == good
