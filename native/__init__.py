@@ -407,7 +407,7 @@ def fallocate(fd: int, offset: int, length: int, *, path: PathArg = None) -> Non
 
 
 class Space(NamedTuple):
-    """Space and inodes of the filesystem holding a directory (fstatvfs)."""
+    """Space and inodes of the filesystem holding a path (statvfs)."""
 
     total_bytes: int
     free_bytes: int  # free to root
@@ -421,7 +421,7 @@ assert _SPACE_STRUCT.size == _ffi.sizeof("struct lk_space")
 
 
 def space_probe(path: str | os.PathLike[str]) -> Space:
-    """fstatvfs of the directory at path (ENOTDIR for anything else)."""
+    """statvfs of the filesystem holding path: one syscall, cheap enough for every interval."""
     out = _ffi.new("struct lk_space *")
     rc = _lib.lk_space_probe(os.fsencode(path), out)
     if rc < 0:

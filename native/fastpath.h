@@ -104,7 +104,7 @@ struct lk_space {
     uint64_t total_inodes;
     uint64_t free_inodes;
 };
-/* fstatvfs of the directory at path. Returns 0 or -errno. Thread-safe; no sync. */
+/* statvfs of path (one syscall). Returns 0 or -errno. Thread-safe; no sync. */
 int lk_space_probe(const char *path, struct lk_space *out);
 /* Write a block_size canary (a pattern carrying a fresh nonce) to
  * <dir>/.logkeeper-probe, fdatasync it, read it back and compare. *latency_ns gets

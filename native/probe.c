@@ -33,21 +33,19 @@ static int lk_open_retry(int dirfd, const char *path, int flags, mode_t mode)
 int lk_space_probe(const char *path, struct lk_space *out)
 {
     int rc = 0;
-    int fd = -1;
     struct statvfs st;
 
     if (path == NULL || out == NULL) {
         rc = -EINVAL;
         goto out;
     }
-    fd = lk_open_retry(AT_FDCWD, path, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
-    if (fd < 0) {
-        rc = -errno;
-        goto out;
-    }
-    if (fstatvfs(fd, &st) != 0) {
-        rc = -errno;
-        goto out;
+    /* One statvfs(2), not open + fstatvfs + close: the probe runs every interval on
+     * every dir, and whether the dir is usable is the availability probe's question. */
+    while (statvfs(path, &st) != 0) {
+        if (errno != EINTR) {
+            rc = -errno;
+            goto out;
+        }
     }
     out->total_bytes = (uint64_t)st.f_blocks * st.f_frsize;
     out->free_bytes = (uint64_t)st.f_bfree * st.f_frsize;
@@ -55,8 +53,6 @@ int lk_space_probe(const char *path, struct lk_space *out)
     out->total_inodes = (uint64_t)st.f_files;
     out->free_inodes = (uint64_t)st.f_ffree;
 out:
-    if (fd >= 0)
-        close(fd);
     return rc;
 }
 

@@ -529,14 +529,14 @@ def test_space_probe_matches_statvfs(tmp_path: Path) -> None:
     assert space.avail_bytes <= space.free_bytes <= space.total_bytes
 
 
-def test_space_probe_missing_and_non_directory(tmp_path: Path) -> None:
+def test_space_probe_missing_path(tmp_path: Path) -> None:
     missing = tmp_path / "nope"
     with pytest.raises(FileNotFoundError) as info:
         native.space_probe(missing)
     assert info.value.filename == str(missing) and "(from space_probe)" in str(info.value)
     (tmp_path / "file").write_bytes(b"")
     with pytest.raises(NotADirectoryError):
-        native.space_probe(tmp_path / "file")
+        native.space_probe(tmp_path / "file" / "below")  # a path through a regular file
 
 
 def test_availability_probe_writes_and_reads_back(tmp_path: Path) -> None:
