@@ -38,7 +38,8 @@ class _Index:
         self._map: mmap.mmap | None = None
         try:
             length = os.fstat(self._fd).st_size
-            self.entries = self._count_valid(length)
+            self._entries = self._count_valid(length)
+            self._last: tuple[int, int] | None = None
             if writable:
                 self._resize(self.max_entries * self.entry_size)
             else:
@@ -82,6 +83,21 @@ class _Index:
     def _valid_prefix(self, data: bytes, n: int) -> int:  # overridden
         raise NotImplementedError
 
+    @property
+    def entries(self) -> int:
+        return self._entries
+
+    @entries.setter
+    def entries(self, n: int) -> None:
+        self._entries = n
+        self._last = None
+
+    def _last_raw(self) -> tuple[int, int]:
+        """The last entry's stored fields (cached: appends ask for it every time)."""
+        if self._last is None:
+            self._last = self._read_entry(self._entries - 1)
+        return self._last
+
     def _read_entry(self, i: int) -> tuple[int, int]:
         pos = i * self.entry_size
         if self._map is not None and pos + self.entry_size <= self._length:
@@ -93,10 +109,11 @@ class _Index:
         if self.entries >= self.max_entries:
             raise IndexFullError(f"{self.path}: index full at {self.entries} entries")
         data = self.entry.pack(*fields)
-        written = os.pwrite(self._fd, data, self.entries * self.entry_size)
+        written = os.pwrite(self._fd, data, self._entries * self.entry_size)
         if written != len(data):
             raise OSError(28, "short write to index", str(self.path))
-        self.entries += 1
+        self._entries += 1
+        self._last = fields
 
     @property
     def is_full(self) -> bool:
@@ -167,17 +184,17 @@ class OffsetIndex(_Index):
 
     def append(self, offset: int, position: int) -> None:
         rel = offset - self.base_offset
-        if self.entries:
-            last_rel, last_pos = self._read_entry(self.entries - 1)
+        if self._entries:
+            last_rel, last_pos = self._last_raw()
             if rel <= last_rel or position <= last_pos:
                 return  # Kafka keeps entries strictly increasing; a repeat is skipped
         self._write_entry(rel, position)
 
     def last_entry(self) -> tuple[int, int]:
         """(absolute offset, position) of the last entry, or (base, 0)."""
-        if not self.entries:
+        if not self._entries:
             return self.base_offset, 0
-        rel, pos = self._read_entry(self.entries - 1)
+        rel, pos = self._last_raw()
         return self.base_offset + rel, pos
 
     def lookup(self, offset: int) -> tuple[int, int]:
@@ -213,9 +230,9 @@ class TimeIndex(_Index):
 
     def last_entry(self) -> tuple[int, int]:
         """(timestamp, absolute offset) of the last entry, or (-1, base)."""
-        if not self.entries:
+        if not self._entries:
             return -1, self.base_offset
-        ts, rel = self._read_entry(self.entries - 1)
+        ts, rel = self._last_raw()
         return ts, self.base_offset + rel
 
     def maybe_append(self, timestamp: int, offset: int) -> None:

@@ -20,6 +20,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import native
 from native import ScanStatus
@@ -31,10 +32,10 @@ from .failure import IoGuard
 from .segment import LogSegment
 
 MAX_RELATIVE_OFFSET = 2**31 - 1
+_READ_SCAN_BATCHES = 1024
 
 
-@dataclass(frozen=True)
-class AppendInfo:
+class AppendInfo(NamedTuple):
     base_offset: int
     last_offset: int
     record_count: int
@@ -263,9 +264,13 @@ class Log:
         self.guard.check_usable("append", writing=True)
         data = bytearray(batch_bytes)
         if assign_offsets:
-            native.assign_offsets(data, self.log_end_offset, leader_epoch)
-            scan = native.scan_batches(data, verify_crc=False)
-            batches = list(scan)
+            next_offset = native.assign_offsets(data, self.log_end_offset, leader_epoch)
+            if len(batches) == 1:
+                b = batches[0]
+                batches = [b._replace(base_offset=next_offset - b.last_offset_delta - 1,
+                                      partition_leader_epoch=leader_epoch)]
+            else:
+                batches = list(native.scan_batches(data, verify_crc=False))
         else:
             expected = self.log_end_offset
             for b in batches:
@@ -275,22 +280,26 @@ class Log:
                         position=b.position)
                 expected = b.last_offset + 1
         first, last = batches[0], batches[-1]
-        with self.guard.io("append", self.active_segment.log_path):
-            self._maybe_roll(len(data), max(b.max_timestamp for b in batches), last.last_offset)
-            seg = self.active_segment
-            position = seg.append(memoryview(data), batches)
+        max_timestamp = max(b.max_timestamp for b in batches) if len(batches) > 1 \
+            else first.max_timestamp
+        try:
+            self._maybe_roll(len(data), max_timestamp, last.last_offset)
+            seg = self._segments[-1]
+            position = seg.append(data, batches)
+        except OSError as err:  # the hot path: IoGuard.translate without a context manager
+            raise self.guard.translate(err, "append", self._segments[-1].log_path) from err
         epoch = leader_epoch if assign_offsets else first.partition_leader_epoch
         if epoch >= 0 and (not self.leader_epochs or epoch > self.leader_epochs[-1][0]):
             self.leader_epochs.append((epoch, first.base_offset))
         return AppendInfo(
             base_offset=first.base_offset, last_offset=last.last_offset,
             record_count=sum(b.records_count for b in batches),
-            max_timestamp=max(b.max_timestamp for b in batches), log_append_time=-1,
+            max_timestamp=max_timestamp, log_append_time=-1,
             position=position, size=len(data))
 
     def _maybe_roll(self, incoming: int, max_timestamp: int, last_offset: int) -> None:
-        seg = self.active_segment
-        if seg.is_empty:
+        seg = self._segments[-1]
+        if not seg.size:
             return
         now = int(time.time() * 1000)
         if (seg.size + incoming > self.config.segment_bytes
@@ -321,8 +330,9 @@ class Log:
     def _segment_for(self, offset: int) -> int:
         return max(0, bisect.bisect_right(self._bases, offset) - 1)
 
-    def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None) -> bytes:
-        """Whole batches from the one holding `offset`; see the contract in the package doc."""
+    def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None) -> bytearray:
+        """Whole batches from the one holding `offset`, as a bytearray (trimmed in place,
+        not copied): at least one batch when any exists, empty at the log end."""
         self._check_offset(offset)
         self.guard.check_usable("read", writing=False)
         with self.guard.io("read", self.dir):
@@ -334,18 +344,21 @@ class Log:
                     break
                 i += 1
             else:
-                return b""
+                return bytearray()
             if max_offset is not None and batch.base_offset >= max_offset:
-                return b""
+                return bytearray()
             data = seg.read(batch.position, max(max_bytes, batch.size))
-        scan = native.scan_batches(data, verify_crc=False)
+        # Framing only (the CRC was checked on append), and a bounded scan: a fetch may
+        # return fewer batches than max_bytes allows, never a partial one.
+        scan = native.scan_batches(data, verify_crc=False, max_batches=_READ_SCAN_BATCHES)
         keep = scan.valid_bytes
         if max_offset is not None:
             for b in scan:
                 if b.base_offset >= max_offset:
                     keep = b.position
                     break
-        return data[:keep] if keep < len(data) else data
+        del data[keep:]
+        return data
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record at or after `timestamp`, or None."""

@@ -24,6 +24,7 @@ from native import BatchInfo, ScanResult, ScanStatus
 from . import names
 from .errors import LogStoreError
 from .index import OffsetIndex, TimeIndex
+from .records import HEADER as _HEADER
 from .records import parse_batch_header
 from .scan import FileScan, scan_file
 
@@ -38,6 +39,7 @@ class LogSegment:
         self.log_path = self.dir / names.log_file_name(base_offset)
         self.index_path = self.dir / names.index_file_name(base_offset)
         self.time_index_path = self.dir / names.time_index_file_name(base_offset)
+        self._log_path_str = str(self.log_path)
         self.indexes_missing = not (self.index_path.exists() and self.time_index_path.exists())
         self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -113,7 +115,7 @@ class LogSegment:
         saved = (self.offset_index.entries, self.time_index.entries, self.bytes_since_index,
                  self.max_timestamp, self.offset_of_max_timestamp, self._next_offset)
         try:
-            native.pwrite_all(self.fd, data, position, path=str(self.log_path))
+            native.pwrite_all(self.fd, data, position, path=self._log_path_str)
             for b in batches:
                 if b.max_timestamp > self.max_timestamp:
                     self.max_timestamp, self.offset_of_max_timestamp = b.max_timestamp, b.last_offset
@@ -143,26 +145,34 @@ class LogSegment:
 
     # ---- reads ----
 
-    def read(self, position: int, size: int) -> bytes:
+    def read(self, position: int, size: int) -> bytearray:
         size = max(0, min(size, self.size - position))
-        return native.pread(self.fd, size, position, path=str(self.log_path))
+        buf = bytearray(size)
+        got = native.pread_into(self.fd, buf, position, path=self._log_path_str)
+        del buf[got:]
+        return buf
 
     def find_batch(self, offset: int, *, start_position: int | None = None) -> BatchInfo | None:
-        """The first batch whose last offset >= `offset`, or None past the end."""
+        """The first batch whose last offset >= `offset`, or None past the end.
+
+        Walks batch headers from the offset index's entry: with an entry every
+        index.interval.bytes that is one or two small reads.
+        """
         if start_position is None:
             _, start_position = self.offset_index.lookup(offset)
-        found: list[BatchInfo] = []
-
-        def first_reaching(res: ScanResult) -> int | None:
-            for b in res:
-                if b.last_offset >= offset:
-                    found.append(b)
-                    return b.position
-            return None
-
-        scan_file(self.fd, start=start_position, end=self.size, buffer_size=1 << 16,
-                  verify_crc=False, on_batches=first_reaching, path=str(self.log_path))
-        return found[0] if found else None
+        pos = start_position
+        while pos + _HEADER.size <= self.size:
+            header = native.pread(self.fd, _HEADER.size, pos, path=self._log_path_str)
+            fields = _HEADER.unpack(header)
+            if fields[1] < 49 or fields[3] != 2:
+                return None  # not a batch: only validated bytes are ever written here
+            size = fields[1] + 12
+            info = BatchInfo(pos, fields[0], size, fields[2], fields[6], fields[12], fields[7],
+                             fields[8], fields[9], fields[10], fields[5], fields[11], fields[4])
+            if info.last_offset >= offset:
+                return info
+            pos += size
+        return None
 
     def find_timestamp(self, timestamp: int, *, min_offset: int) -> tuple[int, int] | None:
         """The first record with timestamp >= `timestamp` and offset >= min_offset."""
