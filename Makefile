@@ -2,6 +2,7 @@
 #   make run   installs logkeeper and runs the main job on embedded defaults
 #   make test  installs everything the tests need and runs the whole suite
 PYTHON ?= python3
+export PYTHON
 
 .PHONY: run test bench lint
 

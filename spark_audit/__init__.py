@@ -1,0 +1,1 @@
+"""PySpark audit of Kafka segment integrity across hosts (see spark_audit.main)."""
