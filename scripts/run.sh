@@ -3,8 +3,8 @@
 # `dump-log --verify-index` over the real Kafka log dirs beside the checkout.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-fixtures=../shared/fixtures/kafka
-if python3 -c "import daemon.server" 2>/dev/null; then
-  exec logkeeper serve "$@"
+PY=${PYTHON:-python3}
+if "$PY" -c "import daemon.server" 2>/dev/null; then
+  exec "$PY" -m daemon.cli serve "$@"
 fi
-exec logkeeper dump-log --verify-index "$fixtures"
+exec "$PY" -m daemon.cli dump-log --verify-index ../shared/fixtures/kafka
