@@ -1,0 +1,365 @@
+"""Kafka API handlers: decoded request in, response object out (daemon.protocol frames it).
+
+One method per API in `protocol.SUPPORTED`. Handlers never touch a disk themselves:
+storage work goes through `Broker`, which runs it on the log dirs' workers. Errors are
+answered per partition or per topic with Kafka error codes, as a Kafka broker does;
+a handler returns `CLOSE` when Kafka would close the connection instead (an acks=0
+produce that failed: the client has no other way to learn of it).
+
+Ordering: `produce` queues its appends before its first `await`, and a connection's
+requests are handled one at a time (as Kafka does), so appends to one partition happen
+in the order the client sent them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from kafka.protocol.admin import (
+    CreateTopicsResponse,
+    DeleteTopicsResponse,
+    DescribeLogDirsResponse,
+)
+from kafka.protocol.consumer import FetchResponse, ListOffsetsResponse
+from kafka.protocol.metadata import MetadataResponse
+from kafka.protocol.producer import InitProducerIdResponse, ProduceResponse
+
+from logstore import names
+from logstore.errors import InvalidTopicError
+
+from . import broker as b
+from . import protocol
+from .broker import Broker, Partition, TopicError
+from .metrics import Metrics
+
+log = logging.getLogger("logkeeper.handlers")
+
+CLOSE = object()  # sentinel: close the connection without a response
+FETCH_SESSION_ID_NOT_FOUND = 70
+
+
+@dataclass(frozen=True)
+class ConnInfo:
+    """What a handler may know about the connection a request came on."""
+
+    local_host: str
+    local_port: int
+    peer: str
+
+
+def _topic_error(topic: str) -> int:
+    try:
+        names.validate_topic(topic)
+    except InvalidTopicError:
+        return b.INVALID_TOPIC_EXCEPTION
+    return b.UNKNOWN_TOPIC_OR_PARTITION
+
+
+class Handlers:
+    def __init__(self, broker: Broker, metrics: Metrics):
+        self.broker = broker
+        self.metrics = metrics
+        self.config = broker.config
+        self.stopping = asyncio.Event()
+        self._dispatch = {
+            0: self.produce, 1: self.fetch, 2: self.list_offsets, 3: self.metadata,
+            18: self.api_versions, 19: self.create_topics, 20: self.delete_topics,
+            22: self.init_producer_id, 35: self.describe_log_dirs,
+        }
+        assert set(self._dispatch) == set(protocol.SUPPORTED)
+
+    async def handle(self, req: protocol.Request, conn: ConnInfo) -> Any:
+        return await self._dispatch[req.api.key](req, conn)
+
+    # ---- ApiVersions ----
+
+    async def api_versions(self, req: protocol.Request, conn: ConnInfo) -> Any:
+        return protocol.api_versions_response(req.version)
+
+    # ---- Produce ----
+
+    async def produce(self, req: protocol.Request, conn: ConnInfo) -> Any:
+        body = req.body
+        acks = body.acks
+        slots: list[tuple[str, int, b.AppendResult | None]] = []
+        items: list[tuple[Partition, bytes]] = []
+        for t in body.topic_data:
+            for pd in t.partition_data:
+                if acks not in (0, 1, -1):
+                    slots.append((t.name, pd.index, b.AppendResult(b.INVALID_REQUIRED_ACKS)))
+                    continue
+                p = self.broker.get(t.name, pd.index)
+                if p is None:
+                    slots.append((t.name, pd.index, b.AppendResult(_topic_error(t.name))))
+                elif not pd.records:
+                    slots.append((t.name, pd.index, b.AppendResult(
+                        b.CORRUPT_MESSAGE, message="no record batch")))
+                else:
+                    slots.append((t.name, pd.index, None))
+                    items.append((p, pd.records))
+        # Queued now, before any await: keeps per-partition order (module docstring).
+        results = iter(await self.broker.append(items)) if items else iter(())
+        by_topic: dict[str, list[Any]] = {}
+        failed = False
+        R = ProduceResponse.TopicProduceResponse
+        for topic, index, res in slots:
+            if res is None:
+                res = next(results)
+            if res.error == b.NONE:
+                self.metrics.bytes_in.labels(topic).inc(res.size)
+                self.metrics.messages_in.labels(topic).inc(res.records)
+            else:
+                failed = True
+                self.metrics.failed_produce.labels(str(res.error)).inc()
+                self.metrics.errors.labels("Produce", str(res.error)).inc()
+                log.info("produce to %s-%d from %s refused: error %d %s", topic, index,
+                         conn.peer, res.error, res.message or "")
+            by_topic.setdefault(topic, []).append(R.PartitionProduceResponse(
+                index=index, error_code=res.error, base_offset=res.base_offset,
+                log_append_time_ms=-1, log_start_offset=res.log_start_offset,
+                record_errors=[], error_message=res.message if res.error else None))
+        if acks == 0:
+            return CLOSE if failed else None
+        return ProduceResponse(
+            responses=[R(name=t, partition_responses=ps) for t, ps in by_topic.items()],
+            throttle_time_ms=0)
+
+    # ---- Fetch ----
+
+    async def fetch(self, req: protocol.Request, conn: ConnInfo) -> Any:
+        body = req.body
+        R = FetchResponse.FetchableTopicResponse
+        P = R.PartitionData
+        if req.version >= 7 and body.session_id != 0:
+            # Fetch sessions are not kept: every answer carries session_id 0, so a client
+            # only sends a nonzero id by mistake; Kafka answers this code then.
+            return FetchResponse(throttle_time_ms=0, error_code=FETCH_SESSION_ID_NOT_FOUND,
+                                 session_id=0, responses=[])
+        max_bytes = body.max_bytes if req.version >= 3 else 2**31 - 1
+        entries: list[tuple[str, int, int, int, Partition | None]] = []
+        for t in body.topics:
+            for fp in t.partitions:
+                entries.append((t.topic, fp.partition, fp.fetch_offset, fp.partition_max_bytes,
+                                self.broker.get(t.topic, fp.partition)))
+        items = [(p, off, pmax) for _, _, off, pmax, p in entries if p is not None]
+        deadline = time.monotonic() + max(body.max_wait_ms, 0) / 1000
+        while True:
+            results = await self.broker.read(items, max_bytes) if items else []
+            total = sum(len(r.records) for r in results)
+            if (total >= max(body.min_bytes, 1) or any(r.error for r in results)
+                    or self.stopping.is_set()):
+                break
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            await self._wait_for_data([p for p, _, _ in items], remaining)
+        out: dict[str, list[Any]] = {}
+        it = iter(results)
+        sent = 0
+        for topic, index, _off, _pmax, p in entries:
+            if p is None:
+                out.setdefault(topic, []).append(P(
+                    partition_index=index, error_code=_topic_error(topic), high_watermark=-1,
+                    last_stable_offset=-1, log_start_offset=-1, aborted_transactions=None,
+                    preferred_read_replica=-1, records=b""))
+                continue
+            r = next(it)
+            records = r.records
+            if sent and sent + len(records) > max_bytes:
+                records = b""  # past the response budget: the client asks again
+            sent += len(records)
+            if records:
+                self.metrics.bytes_out.labels(topic).inc(len(records))
+            if r.error:
+                self.metrics.failed_fetch.labels(str(r.error)).inc()
+                self.metrics.errors.labels("Fetch", str(r.error)).inc()
+            out.setdefault(topic, []).append(P(
+                partition_index=index, error_code=r.error, high_watermark=r.high_watermark,
+                last_stable_offset=r.high_watermark, log_start_offset=r.log_start_offset,
+                aborted_transactions=None, preferred_read_replica=-1, records=records))
+        return FetchResponse(throttle_time_ms=0, error_code=0, session_id=0,
+                             responses=[R(topic=t, partitions=ps) for t, ps in out.items()])
+
+    async def _wait_for_data(self, parts: list[Partition], timeout: float) -> None:
+        """Sleep until an append to one of `parts`, the timeout, or shutdown."""
+        if not parts:
+            await asyncio.sleep(timeout)
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        for p in parts:
+            p.waiters.add(fut)
+        stop = asyncio.ensure_future(self.stopping.wait())
+        try:
+            await asyncio.wait([fut, stop], timeout=timeout,
+                               return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            for p in parts:
+                p.waiters.discard(fut)
+
+    # ---- ListOffsets ----
+
+    async def list_offsets(self, req: protocol.Request, conn: ConnInfo) -> Any:
+        body = req.body
+        R = ListOffsetsResponse.ListOffsetsTopicResponse
+        P = R.ListOffsetsPartitionResponse
+        entries = []
+        for t in body.topics:
+            for lp in t.partitions:
+                entries.append((t.name, lp.partition_index, lp.timestamp,
+                                self.broker.get(t.name, lp.partition_index)))
+        items = [(p, ts) for _, _, ts, p in entries if p is not None]
+        results = iter(await self.broker.list_offsets(items) if items else [])
+        out: dict[str, list[Any]] = {}
+        for topic, index, _ts, p in entries:
+            if p is None:
+                err, ts, off = _topic_error(topic), -1, -1
+            else:
+                err, ts, off = next(results)
+            if err:
+                self.metrics.errors.labels("ListOffsets", str(err)).inc()
+            out.setdefault(topic, []).append(P(partition_index=index, error_code=err,
+                                               timestamp=ts, offset=off, leader_epoch=0))
+        return ListOffsetsResponse(throttle_time_ms=0, topics=[
+            R(name=t, partitions=ps) for t, ps in out.items()])
+
+    # ---- Metadata ----
+
+    async def metadata(self, req: protocol.Request, conn: ConnInfo) -> Any:
+        body = req.body
+        requested = body.topics
+        if requested is None or (req.version == 0 and not requested):
+            wanted = sorted(self.broker.topics())  # null (v1+) or empty (v0): all topics
+        else:
+            wanted = [t.name for t in requested]
+        allow_auto = body.allow_auto_topic_creation if req.version >= 4 else True
+        topics = self.broker.topics()
+        R = MetadataResponse.MetadataResponseTopic
+        P = R.MetadataResponsePartition
+        out = []
+        for name in wanted:
+            if name not in topics and allow_auto and self.config["auto.create.topics.enable"] \
+                    and _topic_error(name) == b.UNKNOWN_TOPIC_OR_PARTITION:
+                try:
+                    await self.broker.create_topic(name, -1, -1)
+                    log.info("auto-created topic %s for %s", name, conn.peer)
+                except TopicError as err:
+                    if err.code != b.TOPIC_ALREADY_EXISTS:
+                        log.warning("auto-creating %s failed: %s", name, err)
+                topics = self.broker.topics()
+            parts = topics.get(name)
+            if parts is None:
+                out.append(R(error_code=_topic_error(name), name=name, is_internal=False,
+                             partitions=[]))
+                continue
+            me = self.broker.broker_id
+            out.append(R(error_code=0, name=name, is_internal=False, partitions=[
+                P(error_code=0, partition_index=p.tp.partition, leader_id=me, leader_epoch=0,
+                  replica_nodes=[me], isr_nodes=[me], offline_replicas=[])
+                for p in parts]))
+        B = MetadataResponse.MetadataResponseBroker
+        return MetadataResponse(
+            throttle_time_ms=0,
+            brokers=[B(node_id=self.broker.broker_id, host=conn.local_host,
+                       port=conn.local_port, rack=None)],
+            cluster_id=self.broker.cluster_id, controller_id=self.broker.broker_id,
+            topics=out)
+
+    # ---- CreateTopics / DeleteTopics ----
+
+    async def create_topics(self, req: protocol.Request, conn: ConnInfo) -> Any:
+        body = req.body
+        R = CreateTopicsResponse.CreatableTopicResult
+        out = []
+        seen: set[str] = set()
+        for t in body.topics:
+            code, message = b.NONE, None
+            try:
+                if t.name in seen:
+                    raise TopicError(b.INVALID_REQUEST, f"{t.name} appears twice in the request")
+                seen.add(t.name)
+                if t.configs:
+                    raise TopicError(b.INVALID_CONFIG, f"{t.name}: topic configs "
+                                     f"({', '.join(c.name for c in t.configs)}) are not "
+                                     "supported; the broker's log.* settings apply")
+                partitions, rf = t.num_partitions, t.replication_factor
+                if t.assignments:
+                    if partitions != -1 or rf != -1:
+                        raise TopicError(b.INVALID_REQUEST, f"{t.name}: both assignments and "
+                                         "partition count/replication factor given")
+                    indexes = sorted(a.partition_index for a in t.assignments)
+                    if indexes != list(range(len(indexes))) or any(
+                            list(a.broker_ids) != [self.broker.broker_id]
+                            for a in t.assignments):
+                        raise TopicError(b.INVALID_REPLICA_ASSIGNMENT,
+                                         f"{t.name}: assignments must name partitions 0..n-1 "
+                                         f"each on broker {self.broker.broker_id} only")
+                    partitions, rf = len(indexes), 1
+                await self.broker.create_topic(t.name, partitions, rf,
+                                               validate_only=body.validate_only)
+            except TopicError as err:
+                code, message = err.code, str(err)
+                self.metrics.errors.labels("CreateTopics", str(code)).inc()
+            created = self.broker.topics().get(t.name, [])
+            out.append(R(name=t.name, error_code=code, error_message=message,
+                         num_partitions=len(created) if created else -1,
+                         replication_factor=1 if created else -1, configs=[]))
+        return CreateTopicsResponse(throttle_time_ms=0, topics=out)
+
+    async def delete_topics(self, req: protocol.Request, conn: ConnInfo) -> Any:
+        R = DeleteTopicsResponse.DeletableTopicResult
+        out = []
+        for name in req.body.topic_names:
+            code = b.NONE
+            try:
+                names.validate_topic(name)
+                await self.broker.delete_topic(name)
+            except InvalidTopicError:
+                code = b.INVALID_TOPIC_EXCEPTION
+            except TopicError as err:
+                code = err.code
+            if code:
+                self.metrics.errors.labels("DeleteTopics", str(code)).inc()
+            out.append(R(name=name, error_code=code))
+        return DeleteTopicsResponse(throttle_time_ms=0, responses=out)
+
+    # ---- InitProducerId ----
+
+    async def init_producer_id(self, req: protocol.Request, conn: ConnInfo) -> Any:
+        if req.body.transactional_id is not None:
+            return InitProducerIdResponse(
+                throttle_time_ms=0, error_code=b.INVALID_REQUEST, producer_id=-1,
+                producer_epoch=-1)
+        return InitProducerIdResponse(throttle_time_ms=0, error_code=0,
+                                      producer_id=self.broker.new_producer_id(),
+                                      producer_epoch=0)
+
+    # ---- DescribeLogDirs ----
+
+    async def describe_log_dirs(self, req: protocol.Request, conn: ConnInfo) -> Any:
+        wanted: dict[str, set[int]] | None = None
+        if req.body.topics is not None:
+            wanted = {}
+            for t in req.body.topics:
+                wanted.setdefault(t.topic, set()).update(t.partitions)
+        R = DescribeLogDirsResponse.DescribeLogDirsResult
+        T = R.DescribeLogDirsTopic
+        P = T.DescribeLogDirsPartition
+        results = []
+        for entry in await self.broker.describe_dirs():
+            topics: dict[str, list[Any]] = {}
+            for tp, (size, lag) in sorted(entry["partitions"].items()):
+                if wanted is not None and tp.partition not in wanted.get(tp.topic, ()):
+                    continue
+                topics.setdefault(tp.topic, []).append(P(
+                    partition_index=tp.partition, partition_size=size, offset_lag=lag,
+                    is_future_key=False))
+            results.append(R(error_code=entry["error"], log_dir=str(entry["dir"].path),
+                             topics=[T(name=n, partitions=ps) for n, ps in topics.items()],
+                             total_bytes=entry["total_bytes"],
+                             usable_bytes=entry["usable_bytes"]))
+        return DescribeLogDirsResponse(throttle_time_ms=0, error_code=0, results=results)

@@ -1,0 +1,230 @@
+"""Kafka wire protocol: frames, request decoding and response encoding.
+
+Messages are decoded and encoded by kafka-python's `kafka.protocol` classes, which are
+generated from Apache Kafka's own JSON message schemas; this module adds only what the
+broker side needs on top: the size-prefixed frame, the table of APIs and versions this
+daemon serves (`SUPPORTED`, the only versions ApiVersions advertises), and the mapping
+from a frame to the right request class.
+
+Errors: `read_frame` raises `FrameTooLarge` for a size prefix over the limit (before
+any of the body is read) and `ProtocolError` for a negative or tiny size;
+`decode_request` raises `UnsupportedVersion` for a known API at a version not served
+(the caller may answer ApiVersions with error 35, everything else closes the
+connection, as Kafka does) and `ProtocolError` for anything that does not decode.
+No exception from the decoder escapes as anything else: a fuzzed frame can only close
+its own connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from kafka.protocol.admin import (
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    DescribeLogDirsRequest,
+    DescribeLogDirsResponse,
+)
+from kafka.protocol.api_key import ApiKey
+from kafka.protocol.consumer import (
+    FetchRequest,
+    FetchResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+)
+from kafka.protocol.metadata import (
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    MetadataRequest,
+    MetadataResponse,
+)
+from kafka.protocol.producer import (
+    InitProducerIdRequest,
+    InitProducerIdResponse,
+    ProduceRequest,
+    ProduceResponse,
+)
+
+# api_key(2) + api_version(2) + correlation_id(4) + client_id length(2)
+MIN_REQUEST_SIZE = 10
+_PEEK = struct.Struct(">hhi")
+_SIZE = struct.Struct(">i")
+
+UNSUPPORTED_VERSION = 35
+
+
+class ProtocolError(Exception):
+    """A frame that is not a valid request; the connection it came on is closed."""
+
+
+class FrameTooLarge(ProtocolError):
+    def __init__(self, size: int, limit: int):
+        super().__init__(f"request frame of {size} bytes is over socket.request.max.bytes "
+                         f"{limit}; refused before reading its body")
+        self.size = size
+        self.limit = limit
+
+
+class UnsupportedVersion(ProtocolError):
+    def __init__(self, api_key: int, version: int, correlation_id: int):
+        api = Api.name_of(api_key)
+        super().__init__(f"{api} v{version} is not served (supported: "
+                         f"{SUPPORTED[api_key].min_version}-{SUPPORTED[api_key].max_version})")
+        self.api_key = api_key
+        self.version = version
+        self.correlation_id = correlation_id
+
+
+@dataclass(frozen=True)
+class Api:
+    key: int
+    name: str
+    request: Any  # kafka.protocol request class
+    response: Any
+    min_version: int
+    max_version: int
+
+    @staticmethod
+    def name_of(api_key: int) -> str:
+        try:
+            return ApiKey(api_key).name
+        except ValueError:
+            return f"api {api_key}"
+
+
+def _api(request: Any, response: Any, lo: int, hi: int) -> Api:
+    # Never advertise past what the installed kafka-python can decode.
+    hi = min(hi, request.max_version, response.max_version)
+    return Api(request.API_KEY, request.name.removesuffix("Request"), request, response, lo, hi)
+
+
+# What this broker serves. Non-flexible versions for the data path keep topic IDs
+# (Fetch 13+, Metadata 10+) out of scope; ApiVersions v3 and DescribeLogDirs v2-4 are
+# flexible (compact strings, tagged fields): v4 of DescribeLogDirs carries each dir's
+# total and usable bytes. Both kafka-python 3.x and librdkafka negotiate down to these.
+SUPPORTED: dict[int, Api] = {a.key: a for a in (
+    _api(ProduceRequest, ProduceResponse, 3, 8),
+    _api(FetchRequest, FetchResponse, 4, 11),
+    _api(ListOffsetsRequest, ListOffsetsResponse, 1, 5),
+    _api(MetadataRequest, MetadataResponse, 0, 8),
+    _api(ApiVersionsRequest, ApiVersionsResponse, 0, 3),
+    _api(CreateTopicsRequest, CreateTopicsResponse, 2, 4),
+    _api(DeleteTopicsRequest, DeleteTopicsResponse, 1, 3),
+    _api(InitProducerIdRequest, InitProducerIdResponse, 0, 1),
+    _api(DescribeLogDirsRequest, DescribeLogDirsResponse, 0, 4),
+)}
+
+
+@dataclass
+class Request:
+    api: Api
+    version: int
+    correlation_id: int
+    client_id: str | None
+    body: Any  # the decoded kafka.protocol request object
+    size: int  # frame size, for metrics
+
+    @property
+    def name(self) -> str:
+        return self.api.name
+
+
+async def read_frame(reader: asyncio.StreamReader, max_bytes: int) -> bytes | None:
+    """The next request frame's payload, or None at a clean end of stream.
+
+    The size prefix is checked before the body is read: an oversized frame raises
+    FrameTooLarge and none of its body is buffered beyond what the socket already had.
+    """
+    try:
+        head = await reader.readexactly(4)
+    except asyncio.IncompleteReadError as err:
+        if not err.partial:
+            return None
+        raise ProtocolError(f"connection closed inside a frame size ({len(err.partial)} of "
+                            "4 bytes)") from err
+    (size,) = _SIZE.unpack(head)
+    if size > max_bytes:
+        raise FrameTooLarge(size, max_bytes)
+    if size < MIN_REQUEST_SIZE:
+        raise ProtocolError(f"request frame of {size} bytes is shorter than a request header")
+    try:
+        return await reader.readexactly(size)
+    except asyncio.IncompleteReadError as err:
+        raise ProtocolError(f"connection closed after {len(err.partial)} of {size} frame "
+                            "bytes") from err
+
+
+def peek_header(frame: bytes) -> tuple[int, int, int]:
+    """(api_key, api_version, correlation_id) from the fixed start of every request."""
+    if len(frame) < _PEEK.size:
+        raise ProtocolError(f"frame of {len(frame)} bytes has no request header")
+    return _PEEK.unpack_from(frame)
+
+
+def decode_request(frame: bytes) -> Request:
+    """Decode one request frame (without its size prefix)."""
+    api_key, version, correlation_id = peek_header(frame)
+    api = SUPPORTED.get(api_key)
+    if api is None:
+        raise ProtocolError(f"{Api.name_of(api_key)} (key {api_key}) is not served "
+                            f"(correlation id {correlation_id})")
+    if not api.min_version <= version <= api.max_version:
+        raise UnsupportedVersion(api_key, version, correlation_id)
+    try:
+        body = api.request.decode(frame, version=version, header=True)
+    except Exception as err:  # noqa: BLE001 - the decoder raises many types on bad bytes
+        # struct.error, ValueError, UnicodeDecodeError, IndexError...: all mean "not a
+        # valid request"; the caller closes this connection only.
+        raise ProtocolError(f"{api.name} v{version} request (correlation id "
+                            f"{correlation_id}) does not decode: {type(err).__name__}: "
+                            f"{err}") from err
+    header = body.header
+    return Request(api, version, correlation_id, header.client_id, body, len(frame))
+
+
+def encode_response(request: Request, response: Any) -> bytes:
+    """Frame `response` for `request`: size prefix, response header, body."""
+    # Version first: kafka-python's version setter assumes a request header once a
+    # header is attached.
+    response.API_VERSION = request.version
+    response.with_header(correlation_id=request.correlation_id)
+    return bytes(response.encode(header=True, framed=True))
+
+
+def api_versions_response(version: int, error_code: int = 0) -> Any:
+    keys = [ApiVersionsResponse.ApiVersion(api_key=a.key, min_version=a.min_version,
+                                           max_version=a.max_version)
+            for a in sorted(SUPPORTED.values(), key=lambda a: a.key)]
+    return ApiVersionsResponse(error_code=error_code, api_keys=keys, throttle_time_ms=0,
+                               version=version)
+
+
+def unsupported_api_versions_frame(correlation_id: int) -> bytes:
+    """Kafka's answer to an ApiVersions request at a version it does not know: a v0
+    response with UNSUPPORTED_VERSION and the supported ranges, so the client can retry
+    at a version both sides speak (KIP-511)."""
+    resp = api_versions_response(0, UNSUPPORTED_VERSION)
+    resp.with_header(correlation_id=correlation_id)
+    return bytes(resp.encode(header=True, framed=True))
+
+
+def encode_request(body: Any, version: int, correlation_id: int,
+                   client_id: str = "logkeeper") -> bytes:
+    """A framed request (for the admin commands and the tests)."""
+    body.API_VERSION = version
+    body.with_header(correlation_id=correlation_id, client_id=client_id)
+    return bytes(body.encode(header=True, framed=True))
+
+
+def decode_response(response_cls: Any, frame: bytes, version: int) -> Any:
+    """Decode a response frame payload (without size prefix) for the admin commands."""
+    try:
+        return response_cls.decode(frame, version=version, header=True)
+    except Exception as err:  # noqa: BLE001 - see decode_request
+        raise ProtocolError(f"{response_cls.name} v{version} response does not decode: "
+                            f"{type(err).__name__}: {err}") from err

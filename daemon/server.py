@@ -1,0 +1,283 @@
+"""`logkeeper serve`: the storage daemon's process, event loop, listener and lifecycle.
+
+Start-up: read the config (a bad one exits 2 naming the key), start /metrics and
+/healthz, open every log dir on its own worker (recovering logs that were not closed
+cleanly), start the Kafka listener, then tell systemd READY=1. While running, the main
+loop pings the systemd watchdog and runs retention and flush/checkpoint rounds on the
+workers. SIGTERM or SIGINT: STOPPING=1, stop accepting, close client connections,
+flush every log, write the checkpoints and the clean-shutdown marker (so the next start
+skips recovery), exit 0. Exit 1 when start-up or the clean close fails.
+
+Connections: requests on one connection are handled one at a time, in order, as Kafka
+does; many connections run concurrently. A frame over `socket.request.max.bytes` is
+refused before its body is read, and a frame that does not decode closes only its own
+connection (daemon.protocol).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+import time
+from typing import Any
+
+from logstore import LogStoreError
+
+from . import config as config_mod
+from . import protocol
+from .broker import Broker
+from .handlers import CLOSE, ConnInfo, Handlers
+from .logdirs import DirState
+from .metrics import HttpEndpoint, Metrics
+from .notify import Notifier
+
+log = logging.getLogger("logkeeper.server")
+
+CHECKPOINT_INTERVAL_S = 60.0  # Kafka's log.flush.offset.checkpoint.interval.ms default
+METRICS_REFRESH_S = 10.0
+STOP_GRACE_S = 10.0  # in-flight requests get this long to finish at shutdown
+STREAM_LIMIT = 1 << 20
+
+
+class Server:
+    def __init__(self, config: config_mod.Config, *, notifier: Notifier | None = None):
+        self.config = config
+        self.metrics = Metrics()
+        self.broker = Broker(config, self.metrics)
+        self.handlers = Handlers(self.broker, self.metrics)
+        self.notifier = notifier or Notifier.from_environment()
+        self.http = HttpEndpoint(self.metrics, self.health)
+        self.listener: asyncio.base_events.Server | None = None
+        self.stop_event = asyncio.Event()
+        self.state = "starting"
+        # Connection task -> whether it is in the middle of a request.
+        self._connections: dict[asyncio.Task[None], bool] = {}
+        self._background: list[asyncio.Task[None]] = []
+        self.bound: tuple[str, int] | None = None
+
+    # ---- health ----
+
+    def health(self) -> tuple[bool, dict[str, Any]]:
+        dirs = {str(d.path): d.state.value for d in self.broker.dirs.dirs}
+        any_online = any(d.state is not DirState.OFFLINE for d in self.broker.dirs.dirs)
+        ok = self.state == "serving" and any_online
+        return ok, {"status": self.state, "broker_id": self.config.broker_id,
+                    "log_dirs": dirs, "partitions": len(self.broker.partitions)}
+
+    # ---- lifecycle ----
+
+    async def run(self) -> int:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._on_signal, sig)
+        try:
+            host, port = self.config.http_listen
+            http_at = await self.http.start(host, port)
+            log.info("metrics and health on http://%s:%d/", *http_at[:2])
+        except OSError as err:
+            log.error("cannot listen on http.listen %s: %s", self.config["http.listen"],
+                      err.strerror or err)
+            return 1
+        self.notifier.status("opening log dirs")
+        started = time.monotonic()
+        try:
+            await self.broker.start()
+        except (LogStoreError, OSError) as err:
+            log.error("start-up failed: %s", err)
+            await self.http.close()
+            self.broker.dirs.shutdown_workers()
+            return 1
+        self._log_recovery(time.monotonic() - started)
+        lst = self.config.listener
+        try:
+            self.listener = await asyncio.start_server(
+                self._on_connection, lst.host or None, lst.port, limit=STREAM_LIMIT,
+                reuse_address=True)
+        except OSError as err:
+            log.error("cannot listen on %s: %s", lst, err.strerror or err)
+            await self._shutdown()
+            return 1
+        self.bound = self.listener.sockets[0].getsockname()[:2]
+        self.state = "serving"
+        log.info("serving Kafka protocol on %s:%d (broker.id %d, %d partitions, %d log dirs)",
+                 self.bound[0], self.bound[1], self.config.broker_id,
+                 len(self.broker.partitions), len(self.broker.dirs.dirs))
+        self.notifier.ready(f"serving on {self.bound[0]}:{self.bound[1]}")
+        self._background = [
+            asyncio.ensure_future(self._watchdog()),
+            asyncio.ensure_future(self._periodic(
+                self.config["log.retention.check.interval.ms"] / 1000,
+                lambda: self.broker.maintenance(retention=True, checkpoints=False))),
+            asyncio.ensure_future(self._periodic(
+                CHECKPOINT_INTERVAL_S,
+                lambda: self.broker.maintenance(retention=False, checkpoints=True))),
+            asyncio.ensure_future(self._periodic(METRICS_REFRESH_S,
+                                                 self.broker.refresh_dir_metrics, first=0)),
+        ]
+        await self.stop_event.wait()
+        return await self._shutdown()
+
+    def _on_signal(self, sig: int) -> None:
+        if self.stop_event.is_set():
+            return
+        log.info("%s: stopping", signal.Signals(sig).name)
+        self.notifier.stopping("flushing and writing checkpoints")
+        self.stop_event.set()
+
+    async def _shutdown(self) -> int:
+        self.state = "stopping"
+        self.handlers.stopping.set()
+        if self.listener is not None:
+            self.listener.close()  # stop accepting first
+        for task in self._background:
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
+        for task, busy in list(self._connections.items()):
+            if not busy:
+                task.cancel()  # idle: waiting for a request that will not be served
+        if self._connections:
+            # Let in-flight requests finish (long-polls return at once), then close.
+            _, pending = await asyncio.wait(list(self._connections), timeout=STOP_GRACE_S)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        failures = await self.broker.stop()
+        for d, err in failures:
+            log.error("closing log dir %s failed: %s", d.path, err)
+        await self.http.close()
+        self.notifier.close()
+        if failures:
+            return 1
+        log.info("stopped cleanly: checkpoints and clean-shutdown markers written")
+        return 0
+
+    def _log_recovery(self, seconds: float) -> None:
+        for d in self.broker.dirs.dirs:
+            if d.logdir is None:
+                continue
+            cut = sum(r.bytes_truncated for r in d.logdir.recovery)
+            recovered = sum(1 for r in d.logdir.recovery if r.recovered)
+            self.metrics.recovered.labels(str(d.path)).inc(cut)
+            how = "clean shutdown, no recovery" if d.clean_shutdown else \
+                f"no clean-shutdown marker: recovered {recovered} partitions, {cut} bytes cut"
+            log.info("log dir %s: %d partitions (%s)", d.path, len(d.logdir.logs), how)
+        log.info("log dirs loaded in %.2f s", seconds)
+
+    async def _watchdog(self) -> None:
+        interval = self.notifier.watchdog_interval
+        if interval is None:
+            return
+        while True:
+            # Sent from the event loop itself: a stuck loop stops the pings and systemd
+            # restarts the service. A hung disk stalls only its worker, never this.
+            self.notifier.watchdog()
+            await asyncio.sleep(interval)
+
+    async def _periodic(self, interval: float, fn: Any, *, first: float | None = None) -> None:
+        await asyncio.sleep(interval if first is None else first)
+        while True:
+            try:
+                await fn()
+            except Exception:  # noqa: BLE001 - a failed round is logged and retried
+                log.exception("periodic task %s failed", getattr(fn, "__name__", fn))
+            await asyncio.sleep(interval)
+
+    # ---- connections ----
+
+    def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.stop_event.is_set():
+            writer.close()
+            return
+        task = asyncio.ensure_future(self._serve(reader, writer))
+        self._connections[task] = False
+        task.add_done_callback(lambda t: self._connections.pop(t, None))
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        local = writer.get_extra_info("sockname")
+        peer = writer.get_extra_info("peername")
+        conn = ConnInfo(local[0], local[1], f"{peer[0]}:{peer[1]}" if peer else "?")
+        max_frame = self.config["socket.request.max.bytes"]
+        me = asyncio.current_task()
+        assert me is not None
+        self.metrics.connections.inc()
+        try:
+            while not self.stop_event.is_set():
+                self._connections[me] = False
+                frame = await protocol.read_frame(reader, max_frame)
+                if frame is None:
+                    break
+                self._connections[me] = True
+                started = time.perf_counter()
+                try:
+                    req = protocol.decode_request(frame)
+                except protocol.UnsupportedVersion as err:
+                    if err.api_key == 18:  # ApiVersions: answer so the client can retry
+                        writer.write(protocol.unsupported_api_versions_frame(err.correlation_id))
+                        await writer.drain()
+                        continue
+                    raise
+                response = await self.handlers.handle(req, conn)
+                if response is CLOSE:
+                    log.info("closing %s: an acks=0 produce failed", conn.peer)
+                    break
+                if response is not None:
+                    writer.write(protocol.encode_response(req, response))
+                    await writer.drain()
+                self.metrics.requests.labels(req.name, str(req.version)).inc()
+                self.metrics.request_bytes.labels(req.name).inc(req.size)
+                self.metrics.request_time.labels(req.name).observe(time.perf_counter() - started)
+        except protocol.FrameTooLarge as err:
+            self.metrics.bad_frames.labels("too_large").inc()
+            log.warning("closing %s: %s", conn.peer, err)
+        except protocol.ProtocolError as err:
+            self.metrics.bad_frames.labels("undecodable").inc()
+            log.warning("closing %s: %s", conn.peer, err)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # noqa: BLE001 - a handler bug closes this connection only
+            self.metrics.bad_frames.labels("server_error").inc()
+            log.exception("closing %s after an unexpected error", conn.peer)
+        finally:
+            self.metrics.connections.dec()
+            writer.close()
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="logkeeper serve", description=(
+        "Run the storage daemon: a Kafka-protocol storage node for this host's log dirs."))
+    p.add_argument("--config", metavar="FILE",
+                   help="TOML config with Kafka's property names as keys "
+                        "(default: embedded defaults, three log dirs under ./data)")
+    p.add_argument("--help-config", action="store_true", help="list the config keys and exit")
+    p.add_argument("--log-level", default=os.environ.get("LOGKEEPER_LOG_LEVEL", "INFO"),
+                   choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    return p
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    if args.help_config:
+        print(config_mod.describe())
+        return 0
+    logging.basicConfig(
+        level=args.log_level, stream=sys.stderr,
+        # systemd's journal stamps each line itself; elsewhere a timestamp helps.
+        format=("%(levelname)s %(name)s: %(message)s" if os.environ.get("JOURNAL_STREAM")
+                else "%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    try:
+        cfg = config_mod.load(args.config)
+    except config_mod.ConfigError as err:
+        print(f"logkeeper serve: {err}", file=sys.stderr)
+        return 2
+    if not cfg.standalone:
+        print(f"logkeeper serve: {cfg.source}: zookeeper.connect = "
+              f"{cfg['zookeeper.connect']!r}: ZooKeeper mode is not available in this "
+              "version; remove the key to run standalone", file=sys.stderr)
+        return 2
+    return asyncio.run(Server(cfg).run())

@@ -1,0 +1,217 @@
+"""Helpers for the daemon tests: run `logkeeper serve` as a real subprocess.
+
+`Daemon` writes a TOML config with three log dirs under a temp dir and free loopback
+ports, starts `python -m daemon.cli serve --config ...`, waits for the Kafka port and
+/healthz, and stops it (SIGTERM, or SIGKILL on request) afterwards. Its stderr goes to
+a file whose tail is shown when start-up fails, so a failing test says why.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    return json.dumps(str(value))  # a JSON string is a valid TOML basic string
+
+
+def write_config(path: Path, values: dict[str, Any]) -> Path:
+    path.write_text("".join(f"{k} = {toml_value(v)}\n" for k, v in values.items()))
+    return path
+
+
+class Daemon:
+    def __init__(self, root: Path, extra: dict[str, Any] | None = None, *, dirs: int = 3,
+                 env: dict[str, str] | None = None):
+        self.root = root
+        root.mkdir(parents=True, exist_ok=True)
+        self.log_dirs = [root / f"disk{i}" for i in range(dirs)]
+        self.port = free_port()
+        self.http_port = free_port()
+        self.values: dict[str, Any] = {
+            "broker.id": 1,
+            "log.dirs": [str(d) for d in self.log_dirs],
+            "listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "http.listen": f"127.0.0.1:{self.http_port}",
+        }
+        self.values.update(extra or {})
+        self.config = write_config(root / "logkeeper.toml", self.values)
+        self.stderr_path = root / "daemon.stderr"
+        self.env = env
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 30.0) -> Daemon:
+        env = dict(os.environ, PYTHONPATH=str(REPO), **(self.env or {}))
+        with open(self.stderr_path, "ab") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "daemon.cli", "serve", "--config", str(self.config)],
+                cwd=self.root, env=env, stdout=err, stderr=err)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"daemon exited {self.proc.returncode} during start-up:\n"
+                                   f"{self.stderr()[-4000:]}")
+            if self.healthy():
+                return self
+            time.sleep(0.05)
+        self.kill()
+        raise RuntimeError(f"daemon not serving after {timeout}s:\n{self.stderr()[-4000:]}")
+
+    def healthy(self) -> bool:
+        try:
+            code, body = self.http("/healthz")
+        except OSError:
+            return False
+        return code == 200 and body.get("status") == "serving"
+
+    def http(self, path: str) -> tuple[int, Any]:
+        url = f"http://127.0.0.1:{self.http_port}{path}"
+        try:
+            with urllib.request.urlopen(url, timeout=5) as resp:
+                data = resp.read()
+                code = resp.status
+        except urllib.error.HTTPError as err:
+            data, code = err.read(), err.code
+        if path.startswith("/healthz"):
+            return code, json.loads(data)
+        return code, data.decode()
+
+    def stderr(self) -> str:
+        try:
+            return self.stderr_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def stop(self, timeout: float = 30.0) -> int:
+        """SIGTERM and wait: the clean shutdown path. Returns the exit code."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                raise RuntimeError(f"daemon ignored SIGTERM for {timeout}s:\n"
+                                   f"{self.stderr()[-4000:]}") from None
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        """SIGKILL: no flush, no checkpoints, no clean-shutdown marker."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@contextmanager
+def running(root: Path, extra: dict[str, Any] | None = None, **kw: Any) -> Iterator[Daemon]:
+    d = Daemon(root, extra, **kw).start()
+    try:
+        yield d
+    finally:
+        d.kill()
+
+
+def snapshot(dirs: list[Path]) -> dict[str, str]:
+    """Every file under the log dirs with its SHA-256 (the lock file's content is empty)."""
+    out = {}
+    for root in dirs:
+        for dirpath, dirnames, filenames in os.walk(root):
+            dirnames.sort()
+            for name in sorted(filenames):
+                p = Path(dirpath) / name
+                out[str(p)] = hashlib.sha256(p.read_bytes()).hexdigest()
+            for name in dirnames:
+                out[str(Path(dirpath) / name) + "/"] = "dir"
+    return out
+
+
+# ---- a raw Kafka-protocol client for bad-input tests ----
+
+
+class RawClient:
+    """One TCP connection speaking frames: send bytes, read one framed response."""
+
+    def __init__(self, port: int, timeout: float = 10.0):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        self.correlation = 0
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def send_raw(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def recv_frame(self) -> bytes | None:
+        """The next response payload, or None when the server closed the connection."""
+        head = self._recv_exact(4)
+        if head is None:
+            return None
+        (size,) = struct.unpack(">i", head)
+        return self._recv_exact(size)
+
+    def _recv_exact(self, n: int) -> bytes | None:
+        buf = bytearray()
+        while len(buf) < n:
+            try:
+                chunk = self.sock.recv(n - len(buf))
+            except ConnectionResetError:
+                return None
+            if not chunk:
+                return None
+            buf += chunk
+        return bytes(buf)
+
+    def request(self, body: Any, version: int) -> Any:
+        """Send a kafka.protocol request object and decode its response."""
+        from daemon import protocol
+
+        self.correlation += 1
+        self.send_raw(protocol.encode_request(body, version, self.correlation))
+        frame = self.recv_frame()
+        if frame is None:
+            raise ConnectionError("server closed the connection")
+        api = protocol.SUPPORTED[body.API_KEY]
+        resp = protocol.decode_response(api.response, frame, version)
+        assert resp.header.correlation_id == self.correlation
+        return resp
+
+    def closed_by_server(self, timeout: float = 5.0) -> bool:
+        self.sock.settimeout(timeout)
+        try:
+            return self.sock.recv(1) == b""
+        except ConnectionResetError:
+            return True
+        except TimeoutError:
+            return False
