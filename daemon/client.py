@@ -1,0 +1,114 @@
+"""A small blocking Kafka-protocol client for the admin commands.
+
+It speaks to any Kafka-protocol broker (this daemon or Apache Kafka): it asks
+ApiVersions first and uses the highest version both sides support, encoding and
+decoding with kafka-python's schema classes through daemon.protocol.
+
+Errors: a broker that cannot be reached, closes the connection or answers with bytes
+that do not decode raises `ClientError` naming the broker address and the API.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+from typing import Any
+
+from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
+
+from . import protocol
+
+
+class ClientError(Exception):
+    pass
+
+
+class Connection:
+    def __init__(self, host: str, port: int, *, timeout: float = 10.0):
+        self.address = f"{host}:{port}"
+        try:
+            self.sock = socket.create_connection((host, port), timeout=timeout)
+        except OSError as err:
+            raise ClientError(f"cannot connect to {self.address}: {err.strerror or err}") from err
+        self._correlation = 0
+        self.versions: dict[int, tuple[int, int]] = {}
+        resp = self._call(ApiVersionsRequest(), ApiVersionsResponse, 0)
+        if resp.error_code:
+            raise ClientError(f"{self.address}: ApiVersions failed with error {resp.error_code}")
+        self.versions = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> Connection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def version_for(self, api_key: int, lo: int, hi: int) -> int:
+        broker = self.versions.get(api_key)
+        name = protocol.Api.name_of(api_key)
+        if broker is None:
+            raise ClientError(f"{self.address} does not serve {name}")
+        v = min(hi, broker[1])
+        if v < max(lo, broker[0]):
+            raise ClientError(f"{self.address} serves {name} v{broker[0]}-{broker[1]}, this "
+                              f"client v{lo}-{hi}")
+        return v
+
+    def call(self, body: Any, response_cls: Any, *, lo: int = 0, hi: int | None = None) -> Any:
+        """Send `body` at the best common version (at most `hi`) and decode the answer."""
+        hi = response_cls.max_version if hi is None else hi
+        version = self.version_for(body.API_KEY, lo, hi)
+        return self._call(body, response_cls, version)
+
+    def _call(self, body: Any, response_cls: Any, version: int) -> Any:
+        self._correlation += 1
+        frame = protocol.encode_request(body, version, self._correlation, "logkeeper-admin")
+        try:
+            self.sock.sendall(frame)
+            (size,) = struct.unpack(">i", self._recv(4))
+            payload = self._recv(size)
+        except OSError as err:
+            raise ClientError(f"{self.address}: {body.name} failed: {err}") from err
+        try:
+            resp = protocol.decode_response(response_cls, payload, version)
+        except protocol.ProtocolError as err:
+            raise ClientError(f"{self.address}: {err}") from err
+        if resp.header.correlation_id != self._correlation:
+            raise ClientError(f"{self.address}: {body.name} answer has correlation id "
+                              f"{resp.header.correlation_id}, expected {self._correlation}")
+        return resp
+
+    def _recv(self, n: int) -> bytes:
+        buf = bytearray()
+        while len(buf) < n:
+            chunk = self.sock.recv(n - len(buf))
+            if not chunk:
+                raise ConnectionError(f"connection closed by {self.address}")
+            buf += chunk
+        return bytes(buf)
+
+
+def parse_bootstrap(value: str) -> list[tuple[str, int]]:
+    """`host:port[,host:port...]` -> [(host, port)]; ValueError naming the bad entry."""
+    from .config import parse_host_port
+
+    out = []
+    for item in value.split(","):
+        host, port = parse_host_port(item.strip())
+        out.append((host or "localhost", port))
+    if not out:
+        raise ValueError("no bootstrap server given")
+    return out
+
+
+def connect_any(bootstrap: str, *, timeout: float = 10.0) -> Connection:
+    errors = []
+    for host, port in parse_bootstrap(bootstrap):
+        try:
+            return Connection(host, port, timeout=timeout)
+        except ClientError as err:
+            errors.append(str(err))
+    raise ClientError("; ".join(errors))
