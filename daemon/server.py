@@ -74,6 +74,8 @@ class Server:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_signal, sig)
+        # Pinged during start-up too: recovery runs on the workers, the loop stays live.
+        self._background.append(asyncio.ensure_future(self._watchdog()))
         try:
             host, port = self.config.http_listen
             http_at = await self.http.start(host, port)
@@ -81,6 +83,7 @@ class Server:
         except OSError as err:
             log.error("cannot listen on http.listen %s: %s", self.config["http.listen"],
                       err.strerror or err)
+            await self._stop_background()
             return 1
         self.notifier.status("opening log dirs")
         started = time.monotonic()
@@ -88,6 +91,7 @@ class Server:
             await self.broker.start()
         except (LogStoreError, OSError) as err:
             log.error("start-up failed: %s", err)
+            await self._stop_background()
             await self.http.close()
             self.broker.dirs.shutdown_workers()
             return 1
@@ -107,8 +111,7 @@ class Server:
                  self.bound[0], self.bound[1], self.config.broker_id,
                  len(self.broker.partitions), len(self.broker.dirs.dirs))
         self.notifier.ready(f"serving on {self.bound[0]}:{self.bound[1]}")
-        self._background = [
-            asyncio.ensure_future(self._watchdog()),
+        self._background += [
             asyncio.ensure_future(self._periodic(
                 self.config["log.retention.check.interval.ms"] / 1000,
                 lambda: self.broker.maintenance(retention=True, checkpoints=False))),
@@ -133,9 +136,7 @@ class Server:
         self.handlers.stopping.set()
         if self.listener is not None:
             self.listener.close()  # stop accepting first
-        for task in self._background:
-            task.cancel()
-        await asyncio.gather(*self._background, return_exceptions=True)
+        await self._stop_background()
         for task, busy in list(self._connections.items()):
             if not busy:
                 task.cancel()  # idle: waiting for a request that will not be served
@@ -154,6 +155,12 @@ class Server:
             return 1
         log.info("stopped cleanly: checkpoints and clean-shutdown markers written")
         return 0
+
+    async def _stop_background(self) -> None:
+        for task in self._background:
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
+        self._background = []
 
     def _log_recovery(self, seconds: float) -> None:
         for d in self.broker.dirs.dirs:
