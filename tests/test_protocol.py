@@ -1,0 +1,166 @@
+"""The Kafka protocol codec: advertised versions, round trips, and fuzzed request decoding."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from kafka.protocol.admin import CreateTopicsRequest, DescribeLogDirsRequest
+from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest
+from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest
+from kafka.protocol.producer import ProduceRequest
+
+from daemon import protocol
+from logstore import records
+
+
+def sample_requests() -> list[tuple[object, int]]:
+    batch = records.build_batch([records.Record(key=b"k", value=b"v" * 50)] * 3)
+    T = ProduceRequest.TopicProduceData
+    F = FetchRequest.FetchTopic
+    L = ListOffsetsRequest.ListOffsetsTopic
+    out: list[tuple[object, int]] = []
+    for v in (3, 5, 8):
+        out.append((ProduceRequest(transactional_id=None, acks=-1, timeout_ms=1000, topic_data=[
+            T(name="orders", partition_data=[T.PartitionProduceData(index=0, records=batch)])]),
+            v))
+    for v in (4, 7, 11):
+        out.append((FetchRequest(replica_id=-1, max_wait_ms=100, min_bytes=1, max_bytes=1 << 20,
+                                 isolation_level=0, session_id=0, session_epoch=-1, topics=[
+            F(topic="orders", partitions=[F.FetchPartition(
+                partition=0, current_leader_epoch=-1, fetch_offset=5, log_start_offset=-1,
+                partition_max_bytes=1 << 20)])], forgotten_topics_data=[], rack_id=""), v))
+    for v in (1, 5):
+        out.append((ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=[
+            L(name="orders", partitions=[L.ListOffsetsPartition(
+                partition_index=0, current_leader_epoch=-1, timestamp=-2)])]), v))
+    for v in (0, 1, 8):
+        out.append((MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name="orders")],
+                                    allow_auto_topic_creation=False), v))
+    for v in (0, 3):
+        out.append((ApiVersionsRequest(client_software_name="t", client_software_version="1"), v))
+    out.append((CreateTopicsRequest(topics=[CreateTopicsRequest.CreatableTopic(
+        name="x", num_partitions=3, replication_factor=1, assignments=[], configs=[])],
+        timeout_ms=1000, validate_only=False), 4))
+    out.append((DescribeLogDirsRequest(topics=None), 4))
+    return out
+
+
+SAMPLES = sample_requests()
+
+
+def test_advertises_only_versions_kafka_python_can_decode() -> None:
+    for api in protocol.SUPPORTED.values():
+        assert 0 <= api.min_version <= api.max_version <= api.request.max_version
+        assert api.max_version <= api.response.max_version
+    resp = protocol.api_versions_response(3)
+    advertised = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
+    assert advertised == {a.key: (a.min_version, a.max_version)
+                          for a in protocol.SUPPORTED.values()}
+    # The APIs the issue names, and nothing flexible on the data path (no topic IDs).
+    assert set(advertised) >= {0, 1, 2, 3, 18, 19, 20, 35}
+    assert advertised[0][1] <= 8 and advertised[1][1] <= 11 and advertised[3][1] <= 8
+
+
+@pytest.mark.parametrize("body, version", SAMPLES,
+                         ids=[f"{type(b).__name__}-v{v}" for b, v in SAMPLES])
+def test_request_round_trip(body: object, version: int) -> None:
+    frame = protocol.encode_request(body, version, correlation_id=42, client_id="me")
+    (size,) = struct.unpack_from(">i", frame)
+    assert size == len(frame) - 4
+    req = protocol.decode_request(frame[4:])
+    assert (req.version, req.correlation_id, req.client_id) == (version, 42, "me")
+    # Re-encoding what was decoded gives the client's bytes back, field for field.
+    again = protocol.encode_request(req.body, version, correlation_id=42, client_id="me")
+    assert again == frame
+
+
+def test_unknown_api_and_unserved_version_are_refused() -> None:
+    header = struct.pack(">hhih", 99, 0, 1, -1)
+    with pytest.raises(protocol.ProtocolError, match="not served"):
+        protocol.decode_request(header)
+    frame = protocol.encode_request(ProduceRequest(
+        transactional_id=None, acks=1, timeout_ms=1, topic_data=[]), 9, 3)
+    with pytest.raises(protocol.UnsupportedVersion) as info:
+        protocol.decode_request(frame[4:])
+    assert (info.value.api_key, info.value.version, info.value.correlation_id) == (0, 9, 3)
+
+
+def test_unserved_api_versions_version_gets_a_v0_answer_listing_ours() -> None:
+    frame = protocol.unsupported_api_versions_frame(correlation_id=9)
+    resp = ApiVersionsResponse.decode(frame[4:], version=0, header=True)
+    assert resp.header.correlation_id == 9
+    assert resp.error_code == protocol.UNSUPPORTED_VERSION
+    assert {k.api_key for k in resp.api_keys} == set(protocol.SUPPORTED)
+
+
+def _read(data: bytes, limit: int) -> bytes | None:
+    async def go() -> bytes | None:
+        reader = asyncio.StreamReader()
+        reader.feed_data(data)
+        reader.feed_eof()
+        return await protocol.read_frame(reader, limit)
+
+    return asyncio.run(go())
+
+
+def test_frame_over_the_limit_is_refused_from_its_size_alone() -> None:
+    # Only the 4-byte prefix exists: the refusal cannot depend on reading the body.
+    with pytest.raises(protocol.FrameTooLarge) as info:
+        _read(struct.pack(">i", 1001), 1000)
+    assert info.value.size == 1001
+    assert _read(struct.pack(">i", 12) + b"x" * 12, 1000) == b"x" * 12
+    assert _read(b"", 1000) is None
+    for bad in (struct.pack(">i", -1), struct.pack(">i", 3) + b"abc", b"\x00\x00",
+                struct.pack(">i", 100) + b"short"):
+        with pytest.raises(protocol.ProtocolError):
+            _read(bad, 1000)
+
+
+# ---- fuzzing: no input may raise anything but ProtocolError ----
+
+def _decode_or_protocol_error(frame: bytes) -> None:
+    try:
+        protocol.decode_request(frame)
+    except protocol.ProtocolError:
+        pass
+
+
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(api=st.sampled_from(sorted(protocol.SUPPORTED)), data=st.data())
+def test_fuzz_random_bodies_after_a_valid_header(api: int, data: st.DataObject) -> None:
+    a = protocol.SUPPORTED[api]
+    version = data.draw(st.integers(a.min_version, a.max_version))
+    header = struct.pack(">hhih", api, version, 7, 1) + b"c"
+    body = data.draw(st.binary(max_size=300))
+    _decode_or_protocol_error(header + body)
+
+
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(sample=st.sampled_from(SAMPLES), data=st.data())
+def test_fuzz_mutated_valid_requests(sample: tuple[object, int], data: st.DataObject) -> None:
+    body, version = sample
+    frame = bytearray(protocol.encode_request(body, version, 1)[4:])
+    for _ in range(data.draw(st.integers(1, 6))):
+        kind = data.draw(st.sampled_from(["flip", "truncate", "insert", "bigint"]))
+        pos = data.draw(st.integers(0, max(len(frame) - 1, 0)))
+        if kind == "flip" and frame:
+            frame[pos] ^= data.draw(st.integers(1, 255))
+        elif kind == "truncate":
+            del frame[pos:]
+        elif kind == "insert":
+            frame[pos:pos] = data.draw(st.binary(min_size=1, max_size=8))
+        elif len(frame) >= pos + 4:
+            # lengths and counts set to extremes: the decoder must not allocate for them
+            frame[pos:pos + 4] = data.draw(st.sampled_from(
+                [b"\x7f\xff\xff\xff", b"\xff\xff\xff\xff", b"\x80\x00\x00\x00"]))
+    _decode_or_protocol_error(bytes(frame))
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.binary(min_size=0, max_size=200))
+def test_fuzz_arbitrary_bytes(frame: bytes) -> None:
+    _decode_or_protocol_error(frame)
