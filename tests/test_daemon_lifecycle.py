@@ -1,0 +1,398 @@
+"""The daemon's lifecycle and operations: SIGTERM and SIGKILL, systemd notify, placement,
+long-poll Fetch, ListOffsets by timestamp, metrics, health and the admin commands."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import confluent_kafka as ck
+import pytest
+from kafka.protocol.consumer import FetchRequest
+
+from daemon import protocol
+from logstore import names
+from tests import faults
+from tests.daemon_helpers import REPO, Daemon, RawClient, free_port, running
+
+
+def produce_confluent(d: Daemon, topic: str, n: int, *, partitions: int = 1,
+                      acks: str = "all", **extra: object) -> list[tuple[int, int, bytes]]:
+    p = ck.Producer({"bootstrap.servers": d.bootstrap, "acks": acks, "linger.ms": 5})
+    acked: list[tuple[int, int, bytes]] = []
+
+    def cb(err: object, msg: ck.Message) -> None:
+        assert err is None, err
+        acked.append((msg.partition(), msg.offset(), msg.value()))
+
+    for i in range(n):
+        p.produce(topic, value=b"r%d" % i, partition=i % partitions, on_delivery=cb, **extra)
+        if i % 1000 == 0:
+            p.poll(0)
+    assert p.flush(60) == 0
+    return acked
+
+
+def consume_all(d: Daemon, topic: str, partitions: int, expected: int) -> dict[tuple[int, int], bytes]:
+    c = ck.Consumer({"bootstrap.servers": d.bootstrap, "group.id": "x",
+                     "enable.auto.commit": False})
+    c.assign([ck.TopicPartition(topic, p, 0) for p in range(partitions)])
+    out: dict[tuple[int, int], bytes] = {}
+    deadline = time.monotonic() + 60
+    while len(out) < expected and time.monotonic() < deadline:
+        for m in c.consume(10000, 0.5):
+            assert m.error() is None, m.error()
+            out[(m.partition(), m.offset())] = m.value()
+    c.close()
+    return out
+
+
+# ---- shutdown and recovery ----
+
+
+def test_sigterm_writes_checkpoints_and_marker_and_next_start_skips_recovery(
+        tmp_path: Path) -> None:
+    d = Daemon(tmp_path, {"num.partitions": 3}).start()
+    try:
+        acked = produce_confluent(d, "t", 3000, partitions=3)
+        assert d.stop() == 0
+        assert "stopped cleanly" in d.stderr()
+        for ld in d.log_dirs:
+            assert (ld / names.CLEAN_SHUTDOWN_FILE).exists()
+            text = (ld / names.RECOVERY_POINT_CHECKPOINT).read_text().splitlines()
+            assert text[0] == "0" and int(text[1]) == 1  # one partition of "t" per dir
+            assert text[2].split()[0] == "t" and int(text[2].split()[2]) == 1000
+        d.start()
+        assert d.stderr().count("clean shutdown, no recovery") == 3
+        for ld in d.log_dirs:
+            assert not (ld / names.CLEAN_SHUTDOWN_FILE).exists()  # consumed at start
+        got = consume_all(d, "t", 3, len(acked))
+        assert got == {(p, o): v for p, o, v in acked}
+    finally:
+        d.kill()
+
+
+def test_sigkill_under_load_keeps_every_acknowledged_record(tmp_path: Path) -> None:
+    d = Daemon(tmp_path, {"num.partitions": 4, "log.segment.bytes": 256 * 1024}).start()
+    acked: dict[str, list[tuple[int, int, bytes]]] = {"all": [], "1": []}
+    stop = threading.Event()
+
+    def load(acks: str) -> None:
+        p = ck.Producer({"bootstrap.servers": d.bootstrap, "acks": acks, "linger.ms": 2,
+                         "message.timeout.ms": 3000, "retries": 0})
+
+        def cb(err: object, msg: ck.Message) -> None:
+            if err is None:
+                acked[acks].append((msg.partition(), msg.offset(), msg.value()))
+
+        i = 0
+        while not stop.is_set():
+            try:
+                p.produce(f"load-{acks}", value=b"%s-%d-" % (acks.encode(), i) + b"z" * 300,
+                          partition=i % 4, on_delivery=cb)
+                i += 1
+            except BufferError:
+                pass
+            p.poll(0.0005 if i % 200 else 0.002)
+        p.flush(5)
+
+    threads = [threading.Thread(target=load, args=(a,)) for a in ("all", "1")]
+    for t in threads:
+        t.start()
+    try:
+        deadline = time.monotonic() + 30
+        while min(len(v) for v in acked.values()) < 5000 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        d.kill()  # SIGKILL in the middle of the load
+        killed_at = {k: len(v) for k, v in acked.items()}
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(30)
+    assert min(killed_at.values()) >= 5000, killed_at
+    d.start()
+    assert "no clean-shutdown marker" in d.stderr()
+    for acks, records in acked.items():
+        got = consume_all(d, f"load-{acks}", 4, len(records))
+        missing = [(p, o) for p, o, v in records if got.get((p, o)) != v]
+        assert not missing, f"acks={acks}: {len(missing)} acknowledged records lost"
+    d.kill()
+
+
+# ---- systemd notify ----
+
+
+def test_systemd_notify_ready_watchdog_and_stopping(tmp_path: Path) -> None:
+    sock_path = tmp_path / "notify.sock"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(str(sock_path))
+    sock.settimeout(30)
+    d = Daemon(tmp_path / "d", env={"NOTIFY_SOCKET": str(sock_path),
+                                    "WATCHDOG_USEC": "300000"})
+    try:
+        d.start()
+        messages: list[str] = []
+        while not any("READY=1" in m for m in messages):
+            messages.append(sock.recv(4096).decode())
+        watchdogs = 0
+        while watchdogs < 3:
+            if sock.recv(4096).decode() == "WATCHDOG=1":
+                watchdogs += 1
+        assert d.healthy()
+        d.proc.send_signal(15)  # type: ignore[union-attr]
+        while not any("STOPPING=1" in m for m in messages):
+            messages.append(sock.recv(4096).decode())
+        assert d.stop() == 0
+    finally:
+        d.kill()
+        sock.close()
+    ready = next(m for m in messages if "READY=1" in m)
+    assert f"STATUS=serving on 127.0.0.1:{d.port}" in ready
+
+
+# ---- placement ----
+
+
+def test_new_partitions_go_to_the_dir_with_most_free_space(tmp_path: Path) -> None:
+    with faults.tmpfs("8m") as small, faults.tmpfs("64m") as big, faults.tmpfs("16m") as mid:
+        d = Daemon(tmp_path, {"log.dirs": [str(small / "d"), str(big / "d"), str(mid / "d")],
+                              "num.partitions": 4})
+        d.log_dirs = [small / "d", big / "d", mid / "d"]
+        with running_daemon(d):
+            produce_confluent(d, "first", 4, partitions=4)
+            parts = {ld: sorted(p.name for p in ld.iterdir() if p.is_dir()) for ld in d.log_dirs}
+            assert parts[big / "d"] == ["first-0", "first-1", "first-2", "first-3"], parts
+            # fill the big one below the middle one: the next topic goes to "mid"
+            (big / "d" / "ballast").write_bytes(b"\0" * (56 << 20))
+            produce_confluent(d, "second", 2, partitions=2)
+            assert sorted(p.name for p in (mid / "d").iterdir() if p.is_dir()) == [
+                "second-0", "second-1", "second-2", "second-3"]
+
+
+class running_daemon:
+    def __init__(self, d: Daemon):
+        self.d = d
+
+    def __enter__(self) -> Daemon:
+        return self.d.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.d.stop()
+
+
+def test_ties_in_free_space_go_to_the_fewest_partitions(tmp_path: Path) -> None:
+    with running(tmp_path, {"num.partitions": 1}) as d:
+        for i in range(6):
+            produce_confluent(d, f"t{i}", 1)
+        counts = sorted(len([p for p in ld.iterdir() if p.is_dir()]) for ld in d.log_dirs)
+        assert counts == [2, 2, 2]
+
+
+# ---- fetch and list offsets ----
+
+
+def fetch(c: RawClient, topic: str, offset: int, *, max_wait: int, min_bytes: int = 1,
+          max_bytes: int = 1 << 20, version: int = 11) -> object:
+    F = FetchRequest.FetchTopic
+    return c.request(FetchRequest(
+        replica_id=-1, max_wait_ms=max_wait, min_bytes=min_bytes, max_bytes=max_bytes,
+        isolation_level=0, session_id=0, session_epoch=-1, topics=[F(topic=topic, partitions=[
+            F.FetchPartition(partition=0, current_leader_epoch=-1, fetch_offset=offset,
+                             log_start_offset=-1, partition_max_bytes=max_bytes)])],
+        forgotten_topics_data=[], rack_id=""), version)
+
+
+def test_fetch_long_poll_returns_records_appended_while_it_waits(tmp_path: Path) -> None:
+    with running(tmp_path) as d:
+        produce_confluent(d, "lp", 10)
+        c = RawClient(d.port, timeout=60)
+        result: dict[str, object] = {}
+
+        def poll() -> None:
+            started = time.monotonic()
+            result["resp"] = fetch(c, "lp", 10, max_wait=30000)
+            result["took"] = time.monotonic() - started
+
+        t = threading.Thread(target=poll)
+        t.start()
+        time.sleep(0.5)
+        assert t.is_alive(), "the fetch returned without data before its max wait"
+        produce_confluent(d, "lp", 1)
+        t.join(30)
+        part = result["resp"].responses[0].partitions[0]  # type: ignore[attr-defined]
+        assert part.error_code == 0 and part.high_watermark == 11
+        from logstore.records import iter_batches
+
+        batches = list(iter_batches(bytes(part.records)))
+        assert batches[0].base_offset == 10
+        assert result["took"] < 29  # woken by the append, not by the timeout
+        # nothing arrives: an empty answer after max_wait
+        empty = fetch(c, "lp", 11, max_wait=300)
+        assert empty.responses[0].partitions[0].records in (b"", None)  # type: ignore[attr-defined]
+        # out of range
+        bad = fetch(c, "lp", 500, max_wait=0)
+        assert bad.responses[0].partitions[0].error_code == 1  # type: ignore[attr-defined]
+        c.close()
+
+
+def test_fetch_max_bytes_gives_at_least_one_batch_but_not_more(tmp_path: Path) -> None:
+    with running(tmp_path) as d:
+        p = ck.Producer({"bootstrap.servers": d.bootstrap, "linger.ms": 0,
+                         "batch.num.messages": 1})
+        for _ in range(20):
+            p.produce("mb", value=b"x" * 1000, partition=0)
+            p.flush(10)  # one batch per record
+        c = RawClient(d.port)
+        small = fetch(c, "mb", 0, max_wait=0, max_bytes=10)
+        from logstore.records import iter_batches
+
+        got = list(iter_batches(bytes(small.responses[0].partitions[0].records)))  # type: ignore[attr-defined]
+        assert len(got) == 1  # minOneMessage
+        mid = fetch(c, "mb", 0, max_wait=0, max_bytes=5000)
+        got = list(iter_batches(bytes(mid.responses[0].partitions[0].records)))  # type: ignore[attr-defined]
+        assert 1 <= len(got) <= 5
+        c.close()
+
+
+def test_list_offsets_earliest_latest_and_by_timestamp(tmp_path: Path) -> None:
+    with running(tmp_path, {"log.index.interval.bytes": 100}) as d:
+        base = 1_700_000_000_000
+        p = ck.Producer({"bootstrap.servers": d.bootstrap, "linger.ms": 0})
+        for i in range(50):
+            p.produce("ts", value=b"v%d" % i, partition=0, timestamp=base + i * 1000)
+            p.flush(10)
+        c = ck.Consumer({"bootstrap.servers": d.bootstrap, "group.id": "x"})
+        tp = ck.TopicPartition("ts", 0)
+        assert c.get_watermark_offsets(tp, timeout=10) == (0, 50)
+        for ts, want in ((base, 0), (base + 17_000, 17), (base + 17_500, 18),
+                         (base - 5, 0), (base + 49_000, 49), (base + 60_000, -1)):
+            got = c.offsets_for_times([ck.TopicPartition("ts", 0, ts)], timeout=10)[0]
+            assert got.offset == want, (ts, got)
+        c.close()
+
+
+# ---- operating it ----
+
+
+def test_metrics_and_healthz(tmp_path: Path) -> None:
+    with running(tmp_path) as d:
+        produce_confluent(d, "m", 100)
+        code, health = d.http("/healthz")
+        assert code == 200 and health["status"] == "serving"
+        assert health["log_dirs"] == {str(p): "online" for p in d.log_dirs}
+        consume_all(d, "m", 1, 100)
+        deadline = time.monotonic() + 30
+        text = ""
+        while time.monotonic() < deadline:
+            code, text = d.http("/metrics")
+            if 'kafka_log_logdir_size_bytes{log_dir="' in text and "_bytes_out_total" in text:
+                break
+            time.sleep(0.5)
+        assert code == 200
+        for needle in ('kafka_server_brokertopicmetrics_bytes_in_total{topic="m"}',
+                       'kafka_server_brokertopicmetrics_bytes_out_total{topic="m"}',
+                       'kafka_server_brokertopicmetrics_messages_in_total{topic="m"} 100.0',
+                       'kafka_network_requestmetrics_total_time_seconds_bucket{le="0.001",'
+                       'request="Produce"}',
+                       "kafka_log_logdir_free_bytes", "kafka_log_logdir_partition_count",
+                       "kafka_server_replicamanager_partitioncount 1.0"):
+            assert needle in text, needle
+        for p in d.log_dirs:
+            assert f'kafka_log_logdir_size_bytes{{log_dir="{p}"}}' in text
+        assert d.http("/nope")[0] == 404
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "daemon.cli", *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_log_dirs_describe_prints_kafka_log_dirs_json(tmp_path: Path) -> None:
+    with running(tmp_path, {"num.partitions": 3}) as d:
+        produce_confluent(d, "ld", 30, partitions=3)
+        proc = run_cli("log-dirs", "describe", "--bootstrap-server", d.bootstrap)
+        assert proc.returncode == 0, proc.stderr
+        out = json.loads(proc.stdout)
+        assert out["version"] == 1 and [b["broker"] for b in out["brokers"]] == [1]
+        dirs = out["brokers"][0]["logDirs"]
+        assert {x["logDir"] for x in dirs} == {str(p) for p in d.log_dirs}
+        parts = sorted(p["partition"] for x in dirs for p in x["partitions"])
+        assert parts == ["ld-0", "ld-1", "ld-2"]
+        for x in dirs:
+            assert x["error"] is None and x["usableBytes"] > 0
+            for p in x["partitions"]:
+                assert p["size"] > 0 and p["offsetLag"] == 0 and p["isFuture"] is False
+        filtered = json.loads(run_cli("log-dirs", "describe", "--bootstrap-server",
+                                      d.bootstrap, "--topic-list", "nope").stdout)
+        assert all(not x["partitions"] for x in filtered["brokers"][0]["logDirs"])
+    bad = run_cli("log-dirs", "describe", "--bootstrap-server", f"127.0.0.1:{free_port()}")
+    assert bad.returncode == 2 and "cannot connect" in bad.stderr
+
+
+def test_topics_describe_through_metadata(tmp_path: Path) -> None:
+    with running(tmp_path, {"num.partitions": 2}) as d:
+        produce_confluent(d, "td", 4, partitions=2)
+        proc = run_cli("topics", "describe", "--bootstrap-server", d.bootstrap)
+        assert proc.returncode == 0, proc.stderr
+        assert "Topic: td\tPartitionCount: 2\tReplicationFactor: 1" in proc.stdout
+        assert "\tTopic: td\tPartition: 1\tLeader: 1\tReplicas: 1\tIsr: 1\tOffline: " in \
+            proc.stdout
+        js = json.loads(run_cli("topics", "describe", "--bootstrap-server", d.bootstrap,
+                                "--json", "--topic", "td").stdout)
+        assert js["topics"][0]["partitions"][0] == {
+            "partition": 0, "leader": 1, "replicas": [1], "isr": [1], "offline": [],
+            "error_code": 0}
+        missing = run_cli("topics", "describe", "--bootstrap-server", d.bootstrap,
+                          "--topic", "absent")
+        assert missing.returncode == 1
+
+
+def test_embedded_defaults_start_with_no_config(tmp_path: Path) -> None:
+    for port in (9092, 9308):
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                pytest.skip(f"127.0.0.1:{port} is in use; the embedded defaults need it")
+    proc = subprocess.Popen([sys.executable, "-m", "daemon.cli", "serve"], cwd=tmp_path,
+                            env=dict(os.environ, PYTHONPATH=str(REPO)),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                c = RawClient(9092, timeout=5)
+                break
+            except OSError:
+                time.sleep(0.1)
+        else:
+            pytest.fail("the embedded defaults did not listen on 127.0.0.1:9092")
+        from kafka.protocol.metadata import MetadataRequest
+
+        meta = c.request(MetadataRequest(topics=None), 1)
+        assert [(b.host, b.port) for b in meta.brokers] == [("127.0.0.1", 9092)]
+        c.close()
+        assert sorted(p.name for p in (tmp_path / "data").iterdir()) == [
+            "disk0", "disk1", "disk2"]
+    finally:
+        proc.terminate()
+        out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0, out
+
+
+def test_unserved_zookeeper_mode_is_refused_with_a_message(tmp_path: Path) -> None:
+    cfg = tmp_path / "zk.toml"
+    cfg.write_text(f'log.dirs = ["{tmp_path / "d"}"]\nzookeeper.connect = "127.0.0.1:2181"\n')
+    proc = run_cli("serve", "--config", str(cfg))
+    assert proc.returncode == 2 and "zookeeper.connect" in proc.stderr
+
+
+def test_protocol_advertises_what_handlers_serve() -> None:
+    from daemon.handlers import Handlers
+
+    assert {18, 0, 1, 2, 3, 19, 20, 35} <= set(protocol.SUPPORTED)
+    assert Handlers.__init__  # the constructor asserts dispatch == SUPPORTED
