@@ -1,9 +1,15 @@
 """The daemon's configuration: TOML whose keys are Kafka's broker property names.
 
-`load(path)` reads a TOML file (or, with no path, the embedded defaults) and returns a
-frozen `Config`. Keys may be written as TOML dotted keys (`log.dirs = [...]`), as
-quoted flat keys (`"log.dirs" = [...]`) or inside tables (`[log]` then `dirs = ...`);
-all three name the same Kafka property. Every key is checked against `KEYS`, the one
+`load_config(path)` reads a TOML file (or, with no path, the embedded defaults: three
+log dirs under ./data, no ZooKeeper, Kafka on 127.0.0.1:9092, /metrics and /healthz on
+127.0.0.1:9308) and returns a frozen `BrokerConfig` with one attribute per key
+(`log.segment.bytes` -> `log_segment_bytes`; `listeners` -> `listener_host` and
+`listener_port`). `load(path)` returns the same settings as a `Config` keyed by the
+Kafka property names, which `BrokerConfig.from_config` converts.
+
+Keys may be written as TOML dotted keys (`log.dirs = [...]`), as quoted flat keys
+(`"log.dirs" = [...]`) or inside tables (`[log]` then `dirs = ...`); all three name
+the same Kafka property. Every key is checked against `KEYS`, the one
 table of known properties with their types, Kafka's defaults and validators.
 
 Errors: an unknown key, a value of the wrong type or out of range, or a file that is
@@ -17,7 +23,7 @@ import difflib
 import re
 import tomllib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -95,7 +101,9 @@ def parse_host_port(value: str) -> tuple[str, int]:
     return match.group("host").strip("[]"), port
 
 
-def _host_port(value: Any) -> str:
+def _host_port(value: Any) -> str | None:
+    if value is None or value == "":
+        return None  # http.listen = "" turns the HTTP endpoint off
     if not isinstance(value, str):
         raise ValueError(f"expected a \"host:port\" string, got {value!r}")
     parse_host_port(value)
@@ -187,7 +195,8 @@ KEYS: dict[str, Key] = {k.name: k for k in (
     Key("auto.create.topics.enable", True, _bool, "create topics named in Metadata requests"),
     Key("socket.request.max.bytes", 100 * 1024 * 1024, _int(1, 2**31 - 1),
         "largest request frame; bigger ones are refused before their body is read"),
-    Key("http.listen", DEFAULT_HTTP_LISTEN, _host_port, "host:port of /metrics and /healthz"),
+    Key("http.listen", DEFAULT_HTTP_LISTEN, _host_port,
+        "host:port of /metrics and /healthz; \"\" turns the endpoint off"),
     # Read by the log-dir health work (next issue); defined now so configs can carry them.
     Key("log.dir.reserve.bytes", DEFAULT_RESERVE_BYTES, _int(0),
         "reserve file written in every ONLINE dir, deleted when it saturates"),
@@ -222,8 +231,9 @@ class Config:
         return self.values["listeners"][0]
 
     @property
-    def http_listen(self) -> tuple[str, int]:
-        return parse_host_port(self.values["http.listen"])
+    def http_listen(self) -> tuple[str, int] | None:
+        raw = self.values["http.listen"]
+        return None if raw is None else parse_host_port(raw)
 
     @property
     def standalone(self) -> bool:
@@ -318,3 +328,135 @@ def describe() -> str:
             default = ",".join(str(x) for x in default)
         lines.append(f"{key.name:<34} default {default!r}\n    {key.doc}")
     return "\n".join(lines)
+
+
+# ---- BrokerConfig: the same settings as attributes ----
+
+
+def _default(key: str) -> Any:
+    return field(default=KEYS[key].default)
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    """Validated broker settings, one attribute per Kafka property.
+
+    Constructing one directly validates every field as a config file would (a bad
+    value raises ConfigError naming the Kafka key). Field defaults equal the embedded
+    defaults, except `http_listen`, whose field default is None (no HTTP endpoint) so
+    that code building a BrokerConfig by hand, e.g. in tests, never binds a fixed port;
+    `load_config` (with or without a file) defaults it to "127.0.0.1:9308".
+    `log_dir_resume_free_bytes` None means 2 x `log_dir_reserve_bytes`.
+    """
+
+    broker_id: int = _default("broker.id")
+    log_dirs: list[str] = field(default_factory=lambda: list(DEFAULT_LOG_DIRS))
+    listener_host: str = "127.0.0.1"  # "" binds every interface, as Kafka's PLAINTEXT://:9092
+    listener_port: int = 9092
+    zookeeper_connect: str | None = None
+    log_segment_bytes: int = _default("log.segment.bytes")
+    log_roll_ms: int = _default("log.roll.ms")
+    log_retention_ms: int = _default("log.retention.ms")
+    log_retention_bytes: int = _default("log.retention.bytes")
+    log_retention_check_interval_ms: int = _default("log.retention.check.interval.ms")
+    log_index_interval_bytes: int = _default("log.index.interval.bytes")
+    message_max_bytes: int = _default("message.max.bytes")
+    num_partitions: int = _default("num.partitions")
+    default_replication_factor: int = _default("default.replication.factor")
+    auto_create_topics_enable: bool = _default("auto.create.topics.enable")
+    socket_request_max_bytes: int = _default("socket.request.max.bytes")
+    http_listen: str | None = None
+    log_dir_reserve_bytes: int = _default("log.dir.reserve.bytes")
+    log_dir_resume_free_bytes: int | None = None
+    log_dir_probe_interval_ms: int = _default("log.dir.probe.interval.ms")
+    log_dir_probe_timeout_ms: int = _default("log.dir.probe.timeout.ms")
+    log_dir_slow_action: str = _default("log.dir.slow.action")
+    # Where the settings came from, for error messages; not a setting itself.
+    source: str = field(default="<BrokerConfig>", compare=False)
+
+    def __post_init__(self) -> None:
+        # Validate through the one key table, so a hand-built config obeys the same
+        # rules as a file, then store the normalised values.
+        checked = from_mapping(self._raw_properties(), source=self.source)
+        for f in fields(self):
+            if f.name in ("source", "listener_host", "listener_port"):
+                continue
+            value = checked[_key_of(f.name)]
+            if f.name == "log_dirs":
+                value = list(value)
+            object.__setattr__(self, f.name, value)
+        listener = checked["listeners"][0]
+        object.__setattr__(self, "listener_host", listener.host)
+        object.__setattr__(self, "listener_port", listener.port)
+
+    def _raw_properties(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            if f.name in ("source", "listener_host", "listener_port"):
+                continue
+            value = getattr(self, f.name)
+            if f.name == "log_dirs" and isinstance(value, (list, tuple)):
+                value = list(value)
+            if f.name == "log_dir_resume_free_bytes" and value is None:
+                continue  # absent: from_mapping derives it from the reserve
+            out[_key_of(f.name)] = value
+        host = f"[{self.listener_host}]" if ":" in str(self.listener_host) else self.listener_host
+        out["listeners"] = f"PLAINTEXT://{host}:{self.listener_port}"
+        return out
+
+    @classmethod
+    def from_config(cls, config: Config) -> BrokerConfig:
+        values = dict(config.values)
+        listener = values.pop("listeners")[0]
+        kwargs = {_attr_of(k): v for k, v in values.items()}
+        kwargs["log_dirs"] = list(kwargs["log_dirs"])
+        return cls(listener_host=listener.host, listener_port=listener.port,
+                   source=config.source, **kwargs)
+
+    def to_properties(self) -> dict[str, Any]:
+        """Kafka property name -> value, for display (`log.dirs` a list, `listeners` a string)."""
+        props = self._raw_properties()
+        return {name: props[name] for name in KEYS}
+
+    def __getitem__(self, key: str) -> Any:
+        """The value of a Kafka property name (`cfg["log.segment.bytes"]`)."""
+        if key not in KEYS:
+            raise KeyError(key)
+        return self.to_properties()[key]
+
+    @property
+    def standalone(self) -> bool:
+        return self.zookeeper_connect is None
+
+    @property
+    def http_address(self) -> tuple[str, int] | None:
+        """(host, port) of the HTTP endpoint, or None when it is off."""
+        return None if self.http_listen is None else parse_host_port(self.http_listen)
+
+    def log_config(self) -> LogConfig:
+        """The per-partition settings every log gets (no per-topic overrides yet)."""
+        return LogConfig(
+            segment_bytes=self.log_segment_bytes,
+            segment_ms=self.log_roll_ms,
+            index_interval_bytes=self.log_index_interval_bytes,
+            retention_ms=self.log_retention_ms,
+            retention_bytes=self.log_retention_bytes,
+            max_message_bytes=self.message_max_bytes,
+        )
+
+
+def _attr_of(key: str) -> str:
+    return key.replace(".", "_")
+
+
+def _key_of(attr: str) -> str:
+    return attr.replace("_", ".")
+
+
+def load_config(path: str | Path | None) -> BrokerConfig:
+    """Read and validate a TOML config file; None gives the embedded defaults.
+
+    Raises ConfigError naming the file and the key for an unknown key, a bad value, a
+    malformed listener, an unreadable file or invalid TOML.
+    """
+    return BrokerConfig.from_config(load(path))

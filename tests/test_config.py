@@ -137,3 +137,119 @@ def test_serve_help_config_lists_keys() -> None:
     assert proc.returncode == 0
     for key in ("log.dirs", "http.listen", "log.dir.slow.action"):
         assert key in proc.stdout
+
+
+# ---- BrokerConfig: the attribute API the daemon reads ----
+
+
+def test_load_config_embedded_defaults_as_attributes() -> None:
+    cfg = config.load_config(None)
+    assert isinstance(cfg, config.BrokerConfig)
+    assert cfg.broker_id == 0 and cfg.zookeeper_connect is None and cfg.standalone
+    assert cfg.log_dirs == ["./data/disk0", "./data/disk1", "./data/disk2"]
+    assert (cfg.listener_host, cfg.listener_port) == ("127.0.0.1", 9092)
+    assert cfg.http_listen == "127.0.0.1:9308" and cfg.http_address == ("127.0.0.1", 9308)
+    assert cfg.log_retention_check_interval_ms == 300000
+    assert cfg.message_max_bytes == 1048588 and cfg.socket_request_max_bytes == 104857600
+    assert cfg.log_dir_reserve_bytes == 41943040
+    assert cfg.log_dir_resume_free_bytes == 2 * 41943040
+    assert (cfg.log_dir_probe_interval_ms, cfg.log_dir_probe_timeout_ms) == (1000, 5000)
+    assert cfg.log_dir_slow_action == "report"
+    with pytest.raises(AttributeError):
+        cfg.broker_id = 3  # type: ignore[misc]  # frozen
+
+
+EVERY_KEY = """
+broker.id = 42
+log.dirs = "/srv/k/a,/srv/k/b"
+listeners = "PLAINTEXT://[::1]:19093"
+zookeeper.connect = "zk1:2181,zk2:2181/logkeeper"
+log.segment.bytes = 1048576
+log.roll.ms = 3600000
+log.retention.ms = -1
+log.retention.bytes = 10000000
+log.retention.check.interval.ms = 1000
+log.index.interval.bytes = 8192
+message.max.bytes = 2000000
+num.partitions = 6
+default.replication.factor = 3
+auto.create.topics.enable = false
+socket.request.max.bytes = 3000000
+http.listen = "0.0.0.0:19308"
+log.dir.reserve.bytes = 1000
+log.dir.resume.free.bytes = 7000
+log.dir.probe.interval.ms = 250
+log.dir.probe.timeout.ms = 2000
+log.dir.slow.action = "offline"
+"""
+
+
+def test_every_key_reaches_its_attribute(tmp_path: Path) -> None:
+    path = tmp_path / "all.toml"
+    path.write_text(EVERY_KEY)
+    cfg = config.load_config(str(path))
+    assert cfg.broker_id == 42
+    assert cfg.log_dirs == ["/srv/k/a", "/srv/k/b"]
+    assert (cfg.listener_host, cfg.listener_port) == ("::1", 19093)
+    assert cfg.zookeeper_connect == "zk1:2181,zk2:2181/logkeeper" and not cfg.standalone
+    assert (cfg.log_segment_bytes, cfg.log_roll_ms) == (1048576, 3600000)
+    assert (cfg.log_retention_ms, cfg.log_retention_bytes) == (-1, 10000000)
+    assert cfg.log_retention_check_interval_ms == 1000
+    assert cfg.log_index_interval_bytes == 8192
+    assert cfg.message_max_bytes == 2000000 and cfg.socket_request_max_bytes == 3000000
+    assert (cfg.num_partitions, cfg.default_replication_factor) == (6, 3)
+    assert cfg.auto_create_topics_enable is False
+    assert cfg.http_listen == "0.0.0.0:19308"
+    assert (cfg.log_dir_reserve_bytes, cfg.log_dir_resume_free_bytes) == (1000, 7000)
+    assert (cfg.log_dir_probe_interval_ms, cfg.log_dir_probe_timeout_ms) == (250, 2000)
+    assert cfg.log_dir_slow_action == "offline"
+    assert cfg.source == str(path)
+    lc = cfg.log_config()
+    assert (lc.segment_bytes, lc.segment_ms, lc.retention_ms, lc.retention_bytes,
+            lc.index_interval_bytes, lc.max_message_bytes) == (
+        1048576, 3600000, -1, 10000000, 8192, 2000000)
+    props = cfg.to_properties()
+    assert list(props) == list(config.KEYS)
+    assert props["listeners"] == "PLAINTEXT://[::1]:19093"
+    assert props["log.dirs"] == ["/srv/k/a", "/srv/k/b"]
+    # The displayed properties read back as the same config.
+    again = tmp_path / "again.toml"
+    again.write_text("".join(f'"{k}" = {_toml(v)}\n' for k, v in props.items() if v is not None))
+    assert config.load_config(again) == cfg
+
+
+def _toml(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return f'"{value}"'
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    return str(value)
+
+
+def test_empty_http_listen_turns_the_endpoint_off(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text('http.listen = ""\n')
+    cfg = config.load_config(path)
+    assert cfg.http_listen is None and cfg.http_address is None
+
+
+def test_hand_built_config_is_validated_like_a_file() -> None:
+    cfg = config.BrokerConfig(log_dirs=["/t/a"], listener_port=0)
+    assert cfg.http_listen is None  # hand-built: no HTTP endpoint unless asked for
+    assert cfg.log_dir_resume_free_bytes == 2 * cfg.log_dir_reserve_bytes
+    with pytest.raises(ConfigError, match="num.partitions"):
+        config.BrokerConfig(num_partitions=0)
+    with pytest.raises(ConfigError, match="log.dir.slow.action"):
+        config.BrokerConfig(log_dir_slow_action="panic")
+    with pytest.raises(ConfigError, match="listeners"):
+        config.BrokerConfig(listener_port=70000)
+
+
+def test_load_config_errors_name_the_file_and_key(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text('listeners = "PLAINTEXT://nohost"\n')
+    with pytest.raises(ConfigError) as info:
+        config.load_config(str(path))
+    assert str(path) in str(info.value) and "listeners" in str(info.value)
