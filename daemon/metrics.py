@@ -5,6 +5,13 @@ Names follow what Kafka's JMX beans become under the Prometheus JMX exporter
 `kafka_log_*`), so existing dashboards read them with little change. Each daemon owns
 its own `CollectorRegistry` (tests start several in one process).
 
+The daemon records through methods (`observe_request`, `bytes_in(topic, n)`,
+`set_log_dir`, `set_log_dir_state`, ...) and serves with `await metrics.serve(host,
+port)`; `health_fn` is the callable behind /healthz. Where the Kafka name exists, the
+metric follows Prometheus' base units (seconds, bytes) rather than JMX's
+milliseconds. The log-dir state, probe-latency, degraded and offline/saturated counts
+are defined here already so dashboards and alerts can be written against them.
+
 The HTTP endpoint runs on the event loop (asyncio), answers GET only, and never
 touches a disk: /metrics renders the registry, /healthz reports readiness and the
 state of each log dir from memory (200 when serving, 503 while starting, stopping, or
@@ -28,16 +35,44 @@ _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 
                     2.5, 5.0, 10.0, 30.0)
 
 
+LOG_DIR_STATES = ("online", "saturated", "offline")
+
+
+class _TopicCounter:
+    """A per-topic counter: `counter(topic, n)` adds n; `.labels(topic)` is the Counter's."""
+
+    def __init__(self, counter: Counter):
+        self.counter = counter
+
+    def __call__(self, topic: str, n: int | float) -> None:
+        self.counter.labels(topic).inc(n)
+
+    def labels(self, *values: str, **kw: str) -> Any:
+        return self.counter.labels(*values, **kw)
+
+
+def _default_health() -> tuple[bool, dict[str, Any]]:
+    return True, {"status": "serving"}
+
+
 class Metrics:
+    """One daemon's metrics in its own registry. Call from the event loop thread."""
+
     def __init__(self, registry: CollectorRegistry | None = None):
         self.registry = registry or CollectorRegistry()
         r = self.registry
-        self.bytes_in = Counter("kafka_server_brokertopicmetrics_bytes_in",
-                                "Bytes appended by producers", ["topic"], registry=r)
-        self.bytes_out = Counter("kafka_server_brokertopicmetrics_bytes_out",
-                                 "Record bytes sent to consumers", ["topic"], registry=r)
-        self.messages_in = Counter("kafka_server_brokertopicmetrics_messages_in",
-                                   "Records appended", ["topic"], registry=r)
+        # /healthz asks this: () -> (ok, detail); the daemon replaces it with its own.
+        self.health_fn: Callable[[], tuple[bool, dict[str, Any]]] = _default_health
+        self._http: HttpEndpoint | None = None
+        self.bytes_in = _TopicCounter(Counter(
+            "kafka_server_brokertopicmetrics_bytes_in", "Bytes appended by producers",
+            ["topic"], registry=r))
+        self.bytes_out = _TopicCounter(Counter(
+            "kafka_server_brokertopicmetrics_bytes_out", "Record bytes sent to consumers",
+            ["topic"], registry=r))
+        self.messages_in = _TopicCounter(Counter(
+            "kafka_server_brokertopicmetrics_messages_in", "Records appended", ["topic"],
+            registry=r))
         self.failed_produce = Counter(
             "kafka_server_brokertopicmetrics_failed_produce_requests",
             "Partition appends refused or failed, by Kafka error code", ["error"], registry=r)
@@ -78,6 +113,66 @@ class Metrics:
                                  "Bytes cut by recovery at start-up", ["log_dir"], registry=r)
         self.offline_dirs = Gauge("kafka_log_logmanager_offlinelogdirectorycount",
                                   "Offline log dirs", registry=r)
+        self.offline_replicas = Gauge("kafka_server_replicamanager_offlinereplicacount",
+                                      "Replicas on this broker in offline log dirs", registry=r)
+        self.saturated_dirs = Gauge("logkeeper_saturated_log_dir_count",
+                                    "Log dirs refusing appends because their disk is full",
+                                    registry=r)
+        self.dir_state = Gauge("logkeeper_log_dir_state",
+                               "1 for the state a log dir is in, 0 for the others",
+                               ["log_dir", "state"], registry=r)
+        self.probe_latency = Histogram(
+            "logkeeper_log_dir_probe_latency_seconds",
+            "Time an availability probe of a log dir took", ["log_dir"],
+            buckets=_LATENCY_BUCKETS, registry=r)
+        self.dir_degraded = Gauge("logkeeper_log_dir_degraded",
+                                  "1 while a log dir is slow but still serving", ["log_dir"],
+                                  registry=r)
+
+    # ---- the recording API ----
+
+    def observe_request(self, api_name: str, seconds: float) -> None:
+        """One request of `api_name` ("Produce", "Fetch", ...) took `seconds` to serve."""
+        self.request_time.labels(api_name).observe(seconds)
+
+    def set_log_dir(self, path: str, size_bytes: int, free_bytes: int, partitions: int) -> None:
+        """Size of the partition data, free space (-1 when unknown) and partition count."""
+        self.dir_size.labels(path).set(size_bytes)
+        if free_bytes >= 0:
+            self.dir_free.labels(path).set(free_bytes)
+        self.dir_partitions.labels(path).set(partitions)
+
+    def set_log_dir_state(self, path: str, state: str) -> None:
+        """Mark `state` ("online", "saturated", "offline") current for `path`."""
+        state = state.lower()
+        for known in dict.fromkeys((*LOG_DIR_STATES, state)):
+            self.dir_state.labels(path, known).set(1 if known == state else 0)
+        self.dir_online.labels(path).set(1 if state == "offline" else 0)
+
+    def set_offline_counts(self, dirs: int, replicas: int, saturated: int) -> None:
+        self.offline_dirs.set(dirs)
+        self.offline_replicas.set(replicas)
+        self.saturated_dirs.set(saturated)
+
+    def observe_probe(self, path: str, seconds: float) -> None:
+        self.probe_latency.labels(path).observe(seconds)
+
+    def set_degraded(self, path: str, degraded: bool) -> None:
+        self.dir_degraded.labels(path).set(1 if degraded else 0)
+
+    async def serve(self, host: str, port: int) -> tuple[str, int]:
+        """Serve /metrics and /healthz on host:port (0 picks a port); returns the bound address."""
+        if self._http is not None:
+            raise RuntimeError("metrics endpoint already serving")
+        endpoint = HttpEndpoint(self, lambda: self.health_fn())
+        bound = await endpoint.start(host, port)
+        self._http = endpoint
+        return bound
+
+    async def close(self) -> None:
+        if self._http is not None:
+            await self._http.close()
+            self._http = None
 
     def partitions_changed(self, broker: Any) -> None:
         n = len(broker.partitions)
@@ -94,7 +189,7 @@ class Metrics:
         if total >= 0:
             self.dir_total.labels(path).set(total)
         self.dir_partitions.labels(path).set(partitions)
-        self.dir_online.labels(path).set(1 if state == "offline" else 0)
+        self.set_log_dir_state(path, state)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -140,7 +235,11 @@ class HttpEndpoint:
                 await self._reply(writer, 200, self.metrics.render(), CONTENT_TYPE_LATEST,
                                   head=method == "HEAD")
             elif target == "/healthz":
-                ok, detail = self.health()
+                try:
+                    ok, detail = self.health()
+                except Exception as err:  # noqa: BLE001 - a broken check reads as unhealthy
+                    log.exception("health check failed")
+                    ok, detail = False, {"status": "error", "error": repr(err)}
                 body = (json.dumps(detail, sort_keys=True) + "\n").encode()
                 await self._reply(writer, 200 if ok else 503, body, "application/json",
                                   head=method == "HEAD")

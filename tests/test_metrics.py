@@ -1,0 +1,157 @@
+"""Metrics and the /metrics + /healthz endpoint, scraped over real loopback HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import urllib.error
+import urllib.request
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from daemon.metrics import Metrics
+
+
+def fetch(port: int, path: str) -> tuple[int, str, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as resp:
+            return resp.status, resp.headers["Content-Type"], resp.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.headers["Content-Type"], err.read().decode()
+
+
+def scrape(port: int, path: str) -> tuple[int, str, str]:
+    """GET from a thread, so the endpoint on this test's event loop can answer."""
+    return asyncio.get_running_loop().run_in_executor(None, fetch, port, path)  # type: ignore[return-value]
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def record_everything(m: Metrics) -> None:
+    m.observe_request("Produce", 0.0007)
+    m.observe_request("Produce", 0.2)
+    m.observe_request("Fetch", 0.003)
+    m.bytes_in("orders", 1000)
+    m.bytes_in("orders", 24)
+    m.bytes_out("orders", 512)
+    m.messages_in("orders", 10)
+    m.set_log_dir("/d/a", 4096, 10**9, 3)
+    m.set_log_dir("/d/b", 0, 5, 0)
+    m.set_log_dir_state("/d/a", "online")
+    m.set_log_dir_state("/d/b", "saturated")
+    m.set_log_dir_state("/d/b", "offline")  # the latest state wins
+    m.set_offline_counts(dirs=1, replicas=4, saturated=0)
+    m.observe_probe("/d/a", 0.002)
+    m.set_degraded("/d/a", True)
+
+
+def test_recorded_values_appear_in_the_exposition() -> None:
+    m = Metrics()
+    record_everything(m)
+    got = samples(m.render().decode())
+    assert got[("kafka_server_brokertopicmetrics_bytes_in_total", (("topic", "orders"),))] == 1024
+    assert got[("kafka_server_brokertopicmetrics_bytes_out_total", (("topic", "orders"),))] == 512
+    assert got[("kafka_server_brokertopicmetrics_messages_in_total", (("topic", "orders"),))] == 10
+    hist = "kafka_network_requestmetrics_total_time_seconds"
+    assert got[(hist + "_count", (("request", "Produce"),))] == 2
+    assert got[(hist + "_bucket", (("le", "0.001"), ("request", "Produce")))] == 1
+    assert got[(hist + "_count", (("request", "Fetch"),))] == 1
+    assert got[("kafka_log_logdir_size_bytes", (("log_dir", "/d/a"),))] == 4096
+    assert got[("kafka_log_logdir_free_bytes", (("log_dir", "/d/a"),))] == 10**9
+    assert got[("kafka_log_logdir_partition_count", (("log_dir", "/d/a"),))] == 3
+    state = {(dict(k[1])["log_dir"], dict(k[1])["state"]): v for k, v in got.items()
+             if k[0] == "logkeeper_log_dir_state"}
+    assert state == {("/d/a", "online"): 1, ("/d/a", "saturated"): 0, ("/d/a", "offline"): 0,
+                     ("/d/b", "online"): 0, ("/d/b", "saturated"): 0, ("/d/b", "offline"): 1}
+    assert got[("kafka_log_logmanager_logdirectoryoffline", (("log_dir", "/d/b"),))] == 1
+    assert got[("kafka_log_logmanager_logdirectoryoffline", (("log_dir", "/d/a"),))] == 0
+    assert got[("kafka_log_logmanager_offlinelogdirectorycount", ())] == 1
+    assert got[("kafka_server_replicamanager_offlinereplicacount", ())] == 4
+    assert got[("logkeeper_saturated_log_dir_count", ())] == 0
+    assert got[("logkeeper_log_dir_probe_latency_seconds_count", (("log_dir", "/d/a"),))] == 1
+    assert got[("logkeeper_log_dir_degraded", (("log_dir", "/d/a"),))] == 1
+    m.set_degraded("/d/a", False)
+    assert samples(m.render().decode())[("logkeeper_log_dir_degraded", (("log_dir", "/d/a"),))] == 0
+
+
+def test_each_metrics_object_has_its_own_registry() -> None:
+    a, b = Metrics(), Metrics()
+    a.bytes_in("t", 5)
+    assert "bytes_in_total{topic=\"t\"}" not in b.render().decode()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_serve_answers_metrics_and_healthz_over_http() -> None:
+    async def main() -> None:
+        m = Metrics()
+        record_everything(m)
+        port = free_port()
+        host, bound = await m.serve("127.0.0.1", port)
+        assert (host, bound) == ("127.0.0.1", port)
+        try:
+            code, ctype, text = await scrape(port, "/metrics")
+            assert code == 200 and ctype.startswith("text/plain")
+            assert samples(text)[("kafka_server_replicamanager_offlinereplicacount", ())] == 4
+
+            detail: dict[str, Any] = {"status": "serving", "log_dirs": {"/d/a": "online"}}
+            healthy = [True]
+            m.health_fn = lambda: (healthy[0], detail)
+            code, ctype, text = await scrape(port, "/healthz")
+            assert (code, ctype) == (200, "application/json") and json.loads(text) == detail
+            healthy[0] = False
+            code, _, text = await scrape(port, "/healthz")
+            assert code == 503 and json.loads(text) == detail
+
+            def broken() -> tuple[bool, dict[str, Any]]:
+                raise RuntimeError("no dirs yet")
+
+            m.health_fn = broken
+            code, _, text = await scrape(port, "/healthz")
+            assert code == 503 and "no dirs yet" in json.loads(text)["error"]
+            assert (await scrape(port, "/nope"))[0] == 404
+        finally:
+            await m.close()
+        with pytest.raises(OSError):  # closed: nothing listens any more
+            socket.create_connection(("127.0.0.1", port), timeout=2).close()
+
+    asyncio.run(main())
+
+
+def test_port_zero_picks_a_free_port_and_default_health_is_ok() -> None:
+    async def main() -> None:
+        m = Metrics()
+        _, port = await m.serve("127.0.0.1", 0)
+        try:
+            code, _, text = await scrape(port, "/healthz")
+            assert code == 200 and json.loads(text)["status"] == "serving"
+        finally:
+            await m.close()
+
+    asyncio.run(main())
+
+
+def test_a_busy_port_raises_oserror() -> None:
+    async def main() -> None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            s.listen()
+            m = Metrics()
+            with pytest.raises(OSError):
+                await m.serve("127.0.0.1", s.getsockname()[1])
+            await m.close()  # nothing to close: must not raise
+
+    asyncio.run(main())
