@@ -15,6 +15,7 @@ import json
 import sys
 from typing import Any
 
+import kafka.errors
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
 from .client import ClientError, connect_any
@@ -84,6 +85,7 @@ def main(argv: list[str]) -> int:
     print(json.dumps(desc, indent=2) if args.json else render(desc))
     failed = [t for t in desc["topics"] if t["error_code"]]
     for t in failed:
-        print(f"logkeeper topics: topic {t['topic']!r}: error {t['error_code']}",
-              file=sys.stderr)
+        name = kafka.errors.for_code(t["error_code"]).__name__
+        print(f"logkeeper topics: topic {t['topic']!r}: error {t['error_code']} ({name}) "
+              f"from {args.bootstrap_server}", file=sys.stderr)
     return 1 if failed else 0

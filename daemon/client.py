@@ -2,7 +2,8 @@
 
 It speaks to any Kafka-protocol broker (this daemon or Apache Kafka): it asks
 ApiVersions first and uses the highest version both sides support, encoding and
-decoding with kafka-python's schema classes through daemon.protocol.
+decoding with kafka-python's schema classes directly. It does not import the daemon's
+own codec (daemon.protocol), so the admin commands test the server from outside.
 
 Errors: a broker that cannot be reached, closes the connection or answers with bytes
 that do not decode raises `ClientError` naming the broker address and the API.
@@ -14,13 +15,19 @@ import socket
 import struct
 from typing import Any
 
+from kafka.protocol.api_key import ApiKey
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
-
-from . import protocol
 
 
 class ClientError(Exception):
-    pass
+    """A broker that cannot be reached or answered nonsense; names the address and API."""
+
+
+def _api_name(api_key: int) -> str:
+    try:
+        return ApiKey(api_key).name
+    except ValueError:
+        return f"api {api_key}"
 
 
 class Connection:
@@ -48,7 +55,7 @@ class Connection:
 
     def version_for(self, api_key: int, lo: int, hi: int) -> int:
         broker = self.versions.get(api_key)
-        name = protocol.Api.name_of(api_key)
+        name = _api_name(api_key)
         if broker is None:
             raise ClientError(f"{self.address} does not serve {name}")
         v = min(hi, broker[1])
@@ -65,7 +72,9 @@ class Connection:
 
     def _call(self, body: Any, response_cls: Any, version: int) -> Any:
         self._correlation += 1
-        frame = protocol.encode_request(body, version, self._correlation, "logkeeper-admin")
+        body.API_VERSION = version
+        body.with_header(correlation_id=self._correlation, client_id="logkeeper-admin")
+        frame = bytes(body.encode(header=True, framed=True))
         try:
             self.sock.sendall(frame)
             (size,) = struct.unpack(">i", self._recv(4))
@@ -73,9 +82,10 @@ class Connection:
         except OSError as err:
             raise ClientError(f"{self.address}: {body.name} failed: {err}") from err
         try:
-            resp = protocol.decode_response(response_cls, payload, version)
-        except protocol.ProtocolError as err:
-            raise ClientError(f"{self.address}: {err}") from err
+            resp = response_cls.decode(payload, version=version, header=True)
+        except Exception as err:  # noqa: BLE001 - the decoder raises many types on bad bytes
+            raise ClientError(f"{self.address}: {body.name} v{version} answer does not "
+                              f"decode: {type(err).__name__}: {err}") from err
         if resp.header.correlation_id != self._correlation:
             raise ClientError(f"{self.address}: {body.name} answer has correlation id "
                               f"{resp.header.correlation_id}, expected {self._correlation}")
