@@ -203,3 +203,16 @@ def test_a_gone_socket_is_logged_not_raised(tmp_path: Path) -> None:
     n = Notifier(str(tmp_path / "nobody-listens.sock"))
     assert n.enabled and n.ready() is False
     n.close()
+
+
+def test_every_key_in_the_example_config_is_documented() -> None:
+    from daemon.config import KEYS
+
+    lines = (SYSTEMD / "logkeeper.toml").read_text().splitlines()
+    for key in KEYS:
+        at = [i for i, line in enumerate(lines)
+              if line.lstrip("# ").startswith(f"{key} = ")]
+        assert at, f"example config does not show {key}"
+        above = lines[at[0] - 1]
+        assert above.startswith("# ") and not above.lstrip("# ").startswith(tuple(KEYS)), \
+            f"{key} has no comment above it"
