@@ -240,7 +240,8 @@ class HttpEndpoint:
                 except Exception as err:  # noqa: BLE001 - a broken check reads as unhealthy
                     log.exception("health check failed")
                     ok, detail = False, {"status": "error", "error": repr(err)}
-                body = (json.dumps(detail, sort_keys=True) + "\n").encode()
+                # default=str: a Path or an enum in the detail must still give an answer.
+                body = (json.dumps(detail, sort_keys=True, default=str) + "\n").encode()
                 await self._reply(writer, 200 if ok else 503, body, "application/json",
                                   head=method == "HEAD")
             else:

@@ -7,6 +7,7 @@ import json
 import socket
 import urllib.error
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -138,6 +139,9 @@ def test_port_zero_picks_a_free_port_and_default_health_is_ok() -> None:
         try:
             code, _, text = await scrape(port, "/healthz")
             assert code == 200 and json.loads(text)["status"] == "serving"
+            m.health_fn = lambda: (True, {"log_dir": Path("/d/a")})  # not JSON by itself
+            code, _, text = await scrape(port, "/healthz")
+            assert code == 200 and json.loads(text) == {"log_dir": "/d/a"}
         finally:
             await m.close()
 
