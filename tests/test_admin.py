@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -20,6 +19,7 @@ import pytest
 
 from daemon import admin, admin_topics
 from tests.daemon_helpers import REPO, Daemon, free_port, running
+from tests.faults import in_ci
 
 ADMIN = [(admin.main, "log-dirs"), (admin_topics.main, "topics")]
 
@@ -62,7 +62,7 @@ def test_unreachable_server_exits_2_naming_it(command: str) -> None:
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     if importlib.util.find_spec("daemon.server") is None:
-        if os.environ.get("CI") == "true":
+        if in_ci():
             pytest.fail("daemon.server is missing: the admin commands have no server to ask")
         pytest.skip("daemon.server is not importable yet (part A): no server to ask")
     from kafka import KafkaProducer

@@ -19,6 +19,7 @@ import pytest
 
 from daemon.config import load_config
 from daemon.notify import Notifier
+from tests.faults import in_ci
 
 REPO = Path(__file__).resolve().parents[1]
 SYSTEMD = REPO / "systemd"
@@ -29,7 +30,7 @@ SHIPPED_EXEC = "ExecStart=/usr/local/bin/logkeeper serve --config /etc/logkeeper
 def need_tool(name: str) -> str:
     path = shutil.which(name)
     if path is None:
-        if os.environ.get("CI") == "true":
+        if in_ci():
             pytest.fail(f"{name} is not installed; CI needs Debian's systemd package")
         pytest.skip(f"{name} is not installed (Debian package systemd)")
     return path
