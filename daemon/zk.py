@@ -1,0 +1,220 @@
+"""The broker's link to ZooKeeper, in the znodes a ZooKeeper-mode Kafka controller reads.
+
+`ClusterLink` wraps one KazooClient and:
+- registers `/brokers/ids/<id>` (ephemeral, Kafka's JSON, FORMATS.md) and registers it
+  again after a session expiry;
+- announces log-dir transitions as persistent sequential
+  `/log_dir_event_notification/log_dir_event_` nodes holding
+  `{"version":1,"broker":<id>,"event":1}`, which a Kafka controller reads, acts on
+  and deletes;
+- publishes each log dir's state at `/logkeeper/brokers/<id>/log_dirs` (persistent
+  JSON, see `log_dirs_payload`), for our controller and for operators.
+
+Nothing here blocks the caller: events and publications go into a queue drained by
+one worker thread, which waits while ZooKeeper is away and retries after connection
+loss or session expiry, so nothing is dropped. Only the named retryable kazoo
+exceptions are retried; anything else is logged and the item kept for the next try.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import (
+    ConnectionLoss,
+    NodeExistsError,
+    NoNodeError,
+    OperationTimeoutError,
+    SessionExpiredError,
+)
+from kazoo.handlers.threading import KazooTimeoutError
+
+log = logging.getLogger("logkeeper.zk")
+
+RETRYABLE = (ConnectionLoss, SessionExpiredError, OperationTimeoutError, KazooTimeoutError)
+LOG_DIR_EVENT_PATH = "/log_dir_event_notification"
+LOG_DIR_EVENT_PREFIX = LOG_DIR_EVENT_PATH + "/log_dir_event_"
+LOG_DIR_FAILURE_EVENT = 1
+
+
+class BrokerIdTakenError(RuntimeError):
+    """Another live broker is registered under our broker.id."""
+
+
+def _json(obj: object) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+def broker_payload(host: str, port: int, *, now_ms: int | None = None) -> bytes:
+    ts = int(time.time() * 1000) if now_ms is None else now_ms
+    return _json({
+        "features": {}, "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"},
+        "endpoints": [f"PLAINTEXT://{host}:{port}"], "jmx_port": -1, "port": port,
+        "host": host, "version": 5, "timestamp": str(ts),
+    })
+
+
+def log_dir_event_payload(broker_id: int) -> bytes:
+    return _json({"version": 1, "broker": broker_id, "event": LOG_DIR_FAILURE_EVENT})
+
+
+def log_dirs_payload(broker_id: int, dirs: list[dict]) -> bytes:
+    """{"version":1,"broker":id,"timestamp":"ms","log_dirs":[{"path","state","free_bytes",
+    "partitions":["topic-p",...], "error": str|null, "degraded": bool}]}"""
+    return _json({"version": 1, "broker": broker_id, "timestamp": str(int(time.time() * 1000)),
+                  "log_dirs": dirs})
+
+
+@dataclass
+class _Pending:
+    events: deque = field(default_factory=deque)  # log dir paths whose event is not yet in ZK
+    log_dirs: list[dict] | None = None  # the latest state to publish, if not yet published
+    register: bool = True
+
+
+class ClusterLink:
+    def __init__(self, hosts: str, broker_id: int, host: str, port: int, *,
+                 session_timeout: float = 10.0, connect_timeout: float = 5.0):
+        self.broker_id = broker_id
+        self.host, self.port = host, port
+        self.client = KazooClient(hosts=hosts, timeout=session_timeout,
+                                  connection_retry={"max_tries": -1, "max_delay": 2})
+        self.connect_timeout = connect_timeout
+        self._pending = _Pending()
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._connected = threading.Event()
+        self._stop = threading.Event()
+        self._worker = threading.Thread(target=self._run, name="logkeeper-zk", daemon=True)
+        self.events_sent = 0
+        self.registrations = 0
+
+    @property
+    def broker_path(self) -> str:
+        return f"/brokers/ids/{self.broker_id}"
+
+    @property
+    def log_dirs_path(self) -> str:
+        return f"/logkeeper/brokers/{self.broker_id}/log_dirs"
+
+    # ---- lifecycle ----
+
+    def start(self) -> None:
+        """Connect in the background; the daemon serves whether ZooKeeper is up or not."""
+        self.client.add_listener(self._on_state)
+        self.client.start_async()
+        self._worker.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        self._worker.join(timeout=10)
+        try:
+            self.client.stop()
+            self.client.close()
+        except Exception:  # noqa: BLE001 - best effort on shutdown, whatever state kazoo is in
+            log.debug("closing the ZooKeeper client failed", exc_info=True)
+
+    def _on_state(self, state: str) -> None:
+        # Runs on kazoo's thread: must not block.
+        if state == KazooState.CONNECTED:
+            self._connected.set()
+        else:
+            self._connected.clear()
+            if state == KazooState.LOST:  # session expired: the ephemeral node is gone
+                with self._lock:
+                    self._pending.register = True
+        self._wake.set()
+
+    # ---- what the daemon calls (thread-safe, non-blocking) ----
+
+    def announce_log_dir_event(self, log_dir: str) -> None:
+        """Queue one LogDirFailure notification (OFFLINE or SATURATED transition)."""
+        with self._lock:
+            self._pending.events.append(log_dir)
+        self._wake.set()
+
+    def publish_log_dirs(self, dirs: list[dict]) -> None:
+        """Queue the latest per-dir state; only the newest unpublished one is kept."""
+        with self._lock:
+            self._pending.log_dirs = dirs
+        self._wake.set()
+
+    @property
+    def pending_events(self) -> int:
+        with self._lock:
+            return len(self._pending.events)
+
+    # ---- the worker ----
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(timeout=1.0)
+            self._wake.clear()
+            if self._stop.is_set() or not self._connected.is_set():
+                continue
+            try:
+                self._drain()
+            except RETRYABLE as err:
+                log.info("ZooKeeper unavailable (%s); will retry", type(err).__name__)
+                time.sleep(0.2)
+                self._wake.set()
+            except Exception:  # noqa: BLE001 - keep the item, keep the worker alive
+                log.exception("ZooKeeper update failed; will retry")
+                time.sleep(1.0)
+                self._wake.set()
+
+    def _drain(self) -> None:
+        with self._lock:
+            register = self._pending.register
+        if register:
+            self._register()
+            with self._lock:
+                self._pending.register = False
+        while True:
+            with self._lock:
+                if not self._pending.events:
+                    break
+                log_dir = self._pending.events[0]
+            self.client.ensure_path(LOG_DIR_EVENT_PATH)
+            path = self.client.create(LOG_DIR_EVENT_PREFIX, log_dir_event_payload(self.broker_id),
+                                      sequence=True)
+            log.warning("log dir %s: notified the controller at %s", log_dir, path)
+            with self._lock:
+                self._pending.events.popleft()
+            self.events_sent += 1
+        with self._lock:
+            dirs = self._pending.log_dirs
+        if dirs is not None:
+            data = log_dirs_payload(self.broker_id, dirs)
+            try:
+                self.client.set(self.log_dirs_path, data)
+            except NoNodeError:
+                self.client.create(self.log_dirs_path, data, makepath=True)
+            with self._lock:
+                if self._pending.log_dirs is dirs:
+                    self._pending.log_dirs = None
+
+    def _register(self) -> None:
+        self.client.ensure_path("/brokers/ids")
+        data = broker_payload(self.host, self.port)
+        try:
+            self.client.create(self.broker_path, data, ephemeral=True)
+        except NodeExistsError:
+            # An expired session's ephemerals are gone before kazoo reports LOST, so a
+            # node owned by another session is a live broker with our id: never take it
+            # (Kafka refuses too); say so and try again later.
+            _, stat = self.client.get(self.broker_path)
+            if stat.ephemeralOwner != self.client.client_id[0]:
+                raise BrokerIdTakenError(
+                    f"{self.broker_path} is held by another live session "
+                    f"(0x{stat.ephemeralOwner:x}): is another broker running with id "
+                    f"{self.broker_id}?") from None
+        self.registrations += 1
+        log.info("registered %s", self.broker_path)

@@ -1,0 +1,116 @@
+"""The ZooKeeper link against a real ZooKeeper: registration, log-dir events, expiry."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException
+
+from daemon.zk import ClusterLink
+
+from .zkserver import ZooKeeperServer
+
+pytestmark = pytest.mark.zookeeper
+
+
+@pytest.fixture(scope="module")
+def zk():
+    server = ZooKeeperServer()
+    server.start()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def admin(zk):
+    client = KazooClient(hosts=zk.hosts)
+    client.start(timeout=15)
+    yield client
+    client.stop()
+    client.close()
+
+
+def wait_for(pred, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if pred():
+                return True
+        except KazooException:  # the checking client itself is reconnecting
+            pass
+        time.sleep(0.1)
+    return False
+
+
+def events(admin):
+    if not admin.exists("/log_dir_event_notification"):
+        return []
+    return sorted(admin.get_children("/log_dir_event_notification"))
+
+
+def test_registers_like_a_kafka_broker_and_announces_events(zk, admin):
+    link = ClusterLink(zk.hosts, 11, "127.0.0.1", 19092)
+    link.start()
+    try:
+        assert wait_for(lambda: admin.exists("/brokers/ids/11"))
+        data, stat = admin.get("/brokers/ids/11")
+        doc = json.loads(data)
+        assert stat.ephemeralOwner != 0
+        assert doc["version"] == 5 and doc["endpoints"] == ["PLAINTEXT://127.0.0.1:19092"]
+        assert doc["host"] == "127.0.0.1" and doc["port"] == 19092 and doc["jmx_port"] == -1
+        before = events(admin)
+        link.announce_log_dir_event("/data/d2")
+        assert wait_for(lambda: len(events(admin)) == len(before) + 1)
+        (new,) = set(events(admin)) - set(before)
+        assert new.startswith("log_dir_event_") and len(new) == len("log_dir_event_") + 10
+        payload, _ = admin.get(f"/log_dir_event_notification/{new}")
+        assert payload == b'{"version":1,"broker":11,"event":1}'
+        link.publish_log_dirs([{"path": "/data/d2", "state": "offline", "free_bytes": 0,
+                                "partitions": ["t-0"], "error": "EIO", "degraded": False}])
+        assert wait_for(lambda: admin.exists("/logkeeper/brokers/11/log_dirs"))
+        state = json.loads(admin.get("/logkeeper/brokers/11/log_dirs")[0])
+        assert state["log_dirs"][0]["state"] == "offline"
+    finally:
+        link.stop()
+    assert wait_for(lambda: not admin.exists("/brokers/ids/11"))
+
+
+def test_events_wait_while_zookeeper_is_down(zk, admin):
+    link = ClusterLink(zk.hosts, 12, "127.0.0.1", 19093, session_timeout=30)
+    link.start()
+    try:
+        assert wait_for(lambda: admin.exists("/brokers/ids/12"))
+        before = len(events(admin))
+        zk.stop()
+        link.announce_log_dir_event("/data/d1")
+        link.announce_log_dir_event("/data/d3")
+        time.sleep(1.0)
+        assert link.pending_events == 2  # queued, not dropped
+        zk.start()  # same port and data: both clients reconnect by themselves
+        assert wait_for(lambda: len(events(admin)) == before + 2, timeout=30)
+        assert link.pending_events == 0
+    finally:
+        link.stop()
+
+
+def test_reregisters_after_session_expiry(zk, admin):
+    link = ClusterLink(zk.hosts, 13, "127.0.0.1", 19094, session_timeout=4)
+    link.start()
+    try:
+        assert wait_for(lambda: admin.exists("/brokers/ids/13"))
+        first_owner = admin.exists("/brokers/ids/13").ephemeralOwner
+        # Expire the link's session from outside: a client joining the same session and
+        # closing it ends it on the server, as an expiry would.
+        session_id, password = link.client.client_id
+        thief = KazooClient(hosts=zk.hosts, client_id=(session_id, password))
+        thief.start(timeout=15)
+        thief.stop()
+        thief.close()
+        assert wait_for(lambda: link.registrations >= 2, timeout=30)
+        stat = admin.exists("/brokers/ids/13")
+        assert stat is not None and stat.ephemeralOwner != first_owner
+    finally:
+        link.stop()
