@@ -187,13 +187,13 @@ def decode_request(frame: bytes) -> Request:
     return Request(api, version, correlation_id, header.client_id, body, len(frame))
 
 
-def encode_response(request: Request, response: Any) -> bytes:
+def encode_response(request: Request, response: Any) -> bytes | bytearray:
     """Frame `response` for `request`: size prefix, response header, body."""
     # Version first: kafka-python's version setter assumes a request header once a
     # header is attached.
     response.API_VERSION = request.version
     response.with_header(correlation_id=request.correlation_id)
-    return bytes(response.encode(header=True, framed=True))
+    return response.encode(header=True, framed=True)  # a fresh bytearray: no extra copy
 
 
 def api_versions_response(version: int, error_code: int = 0) -> Any:

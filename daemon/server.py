@@ -41,6 +41,7 @@ CHECKPOINT_INTERVAL_S = 60.0  # Kafka's log.flush.offset.checkpoint.interval.ms 
 METRICS_REFRESH_S = 10.0
 STOP_GRACE_S = 10.0  # in-flight requests get this long to finish at shutdown
 STREAM_LIMIT = 1 << 20
+MAX_PIPELINED = 16  # Produce requests in flight per connection
 
 
 class Server:
@@ -204,16 +205,29 @@ class Server:
         task.add_done_callback(lambda t: self._connections.pop(t, None))
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Read requests, dispatch them, and leave writing to `_write_responses`.
+
+        Consecutive Produce requests are pipelined (up to MAX_PIPELINED): each one's
+        appends are queued on the workers before the next is read, so order per
+        partition is kept. Any other request first waits for everything before it to
+        finish, so it observes their effects as with one-at-a-time processing.
+        Responses always go out in request order.
+        """
         local = writer.get_extra_info("sockname")
         peer = writer.get_extra_info("peername")
         conn = ConnInfo(local[0], local[1], f"{peer[0]}:{peer[1]}" if peer else "?")
         max_frame = self.config["socket.request.max.bytes"]
         me = asyncio.current_task()
         assert me is not None
+        outq: asyncio.Queue[tuple[protocol.Request | None, asyncio.Future[Any], float] | None]
+        outq = asyncio.Queue(MAX_PIPELINED)
+        responder = asyncio.ensure_future(self._write_responses(outq, writer, conn))
+        pending: list[asyncio.Future[Any]] = []
+        prev_produce = False
         self.metrics.connections.inc()
         try:
-            while not self.stop_event.is_set():
-                self._connections[me] = False
+            while not self.stop_event.is_set() and not responder.done():
+                self._connections[me] = not all(t.done() for t in pending)
                 frame = await protocol.read_frame(reader, max_frame)
                 if frame is None:
                     break
@@ -222,21 +236,24 @@ class Server:
                 try:
                     req = protocol.decode_request(frame)
                 except protocol.UnsupportedVersion as err:
-                    if err.api_key == 18:  # ApiVersions: answer so the client can retry
-                        writer.write(protocol.unsupported_api_versions_frame(err.correlation_id))
-                        await writer.drain()
-                        continue
-                    raise
-                response = await self.handlers.handle(req, conn)
-                if response is CLOSE:
-                    log.info("closing %s: an acks=0 produce failed", conn.peer)
-                    break
-                if response is not None:
-                    writer.write(protocol.encode_response(req, response))
-                    await writer.drain()
-                self.metrics.requests.labels(req.name, str(req.version)).inc()
-                self.metrics.request_bytes.labels(req.name).inc(req.size)
-                self.metrics.request_time.labels(req.name).observe(time.perf_counter() - started)
+                    if err.api_key != 18:
+                        raise
+                    # ApiVersions at a version we do not know: answer so the client can
+                    # retry at one we do (KIP-511).
+                    done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+                    done.set_result(protocol.unsupported_api_versions_frame(err.correlation_id))
+                    await outq.put((None, done, started))
+                    continue
+                produce = req.api.key == 0
+                if not (produce and prev_produce) and pending:
+                    await asyncio.wait(pending)
+                    pending = []
+                prev_produce = produce
+                # The handler runs up to its first await now: a Produce queues its appends
+                # on the workers here, in request order.
+                task = asyncio.ensure_future(self.handlers.handle(req, conn))
+                pending = [t for t in pending if not t.done()] + [task]
+                await outq.put((req, task, started))
         except protocol.FrameTooLarge as err:
             self.metrics.bad_frames.labels("too_large").inc()
             log.warning("closing %s: %s", conn.peer, err)
@@ -246,12 +263,48 @@ class Server:
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         except asyncio.CancelledError:
+            responder.cancel()
             raise
+        finally:
+            # Answers already due are still written, then the connection closes.
+            if not responder.done():
+                try:
+                    outq.put_nowait(None)
+                except asyncio.QueueFull:
+                    await outq.put(None)
+                await asyncio.wait([responder], timeout=STOP_GRACE_S)
+                responder.cancel()
+            self.metrics.connections.dec()
+            writer.close()
+
+    async def _write_responses(self, outq: asyncio.Queue[Any], writer: asyncio.StreamWriter,
+                               conn: ConnInfo) -> None:
+        try:
+            while True:
+                item = await outq.get()
+                if item is None:
+                    return
+                req, fut, started = item
+                response = await fut
+                if req is None:  # a ready-made frame
+                    writer.write(response)
+                    await writer.drain()
+                    continue
+                if response is CLOSE:
+                    log.info("closing %s: an acks=0 produce failed", conn.peer)
+                    writer.close()
+                    return
+                if response is not None:
+                    writer.write(protocol.encode_response(req, response))
+                    await writer.drain()
+                self.metrics.requests.labels(req.name, str(req.version)).inc()
+                self.metrics.request_bytes.labels(req.name).inc(req.size)
+                self.metrics.request_time.labels(req.name).observe(time.perf_counter() - started)
+        except (ConnectionError, asyncio.CancelledError):
+            writer.close()
         except Exception:  # noqa: BLE001 - a handler bug closes this connection only
             self.metrics.bad_frames.labels("server_error").inc()
             log.exception("closing %s after an unexpected error", conn.peer)
-        finally:
-            self.metrics.connections.dec()
             writer.close()
 
 

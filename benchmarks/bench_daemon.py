@@ -1,0 +1,192 @@
+"""The daemon's speed through the Kafka protocol against the log store it wraps, same run.
+
+- Produce: confluent-kafka (acks=1, ~64 KiB batches) into a running `logkeeper serve`
+  vs `Log.append` of the same bytes in 64 KiB batches, in-process. Target >= 0.5.
+- Fetch: a confluent-kafka consumer reading a partition from offset 0 vs `Log.read`
+  over a log holding the same batches. Target >= 0.5. A raw-socket Fetch loop (no
+  client decoding) is reported beside it to show the protocol's own cost.
+- Resident memory (RSS, not virtual size) of a daemon holding 1,000 partitions over 3
+  log dirs, printed and attached to the pytest-benchmark record (not a timing pair).
+
+Each daemon is a real subprocess with its log dirs under a temp dir.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import confluent_kafka as ck
+import psutil
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from logstore import Log, LogConfig, records  # noqa: E402
+from tests.daemon_helpers import Daemon, RawClient  # noqa: E402
+
+VALUE = 4096
+PER_BATCH = 16  # 16 x 4 KiB values: ~64 KiB batches
+BATCHES = 128  # 8 MiB per call
+PARTITIONS = 4
+
+
+@pytest.fixture(scope="module")
+def daemon() -> Iterator[Daemon]:
+    with tempfile.TemporaryDirectory(prefix="lk-bench-") as tmp:
+        d = Daemon(Path(tmp), {"num.partitions": PARTITIONS,
+                               "log.segment.bytes": 256 << 20,
+                               "log.retention.bytes": 512 << 20})
+        d.start()
+        try:
+            yield d
+        finally:
+            d.stop()
+
+
+def make_batches() -> list[bytes]:
+    value = bytes(range(256)) * (VALUE // 256)
+    return [records.build_batch([records.Record(key=b"k%d" % j, value=value)
+                                 for j in range(PER_BATCH)]) for _ in range(BATCHES)]
+
+
+def test_produce_through_protocol_vs_log_append(ratio, daemon: Daemon, tmp_path: Path) -> None:
+    batches = make_batches()
+    total = sum(len(b) for b in batches)
+    producer = ck.Producer({"bootstrap.servers": daemon.bootstrap, "acks": 1,
+                            "linger.ms": 5, "batch.size": 64 * 1024,
+                            "queue.buffering.max.kbytes": 256 * 1024,
+                            "compression.type": "none"})
+    value = bytes(range(256)) * (VALUE // 256)
+    n_records = BATCHES * PER_BATCH
+
+    def ours() -> None:
+        for i in range(n_records):
+            producer.produce("bench-produce", value=value, key=b"k%d" % (i % PER_BATCH),
+                             partition=(i // PER_BATCH) % PARTITIONS)
+        assert producer.flush(60) == 0
+
+    log = Log.open(tmp_path / "bench-0", LogConfig(segment_bytes=256 << 20,
+                                                   retention_bytes=512 << 20))
+
+    def baseline() -> None:
+        for b in batches:
+            log.append(b)
+        if log.size_bytes > 512 << 20:
+            log.apply_retention()
+
+    ratio("daemon produce 8 MiB, confluent-kafka acks=1", ours, baseline, target=0.5,
+          unit_bytes=total, rounds=7, min_sample=0.05, baseline_label="Log.append")
+    log.close()
+
+
+def test_fetch_through_protocol_vs_log_read(ratio, daemon: Daemon, tmp_path: Path) -> None:
+    batches = make_batches()
+    total = sum(len(b) for b in batches)
+    producer = ck.Producer({"bootstrap.servers": daemon.bootstrap, "acks": 1,
+                            "linger.ms": 5, "batch.size": 64 * 1024})
+    value = bytes(range(256)) * (VALUE // 256)
+    n_records = BATCHES * PER_BATCH
+    for i in range(n_records):
+        producer.produce("bench-fetch", value=value, key=b"k%d" % (i % PER_BATCH), partition=0)
+        if i % 1000 == 0:
+            producer.poll(0)
+    assert producer.flush(60) == 0
+
+    consumer = ck.Consumer({"bootstrap.servers": daemon.bootstrap, "group.id": "bench",
+                            "enable.auto.commit": False, "fetch.max.bytes": 16 << 20,
+                            "max.partition.fetch.bytes": 16 << 20,
+                            # Each call re-reads from offset 0; without this the fetch
+                            # long-polling at the log end holds the reset for 500 ms.
+                            "fetch.wait.max.ms": 1})
+
+    def ours() -> None:
+        consumer.assign([ck.TopicPartition("bench-fetch", 0, 0)])
+        got = 0
+        while got < n_records:
+            msgs = consumer.consume(n_records - got, 5.0)
+            assert msgs, "the consumer stalled"
+            got += len(msgs)
+
+    log = Log.open(tmp_path / "bench-1", LogConfig(segment_bytes=256 << 20))
+    for b in batches:
+        log.append(b)
+    log.high_watermark = log.log_end_offset
+
+    def baseline() -> None:
+        offset = 0
+        end = log.log_end_offset
+        while offset < end:
+            data = log.read(offset, 1 << 20)
+            last = list(records.iter_batches(data))[-1]
+            offset = last.base_offset + last.last_offset_delta + 1
+
+    ratio("daemon fetch 8 MiB, confluent-kafka consumer", ours, baseline, target=0.5,
+          unit_bytes=total, rounds=7, min_sample=0.05, baseline_label="Log.read")
+
+    from kafka.protocol.consumer import FetchRequest
+
+    raw = RawClient(daemon.port)
+    F = FetchRequest.FetchTopic
+
+    def raw_fetch() -> None:
+        offset = 0
+        while offset < n_records:
+            req = FetchRequest(
+                replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20,
+                isolation_level=0, session_id=0, session_epoch=-1, topics=[F(
+                    topic="bench-fetch", partitions=[F.FetchPartition(
+                        partition=0, current_leader_epoch=-1, fetch_offset=offset,
+                        log_start_offset=-1, partition_max_bytes=1 << 20)])],
+                forgotten_topics_data=[], rack_id="")
+            part = raw.request(req, 11).responses[0].partitions[0]
+            last = list(records.iter_batches(bytes(part.records)))[-1]
+            offset = last.base_offset + last.last_offset_delta + 1
+
+    ratio("daemon fetch 8 MiB, raw Fetch v11 loop", raw_fetch, baseline, target=None,
+          unit_bytes=total, rounds=7, min_sample=0.05, baseline_label="Log.read")
+    raw.close()
+    consumer.close()
+    log.close()
+
+
+def test_resident_memory_with_1000_partitions(benchmark, request: pytest.FixtureRequest,
+                                              tmp_path: Path) -> None:
+    d = Daemon(tmp_path, {"num.partitions": 1})
+    d.start()
+    try:
+        proc = psutil.Process(d.proc.pid)  # type: ignore[union-attr]
+        idle = proc.memory_info().rss
+        from kafka.protocol.admin import CreateTopicsRequest
+
+        C = CreateTopicsRequest.CreatableTopic
+        c = RawClient(d.port, timeout=300)
+        resp = c.request(CreateTopicsRequest(topics=[
+            C(name=f"p{i}", num_partitions=10, replication_factor=1, assignments=[],
+              configs=[]) for i in range(100)], timeout_ms=300000, validate_only=False), 4)
+        assert all(t.error_code == 0 for t in resp.topics)
+        c.close()
+        producer = ck.Producer({"bootstrap.servers": d.bootstrap, "linger.ms": 50})
+        for i in range(100):
+            for p in range(10):
+                producer.produce(f"p{i}", value=b"x" * 100, partition=p)
+        assert producer.flush(120) == 0
+        dirs = [sum(1 for x in ld.iterdir() if x.is_dir()) for ld in d.log_dirs]
+        assert sum(dirs) == 1000 and min(dirs) > 300
+        rss = proc.memory_info().rss
+        fds = proc.num_fds()
+    finally:
+        d.stop()
+    line = (f"daemon RSS: {rss / 2**20:.1f} MiB with 1,000 partitions over 3 log dirs "
+            f"(idle, no partitions: {idle / 2**20:.1f} MiB; "
+            f"{(rss - idle) / 1000 / 1024:.1f} KiB per partition; {fds} open fds)")
+    benchmark.extra_info.update(rss_bytes=rss, idle_rss_bytes=idle, partitions=1000, fds=fds)
+    if not benchmark.disabled:
+        benchmark.pedantic(lambda: None, rounds=1)
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line("")
+        reporter.write_line(line)
+    print(line)
