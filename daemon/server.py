@@ -20,6 +20,7 @@ import argparse
 import asyncio
 import logging
 import os
+import resource
 import signal
 import sys
 import time
@@ -340,4 +341,17 @@ def main(argv: list[str]) -> int:
               f"{cfg['zookeeper.connect']!r}: ZooKeeper mode is not available in this "
               "version; remove the key to run standalone", file=sys.stderr)
         return 2
+    _raise_fd_limit()
     return asyncio.run(Server(cfg).run())
+
+
+def _raise_fd_limit() -> None:
+    """Lift the soft RLIMIT_NOFILE to the hard limit: every segment holds three fds, so
+    1,000 partitions need ~5,000 (systemd's LimitNOFILE= sets both limits)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        target = hard if hard != resource.RLIM_INFINITY else 1 << 20
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError) as err:
+            log.warning("cannot raise the open-files limit from %d to %d: %s", soft, target, err)
