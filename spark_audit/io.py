@@ -1,0 +1,384 @@
+"""Reading for the Spark audit: roots, listing, the executor scan task, raw tables.
+
+Where files are read:
+- The driver lists each HOST=PATH root (partition dirs, `.log` files and their sizes,
+  the offset checkpoint files, the clean-shutdown marker), a few roots at a time on
+  threads because listing a remote mount is latency-bound.
+- Executor tasks stream segments through `logstore.verify.verify_segment` (a fixed
+  buffer and the native batch scan: never a whole file in memory, never Spark's
+  `binaryFile` source) and yield small rows: one per segment, one per problem, and one
+  fingerprint per batch for partitions that live on more than one host.
+So every PATH must be readable at the same path on the driver and on every executor:
+local paths in local mode; on a cluster, each broker's log dirs mounted read-only at
+the same place on all workers (NFS, CephFS, sshfs). For host-local disks with no shared
+mount, run `--scan-only` in local mode on each host (writes the raw tables) and one
+`--from-scans` job over all of them (see spark_audit.main).
+
+Errors: a root or checkpoint that cannot be read, and a segment that cannot be read,
+become problem rows naming the path (the audit reports them and goes on); a bad
+HOST=PATH argument or manifest line raises `AuditInputError` naming it.
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+import time
+from array import array
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+
+from . import schema
+
+# Checkpoint files of a log dir that name partitions (FORMATS.md "Per log directory files").
+CHECKPOINT_FILES = (
+    "recovery-point-offset-checkpoint",
+    "replication-offset-checkpoint",
+    "log-start-offset-checkpoint",
+    "cleaner-offset-checkpoint",
+)
+DEFAULT_TASK_BYTES = 256 << 20
+# A file costs an open, a stat of two indexes and Python bookkeeping: weigh it like this
+# many bytes when balancing tasks, so thousands of tiny segments still spread out.
+PER_FILE_WEIGHT = 1 << 20
+
+
+class AuditInputError(ValueError):
+    """A HOST=PATH argument or manifest line that does not parse."""
+
+
+@dataclass(frozen=True)
+class Root:
+    host: str
+    path: str
+
+
+def parse_root(text: str, where: str = "argument") -> Root:
+    """`HOST=PATH` -> Root (PATH made absolute); AuditInputError names the bad text."""
+    host, sep, path = text.partition("=")
+    host, path = host.strip(), path.strip()
+    if not sep or not host or not path:
+        raise AuditInputError(f"{where}: expected HOST=PATH, got {text!r}")
+    return Root(host, os.path.abspath(path))
+
+
+def read_manifest(path: str | os.PathLike[str]) -> list[Root]:
+    """Roots from a manifest: one `HOST=PATH` (or `HOST PATH`) per line, `#` comments."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except OSError as err:
+        raise AuditInputError(f"cannot read manifest {path}: {err.strerror}") from err
+    roots = []
+    for n, line in enumerate(lines, 1):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        if "=" not in line and len(line.split()) == 2:
+            line = "=".join(line.split())
+        roots.append(parse_root(line, f"{path}:{n}"))
+    return roots
+
+
+# ---- listing (driver) ----------------------------------------------------------------
+
+
+@dataclass
+class SegmentFile:
+    host: str
+    dir: str
+    topic: str
+    partition: int
+    path: str
+    size: int
+
+
+@dataclass
+class Listing:
+    """What the driver found under the roots: rows for the raw tables, and the segments."""
+
+    dirs: list[tuple] = field(default_factory=list)
+    partitions: list[tuple] = field(default_factory=list)
+    checkpoints: list[tuple] = field(default_factory=list)
+    problems: list[tuple] = field(default_factory=list)
+    segments: list[SegmentFile] = field(default_factory=list)
+
+    def extend(self, other: Listing) -> None:
+        self.dirs += other.dirs
+        self.partitions += other.partitions
+        self.checkpoints += other.checkpoints
+        self.problems += other.problems
+        self.segments += other.segments
+
+
+def _problem(host: str, dir_: str, topic: str | None, partition: int | None, file: str | None,
+             kind: str, detail: str, severity: str = schema.ERROR, position: int | None = None,
+             offset: int | None = None) -> tuple:
+    return (host, dir_, topic, partition, file, kind, severity, position, offset, detail)
+
+
+def list_root(root: Root) -> Listing:
+    """List one log dir: its partition dirs, `.log` files, checkpoints and markers."""
+    from logstore import checkpoint, names
+    from logstore.errors import CheckpointError
+
+    out = Listing()
+    host, top = root.host, root.path
+    try:
+        entries = sorted(os.scandir(top), key=lambda e: e.name)
+    except OSError as err:
+        out.dirs.append((host, top, False, None, None, f"cannot list: {err.strerror}"))
+        out.problems.append(_problem(host, top, None, None, None, "dir-unreadable",
+                                     f"cannot list log dir {top} of {host}: {err}"))
+        return out
+    broker_id = None
+    meta = Path(top, names.META_PROPERTIES)
+    if meta.exists():
+        try:
+            broker_id = checkpoint.read_meta_properties(meta).get("broker.id")
+        except (OSError, CheckpointError) as err:
+            out.problems.append(_problem(host, top, None, None, names.META_PROPERTIES,
+                                         "checkpoint-unreadable", f"{meta}: {err}"))
+    clean = Path(top, names.CLEAN_SHUTDOWN_FILE).exists()
+    out.dirs.append((host, top, True, clean, broker_id, None))
+    for name in CHECKPOINT_FILES:
+        path = Path(top, name)
+        if not path.exists():
+            continue
+        try:
+            entries_ = checkpoint.read_offset_checkpoint(path)
+        except (OSError, CheckpointError) as err:
+            out.problems.append(_problem(host, top, None, None, name, "checkpoint-unreadable",
+                                         f"cannot read {path} on {host}: {err}"))
+            continue
+        out.checkpoints += [(host, top, name, tp.topic, tp.partition, off)
+                            for tp, off in entries_.items()]
+    for entry in entries:
+        tp = names.parse_partition_dir(entry.name)
+        if tp is None or not entry.is_dir():
+            continue
+        try:
+            files = sorted(os.scandir(entry.path), key=lambda e: e.name)
+        except OSError as err:
+            out.problems.append(_problem(host, top, tp.topic, tp.partition, None,
+                                         "dir-unreadable",
+                                         f"cannot list partition dir {entry.path}: {err}"))
+            continue
+        count = 0
+        for f in files:
+            parsed = names.parse_segment_file(f.name)
+            if parsed is None or parsed[1] != names.LOG_SUFFIX:
+                continue
+            try:
+                size = f.stat().st_size
+            except FileNotFoundError:  # deleted by retention since the scandir
+                continue
+            except OSError as err:
+                out.problems.append(_problem(host, top, tp.topic, tp.partition, f.name,
+                                             "unreadable", f"cannot stat {f.path}: {err}"))
+                continue
+            out.segments.append(SegmentFile(host, top, tp.topic, tp.partition, f.path, size))
+            count += 1
+        out.partitions.append((host, top, tp.topic, tp.partition, count))
+    return out
+
+
+def list_roots(roots: Sequence[Root], *, threads: int = 16) -> Listing:
+    """List every root (threads: listing remote mounts is latency-bound)."""
+    total = Listing()
+    with ThreadPoolExecutor(max_workers=max(1, min(threads, len(roots)))) as pool:
+        for part in pool.map(list_root, roots):
+            total.extend(part)
+    return total
+
+
+# ---- planning (driver) ---------------------------------------------------------------
+
+
+def replicated_partitions(listing: Listing) -> set[tuple[str, int]]:
+    """(topic, partition) present on more than one host: they need batch fingerprints."""
+    hosts: dict[tuple[str, int], set[str]] = {}
+    for host, _dir, topic, partition, _n in listing.partitions:
+        hosts.setdefault((topic, partition), set()).add(host)
+    return {tp for tp, hs in hosts.items() if len(hs) > 1}
+
+
+def plan_tasks(segments: Sequence[SegmentFile], fingerprint: set[tuple[str, int]], *,
+               parallelism: int, task_bytes: int = DEFAULT_TASK_BYTES) -> list[list[tuple]]:
+    """Group segments into tasks of similar weight (bytes plus a per-file cost).
+
+    At least 2 x parallelism tasks when there are enough segments (so a slow task does
+    not idle the other cores), more when the data exceeds task_bytes per task. Greedy
+    largest-first onto the lightest group. Each item: (host, dir, topic, partition,
+    path, fingerprint?).
+    """
+    if not segments:
+        return []
+    weight = [s.size + PER_FILE_WEIGHT for s in segments]
+    total = sum(weight)
+    n = max(2 * parallelism, -(-total // task_bytes))
+    n = max(1, min(n, len(segments)))
+    heap = [(0, i) for i in range(n)]
+    groups: list[list[tuple]] = [[] for _ in range(n)]
+    for k in sorted(range(len(segments)), key=lambda k: -weight[k]):
+        load, i = heapq.heappop(heap)
+        s = segments[k]
+        groups[i].append((s.host, s.dir, s.topic, s.partition, s.path,
+                          (s.topic, s.partition) in fingerprint))
+        heapq.heappush(heap, (load + weight[k], i))
+    for g in groups:  # read each partition's files in order: friendlier to the disk
+        g.sort(key=lambda item: item[4])
+    return [g for g in groups if g]
+
+
+# ---- the executor task ---------------------------------------------------------------
+
+
+def _row(column: int, value: tuple) -> tuple:
+    """A SCAN_ROW tuple with `value` in the column-th field."""
+    out: list[tuple | None] = [None] * 6
+    out[column] = value
+    return tuple(out)
+
+
+SEG, PROBLEM, BATCH, DIRS, PARTITIONS, CHECKPOINTS = range(6)
+
+
+def scan_segments(items: Iterable[tuple], buffer_size: int = 1 << 20) -> Iterator[tuple]:
+    """Executor side: verify each segment and yield SCAN_ROW tuples.
+
+    Runs `logstore.verify.verify_segment` (fixed buffer, native scan, index checks).
+    Fingerprints are kept in flat int arrays while a segment is scanned (32 bytes a
+    batch) and yielded after it. A file that vanished (retention) is a warning row, one
+    that cannot be read an error row; neither stops the task. Items that are already
+    rows (the driver's listing, `("row", tuple)`) pass through.
+    """
+    from logstore import verify
+
+    for item in items:
+        if item[0] == "row":
+            yield item[1]
+            continue
+        host, dir_, topic, partition, path, want_batches = item
+        name = os.path.basename(path)
+        cols: tuple[array, ...] = ()
+        on_batch = None
+        if want_batches:
+            cols = (array("q"), array("q"), array("q"), array("q"))
+            pos_a, base_a, last_a, crc_a = cols
+
+            def on_batch(b, pos_a=pos_a, base_a=base_a, last_a=last_a, crc_a=crc_a) -> None:
+                pos_a.append(b.position)
+                base_a.append(b.base_offset)
+                last_a.append(b.base_offset + b.last_offset_delta)
+                crc_a.append(b.crc)
+
+        started = time.perf_counter()
+        try:
+            rep = verify.verify_segment(path, buffer_size=buffer_size, on_batch=on_batch)
+        except FileNotFoundError as err:
+            yield _row(PROBLEM, _problem(
+                host, dir_, topic, partition, name, "vanished",
+                f"{path} on {host} vanished before it was scanned (deleted by retention?): "
+                f"{err.strerror}", schema.WARNING))
+            continue
+        except OSError as err:
+            yield _row(PROBLEM, _problem(host, dir_, topic, partition, name, "unreadable",
+                                         f"cannot read {path} on {host}: {err}"))
+            continue
+        seconds = time.perf_counter() - started
+        yield _row(SEG, (host, dir_, topic, partition, name, rep.base_offset, rep.file_size,
+                         rep.batch_count, rep.record_count, rep.first_offset, rep.last_offset,
+                         rep.valid_bytes, rep.status.name, rep.legacy, rep.max_timestamp,
+                         rep.offset_gaps, rep.index_entries, rep.time_index_entries, seconds))
+        for p in rep.problems:
+            yield _row(PROBLEM, _problem(host, dir_, topic, partition, os.path.basename(p.path),
+                                         p.kind, p.detail, p.severity, p.position, p.offset))
+        if cols:
+            for pos, base, last, crc in zip(*cols, strict=True):
+                yield (None, None, (host, dir_, topic, partition, name, pos, base, last, crc),
+                       None, None, None)
+
+
+@dataclass
+class RawTables:
+    """The audit's inputs as DataFrames (see schema.RAW_TABLES)."""
+
+    dirs: DataFrame
+    partitions: DataFrame
+    checkpoints: DataFrame
+    segments: DataFrame
+    problems: DataFrame
+    batches: DataFrame
+    cached: list[DataFrame] = field(default_factory=list)
+
+    def tables(self) -> dict[str, DataFrame]:
+        return {name: getattr(self, name) for name in schema.RAW_TABLES}
+
+    def release(self) -> None:
+        for df in self.cached:
+            df.unpersist()
+
+
+def scan(spark: SparkSession, roots: Sequence[Root], *, buffer_size: int = 1 << 20,
+         task_bytes: int = DEFAULT_TASK_BYTES, fingerprint_all: bool = False,
+         skip_fingerprints: Iterable[str] = ()) -> RawTables:
+    """List the roots on the driver, scan their segments on the executors.
+
+    Fingerprints are emitted for partitions on more than one host (all partitions with
+    fingerprint_all, for --scan-only runs whose replicas are scanned elsewhere), except
+    topics in skip_fingerprints (known compacted: replicas are not compared).
+    """
+    listing = list_roots(roots)
+    skip = set(skip_fingerprints)
+    if fingerprint_all:
+        wanted = {(p[2], p[3]) for p in listing.partitions}
+    else:
+        wanted = replicated_partitions(listing)
+    wanted = {tp for tp in wanted if tp[0] not in skip}
+    sc = spark.sparkContext
+    groups = plan_tasks(listing.segments, wanted, parallelism=sc.defaultParallelism,
+                        task_bytes=task_bytes)
+    # The listing rides along as one more (cheap) task, so that a single cached table
+    # holds every raw table and nothing is re-sent from the driver per query.
+    listed = ([("row", _row(DIRS, r)) for r in listing.dirs]
+              + [("row", _row(PARTITIONS, r)) for r in listing.partitions]
+              + [("row", _row(CHECKPOINTS, r)) for r in listing.checkpoints]
+              + [("row", _row(PROBLEM, r)) for r in listing.problems])
+    groups.append(listed)
+    rows = (sc.parallelize(groups, len(groups))
+            .flatMap(lambda group: group)  # each slice holds one group: one task
+            .mapPartitions(lambda items: scan_segments(items, buffer_size)))
+    scanned = spark.createDataFrame(rows, schema.SCAN_ROW, verifySchema=False).cache()
+    scanned.count()  # scan once: every table below reads the cache
+
+    def part(col: str) -> DataFrame:
+        return scanned.where(scanned[col].isNotNull()).select(f"{col}.*")
+
+    return RawTables(dirs=part("dirs"), partitions=part("partitions"),
+                     checkpoints=part("checkpoints"), segments=part("seg"),
+                     problems=part("problem"), batches=part("batch"), cached=[scanned])
+
+
+# ---- raw tables on disk (--scan-only / --from-scans) ---------------------------------
+
+
+def write_raw(raw: RawTables, out: str | os.PathLike[str]) -> None:
+    """Write the raw tables as Parquet under out/raw/<table>/."""
+    for name, df in raw.tables().items():
+        df.write.mode("overwrite").parquet(str(Path(out, "raw", name)))
+
+
+def read_raw(spark: SparkSession, scans: Sequence[str | os.PathLike[str]]) -> RawTables:
+    """Union the raw tables of several --scan-only outputs."""
+    tables: dict[str, DataFrame] = {}
+    for name, sch in schema.RAW_TABLES.items():
+        paths = [str(Path(s, "raw", name)) for s in scans]
+        missing = [p for p in paths if not Path(p).exists()]
+        if missing:
+            raise AuditInputError(f"not a --scan-only output (no {missing[0]})")
+        tables[name] = spark.read.schema(sch).parquet(*paths)
+    return RawTables(**tables)

@@ -1,0 +1,82 @@
+"""Spark schemas of the audit's tables, in one place.
+
+Raw tables (what the driver's listing and the executors' scans produce) and the two
+output tables (findings, per-segment summaries). Every table names a log by
+(host, dir, topic, partition): `host` is the HOST of a HOST=PATH root, `dir` its PATH.
+Nothing here does IO or raises.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql.types import (
+    BooleanType,
+    DoubleType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+LOG_KEY = ["host", "dir", "topic", "partition"]
+PARTITION_KEY = ["topic", "partition"]
+
+
+def _struct(*fields: tuple[str, object]) -> StructType:
+    return StructType([StructField(name, kind, True) for name, kind in fields])
+
+
+_S, _I, _L, _B, _D = StringType(), IntegerType(), LongType(), BooleanType(), DoubleType()
+
+# One row per HOST=PATH root.
+DIRS = _struct(("host", _S), ("dir", _S), ("readable", _B), ("clean_shutdown", _B),
+               ("broker_id", _S), ("detail", _S))
+
+# One row per partition directory found under a root.
+PARTITIONS = _struct(("host", _S), ("dir", _S), ("topic", _S), ("partition", _I),
+                     ("segment_files", _I))
+
+# One row per entry of a root's offset checkpoint files.
+CHECKPOINTS = _struct(("host", _S), ("dir", _S), ("checkpoint", _S), ("topic", _S),
+                      ("partition", _I), ("offset", _L))
+
+# One row per scanned `.log` (logstore.verify.SegmentReport, flattened).
+SEGMENTS = _struct(
+    ("host", _S), ("dir", _S), ("topic", _S), ("partition", _I), ("file", _S),
+    ("base_offset", _L), ("file_size", _L), ("batch_count", _L), ("record_count", _L),
+    ("first_offset", _L), ("last_offset", _L), ("valid_bytes", _L), ("status", _S),
+    ("legacy", _B), ("max_timestamp", _L), ("offset_gaps", _L), ("index_entries", _L),
+    ("time_index_entries", _L), ("scan_seconds", _D),
+)
+
+# One row per problem logstore.verify reported, or per file/dir that could not be read.
+PROBLEMS = _struct(("host", _S), ("dir", _S), ("topic", _S), ("partition", _I), ("file", _S),
+                   ("kind", _S), ("severity", _S), ("position", _L), ("offset", _L),
+                   ("detail", _S))
+
+# One row per valid batch of a replicated partition: its fingerprint.
+BATCHES = _struct(("host", _S), ("dir", _S), ("topic", _S), ("partition", _I), ("file", _S),
+                  ("position", _L), ("base_offset", _L), ("last_offset", _L), ("crc", _L))
+
+# What the scan job yields: exactly one field is set per row. The driver's listing
+# rows travel through the same job, so one cached table holds every raw table.
+SCAN_ROW = StructType([
+    StructField("seg", SEGMENTS, True),
+    StructField("problem", PROBLEMS, True),
+    StructField("batch", BATCHES, True),
+    StructField("dirs", DIRS, True),
+    StructField("partitions", PARTITIONS, True),
+    StructField("checkpoints", CHECKPOINTS, True),
+])
+
+# The audit's answer: one row per finding.
+FINDINGS = _struct(("host", _S), ("dir", _S), ("topic", _S), ("partition", _I), ("file", _S),
+                   ("position", _L), ("offset_start", _L), ("offset_end", _L), ("kind", _S),
+                   ("severity", _S), ("detail", _S))
+FINDING_COLUMNS = FINDINGS.fieldNames()
+
+ERROR = "error"
+WARNING = "warning"
+
+RAW_TABLES = {"dirs": DIRS, "partitions": PARTITIONS, "checkpoints": CHECKPOINTS,
+              "segments": SEGMENTS, "problems": PROBLEMS, "batches": BATCHES}
