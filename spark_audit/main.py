@@ -78,14 +78,21 @@ def build_session(master: str | None):
     return builder.getOrCreate()
 
 
-def run(spark, args: argparse.Namespace) -> int:
+def resolve_roots(args: argparse.Namespace) -> list:
+    """The HOST=PATH roots of the arguments and manifests (io.AuditInputError if bad)."""
+    from . import io
+
+    roots = [io.parse_root(r) for r in args.roots]
+    for manifest in args.manifest:
+        roots += io.read_manifest(manifest)
+    return roots
+
+
+def run(spark, args: argparse.Namespace, roots: list) -> int:
     """The audit on an existing session; returns the exit code (0 or 1)."""
     from . import io, report, transforms
 
     started = time.time()
-    roots = [io.parse_root(r) for r in args.roots]
-    for manifest in args.manifest:
-        roots += io.read_manifest(manifest)
     if args.from_scans:
         raw = io.read_raw(spark, args.from_scans)
     else:
@@ -98,7 +105,10 @@ def run(spark, args: argparse.Namespace) -> int:
             print(f"logkeeper audit: raw tables of {len(roots)} log dirs written to "
                   f"{args.out}/raw")
             return EXIT_OK
-        result = transforms.audit(**raw.tables(), compacted_names=args.compacted)
+        # The per-log tables feed several steps: materialise them once (lineage cut, so
+        # later plans stay small). Lost with their executor: the audit then fails (2).
+        result = transforms.audit(**raw.tables(), compacted_names=args.compacted,
+                                  reuse=lambda df: df.localCheckpoint())
         result.findings.cache()
         if args.out:
             summary = report.write_outputs(result, args.out, roots=len(roots) or None,
@@ -118,14 +128,20 @@ def run(spark, args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse, build the session, run; 0 clean, 1 errors found, 2 the audit failed."""
+    from .io import AuditInputError
+
     argv = sys.argv[1:] if argv is None else argv
     try:
         args = parse_args(argv)
+        roots = resolve_roots(args)
     except SystemExit as err:
         if err.code in (0, None):
             return EXIT_OK  # --help
         if isinstance(err.code, str):
             print(err.code, file=sys.stderr)
+        return EXIT_FAILED
+    except AuditInputError as err:
+        print(f"logkeeper audit: {err}", file=sys.stderr)
         return EXIT_FAILED
     spark = None
     owned = False
@@ -134,7 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         owned = SparkSession.getActiveSession() is None
         spark = build_session(args.master)
-        return run(spark, args)
+        return run(spark, args, roots)
     except Exception as err:  # any failure of the job itself is exit 2, with its reason
         print(f"logkeeper audit: failed: {type(err).__name__}: {err}", file=sys.stderr)
         return EXIT_FAILED

@@ -48,7 +48,8 @@ def summarize(result: AuditResult, *, roots: int | None = None,
     hosts: dict[str, dict[str, int]] = {}
     for r in by_host:
         hosts.setdefault(r["host"] or "-", {ERROR: 0, WARNING: 0})[r["severity"]] = r["count"]
-    listed = [r.asDict() for r in result.findings.limit(max_listed).collect()]
+    order = ["severity", "host", "dir", "topic", "partition", "file", "offset_start", "kind"]
+    listed = [r.asDict() for r in result.findings.orderBy(*order).limit(max_listed).collect()]
     return {
         "errors": severity[ERROR], "warnings": severity[WARNING],
         "exit_code": 1 if severity[ERROR] else 0,
