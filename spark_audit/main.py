@@ -105,11 +105,10 @@ def run(spark, args: argparse.Namespace, roots: list) -> int:
             print(f"logkeeper audit: raw tables of {len(roots)} log dirs written to "
                   f"{args.out}/raw")
             return EXIT_OK
-        # The per-log tables feed several steps: materialise them once (lineage cut, so
-        # later plans stay small). Lost with their executor: the audit then fails (2).
+        # Tables read by several steps are materialised once (lineage cut, so later
+        # plans stay small). Lost with their executor: the audit then fails (exit 2).
         result = transforms.audit(**raw.tables(), compacted_names=args.compacted,
                                   reuse=lambda df: df.localCheckpoint())
-        result.findings.cache()
         if args.out:
             summary = report.write_outputs(result, args.out, roots=len(roots) or None,
                                            started=started)
@@ -120,7 +119,6 @@ def run(spark, args: argparse.Namespace, roots: list) -> int:
         where = f"; results in {args.out}" if args.out else ""
         print(f"logkeeper audit: {summary['errors']} errors, {summary['warnings']} warnings "
               f"in {summary['segments']} segments{where}")
-        result.findings.unpersist()
         return EXIT_FINDINGS if summary["errors"] else EXIT_OK
     finally:
         raw.release()

@@ -29,8 +29,7 @@ MAX_LISTED = 2000
 def summarize(result: AuditResult, *, roots: int | None = None,
               max_listed: int = MAX_LISTED) -> dict[str, Any]:
     """Counts of everything, the health grid and the first findings (errors first)."""
-    by_kind = result.findings.groupBy("severity", "kind").count().collect()
-    by_host = result.findings.groupBy("host", "severity").count().collect()
+    counts = result.findings.groupBy("host", "severity", "kind").count().collect()
     totals = result.segments.agg(
         F.count("*").alias("segments"), F.coalesce(F.sum("file_size"), F.lit(0)).alias("bytes"),
         F.coalesce(F.sum("batch_count"), F.lit(0)).alias("batches"),
@@ -42,12 +41,13 @@ def summarize(result: AuditResult, *, roots: int | None = None,
     health = [r.asDict() for r in result.health.orderBy("host", "dir").collect()]
     severity = Counter()
     kinds: dict[str, dict[str, int]] = {ERROR: {}, WARNING: {}}
-    for r in by_kind:
-        severity[r["severity"]] += r["count"]
-        kinds.setdefault(r["severity"], {})[r["kind"]] = r["count"]
     hosts: dict[str, dict[str, int]] = {}
-    for r in by_host:
-        hosts.setdefault(r["host"] or "-", {ERROR: 0, WARNING: 0})[r["severity"]] = r["count"]
+    for r in counts:
+        severity[r["severity"]] += r["count"]
+        by_kind = kinds.setdefault(r["severity"], {})
+        by_kind[r["kind"]] = by_kind.get(r["kind"], 0) + r["count"]
+        host = hosts.setdefault(r["host"] or "-", {ERROR: 0, WARNING: 0})
+        host[r["severity"]] += r["count"]
     order = ["severity", "host", "dir", "topic", "partition", "file", "offset_start", "kind"]
     listed = [r.asDict() for r in result.findings.orderBy(*order).limit(max_listed).collect()]
     return {

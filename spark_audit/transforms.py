@@ -411,11 +411,12 @@ def audit(dirs: DataFrame, partitions: DataFrame, checkpoints: DataFrame, segmen
           reuse: Callable[[DataFrame], DataFrame] = _same) -> AuditResult:
     """Every finding of the audit, with severities, and the summaries.
 
-    `reuse` is applied to the small per-log tables that several steps read (the caller
-    may materialise them, e.g. `DataFrame.localCheckpoint`, so Spark plans and runs
-    them once instead of once per reader); the default leaves the plan as it is.
+    `reuse` is applied to the tables that several later steps read (per-log context,
+    replicas, the findings): the caller may materialise them, e.g. with
+    `DataFrame.localCheckpoint`, so Spark plans and runs each once instead of once per
+    reader; the default leaves the plan as it is.
     """
-    compacted = reuse(compacted_topics(segments, checkpoints, compacted_names))
+    compacted = compacted_topics(segments, checkpoints, compacted_names)
     logs = reuse(log_summary(segments, checkpoints, dirs, compacted))
     reps = reuse(replicas(logs))
     raw = (verify_findings(problems, segments)
@@ -423,7 +424,7 @@ def audit(dirs: DataFrame, partitions: DataFrame, checkpoints: DataFrame, segmen
            .unionByName(checkpoint_findings(checkpoints, partitions, logs))
            .unionByName(replica_divergence(batches, reps))
            .unionByName(replica_missing(reps)))
-    findings = assign_severity(raw, logs)
+    findings = reuse(assign_severity(raw, logs))
     return AuditResult(findings=findings, segments=segment_summaries(segments, logs, findings),
                        logs=logs, health=dir_health(dirs, segments, findings),
                        compacted=compacted)

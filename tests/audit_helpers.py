@@ -16,9 +16,11 @@ import pytest
 from logstore import LogConfig, LogDir, names
 from logstore.records import Record, build_batch
 
+REPO = Path(__file__).resolve().parents[1]
 
-@pytest.fixture(scope="session")
-def spark() -> Iterator[object]:
+
+@pytest.fixture(scope="session", name="spark")
+def spark_session() -> Iterator[object]:
     """One local[2] session for every audit test (starting the JVM costs ~10 s)."""
     pyspark_sql = pytest.importorskip("pyspark.sql")
     session = (
@@ -26,10 +28,13 @@ def spark() -> Iterator[object]:
         .appName("logkeeper-audit-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.shuffle.partitions", "1")
         # Tiny tables: adaptive re-planning per stage costs more than it saves here.
         .config("spark.sql.adaptive.enabled", "false")
         .config("spark.driver.memory", "1g")
+        # Python workers must import this tree's spark_audit/logstore/native, as the
+        # driver does, whatever checkout the installed package points at.
+        .config("spark.executorEnv.PYTHONPATH", str(REPO))
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

@@ -6,13 +6,12 @@ Findings are compared as whole DataFrames (every column but the wording of `deta
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 
 from logstore import LogConfig, LogDir, checkpoint, names
-from tests.audit_helpers import (  # noqa: F401  (spark is a fixture)
+from tests.audit_helpers import (  # noqa: F401  (spark_session is the `spark` fixture)
     BATCHES_PER_LOG,
     DISKS,
     PLACEMENT,
@@ -23,7 +22,7 @@ from tests.audit_helpers import (  # noqa: F401  (spark is a fixture)
     index_entries,
     make_batch,
     set_index_entry,
-    spark,
+    spark_session,
     truncate_tail,
     write_layout,
 )
@@ -201,15 +200,22 @@ def faulted_fleet(root: Path):
 
 def test_each_injected_fault_is_found_once_in_its_place(spark, tmp_path: Path):
     layout, expected = faulted_fleet(tmp_path / "fleet")
+    # And a log dir that is not there (an unmounted disk).
+    missing = tmp_path / "fleet" / "host3" / "disk1"
+    expected.append(finding("host3", missing, None, None, None, "dir-unreadable", "error"))
     out = tmp_path / "out"
-    assert run_audit(["--out", str(out), *layout.roots()]) == 1
+    assert run_audit(["--out", str(out), *layout.roots(), f"host3={missing}"]) == 1
     findings, _segments, summary = read_out(spark, out)
     assert_findings(spark, findings, expected)
-    assert (summary["errors"], summary["warnings"]) == (5, 0)
+    assert (summary["errors"], summary["warnings"]) == (6, 0)
+    health = {(h["host"], h["dir"]): h["status"] for h in summary["health"]}
+    assert health[("host3", str(missing))] == "unreadable"
+    assert health[("host2", layout.roots()[2].split("=")[1])] == "error"
     divergence = findings.where("kind = 'replica-divergence'").first()
     assert "host1+host2" in divergence.detail and "host3" in divergence.detail
     report = (out / "report.txt").read_text()
-    assert "5 errors, 0 warnings -> exit 1" in report
+    assert "6 errors, 0 warnings -> exit 1" in report
+    assert "unreadable" in (out / "report.html").read_text()
 
 
 def test_host_local_scans_then_one_comparison(spark, tmp_path: Path):
@@ -352,14 +358,3 @@ def test_bad_arguments_exit_2(tmp_path: Path, capsys):
 def test_job_failure_exits_2(spark, tmp_path: Path, capsys):
     assert audit_main.main(["--from-scans", str(tmp_path)]) == 2
     assert "not a --scan-only output" in capsys.readouterr().err
-
-
-def test_missing_log_dir_is_an_error_finding(spark, tmp_path: Path):
-    missing = tmp_path / "not-mounted"
-    out = tmp_path / "out"
-    assert run_audit(["--out", str(out), f"h9={missing}"]) == 1
-    findings, _, summary = read_out(spark, out)
-    assert_findings(spark, findings, [
-        finding("h9", missing, None, None, None, "dir-unreadable", "error")])
-    assert summary["health"][0]["status"] == "unreadable"
-    assert os.path.exists(out / "report.html")
