@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from . import schema
 
@@ -41,7 +42,7 @@ CHECKPOINT_FILES = (
     "log-start-offset-checkpoint",
     "cleaner-offset-checkpoint",
 )
-DEFAULT_TASK_BYTES = 256 << 20
+DEFAULT_TASK_BYTES = 1 << 30
 # A file costs an open, a stat of two indexes and Python bookkeeping: weigh it like this
 # many bytes when balancing tasks, so thousands of tiny segments still spread out.
 PER_FILE_WEIGHT = 1 << 20
@@ -252,7 +253,7 @@ def scan_segments(items: Iterable[tuple], buffer_size: int = 1 << 20) -> Iterato
 
     Runs `logstore.verify.verify_segment` (fixed buffer, native scan, index checks).
     Fingerprints are kept in flat int arrays while a segment is scanned (32 bytes a
-    batch) and yielded after it. A file that vanished (retention) is a warning row, one
+    batch) and yielded after it, column-wise in chunks (schema.FINGERPRINTS). A file that vanished (retention) is a warning row, one
     that cannot be read an error row; neither stops the task. Items that are already
     rows (the driver's listing, `("row", tuple)`) pass through.
     """
@@ -297,10 +298,10 @@ def scan_segments(items: Iterable[tuple], buffer_size: int = 1 << 20) -> Iterato
         for p in rep.problems:
             yield _row(PROBLEM, _problem(host, dir_, topic, partition, os.path.basename(p.path),
                                          p.kind, p.detail, p.severity, p.position, p.offset))
-        if cols:
-            for pos, base, last, crc in zip(*cols, strict=True):
-                yield (None, None, (host, dir_, topic, partition, name, pos, base, last, crc),
-                       None, None, None)
+        step = schema.FINGERPRINT_CHUNK
+        for i in range(0, len(cols[0]) if cols else 0, step):
+            yield _row(BATCH, (host, dir_, topic, partition, name,
+                               *[c[i:i + step].tolist() for c in cols]))
 
 
 @dataclass
@@ -358,9 +359,13 @@ def scan(spark: SparkSession, roots: Sequence[Root], *, buffer_size: int = 1 << 
     def part(col: str) -> DataFrame:
         return scanned.where(scanned[col].isNotNull()).select(f"{col}.*")
 
+    columns = ("position", "base_offset", "last_offset", "crc")
+    batches = (part("batch")
+               .select(*schema.LOG_KEY, "file", F.explode(F.arrays_zip(*columns)).alias("b"))
+               .select(*schema.LOG_KEY, "file", *[F.col(f"b.{c}").alias(c) for c in columns]))
     return RawTables(dirs=part("dirs"), partitions=part("partitions"),
                      checkpoints=part("checkpoints"), segments=part("seg"),
-                     problems=part("problem"), batches=part("batch"), cached=[scanned])
+                     problems=part("problem"), batches=batches, cached=[scanned])
 
 
 # ---- raw tables on disk (--scan-only / --from-scans) ---------------------------------

@@ -23,6 +23,7 @@ Exit codes: 0 no error (warnings allowed), 1 errors found, 2 the audit itself fa
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -48,8 +49,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                    help="treat TOPIC as compacted (offset gaps are warnings); repeatable")
     p.add_argument("--buffer-size", type=int, default=1 << 20,
                    help="scan buffer per segment in bytes (default 1 MiB)")
-    p.add_argument("--task-bytes", type=int, default=256 << 20,
-                   help="segment bytes per Spark task (default 256 MiB)")
+    p.add_argument("--task-bytes", type=int, default=1 << 30,
+                   help="segment bytes per Spark task (default 1 GiB; at least 2 tasks "
+                        "per core when there are enough segments)")
     p.add_argument("--scan-only", action="store_true",
                    help="only list and scan; write the raw tables under --out/raw")
     p.add_argument("--from-scans", nargs="+", metavar="DIR",
@@ -74,7 +76,9 @@ def build_session(master: str | None):
     if master:
         builder = builder.master(master)
     elif SparkSession.getActiveSession() is None and not SparkConf().contains("spark.master"):
-        builder = builder.master("local[*]").config("spark.ui.enabled", "false")
+        # One machine: a few shuffle partitions per core, not the cluster default of 200.
+        builder = (builder.master("local[*]").config("spark.ui.enabled", "false")
+                   .config("spark.sql.shuffle.partitions", str(2 * (os.cpu_count() or 1))))
     return builder.getOrCreate()
 
 
@@ -159,8 +163,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     if __package__ in (None, ""):  # spark-submit spark_audit/main.py: run as a script
-        import os
-
         sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         from spark_audit.main import main as _main
     else:

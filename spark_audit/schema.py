@@ -9,6 +9,7 @@ Nothing here does IO or raises.
 from __future__ import annotations
 
 from pyspark.sql.types import (
+    ArrayType,
     BooleanType,
     DoubleType,
     IntegerType,
@@ -58,12 +59,22 @@ PROBLEMS = _struct(("host", _S), ("dir", _S), ("topic", _S), ("partition", _I), 
 BATCHES = _struct(("host", _S), ("dir", _S), ("topic", _S), ("partition", _I), ("file", _S),
                   ("position", _L), ("base_offset", _L), ("last_offset", _L), ("crc", _L))
 
+# Fingerprints as the scan job carries them: up to FINGERPRINT_CHUNK batches of one
+# segment per row, column-wise (a row per batch costs ~10x more to hand to the JVM).
+FINGERPRINTS = StructType([
+    *[StructField(n, t, True) for n, t in (("host", _S), ("dir", _S), ("topic", _S),
+                                           ("partition", _I), ("file", _S))],
+    *[StructField(n, ArrayType(_L, False), True)
+      for n in ("position", "base_offset", "last_offset", "crc")],
+])
+FINGERPRINT_CHUNK = 1 << 16
+
 # What the scan job yields: exactly one field is set per row. The driver's listing
 # rows travel through the same job, so one cached table holds every raw table.
 SCAN_ROW = StructType([
     StructField("seg", SEGMENTS, True),
     StructField("problem", PROBLEMS, True),
-    StructField("batch", BATCHES, True),
+    StructField("batch", FINGERPRINTS, True),
     StructField("dirs", DIRS, True),
     StructField("partitions", PARTITIONS, True),
     StructField("checkpoints", CHECKPOINTS, True),

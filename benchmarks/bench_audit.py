@@ -1,0 +1,148 @@
+"""Spark audit throughput (issue 5 section 6): 2 GiB of real segments audited with
+`local[2]`, against one process reading the same files and running the crc32c package
+over every byte, timed in the same run (see conftest.py).
+
+The data: two hosts, each with the same four partitions (replicas, so batch
+fingerprints are emitted and compared) of one 256 MiB segment made of 64 KiB batches
+(64 records each), with a `.index` entry per batch and a `.timeindex`; generated once
+per session into a temporary dir and deleted afterwards.
+
+Two pairs are reported:
+- "scan": listing, task planning and the distributed scan (every byte through
+  logstore.verify and the native CRC, rows cached in Spark): the part whose cost grows
+  with the data;
+- "end to end": the whole `logkeeper audit` run minus starting the JVM: the scan plus
+  the DataFrame steps and the reports, whose fixed cost (a few seconds of Spark jobs
+  on a 2-core machine) does not grow with the data.
+"""
+
+from __future__ import annotations
+
+import shutil
+import struct
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import crc32c as crc32c_pkg
+import pytest
+
+import native
+from logstore import names
+from logstore.records import Record, build_batch
+
+SEGMENT_BYTES = 256 << 20
+PARTITIONS = 4
+HOSTS = ("host1", "host2")
+RECORDS = 64
+READ_CHUNK = 1 << 20
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _segment(path: Path, base_offset: int) -> int:
+    """Write one segment of 64 KiB batches at base_offset (and its indexes); return the
+    offset after it."""
+    ts = 1_700_000_000_000
+    batch = build_batch([Record(b"key-%d" % i, bytes([i]) * 1000, [], ts + i)
+                         for i in range(RECORDS)])
+    per_chunk = (16 << 20) // len(batch)
+    chunk = bytearray(batch * per_chunk)
+    index = bytearray()
+    written, offset = 0, base_offset
+    with open(path, "wb") as log:
+        while written < SEGMENT_BYTES:
+            for j in range(per_chunk):  # entry per batch: its last offset -> its position
+                index += struct.pack(">ii", offset + j * RECORDS + RECORDS - 1 - base_offset,
+                                     written + j * len(batch))
+            offset = native.assign_offsets(chunk, offset, 0)
+            log.write(chunk)
+            written += len(chunk)
+    path.with_suffix(names.INDEX_SUFFIX).write_bytes(bytes(index))
+    path.with_suffix(names.TIME_INDEX_SUFFIX).write_bytes(
+        struct.pack(">qi", ts + RECORDS - 1, RECORDS - 1))
+    return offset
+
+
+@pytest.fixture(scope="module")
+def fleet() -> Iterator[tuple[list[str], list[Path], int]]:
+    root = Path(tempfile.mkdtemp(prefix="lk-bench-audit-"))
+    try:
+        files: list[Path] = []
+        for host in HOSTS:
+            for p in range(PARTITIONS):
+                part = root / host / "disk0" / names.partition_dir_name("bench", p)
+                part.mkdir(parents=True)
+                files.append(part / names.log_file_name(0))
+                _segment(files[-1], 0)
+        roots = [f"{host}={root / host / 'disk0'}" for host in HOSTS]
+        yield roots, files, sum(f.stat().st_size for f in files)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[object]:
+    from pyspark.sql import SparkSession
+
+    session = (SparkSession.builder.master("local[2]").appName("logkeeper-bench-audit")
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.shuffle.partitions", "4")
+               .config("spark.executorEnv.PYTHONPATH", str(REPO))
+               .getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+def crc32c_pass(files: list[Path]) -> int:
+    """The baseline: read every file in 1 MiB chunks and CRC all of it, one process."""
+    buf = bytearray(READ_CHUNK)
+    view = memoryview(buf)
+    crc = 0
+    for path in files:
+        with open(path, "rb", buffering=0) as f:
+            while n := f.readinto(buf):
+                crc = crc32c_pkg.crc32c(view[:n], crc)
+    return crc
+
+
+def test_audit_scan_2gib_local2_vs_crc32c_pass(ratio, spark, fleet) -> None:
+    from spark_audit import io
+
+    roots, files, total = fleet
+    assert total >= 2 << 30
+    parsed = [io.parse_root(r) for r in roots]
+
+    def scan() -> None:
+        raw = io.scan(spark, parsed)
+        raw.release()
+
+    raw = io.scan(spark, parsed)
+    try:
+        summary = raw.segments.selectExpr("count(*) n", "sum(file_size) bytes",
+                                          "sum(valid_bytes) valid").first()
+        assert (summary.n, summary.bytes, summary.valid) == (len(files), total, total)
+        assert raw.problems.count() == 0
+    finally:
+        raw.release()
+    ratio("audit scan 2 GiB, local[2]", scan, lambda: crc32c_pass(files), target=0.7,
+          unit_bytes=total, rounds=5, ours_label="spark scan",
+          baseline_label="1 process: read + crc32c pkg")
+
+
+def test_audit_end_to_end_2gib_local2_vs_crc32c_pass(ratio, spark, fleet, tmp_path) -> None:
+    from spark_audit import main
+
+    roots, files, total = fleet
+    args = main.parse_args(["--quiet", "--out", str(tmp_path / "out"), *roots])
+    resolved = main.resolve_roots(args)
+    assert main.run(spark, args, resolved) == 0
+
+    def audit() -> None:
+        main.run(spark, args, resolved)
+
+    ratio("audit end to end 2 GiB, local[2]", audit, lambda: crc32c_pass(files), target=0.7,
+          unit_bytes=total, rounds=5, ours_label="logkeeper audit",
+          baseline_label="1 process: read + crc32c pkg")
+
