@@ -7,12 +7,12 @@ error or a warning is decided in one place, `assign_severity`:
 
 - errors: corruption (CRC, framing), index disagreement, offset overlaps, replica
   divergence, a replica missing offsets the others have, a gap in a partition that is
-  not compacted, a torn tail below the recovery point (flushed data lost), on a
-  segment that is not the active one, or in a dir that was shut down cleanly;
+  not compacted, a torn tail on a segment that is not the active (last) one;
   checkpoints (recovery point, log start) ahead of the log's end;
 - warnings: a gap in a compacted partition, a checkpoint entry with no partition dir,
-  a torn tail on the active segment of an uncleanly stopped dir beyond its recovery
-  point (a crash mid-write, which Kafka's recovery truncates), a high watermark ahead of
+  a torn tail on the active (last) segment (a write cut short, which Kafka's recovery
+  truncates; its detail says when the dir was shut down cleanly or the tail lies below
+  the recovery point, where the lost bytes had been flushed), a high watermark ahead of
   the log end in such a dir, legacy (magic 0/1) batches, a partition dir with no
   segment, a segment deleted between listing and scan.
 
@@ -342,13 +342,16 @@ def assign_severity(findings: DataFrame, logs: DataFrame) -> DataFrame:
     clean = F.coalesce("clean_shutdown", F.lit(False))
     active = F.col("file") == F.col("active_file")
     lost_flushed = F.col("recovery_point") > F.col("valid_end")
-    torn_why = (F.when(~F.coalesce(active, F.lit(False)), F.lit(" (not the active segment)"))
+    # Only the position decides the severity (issue 5: a torn tail on the active segment
+    # is a warning); the context a reader needs to judge it goes into the detail.
+    not_active = ~F.coalesce(active, F.lit(False))
+    torn_why = (F.when(not_active, F.lit(" (not the active segment)"))
                 .when(clean, F.lit(" (the log dir was shut down cleanly)"))
                 .when(lost_flushed, F.format_string(
                     " (below the recovery point %d: flushed data is lost)", "recovery_point")))
     severity = (F.when(kind.isin(*WARNING_KINDS), F.lit(WARNING))
-                .when(kind == "torn-tail", F.when(torn_why.isNull(), F.lit(WARNING))
-                      .otherwise(F.lit(ERROR)))
+                .when(kind == "torn-tail", F.when(not_active, F.lit(ERROR))
+                      .otherwise(F.lit(WARNING)))
                 .when(kind == "offset-gap", F.when(F.coalesce("compacted", F.lit(False)),
                                                    F.lit(WARNING)).otherwise(F.lit(ERROR)))
                 .when(kind == "hw-ahead", F.when(clean, F.lit(ERROR)).otherwise(F.lit(WARNING)))

@@ -157,8 +157,8 @@ def test_clean_multi_host_layout_has_no_findings(spark, tmp_path: Path):
 
 
 def faulted_fleet(root: Path):
-    """The five faults of issue 5 section 5, one partition each: the layout and the
-    findings expected, each exactly once."""
+    """The faults of issue 5 section 5 (a torn tail twice: on a middle segment, an error,
+    and on a last one, a warning): the layout and the findings expected, each exactly once."""
     # host3's replica of orders-0 holds different records in batches 10-12 (same offsets).
     layout = write_layout(root, diverge={("host3", "orders", 0): range(10, 13)})
     log = layout.log("host3", "orders", 0)
@@ -173,11 +173,17 @@ def faulted_fleet(root: Path):
     flip_byte(log.path / name, batches[2].position + 100)
     expected.append(finding("host1", log.dir, "payments", 0, name, "bad-crc", "error",
                             position=batches[2].position))
-    # A truncated tail: the last batch of the active segment loses 7 bytes.
+    # A truncated tail on a segment that is not the last: its last batch loses 7 bytes.
     log = layout.log("host2", "clicks", 0)
-    name, batches = log.segment(3)
+    name, batches = log.segment(1)
     truncate_tail(log.path / name, 7)
     expected.append(finding("host2", log.dir, "clicks", 0, name, "torn-tail", "error",
+                            position=batches[-1].position))
+    # The same on the last (active) segment of another partition: a warning.
+    log = layout.log("host1", "clicks", 1)
+    name, batches = log.segment(3)
+    truncate_tail(log.path / name, 7)
+    expected.append(finding("host1", log.dir, "clicks", 1, name, "torn-tail", "warning",
                             position=batches[-1].position))
     # A corrupt index entry: the second entry of a segment's .index points one byte off.
     log = layout.log("host1", "clicks", 1)
@@ -207,14 +213,14 @@ def test_each_injected_fault_is_found_once_in_its_place(spark, tmp_path: Path):
     assert run_audit(["--out", str(out), *layout.roots(), f"host3={missing}"]) == 1
     findings, _segments, summary = read_out(spark, out)
     assert_findings(spark, findings, expected)
-    assert (summary["errors"], summary["warnings"]) == (6, 0)
+    assert (summary["errors"], summary["warnings"]) == (6, 1)
     health = {(h["host"], h["dir"]): h["status"] for h in summary["health"]}
     assert health[("host3", str(missing))] == "unreadable"
     assert health[("host2", layout.roots()[2].split("=")[1])] == "error"
     divergence = findings.where("kind = 'replica-divergence'").first()
     assert "host1+host2" in divergence.detail and "host3" in divergence.detail
     report = (out / "report.txt").read_text()
-    assert "6 errors, 0 warnings -> exit 1" in report
+    assert "6 errors, 1 warnings -> exit 1" in report
     assert "unreadable" in (out / "report.html").read_text()
 
 
@@ -277,7 +283,7 @@ def test_crash_artifacts_and_compacted_gaps_are_warnings(spark, tmp_path: Path):
 def test_policy_on_synthetic_tables(spark):
     """Cases that are awkward to make with files: three replicas with a majority, two
     replicas on a tie, boundaries that stop lining up, a replica missing its head,
-    checkpoints ahead of the log, torn tails on either side of the recovery point."""
+    checkpoints ahead of the log, torn tails on either side of the recovery point (warnings on the active segment)."""
     S = schema
 
     def seg(host, topic, p, base, first, last, status="OK", batches=1, gaps=0, dir_="/d"):
@@ -313,7 +319,7 @@ def test_policy_on_synthetic_tables(spark):
     segments += [
         seg("a", "ahead", 0, 0, 0, 99),  # recovery point 150, high watermark 120
         seg("a", "torn", 0, 0, 0, 99, status="TORN"),  # beyond recovery point 50: warning
-        seg("a", "lost", 0, 0, 0, 99, status="TORN"),  # recovery point 200: error
+        seg("a", "lost", 0, 0, 0, 99, status="TORN"),  # recovery point 200: still a warning
         seg("a", "old", 0, 0, 0, 99, status="TORN"), seg("a", "old", 0, 100, 100, 199),
         seg("c", "hw", 0, 0, 0, 99),  # clean dir, high watermark 150: error
     ]
@@ -342,7 +348,7 @@ def test_policy_on_synthetic_tables(spark):
         finding("a", "/d", "ahead", 0, log0, "hw-ahead", "warning", start=100, end=119),
         finding("c", "/d", "hw", 0, log0, "hw-ahead", "error", start=100, end=149),
         finding("a", "/d", "torn", 0, log0, "torn-tail", "warning", position=900),
-        finding("a", "/d", "lost", 0, log0, "torn-tail", "error", position=900),
+        finding("a", "/d", "lost", 0, log0, "torn-tail", "warning", position=900),
         finding("a", "/d", "old", 0, log0, "torn-tail", "error", position=900),
     ])
 
