@@ -253,9 +253,10 @@ def scan_segments(items: Iterable[tuple], buffer_size: int = 1 << 20) -> Iterato
 
     Runs `logstore.verify.verify_segment` (fixed buffer, native scan, index checks).
     Fingerprints are kept in flat int arrays while a segment is scanned (32 bytes a
-    batch) and yielded after it, column-wise in chunks (schema.FINGERPRINTS). A file that vanished (retention) is a warning row, one
-    that cannot be read an error row; neither stops the task. Items that are already
-    rows (the driver's listing, `("row", tuple)`) pass through.
+    batch) and yielded after it, column-wise in chunks (schema.FINGERPRINTS). A file
+    that vanished (retention) is a warning row, one that cannot be read an error row;
+    neither stops the task. Items that are already rows (the driver's listing,
+    `("row", tuple)`) pass through.
     """
     from logstore import verify
 

@@ -283,7 +283,8 @@ def test_crash_artifacts_and_compacted_gaps_are_warnings(spark, tmp_path: Path):
 def test_policy_on_synthetic_tables(spark):
     """Cases that are awkward to make with files: three replicas with a majority, two
     replicas on a tie, boundaries that stop lining up, a replica missing its head,
-    checkpoints ahead of the log, torn tails on either side of the recovery point (warnings on the active segment)."""
+    checkpoints ahead of the log, torn tails on either side of the recovery point
+    (warnings on the active segment whatever the recovery point says)."""
     S = schema
 
     def seg(host, topic, p, base, first, last, status="OK", batches=1, gaps=0, dir_="/d"):
