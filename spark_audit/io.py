@@ -248,6 +248,24 @@ def _row(column: int, value: tuple) -> tuple:
 SEG, PROBLEM, BATCH, DIRS, PARTITIONS, CHECKPOINTS = range(6)
 
 
+def _preallocated(problem, base_offset: int) -> bool:
+    """An "out of order" index entry that is really unwritten preallocated space.
+
+    A live broker's (or a crashed one's) active segment has 10 MiB index files whose
+    tail is zeros: entry (relative offset 0, position 0) or (timestamp 0, relative
+    offset 0) after the first entry. Kafka's DumpLogSegments stops at the first such
+    entry; logstore.verify (for now) reports each as an order error, so they are
+    dropped here, not reported millions of times.
+    """
+    if problem.offset != base_offset:
+        return False
+    if problem.kind == "index-offset-order":
+        return problem.position == 0
+    if problem.kind == "timeindex-order":
+        return f": (0, {base_offset}) " in problem.detail
+    return False
+
+
 def scan_segments(items: Iterable[tuple], buffer_size: int = 1 << 20) -> Iterator[tuple]:
     """Executor side: verify each segment and yield SCAN_ROW tuples.
 
@@ -297,6 +315,8 @@ def scan_segments(items: Iterable[tuple], buffer_size: int = 1 << 20) -> Iterato
                          rep.valid_bytes, rep.status.name, rep.legacy, rep.max_timestamp,
                          rep.offset_gaps, rep.index_entries, rep.time_index_entries, seconds))
         for p in rep.problems:
+            if _preallocated(p, rep.base_offset):
+                continue
             yield _row(PROBLEM, _problem(host, dir_, topic, partition, os.path.basename(p.path),
                                          p.kind, p.detail, p.severity, p.position, p.offset))
         step = schema.FINGERPRINT_CHUNK

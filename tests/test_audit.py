@@ -241,7 +241,8 @@ def test_host_local_scans_then_one_comparison(spark, tmp_path: Path):
 
 def test_crash_artifacts_and_compacted_gaps_are_warnings(spark, tmp_path: Path):
     """A dir stopped uncleanly with a torn tail beyond its recovery point, a topic named
-    --compacted with offsets missing, a checkpoint entry without its dir: exit 0."""
+    --compacted with offsets missing, a checkpoint entry without its dir, a dir in use
+    (preallocated indexes): warnings only, exit 0."""
     root = tmp_path / "broker" / "disk0"
     ld = LogDir.open(root, LogConfig(), broker_id=1)
     crashed = ld.create_log("events", 0)
@@ -264,8 +265,21 @@ def test_crash_artifacts_and_compacted_gaps_are_warnings(spark, tmp_path: Path):
     entries[names.TopicPartition("gone", 3)] = 40
     checkpoint.write_offset_checkpoint(cp, entries)
 
+    # A live dir: its active segment's index files are preallocated (zero tails).
+    live_root = tmp_path / "broker" / "disk1"
+    live = LogDir.open(live_root, LogConfig(index_interval_bytes=1024), broker_id=1)
+    busy = live.create_log("busy", 0)
+    for i in range(8):
+        busy.append(make_batch("busy", 0, i))
+    busy.flush()
+    assert (busy.dir / names.index_file_name(0)).stat().st_size > 1 << 20
+
     out = tmp_path / "out"
-    assert run_audit(["--out", str(out), "--compacted", "state", f"b1={root}"]) == 0
+    try:
+        assert run_audit(["--out", str(out), "--compacted", "state", f"b1={root}",
+                          f"b1={live_root}"]) == 0
+    finally:
+        live.close()
     findings, _, summary = read_out(spark, out)
     assert_findings(spark, findings, [
         finding("b1", root, "events", 0, names.log_file_name(0), "torn-tail", "warning",
