@@ -87,7 +87,9 @@ def spark() -> Iterator[object]:
     session = (SparkSession.builder.master("local[2]").appName("logkeeper-bench-audit")
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
+               # As `logkeeper audit` configures its own local session (spark_audit.main).
                .config("spark.sql.shuffle.partitions", "4")
+               .config("spark.sql.adaptive.enabled", "false")
                .config("spark.executorEnv.PYTHONPATH", str(REPO))
                .getOrCreate())
     session.sparkContext.setLogLevel("ERROR")

@@ -2,14 +2,14 @@
 
     logkeeper audit [--master URL] [--out DIR] [--manifest FILE] [--compacted TOPIC]...
                     HOST=PATH ...
-    spark-submit --py-files logkeeper.whl spark_audit/main.py [same arguments]
+    spark-submit [--master URL] spark_audit/main.py [same arguments]
 
 Each HOST=PATH names one log dir (a Kafka or logkeeper `log.dirs` entry) of a broker
 host; a host with several disks gives several pairs. PATH must be readable at that
 path on the driver and on every executor (see spark_audit.io). The executors import
 `native`, `logstore` and `spark_audit`: in local mode from this installation; on a
-cluster install the logkeeper wheel on every worker (its C extension is
-platform-specific) or pass it with --py-files when the workers match the build host.
+cluster `pip install` the logkeeper wheel on every worker or ship a packed virtualenv
+with --archives (--py-files cannot carry the C extension). See spark_audit/README.md.
 
 Host-local disks without a shared mount: on each host run
 `logkeeper audit --scan-only --out SHARED/<host> HOST=PATH ...` (local mode), then once
@@ -76,9 +76,15 @@ def build_session(master: str | None):
     if master:
         builder = builder.master(master)
     elif SparkSession.getActiveSession() is None and not SparkConf().contains("spark.master"):
-        # One machine: a few shuffle partitions per core, not the cluster default of 200.
+        # One machine: a few shuffle partitions per core, not the cluster default of 200,
+        # and static plans (adaptive re-planning adds jobs and saves nothing on one host).
         builder = (builder.master("local[*]").config("spark.ui.enabled", "false")
+                   .config("spark.ui.showConsoleProgress", "false")
+                   .config("spark.sql.adaptive.enabled", "false")
                    .config("spark.sql.shuffle.partitions", str(2 * (os.cpu_count() or 1))))
+        spark = builder.getOrCreate()
+        spark.sparkContext.setLogLevel("WARN")
+        return spark
     return builder.getOrCreate()
 
 
