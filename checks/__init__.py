@@ -4,11 +4,18 @@ Each check takes its roots as arguments (a path, `sysfs="/sys"`, `procfs="/proc"
 returns a small frozen result; an unhealthy disk is a result, never an exception.
 """
 
-from .probes import AvailabilityResult, SpaceResult, probe_availability, probe_space
+from .probes import (
+    AvailabilityResult,
+    SpaceResult,
+    dir_identity,
+    probe_availability,
+    probe_space,
+)
 from .slow import DiskLatency, SlowDiskDetector, device_for_path, device_io_latency_ms
 from .watch import LogDirWatcher, WatchEvent
 
 __all__ = [
     "AvailabilityResult", "DiskLatency", "LogDirWatcher", "SlowDiskDetector", "SpaceResult",
-    "WatchEvent", "device_for_path", "device_io_latency_ms", "probe_availability", "probe_space",
+    "WatchEvent", "device_for_path", "device_io_latency_ms", "dir_identity", "probe_availability",
+    "probe_space",
 ]

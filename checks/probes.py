@@ -37,8 +37,28 @@ class SpaceResult:
     error: str = ""
 
 
-def probe_availability(path: str | os.PathLike[str], *, block_size: int = 4096) -> AvailabilityResult:
+def dir_identity(path: str | os.PathLike[str]) -> tuple[int, int]:
+    """(device, inode) of a dir: what `probe_availability(expect=...)` compares with."""
+    st = os.stat(path)
+    return st.st_dev, st.st_ino
+
+
+def probe_availability(path: str | os.PathLike[str], *, block_size: int = 4096,
+                       expect: tuple[int, int] | None = None) -> AvailabilityResult:
+    """Canary write, sync and read-back. With `expect` (the dir's `dir_identity` when it
+    was opened), a path that now names another directory fails: after a lazy unmount or
+    a rename the canary would otherwise land on whatever is there now."""
     where = os.fspath(path)
+    if expect is not None:
+        try:
+            now = dir_identity(where)
+        except OSError as err:
+            return AvailabilityResult(where, False, 0, err.errno, f"{err.strerror}: {where}")
+        if now != expect:
+            return AvailabilityResult(
+                where, False, 0, None,
+                f"{where} is no longer the directory that was opened (unmounted, moved "
+                f"or replaced: device:inode {expect[0]}:{expect[1]} -> {now[0]}:{now[1]})")
     try:
         latency = native.availability_probe(where, block_size)
     except OSError as err:

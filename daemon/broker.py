@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import collections
+import json
 import logging
 import struct
 import time
@@ -25,7 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from logstore import Log, LogStoreError, TopicPartition, checkpoint, names
+from logstore import Log, LogStoreError, StorageError, TopicPartition, checkpoint, names
 from logstore.errors import InvalidTopicError
 
 from .config import Config
@@ -40,6 +41,7 @@ UNKNOWN_SERVER_ERROR = -1
 OFFSET_OUT_OF_RANGE = 1
 CORRUPT_MESSAGE = 2
 UNKNOWN_TOPIC_OR_PARTITION = 3
+LEADER_NOT_AVAILABLE = 5
 MESSAGE_TOO_LARGE = 10
 INVALID_TOPIC_EXCEPTION = 17
 INVALID_REQUIRED_ACKS = 21
@@ -61,6 +63,11 @@ _BATCH_HEADER = 61
 _ATTRIBUTES_AT = 21
 _ATTR_TRANSACTIONAL = 0x10
 _PRODUCER_WINDOW = 5  # Kafka keeps the metadata of the last 5 batches per producer
+
+# Where this broker's partitions live, kept in every usable log dir so that a partition
+# whose dir is offline at start-up is known and reported offline, never re-created on
+# another dir (KIP-112's isNewReplica rule). The newest generation wins.
+PLACEMENT_FILE = "logkeeper-placement.json"
 
 
 class TopicError(Exception):
@@ -85,15 +92,23 @@ class _ProducerState:
 
 @dataclass
 class Partition:
-    """One partition led here. `log` and `producers` are touched only on `dir`'s worker."""
+    """One partition led here. `log` and `producers` are touched only on `dir`'s worker.
+
+    `log` is None for a partition known (from the placement record) to live in a dir
+    that was offline at start-up: it is reported offline until its dir is re-admitted.
+    """
 
     tp: TopicPartition
-    log: Log
+    log: Log | None
     dir: ManagedDir
     high_watermark: int = 0  # cached on the loop after each worker call
     waiters: set[asyncio.Future[None]] = field(default_factory=set)
     producers: dict[int, _ProducerState] = field(default_factory=dict)
     deleted: bool = False
+
+    @property
+    def offline(self) -> bool:
+        return self.log is None or self.dir.state is DirState.OFFLINE
 
     def notify(self) -> None:
         """Wake every Fetch long-poll waiting on this partition."""
@@ -274,8 +289,10 @@ class Broker:
         self.metrics = metrics
         self.broker_id = config.broker_id
         self.dirs = LogDirManager(config.log_dirs, config.log_config(),
-                                  broker_id=config.broker_id)
+                                  broker_id=config.broker_id,
+                                  reserve_bytes=config["log.dir.reserve.bytes"])
         self.partitions: dict[TopicPartition, Partition] = {}
+        self._placement_generation = 0
         self.cluster_id = ""
         self._admin_lock = asyncio.Lock()
         self._next_producer_id = (int(time.time()) & 0x7FFFFFFF) << 16
@@ -284,33 +301,94 @@ class Broker:
     # ---- start and stop ----
 
     async def start(self) -> None:
-        """Open every log dir (recovering what needs it) and take the lead of each log."""
+        """Open every log dir (recovering what needs it) and take the lead of each log.
+
+        Dirs that cannot be opened are OFFLINE (daemon.logdirs); their partitions, known
+        from the placement record in the other dirs, are reported offline."""
         self.cluster_id = await self._find_cluster_id()
         await self.dirs.open_all(cluster_id=self.cluster_id)
+        records = await asyncio.gather(*(self.dirs.run(d, _read_placement, d.path)
+                                         for d in self.dirs.dirs if d.logdir is not None),
+                                       return_exceptions=True)
         for d in self.dirs.dirs:
-            assert d.logdir is not None
-            hws = await self.dirs.run(d, _lead_all, d.logdir)
-            for tp, lg in d.logdir.logs.items():
-                self.partitions[tp] = Partition(tp, lg, d, hws[tp])
+            if d.logdir is not None and d.state is not DirState.OFFLINE:
+                await self.adopt(d)
+        newest = max((r for r in records if isinstance(r, dict)),
+                     key=lambda r: r.get("generation", 0), default=None)
+        if newest is not None:
+            self._placement_generation = int(newest.get("generation", 0))
+            self._add_offline_placeholders(newest)
         self.ready = True
         self.metrics.partitions_changed(self)
+        await self.write_placement()
+
+    async def adopt(self, d: ManagedDir) -> list[TopicPartition]:
+        """Lead every log of `d` (just opened or re-admitted); returns the partitions
+        that live in another dir too and were left alone (the caller decides)."""
+        assert d.logdir is not None
+        hws = await self.dirs.run(d, _lead_all, d.logdir)
+        clashes = []
+        for tp, lg in d.logdir.logs.items():
+            other = self.partitions.get(tp)
+            if other is not None and other.dir is not d:
+                clashes.append(tp)
+                continue
+            self.partitions[tp] = Partition(tp, lg, d, hws[tp])
+        d.partitions = set(d.logdir.logs) - set(clashes)
+        return clashes
+
+    def _add_offline_placeholders(self, record: dict[str, Any]) -> None:
+        for path, partitions in record.get("log_dirs", {}).items():
+            d = self.dirs.by_path(path)
+            if d is None:
+                log.warning("placement record names %s, which is not in log.dirs: its "
+                            "partitions %s are not served", path, ", ".join(partitions))
+                continue
+            if d.state is not DirState.OFFLINE:
+                continue
+            for name in partitions:
+                tp = names.parse_partition_dir(name)
+                if tp is not None and tp not in self.partitions:
+                    self.partitions[tp] = Partition(tp, None, d, -1)
+                    d.partitions.add(tp)
+            if d.partitions:
+                log.warning("log dir %s is offline: its %d partitions are reported offline "
+                            "and not re-created elsewhere", d.path, len(d.partitions))
+
+    async def write_placement(self) -> None:
+        """Record where every partition lives, in every dir that can take a write."""
+        self._placement_generation += 1
+        record = {"version": 1, "broker": self.broker_id,
+                  "generation": self._placement_generation,
+                  "log_dirs": {str(d.path): sorted(f"{tp.topic}-{tp.partition}"
+                                                   for tp in d.partitions)
+                               for d in self.dirs.dirs}}
+        data = json.dumps(record, indent=1).encode() + b"\n"
+        usable = [d for d in self.dirs.dirs
+                  if d.logdir is not None and d.state is DirState.ONLINE]
+        done = await asyncio.gather(*(self.dirs.run(d, _write_placement, d.logdir, data)
+                                      for d in usable), return_exceptions=True)
+        for d, r in zip(usable, done, strict=True):
+            if isinstance(r, BaseException):
+                log.warning("writing %s in %s failed: %s", PLACEMENT_FILE, d.path, r)
 
     async def _find_cluster_id(self) -> str:
         found = await asyncio.gather(*(self.dirs.run(d, _read_cluster_id, d.path)
-                                       for d in self.dirs.dirs))
-        ids = {c for c in found if c}
+                                       for d in self.dirs.dirs), return_exceptions=True)
+        ids = {c for c in found if isinstance(c, str) and c}
         if len(ids) > 1:
             raise LogStoreError(f"log dirs disagree on cluster.id: {sorted(ids)}")
         return ids.pop() if ids else new_cluster_id()
 
-    async def stop(self) -> list[tuple[ManagedDir, BaseException]]:
-        """Flush, checkpoint and mark a clean shutdown in every dir."""
+    async def stop(self) -> tuple[list[tuple[ManagedDir, BaseException]], bool]:
+        """Flush, checkpoint and mark a clean shutdown in every dir that is not offline.
+        Returns the failures and whether a worker is stuck (on a hung disk)."""
         self.ready = False
         for p in self.partitions.values():
             p.notify()
         failures = await self.dirs.close_all(clean=True)
-        self.dirs.shutdown_workers()
-        return failures
+        stuck = not self.dirs.shutdown_workers()
+        return failures, stuck
 
     # ---- lookups ----
 
@@ -425,7 +503,10 @@ class Broker:
                                  "('.' and '_' map to the same metric names)")
             if validate_only:
                 return
-            placed = await self.dirs.place(num_partitions)
+            try:
+                placed = await self.dirs.place(num_partitions)
+            except StorageError as err:
+                raise TopicError(KAFKA_STORAGE_ERROR, str(err)) from err
             futures = [self.dirs.submit(d, d.logdir.create_log, topic, i)  # type: ignore[union-attr]
                        for i, d in enumerate(placed)]
             done = await asyncio.gather(*futures, return_exceptions=True)
@@ -438,6 +519,7 @@ class Broker:
                 d.partitions.add(tp)
                 self.partitions[tp] = Partition(tp, res, d, 0)
             self.metrics.partitions_changed(self)
+            await self.write_placement()
             if failed is not None:
                 code, msg = _error_of(failed, f"create {topic}")
                 raise TopicError(code, f"creating {topic}: {msg}")
@@ -449,6 +531,12 @@ class Broker:
             parts = self.topics().get(topic)
             if not parts:
                 raise TopicError(UNKNOWN_TOPIC_OR_PARTITION, f"topic {topic!r} does not exist")
+            offline = sorted({str(p.dir.path) for p in parts if p.offline})
+            if offline:
+                # Deleting only part of a topic would bring the rest back on re-admission.
+                raise TopicError(KAFKA_STORAGE_ERROR, (
+                    f"topic {topic!r} has partitions in offline log dirs ({', '.join(offline)}); "
+                    "nothing deleted: re-admit the dirs (logkeeper log-dirs readmit) first"))
             futures = []
             for p in parts:
                 del self.partitions[p.tp]
@@ -459,6 +547,7 @@ class Broker:
                                                 p.tp.topic, p.tp.partition))
             done = await asyncio.gather(*futures, return_exceptions=True)
             self.metrics.partitions_changed(self)
+            await self.write_placement()
             errors = [r for r in done if isinstance(r, BaseException)]
             if errors:
                 code, msg = _error_of(errors[0], f"delete {topic}")
@@ -523,6 +612,21 @@ def _lead_all(ld: Any) -> dict[TopicPartition, int]:
         lg.high_watermark = lg.log_end_offset
         out[tp] = lg.high_watermark
     return out
+
+
+def _read_placement(path: Any) -> dict[str, Any] | None:
+    try:
+        return json.loads((path / PLACEMENT_FILE).read_text())
+    except FileNotFoundError:
+        return None
+    except ValueError as err:
+        log.warning("%s: unreadable, ignored: %s", path / PLACEMENT_FILE, err)
+        return None
+
+
+def _write_placement(ld: Any, data: bytes) -> None:
+    with ld.guard.io("write placement record", ld.path / PLACEMENT_FILE):
+        checkpoint.write_atomically(ld.path / PLACEMENT_FILE, data)
 
 
 def _read_cluster_id(path: Any) -> str | None:

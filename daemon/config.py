@@ -1,11 +1,10 @@
 """The daemon's configuration: TOML whose keys are Kafka's broker property names.
 
-`load_config(path)` reads a TOML file (or, with no path, the embedded defaults: three
-log dirs under ./data, no ZooKeeper, Kafka on 127.0.0.1:9092, /metrics and /healthz on
-127.0.0.1:9308) and returns a frozen `BrokerConfig` with one attribute per key
-(`log.segment.bytes` -> `log_segment_bytes`; `listeners` -> `listener_host` and
-`listener_port`). `load(path)` returns the same settings as a `Config` keyed by the
-Kafka property names, which `BrokerConfig.from_config` converts.
+`load(path)` reads a TOML file (or, with no path, the embedded defaults: three log
+dirs under ./data, no ZooKeeper, Kafka on 127.0.0.1:9092, /metrics and /healthz on
+127.0.0.1:9308) and returns a frozen `Config` keyed by the Kafka property names
+(`cfg["log.segment.bytes"]`), with properties for the few read everywhere
+(`broker_id`, `log_dirs`, `listener`, `http_listen`, `standalone`).
 
 Keys may be written as TOML dotted keys (`log.dirs = [...]`), as quoted flat keys
 (`"log.dirs" = [...]`) or inside tables (`[log]` then `dirs = ...`); all three name
@@ -23,7 +22,7 @@ import difflib
 import re
 import tomllib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -197,14 +196,20 @@ KEYS: dict[str, Key] = {k.name: k for k in (
         "largest request frame; bigger ones are refused before their body is read"),
     Key("http.listen", DEFAULT_HTTP_LISTEN, _host_port,
         "host:port of /metrics and /healthz; \"\" turns the endpoint off"),
-    # Read by the log-dir health work (next issue); defined now so configs can carry them.
+    # Log-dir health (daemon.health; ARCHITECTURE.md, "Log dir states").
     Key("log.dir.reserve.bytes", DEFAULT_RESERVE_BYTES, _int(0),
         "reserve file written in every ONLINE dir, deleted when it saturates"),
     Key("log.dir.resume.free.bytes", None, _int(0),
         "free space above which a SATURATED dir is ONLINE again (default 2 x reserve)"),
+    Key("log.dir.min.free.bytes", 0, _int(0),
+        "free space under which a dir is SATURATED before writes fail (0: on ENOSPC only)"),
     Key("log.dir.probe.interval.ms", 1000, _int(1), "availability probe period"),
     Key("log.dir.probe.timeout.ms", 5000, _int(1), "a probe slower than this = OFFLINE"),
-    Key("log.dir.slow.action", "report", _choice(*SLOW_ACTIONS), "what a slow disk triggers"),
+    Key("log.dir.slow.action", "report", _choice(*SLOW_ACTIONS),
+        "what a persistently slow disk triggers: \"report\" (DEGRADED) or \"offline\""),
+    Key("log.dir.slow.min.ms", 50, _int(1),
+        "probe latency under which no disk counts as slow, whatever its peers do"),
+    Key("log.dir.slow.factor", 5, _int(2), "slow = this many times the peers' median latency"),
 )}
 
 
@@ -289,7 +294,13 @@ def from_mapping(raw: Mapping[str, Any], *, source: str = "<mapping>") -> Config
         except ValueError as err:
             raise ConfigError(f"{source}: {name} = {value!r}: {err}") from err
     if values["log.dir.resume.free.bytes"] is None:
-        values["log.dir.resume.free.bytes"] = 2 * values["log.dir.reserve.bytes"]
+        values["log.dir.resume.free.bytes"] = max(2 * values["log.dir.reserve.bytes"],
+                                                  2 * values["log.dir.min.free.bytes"])
+    if values["log.dir.resume.free.bytes"] <= values["log.dir.min.free.bytes"] > 0:
+        raise ConfigError(
+            f"{source}: log.dir.resume.free.bytes = {values['log.dir.resume.free.bytes']} "
+            f"must be above log.dir.min.free.bytes = {values['log.dir.min.free.bytes']}, "
+            "or a dir would flap between SATURATED and ONLINE")
     if values["message.max.bytes"] + 1024 > values["socket.request.max.bytes"]:
         raise ConfigError(
             f"{source}: socket.request.max.bytes = {values['socket.request.max.bytes']} "
@@ -328,135 +339,3 @@ def describe() -> str:
             default = ",".join(str(x) for x in default)
         lines.append(f"{key.name:<34} default {default!r}\n    {key.doc}")
     return "\n".join(lines)
-
-
-# ---- BrokerConfig: the same settings as attributes ----
-
-
-def _default(key: str) -> Any:
-    return field(default=KEYS[key].default)
-
-
-@dataclass(frozen=True)
-class BrokerConfig:
-    """Validated broker settings, one attribute per Kafka property.
-
-    Constructing one directly validates every field as a config file would (a bad
-    value raises ConfigError naming the Kafka key). Field defaults equal the embedded
-    defaults, except `http_listen`, whose field default is None (no HTTP endpoint) so
-    that code building a BrokerConfig by hand, e.g. in tests, never binds a fixed port;
-    `load_config` (with or without a file) defaults it to "127.0.0.1:9308".
-    `log_dir_resume_free_bytes` None means 2 x `log_dir_reserve_bytes`.
-    """
-
-    broker_id: int = _default("broker.id")
-    log_dirs: list[str] = field(default_factory=lambda: list(DEFAULT_LOG_DIRS))
-    listener_host: str = "127.0.0.1"  # "" binds every interface, as Kafka's PLAINTEXT://:9092
-    listener_port: int = 9092
-    zookeeper_connect: str | None = None
-    log_segment_bytes: int = _default("log.segment.bytes")
-    log_roll_ms: int = _default("log.roll.ms")
-    log_retention_ms: int = _default("log.retention.ms")
-    log_retention_bytes: int = _default("log.retention.bytes")
-    log_retention_check_interval_ms: int = _default("log.retention.check.interval.ms")
-    log_index_interval_bytes: int = _default("log.index.interval.bytes")
-    message_max_bytes: int = _default("message.max.bytes")
-    num_partitions: int = _default("num.partitions")
-    default_replication_factor: int = _default("default.replication.factor")
-    auto_create_topics_enable: bool = _default("auto.create.topics.enable")
-    socket_request_max_bytes: int = _default("socket.request.max.bytes")
-    http_listen: str | None = None
-    log_dir_reserve_bytes: int = _default("log.dir.reserve.bytes")
-    log_dir_resume_free_bytes: int | None = None
-    log_dir_probe_interval_ms: int = _default("log.dir.probe.interval.ms")
-    log_dir_probe_timeout_ms: int = _default("log.dir.probe.timeout.ms")
-    log_dir_slow_action: str = _default("log.dir.slow.action")
-    # Where the settings came from, for error messages; not a setting itself.
-    source: str = field(default="<BrokerConfig>", compare=False)
-
-    def __post_init__(self) -> None:
-        # Validate through the one key table, so a hand-built config obeys the same
-        # rules as a file, then store the normalised values.
-        checked = from_mapping(self._raw_properties(), source=self.source)
-        for f in fields(self):
-            if f.name in ("source", "listener_host", "listener_port"):
-                continue
-            value = checked[_key_of(f.name)]
-            if f.name == "log_dirs":
-                value = list(value)
-            object.__setattr__(self, f.name, value)
-        listener = checked["listeners"][0]
-        object.__setattr__(self, "listener_host", listener.host)
-        object.__setattr__(self, "listener_port", listener.port)
-
-    def _raw_properties(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for f in fields(self):
-            if f.name in ("source", "listener_host", "listener_port"):
-                continue
-            value = getattr(self, f.name)
-            if f.name == "log_dirs" and isinstance(value, (list, tuple)):
-                value = list(value)
-            if f.name == "log_dir_resume_free_bytes" and value is None:
-                continue  # absent: from_mapping derives it from the reserve
-            out[_key_of(f.name)] = value
-        host = f"[{self.listener_host}]" if ":" in str(self.listener_host) else self.listener_host
-        out["listeners"] = f"PLAINTEXT://{host}:{self.listener_port}"
-        return out
-
-    @classmethod
-    def from_config(cls, config: Config) -> BrokerConfig:
-        values = dict(config.values)
-        listener = values.pop("listeners")[0]
-        kwargs = {_attr_of(k): v for k, v in values.items()}
-        kwargs["log_dirs"] = list(kwargs["log_dirs"])
-        return cls(listener_host=listener.host, listener_port=listener.port,
-                   source=config.source, **kwargs)
-
-    def to_properties(self) -> dict[str, Any]:
-        """Kafka property name -> value, for display (`log.dirs` a list, `listeners` a string)."""
-        props = self._raw_properties()
-        return {name: props[name] for name in KEYS}
-
-    def __getitem__(self, key: str) -> Any:
-        """The value of a Kafka property name (`cfg["log.segment.bytes"]`)."""
-        if key not in KEYS:
-            raise KeyError(key)
-        return self.to_properties()[key]
-
-    @property
-    def standalone(self) -> bool:
-        return self.zookeeper_connect is None
-
-    @property
-    def http_address(self) -> tuple[str, int] | None:
-        """(host, port) of the HTTP endpoint, or None when it is off."""
-        return None if self.http_listen is None else parse_host_port(self.http_listen)
-
-    def log_config(self) -> LogConfig:
-        """The per-partition settings every log gets (no per-topic overrides yet)."""
-        return LogConfig(
-            segment_bytes=self.log_segment_bytes,
-            segment_ms=self.log_roll_ms,
-            index_interval_bytes=self.log_index_interval_bytes,
-            retention_ms=self.log_retention_ms,
-            retention_bytes=self.log_retention_bytes,
-            max_message_bytes=self.message_max_bytes,
-        )
-
-
-def _attr_of(key: str) -> str:
-    return key.replace(".", "_")
-
-
-def _key_of(attr: str) -> str:
-    return attr.replace("_", ".")
-
-
-def load_config(path: str | Path | None) -> BrokerConfig:
-    """Read and validate a TOML config file; None gives the embedded defaults.
-
-    Raises ConfigError naming the file and the key for an unknown key, a bad value, a
-    malformed listener, an unreadable file or invalid TOML.
-    """
-    return BrokerConfig.from_config(load(path))

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from checks import AvailabilityResult, SpaceResult
 from logstore import LogDirFailure, Verdict
+from logstore.failure import SATURATING_ERRNOS
 
 log = logging.getLogger("logkeeper.logdirs")
 
@@ -86,6 +87,12 @@ class LogDirStates:
     def on_availability(self, result: AvailabilityResult) -> Transition | None:
         if result.ok:
             return None
+        if result.errno in SATURATING_ERRNOS:
+            # The canary could not be written because the disk is full: that is the
+            # disk-full evidence, not a dead disk.
+            return self._move(result.path, DirState.SATURATED,
+                              f"availability probe: {result.error}",
+                              only_from=(DirState.ONLINE,))
         return self._move(result.path, DirState.OFFLINE,
                           f"availability probe failed: {result.error}")
 
@@ -106,6 +113,14 @@ class LogDirStates:
                               f"free space {result.avail_bytes} B back above the resume mark",
                               only_from=(DirState.SATURATED,))
         return None
+
+    def on_open_failure(self, log_dir: str, reason: str) -> Transition | None:
+        """The dir could not be opened at start-up (or re-admitted)."""
+        return self._move(log_dir, DirState.OFFLINE, f"cannot open: {reason}")
+
+    def on_slow(self, log_dir: str, reason: str) -> Transition | None:
+        """A persistently slow disk, when `log.dir.slow.action` says to take it offline."""
+        return self._move(log_dir, DirState.OFFLINE, f"slow disk: {reason}")
 
     def readmit(self, log_dir: str) -> Transition | None:
         """An operator brought a repaired dir back (after it probed, locked and recovered)."""

@@ -258,6 +258,11 @@ class Handlers:
                 continue
             me = self.broker.broker_id
             out.append(R(error_code=0, name=name, is_internal=False, partitions=[
+                # A replica in an OFFLINE dir: as a Kafka controller reports a partition
+                # whose only replica is offline: no leader, the replica listed offline.
+                P(error_code=b.LEADER_NOT_AVAILABLE, partition_index=p.tp.partition,
+                  leader_id=-1, leader_epoch=0, replica_nodes=[me], isr_nodes=[me],
+                  offline_replicas=[me]) if p.offline else
                 P(error_code=0, partition_index=p.tp.partition, leader_id=me, leader_epoch=0,
                   replica_nodes=[me], isr_nodes=[me], offline_replicas=[])
                 for p in parts]))

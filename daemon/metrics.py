@@ -12,10 +12,12 @@ metric follows Prometheus' base units (seconds, bytes) rather than JMX's
 milliseconds. The log-dir state, probe-latency, degraded and offline/saturated counts
 are defined here already so dashboards and alerts can be written against them.
 
-The HTTP endpoint runs on the event loop (asyncio), answers GET only, and never
-touches a disk: /metrics renders the registry, /healthz reports readiness and the
-state of each log dir from memory (200 when serving, 503 while starting, stopping, or
-with every dir offline). Malformed requests get 400 and the connection is closed.
+The HTTP endpoint runs on the event loop (asyncio) and never touches a disk itself:
+/metrics renders the registry, /healthz reports readiness and the state of each log
+dir from memory (200 when serving, 503 while starting, stopping, or with every dir
+offline), other GET views (`/log-dirs`) are JSON from memory, and `POST /admin/<cmd>`
+with a JSON body goes to the daemon's admin handler (operator commands; answers JSON
+with the handler's status). Malformed requests get 400 and the connection is closed.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -196,15 +198,21 @@ class Metrics:
 
 
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
-            503: "Service Unavailable"}
+            409: "Conflict", 413: "Payload Too Large", 503: "Service Unavailable"}
+MAX_ADMIN_BODY = 64 * 1024
+AdminHandler = Callable[[str, dict[str, Any]], Awaitable[tuple[int, dict[str, Any]]]]
 
 
 class HttpEndpoint:
     """A tiny HTTP/1.0-style server for /metrics and /healthz on the event loop."""
 
-    def __init__(self, metrics: Metrics, health: Callable[[], tuple[bool, dict[str, Any]]]):
+    def __init__(self, metrics: Metrics, health: Callable[[], tuple[bool, dict[str, Any]]], *,
+                 admin: AdminHandler | None = None,
+                 views: dict[str, Callable[[], Any]] | None = None):
         self.metrics = metrics
         self.health = health
+        self.admin = admin
+        self.views = dict(views or {})
         self.server: asyncio.base_events.Server | None = None
 
     async def start(self, host: str, port: int) -> tuple[str, int]:
@@ -221,16 +229,26 @@ class HttpEndpoint:
         try:
             line = await asyncio.wait_for(reader.readline(), 10)
             parts = line.decode("latin-1").split()
-            while True:  # drain the headers; nothing in them matters here
+            length = 0
+            while True:  # the headers: only Content-Length matters here
                 h = await asyncio.wait_for(reader.readline(), 10)
                 if h in (b"\r\n", b"\n", b""):
                     break
+                name, _, value = h.decode("latin-1").partition(":")
+                if name.strip().lower() == "content-length":
+                    length = int(value.strip())
             if len(parts) < 2:
                 await self._reply(writer, 400, b"bad request line\n", "text/plain")
                 return
             method, target = parts[0], parts[1].split("?", 1)[0]
-            if method not in ("GET", "HEAD"):
-                await self._reply(writer, 405, b"GET only\n", "text/plain")
+            if method == "POST" and target.startswith("/admin/") and self.admin is not None:
+                await self._admin(reader, writer, target[len("/admin/"):], length)
+            elif method not in ("GET", "HEAD"):
+                await self._reply(writer, 405, b"GET only (POST for /admin/)\n", "text/plain")
+            elif target in self.views:
+                body = (json.dumps(self.views[target](), sort_keys=True, default=str)
+                        + "\n").encode()
+                await self._reply(writer, 200, body, "application/json", head=method == "HEAD")
             elif target == "/metrics":
                 await self._reply(writer, 200, self.metrics.render(), CONTENT_TYPE_LATEST,
                                   head=method == "HEAD")
@@ -250,6 +268,24 @@ class HttpEndpoint:
             log.debug("http: dropped a client: %s", err)
         finally:
             writer.close()
+
+    async def _admin(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                     command: str, length: int) -> None:
+        assert self.admin is not None
+        if not 0 <= length <= MAX_ADMIN_BODY:
+            await self._reply(writer, 413, b'{"error": "body too large"}\n', "application/json")
+            return
+        try:
+            payload = json.loads(await asyncio.wait_for(reader.readexactly(length), 10) or b"{}")
+        except (ValueError, asyncio.IncompleteReadError):
+            payload = None
+        if not isinstance(payload, dict):
+            await self._reply(writer, 400, b'{"error": "the body must be a JSON object"}\n',
+                              "application/json")
+            return
+        status, answer = await self.admin(command, payload)
+        await self._reply(writer, status, (json.dumps(answer, default=str) + "\n").encode(),
+                          "application/json")
 
     @staticmethod
     async def _reply(writer: asyncio.StreamWriter, status: int, body: bytes, ctype: str, *,

@@ -6,7 +6,15 @@ cleanly), start the Kafka listener, then tell systemd READY=1. While running, th
 loop pings the systemd watchdog and runs retention and flush/checkpoint rounds on the
 workers. SIGTERM or SIGINT: STOPPING=1, stop accepting, close client connections,
 flush every log, write the checkpoints and the clean-shutdown marker (so the next start
-skips recovery), exit 0. Exit 1 when start-up or the clean close fails.
+skips recovery), exit 0. Exit 1 when start-up or the clean close fails, and when every
+log dir is offline (the message names each dir and why).
+
+Log-dir health (daemon.health) runs from before the dirs open until shutdown: a dir
+that fails is taken offline and the rest keep serving. With `zookeeper.connect` the
+broker registers in ZooKeeper and notifies the controller of every dir that goes
+OFFLINE or SATURATED (daemon.zk); it keeps serving while ZooKeeper is away. The HTTP
+endpoint also carries the operator commands (`POST /admin/log-dirs/readmit|cordon|
+uncordon`, `{"dir": PATH}`) and `GET /log-dirs`: keep `http.listen` on loopback.
 
 Connections: requests on one connection are handled one at a time, in order, as Kafka
 does; many connections run concurrently. A frame over `socket.request.max.bytes` is
@@ -22,6 +30,7 @@ import logging
 import os
 import resource
 import signal
+import socket
 import sys
 import time
 from typing import Any
@@ -31,10 +40,12 @@ from logstore import LogStoreError
 from . import config as config_mod
 from . import protocol
 from .broker import Broker
+from .dirstate import DirState
 from .handlers import CLOSE, ConnInfo, Handlers
-from .logdirs import DirState
+from .health import AdminError, LogDirHealth
 from .metrics import HttpEndpoint, Metrics
 from .notify import Notifier
+from .zk import ClusterLink
 
 log = logging.getLogger("logkeeper.server")
 
@@ -51,8 +62,14 @@ class Server:
         self.metrics = Metrics()
         self.broker = Broker(config, self.metrics)
         self.handlers = Handlers(self.broker, self.metrics)
+        self.dir_health = LogDirHealth(self.broker, self.metrics, config,
+                                       on_all_offline=self._on_all_offline)
+        self.cluster: ClusterLink | None = None
         self.notifier = notifier or Notifier.from_environment()
-        self.http = HttpEndpoint(self.metrics, self.health)
+        self.http = HttpEndpoint(self.metrics, self.health, admin=self._admin,
+                                 views={"/log-dirs": self.dir_health.describe})
+        self.fatal: str | None = None  # why the daemon stops on its own
+        self.stuck_workers = False  # a hung disk's worker: exit without joining it
         self.listener: asyncio.base_events.Server | None = None
         self.stop_event = asyncio.Event()
         self.state = "starting"
@@ -68,7 +85,36 @@ class Server:
         any_online = any(d.state is not DirState.OFFLINE for d in self.broker.dirs.dirs)
         ok = self.state == "serving" and any_online
         return ok, {"status": self.state, "broker_id": self.config.broker_id,
-                    "log_dirs": dirs, "partitions": len(self.broker.partitions)}
+                    "log_dirs": dirs, "partitions": len(self.broker.partitions),
+                    "offline_partitions": sum(1 for p in self.broker.partitions.values()
+                                              if p.offline),
+                    "degraded": sorted(str(d.path) for d in self.broker.dirs.dirs if d.degraded)}
+
+    async def _admin(self, action: str, payload: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """POST /admin/<action> with {"dir": PATH}: the operator's log-dir commands."""
+        commands = {
+            "log-dirs/readmit": lambda p: self.dir_health.readmit(p),
+            "log-dirs/cordon": lambda p: self.dir_health.cordon(p, True),
+            "log-dirs/uncordon": lambda p: self.dir_health.cordon(p, False),
+        }
+        if action not in commands:
+            return 404, {"error": f"unknown command {action!r}; known: {sorted(commands)}"}
+        path = payload.get("dir")
+        if not isinstance(path, str) or not path:
+            return 400, {"error": 'the body must be {"dir": "<log dir path>"}'}
+        if self.state != "serving":
+            return 503, {"error": f"the daemon is {self.state}"}
+        try:
+            return 200, await commands[action](path)
+        except AdminError as err:
+            return err.status, {"error": str(err)}
+
+    def _on_all_offline(self, message: str) -> None:
+        if self.fatal is None:
+            self.fatal = message
+            log.error("%s; stopping", message)
+            self.notifier.stopping("every log dir is offline")
+            self.stop_event.set()
 
     # ---- lifecycle ----
 
@@ -89,13 +135,15 @@ class Server:
             return 1
         self.notifier.status("opening log dirs")
         started = time.monotonic()
+        self.dir_health.attach()
         try:
             await self.broker.start()
         except (LogStoreError, OSError) as err:
             log.error("start-up failed: %s", err)
             await self._stop_background()
+            await self.dir_health.stop()
             await self.http.close()
-            self.broker.dirs.shutdown_workers()
+            self.stuck_workers = not self.broker.dirs.shutdown_workers()
             return 1
         self._log_recovery(time.monotonic() - started)
         lst = self.config.listener
@@ -108,6 +156,9 @@ class Server:
             await self._shutdown()
             return 1
         self.bound = self.listener.sockets[0].getsockname()[:2]
+        if not self.config.standalone:
+            self._join_cluster()
+        await self.dir_health.start()
         self.state = "serving"
         log.info("serving Kafka protocol on %s:%d (broker.id %d, %d partitions, %d log dirs)",
                  self.bound[0], self.bound[1], self.config.broker_id,
@@ -121,10 +172,28 @@ class Server:
                 CHECKPOINT_INTERVAL_S,
                 lambda: self.broker.maintenance(retention=False, checkpoints=True))),
             asyncio.ensure_future(self._periodic(METRICS_REFRESH_S,
-                                                 self.broker.refresh_dir_metrics, first=0)),
+                                                 self._refresh_dirs, first=0)),
         ]
-        await self.stop_event.wait()
-        return await self._shutdown()
+        if self.fatal is None:
+            await self.stop_event.wait()
+        code = await self._shutdown()
+        return 1 if self.fatal is not None else code
+
+    def _join_cluster(self) -> None:
+        host = self.bound[0] if self.bound else self.config.listener.host
+        if host in ("", "0.0.0.0", "::"):
+            host = socket.getfqdn()
+        assert self.bound is not None
+        self.cluster = ClusterLink(self.config["zookeeper.connect"], self.config.broker_id,
+                                   host, self.bound[1])
+        self.dir_health.cluster = self.cluster
+        self.cluster.start()
+        log.info("registering as broker %d in ZooKeeper at %s", self.config.broker_id,
+                 self.config["zookeeper.connect"])
+
+    async def _refresh_dirs(self) -> None:
+        await self.broker.refresh_dir_metrics()
+        self.dir_health.publish()  # free bytes change: the controller's view follows
 
     def _on_signal(self, sig: int) -> None:
         if self.stop_event.is_set():
@@ -139,6 +208,7 @@ class Server:
         if self.listener is not None:
             self.listener.close()  # stop accepting first
         await self._stop_background()
+        await self.dir_health.stop()
         for task, busy in list(self._connections.items()):
             if not busy:
                 task.cancel()  # idle: waiting for a request that will not be served
@@ -148,9 +218,11 @@ class Server:
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
-        failures = await self.broker.stop()
+        failures, self.stuck_workers = await self.broker.stop()
         for d, err in failures:
             log.error("closing log dir %s failed: %s", d.path, err)
+        if self.cluster is not None:
+            await asyncio.to_thread(self.cluster.stop)
         await self.http.close()
         self.notifier.close()
         if failures:
@@ -336,13 +408,19 @@ def main(argv: list[str]) -> int:
     except config_mod.ConfigError as err:
         print(f"logkeeper serve: {err}", file=sys.stderr)
         return 2
-    if not cfg.standalone:
-        print(f"logkeeper serve: {cfg.source}: zookeeper.connect = "
-              f"{cfg['zookeeper.connect']!r}: ZooKeeper mode is not available in this "
-              "version; remove the key to run standalone", file=sys.stderr)
-        return 2
     _raise_fd_limit()
-    return asyncio.run(Server(cfg).run())
+    server = Server(cfg)
+    code = asyncio.run(server.run())
+    if server.fatal is not None:
+        print(f"logkeeper serve: {server.fatal}", file=sys.stderr)
+    if server.stuck_workers:
+        # A worker is stuck in a syscall on a hung disk: the interpreter would join it
+        # at exit forever. Everything else is closed; leave without it.
+        log.error("a log dir's worker is stuck on its disk; exiting without it")
+        logging.shutdown()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
 
 
 def _raise_fd_limit() -> None:

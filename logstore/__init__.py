@@ -16,8 +16,10 @@ already classified the OSError and reported it to the failure channel.
 
 from .config import LogConfig
 from .errors import (
+    CheckpointError,
     CorruptRecordError,
     InvalidTopicError,
+    LogDirLockedError,
     LogDirOfflineError,
     LogDirSaturatedError,
     LogStoreError,
@@ -32,8 +34,9 @@ from .logdir import LogDir
 from .names import TopicPartition
 
 __all__ = [
-    "AppendInfo", "CorruptRecordError", "FailureChannel", "InvalidTopicError", "IoGuard", "Log",
-    "LogConfig", "LogDir", "LogDirFailure", "LogDirOfflineError", "LogDirSaturatedError",
+    "AppendInfo", "CheckpointError", "CorruptRecordError", "FailureChannel", "InvalidTopicError",
+    "IoGuard", "Log", "LogConfig", "LogDir", "LogDirFailure", "LogDirLockedError",
+    "LogDirOfflineError", "LogDirSaturatedError",
     "LogStoreError", "OffsetOutOfRangeError", "RecordTooLargeError", "RecoveryResult",
     "StorageError", "TopicPartition", "Verdict",
 ]

@@ -24,7 +24,7 @@ import native
 
 from . import checkpoint, names
 from .config import LogConfig
-from .errors import CheckpointError, LogDirLockedError, LogStoreError
+from .errors import CheckpointError, LogDirLockedError, LogDirSaturatedError, LogStoreError
 from .failure import FailureChannel, IoGuard
 from .log import Log, RecoveryResult
 from .names import TopicPartition
@@ -67,7 +67,12 @@ class LogDir:
             try:
                 ld._load_meta(broker_id, cluster_id)
                 if reserve_bytes > 0:
-                    ld._write_reserve(reserve_bytes)
+                    try:
+                        ld.create_reserve(reserve_bytes)
+                    except LogDirSaturatedError:
+                        # A full disk still opens: reads and retention work, and the
+                        # failure channel has the SATURATED verdict already.
+                        pass
                 ld._load_logs()
             except BaseException:
                 ld.release()

@@ -60,6 +60,9 @@ class Daemon:
             "log.dirs": [str(d) for d in self.log_dirs],
             "listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
             "http.listen": f"127.0.0.1:{self.http_port}",
+            # 1 MiB instead of 40: dozens of daemons start in the suite, some on small
+            # tmpfs dirs. Tests of the reserve itself set their own.
+            "log.dir.reserve.bytes": 1 << 20,
         }
         self.values.update(extra or {})
         self.config = write_config(root / "logkeeper.toml", self.values)
@@ -103,9 +106,24 @@ class Daemon:
                 code = resp.status
         except urllib.error.HTTPError as err:
             data, code = err.read(), err.code
-        if path.startswith("/healthz"):
+        if path.startswith(("/healthz", "/log-dirs")):
             return code, json.loads(data)
         return code, data.decode()
+
+    def admin(self, command: str, log_dir: str | Path) -> tuple[int, Any]:
+        """POST /admin/<command> {"dir": log_dir}: what `logkeeper log-dirs` sends."""
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{self.http_port}/admin/{command}", method="POST",
+            data=json.dumps({"dir": str(log_dir)}).encode(),
+            headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=60) as resp:
+                return resp.status, json.loads(resp.read())
+        except urllib.error.HTTPError as err:
+            return err.code, json.loads(err.read())
+
+    def log_dir_states(self) -> dict[str, str]:
+        return {e["path"]: e["state"] for e in self.http("/log-dirs")[1]}
 
     def stderr(self) -> str:
         try:
@@ -144,12 +162,17 @@ def running(root: Path, extra: dict[str, Any] | None = None, **kw: Any) -> Itera
 
 
 def snapshot(dirs: list[Path]) -> dict[str, str]:
-    """Every file under the log dirs with its SHA-256 (the lock file's content is empty)."""
+    """Every file under the log dirs with its SHA-256 (the lock file's content is empty).
+
+    The availability probe's canary (`.logkeeper-probe`) is left out: it is rewritten
+    with fresh bytes every probe interval by design, whatever clients do."""
     out = {}
     for root in dirs:
         for dirpath, dirnames, filenames in os.walk(root):
             dirnames.sort()
             for name in sorted(filenames):
+                if name == ".logkeeper-probe":
+                    continue
                 p = Path(dirpath) / name
                 out[str(p)] = hashlib.sha256(p.read_bytes()).hexdigest()
             for name in dirnames:

@@ -384,13 +384,6 @@ def test_embedded_defaults_start_with_no_config(tmp_path: Path) -> None:
     assert proc.returncode == 0, out
 
 
-def test_unserved_zookeeper_mode_is_refused_with_a_message(tmp_path: Path) -> None:
-    cfg = tmp_path / "zk.toml"
-    cfg.write_text(f'log.dirs = ["{tmp_path / "d"}"]\nzookeeper.connect = "127.0.0.1:2181"\n')
-    proc = run_cli("serve", "--config", str(cfg))
-    assert proc.returncode == 2 and "zookeeper.connect" in proc.stderr
-
-
 def test_protocol_advertises_what_handlers_serve() -> None:
     from daemon.handlers import Handlers
 

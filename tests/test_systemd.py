@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon.config import load_config
+from daemon.config import load
 from daemon.notify import Notifier
 from tests.faults import in_ci
 
@@ -95,7 +95,7 @@ def test_unit_is_a_hardened_notify_service_with_a_watchdog() -> None:
     assert set(s["RestrictAddressFamilies"][0].split()) == {"AF_UNIX", "AF_INET", "AF_INET6"}
     # Every log dir of the example config is writable under ProtectSystem=strict.
     writable = {p.lstrip("-") for v in s["ReadWritePaths"] for p in v.split()}
-    assert set(load_config(SYSTEMD / "logkeeper.toml").log_dirs) <= writable
+    assert set(load(SYSTEMD / "logkeeper.toml").log_dirs) <= writable
 
 
 def test_relaxed_settings_carry_a_comment_saying_why() -> None:
@@ -135,10 +135,10 @@ def test_sysusers_entry_creates_the_service_user(tmp_path: Path) -> None:
 
 
 def test_example_config_loads_and_names_its_dirs() -> None:
-    cfg = load_config(str(SYSTEMD / "logkeeper.toml"))
-    assert cfg.log_dirs == ["/data/disk0", "/data/disk1", "/data/disk2"]
-    assert (cfg.listener_host, cfg.listener_port) == ("0.0.0.0", 9092)
-    assert cfg.http_listen == "127.0.0.1:9308" and cfg.standalone
+    cfg = load(str(SYSTEMD / "logkeeper.toml"))
+    assert cfg.log_dirs == ("/data/disk0", "/data/disk1", "/data/disk2")
+    assert (cfg.listener.host, cfg.listener.port) == ("0.0.0.0", 9092)
+    assert cfg.http_listen == ("127.0.0.1", 9308) and cfg.standalone
 
 
 # ---- sd_notify over a real datagram socket ----
