@@ -1,4 +1,6 @@
-"""`logkeeper log-dirs describe`: log dirs per broker, through the DescribeLogDirs API.
+"""`logkeeper log-dirs`: describe log dirs per broker; readmit, cordon, uncordon one.
+
+`describe` goes through the DescribeLogDirs API.
 
 Output (stdout) is the JSON that Kafka's `kafka-log-dirs.sh --describe` prints:
 `{"version":1,"brokers":[{"broker":N,"logDirs":[{"logDir":...,"error":null|"<name>",
@@ -6,9 +8,20 @@ Output (stdout) is the JSON that Kafka's `kafka-log-dirs.sh --describe` prints:
 `totalBytes`/`usableBytes` per dir where the broker reports them (DescribeLogDirs v4+).
 The broker list comes from Metadata; `--broker-list` narrows it.
 
-Exit codes: 0 when every broker answered, 1 when a broker failed or reported a dir
-error, 2 on a usage error or when no bootstrap server can be reached. The `readmit`,
-`cordon` and `uncordon` actions belong to the log-dir health work (next issue).
+With `--http HOST:PORT` (the broker's http.listen) each dir of that broker also gets
+`state` (online, saturated, offline), `degraded` (a slow disk), `cordoned` and the
+reason it is not online, which the Kafka protocol has no field for.
+
+`readmit DIR`, `cordon DIR` and `uncordon DIR` are operator commands for the daemon on
+this host, sent to its HTTP endpoint (`--http`, or the `http.listen` of `--config`,
+default 127.0.0.1:9308). `readmit` brings a repaired OFFLINE dir back without a
+restart (probe, lock, recover, serve); `cordon` stops new partitions from being placed
+in a dir (kept across restarts), `uncordon` allows them again. `status` prints the
+daemon's own view of its dirs (JSON).
+
+Exit codes: 0 when every broker answered (or the command was carried out), 1 when a
+broker failed or reported a dir error (or the daemon refused the command, saying why),
+2 on a usage error or when no broker or daemon can be reached.
 """
 
 from __future__ import annotations
@@ -16,6 +29,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import urllib.error
+import urllib.request
 from typing import Any
 
 from kafka.protocol.admin import DescribeLogDirsRequest, DescribeLogDirsResponse
@@ -82,15 +97,88 @@ def describe(bootstrap: str, *, topics: list[str] | None = None,
     return out, problems
 
 
+class DaemonError(Exception):
+    """The daemon's HTTP endpoint could not be reached (exit 2)."""
+
+
+def daemon_call(http: str, path: str, payload: dict[str, Any] | None = None
+                ) -> tuple[int, Any]:
+    """GET (or POST `payload` to) the daemon's HTTP endpoint; (status, decoded JSON)."""
+    url = f"http://{http}{path}"
+    data = None if payload is None else json.dumps(payload).encode()
+    req = urllib.request.Request(url, data=data, method="GET" if data is None else "POST",
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=120) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as err:
+        try:
+            return err.code, json.loads(err.read())
+        except ValueError:
+            return err.code, {"error": f"HTTP {err.code} from {url}"}
+    except (OSError, ValueError) as err:
+        raise DaemonError(f"cannot reach the daemon at {url}: {err}") from err
+
+
+def _http_address(args: argparse.Namespace) -> str:
+    if args.http:
+        return args.http
+    from . import config as config_mod
+
+    cfg = config_mod.load(args.config)
+    if cfg.http_listen is None:
+        raise config_mod.ConfigError(f"{cfg.source}: http.listen is off; the commands need it")
+    host, port = cfg.http_listen
+    if host in ("", "0.0.0.0"):
+        host = "127.0.0.1"
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="logkeeper log-dirs",
-                                description="Describe the log dirs of brokers.")
+                                description="Describe, readmit, cordon or uncordon log dirs.")
     sub = p.add_subparsers(dest="action", required=True)
     d = sub.add_parser("describe", help="log dirs, partitions, sizes and lag per broker (JSON)")
     d.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT[,HOST:PORT]")
     d.add_argument("--topic-list", default="", help="comma-separated topics (default: all)")
     d.add_argument("--broker-list", default="", help="comma-separated broker ids (default: all)")
+    d.add_argument("--http", metavar="HOST:PORT",
+                   help="the daemon's http.listen: add state, degraded and cordoned per dir")
+    for name, help_ in (("readmit", "bring a repaired OFFLINE dir back without a restart"),
+                        ("cordon", "place no new partitions in DIR"),
+                        ("uncordon", "allow new partitions in DIR again"),
+                        ("status", "this host's dirs as the daemon sees them (JSON)")):
+        c = sub.add_parser(name, help=help_)
+        if name != "status":
+            c.add_argument("dir", metavar="DIR")
+        where = c.add_mutually_exclusive_group()
+        where.add_argument("--http", metavar="HOST:PORT", help="the daemon's http.listen")
+        where.add_argument("--config", metavar="FILE",
+                           help="the daemon's config, to find its http.listen")
     return p
+
+
+def _command(args: argparse.Namespace) -> int:
+    import os
+
+    from .config import ConfigError
+
+    try:
+        http = _http_address(args)
+        if args.action == "status":
+            status, answer = daemon_call(http, "/log-dirs")
+        else:
+            status, answer = daemon_call(http, f"/admin/log-dirs/{args.action}",
+                                         {"dir": os.path.abspath(args.dir)})
+    except (ConfigError, DaemonError) as err:
+        print(f"logkeeper log-dirs {args.action}: {err}", file=sys.stderr)
+        return 2
+    if status != 200:
+        print(f"logkeeper log-dirs {args.action}: {answer.get('error', answer)}",
+              file=sys.stderr)
+        return 1
+    print(json.dumps(answer, indent=1 if args.action == "status" else None))
+    return 0
 
 
 def main(argv: list[str]) -> int:
@@ -98,6 +186,8 @@ def main(argv: list[str]) -> int:
         args = _parser().parse_args(argv)
     except SystemExit as exc:
         return int(exc.code or 0)
+    if args.action != "describe":
+        return _command(args)
     topics = [t for t in args.topic_list.split(",") if t] or None
     try:
         brokers = [int(b) for b in args.broker_list.split(",") if b] or None
@@ -111,6 +201,19 @@ def main(argv: list[str]) -> int:
     except (ClientError, ValueError) as err:
         print(f"logkeeper log-dirs: {err}", file=sys.stderr)
         return 2
+    if args.http:
+        try:
+            _, states = daemon_call(args.http, "/log-dirs")
+        except DaemonError as err:
+            print(f"logkeeper log-dirs: {err}", file=sys.stderr)
+            return 2
+        by_path = {s["path"]: s for s in states}
+        for b in out["brokers"]:
+            for entry in b["logDirs"]:
+                s = by_path.get(entry["logDir"])
+                if s is not None:
+                    entry.update(state=s["state"], degraded=s["degraded"],
+                                 cordoned=s["cordoned"], reason=s["error"])
     answered = ",".join(str(b["broker"]) for b in out["brokers"])
     print(f"Received log directory information from brokers {answered}", file=sys.stderr)
     print(json.dumps(out, separators=(",", ":")))

@@ -70,6 +70,15 @@ class Daemon:
         self.env = env
         self.proc: subprocess.Popen[bytes] | None = None
 
+    def __enter__(self) -> Daemon:
+        return self if self.proc is not None else self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self.stop()
+        finally:
+            self.kill()
+
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"

@@ -164,7 +164,7 @@ def test_new_partitions_go_to_the_dir_with_most_free_space(tmp_path: Path) -> No
         d = Daemon(tmp_path, {"log.dirs": [str(small / "d"), str(big / "d"), str(mid / "d")],
                               "num.partitions": 4})
         d.log_dirs = [small / "d", big / "d", mid / "d"]
-        with running_daemon(d):
+        with d:
             produce_confluent(d, "first", 4, partitions=4)
             parts = {ld: sorted(p.name for p in ld.iterdir() if p.is_dir()) for ld in d.log_dirs}
             assert parts[big / "d"] == ["first-0", "first-1", "first-2", "first-3"], parts
@@ -173,17 +173,6 @@ def test_new_partitions_go_to_the_dir_with_most_free_space(tmp_path: Path) -> No
             produce_confluent(d, "second", 2, partitions=2)
             assert sorted(p.name for p in (mid / "d").iterdir() if p.is_dir()) == [
                 "second-0", "second-1", "second-2", "second-3"]
-
-
-class running_daemon:
-    def __init__(self, d: Daemon):
-        self.d = d
-
-    def __enter__(self) -> Daemon:
-        return self.d.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.d.stop()
 
 
 def test_ties_in_free_space_go_to_the_fewest_partitions(tmp_path: Path) -> None:
