@@ -1,15 +1,20 @@
 """Watch log dirs with inotify (pyinotify): deletion, moves, unmounts, permission changes.
 
 An event does not decide anything: it tells the daemon to probe that dir at once
-instead of waiting for the next interval. The watcher runs pyinotify's notifier on its
-own thread and calls `on_event(WatchEvent)` from there; the callback must not block
-(the daemon hands it to its event loop). Errors adding a watch (a dir already gone)
+instead of waiting for the next interval. inotify does not see a lazy unmount (`umount
+-l`) while the daemon holds files there, and a path then names the directory
+underneath; so the mount table (/proc/self/mountinfo, pollable) is watched too, and any
+mount change reports every dir ("mounts-changed"): the probe's identity check tells.
+The watcher runs pyinotify's notifier (and the mount watch) on its own threads and calls
+`on_event(WatchEvent)` from there; the callback must not block (the daemon hands it to
+its event loop). Errors adding a watch (a dir already gone)
 are reported as an event too, never raised.
 """
 
 from __future__ import annotations
 
 import os
+import select
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,7 +31,8 @@ _PARENT_MASK = pyinotify.IN_DELETE | pyinotify.IN_MOVED_FROM | pyinotify.IN_ATTR
 @dataclass(frozen=True)
 class WatchEvent:
     log_dir: str
-    reason: str  # "deleted", "moved", "unmounted", "attributes", "watch-lost", "unwatchable"
+    reason: str  # "deleted", "moved", "unmounted", "attributes", "watch-lost", "unwatchable",
+    # "mounts-changed"
 
 
 class LogDirWatcher:
@@ -38,11 +44,32 @@ class LogDirWatcher:
         self._notifier.daemon = True
         self._by_parent: dict[str, list[str]] = {}
         self._lock = threading.Lock()
+        self._stopped = threading.Event()
+        self._mounts = threading.Thread(target=self._watch_mounts, name="logkeeper-mounts",
+                                        daemon=True)
 
     def start(self) -> None:
         for d in self.log_dirs:
             self.watch(d)
         self._notifier.start()
+        self._mounts.start()
+
+    def _watch_mounts(self, mountinfo: str = "/proc/self/mountinfo") -> None:
+        try:
+            f = open(mountinfo, "rb")  # noqa: SIM115 - held for the thread's life
+        except OSError:
+            return
+        with f:
+            poller = select.poll()
+            poller.register(f, select.POLLPRI | select.POLLERR)
+            f.read()
+            while not self._stopped.is_set():
+                if not poller.poll(200):
+                    continue
+                f.seek(0)
+                f.read()  # re-arms the notification
+                for d in self.log_dirs:
+                    self.on_event(WatchEvent(d, "mounts-changed"))
 
     def watch(self, log_dir: str) -> None:
         """(Re)watch one dir, e.g. after an operator re-admits it."""
@@ -60,6 +87,7 @@ class LogDirWatcher:
             self._wm.add_watch(parent, _PARENT_MASK, quiet=True)
 
     def stop(self) -> None:
+        self._stopped.set()
         self._notifier.stop()
 
     def _handle(self, event: pyinotify.Event) -> None:

@@ -182,6 +182,8 @@ KEYS: dict[str, Key] = {k.name: k for k in (
         "the Kafka protocol endpoint, PLAINTEXT://host:port"),
     Key("zookeeper.connect", None, _zookeeper,
         "ZooKeeper connect string; unset = standalone (this broker leads everything)"),
+    Key("zookeeper.session.timeout.ms", 18000, _int(1000, 600000),
+        "ZooKeeper session timeout; after an expiry the broker registers again"),
     Key("log.segment.bytes", 1024 * 1024 * 1024, _int(14, 2**31 - 1), "segment size"),
     Key("log.roll.ms", 7 * 24 * 3600 * 1000, _int(1), "roll a segment this old"),
     Key("log.retention.ms", 7 * 24 * 3600 * 1000, _int(-1), "-1 keeps forever"),

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from checks import AvailabilityResult, SpaceResult
 from logstore import LogDirFailure, Verdict
-from logstore.failure import SATURATING_ERRNOS
+from logstore.failure import PROCESS_ERRNOS, SATURATING_ERRNOS
 
 log = logging.getLogger("logkeeper.logdirs")
 
@@ -85,8 +85,8 @@ class LogDirStates:
         return None
 
     def on_availability(self, result: AvailabilityResult) -> Transition | None:
-        if result.ok:
-            return None
+        if result.ok or result.errno in PROCESS_ERRNOS:
+            return None  # the process ran short of fds or memory: not the disk's fault
         if result.errno in SATURATING_ERRNOS:
             # The canary could not be written because the disk is full: that is the
             # disk-full evidence, not a dead disk.
@@ -101,6 +101,8 @@ class LogDirStates:
                           f"availability probe did not answer within {timeout_s:g} s (hung disk)")
 
     def on_space(self, result: SpaceResult) -> Transition | None:
+        if not result.ok and result.errno in PROCESS_ERRNOS:
+            return None
         if not result.ok:
             return self._move(result.path, DirState.OFFLINE, f"space probe failed: {result.error}")
         current = self.state(result.path)

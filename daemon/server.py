@@ -185,7 +185,8 @@ class Server:
             host = socket.getfqdn()
         assert self.bound is not None
         self.cluster = ClusterLink(self.config["zookeeper.connect"], self.config.broker_id,
-                                   host, self.bound[1])
+                                   host, self.bound[1],
+                                   session_timeout=self.config["zookeeper.session.timeout.ms"] / 1000)
         self.dir_health.cluster = self.cluster
         self.cluster.start()
         log.info("registering as broker %d in ZooKeeper at %s", self.config.broker_id,

@@ -162,6 +162,7 @@ broker.id = 42
 log.dirs = "/srv/k/a,/srv/k/b"
 listeners = "PLAINTEXT://[::1]:19093"
 zookeeper.connect = "zk1:2181,zk2:2181/logkeeper"
+zookeeper.session.timeout.ms = 6000
 log.segment.bytes = 1048576
 log.roll.ms = 3600000
 log.retention.ms = -1

@@ -12,6 +12,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,6 +24,7 @@ from typing import Any
 
 import confluent_kafka as ck
 import confluent_kafka.admin
+import pytest
 from kafka.protocol.metadata import MetadataRequest
 from kafka.protocol.producer import ProduceRequest
 from kazoo.client import KazooClient
@@ -26,7 +32,7 @@ from kazoo.client import KazooClient
 from logstore import names
 from logstore.records import Record, build_batch
 from tests import faults
-from tests.daemon_helpers import Daemon, RawClient
+from tests.daemon_helpers import REPO, Daemon, RawClient, write_config
 from tests.zkserver import ZooKeeperServer
 
 KAFKA_STORAGE_ERROR = 56
@@ -198,3 +204,329 @@ def test_eio_takes_one_dir_offline_and_the_others_keep_serving(tmp_path: Path) -
             c.close()
             assert d.stop() == 0
         assert "log dir " + str(sick) in d.stderr() and "offline" in d.stderr()
+
+
+def on_mounts(root: Path, mounts: list[Path], extra: dict[str, Any]) -> Daemon:
+    """A daemon whose log dirs are `<mount>/d`: one filesystem each, equal in size, so
+    placement spreads partitions over all of them."""
+    d = Daemon(root, {**extra, "log.dirs": [str(m / "d") for m in mounts]})
+    d.log_dirs = [m / "d" for m in mounts]
+    return d
+
+
+def fetch_all(d: Daemon, topic: str, partition: int, expected: int) -> list[bytes]:
+    got = consume(d, topic, [partition], expected)
+    return [v for _, v in sorted(got.items())]
+
+
+def cordoned(d: Daemon, *dirs: Path, on: bool = True) -> None:
+    for x in dirs:
+        assert d.admin("log-dirs/cordon" if on else "log-dirs/uncordon", x)[0] == 200
+
+
+# ---- b. ENOSPC ----
+
+
+def test_full_disk_saturates_then_comes_back_online_by_itself(tmp_path: Path) -> None:
+    reserve = 2 << 20
+    with faults.tmpfs("24m") as small:
+        full = small / "d"
+        d = Daemon(tmp_path, {**FAST, "log.dir.reserve.bytes": reserve,
+                              "log.segment.bytes": 1 << 20})
+        d.log_dirs[2] = full
+        d.values["log.dirs"] = [str(x) for x in d.log_dirs]
+        write_config(d.config, d.values)
+        with d.start():
+            assert (full / ".logkeeper-reserve").stat().st_size == reserve
+            # Only the small dir takes new partitions for now.
+            cordoned(d, d.log_dirs[0], d.log_dirs[1])
+            create_topic(d, "big", 1)
+            create_topic(d, "keep", 1)
+            cordoned(d, d.log_dirs[0], d.log_dirs[1], on=False)
+            create_topic(d, "elsewhere", 1)
+            assert placement(d, "big")[0] == full and placement(d, "keep")[0] == full
+            assert placement(d, "elsewhere")[0] != full
+            c = RawClient(d.port)
+            assert produce_raw(c, "keep", 0, [b"kept"]) == (0, 0)
+            acked, code = 0, 0
+            chunk = [os.urandom(100 << 10)]
+            while acked < 400:
+                code, _ = produce_raw(c, "big", 0, chunk)
+                if code:
+                    break
+                acked += 1
+            assert code == KAFKA_STORAGE_ERROR, "the 24 MiB tmpfs never filled"
+            wait_for(lambda: d.log_dir_states()[str(full)] == "saturated", 10, "SATURATED")
+            assert not (full / ".logkeeper-reserve").exists()
+            assert produce_raw(c, "keep", 0, [b"refused"])[0] == KAFKA_STORAGE_ERROR
+            assert metric(d, "logkeeper_saturated_log_dir_count") == 1
+            # Reads keep working, and the other dirs take appends.
+            assert len(fetch_all(d, "big", 0, acked)) == acked
+            assert fetch_all(d, "keep", 0, 1) == [b"kept"]
+            assert produce_raw(c, "elsewhere", 0, [b"fine"])[0] == 0
+            # Deleting a topic frees space: ONLINE again by itself, reserve back.
+            a = ck.admin.AdminClient({"bootstrap.servers": d.bootstrap})
+            for fut in a.delete_topics(["big"]).values():
+                fut.result(30)
+            wait_for(lambda: d.log_dir_states()[str(full)] == "online", 10, "ONLINE again")
+            wait_for(lambda: (full / ".logkeeper-reserve").exists()
+                     and (full / ".logkeeper-reserve").stat().st_size == reserve, 10, "reserve")
+            assert produce_raw(c, "keep", 0, [b"again"]) == (0, 1)
+            assert fetch_all(d, "keep", 0, 2) == [b"kept", b"again"]
+            assert metric(d, "logkeeper_saturated_log_dir_count") == 0
+            c.close()
+        log = d.stderr()
+        assert "online -> saturated" in log and "saturated -> online" in log
+
+
+# ---- c. removed or lazily unmounted: inotify, not the probe interval ----
+
+
+SLOW_PROBES = {"log.dir.probe.interval.ms": 600000, "log.dir.probe.timeout.ms": 5000}
+
+
+def test_removed_dir_goes_offline_within_a_second(tmp_path: Path) -> None:
+    with Daemon(tmp_path, SLOW_PROBES) as d:
+        create_topic(d, "t", 3)
+        gone = d.log_dirs[2]
+        started = time.monotonic()
+        shutil.rmtree(gone)
+        wait_for(lambda: d.log_dir_states()[str(gone)] == "offline", 1.0, "OFFLINE via inotify")
+        assert time.monotonic() - started < 1.0
+        assert sorted(d.log_dir_states().values()) == ["offline", "online", "online"]
+
+
+def test_lazily_unmounted_dir_goes_offline_within_a_second(tmp_path: Path) -> None:
+    with faults.tmpfs("16m") as mnt:
+        d = Daemon(tmp_path, SLOW_PROBES)
+        d.log_dirs[0] = mnt / "d"
+        d.values["log.dirs"] = [str(x) for x in d.log_dirs]
+        write_config(d.config, d.values)
+        with d:
+            create_topic(d, "t", 3)
+            started = time.monotonic()
+            subprocess.run(["umount", "-l", str(mnt)], check=True)
+            # The path now names the empty directory underneath: not the dir we opened.
+            wait_for(lambda: d.log_dir_states()[str(mnt / "d")] == "offline", 1.0,
+                     "OFFLINE after umount -l")
+            assert time.monotonic() - started < 1.0
+            _, dirs = d.http("/log-dirs")
+            assert "no longer the directory" in dirs[0]["error"] or "No such" in dirs[0]["error"]
+
+
+# ---- e. start-up with bad dirs ----
+
+
+def test_startup_serves_the_good_dirs_and_keeps_the_bad_dirs_partitions_offline(
+        tmp_path: Path) -> None:
+    with faults.loop_ext4(32) as m0, faults.loop_ext4(32) as mnt, faults.loop_ext4(32) as m2:
+        d = on_mounts(tmp_path, [m0, mnt, m2], FAST)
+        with d:
+            create_topic(d, "t", 3)
+            where = placement(d, "t")
+            assert sorted(set(where.values())) == sorted(d.log_dirs)
+            c = RawClient(d.port)
+            for p in range(3):
+                assert produce_raw(c, "t", p, [b"v%d" % p])[0] == 0
+            c.close()
+        faults.shutdown_fs(mnt)  # the disk dies while the broker is down
+        with d.start():
+            states = d.log_dir_states()
+            assert states[str(mnt / "d")] == "offline"
+            assert [states[str(x)] for x in (d.log_dirs[0], d.log_dirs[2])] == ["online"] * 2
+            bad = next(p for p, ld in where.items() if ld == mnt / "d")
+            c = RawClient(d.port)
+            meta = metadata(c, "t")
+            assert sorted(meta) == [0, 1, 2]  # all three still known ...
+            assert meta[bad].offline_replicas == [1] and meta[bad].leader_id == -1
+            # ... and the offline one is not re-created on another dir (isNewReplica).
+            assert produce_raw(c, "t", bad, [b"x"])[0] == KAFKA_STORAGE_ERROR
+            assert sorted(p for p, ld in placement(d, "t").items() if ld != mnt / "d") == \
+                sorted(p for p in range(3) if p != bad)
+            for p in range(3):
+                if p != bad:
+                    assert fetch_all(d, "t", p, 1) == [b"v%d" % p]
+            c.close()
+        assert "online -> offline" in d.stderr() and "Input/output error" in d.stderr()
+
+
+def test_startup_with_every_dir_bad_exits_non_zero_naming_each(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    bad = [blocker / f"disk{i}" for i in range(3)]
+    d = Daemon(tmp_path / "run", {"log.dirs": [str(x) for x in bad]})
+    with pytest.raises(RuntimeError, match="exited 1"):
+        d.start()
+    err = d.stderr()
+    assert "every log dir is offline" in err
+    for x in bad:
+        assert str(x) in err
+    assert blocker.read_text() == "not a directory"
+
+
+def test_every_dir_failing_at_runtime_stops_the_daemon(tmp_path: Path) -> None:
+    with Daemon(tmp_path, {**FAST, "log.dirs": [str(tmp_path / "only")]}) as d:
+        d.log_dirs = [tmp_path / "only"]
+        shutil.rmtree(tmp_path / "only")
+        assert d.proc is not None
+        assert d.proc.wait(20) == 1
+    assert "every log dir is offline" in d.stderr() and str(tmp_path / "only") in d.stderr()
+
+
+# ---- g. ZooKeeper away while a dir fails; session expiry ----
+
+
+def test_notification_waits_for_zookeeper_and_the_broker_reregisters(tmp_path: Path) -> None:
+    with zookeeper() as zk:
+        d = Daemon(tmp_path, {**FAST, "zookeeper.connect": zk.hosts,
+                              "zookeeper.session.timeout.ms": 2000})
+        with d:
+            zc = KazooClient(hosts=zk.hosts)
+            zc.start(15)
+            wait_for(lambda: zc.exists("/brokers/ids/1"), 20, "registration")
+            zc.stop()
+            zc.close()
+            create_topic(d, "t", 3)
+            healthy = [p for p, ld in placement(d, "t").items() if ld != d.log_dirs[0]]
+            zk.stop()
+            shutil.rmtree(d.log_dirs[0])
+            wait_for(lambda: d.log_dir_states()[str(d.log_dirs[0])] == "offline", 5, "OFFLINE")
+            # Clients are served while ZooKeeper is away.
+            c = RawClient(d.port)
+            assert healthy and all(produce_raw(c, "t", p, [b"x"])[0] == 0 for p in healthy)
+            c.close()
+            zk.start()
+            zc = KazooClient(hosts=zk.hosts)
+            zc.start(15)
+            try:
+                kids = wait_for(lambda: zc.exists("/log_dir_event_notification")
+                                and zc.get_children("/log_dir_event_notification"), 30, "event")
+                assert len(kids) == 1
+                assert json.loads(zc.get(f"/log_dir_event_notification/{kids[0]}")[0]) == {
+                    "version": 1, "broker": 1, "event": 1}
+            finally:
+                zc.stop()
+                zc.close()
+            # Session expiry: the broker stalls (SIGSTOP) past its session timeout, so
+            # ZooKeeper expires the session and drops /brokers/ids/1; once it runs
+            # again it learns of the expiry and registers again.
+            assert d.proc is not None
+            zc = KazooClient(hosts=zk.hosts)
+            zc.start(15)
+            first = zc.exists("/brokers/ids/1").ephemeralOwner
+            os.kill(d.proc.pid, signal.SIGSTOP)
+            try:
+                wait_for(lambda: not zc.exists("/brokers/ids/1"), 20, "session expiry")
+            finally:
+                os.kill(d.proc.pid, signal.SIGCONT)
+            zc.stop()
+            zc.close()
+            zc = KazooClient(hosts=zk.hosts)
+            zc.start(15)
+            try:
+                wait_for(lambda: zc.exists("/brokers/ids/1"), 40, "re-registration")
+                assert zc.exists("/brokers/ids/1").ephemeralOwner != first
+                doc = json.loads(zc.get("/brokers/ids/1")[0])
+                assert doc["port"] == d.port and doc["endpoints"] == [f"PLAINTEXT://127.0.0.1:{d.port}"]
+            finally:
+                zc.stop()
+                zc.close()
+
+
+# ---- h. EMFILE is the process's fault, not a disk's ----
+
+
+def test_running_out_of_file_descriptors_takes_no_dir_offline(tmp_path: Path) -> None:
+    d = Daemon(tmp_path, FAST)
+    limit = 120
+
+    def low_limit() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    with open(d.stderr_path, "ab") as err:
+        d.proc = subprocess.Popen(
+            [sys.executable, "-m", "daemon.cli", "serve", "--config", str(d.config)],
+            cwd=d.root, env=env, stdout=err, stderr=err, preexec_fn=low_limit)
+    with d:
+        wait_for(d.healthy, 30, "serving")
+        a = ck.admin.AdminClient({"bootstrap.servers": d.bootstrap})
+        # Three fds a partition: 60 partitions cannot all open under 120 descriptors.
+        futs = a.create_topics([ck.admin.NewTopic("many", 60, 1)])
+        with pytest.raises(ck.KafkaException):
+            for fut in futs.values():
+                fut.result(30)
+        time.sleep(0.5)  # several probe rounds, themselves short of descriptors
+        assert set(d.log_dir_states().values()) == {"online"}
+        assert metric(d, "kafka_log_logmanager_offlinelogdirectorycount") == 0
+        assert "process resource exhausted" in d.stderr() or "Too many open files" in d.stderr()
+
+
+# ---- operators: readmit, cordon ----
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "daemon.cli", *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, PYTHONPATH=str(REPO)))
+
+
+def test_readmit_brings_a_repaired_dir_back_without_a_restart(tmp_path: Path) -> None:
+    with faults.loop_ext4(32) as m0, faults.loop_ext4(32) as mnt, faults.loop_ext4(32) as m2:
+        d = on_mounts(tmp_path, [m0, mnt, m2], FAST)
+        http = f"127.0.0.1:{d.http_port}"
+        with d:
+            create_topic(d, "t", 3)
+            sick = next(p for p, ld in placement(d, "t").items() if ld == mnt / "d")
+            c = RawClient(d.port)
+            assert produce_raw(c, "t", sick, [b"before"])[0] == 0
+            proc = run_cli("log-dirs", "readmit", str(mnt / "d"), "--http", http)
+            assert proc.returncode == 1 and "not offline" in proc.stderr
+            # Flush what was written so the repaired disk has it, then kill the disk.
+            os.sync()
+            faults.shutdown_fs(mnt)
+            wait_for(lambda: d.log_dir_states()[str(mnt / "d")] == "offline", 10, "OFFLINE")
+            proc = run_cli("log-dirs", "readmit", str(mnt / "d"), "--http", http)
+            assert proc.returncode == 1 and "still fails its probe" in proc.stderr
+            # "Repair": unmount the dead filesystem and mount the disk again.
+            subprocess.run(["umount", "-l", str(mnt)], check=True)
+            subprocess.run(["mount", "-o", "loop", str(mnt.parent / "disk.img"), str(mnt)],
+                           check=True)
+            proc = run_cli("log-dirs", "readmit", str(mnt / "d"), "--http", http)
+            assert proc.returncode == 0, proc.stderr
+            assert json.loads(proc.stdout)["state"] == "online"
+            assert d.log_dir_states()[str(mnt / "d")] == "online"
+            assert fetch_all(d, "t", sick, 1) == [b"before"]
+            assert produce_raw(c, "t", sick, [b"after"]) == (0, 1)
+            assert metadata(c, "t")[sick].offline_replicas == []
+            c.close()
+            proc = run_cli("log-dirs", "readmit", str(tmp_path / "nope"), "--http", http)
+            assert proc.returncode == 1 and "not a log dir" in proc.stderr
+
+
+def test_cordoned_dir_takes_no_new_partitions_across_restarts(tmp_path: Path) -> None:
+    d = Daemon(tmp_path, {"num.partitions": 1})
+    http = f"127.0.0.1:{d.http_port}"
+    with d:
+        for x in d.log_dirs[:2]:
+            proc = run_cli("log-dirs", "cordon", str(x), "--config", str(d.config))
+            assert proc.returncode == 0, proc.stderr
+        for i in range(4):
+            create_topic(d, f"t{i}", 1)
+        assert {placement(d, f"t{i}")[0] for i in range(4)} == {d.log_dirs[2]}
+    with d.start():
+        proc = run_cli("log-dirs", "status", "--http", http)
+        assert [e["cordoned"] for e in json.loads(proc.stdout)] == [True, True, False]
+        create_topic(d, "after-restart", 1)
+        assert placement(d, "after-restart")[0] == d.log_dirs[2]
+        assert run_cli("log-dirs", "uncordon", str(d.log_dirs[0]), "--http", http).returncode == 0
+        create_topic(d, "uncordoned", 1)
+        assert placement(d, "uncordoned")[0] == d.log_dirs[0]
+        # Every dir cordoned: a new topic is refused, and nothing is created.
+        for x in d.log_dirs:
+            run_cli("log-dirs", "cordon", str(x), "--http", http)
+        a = ck.admin.AdminClient({"bootstrap.servers": d.bootstrap})
+        with pytest.raises(ck.KafkaException, match="uncordoned"):
+            for fut in a.create_topics([ck.admin.NewTopic("nowhere", 1, 1)]).values():
+                fut.result(30)
+        assert all(not (x / "nowhere-0").exists() for x in d.log_dirs)
