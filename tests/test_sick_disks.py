@@ -198,6 +198,15 @@ def test_eio_takes_one_dir_offline_and_the_others_keep_serving(tmp_path: Path) -
             finally:
                 zc.stop()
                 zc.close()
+            # kafka-log-dirs.sh's view, with our state on top.
+            proc = run_cli("log-dirs", "describe", "--bootstrap-server", d.bootstrap,
+                           "--http", f"127.0.0.1:{d.http_port}")
+            assert proc.returncode == 1, proc.stderr  # a dir reports an error
+            described = {e["logDir"]: e for e in json.loads(proc.stdout)["brokers"][0]["logDirs"]}
+            assert described[str(sick)]["error"] == "KafkaStorageException"
+            assert described[str(sick)]["state"] == "offline" and described[str(sick)]["reason"]
+            assert described[str(dirs[0])]["error"] is None
+            assert described[str(dirs[0])]["state"] == "online"
             # Nothing touches the dir any more: every file, the .lock too, is closed.
             assert d.proc is not None
             wait_for(lambda: not open_files_under(d.proc.pid, sick), 10, "files released")
