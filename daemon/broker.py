@@ -572,8 +572,10 @@ class Broker:
 
         return list(await asyncio.gather(*(one(d) for d in self.dirs.dirs)))
 
-    async def maintenance(self, *, retention: bool, checkpoints: bool) -> None:
-        """Retention and/or flush + checkpoints on every dir, each on its own worker."""
+    async def maintenance(self, *, retention: bool, checkpoints: bool,
+                          only: ManagedDir | None = None) -> None:
+        """Retention and/or flush + checkpoints on every dir (or `only` one), each on its
+        own worker."""
         async def one(d: ManagedDir) -> None:
             if d.logdir is None or d.state is DirState.OFFLINE:
                 return
@@ -585,7 +587,7 @@ class Broker:
             if deleted:
                 log.info("retention deleted %d segments in %s", deleted, d.path)
 
-        await asyncio.gather(*(one(d) for d in self.dirs.dirs))
+        await asyncio.gather(*(one(d) for d in self.dirs.dirs if only in (None, d)))
 
     async def refresh_dir_metrics(self) -> None:
         described = await self.describe_dirs()

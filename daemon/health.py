@@ -280,6 +280,9 @@ class LogDirHealth:
                 self.on_all_offline(all_offline_message(self.dirs.dirs))
         elif t.new is DirState.SATURATED and d.logdir is not None:
             self._on_worker(d, d.logdir.delete_reserve, "delete the reserve")
+            # Retention now rather than at its next round: it is what wins space back.
+            self._tasks.append(asyncio.ensure_future(
+                self.broker.maintenance(retention=True, checkpoints=False, only=d)))
         elif t.new is DirState.ONLINE and t.old is DirState.SATURATED and d.logdir is not None:
             self._on_worker(d, d.logdir.create_reserve, "re-create the reserve", self.reserve)
         if self.cluster is not None and t.new in (DirState.OFFLINE, DirState.SATURATED):

@@ -288,6 +288,22 @@ def test_full_disk_saturates_then_comes_back_online_by_itself(tmp_path: Path) ->
         assert "online -> saturated" in log and "saturated -> online" in log
 
 
+def test_free_space_under_the_floor_saturates_before_writes_fail(tmp_path: Path) -> None:
+    with faults.tmpfs("16m") as small:
+        d = Daemon(tmp_path, {**FAST, "log.dir.min.free.bytes": 6 << 20,
+                              "log.dir.resume.free.bytes": 9 << 20})
+        d.log_dirs[1] = small / "d"
+        d.values["log.dirs"] = [str(x) for x in d.log_dirs]
+        write_config(d.config, d.values)
+        with d:
+            assert d.log_dir_states()[str(small / "d")] == "online"
+            ballast = small / "ballast"
+            ballast.write_bytes(b"\0" * (10 << 20))  # ~5 MiB left: under the floor
+            wait_for(lambda: d.log_dir_states()[str(small / "d")] == "saturated", 5, "floor")
+            ballast.unlink()
+            wait_for(lambda: d.log_dir_states()[str(small / "d")] == "online", 5, "resume")
+
+
 # ---- c. removed or lazily unmounted: inotify, not the probe interval ----
 
 
