@@ -49,7 +49,8 @@ def write_config(path: Path, values: dict[str, Any]) -> Path:
 
 class Daemon:
     def __init__(self, root: Path, extra: dict[str, Any] | None = None, *, dirs: int = 3,
-                 env: dict[str, str] | None = None):
+                 env: dict[str, str] | None = None, prefix: list[str] | None = None):
+        """`prefix` goes before the command, e.g. to run the daemon as another user."""
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
         self.log_dirs = [root / f"disk{i}" for i in range(dirs)]
@@ -68,6 +69,7 @@ class Daemon:
         self.config = write_config(root / "logkeeper.toml", self.values)
         self.stderr_path = root / "daemon.stderr"
         self.env = env
+        self.prefix = list(prefix or [])
         self.proc: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> Daemon:
@@ -87,8 +89,8 @@ class Daemon:
         env = dict(os.environ, PYTHONPATH=str(REPO), **(self.env or {}))
         with open(self.stderr_path, "ab") as err:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "daemon.cli", "serve", "--config", str(self.config)],
-                cwd=self.root, env=env, stdout=err, stderr=err)
+                [*self.prefix, sys.executable, "-m", "daemon.cli", "serve", "--config",
+                 str(self.config)], cwd=self.root, env=env, stdout=err, stderr=err)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
