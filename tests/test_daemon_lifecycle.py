@@ -39,13 +39,21 @@ def produce_confluent(d: Daemon, topic: str, n: int, *, partitions: int = 1,
     return acked
 
 
-def consume_all(d: Daemon, topic: str, partitions: int, expected: int) -> dict[tuple[int, int], bytes]:
+def consume_all(d: Daemon, topic: str, partitions: int, expected: int, *,
+                wanted: set[tuple[int, int]] | None = None) -> dict[tuple[int, int], bytes]:
+    """Consume from offset 0 until `expected` records came, or, with `wanted`, until every
+    (partition, offset) in it did: records written but never acknowledged (a kill in
+    the middle of a produce) make a count alone stop too early."""
     c = ck.Consumer({"bootstrap.servers": d.bootstrap, "group.id": "x",
                      "enable.auto.commit": False})
     c.assign([ck.TopicPartition(topic, p, 0) for p in range(partitions)])
     out: dict[tuple[int, int], bytes] = {}
     deadline = time.monotonic() + 60
-    while len(out) < expected and time.monotonic() < deadline:
+
+    def done() -> bool:
+        return wanted <= out.keys() if wanted is not None else len(out) >= expected
+
+    while not done() and time.monotonic() < deadline:
         for m in c.consume(10000, 0.5):
             assert m.error() is None, m.error()
             out[(m.partition(), m.offset())] = m.value()
@@ -119,7 +127,8 @@ def test_sigkill_under_load_keeps_every_acknowledged_record(tmp_path: Path) -> N
     d.start()
     assert "no clean-shutdown marker" in d.stderr()
     for acks, records in acked.items():
-        got = consume_all(d, f"load-{acks}", 4, len(records))
+        got = consume_all(d, f"load-{acks}", 4, len(records),
+                          wanted={(p, o) for p, o, _ in records})
         missing = [(p, o) for p, o, v in records if got.get((p, o)) != v]
         assert not missing, f"acks={acks}: {len(missing)} acknowledged records lost"
     d.kill()
