@@ -188,6 +188,9 @@ class Server:
                                    host, self.bound[1],
                                    session_timeout=self.config["zookeeper.session.timeout.ms"] / 1000)
         self.dir_health.cluster = self.cluster
+        for d in self.broker.dirs.dirs:
+            if d.state is not DirState.ONLINE:  # failed before the link existed
+                self.cluster.announce_log_dir_event(str(d.path))
         self.cluster.start()
         log.info("registering as broker %d in ZooKeeper at %s", self.config.broker_id,
                  self.config["zookeeper.connect"])

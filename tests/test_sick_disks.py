@@ -344,8 +344,9 @@ def test_lazily_unmounted_dir_goes_offline_within_a_second(tmp_path: Path) -> No
 
 def test_startup_serves_the_good_dirs_and_keeps_the_bad_dirs_partitions_offline(
         tmp_path: Path) -> None:
-    with faults.loop_ext4(32) as m0, faults.loop_ext4(32) as mnt, faults.loop_ext4(32) as m2:
-        d = on_mounts(tmp_path, [m0, mnt, m2], FAST)
+    with faults.loop_ext4(32) as m0, faults.loop_ext4(32) as mnt, faults.loop_ext4(32) as m2, \
+            zookeeper() as zk:
+        d = on_mounts(tmp_path, [m0, mnt, m2], {**FAST, "zookeeper.connect": zk.hosts})
         with d:
             create_topic(d, "t", 3)
             where = placement(d, "t")
@@ -372,6 +373,15 @@ def test_startup_serves_the_good_dirs_and_keeps_the_bad_dirs_partitions_offline(
                 if p != bad:
                     assert fetch_all(d, "t", p, 1) == [b"v%d" % p]
             c.close()
+            # The controller hears of a dir that was offline from the start, too.
+            zc = KazooClient(hosts=zk.hosts)
+            zc.start(15)
+            try:
+                wait_for(lambda: zc.exists("/log_dir_event_notification")
+                         and zc.get_children("/log_dir_event_notification"), 20, "event")
+            finally:
+                zc.stop()
+                zc.close()
         assert "online -> offline" in d.stderr() and "Input/output error" in d.stderr()
 
 
