@@ -205,6 +205,11 @@ class OffsetIndex(_Index):
         rel, pos = self._read_entry(i)
         return self.base_offset + rel, pos
 
+    def position_floor(self, position: int) -> int:
+        """Greatest indexed batch position <= `position` (0, the first batch, if none)."""
+        i = self._search(position, 1)
+        return 0 if i < 0 else self._read_entry(i)[1]
+
     def truncate_to_position(self, position: int) -> None:
         """Forget entries pointing at or past `position` (the log was cut there)."""
         n = self.entries

@@ -14,6 +14,7 @@ which runs segment calls inside its log dir's IoGuard.
 from __future__ import annotations
 
 import os
+import struct
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,6 +28,8 @@ from .index import OffsetIndex, TimeIndex
 from .records import HEADER as _HEADER
 from .records import parse_batch_header
 from .scan import FileScan, scan_file
+
+_OFFSET_LENGTH = struct.Struct(">qi")  # baseOffset, batchLength: every batch's first 12 bytes
 
 
 class LogSegment:
@@ -55,6 +58,8 @@ class LogSegment:
         self.bytes_since_index = 0
         self.max_timestamp, self.offset_of_max_timestamp = self.time_index.last_entry()
         self._next_offset: int | None = base_offset if self.size == 0 else None
+        # (base offset, position) of the batch where the last read stopped (batches_end).
+        self._next_read: tuple[int, int] | None = None
         self._roll_base_ms: int | None = None  # first batch's max timestamp, -1 if none
         self._created_ms = int(time.time() * 1000)
 
@@ -152,6 +157,32 @@ class LogSegment:
         del buf[got:]
         return buf
 
+    def read_exact(self, position: int, size: int) -> bytes:
+        """Exactly the bytes [position, position + size) (bounds already known)."""
+        return native.pread(self.fd, size, position, path=self._log_path_str)
+
+    def batches_end(self, start: int, limit: int) -> int:
+        """End of the last whole batch that starts at or after `start` and ends at or
+        before `limit`; at least the end of the batch at `start` (Kafka's
+        minOneMessage). From the offset index's nearest entry, a header or two is read.
+        """
+        if limit >= self.size:
+            return self.size  # only whole, validated batches are ever written here
+        pos = max(start, self.offset_index.position_floor(limit))
+        first = True
+        while pos + 12 <= self.size:
+            base, length = _OFFSET_LENGTH.unpack(
+                native.pread(self.fd, 12, pos, path=self._log_path_str))
+            if length < 49:
+                break  # not a batch: never written here; stop at what is known good
+            end = pos + length + 12
+            if end > limit and not (first and pos == start):
+                # A consumer's next read starts here: find_batch skips the index search.
+                self._next_read = (base, pos)
+                break
+            pos, first = end, False
+        return pos
+
     def find_batch(self, offset: int, *, start_position: int | None = None) -> BatchInfo | None:
         """The first batch whose last offset >= `offset`, or None past the end.
 
@@ -159,20 +190,29 @@ class LogSegment:
         index.interval.bytes that is one or two small reads.
         """
         if start_position is None:
+            hint = self._next_read
+            if hint is not None and hint[0] == offset:
+                found = self._batch_at(hint[1])
+                if found is not None and found.base_offset == offset:
+                    return found  # still there, unchanged: no index search needed
             _, start_position = self.offset_index.lookup(offset)
         pos = start_position
-        while pos + _HEADER.size <= self.size:
-            header = native.pread(self.fd, _HEADER.size, pos, path=self._log_path_str)
-            fields = _HEADER.unpack(header)
-            if fields[1] < 49 or fields[3] != 2:
-                return None  # not a batch: only validated bytes are ever written here
-            size = fields[1] + 12
-            info = BatchInfo(pos, fields[0], size, fields[2], fields[6], fields[12], fields[7],
-                             fields[8], fields[9], fields[10], fields[5], fields[11], fields[4])
+        while (info := self._batch_at(pos)) is not None:
             if info.last_offset >= offset:
                 return info
-            pos += size
+            pos += info.size
         return None
+
+    def _batch_at(self, pos: int) -> BatchInfo | None:
+        """The batch whose header is at `pos`, or None (past the end, or not a batch)."""
+        if pos + _HEADER.size > self.size:
+            return None
+        fields = _HEADER.unpack(native.pread(self.fd, _HEADER.size, pos, path=self._log_path_str))
+        if fields[1] < 49 or fields[3] != 2:
+            return None  # not a batch: only validated bytes are ever written here
+        return BatchInfo(pos, fields[0], fields[1] + 12, fields[2], fields[6], fields[12],
+                         fields[7], fields[8], fields[9], fields[10], fields[5], fields[11],
+                         fields[4])
 
     def find_timestamp(self, timestamp: int, *, min_offset: int) -> tuple[int, int] | None:
         """The first record with timestamp >= `timestamp` and offset >= min_offset."""
