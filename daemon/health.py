@@ -125,6 +125,8 @@ class LogDirHealth:
         """Once the dirs are open: watches, probes and the slow-disk check."""
         for d in self.dirs.dirs:
             self._publish_state(d)
+            # 0 from the start: an absent sample is not "not degraded" to an alert rule.
+            self.metrics.set_degraded(str(d.path), d.degraded)
         self.devices = dict(zip(
             (str(d.path) for d in self.dirs.dirs),
             await asyncio.gather(*(asyncio.to_thread(device_for_path, d.path)
