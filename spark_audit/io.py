@@ -14,9 +14,10 @@ the same place on all workers (NFS, CephFS, sshfs). For host-local disks with no
 mount, run `--scan-only` in local mode on each host (writes the raw tables) and one
 `--from-scans` job over all of them (see spark_audit.main).
 
-Errors: a root or checkpoint that cannot be read, and a segment that cannot be read,
-become problem rows naming the path (the audit reports them and goes on); a bad
-HOST=PATH argument or manifest line raises `AuditInputError` naming it.
+Errors: a root that exists but cannot be listed, a checkpoint or a segment that cannot
+be read become problem rows naming the path (the audit reports them and goes on); a bad
+HOST=PATH argument or manifest line, or a PATH that is not a directory on the driver,
+raises `AuditInputError` naming it (check_roots; the audit exits 2).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ DEFAULT_TASK_BYTES = 1 << 30
 # A file costs an open, a stat of two indexes and Python bookkeeping: weigh it like this
 # many bytes when balancing tasks, so thousands of tiny segments still spread out.
 PER_FILE_WEIGHT = 1 << 20
+LISTING_SLICE = 1 << 16
 
 
 class AuditInputError(ValueError):
@@ -82,6 +84,29 @@ def read_manifest(path: str | os.PathLike[str]) -> list[Root]:
             line = "=".join(line.split())
         roots.append(parse_root(line, f"{path}:{n}"))
     return roots
+
+
+def check_roots(roots: Sequence[Root]) -> list[Root]:
+    """The roots without repeats; AuditInputError unless each PATH is a directory here.
+
+    A PATH that does not exist (a typo, a host's mount missing on the driver) or is not
+    a directory is a bad argument, not a finding: the audit stops (exit 2) naming every
+    such root, before Spark starts. One PATH under two HOSTs is refused too (it would
+    look like two replicas that agree). A root that exists but cannot be listed (EIO,
+    EACCES) is a finding instead (`dir-unreadable`, see list_root).
+    """
+    unique = list(dict.fromkeys(roots))
+    bad = [f"{r.host}={r.path}: " + ("not a directory" if os.path.exists(r.path)
+                                     else "no such directory")
+           for r in unique if not os.path.isdir(r.path)]
+    if bad:
+        raise AuditInputError("log dir(s) not found: " + "; ".join(bad))
+    hosts: dict[str, str] = {}
+    for r in unique:
+        other = hosts.setdefault(r.path, r.host)
+        if other != r.host:
+            raise AuditInputError(f"{r.path} is given for two hosts, {other} and {r.host}")
+    return unique
 
 
 # ---- listing (driver) ----------------------------------------------------------------
@@ -211,16 +236,18 @@ def plan_tasks(segments: Sequence[SegmentFile], fingerprint: set[tuple[str, int]
                parallelism: int, task_bytes: int = DEFAULT_TASK_BYTES) -> list[list[tuple]]:
     """Group segments into tasks of similar weight (bytes plus a per-file cost).
 
-    At least 2 x parallelism tasks when there are enough segments (so a slow task does
-    not idle the other cores), more when the data exceeds task_bytes per task. Greedy
-    largest-first onto the lightest group. Each item: (host, dir, topic, partition,
-    path, fingerprint?).
+    One task per core when there are enough segments, more (a multiple of the cores)
+    when the data exceeds task_bytes per task; greedy largest-first (by bytes plus
+    PER_FILE_WEIGHT a file) onto the lightest group keeps them even.
+    (A Spark task with a Python worker costs tens of ms before it reads a byte: on a
+    small fleet a second wave of tasks costs more than it balances.) Each item: (host,
+    dir, topic, partition, path, fingerprint?).
     """
     if not segments:
         return []
     weight = [s.size + PER_FILE_WEIGHT for s in segments]
-    total = sum(weight)
-    n = max(2 * parallelism, -(-total // task_bytes))
+    n = max(parallelism, -(-sum(s.size for s in segments) // task_bytes))
+    n = -(-n // parallelism) * parallelism  # whole waves: no core idles in the last one
     n = max(1, min(n, len(segments)))
     heap = [(0, i) for i in range(n)]
     groups: list[list[tuple]] = [[] for _ in range(n)]
@@ -364,14 +391,22 @@ def scan(spark: SparkSession, roots: Sequence[Root], *, buffer_size: int = 1 << 
     sc = spark.sparkContext
     groups = plan_tasks(listing.segments, wanted, parallelism=sc.defaultParallelism,
                         task_bytes=task_bytes)
-    # The listing rides along as one more (cheap) task, so that a single cached table
-    # holds every raw table and nothing is re-sent from the driver per query.
+    # The listing rides along in the same job, so that a single cached table holds
+    # every raw table and nothing is re-sent from the driver per query: in slices of
+    # LISTING_SLICE rows (a big fleet's checkpoints alone run to millions), each slice
+    # put at the head of a scan task (no task of its own: a task costs more than a
+    # slice), or a task of its own when there is no segment at all.
     listed = ([("row", _row(DIRS, r)) for r in listing.dirs]
               + [("row", _row(PARTITIONS, r)) for r in listing.partitions]
               + [("row", _row(CHECKPOINTS, r)) for r in listing.checkpoints]
               + [("row", _row(PROBLEM, r)) for r in listing.problems])
-    groups.append(listed)
-    rows = (sc.parallelize(groups, len(groups))
+    slices = [listed[i:i + LISTING_SLICE] for i in range(0, len(listed), LISTING_SLICE)]
+    if groups:
+        for i, piece in enumerate(slices):
+            groups[i % len(groups)][:0] = piece
+    else:
+        groups = slices
+    rows = (sc.parallelize(groups, max(1, len(groups)))
             .flatMap(lambda group: group)  # each slice holds one group: one task
             .mapPartitions(lambda items: scan_segments(items, buffer_size)))
     scanned = spark.createDataFrame(rows, schema.SCAN_ROW, verifySchema=False).cache()

@@ -17,7 +17,8 @@ Host-local disks without a shared mount: on each host run
 
 Without --master the session is local (`local[*]`) unless spark-submit set a master.
 Exit codes: 0 no error (warnings allowed), 1 errors found, 2 the audit itself failed
-(bad arguments, Spark failure, output not writable); the reason goes to stderr.
+(bad arguments, a HOST=PATH whose PATH is not a directory, Spark failure, output not
+writable); the reason goes to stderr.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--buffer-size", type=int, default=1 << 20,
                    help="scan buffer per segment in bytes (default 1 MiB)")
     p.add_argument("--task-bytes", type=int, default=1 << 30,
-                   help="segment bytes per Spark task (default 1 GiB; at least 2 tasks "
+                   help="segment bytes per Spark task (default 1 GiB; at least one task "
                         "per core when there are enough segments)")
     p.add_argument("--scan-only", action="store_true",
                    help="only list and scan; write the raw tables under --out/raw")
@@ -89,13 +90,14 @@ def build_session(master: str | None):
 
 
 def resolve_roots(args: argparse.Namespace) -> list:
-    """The HOST=PATH roots of the arguments and manifests (io.AuditInputError if bad)."""
+    """The HOST=PATH roots of the arguments and manifests, repeats dropped
+    (io.AuditInputError if one does not parse or its PATH is not a directory)."""
     from . import io
 
     roots = [io.parse_root(r) for r in args.roots]
     for manifest in args.manifest:
         roots += io.read_manifest(manifest)
-    return roots
+    return io.check_roots(roots)
 
 
 def run(spark, args: argparse.Namespace, roots: list) -> int:
