@@ -166,9 +166,12 @@ class LogDirHealth:
 
     async def _probe_loop(self, d: ManagedDir) -> None:
         wake = self._wake[str(d.path)]
-        while True:
+        # asyncio.timeout, not wait_for: Python 3.11's wait_for can swallow a cancel that
+        # races with its inner future, and this loop would then outlive stop().
+        while not self._stop.is_set():
             try:
-                await asyncio.wait_for(wake.wait(), self.interval)
+                async with asyncio.timeout(self.interval):
+                    await wake.wait()
             except TimeoutError:
                 pass
             wake.clear()
@@ -188,7 +191,8 @@ class LogDirHealth:
         fut = self.dirs.submit(d, _probe, d, self.floor, self.resume)
         self._probing[path] = fut
         try:
-            avail, space = await asyncio.wait_for(asyncio.shield(fut), self.timeout)
+            async with asyncio.timeout(self.timeout):
+                avail, space = await asyncio.shield(fut)
         except TimeoutError:
             self.states.on_probe_timeout(path, self.timeout)
             return
@@ -207,7 +211,7 @@ class LogDirHealth:
         self.states.on_space(space)
 
     async def _slow_loop(self) -> None:
-        while True:
+        while not self._stop.is_set():
             await asyncio.sleep(self.interval)
             self.check_slow()
 
@@ -349,7 +353,8 @@ class LogDirHealth:
             self.dirs.open_dir(d, self.broker.cluster_id)
 
         try:
-            await asyncio.wait_for(loop.run_in_executor(d.executor, reopen), self.timeout * 4)
+            async with asyncio.timeout(self.timeout * 4):
+                await loop.run_in_executor(d.executor, reopen)
         except TimeoutError:
             raise AdminError(503, f"log dir {d.path} did not answer within "
                                   f"{self.timeout * 4:g} s") from None

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import faulthandler
 import logging
 import os
 import resource
@@ -413,6 +414,8 @@ def main(argv: list[str]) -> int:
         print(f"logkeeper serve: {err}", file=sys.stderr)
         return 2
     _raise_fd_limit()
+    # `kill -USR1` prints every thread's stack to stderr: what a stuck daemon is doing.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     server = Server(cfg)
     code = asyncio.run(server.run())
     if server.fatal is not None:

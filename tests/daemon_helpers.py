@@ -150,6 +150,8 @@ class Daemon:
             try:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
+                self.proc.send_signal(signal.SIGUSR1)  # the daemon dumps its threads' stacks
+                time.sleep(1)
                 self.proc.kill()
                 self.proc.wait()
                 raise RuntimeError(f"daemon ignored SIGTERM for {timeout}s:\n"
