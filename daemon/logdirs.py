@@ -27,6 +27,7 @@ import concurrent.futures
 import functools
 import logging
 import os
+import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -57,9 +58,25 @@ _VERDICTS = {DirState.ONLINE: Verdict.NONE, DirState.SATURATED: Verdict.SATURATE
              DirState.OFFLINE: Verdict.OFFLINE}
 
 
-def _worker(index: int, path: Path) -> ThreadPoolExecutor:
+# How long a replacement worker waits for its abandoned predecessor's running call.
+PREDECESSOR_WAIT_S = 10.0
+
+
+def _worker(index: int, path: Path, after: Iterable[Any] = ()) -> ThreadPoolExecutor:
+    """`after`: threads of an abandoned worker; this one starts work once they are done
+    (or after PREDECESSOR_WAIT_S, if one is still stuck on its disk)."""
     name = f"logdir{index}-{path.name}"[:15]  # thread names show in /proc
-    return ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+    after = list(after)
+    if not after:
+        return ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix=name,
+                              initializer=_join_threads, initargs=(after, PREDECESSOR_WAIT_S))
+
+
+def _join_threads(threads: list[Any], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
 
 
 @dataclass(eq=False)
@@ -169,9 +186,14 @@ class LogDirManager:
 
     def replace_worker(self, d: ManagedDir) -> None:
         """A fresh worker for `d` (re-admission); the old one may be stuck on a hung disk
-        and is abandoned, never waited for."""
-        d.executor.shutdown(wait=False, cancel_futures=True)
-        d.executor = _worker(d.index, d.path)
+        and is abandoned: its queued calls are cancelled, and the event loop never waits
+        for it. The new worker itself does wait (bounded) for the call the old one is
+        still running: a probe let go by a disk that just stopped hanging must not run
+        beside the re-admission's probe, or the two rewrite the one canary block at once
+        and fail each other's read-back (a false EIO that refused the re-admission)."""
+        old = d.executor
+        old.shutdown(wait=False, cancel_futures=True)
+        d.executor = _worker(d.index, d.path, after=getattr(old, "_threads", ()))
 
     # ---- opening and closing ----
 
