@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import heapq
 import os
+import sys
 import time
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
@@ -32,7 +33,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
 from . import schema
 
@@ -48,6 +48,7 @@ DEFAULT_TASK_BYTES = 1 << 30
 # many bytes when balancing tasks, so thousands of tiny segments still spread out.
 PER_FILE_WEIGHT = 1 << 20
 LISTING_SLICE = 1 << 16
+FINGERPRINT_BYTES = 8 * len(schema.FINGERPRINT_FIELDS)
 
 
 class AuditInputError(ValueError):
@@ -297,8 +298,9 @@ def scan_segments(items: Iterable[tuple], buffer_size: int = 1 << 20) -> Iterato
     """Executor side: verify each segment and yield SCAN_ROW tuples.
 
     Runs `logstore.verify.verify_segment` (fixed buffer, native scan, index checks).
-    Fingerprints are kept in flat int arrays while a segment is scanned (32 bytes a
-    batch) and yielded after it, column-wise in chunks (schema.FINGERPRINTS). A file
+    Fingerprints are kept in a flat int64 array while a segment is scanned (32 bytes a
+    batch) and yielded after it as big-endian bytes, in chunks (schema.FINGERPRINTS).
+    A file
     that vanished (retention) is a warning row, one that cannot be read an error row;
     neither stops the task. Items that are already rows (the driver's listing,
     `("row", tuple)`) pass through.
@@ -311,17 +313,11 @@ def scan_segments(items: Iterable[tuple], buffer_size: int = 1 << 20) -> Iterato
             continue
         host, dir_, topic, partition, path, want_batches = item
         name = os.path.basename(path)
-        cols: tuple[array, ...] = ()
+        packed = array("q")
         on_batch = None
         if want_batches:
-            cols = (array("q"), array("q"), array("q"), array("q"))
-            pos_a, base_a, last_a, crc_a = cols
-
-            def on_batch(b, pos_a=pos_a, base_a=base_a, last_a=last_a, crc_a=crc_a) -> None:
-                pos_a.append(b.position)
-                base_a.append(b.base_offset)
-                last_a.append(b.base_offset + b.last_offset_delta)
-                crc_a.append(b.crc)
+            def on_batch(b, extend=packed.extend) -> None:  # schema.FINGERPRINT_FIELDS
+                extend((b.position, b.base_offset, b.base_offset + b.last_offset_delta, b.crc))
 
         started = time.perf_counter()
         try:
@@ -346,10 +342,13 @@ def scan_segments(items: Iterable[tuple], buffer_size: int = 1 << 20) -> Iterato
                 continue
             yield _row(PROBLEM, _problem(host, dir_, topic, partition, os.path.basename(p.path),
                                          p.kind, p.detail, p.severity, p.position, p.offset))
-        step = schema.FINGERPRINT_CHUNK
-        for i in range(0, len(cols[0]) if cols else 0, step):
-            yield _row(BATCH, (host, dir_, topic, partition, name,
-                               *[c[i:i + step].tolist() for c in cols]))
+        if packed:
+            if sys.byteorder == "little":
+                packed.byteswap()
+            data = packed.tobytes()
+            step = schema.FINGERPRINT_CHUNK * FINGERPRINT_BYTES
+            for i in range(0, len(data), step):
+                yield _row(BATCH, (host, dir_, topic, partition, name, data[i:i + step]))
 
 
 @dataclass
@@ -413,15 +412,28 @@ def scan(spark: SparkSession, roots: Sequence[Root], *, buffer_size: int = 1 << 
     scanned.count()  # scan once: every table below reads the cache
 
     def part(col: str) -> DataFrame:
-        return scanned.where(scanned[col].isNotNull()).select(f"{col}.*")
+        return scanned.where(f"{col} IS NOT NULL").select(f"{col}.*")
 
-    columns = ("position", "base_offset", "last_offset", "crc")
-    batches = (part("batch")
-               .select(*schema.LOG_KEY, "file", F.explode(F.arrays_zip(*columns)).alias("b"))
-               .select(*schema.LOG_KEY, "file", *[F.col(f"b.{c}").alias(c) for c in columns]))
+    batches = unpack_fingerprints(part("batch"))
     return RawTables(dirs=part("dirs"), partitions=part("partitions"),
                      checkpoints=part("checkpoints"), segments=part("seg"),
                      problems=part("problem"), batches=batches, cached=[scanned])
+
+
+def unpack_fingerprints(packed: DataFrame) -> DataFrame:
+    """schema.FINGERPRINTS rows (packed big-endian int64s) -> schema.BATCHES rows.
+
+    In the JVM: each 8-byte field is read as hex and converted (every value is below
+    2**63: positions, offsets and unsigned 32-bit CRCs).
+    """
+    # SQL text: one call to the JVM per step (building Columns costs one per function).
+    key = [*schema.LOG_KEY, "file"]
+    n = f"length(packed) div {FINGERPRINT_BYTES}"
+    fields = [f"cast(conv(hex(substring(packed, i * {FINGERPRINT_BYTES} + {8 * k + 1}, 8)), "
+              f"16, 10) as bigint) as {name}"
+              for k, name in enumerate(schema.FINGERPRINT_FIELDS)]
+    return (packed.selectExpr(*key, "packed", f"explode(sequence(0, {n} - 1)) as i")
+            .selectExpr(*key, *fields))
 
 
 # ---- raw tables on disk (--scan-only / --from-scans) ---------------------------------

@@ -410,6 +410,26 @@ def test_scan_of_nothing_and_of_an_empty_dir(spark, tmp_path: Path):
         raw.release()
 
 
+def test_batch_fingerprints_are_each_batch_of_each_log(spark, tmp_path: Path):
+    """The scan's packed fingerprints, unpacked in Spark, are every batch's position,
+    offsets and CRC (read back from the files: bytes 17-20 of a v2 batch header)."""
+    layout = write_layout(tmp_path / "fleet")
+    expected = []
+    for log in layout.logs.values():
+        for name, batches in log.segments.items():
+            data = (log.path / name).read_bytes()
+            expected += [(log.host, log.dir, log.topic, log.partition, name, b.position,
+                          b.base_offset, b.last_offset,
+                          int.from_bytes(data[b.position + 17:b.position + 21], "big"))
+                         for b in batches]
+    raw = io.scan(spark, [io.parse_root(r) for r in layout.roots()], fingerprint_all=True)
+    try:
+        assertDataFrameEqual(raw.batches, spark.createDataFrame(expected, schema.BATCHES),
+                             checkRowOrder=False)
+    finally:
+        raw.release()
+
+
 def test_bad_arguments_exit_2(tmp_path: Path, capsys):
     assert audit_main.main([]) == 2
     assert audit_main.main(["no-equals-sign"]) == 2
