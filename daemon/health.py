@@ -101,7 +101,7 @@ class LogDirHealth:
         self.latencies: dict[str, deque[float]] = {
             str(d.path): deque(maxlen=LATENCY_WINDOW) for d in self.dirs.dirs}
         self.devices: dict[str, str | None] = {}
-        self.transitions: list[Transition] = []  # every transition, for tests and describe
+        self.transitions: deque[Transition] = deque(maxlen=1000)  # the latest, newest last
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: dict[str, asyncio.Event] = {}
         self._tasks: list[asyncio.Task[None]] = []
@@ -287,6 +287,7 @@ class LogDirHealth:
         elif t.new is DirState.SATURATED and d.logdir is not None:
             self._on_worker(d, d.logdir.delete_reserve, "delete the reserve")
             # Retention now rather than at its next round: it is what wins space back.
+            self._tasks = [t for t in self._tasks if not t.done()]
             self._tasks.append(asyncio.ensure_future(
                 self.broker.maintenance(retention=True, checkpoints=False, only=d)))
         elif t.new is DirState.ONLINE and t.old is DirState.SATURATED and d.logdir is not None:
