@@ -63,13 +63,13 @@ from kazoo.recipe.watchers import ChildrenWatch  # noqa: E402
 
 from tests import faults  # noqa: E402
 from tests.daemon_helpers import REPO, Daemon, RawClient  # noqa: E402
-from tests.test_sick_disks import (  # noqa: E402
+from tests.sick_helpers import (  # noqa: E402
     KAFKA_STORAGE_ERROR,
-    create_topic,
-    placement,
     produce_raw,
+    steer,
     wait_for,
 )
+from tests.sick_helpers import zookeeper as running_zookeeper  # noqa: E402
 from tests.zkserver import ZooKeeperServer  # noqa: E402
 
 INTERVAL_MS, TIMEOUT_MS = 100, 1000
@@ -86,7 +86,7 @@ EVENT_PATH = "/log_dir_event_notification"
 PRODUCER = r"""
 import json, sys, threading, time
 from tests.daemon_helpers import RawClient
-from tests.test_sick_disks import produce_raw
+from tests.sick_helpers import produce_raw
 
 port, topic, parts, pause = int(sys.argv[1]), sys.argv[2], sys.argv[3], float(sys.argv[4])
 partitions = [int(p) for p in parts.split(",")]
@@ -254,19 +254,6 @@ def transition(path: Path, old: str, new: str) -> str:
 # ---- set-up helpers ----
 
 
-def steer(d: Daemon, topic: str, partitions: int, only: list[Path]) -> None:
-    """Create `topic` with every partition on the `only` dirs (the others cordoned)."""
-    others = [x for x in d.log_dirs if x not in only]
-    for x in others:
-        assert d.admin("log-dirs/cordon", x)[0] == 200
-    try:
-        create_topic(d, topic, partitions)
-    finally:
-        for x in others:
-            assert d.admin("log-dirs/uncordon", x)[0] == 200
-    assert set(placement(d, topic).values()) <= set(only)
-
-
 def daemon_on(root: Path, dirs: list[Path], extra: dict[str, Any]) -> Daemon:
     d = Daemon(root, {**FAST, **extra, "log.dirs": [str(x) for x in dirs]})
     d.log_dirs = dirs
@@ -288,12 +275,8 @@ def healthy_mounts() -> Iterator[list[Path]]:
 
 @pytest.fixture(scope="module")
 def zookeeper() -> Iterator[ZooKeeperServer]:
-    server = ZooKeeperServer()
-    server.start()
-    try:
+    with running_zookeeper() as server:
         yield server
-    finally:
-        server.close()
 
 
 # ---- reporting ----

@@ -9,7 +9,6 @@ undone even when a test fails (tests.faults). They run in CI as root, never skip
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import resource
@@ -18,118 +17,29 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import confluent_kafka as ck
 import confluent_kafka.admin
 import pytest
-from kafka.protocol.metadata import MetadataRequest
-from kafka.protocol.producer import ProduceRequest
 from kazoo.client import KazooClient
 
-from logstore import names
-from logstore.records import Record, build_batch
 from tests import faults
 from tests.daemon_helpers import REPO, Daemon, RawClient, write_config
-from tests.zkserver import ZooKeeperServer
-
-KAFKA_STORAGE_ERROR = 56
-FAST = {"log.dir.probe.interval.ms": 100, "log.dir.probe.timeout.ms": 1000}
-
-
-def wait_for(pred: Callable[[], Any], timeout: float = 20.0, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = pred()
-        if got:
-            return got
-        time.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what or pred}")
-
-
-def create_topic(d: Daemon, topic: str, partitions: int) -> None:
-    a = ck.admin.AdminClient({"bootstrap.servers": d.bootstrap})
-    for fut in a.create_topics([ck.admin.NewTopic(topic, partitions, 1)]).values():
-        fut.result(30)
-
-
-def placement(d: Daemon, topic: str) -> dict[int, Path]:
-    """Partition -> the log dir holding it, read from the dirs themselves."""
-    out = {}
-    for ld in d.log_dirs:
-        for p in ld.iterdir():
-            tp = names.parse_partition_dir(p.name) if p.is_dir() else None
-            if tp is not None and tp.topic == topic:
-                out[tp.partition] = ld
-    return out
-
-
-def produce_raw(c: RawClient, topic: str, partition: int, records: list[bytes]) -> tuple[int, int]:
-    """(error code, base offset) of one acks=-1 produce of `records` as one batch."""
-    T = ProduceRequest.TopicProduceData
-    resp = c.request(ProduceRequest(transactional_id=None, acks=-1, timeout_ms=10000, topic_data=[
-        T(name=topic, partition_data=[T.PartitionProduceData(
-            index=partition, records=build_batch(
-                [Record(None, r, [], int(time.time() * 1000)) for r in records]))])]), 8)
-    part = resp.responses[0].partition_responses[0]
-    return part.error_code, part.base_offset
-
-
-def metadata(c: RawClient, topic: str) -> dict[int, Any]:
-    resp = c.request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=topic)],
-                                     allow_auto_topic_creation=False), 8)
-    return {p.partition_index: p for p in resp.topics[0].partitions}
-
-
-def metric(d: Daemon, name: str, **labels: str) -> float | None:
-    _, text = d.http("/metrics")
-    for line in text.splitlines():
-        if line.startswith("#") or not line.startswith(name):
-            continue
-        head, _, value = line.rpartition(" ")
-        if head.split("{")[0] != name:
-            continue
-        if all(f'{k}="{v}"' in head for k, v in labels.items()):
-            return float(value)
-    return None
-
-
-def open_files_under(pid: int, root: Path) -> list[str]:
-    out = []
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            target = os.readlink(f"/proc/{pid}/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith(str(root) + "/") or target == str(root):
-            out.append(target)
-    return out
-
-
-@contextlib.contextmanager
-def zookeeper() -> Iterator[ZooKeeperServer]:
-    server = ZooKeeperServer()
-    server.start()
-    try:
-        yield server
-    finally:
-        server.close()
-
-
-def consume(d: Daemon, topic: str, partitions: list[int], expected: int) -> dict[tuple[int, int], bytes]:
-    c = ck.Consumer({"bootstrap.servers": d.bootstrap, "group.id": "t", "enable.auto.commit": False})
-    c.assign([ck.TopicPartition(topic, p, 0) for p in partitions])
-    out: dict[tuple[int, int], bytes] = {}
-    deadline = time.monotonic() + 60
-    while len(out) < expected and time.monotonic() < deadline:
-        for m in c.consume(10000, 0.5):
-            if m.error() is None:
-                out[(m.partition(), m.offset())] = m.value()
-    c.close()
-    return out
-
+from tests.sick_helpers import (
+    FAST,
+    KAFKA_STORAGE_ERROR,
+    consume,
+    create_topic,
+    metadata,
+    metric,
+    open_files_under,
+    placement,
+    produce_raw,
+    wait_for,
+    zookeeper,
+)
 
 # ---- a. EIO at runtime ----
 

@@ -31,12 +31,13 @@ from typing import Any
 from tests import faults
 from tests.daemon_helpers import REPO, Daemon, RawClient, write_config
 from tests.fusefs import FaultyFuse, faulty_fuse
-from tests.test_sick_disks import (
+from tests.sick_helpers import (
     KAFKA_STORAGE_ERROR,
     create_topic,
     metric,
     placement,
     produce_raw,
+    steer,
     wait_for,
 )
 
@@ -98,19 +99,6 @@ class Producer:
 
 def log_dir_entry(d: Daemon, path: Path) -> dict[str, Any]:
     return next(e for e in d.http("/log-dirs")[1] if e["path"] == str(path))
-
-
-def steer(d: Daemon, topic: str, partitions: int, only: list[Path]) -> None:
-    """Create `topic` with its partitions on the `only` dirs (the others cordoned)."""
-    others = [x for x in d.log_dirs if x not in only]
-    for x in others:
-        assert d.admin("log-dirs/cordon", x)[0] == 200
-    try:
-        create_topic(d, topic, partitions)
-    finally:
-        for x in others:
-            assert d.admin("log-dirs/uncordon", x)[0] == 200
-    assert set(placement(d, topic).values()) <= set(only)
 
 
 @contextlib.contextmanager
