@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import shutil
 import struct
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -94,6 +95,7 @@ def spark() -> Iterator[object]:
                .config("spark.sql.shuffle.partitions", "4")
                .config("spark.sql.adaptive.enabled", "false")
                .config("spark.executorEnv.PYTHONPATH", str(REPO))
+               .config("spark.pyspark.python", sys.executable)
                .getOrCreate())
     session.sparkContext.setLogLevel("ERROR")
     yield session

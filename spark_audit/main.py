@@ -79,7 +79,10 @@ def build_session(master: str | None):
     elif SparkSession.getActiveSession() is None and not SparkConf().contains("spark.master"):
         # One machine: a few shuffle partitions per core, not the cluster default of 200,
         # and static plans (adaptive re-planning adds jobs and saves nothing on one host).
+        # Workers run this interpreter (a venv's, say), not whatever `python3` is first
+        # on PATH.
         builder = (builder.master("local[*]").config("spark.ui.enabled", "false")
+                   .config("spark.pyspark.python", sys.executable)
                    .config("spark.ui.showConsoleProgress", "false")
                    .config("spark.sql.adaptive.enabled", "false")
                    .config("spark.sql.shuffle.partitions", str(2 * (os.cpu_count() or 1))))

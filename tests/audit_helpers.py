@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import struct
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +33,7 @@ def spark_session() -> Iterator[object]:
         # Tiny tables: adaptive re-planning per stage costs more than it saves here.
         .config("spark.sql.adaptive.enabled", "false")
         .config("spark.driver.memory", "1g")
+        .config("spark.pyspark.python", sys.executable)  # the tests' interpreter (a venv)
         # Python workers must import this tree's spark_audit/logstore/native, as the
         # driver does, whatever checkout the installed package points at.
         .config("spark.executorEnv.PYTHONPATH", str(REPO))
