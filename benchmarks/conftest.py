@@ -81,7 +81,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collect_file(file_path: Any, parent: Any) -> Any:
     # Benchmark files are named bench_*.py so the normal test run never collects them.
-    if file_path.suffix == ".py" and file_path.name.startswith("bench_"):
+    # A file named on the command line is collected by pytest itself: not twice.
+    if file_path.suffix == ".py" and file_path.name.startswith("bench_") \
+            and not parent.session.isinitpath(file_path):
         return pytest.Module.from_parent(parent, path=file_path)
     return None
 
