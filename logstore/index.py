@@ -15,6 +15,7 @@ to the caller (the segment's log runs these calls inside its IoGuard).
 
 from __future__ import annotations
 
+import abc
 import mmap
 import os
 import struct
@@ -24,7 +25,7 @@ OFFSET_ENTRY = struct.Struct(">ii")
 TIME_ENTRY = struct.Struct(">qi")
 
 
-class _Index:
+class _Index(abc.ABC):
     entry: struct.Struct
 
     def __init__(self, path: Path, base_offset: int, max_index_bytes: int, *, writable: bool):
@@ -80,8 +81,9 @@ class _Index:
             data = f.read(n * self.entry_size)
         return self._valid_prefix(data, n)
 
-    def _valid_prefix(self, data: bytes, n: int) -> int:  # overridden
-        raise NotImplementedError
+    @abc.abstractmethod
+    def _valid_prefix(self, data: bytes, n: int) -> int:
+        """How many of the first `n` entries in `data` are real (each kind's rule)."""
 
     @property
     def entries(self) -> int:
