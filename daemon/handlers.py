@@ -116,7 +116,7 @@ class Handlers:
                 failed = True
                 self.metrics.failed_produce.labels(str(res.error)).inc()
                 self.metrics.errors.labels("Produce", str(res.error)).inc()
-                log.info("produce to %s-%d from %s refused: error %d %s", topic, index,
+                log.debug("produce to %s-%d from %s refused: error %d %s", topic, index,
                          conn.peer, res.error, res.message or "")
             by_topic.setdefault(topic, []).append(R.PartitionProduceResponse(
                 index=index, error_code=res.error, base_offset=res.base_offset,
