@@ -150,13 +150,6 @@ class LogSegment:
 
     # ---- reads ----
 
-    def read(self, position: int, size: int) -> bytearray:
-        size = max(0, min(size, self.size - position))
-        buf = bytearray(size)
-        got = native.pread_into(self.fd, buf, position, path=self._log_path_str)
-        del buf[got:]
-        return buf
-
     def read_exact(self, position: int, size: int) -> bytes:
         """Exactly the bytes [position, position + size) (bounds already known)."""
         return native.pread(self.fd, size, position, path=self._log_path_str)
@@ -232,7 +225,7 @@ class LogSegment:
         if not found:
             return None
         info = found[0]
-        batch = parse_batch_header(self.read(info.position, info.size))
+        batch = parse_batch_header(self.read_exact(info.position, info.size))
         try:
             for rec in batch.records():
                 if rec.timestamp is not None and rec.timestamp >= timestamp \

@@ -123,15 +123,10 @@ class Daemon:
 
     def admin(self, command: str, log_dir: str | Path) -> tuple[int, Any]:
         """POST /admin/<command> {"dir": log_dir}: what `logkeeper log-dirs` sends."""
-        req = urllib.request.Request(
-            f"http://127.0.0.1:{self.http_port}/admin/{command}", method="POST",
-            data=json.dumps({"dir": str(log_dir)}).encode(),
-            headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=60) as resp:
-                return resp.status, json.loads(resp.read())
-        except urllib.error.HTTPError as err:
-            return err.code, json.loads(err.read())
+        from daemon.admin import daemon_call
+
+        return daemon_call(f"127.0.0.1:{self.http_port}", f"/admin/{command}",
+                           {"dir": str(log_dir)})
 
     def log_dir_states(self) -> dict[str, str]:
         return {e["path"]: e["state"] for e in self.http("/log-dirs")[1]}
