@@ -181,10 +181,10 @@ class Server:
         return 1 if self.fatal is not None else code
 
     def _join_cluster(self) -> None:
-        host = self.bound[0] if self.bound else self.config.listener.host
+        assert self.bound is not None  # called once the listener is bound
+        host = self.bound[0]
         if host in ("", "0.0.0.0", "::"):
-            host = socket.getfqdn()
-        assert self.bound is not None
+            host = socket.getfqdn()  # advertise a name clients can reach, not "any"
         self.cluster = ClusterLink(self.config["zookeeper.connect"], self.config.broker_id,
                                    host, self.bound[1],
                                    session_timeout=self.config["zookeeper.session.timeout.ms"] / 1000)
