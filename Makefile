@@ -1,22 +1,26 @@
 # The two commands a fresh machine needs (README "Quick start"):
-#   make run   installs logkeeper and runs the main job on embedded defaults
-#   make test  installs everything the tests need and runs the whole suite
+#   make run   installs logkeeper into the project venv and runs the main job on embedded defaults
+#   make test  installs everything the tests need into the same venv and runs the whole suite
+# PYTHON selects the interpreter the venv (.venv, or LK_VENV) is made from; default python3.
 PYTHON ?= python3
-export PYTHON
+LK_VENV ?= .venv
+VPY := $(LK_VENV)/bin/python
+export PYTHON LK_VENV
 
 .PHONY: run test bench lint
 
 run:
-	@bash scripts/setup.sh run
+	@bash scripts/setup.sh run >/dev/null
 	@bash scripts/run.sh
 
 test:
-	@bash scripts/setup.sh test
-	$(PYTHON) -m pytest -q
+	@bash scripts/setup.sh test >/dev/null
+	$(VPY) -m pytest -q
 
 bench:
-	@bash scripts/setup.sh test
-	$(PYTHON) -m pytest benchmarks -q --benchmark-enable -p no:cacheprovider
+	@bash scripts/setup.sh test >/dev/null
+	$(VPY) -m pytest benchmarks -q --benchmark-enable -p no:cacheprovider
 
 lint:
-	$(PYTHON) -m ruff check native logstore checks daemon spark_audit tests benchmarks
+	@bash scripts/setup.sh test >/dev/null
+	$(VPY) -m ruff check native logstore checks daemon spark_audit tests benchmarks

@@ -1,14 +1,40 @@
 #!/usr/bin/env bash
-# Installs what logkeeper needs on a fresh Debian machine, idempotently.
+# Installs what logkeeper needs on a fresh Debian machine into a project virtualenv, idempotently.
 #   scripts/setup.sh run   : the package itself (gcc + Python headers build the C fast path)
 #   scripts/setup.sh test  : plus the Debian packages and PyPI extras the test suite uses
+#
+# The venv (.venv, or $LK_VENV) is made from $PYTHON (default python3), whatever that is:
+# Debian's own externally managed python3, a pyenv one, or any other CPython >= 3.11.
+# A venv made from another interpreter is made again. Nothing is reinstalled when
+# pyproject.toml, setup.py and the C sources are unchanged since the last install (a
+# stamp in the venv records their hash), so a second `make run` starts at once.
+# Prints the venv's interpreter path on its last line of stdout (the Makefile uses it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-run}
 PY=${PYTHON:-python3}
+VENV=${LK_VENV:-.venv}
+say() { echo "setup: $*" >&2; }
 
+if ! command -v "$PY" >/dev/null 2>&1; then
+  say "no interpreter '$PY' (set PYTHON=/path/to/python3.11-or-newer)"
+  exit 1
+fi
+if ! "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+  say "$PY is $("$PY" -V 2>&1); logkeeper needs Python 3.11 or newer (set PYTHON=...)"
+  exit 1
+fi
+pyver=$("$PY" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+pyexe=$("$PY" -c 'import sys, os; print(os.path.realpath(sys.executable))')
+
+# Debian packages: a compiler, and for a Debian interpreter its venv module and headers.
 need_apt=()
 command -v gcc >/dev/null || need_apt+=(gcc)
+if [[ $pyexe == /usr/bin/* ]]; then
+  "$PY" -c 'import ensurepip, venv' 2>/dev/null || need_apt+=("python${pyver}-venv")
+  inc=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
+  [ -f "$inc/Python.h" ] || need_apt+=("python${pyver}-dev")
+fi
 if [ "$mode" = test ]; then
   # ZooKeeper server (real, for the cluster tests), FUSE, systemd-analyze,
   # mkfs.ext4 and losetup (real faults), Java for ZooKeeper and PySpark.
@@ -19,16 +45,57 @@ if [ "$mode" = test ]; then
 fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
-    echo "setup: need root to apt-get install: ${need_apt[*]}" >&2
+    say "need root to apt-get install: ${need_apt[*]}"
     exit 1
   fi
+  say "installing Debian packages: ${need_apt[*]}"
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
 
-extras=""
-[ "$mode" = test ] && extras="[test,audit]"
-"$PY" -m pip install -q --disable-pip-version-check -e ".${extras}" 2>&1 \
-  | grep -v -e "Running pip as the 'root' user" -e "is ignored: it is neither" || true
-"$PY" -c "import native; native.crc32c(b'')" \
-  || { echo "setup: the native fast path did not build" >&2; exit 1; }
+# The venv, made again when it was made from another interpreter (or is broken).
+if [ -x "$VENV/bin/python" ] && [ "$(cat "$VENV/.lk-base" 2>/dev/null)" = "$pyexe" ] \
+   && "$VENV/bin/python" -c '' 2>/dev/null; then
+  :
+else
+  say "creating the virtualenv $VENV from $pyexe (Python $pyver)"
+  rm -rf "$VENV"
+  "$PY" -m venv "$VENV"
+  echo "$pyexe" > "$VENV/.lk-base"
+fi
+VPY=$VENV/bin/python
+
+# What an install depends on: the packaging files and the C sources (Python sources are
+# installed editable, so a change to them needs no reinstall).
+stamp_of() {
+  cat pyproject.toml setup.py native/*.c native/*.h native/build_fastpath.py 2>/dev/null \
+    | sha256sum | cut -c1-32
+}
+want="$(stamp_of)-$mode"
+stamp_file=$VENV/.lk-installed
+have=$(cat "$stamp_file" 2>/dev/null || true)
+# A test install covers a run install.
+if [ "$have" != "$want" ] && ! { [ "$mode" = run ] && [ "$have" = "$(stamp_of)-test" ]; }; then
+  extras=""
+  [ "$mode" = test ] && extras="[test,audit]"
+  say "installing logkeeper$extras and its dependencies into $VENV (builds the C fast path;" \
+      "the first time takes a minute or two)"
+  "$VPY" -m pip install -q --disable-pip-version-check --upgrade pip 2>&1 | grep -v "is ignored: it is neither" >&2 || true
+  log=$VENV/pip-install.log
+  set +e
+  "$VPY" -m pip install --disable-pip-version-check --progress-bar off -e ".${extras}" 2>&1 \
+    | tee "$log" | grep -E --line-buffered "^(Collecting|Building|Successfully)" \
+    | sed -u 's/^/setup:   /' >&2
+  rc=${PIPESTATUS[0]}
+  set -e
+  if [ "$rc" -ne 0 ]; then
+    tail -n 30 "$log" >&2
+    say "pip install failed (exit $rc); the whole log is $log"
+    exit 1
+  fi
+  "$VPY" -c "import native; native.crc32c(b'')" \
+    || { say "the native fast path did not build (see the pip output above)"; exit 1; }
+  echo "$want" > "$stamp_file"
+  say "done"
+fi
+echo "$VPY"
