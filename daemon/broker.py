@@ -307,7 +307,7 @@ class Broker:
         from the placement record in the other dirs, are reported offline."""
         self.cluster_id = await self._find_cluster_id()
         await self.dirs.open_all(cluster_id=self.cluster_id)
-        records = await asyncio.gather(*(self.dirs.run(d, _read_placement, d.path)
+        records = await asyncio.gather(*(self.dirs.run(d, _read_placement, d.logdir)
                                          for d in self.dirs.dirs if d.logdir is not None),
                                        return_exceptions=True)
         for d in self.dirs.dirs:
@@ -616,19 +616,19 @@ def _lead_all(ld: Any) -> dict[TopicPartition, int]:
     return out
 
 
-def _read_placement(path: Any) -> dict[str, Any] | None:
-    try:
-        return json.loads((path / PLACEMENT_FILE).read_text())
-    except FileNotFoundError:
+def _read_placement(ld: Any) -> dict[str, Any] | None:
+    data = ld.read_root_file(PLACEMENT_FILE)
+    if data is None:
         return None
+    try:
+        return json.loads(data)
     except ValueError as err:
-        log.warning("%s: unreadable, ignored: %s", path / PLACEMENT_FILE, err)
+        log.warning("%s: unreadable, ignored: %s", ld.path / PLACEMENT_FILE, err)
         return None
 
 
 def _write_placement(ld: Any, data: bytes) -> None:
-    with ld.guard.io("write placement record", ld.path / PLACEMENT_FILE):
-        checkpoint.write_atomically(ld.path / PLACEMENT_FILE, data)
+    ld.write_root_file(PLACEMENT_FILE, data)
 
 
 def _read_cluster_id(path: Any) -> str | None:

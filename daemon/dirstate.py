@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from checks import AvailabilityResult, SpaceResult
 from logstore import LogDirFailure, Verdict
-from logstore.failure import PROCESS_ERRNOS, SATURATING_ERRNOS
+from logstore.failure import classify_errno
 
 log = logging.getLogger("logkeeper.logdirs")
 
@@ -85,9 +85,12 @@ class LogDirStates:
         return None
 
     def on_availability(self, result: AvailabilityResult) -> Transition | None:
-        if result.ok or result.errno in PROCESS_ERRNOS:
+        if result.ok:
+            return None
+        verdict = classify_errno(result.errno)
+        if verdict is Verdict.NONE:
             return None  # the process ran short of fds or memory: not the disk's fault
-        if result.errno in SATURATING_ERRNOS:
+        if verdict is Verdict.SATURATED:
             # The canary could not be written because the disk is full: that is the
             # disk-full evidence, not a dead disk.
             return self._move(result.path, DirState.SATURATED,
@@ -101,7 +104,7 @@ class LogDirStates:
                           f"availability probe did not answer within {timeout_s:g} s (hung disk)")
 
     def on_space(self, result: SpaceResult) -> Transition | None:
-        if not result.ok and result.errno in PROCESS_ERRNOS:
+        if not result.ok and classify_errno(result.errno) is Verdict.NONE:
             return None
         if not result.ok:
             return self._move(result.path, DirState.OFFLINE, f"space probe failed: {result.error}")

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import statistics
 import threading
 import time
@@ -418,13 +417,10 @@ class LogDirHealth:
 
 def _mark_cordoned(d: ManagedDir, cordoned: bool) -> None:
     assert d.logdir is not None
-    marker = d.path / CORDON_FILE
-    with d.logdir.guard.io("cordon marker", marker):
-        if cordoned:
-            fd = os.open(marker, os.O_WRONLY | os.O_CREAT, 0o644)
-            os.close(fd)
-        else:
-            marker.unlink(missing_ok=True)
+    if cordoned:
+        d.logdir.write_root_file(CORDON_FILE, b"")
+    else:
+        d.logdir.remove_root_file(CORDON_FILE)
 
 
 def _gauge(gauge: Any, label: str) -> int | None:

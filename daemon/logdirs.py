@@ -228,7 +228,7 @@ class LogDirManager:
         try:
             with ld.guard.io("stat log dir", d.path):
                 d.identity = dir_identity(d.path)
-                d.cordoned = (d.path / CORDON_FILE).exists()
+            d.cordoned = ld.read_root_file(CORDON_FILE) is not None
         except BaseException:
             ld.release()
             raise

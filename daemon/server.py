@@ -111,10 +111,14 @@ class Server:
             return err.status, {"error": str(err)}
 
     def _on_all_offline(self, message: str) -> None:
+        self._on_fatal(message, status="every log dir is offline")
+
+    def _on_fatal(self, message: str, *, status: str = "") -> None:
+        """Stop on our own, exiting 1 (every dir offline, a broker.id taken, ...)."""
         if self.fatal is None:
             self.fatal = message
             log.error("%s; stopping", message)
-            self.notifier.stopping("every log dir is offline")
+            self.notifier.stopping(status or message)
             self.stop_event.set()
 
     # ---- lifecycle ----
@@ -185,9 +189,11 @@ class Server:
         host = self.bound[0]
         if host in ("", "0.0.0.0", "::"):
             host = socket.getfqdn()  # advertise a name clients can reach, not "any"
+        loop = asyncio.get_running_loop()
         self.cluster = ClusterLink(self.config["zookeeper.connect"], self.config.broker_id,
                                    host, self.bound[1],
-                                   session_timeout=self.config["zookeeper.session.timeout.ms"] / 1000)
+                                   session_timeout=self.config["zookeeper.session.timeout.ms"] / 1000,
+                                   on_fatal=lambda why: loop.call_soon_threadsafe(self._on_fatal, why))
         self.dir_health.cluster = self.cluster
         for d in self.broker.dirs.dirs:
             if d.state is not DirState.ONLINE:  # failed before the link existed

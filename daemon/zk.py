@@ -12,8 +12,13 @@
 
 Nothing here blocks the caller: events and publications go into a queue drained by
 one worker thread, which waits while ZooKeeper is away and retries after connection
-loss or session expiry, so nothing is dropped. Only the named retryable kazoo
-exceptions are retried; anything else is logged and the item kept for the next try.
+loss or session expiry, so nothing is dropped. Every ZooKeeper call the worker makes
+waits at most one session timeout for its answer (kazoo's own calls wait forever, and a
+request issued while kazoo resets an expired session can be dropped unanswered, which
+once left the worker stuck and the broker never registered again). Only the named
+retryable errors (`RETRYABLE`) are retried. Anything else ends the link and is
+reported through `on_fatal` (the daemon exits non-zero): a broker.id held by another
+live broker (Kafka refuses to start too), an ACL refusal, a bug.
 """
 
 from __future__ import annotations
@@ -23,10 +28,13 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (
+    ConnectionClosedError,
     ConnectionLoss,
     NodeExistsError,
     NoNodeError,
@@ -80,12 +88,16 @@ class _Pending:
 
 class ClusterLink:
     def __init__(self, hosts: str, broker_id: int, host: str, port: int, *,
-                 session_timeout: float = 10.0, connect_timeout: float = 5.0):
+                 session_timeout: float = 10.0, connect_timeout: float = 5.0,
+                 on_fatal: Callable[[str], None] | None = None):
         self.broker_id = broker_id
         self.host, self.port = host, port
         self.client = KazooClient(hosts=hosts, timeout=session_timeout,
                                   connection_retry={"max_tries": -1, "max_delay": 2})
         self.connect_timeout = connect_timeout
+        self.request_timeout = max(session_timeout, 1.0)
+        self.on_fatal = on_fatal
+        self.fatal: str | None = None  # why the link stopped for good
         self._pending = _Pending()
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -165,10 +177,31 @@ class ClusterLink:
                 log.info("ZooKeeper unavailable (%s); will retry", type(err).__name__)
                 time.sleep(0.2)
                 self._wake.set()
-            except Exception:  # noqa: BLE001 - keep the item, keep the worker alive
-                log.exception("ZooKeeper update failed; will retry")
-                time.sleep(1.0)
-                self._wake.set()
+            except ConnectionClosedError:
+                if self._stop.is_set():
+                    return  # stop() closed the client under a call
+                self._give_up("the ZooKeeper client was closed", exc_info=True)
+                return
+            except BrokerIdTakenError as err:
+                self._give_up(str(err))
+                return
+            except Exception as err:  # noqa: BLE001 - not retryable: end the link, loudly
+                self._give_up(f"ZooKeeper link failed: {type(err).__name__}: {err}",
+                              exc_info=True)
+                return
+
+    def _give_up(self, message: str, *, exc_info: bool = False) -> None:
+        self.fatal = message
+        log.error("%s", message, exc_info=exc_info)
+        if self.on_fatal is not None:
+            self.on_fatal(message)
+
+    def _wait(self, call: Any) -> Any:
+        """The result of a kazoo async call, waiting at most one session timeout.
+
+        A call that gets no answer in that time is as good as lost: KazooTimeoutError
+        (retryable) lets the worker try again on the session kazoo has by then."""
+        return call.get(timeout=self.request_timeout)
 
     def _drain(self) -> None:
         with self._lock:
@@ -182,9 +215,9 @@ class ClusterLink:
                 if not self._pending.events:
                     break
                 log_dir = self._pending.events[0]
-            self.client.ensure_path(LOG_DIR_EVENT_PATH)
-            path = self.client.create(LOG_DIR_EVENT_PREFIX, log_dir_event_payload(self.broker_id),
-                                      sequence=True)
+            self._ensure_path(LOG_DIR_EVENT_PATH)
+            path = self._wait(self.client.create_async(
+                LOG_DIR_EVENT_PREFIX, log_dir_event_payload(self.broker_id), sequence=True))
             log.warning("log dir %s: notified the controller at %s", log_dir, path)
             with self._lock:
                 self._pending.events.popleft()
@@ -194,27 +227,37 @@ class ClusterLink:
         if dirs is not None:
             data = log_dirs_payload(self.broker_id, dirs)
             try:
-                self.client.set(self.log_dirs_path, data)
+                self._wait(self.client.set_async(self.log_dirs_path, data))
             except NoNodeError:
-                self.client.create(self.log_dirs_path, data, makepath=True)
+                self._wait(self.client.create_async(self.log_dirs_path, data, makepath=True))
             with self._lock:
                 if self._pending.log_dirs is dirs:
                     self._pending.log_dirs = None
 
+    def _ensure_path(self, path: str) -> None:
+        try:
+            self._wait(self.client.create_async(path, b"", makepath=True))
+        except NodeExistsError:
+            pass
+
     def _register(self) -> None:
-        self.client.ensure_path("/brokers/ids")
+        self._ensure_path("/brokers/ids")
         data = broker_payload(self.host, self.port)
         try:
-            self.client.create(self.broker_path, data, ephemeral=True)
+            self._wait(self.client.create_async(self.broker_path, data, ephemeral=True))
         except NodeExistsError:
             # An expired session's ephemerals are gone before kazoo reports LOST, so a
             # node owned by another session is a live broker with our id: never take it
-            # (Kafka refuses too); say so and try again later.
-            _, stat = self.client.get(self.broker_path)
+            # (Kafka refuses to start too).
+            try:
+                _, stat = self._wait(self.client.get_async(self.broker_path))
+            except NoNodeError:  # its owner just went away: try again
+                raise ConnectionLoss(f"{self.broker_path} vanished while registering") from None
             if stat.ephemeralOwner != self.client.client_id[0]:
                 raise BrokerIdTakenError(
-                    f"{self.broker_path} is held by another live session "
-                    f"(0x{stat.ephemeralOwner:x}): is another broker running with id "
-                    f"{self.broker_id}?") from None
+                    f"broker.id {self.broker_id} is already registered in ZooKeeper by "
+                    f"another live broker ({self.broker_path}, session "
+                    f"0x{stat.ephemeralOwner:x}); give this broker another broker.id or "
+                    f"stop the other one") from None
         self.registrations += 1
         log.info("registered %s", self.broker_path)

@@ -62,6 +62,14 @@ class CheckpointError(LogStoreError):
     """A checkpoint or properties file that does not parse; names the file and line."""
 
 
+class IndexFullError(LogStoreError):
+    """An index has no room for another entry: the log's own limit, never a disk's fault.
+
+    The log rolls before an append that would need more entries than the active
+    segment's indexes hold, so this only surfaces from misuse of an index directly.
+    """
+
+
 class LogDirLockedError(LogStoreError):
     """Another process holds the log dir's .lock."""
 

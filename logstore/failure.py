@@ -39,13 +39,21 @@ SATURATING_ERRNOS = frozenset({errno_mod.ENOSPC, errno_mod.EDQUOT})
 PROCESS_ERRNOS = frozenset({errno_mod.EMFILE, errno_mod.ENFILE, errno_mod.ENOMEM, errno_mod.ENOBUFS})
 
 
-def classify(err: OSError) -> Verdict:
-    """The verdict an OSError's errno alone gives (no probing)."""
-    if err.errno in PROCESS_ERRNOS:
+def classify_errno(code: int | None) -> Verdict:
+    """The verdict an errno alone gives (no probing): the one errno classifier.
+
+    Used for OSErrors raised on a log dir's files and for the errnos the health checks
+    report (a probe's canary write, its space probe)."""
+    if code in PROCESS_ERRNOS:
         return Verdict.NONE
-    if err.errno in SATURATING_ERRNOS:
+    if code in SATURATING_ERRNOS:
         return Verdict.SATURATED
     return Verdict.OFFLINE
+
+
+def classify(err: OSError) -> Verdict:
+    """The verdict an OSError's errno alone gives (no probing)."""
+    return classify_errno(err.errno)
 
 
 @dataclass(frozen=True)
@@ -112,18 +120,28 @@ class IoGuard:
         self.log_dir = os.fspath(log_dir)
         self.channel = channel
         # Set by the owner (the daemon) when the dir leaves ONLINE; checked by callers
-        # that must not touch a dir that is offline (`check_usable`).
+        # that must not touch a dir that is offline (`io(..., writing=...)`).
         self.verdict = Verdict.NONE
 
     @contextmanager
-    def io(self, op: str, path: str | os.PathLike[str] | None = None) -> Iterator[None]:
+    def io(self, op: str, path: str | os.PathLike[str] | None = None, *,
+           writing: bool | None = None) -> Iterator[None]:
+        """Run the block's filesystem calls for `op`: an OSError becomes a verdict.
+
+        With `writing` given, the dir's known state is checked first (as
+        `check_usable`): an OFFLINE dir refuses everything, a SATURATED one writes.
+        """
+        if writing is not None:
+            self.check_usable(op, writing=writing)
         try:
             yield
         except OSError as err:
             raise self.translate(err, op, path) from err
 
     def check_usable(self, op: str, *, writing: bool) -> None:
-        """Raise without touching the disk when the dir's known state forbids `op`."""
+        """Raise without touching the disk when the dir's known state forbids `op`.
+
+        `io(..., writing=...)` does this for a block; the append path calls it bare."""
         if self.verdict is Verdict.OFFLINE:
             raise LogDirOfflineError(
                 f"log dir {self.log_dir} is offline ({op} refused)",

@@ -21,6 +21,10 @@ import os
 import struct
 from pathlib import Path
 
+from .errors import IndexFullError
+
+__all__ = ["IndexFullError", "OffsetIndex", "TimeIndex", "read_index_entries"]
+
 OFFSET_ENTRY = struct.Struct(">ii")
 TIME_ENTRY = struct.Struct(">qi")
 
@@ -166,8 +170,6 @@ class _Index(abc.ABC):
         return found
 
 
-class IndexFullError(OSError):
-    """The index reached max_index_bytes; the log rolls before this can happen."""
 
 
 class OffsetIndex(_Index):
@@ -242,13 +244,23 @@ class TimeIndex(_Index):
         ts, rel = self._last_raw()
         return ts, self.base_offset + rel
 
-    def maybe_append(self, timestamp: int, offset: int) -> None:
-        """Append only when the timestamp grows past the last entry (Kafka's rule)."""
+    @property
+    def is_full(self) -> bool:
+        # As Kafka's TimeIndex: the last slot is kept for the entry forced at roll or close.
+        return self.entries >= self.max_entries - 1
+
+    def maybe_append(self, timestamp: int, offset: int, *, at_roll: bool = False) -> None:
+        """Append only when the timestamp grows past the last entry (Kafka's rule).
+
+        `at_roll` may take the slot kept back for the roll's (or close's) final entry.
+        """
         last_ts, last_off = self.last_entry()
         if self.entries and (timestamp <= last_ts or offset < last_off):
             return
         if timestamp < 0:
             return
+        if self.is_full and not at_roll:
+            raise IndexFullError(f"{self.path}: time index full at {self.entries} entries")
         self._write_entry(timestamp, offset - self.base_offset)
 
     def lookup(self, timestamp: int) -> tuple[int, int]:

@@ -282,9 +282,7 @@ class Log:
         max_timestamp = max(b.max_timestamp for b in batches) if len(batches) > 1 \
             else first.max_timestamp
         try:
-            self._maybe_roll(len(data), max_timestamp, last.last_offset)
-            seg = self._segments[-1]
-            position = seg.append(data, batches)
+            position = self._write(data, batches, max_timestamp)
         except OSError as err:  # the hot path: IoGuard.translate without a context manager
             raise self.guard.translate(err, "append", self._segments[-1].log_path) from err
         epoch = leader_epoch if assign_offsets else first.partition_leader_epoch
@@ -295,6 +293,31 @@ class Log:
             record_count=sum(b.records_count for b in batches),
             max_timestamp=max_timestamp, log_append_time=-1,
             position=position, size=len(data))
+
+    def _write(self, data: bytearray, batches: list[native.BatchInfo], max_timestamp: int) -> int:
+        """Write validated batches into the active segment, rolling first when needed and
+        again wherever its indexes (or relative offsets) cannot take the next batch; a
+        follower's fetch of many batches can need that. Returns the first batch's position.
+        """
+        self._maybe_roll(len(data), max_timestamp, batches[-1].last_offset)
+        seg = self._segments[-1]
+        n = seg.fitting(batches, MAX_RELATIVE_OFFSET)
+        if n == len(batches):  # the common case: one write
+            return seg.append(data, batches)
+        view = memoryview(data)
+        first_position = -1
+        while batches:
+            if n == 0:
+                self._roll()
+                seg = self._segments[-1]
+                n = seg.fitting(batches, MAX_RELATIVE_OFFSET)
+            start, end = batches[0].position, batches[n - 1].position + batches[n - 1].size
+            chunk = [b._replace(position=b.position - start) for b in batches[:n]]
+            position = seg.append(view[start:end], chunk)
+            if first_position < 0:
+                first_position = position
+            batches, n = batches[n:], 0
+        return first_position
 
     def _maybe_roll(self, incoming: int, max_timestamp: int, last_offset: int) -> None:
         seg = self._segments[-1]
@@ -337,8 +360,7 @@ class Log:
         header or two), so the bytes are read once, straight into the result.
         """
         self._check_offset(offset)
-        self.guard.check_usable("read", writing=False)
-        with self.guard.io("read", self.dir):
+        with self.guard.io("read", self.dir, writing=False):
             i = self._segment_for(offset)
             while i < len(self._segments):
                 seg = self._segments[i]
@@ -360,8 +382,7 @@ class Log:
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record at or after `timestamp`, or None."""
-        self.guard.check_usable("list offsets", writing=False)
-        with self.guard.io("list offsets", self.dir):
+        with self.guard.io("list offsets", self.dir, writing=False):
             for seg in self._segments:
                 if seg.is_empty or seg.max_timestamp < timestamp:
                     continue
@@ -374,8 +395,7 @@ class Log:
 
     def flush(self) -> None:
         """fdatasync every segment past the recovery point; advance the recovery point."""
-        self.guard.check_usable("flush", writing=False)
-        with self.guard.io("flush", self.dir):
+        with self.guard.io("flush", self.dir, writing=False):
             for seg in self._segments[self._segment_for(self.recovery_point):]:
                 seg.flush()
             self._write_leader_epochs()
@@ -410,7 +430,6 @@ class Log:
         """
         if self.config.compacted:
             return 0
-        self.guard.check_usable("retention", writing=False)
         now = int(time.time() * 1000) if now_ms is None else now_ms
         doomed = 0
         excess = (self.size_bytes - self.config.retention_bytes
@@ -428,7 +447,7 @@ class Log:
             doomed += 1
         if not doomed:
             return 0
-        with self.guard.io("delete segments", self.dir):
+        with self.guard.io("delete segments", self.dir, writing=False):
             if doomed == len(self._segments):
                 # Delete first, then create the new active segment: on a full disk the
                 # space must be won back before a new file can be made.
@@ -471,8 +490,7 @@ class Log:
         """Cut the log so its end is at or below `offset` (a follower's truncation)."""
         if offset >= self.log_end_offset:
             return
-        self.guard.check_usable("truncate", writing=False)
-        with self.guard.io("truncate", self.dir):
+        with self.guard.io("truncate", self.dir, writing=False):
             if offset <= self._segments[0].base_offset:
                 for seg in self._segments:
                     seg.delete()

@@ -13,7 +13,6 @@ LogDir and its logs from that dir's worker thread only.
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import os
 import shutil
@@ -24,8 +23,8 @@ import native
 
 from . import checkpoint, names
 from .config import LogConfig
-from .errors import CheckpointError, LogDirLockedError, LogDirSaturatedError, LogStoreError
-from .failure import FailureChannel, IoGuard
+from .errors import CheckpointError, LogDirLockedError, LogDirSaturatedError, LogStoreError, Verdict
+from .failure import FailureChannel, IoGuard, classify
 from .log import Log, RecoveryResult
 from .names import TopicPartition
 
@@ -178,7 +177,7 @@ class LogDir:
             try:
                 self._write_reserve(size)
             except OSError as err:
-                if err.errno in (errno.ENOSPC, errno.EDQUOT):
+                if classify(err) is Verdict.SATURATED:
                     self.reserve_path.unlink(missing_ok=True)
                 raise
 
@@ -204,11 +203,10 @@ class LogDir:
         dir_name = names.partition_dir_name(topic, partition)  # raises before any mkdir
         if tp in self.logs:
             return self.logs[tp]
-        self.guard.check_usable("create partition", writing=True)
-        if config is not None:
-            self.topic_configs[topic] = config
         full = self.path / dir_name
-        with self.guard.io("create partition", full):
+        with self.guard.io("create partition", full, writing=True):
+            if config is not None:
+                self.topic_configs[topic] = config
             full.mkdir(exist_ok=True)
             log = Log.open(full, self.config_for(topic), guard=self.guard, recover=False)
             if topic_id:
@@ -255,6 +253,28 @@ class LogDir:
 
     def size_bytes(self) -> int:
         return sum(log.size_bytes for log in self.logs.values())
+
+    # ---- small files of the dir's own (markers, records) ----
+
+    def read_root_file(self, name: str) -> bytes | None:
+        """The bytes of file `name` at the dir's root, or None when there is none."""
+        path = self.path / name
+        with self.guard.io(f"read {name}", path, writing=False):
+            try:
+                return path.read_bytes()
+            except FileNotFoundError:
+                return None
+
+    def write_root_file(self, name: str, data: bytes) -> None:
+        """Replace file `name` at the dir's root atomically (temp file, fsync, rename)."""
+        path = self.path / name
+        with self.guard.io(f"write {name}", path, writing=True):
+            checkpoint.write_atomically(path, data)
+
+    def remove_root_file(self, name: str) -> None:
+        path = self.path / name
+        with self.guard.io(f"remove {name}", path, writing=False):
+            path.unlink(missing_ok=True)
 
     # ---- closing ----
 

@@ -125,8 +125,7 @@ class LogSegment:
                 if b.max_timestamp > self.max_timestamp:
                     self.max_timestamp, self.offset_of_max_timestamp = b.max_timestamp, b.last_offset
                 if self.bytes_since_index > self.index_interval_bytes:
-                    self.offset_index.append(b.last_offset, position + b.position)
-                    self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+                    self._index_batch(b.last_offset, position + b.position)
                     self.bytes_since_index = 0
                 self.bytes_since_index += b.size
         except OSError:
@@ -137,6 +136,39 @@ class LogSegment:
         self.size = position + len(data)
         self._next_offset = batches[-1].last_offset + 1
         return position
+
+    def _index_batch(self, last_offset: int, position: int) -> None:
+        """Index one batch: an offset entry, and a time entry when the max timestamp grew.
+
+        When either index has no room left the entry is skipped (a sparser index, still
+        correct): appends never get here with a full index (`fitting`), but a segment
+        rebuilt under a smaller `segment.index.bytes` than it was written with can.
+        """
+        if self.offset_index.is_full or self.time_index.is_full:
+            return
+        self.offset_index.append(last_offset, position)
+        self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+
+    def fitting(self, batches: Sequence[BatchInfo], max_relative_offset: int) -> int:
+        """How many of `batches` (in order) this segment can take before it must roll.
+
+        A batch does not fit when it would need an index entry that a full offset or
+        time index cannot hold, or when its last offset is too far from the base offset
+        for a relative offset. An empty segment takes at least one batch.
+        """
+        room = min(self.offset_index.max_entries - self.offset_index.entries,
+                   self.time_index.max_entries - 1 - self.time_index.entries)
+        since = self.bytes_since_index
+        for i, b in enumerate(batches):
+            if b.last_offset - self.base_offset > max_relative_offset:
+                return i if i or self.size else 1
+            if since > self.index_interval_bytes:
+                if room <= 0:
+                    return i if i or self.size else 1
+                room -= 1
+                since = 0
+            since += b.size
+        return len(batches)
 
     def _rollback(self, position: int, saved: tuple) -> None:
         (off_entries, time_entries, self.bytes_since_index, self.max_timestamp,
@@ -257,8 +289,7 @@ class LogSegment:
                 if b.max_timestamp > self.max_timestamp:
                     self.max_timestamp, self.offset_of_max_timestamp = b.max_timestamp, b.last_offset
                 if b.position - state["last_indexed"] > self.index_interval_bytes:
-                    self.offset_index.append(b.last_offset, b.position)
-                    self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+                    self._index_batch(b.last_offset, b.position)
                     state["last_indexed"] = b.position
                 state["next"] = b.last_offset + 1
             return None
@@ -306,7 +337,8 @@ class LogSegment:
     def close_indexes_for_roll(self) -> None:
         """Force the last time-index entry and trim both indexes (roll and close)."""
         if self.size:
-            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp,
+                                         at_roll=True)
         self.offset_index.trim()
         self.time_index.trim()
 

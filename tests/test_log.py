@@ -8,6 +8,7 @@ import struct
 import pytest
 from kafka.record import MemoryRecords
 
+import native
 from logstore import (
     CorruptRecordError,
     Log,
@@ -249,3 +250,42 @@ def test_unclean_reopen_keeps_every_appended_record(pdir):
     data = again.read(0, 1 << 20)
     assert [b.base_offset for b in iter_batches(data)][0] == 0
     again.close()
+
+
+def _batches_at(ts: int, n: int) -> bytes:
+    return b"".join(batch(1, size=10, ts=ts + i) for i in range(n))
+
+
+@pytest.mark.parametrize("leader_append", [True, False], ids=["leader", "follower"])
+def test_a_full_index_rolls_instead_of_failing_the_dir(tmp_path, leader_append):
+    """30 batches in one append into 80-byte indexes (10 offset, 6 time entries): Kafka
+    rolls; it never calls a full index a disk failure (it once took the dir OFFLINE)."""
+    from logstore import FailureChannel, IoGuard
+    from logstore.errors import Verdict
+
+    channel = FailureChannel()
+    guard = IoGuard(tmp_path, channel)
+    cfg = LogConfig(index_interval_bytes=0, max_index_bytes=80)
+    lg = Log.open(tmp_path / "t-0", cfg, guard=guard)
+    data = bytearray(_batches_at(1_700_000_000_000, 30))
+    if not leader_append:  # a follower's fetched batches carry their offsets already
+        native.assign_offsets(data, 0, 3)
+    info = lg.append(bytes(data), leader_epoch=3, assign_offsets=leader_append)
+    assert (info.base_offset, info.last_offset, info.record_count) == (0, 29, 30)
+    assert channel.get(timeout=0) is None and guard.verdict is Verdict.NONE
+    assert lg.segment_count > 1
+    for seg in lg.segments:
+        assert seg.offset_index.entries <= seg.offset_index.max_entries
+        assert seg.time_index.entries <= seg.time_index.max_entries
+    offsets = []
+    pos = 0
+    while pos < lg.log_end_offset:
+        chunk = lg.read(pos, 1 << 20)
+        offsets += [b.base_offset for b in native.scan_batches(chunk)]
+        pos = offsets[-1] + 1
+    assert offsets == list(range(30))
+    lg.close()
+    reopened = Log.open(tmp_path / "t-0", cfg, guard=guard)
+    assert reopened.log_end_offset == 30 and reopened.recovery.bytes_truncated == 0
+    assert reopened.offset_for_timestamp(1_700_000_000_000 + 17)[0] == 17
+    reopened.close()

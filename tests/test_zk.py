@@ -114,3 +114,53 @@ def test_reregisters_after_session_expiry(zk, admin):
         assert stat is not None and stat.ephemeralOwner != first_owner
     finally:
         link.stop()
+
+
+def test_a_broker_id_held_by_another_live_broker_ends_the_link(zk, admin):
+    """Kafka refuses to start under a live broker's id; the link gives up at once (it
+    used to log a traceback every second and serve on under the duplicate id)."""
+    first = ClusterLink(zk.hosts, 14, "127.0.0.1", 19095)
+    first.start()
+    reasons: list[str] = []
+    second = ClusterLink(zk.hosts, 14, "127.0.0.1", 19096, on_fatal=reasons.append)
+    try:
+        assert wait_for(lambda: admin.exists("/brokers/ids/14"))
+        owner = admin.exists("/brokers/ids/14").ephemeralOwner
+        second.start()
+        assert wait_for(lambda: reasons, timeout=20)
+        assert reasons == [second.fatal] and "broker.id 14 is already registered" in reasons[0]
+        assert second.registrations == 0
+        time.sleep(1.5)  # no retry loop: still one report, the first broker untouched
+        assert len(reasons) == 1
+        assert admin.exists("/brokers/ids/14").ephemeralOwner == owner
+        assert json.loads(admin.get("/brokers/ids/14")[0])["port"] == 19095
+    finally:
+        second.stop()
+        first.stop()
+
+
+def test_a_daemon_started_with_a_taken_broker_id_exits_non_zero(zk, tmp_path):
+    from .daemon_helpers import Daemon
+
+    with Daemon(tmp_path / "a", {"zookeeper.connect": zk.hosts, "broker.id": 7}) as a:
+        assert wait_for(lambda: _registered(zk, 7))
+        b = Daemon(tmp_path / "b", {"zookeeper.connect": zk.hosts, "broker.id": 7})
+        try:
+            b.start()
+        except RuntimeError:
+            pass  # it may already have exited during start-up
+        assert b.proc is not None
+        code = b.proc.wait(timeout=30)
+        assert code != 0
+        assert "broker.id 7 is already registered" in b.stderr()
+        assert a.healthy() and a.proc.poll() is None
+
+
+def _registered(zk, broker_id: int) -> bool:
+    client = KazooClient(hosts=zk.hosts)
+    client.start(timeout=15)
+    try:
+        return client.exists(f"/brokers/ids/{broker_id}") is not None
+    finally:
+        client.stop()
+        client.close()
