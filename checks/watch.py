@@ -13,6 +13,7 @@ are reported as an event too, never raised.
 
 from __future__ import annotations
 
+import logging
 import os
 import select
 import threading
@@ -20,6 +21,32 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import pyinotify
+
+
+class _MovedWatchNotice(logging.Filter):
+    """pyinotify logs an ERROR block when a watched dir is moved outside the parents it
+    watches ("... cannot be trusted anymore"): for us a moved log dir is an event we
+    report ("moved") and act on, so that notice is debug detail, not an error."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.ERROR and "of this watch" in str(record.msg):
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+        return True
+
+
+def _tame_pyinotify_logging() -> None:
+    """pyinotify adds its own stderr handler at import, so each of its records was
+    printed twice under the daemon's logging (its format, then ours): records go
+    through the application's handlers only, and the moved-dir notice is demoted."""
+    logger = logging.getLogger("pyinotify")
+    for handler in list(logger.handlers):
+        logger.removeHandler(handler)
+    if not any(isinstance(f, _MovedWatchNotice) for f in logger.filters):
+        logger.addFilter(_MovedWatchNotice())
+
+
+_tame_pyinotify_logging()
 
 # On the dir itself: it is deleted, moved, unmounted, or its mode/owner changes.
 _SELF_MASK = (pyinotify.IN_DELETE_SELF | pyinotify.IN_MOVE_SELF | pyinotify.IN_UNMOUNT

@@ -70,6 +70,17 @@ class FrameTooLarge(ProtocolError):
         self.limit = limit
 
 
+class UnsupportedApi(ProtocolError):
+    """A request for an API this broker does not serve (a well-formed header)."""
+
+    def __init__(self, api_key: int, version: int, correlation_id: int):
+        super().__init__(f"{Api.name_of(api_key)} (key {api_key}) v{version} is not served "
+                         f"(correlation id {correlation_id})")
+        self.api_key = api_key
+        self.version = version
+        self.correlation_id = correlation_id
+
+
 class UnsupportedVersion(ProtocolError):
     def __init__(self, api_key: int, version: int, correlation_id: int):
         api = Api.name_of(api_key)
@@ -171,8 +182,7 @@ def decode_request(frame: bytes) -> Request:
     api_key, version, correlation_id = peek_header(frame)
     api = SUPPORTED.get(api_key)
     if api is None:
-        raise ProtocolError(f"{Api.name_of(api_key)} (key {api_key}) is not served "
-                            f"(correlation id {correlation_id})")
+        raise UnsupportedApi(api_key, version, correlation_id)
     if not api.min_version <= version <= api.max_version:
         raise UnsupportedVersion(api_key, version, correlation_id)
     try:

@@ -254,8 +254,12 @@ class Server:
             cut = sum(r.bytes_truncated for r in d.logdir.recovery)
             recovered = sum(1 for r in d.logdir.recovery if r.recovered)
             self.metrics.recovered.labels(str(d.path)).inc(cut)
-            how = "clean shutdown, no recovery" if d.clean_shutdown else \
-                f"no clean-shutdown marker: recovered {recovered} partitions, {cut} bytes cut"
+            if d.clean_shutdown:
+                how = "clean shutdown, no recovery"
+            elif d.logdir.created and not d.logdir.logs:
+                how = "new log dir"
+            else:
+                how = f"no clean-shutdown marker: recovered {recovered} partitions, {cut} bytes cut"
             log.info("log dir %s: %d partitions (%s)", d.path, len(d.logdir.logs), how)
         log.info("log dirs loaded in %.2f s", seconds)
 
@@ -340,6 +344,12 @@ class Server:
                 await outq.put((req, task, started))
         except protocol.FrameTooLarge as err:
             self.metrics.bad_frames.labels("too_large").inc()
+            log.warning("closing %s: %s", conn.peer, err)
+        except (protocol.UnsupportedApi, protocol.UnsupportedVersion) as err:
+            # Well-formed, just not served here (Kafka closes the connection too).
+            reason = ("unsupported_api" if isinstance(err, protocol.UnsupportedApi)
+                      else "unsupported_version")
+            self.metrics.bad_frames.labels(reason).inc()
             log.warning("closing %s: %s", conn.peer, err)
         except protocol.ProtocolError as err:
             self.metrics.bad_frames.labels("undecodable").inc()

@@ -42,6 +42,7 @@ class LogDir:
         self.clean_shutdown = False
         self.meta: dict[str, str] = {}
         self._lock_fd: int | None = None
+        self.created = False  # no meta.properties was there: a new dir, not a crashed one
         self.topic_configs: dict[str, LogConfig] = {}
 
     @classmethod
@@ -108,6 +109,7 @@ class LogDir:
                 raise CheckpointError(
                     f"{meta_path}: cluster.id={stored_cluster} differs from {cluster_id}")
             return
+        self.created = True
         self.meta = {"version": "0"}
         if broker_id is not None:
             self.meta["broker.id"] = str(broker_id)

@@ -6,7 +6,9 @@ import errno
 import os
 import shutil
 import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -19,6 +21,8 @@ from checks import (
 )
 
 from . import faults
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def test_availability_probe_on_a_healthy_dir(tmp_path):
@@ -146,3 +150,31 @@ def test_device_for_path_names_a_block_device(tmp_path):
     dev = device_for_path("/")
     assert dev is None or os.path.exists(f"/sys/class/block/{dev}")
     assert device_for_path(tmp_path / "missing") is None
+
+
+def test_a_moved_dir_is_one_event_and_no_pyinotify_error_block(tmp_path):
+    """pyinotify printed its 'cannot be trusted anymore' ERROR block twice for a moved
+    log dir (its own stderr handler, then the daemon's logging); the move is ours to
+    report, once, as an event."""
+    d1 = tmp_path / "d1"
+    d1.mkdir()
+    script = (
+        "import logging, os, sys, threading\n"
+        "logging.basicConfig(level=logging.INFO)\n"
+        "from checks.watch import LogDirWatcher\n"
+        "seen = threading.Event()\n"
+        "def on_event(ev):\n"
+        "    if ev.reason != 'mounts-changed':\n"
+        "        print('EVENT', ev.reason, flush=True); seen.set()\n"
+        f"w = LogDirWatcher([{str(d1)!r}], on_event)\n"
+        "w.start()\n"
+        f"os.rename({str(d1)!r}, {str(d1) + '.moved'!r})\n"
+        "assert seen.wait(5)\n"
+        "import time; time.sleep(0.5)\n"
+        "w.stop()\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=60, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert out.returncode == 0, out.stderr
+    assert "EVENT moved" in out.stdout
+    assert "cannot be trusted" not in out.stderr and "ERROR" not in out.stderr, out.stderr

@@ -268,3 +268,27 @@ def test_api_versions_at_an_unknown_version_gets_the_supported_list(
         assert c.request(ApiVersionsRequest(), 0).error_code == 0  # still open
     finally:
         c.close()
+
+
+def test_unserved_apis_and_versions_are_counted_as_such(daemon: Daemon,
+                                                         unchanged: RawClient) -> None:
+    """An API key or version we do not serve is a well-formed request, not garbage:
+    rejected_frames counts it under its own reason (all went under "undecodable")."""
+    from tests.sick_helpers import metric
+
+    name = "logkeeper_protocol_rejected_frames_total"
+
+    def counts() -> tuple[float, float, float]:
+        return tuple(metric(daemon, name, reason=r) or 0.0
+                     for r in ("unsupported_api", "unsupported_version", "undecodable"))
+
+    before = counts()
+    for header in (struct.pack(">hhih", 999, 0, 5, -1),  # no such API key
+                   struct.pack(">hhih", 0, 99, 6, -1)):  # Produce at a version not served
+        c = RawClient(daemon.port, timeout=10)
+        c.send_raw(struct.pack(">i", len(header)) + header)
+        assert c.recv_frame() is None  # closed, as Kafka does
+        c.close()
+    after = counts()
+    assert (after[0] - before[0], after[1] - before[1], after[2] - before[2]) == (1, 1, 0)
+    assert unchanged.request(ApiVersionsRequest(), 0).error_code == 0

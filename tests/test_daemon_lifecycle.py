@@ -68,6 +68,10 @@ def test_sigterm_writes_checkpoints_and_marker_and_next_start_skips_recovery(
         tmp_path: Path) -> None:
     d = Daemon(tmp_path, {"num.partitions": 3}).start()
     try:
+        # Brand-new dirs are new, not crashed (the first start said "no clean-shutdown
+        # marker: recovered 0 partitions").
+        assert d.stderr().count("new log dir") == 3
+        assert "no clean-shutdown marker" not in d.stderr()
         acked = produce_confluent(d, "t", 3000, partitions=3)
         assert d.stop() == 0
         assert "stopped cleanly" in d.stderr()
