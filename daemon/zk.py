@@ -42,10 +42,17 @@ from kazoo.exceptions import (
     SessionExpiredError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.states import KeeperState
 
 log = logging.getLogger("logkeeper.zk")
 
-RETRYABLE = (ConnectionLoss, SessionExpiredError, OperationTimeoutError, KazooTimeoutError)
+class RegistrationPending(Exception):
+    """Our broker znode still belongs to a session of ours that kazoo gave up on (it
+    lives on the server until it times out): wait for it to go, then register."""
+
+
+RETRYABLE = (ConnectionLoss, SessionExpiredError, OperationTimeoutError, KazooTimeoutError,
+             RegistrationPending)
 LOG_DIR_EVENT_PATH = "/log_dir_event_notification"
 LOG_DIR_EVENT_PREFIX = LOG_DIR_EVENT_PATH + "/log_dir_event_"
 LOG_DIR_FAILURE_EVENT = 1
@@ -106,6 +113,7 @@ class ClusterLink:
         self._worker = threading.Thread(target=self._run, name="logkeeper-zk", daemon=True)
         self.events_sent = 0
         self.registrations = 0
+        self._sessions: set[int] = set()  # every ZooKeeper session this link has had
 
     @property
     def broker_path(self) -> str:
@@ -136,6 +144,7 @@ class ClusterLink:
     def _on_state(self, state: str) -> None:
         # Runs on kazoo's thread: must not block.
         if state == KazooState.CONNECTED:
+            self._sessions.add(self.client.client_id[0])
             self._connected.set()
         else:
             self._connected.clear()
@@ -169,12 +178,15 @@ class ClusterLink:
         while not self._stop.is_set():
             self._wake.wait(timeout=1.0)
             self._wake.clear()
-            if self._stop.is_set() or not self._connected.is_set():
+            if self._stop.is_set():
+                continue
+            if not self._connected.is_set():
+                self._revive_if_closed()
                 continue
             try:
                 self._drain()
             except RETRYABLE as err:
-                log.info("ZooKeeper unavailable (%s); will retry", type(err).__name__)
+                log.info("ZooKeeper unavailable (%s: %s); will retry", type(err).__name__, err)
                 time.sleep(0.2)
                 self._wake.set()
             except ConnectionClosedError:
@@ -189,6 +201,14 @@ class ClusterLink:
                 self._give_up(f"ZooKeeper link failed: {type(err).__name__}: {err}",
                               exc_info=True)
                 return
+
+    def _revive_if_closed(self) -> None:
+        """kazoo stops reconnecting for good when its connection thread ends on an
+        unhandled error (it logs "Unhandled exception in connection loop" and reports
+        the session CLOSED): the broker would then never register again. Start it anew."""
+        if self.client.client_state == KeeperState.CLOSED and not self._stop.is_set():
+            log.warning("the ZooKeeper client stopped connecting; starting it again")
+            self.client.start_async()
 
     def _give_up(self, message: str, *, exc_info: bool = False) -> None:
         self.fatal = message
@@ -252,8 +272,12 @@ class ClusterLink:
             try:
                 _, stat = self._wait(self.client.get_async(self.broker_path))
             except NoNodeError:  # its owner just went away: try again
-                raise ConnectionLoss(f"{self.broker_path} vanished while registering") from None
-            if stat.ephemeralOwner != self.client.client_id[0]:
+                raise RegistrationPending(f"{self.broker_path} vanished") from None
+            owner = stat.ephemeralOwner
+            if owner != self.client.client_id[0] and owner in self._sessions:
+                raise RegistrationPending(
+                    f"{self.broker_path} still held by our old session 0x{owner:x}") from None
+            if owner != self.client.client_id[0]:
                 raise BrokerIdTakenError(
                     f"broker.id {self.broker_id} is already registered in ZooKeeper by "
                     f"another live broker ({self.broker_path}, session "

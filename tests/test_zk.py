@@ -164,3 +164,32 @@ def _registered(zk, broker_id: int) -> bool:
     finally:
         client.stop()
         client.close()
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_the_link_revives_a_client_whose_connection_thread_died(zk, admin):
+    """kazoo's connection thread ends for good on an unhandled error (it reports the
+    session CLOSED and never reconnects); the link starts the client again and
+    registers anew instead of waiting forever."""
+    link = ClusterLink(zk.hosts, 15, "127.0.0.1", 19097, session_timeout=4)
+    link.start()
+    try:
+        assert wait_for(lambda: admin.exists("/brokers/ids/15"))
+        conn = link.client._connection
+        real = conn._read_socket
+        broken = []
+
+        def fail_once(*args, **kwargs):
+            if not broken:
+                broken.append(True)
+                raise RuntimeError("injected: an unhandled error in kazoo's connection loop")
+            return real(*args, **kwargs)
+
+        conn._read_socket = fail_once
+        link.publish_log_dirs([])  # a request: the next socket read raises
+        assert wait_for(lambda: broken, timeout=10)
+        assert wait_for(lambda: link.registrations >= 2, timeout=30)
+        assert wait_for(lambda: admin.exists("/brokers/ids/15"))
+        assert link.fatal is None
+    finally:
+        link.stop()
