@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -33,6 +34,18 @@ def wait_for(pred: Callable[[], Any], timeout: float = 20.0, what: str = "") -> 
             return got
         time.sleep(0.02)
     raise AssertionError(f"timed out after {timeout}s waiting for {what or pred}")
+
+
+def remove_dir(path: Path, timeout: float = 5.0) -> None:
+    """`rm -rf` a log dir under a running daemon, which may be writing a file in it
+    (a probe's canary, a placement record) while it goes: one rmtree can then fail
+    with ENOTEMPTY, so repeat until the dir is gone."""
+    deadline = time.monotonic() + timeout
+    while path.exists():
+        shutil.rmtree(path, ignore_errors=True)
+        if time.monotonic() > deadline:
+            shutil.rmtree(path)  # raises, naming what is left
+    assert not path.exists()
 
 
 def create_topic(d: Daemon, topic: str, partitions: int) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import resource
-import shutil
 import signal
 import subprocess
 import sys
@@ -37,6 +36,7 @@ from tests.sick_helpers import (
     open_files_under,
     placement,
     produce_raw,
+    remove_dir,
     wait_for,
     zookeeper,
 )
@@ -225,7 +225,7 @@ def test_removed_dir_goes_offline_within_a_second(tmp_path: Path) -> None:
         create_topic(d, "t", 3)
         gone = d.log_dirs[2]
         started = time.monotonic()
-        shutil.rmtree(gone)
+        remove_dir(gone)
         wait_for(lambda: d.log_dir_states()[str(gone)] == "offline", 1.0, "OFFLINE via inotify")
         assert time.monotonic() - started < 1.0
         assert sorted(d.log_dir_states().values()) == ["offline", "online", "online"]
@@ -312,7 +312,7 @@ def test_startup_with_every_dir_bad_exits_non_zero_naming_each(tmp_path: Path) -
 def test_every_dir_failing_at_runtime_stops_the_daemon(tmp_path: Path) -> None:
     with Daemon(tmp_path, {**FAST, "log.dirs": [str(tmp_path / "only")]}) as d:
         d.log_dirs = [tmp_path / "only"]
-        shutil.rmtree(tmp_path / "only")
+        remove_dir(tmp_path / "only")
         assert d.proc is not None
         assert d.proc.wait(20) == 1
     assert "every log dir is offline" in d.stderr() and str(tmp_path / "only") in d.stderr()
@@ -334,7 +334,7 @@ def test_notification_waits_for_zookeeper_and_the_broker_reregisters(tmp_path: P
             create_topic(d, "t", 3)
             healthy = [p for p, ld in placement(d, "t").items() if ld != d.log_dirs[0]]
             zk.stop()
-            shutil.rmtree(d.log_dirs[0])
+            remove_dir(d.log_dirs[0])
             wait_for(lambda: d.log_dir_states()[str(d.log_dirs[0])] == "offline", 5, "OFFLINE")
             # Clients are served while ZooKeeper is away.
             c = RawClient(d.port)
