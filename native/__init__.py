@@ -9,6 +9,11 @@ when the caller passed it, the path. Bad Python arguments (a negative size, an
 unknown CRC implementation name) raise ValueError before any C runs. A scan that finds
 a torn or corrupt batch is a result (`ScanResult.status`), not an exception.
 
+CRC-32C has one implementation per CPU class (CRC32C_IMPLS); the first `crc32c` call
+times each one this CPU supports and keeps the fastest (`crc32c_active`,
+`crc32c_calibration`). `crc32c_force` or the environment variable LOGKEEPER_CRC32C=<name>
+pins one; an unknown or unsupported name there fails the import with ImportError.
+
 Buffers go to C without copying: `bytes` directly, anything else with the buffer
 protocol (bytearray, memoryview, mmap) through `ffi.from_buffer`. cffi releases the
 GIL around every C call, so all functions here may be called from several threads;
@@ -35,7 +40,8 @@ except ImportError as err:  # pragma: no cover - only on a tree that was never b
 
 __all__ = [
     "CRC32C_IMPLS", "BatchInfo", "ScanResult", "ScanStatus", "Space", "assign_offsets",
-    "availability_probe", "crc32c", "crc32c_active", "crc32c_supported", "crc32c_using",
+    "availability_probe", "crc32c", "crc32c_active", "crc32c_calibration", "crc32c_force",
+    "crc32c_supported", "crc32c_using",
     "fallocate", "fdatasync", "pread", "pread_into", "pwrite_all", "scan_batches",
     "space_probe", "write_all",
 ]
@@ -75,8 +81,16 @@ def _wbuf(buf: Buffer, op: str) -> tuple[Any, int]:
 
 # ---- CRC-32C ----------------------------------------------------------------------
 
-CRC32C_IMPLS: tuple[str, ...] = ("portable", "sse42", "pclmul", "vpclmul")
+# In fastpath.h's LK_CRC_* order: by CPU class, roughly slowest to fastest.
+CRC32C_IMPLS: tuple[str, ...] = (
+    "portable", "sse42", "sse42_clmul", "pclmul", "pclmul_sse42", "vpclmul256",
+    "vpclmul256_sse42", "vpclmul512", "vpclmul512_sse42",
+)
 assert len(CRC32C_IMPLS) == _lib.LK_CRC_COUNT
+# An operator's override of the calibrated choice, read once at import.
+CRC32C_ENV = "LOGKEEPER_CRC32C"
+# Sizes the calibration times (fastpath.h: lk_crc32c_calibration).
+CRC32C_CALIBRATION_SIZES = (16 << 10, 128 << 10)
 
 
 def _impl_index(impl: str) -> int:
@@ -106,8 +120,30 @@ def crc32c_supported(impl: str) -> bool:
 
 
 def crc32c_active() -> str:
-    """The implementation `crc32c` dispatches to, chosen once at import."""
+    """The implementation `crc32c` dispatches to: the one forced, else the fastest the
+    calibration found (the first call of either calibrates, a few hundred microseconds)."""
     return CRC32C_IMPLS[_lib.lk_crc32c_active()]
+
+
+def crc32c_force(impl: str | None) -> None:
+    """Make `crc32c` use `impl` from now on, process-wide (tests, benchmarks, an
+    operator's override); None goes back to the calibrated choice. OSError(ENOTSUP)
+    when the CPU lacks it. Safe while other threads compute CRCs."""
+    rc = _lib.lk_crc32c_force(-1 if impl is None else _impl_index(impl))
+    if rc < 0:
+        raise _oserror(rc, f"crc32c_force({impl})")
+
+
+def crc32c_calibration() -> dict[str, tuple[float, float]]:
+    """What the calibration measured: GB/s at each of CRC32C_CALIBRATION_SIZES for each
+    implementation it timed (every supported one but the portable, when there is one)."""
+    out = _ffi.new("uint64_t[]", 2 * len(CRC32C_IMPLS))
+    rc = _lib.lk_crc32c_calibration(out, len(out))
+    if rc < 0:
+        raise _oserror(rc, "crc32c_calibration")
+    small, large = CRC32C_CALIBRATION_SIZES
+    return {impl: (small / out[2 * i], large / out[2 * i + 1])
+            for i, impl in enumerate(CRC32C_IMPLS) if out[2 * i]}
 
 
 def crc32c_using(impl: str, data: Buffer, crc: int = 0) -> int:
@@ -118,6 +154,19 @@ def crc32c_using(impl: str, data: Buffer, crc: int = 0) -> int:
     if rc < 0:
         raise _oserror(rc, f"crc32c_using({impl})")
     return int(out[0])
+
+
+def _force_from_env() -> None:
+    name = os.environ.get(CRC32C_ENV)
+    if not name:
+        return
+    try:
+        crc32c_force(name)
+    except (ValueError, OSError) as err:
+        raise ImportError(f"{CRC32C_ENV}={name}: {err}") from err
+
+
+_force_from_env()
 
 
 # ---- Record batch scan ------------------------------------------------------------

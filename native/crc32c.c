@@ -1,11 +1,24 @@
 /*
- * CRC-32C: the portable slicing-by-8 implementation, CPU detection and dispatch.
- * The x86 implementations live in crc32c_x86.c. Everything here is set up once by a
- * load-time constructor, so every exported function is thread-safe afterwards.
+ * CRC-32C: the portable slicing-by-8 implementation, CPU detection, and the dispatch.
+ * The x86 implementations live in crc32c_x86.c.
+ *
+ * Which implementation is fastest depends on the CPU more than on its feature bits
+ * (a 256-bit VPCLMULQDQ is two 128-bit halves on some cores and whole on others; the
+ * crc32 instruction's share of a fused loop varies), so the dispatch does not guess:
+ * the first lk_crc32c (or lk_crc32c_active) call times every supported implementation
+ * on 16 KiB and 128 KiB and keeps the fastest. That runs once, under pthread_once, so
+ * racing first callers wait for one calibration; afterwards the hot path is one atomic
+ * load of a function pointer. Tables and the supported set are built by a load-time
+ * constructor, so every exported function is thread-safe.
  */
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
 #include "internal.h"
 
@@ -15,8 +28,19 @@
 
 uint32_t lk_crc_table[8][256];
 
+/* Filled by the constructor; read-only afterwards. */
 static lk_crc_raw_fn lk_impls[LK_CRC_COUNT];
-static int lk_active = LK_CRC_PORTABLE;
+
+/* What lk_crc32c calls; NULL until calibration (or a force) sets it. */
+static _Atomic(lk_crc_raw_fn) lk_dispatch;
+static pthread_once_t lk_calibrate_once = PTHREAD_ONCE_INIT;
+/* Written once inside lk_calibrate, read after pthread_once returns. */
+static int lk_calibrated = LK_CRC_PORTABLE;
+static uint64_t lk_calib_ns[LK_CRC_COUNT][2];
+/* lk_forced (-1: none) and the store into lk_dispatch change together under the lock,
+ * so a calibration finishing late never undoes a force. */
+static pthread_mutex_t lk_force_lock = PTHREAD_MUTEX_INITIALIZER;
+static int lk_forced = -1;
 
 uint32_t lk_gf2_mulmod(uint32_t a, uint32_t b)
 {
@@ -96,28 +120,41 @@ static void lk_detect_x86(void)
     unsigned a, b, c, d;
     if (!__get_cpuid(1, &a, &b, &c, &d))
         return;
-    int sse42 = (c & bit_SSE4_2) != 0;
     int pclmul = (c & bit_PCLMUL) != 0;
     int osxsave = (c & bit_OSXSAVE) != 0;
-    if (!sse42)
+    int avx = (c & bit_AVX) != 0;
+    if (!(c & bit_SSE4_2))
         return;
     lk_impls[LK_CRC_SSE42] = lk_crc_sse42_raw;
     if (!pclmul)
         return;
+    lk_impls[LK_CRC_SSE42_CLMUL] = lk_crc_sse42_clmul_raw;
     lk_impls[LK_CRC_PCLMUL] = lk_crc_pclmul_raw;
+    lk_impls[LK_CRC_PCLMUL_SSE42] = lk_crc_pclmul_sse42_raw;
 
-    /* AVX-512 needs the CPU bits and the OS saving SSE, AVX, opmask and both ZMM
-     * halves (XCR0 bits 1, 2, 5, 6, 7); otherwise the first zmm use faults. */
-    if (!osxsave || (lk_xgetbv0() & 0xe6) != 0xe6)
+    /* VEX and EVEX code needs the CPU bits and the OS saving the registers: SSE and AVX
+     * state (XCR0 bits 1, 2) for ymm, plus opmask and both zmm halves (bits 5, 6, 7)
+     * for AVX-512; otherwise the first such instruction faults. */
+    if (!osxsave || !avx || __get_cpuid_max(0, NULL) < 7)
         return;
-    if (__get_cpuid_max(0, NULL) < 7)
+    uint64_t xcr0 = lk_xgetbv0();
+    if ((xcr0 & 0x6) != 0x6)
         return;
     __cpuid_count(7, 0, a, b, c, d);
+    int avx2 = (b & (1u << 5)) != 0;
     int avx512f = (b & (1u << 16)) != 0;
     int avx512vl = (b & (1u << 31)) != 0;
     int vpclmulqdq = (c & (1u << 10)) != 0;
-    if (avx512f && avx512vl && vpclmulqdq)
-        lk_impls[LK_CRC_VPCLMUL] = lk_crc_vpclmul_raw;
+    if (!vpclmulqdq)
+        return;
+    if (avx2) {
+        lk_impls[LK_CRC_VPCLMUL256] = lk_crc_vpclmul256_raw;
+        lk_impls[LK_CRC_VPCLMUL256_SSE42] = lk_crc_vpclmul256_sse42_raw;
+    }
+    if (avx2 && avx512f && avx512vl && (xcr0 & 0xe6) == 0xe6) {
+        lk_impls[LK_CRC_VPCLMUL512] = lk_crc_vpclmul512_raw;
+        lk_impls[LK_CRC_VPCLMUL512_SSE42] = lk_crc_vpclmul512_sse42_raw;
+    }
 }
 #endif
 
@@ -129,16 +166,117 @@ __attribute__((constructor)) static void lk_crc32c_init(void)
     lk_crc_x86_init();
     lk_detect_x86();
 #endif
-    for (int i = LK_CRC_COUNT - 1; i >= 0; i--)
+}
+
+/* ---- Calibration ---- */
+
+#define LK_CALIB_SMALL (16u << 10)
+#define LK_CALIB_LARGE (128u << 10)
+/* One untimed round (page faults, caches, the wider vector units powering up), then
+ * the best of the rest: the minimum is what the code can do, the rest is noise. */
+#define LK_CALIB_ROUNDS 5
+
+static uint64_t lk_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Sink for the timed CRCs, so the calls cannot be optimised away. */
+static volatile uint32_t lk_calib_sink;
+
+static uint64_t lk_time_one(lk_crc_raw_fn fn, const uint8_t *buf, size_t len)
+{
+    uint64_t start = lk_now_ns();
+    lk_calib_sink = fn(lk_calib_sink, buf, len);
+    uint64_t ns = lk_now_ns() - start;
+    return ns ? ns : 1;
+}
+
+/* Runs once (pthread_once). Every supported implementation but the portable one (the
+ * slowest wherever anything else runs) is timed round-robin, so a frequency change hits
+ * all alike; the score adds each size's time relative to that size's best, and ties go
+ * to the later (wider) implementation. Without memory for the buffer it keeps the last
+ * supported one: a guess, but a correct CRC either way. */
+static void lk_calibrate(void)
+{
+    int best = LK_CRC_PORTABLE;
+    for (int i = LK_CRC_COUNT - 1; i > LK_CRC_PORTABLE; i--)
         if (lk_impls[i]) {
-            lk_active = i;
+            best = i;
             break;
         }
+    uint8_t *buf = NULL;
+    if (best == LK_CRC_PORTABLE || !(buf = malloc(LK_CALIB_LARGE)))
+        goto out;
+    /* The speed of every implementation is independent of the bytes; writing them
+     * maps real pages (untouched malloc memory could all be one shared zero page). */
+    memset(buf, 0x5a, LK_CALIB_LARGE);
+    uint64_t small[LK_CRC_COUNT], large[LK_CRC_COUNT];
+    for (int i = 0; i < LK_CRC_COUNT; i++)
+        small[i] = large[i] = UINT64_MAX;
+    for (int round = 0; round < LK_CALIB_ROUNDS; round++)
+        for (int i = LK_CRC_PORTABLE + 1; i < LK_CRC_COUNT; i++) {
+            if (!lk_impls[i])
+                continue;
+            /* Untimed: the first wide-vector instruction after a pause waits for its
+             * unit to power up, which would make the small size look slow. */
+            lk_time_one(lk_impls[i], buf, 4096);
+            uint64_t s = lk_time_one(lk_impls[i], buf, LK_CALIB_SMALL);
+            uint64_t l = lk_time_one(lk_impls[i], buf, LK_CALIB_LARGE);
+            if (round == 0)
+                continue;
+            small[i] = s < small[i] ? s : small[i];
+            large[i] = l < large[i] ? l : large[i];
+        }
+    uint64_t best_small = UINT64_MAX, best_large = UINT64_MAX;
+    for (int i = 0; i < LK_CRC_COUNT; i++) {
+        best_small = small[i] < best_small ? small[i] : best_small;
+        best_large = large[i] < best_large ? large[i] : best_large;
+    }
+    double best_score = 0;
+    for (int i = LK_CRC_COUNT - 1; i > LK_CRC_PORTABLE; i--) {
+        if (!lk_impls[i])
+            continue;
+        lk_calib_ns[i][0] = small[i];
+        lk_calib_ns[i][1] = large[i];
+        double score = (double)small[i] / (double)best_small +
+                       (double)large[i] / (double)best_large;
+        if (i == best || score < best_score) {
+            best = i;
+            best_score = score;
+        }
+    }
+    free(buf);
+out:
+    lk_calibrated = best;
+    pthread_mutex_lock(&lk_force_lock);
+    if (lk_forced < 0)
+        atomic_store_explicit(&lk_dispatch, lk_impls[best], memory_order_release);
+    pthread_mutex_unlock(&lk_force_lock);
+}
+
+/* The first call, or the first after lk_crc32c_force(-1) cleared the pointer. */
+static lk_crc_raw_fn lk_dispatch_slow(void)
+{
+    pthread_once(&lk_calibrate_once, lk_calibrate);
+    pthread_mutex_lock(&lk_force_lock);
+    lk_crc_raw_fn fn = atomic_load_explicit(&lk_dispatch, memory_order_acquire);
+    if (fn == NULL) {
+        fn = lk_impls[lk_forced >= 0 ? lk_forced : lk_calibrated];
+        atomic_store_explicit(&lk_dispatch, fn, memory_order_release);
+    }
+    pthread_mutex_unlock(&lk_force_lock);
+    return fn;
 }
 
 uint32_t lk_crc32c(uint32_t crc, const uint8_t *buf, size_t len)
 {
-    return ~lk_impls[lk_active](~crc, buf, len);
+    lk_crc_raw_fn fn = atomic_load_explicit(&lk_dispatch, memory_order_acquire);
+    if (__builtin_expect(fn == NULL, 0))
+        fn = lk_dispatch_slow();
+    return ~fn(~crc, buf, len);
 }
 
 int lk_crc32c_with(int impl, uint32_t crc, const uint8_t *buf, size_t len, uint32_t *out)
@@ -164,5 +302,55 @@ int lk_crc32c_supported(int impl)
 
 int lk_crc32c_active(void)
 {
-    return lk_active;
+    int impl;
+    pthread_mutex_lock(&lk_force_lock);
+    impl = lk_forced;
+    pthread_mutex_unlock(&lk_force_lock);
+    if (impl >= 0)
+        return impl;
+    pthread_once(&lk_calibrate_once, lk_calibrate);
+    /* A force may have come in meanwhile; report what the dispatch now holds. */
+    pthread_mutex_lock(&lk_force_lock);
+    impl = lk_forced >= 0 ? lk_forced : lk_calibrated;
+    pthread_mutex_unlock(&lk_force_lock);
+    return impl;
+}
+
+int lk_crc32c_force(int impl)
+{
+    int rc = 0;
+    if (impl < -1 || impl >= LK_CRC_COUNT) {
+        rc = -EINVAL;
+        goto out;
+    }
+    if (impl >= 0 && !lk_impls[impl]) {
+        rc = -ENOTSUP;
+        goto out;
+    }
+    pthread_mutex_lock(&lk_force_lock);
+    lk_forced = impl;
+    /* Back to the calibrated choice: NULL sends the next call through
+     * lk_dispatch_slow, which calibrates if that never happened and stores the choice. */
+    lk_crc_raw_fn fn = impl >= 0 ? lk_impls[impl] : NULL;
+    atomic_store_explicit(&lk_dispatch, fn, memory_order_release);
+    pthread_mutex_unlock(&lk_force_lock);
+out:
+    return rc;
+}
+
+int lk_crc32c_calibration(uint64_t *out_ns, size_t cap)
+{
+    int rc;
+    if (out_ns == NULL || cap < 2 * LK_CRC_COUNT) {
+        rc = -EINVAL;
+        goto out;
+    }
+    pthread_once(&lk_calibrate_once, lk_calibrate);
+    for (int i = 0; i < LK_CRC_COUNT; i++) {
+        out_ns[2 * i] = lk_calib_ns[i][0];
+        out_ns[2 * i + 1] = lk_calib_ns[i][1];
+    }
+    rc = lk_calibrated;
+out:
+    return rc;
 }

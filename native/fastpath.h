@@ -13,23 +13,42 @@
 /* CDEF-BEGIN */
 
 /* ---- CRC-32C (Castagnoli), the checksum of Kafka record batches ---- */
-/* Implementations; lk_crc32c picks the fastest this CPU supports, once. */
-#define LK_CRC_PORTABLE 0   /* table-driven (slicing-by-8); always available */
-#define LK_CRC_SSE42 1      /* crc32 instruction, interleaved over 3 streams */
-#define LK_CRC_PCLMUL 2     /* PCLMULQDQ folding */
-#define LK_CRC_VPCLMUL 3    /* VPCLMULQDQ folding on 512-bit vectors (AVX-512) */
-#define LK_CRC_COUNT 4
+/* Implementations, by CPU class (native/crc32c_x86.c says how each works). */
+#define LK_CRC_PORTABLE 0          /* table-driven (slicing-by-8); always available */
+#define LK_CRC_SSE42 1             /* crc32 instruction, 3 streams, table joins */
+#define LK_CRC_SSE42_CLMUL 2       /* crc32 instruction, 3 streams, clmul joins */
+#define LK_CRC_PCLMUL 3            /* PCLMULQDQ folding, 128-bit */
+#define LK_CRC_PCLMUL_SSE42 4      /* PCLMULQDQ folding fused with 3 crc32 streams */
+#define LK_CRC_VPCLMUL256 5        /* VPCLMULQDQ folding on ymm (AVX2) */
+#define LK_CRC_VPCLMUL256_SSE42 6  /* the same fused with 3 crc32 streams */
+#define LK_CRC_VPCLMUL512 7        /* VPCLMULQDQ folding on zmm (AVX-512) */
+#define LK_CRC_VPCLMUL512_SSE42 8  /* the same fused with 3 crc32 streams */
+#define LK_CRC_COUNT 9
 
 /* Running CRC as the crc32c package defines it: crc32c(b, crc32c(a)) == crc32c(a + b);
- * start from 0. Thread-safe; no IO. */
+ * start from 0. The first call (from any thread) calibrates: it times every
+ * implementation the CPU supports at 16 KiB and 128 KiB (a few hundred microseconds)
+ * and keeps the fastest; concurrent first callers wait for that one calibration.
+ * Thread-safe; no IO. */
 uint32_t lk_crc32c(uint32_t crc, const uint8_t *buf, size_t len);
 /* The same with one named implementation; -ENOTSUP when the CPU lacks it, -EINVAL
  * for an unknown impl. Thread-safe; no IO. */
 int lk_crc32c_with(int impl, uint32_t crc, const uint8_t *buf, size_t len, uint32_t *out);
 /* 1 when this CPU can run impl, else 0. Thread-safe. */
 int lk_crc32c_supported(int impl);
-/* The impl lk_crc32c dispatches to. Thread-safe. */
+/* The impl lk_crc32c dispatches to (calibrating first if nothing was chosen yet).
+ * Thread-safe. */
 int lk_crc32c_active(void);
+/* Make lk_crc32c use impl from now on (tests, benchmarks, an operator's override), or
+ * with impl = -1 go back to the calibrated choice. Returns 0, -EINVAL for an unknown
+ * impl, -ENOTSUP when the CPU lacks it. Thread-safe: calls already running finish with
+ * the implementation they started with. */
+int lk_crc32c_force(int impl);
+/* What calibration measured (calibrating first if it has not run): out_ns[2 * impl] and
+ * out_ns[2 * impl + 1] get the best time of one 16 KiB and one 128 KiB CRC, 0 for an
+ * impl not timed. cap is out_ns's length, at least 2 * LK_CRC_COUNT. Returns the
+ * calibrated impl, or -EINVAL. Thread-safe. */
+int lk_crc32c_calibration(uint64_t *out_ns, size_t cap);
 
 /* ---- Record batch scan (magic 2) ---- */
 #define LK_SCAN_OK 0          /* the buffer ends exactly at a batch boundary */

@@ -27,11 +27,17 @@ uint32_t lk_crc_portable_raw(uint32_t crc, const uint8_t *buf, size_t len);
 /* The accelerated paths use 64-bit crc32 and clmul forms: x86-64 only. */
 #if defined(__x86_64__)
 #define LK_HAVE_X86 1
-/* Shift tables of the 3-stream crc32-instruction path, built by lk_crc_x86_init. */
 void lk_crc_x86_init(void);
+/* Shift tables and join constants of the crc32-instruction paths, built by
+ * lk_crc_x86_init (at load time); the functions are pure and thread-safe afterwards. */
 uint32_t lk_crc_sse42_raw(uint32_t crc, const uint8_t *buf, size_t len);
+uint32_t lk_crc_sse42_clmul_raw(uint32_t crc, const uint8_t *buf, size_t len);
 uint32_t lk_crc_pclmul_raw(uint32_t crc, const uint8_t *buf, size_t len);
-uint32_t lk_crc_vpclmul_raw(uint32_t crc, const uint8_t *buf, size_t len);
+uint32_t lk_crc_pclmul_sse42_raw(uint32_t crc, const uint8_t *buf, size_t len);
+uint32_t lk_crc_vpclmul256_raw(uint32_t crc, const uint8_t *buf, size_t len);
+uint32_t lk_crc_vpclmul256_sse42_raw(uint32_t crc, const uint8_t *buf, size_t len);
+uint32_t lk_crc_vpclmul512_raw(uint32_t crc, const uint8_t *buf, size_t len);
+uint32_t lk_crc_vpclmul512_sse42_raw(uint32_t crc, const uint8_t *buf, size_t len);
 #endif
 
 /* Big-endian loads and stores of the batch header fields. */

@@ -44,8 +44,121 @@ def _rand(n: int, seed: int) -> bytes:
 def test_portable_is_always_supported_and_active_is_supported() -> None:
     assert "portable" in SUPPORTED
     assert native.crc32c_active() in SUPPORTED
-    # The dispatcher picks the last (fastest) implementation the CPU can run.
-    assert native.crc32c_active() == SUPPORTED[-1]
+
+
+def test_calibration_times_every_supported_impl_and_keeps_one_of_them() -> None:
+    timed = native.crc32c_calibration()
+    # The portable one is left out whenever anything else runs: it is never faster.
+    want = [impl for impl in SUPPORTED if impl != "portable"]
+    assert list(timed) == want
+    assert all(small > 0 and large > 0 for small, large in timed.values())
+    if want:
+        # The choice is the best by the calibration's own score (ties to the wider).
+        best_small = max(small for small, _ in timed.values())
+        best_large = max(large for _, large in timed.values())
+        score = {impl: best_small / s + best_large / big for impl, (s, big) in timed.items()}
+        chosen = native.crc32c_active()
+        assert score[chosen] <= min(score.values()) * (1 + 1e-9)
+
+
+@contextlib.contextmanager
+def forced(impl: str | None) -> Iterator[None]:
+    native.crc32c_force(impl)
+    try:
+        yield
+    finally:
+        native.crc32c_force(None)
+
+
+@pytest.mark.parametrize("impl", SUPPORTED)
+def test_force_routes_crc32c_through_each_impl(impl: str) -> None:
+    calibrated = native.crc32c_active()
+    data = _rand(100_000, 11)
+    with forced(impl):
+        assert native.crc32c_active() == impl
+        assert native.crc32c(b"123456789") == CHECK
+        assert native.crc32c(data) == crc32c_pkg.crc32c(data)
+    assert native.crc32c_active() == calibrated
+    assert native.crc32c(data) == crc32c_pkg.crc32c(data)
+
+
+def test_force_refuses_unknown_and_unsupported_impls() -> None:
+    with pytest.raises(ValueError, match="unknown CRC-32C implementation"):
+        native.crc32c_force("avx9")
+    missing = [impl for impl in native.CRC32C_IMPLS if impl not in SUPPORTED]
+    if missing:
+        with pytest.raises(OSError) as info:
+            native.crc32c_force(missing[0])
+        assert info.value.errno == errno.ENOTSUP
+    assert native.crc32c_active() in SUPPORTED
+
+
+def _run_python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=REPO, env={**os.environ, **env}, timeout=60)
+
+
+def test_first_use_from_many_threads_calibrates_once() -> None:
+    # A fresh process, so the threads race the calibration itself.
+    code = """
+import threading, crc32c, native
+data = bytes(range(256)) * 400
+want = crc32c.crc32c(data)
+start = threading.Barrier(8)
+got = []
+def work():
+    start.wait()
+    got.append((native.crc32c(data), native.crc32c_active()))
+threads = [threading.Thread(target=work) for _ in range(8)]
+for t in threads: t.start()
+for t in threads: t.join()
+assert len(got) == 8 and all(crc == want for crc, _ in got), got
+assert len({impl for _, impl in got}) == 1, got
+print(got[0][1])
+"""
+    proc = _run_python(code)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() in SUPPORTED
+
+
+@pytest.mark.parametrize("impl", SUPPORTED)
+def test_env_var_forces_the_impl(impl: str) -> None:
+    proc = _run_python("import native; print(native.crc32c_active(), native.crc32c(b'123456789'))",
+                       LOGKEEPER_CRC32C=impl)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == [impl, str(CHECK)]
+
+
+def test_env_var_with_an_unknown_impl_fails_the_import_naming_it() -> None:
+    proc = _run_python("import native", LOGKEEPER_CRC32C="avx9")
+    assert proc.returncode != 0
+    assert "LOGKEEPER_CRC32C=avx9" in proc.stderr
+
+
+@pytest.mark.parametrize("impl", SUPPORTED)
+def test_crc_every_length_and_misalignment_matches_portable(impl: str) -> None:
+    backing = _rand(1024 + 64, 12)
+    for start in range(0, 64, 7):
+        data = memoryview(backing)[start:]
+        for n in range(1025):
+            part = data[:n]
+            assert native.crc32c_using(impl, part, n) == native.crc32c_using(
+                "portable", part, n), (start, n)
+
+
+@pytest.mark.parametrize("impl", SUPPORTED)
+def test_crc_random_large_buffers_match_portable(impl: str) -> None:
+    # Sizes across the chunk caps of the multi-stream paths (24 KiB, ~110 KiB).
+    rng = random.Random(13)
+    backing = _rand(1 << 20, 14)
+    view = memoryview(backing)
+    for _ in range(25):
+        start = rng.randrange(64)
+        size = rng.randrange(1024, len(backing) - start)
+        part = view[start:start + size]
+        crc = rng.randrange(2**32)
+        assert native.crc32c_using(impl, part, crc) == native.crc32c_using(
+            "portable", part, crc), (start, size)
 
 
 @pytest.mark.parametrize("impl", SUPPORTED)
