@@ -225,6 +225,21 @@ def test_crc_accepts_every_buffer_kind_without_copying() -> None:
         native.crc32c("not bytes")  # type: ignore[arg-type]
 
 
+def test_crc_refuses_bad_arguments() -> None:
+    with pytest.raises(OverflowError):
+        native.crc32c(b"x", 2**32)
+    with pytest.raises(OverflowError):
+        native.crc32c(b"x", -1)
+    with pytest.raises(TypeError):
+        native.crc32c()  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        native.crc32c(b"x", 0, 0)  # type: ignore[call-arg]
+    with pytest.raises(BufferError):
+        native.crc32c(memoryview(b"abcdef")[::2])  # not contiguous
+    assert native.crc32c(b"123456789", 0) == CHECK
+    assert native.crc32c(b"", 2**32 - 1) == 2**32 - 1
+
+
 def test_crc_from_many_threads_at_once() -> None:
     # cffi drops the GIL around each call: concurrent callers must not disturb each other.
     from concurrent.futures import ThreadPoolExecutor
