@@ -33,6 +33,8 @@ import pytest
 import report  # this directory is on sys.path: pytest prepends a conftest's own dir
 
 _PAIRS: list[report.Pair] = []
+# Lines printed above the table (the machine, choices made at run time): `note` adds one.
+_NOTES: list[str] = []
 
 RatioFn = Callable[..., "report.Pair | None"]
 
@@ -70,6 +72,17 @@ def ratio(benchmark: Any) -> RatioFn:
     return run
 
 
+@pytest.fixture
+def note() -> Callable[[str], None]:
+    """note(line): print line above the summary table, once however often it is added."""
+
+    def add(line: str) -> None:
+        if line not in _NOTES:
+            _NOTES.append(line)
+
+    return add
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     # pyproject's addopts carry --benchmark-skip so the normal run skips benchmarks;
@@ -93,6 +106,8 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         return
     terminalreporter.write_sep("-", "ours vs baseline (same run; ratio > 1 = better "
                                     "for 'x faster', < 1 = better for 'x cost')")
+    for line in _NOTES:
+        terminalreporter.write_line(line)
     for line in report.render(_PAIRS).splitlines():
         terminalreporter.write_line(line)
     report.save(_PAIRS)
