@@ -29,7 +29,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.registry import Collector
+
+import native
 
 log = logging.getLogger("logkeeper.metrics")
 
@@ -51,6 +55,18 @@ class _TopicCounter:
 
     def labels(self, *values: str, **kw: str) -> Any:
         return self.counter.labels(*values, **kw)
+
+
+class Crc32cCollector(Collector):
+    """`logkeeper_crc32c_implementation{impl=...} 1`: the CRC-32C implementation the
+    dispatch uses, read at scrape time (a test or an operator may force another one)."""
+
+    def collect(self) -> Any:
+        family = GaugeMetricFamily(
+            "logkeeper_crc32c_implementation",
+            "1 for the CRC-32C implementation in use (native.crc32c_active)", labels=["impl"])
+        family.add_metric([native.crc32c_active()], 1)
+        yield family
 
 
 def _default_health() -> tuple[bool, dict[str, Any]]:
@@ -130,6 +146,7 @@ class Metrics:
         self.dir_degraded = Gauge("logkeeper_log_dir_degraded",
                                   "1 while a log dir is slow but still serving", ["log_dir"],
                                   registry=r)
+        r.register(Crc32cCollector())
 
     # ---- the recording API ----
 

@@ -36,6 +36,7 @@ import sys
 import time
 from typing import Any
 
+import native
 from logstore import LogStoreError
 
 from . import config as config_mod
@@ -139,6 +140,10 @@ class Server:
             await self._stop_background()
             return 1
         self.notifier.status("opening log dirs")
+        # Calibrates the CRC-32C dispatch here (a few hundred microseconds) rather than
+        # on the first produce, and says what it chose.
+        log.info("CRC-32C: %s (of %s this CPU runs)", native.crc32c_active(),
+                 ", ".join(i for i in native.CRC32C_IMPLS if native.crc32c_supported(i)))
         started = time.monotonic()
         self.dir_health.attach()
         try:

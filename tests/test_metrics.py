@@ -159,3 +159,19 @@ def test_a_busy_port_raises_oserror() -> None:
             await m.close()  # nothing to close: must not raise
 
     asyncio.run(main())
+
+
+def test_crc32c_implementation_is_read_at_scrape_time() -> None:
+    import native
+
+    m = Metrics()
+    key = ("logkeeper_crc32c_implementation", (("impl", native.crc32c_active()),))
+    assert samples(m.render().decode())[key] == 1
+    native.crc32c_force("portable")
+    try:
+        got = samples(m.render().decode())
+        assert got[("logkeeper_crc32c_implementation", (("impl", "portable"),))] == 1
+        assert [k for k in got if k[0] == "logkeeper_crc32c_implementation"] == [
+            ("logkeeper_crc32c_implementation", (("impl", "portable"),))]
+    finally:
+        native.crc32c_force(None)
