@@ -25,8 +25,9 @@ from typing import NamedTuple
 import native
 from native import ScanStatus
 
-from . import checkpoint, names
+from . import names
 from .config import LogConfig
+from .epochs import LeaderEpochCache
 from .errors import CorruptRecordError, OffsetOutOfRangeError, RecordTooLargeError
 from .failure import IoGuard
 from .segment import LogSegment
@@ -72,7 +73,7 @@ class Log:
         self.log_start_offset = 0
         self.recovery_point = 0
         self._high_watermark = 0
-        self.leader_epochs: list[tuple[int, int]] = []
+        self.epochs = LeaderEpochCache(self.dir / names.LEADER_EPOCH_CHECKPOINT)
         self.recovery = RecoveryResult(self.topic_partition)
 
     # ---- opening ----
@@ -135,11 +136,9 @@ class Log:
         self.log_start_offset = min(max(start, first_base), self.log_end_offset)
         self.recovery_point = min(max(recovery_point, self.log_start_offset),
                                   self.log_end_offset) if not recover else self.log_end_offset
-        epoch_file = self.dir / names.LEADER_EPOCH_CHECKPOINT
-        self.leader_epochs = [
-            (e, o) for e, o in checkpoint.read_leader_epoch_checkpoint(epoch_file)
-            if o < self.log_end_offset
-        ]
+        self.epochs = LeaderEpochCache.load(self.dir / names.LEADER_EPOCH_CHECKPOINT,
+                                            self.log_end_offset)
+        self.epochs.truncate_from_start(self.log_start_offset)
 
     def _finish_interrupted_operations(self) -> None:
         for name in os.listdir(self.dir):
@@ -285,9 +284,11 @@ class Log:
             position = self._write(data, batches, max_timestamp)
         except OSError as err:  # the hot path: IoGuard.translate without a context manager
             raise self.guard.translate(err, "append", self._segments[-1].log_path) from err
-        epoch = leader_epoch if assign_offsets else first.partition_leader_epoch
-        if epoch >= 0 and (not self.leader_epochs or epoch > self.leader_epochs[-1][0]):
-            self.leader_epochs.append((epoch, first.base_offset))
+        if assign_offsets:
+            self.epochs.assign(leader_epoch, first.base_offset)
+        else:  # a follower's batches keep their leaders' epochs: one entry per new epoch
+            for b in batches:
+                self.epochs.assign(b.partition_leader_epoch, b.base_offset)
         return AppendInfo(
             base_offset=first.base_offset, last_offset=last.last_offset,
             record_count=sum(b.records_count for b in batches),
@@ -398,18 +399,13 @@ class Log:
         with self.guard.io("flush", self.dir, writing=False):
             for seg in self._segments[self._segment_for(self.recovery_point):]:
                 seg.flush()
-            self._write_leader_epochs()
+            self.epochs.write()
         self.recovery_point = self.log_end_offset
-
-    def _write_leader_epochs(self) -> None:
-        if self.leader_epochs:
-            checkpoint.write_leader_epoch_checkpoint(self.dir / names.LEADER_EPOCH_CHECKPOINT,
-                                                     self.leader_epochs)
 
     def close(self) -> None:
         """Trim the active indexes, write the epoch checkpoint, close every file."""
         with self.guard.io("close", self.dir):
-            self._write_leader_epochs()
+            self.epochs.write()
             for seg in self._segments:
                 seg.close()
 
@@ -457,7 +453,7 @@ class Log:
                 self._bases.pop()
                 last.delete()
                 self._add_segment(self._new_segment(end))
-                self.log_start_offset = max(self.log_start_offset, end)
+                self._advance_log_start(end)
                 self.recovery_point = max(self.recovery_point, end)
                 self._high_watermark = max(self._high_watermark, end)
             else:
@@ -469,14 +465,20 @@ class Log:
             seg.delete()
         del self._segments[:count]
         del self._bases[:count]
-        self.log_start_offset = max(self.log_start_offset, self._segments[0].base_offset)
+        self._advance_log_start(self._segments[0].base_offset)
         self.recovery_point = max(self.recovery_point, self.log_start_offset)
         self._high_watermark = max(self._high_watermark, self.log_start_offset)
+
+    def _advance_log_start(self, offset: int) -> None:
+        """Move the log start offset up (never down); epochs wholly below it go."""
+        if offset > self.log_start_offset:
+            self.log_start_offset = offset
+            self.epochs.truncate_from_start(offset)
 
     def delete_records(self, before_offset: int) -> None:
         """Advance the log start offset (DeleteRecords); whole segments below it go."""
         self._check_offset(before_offset)
-        self.log_start_offset = max(self.log_start_offset, before_offset)
+        self._advance_log_start(before_offset)
         count = 0
         for nxt in self._segments[1:]:
             if nxt.base_offset > before_offset:
@@ -498,6 +500,7 @@ class Log:
                 self._bases.clear()
                 self._add_segment(self._new_segment(offset))
                 self.log_start_offset = offset
+                self.epochs.clear()  # Kafka's truncateFullyAndStartAt
             else:
                 i = self._segment_for(offset)
                 for seg in self._segments[i + 1:]:
@@ -511,5 +514,5 @@ class Log:
             end = self.log_end_offset
             self.recovery_point = min(self.recovery_point, end)
             self._high_watermark = min(self._high_watermark, end)
-            self.leader_epochs = [(e, o) for e, o in self.leader_epochs if o < end]
-            self._write_leader_epochs()
+            self.epochs.truncate_from_end(end)
+            self.epochs.write()

@@ -1,0 +1,92 @@
+"""The leader-epoch cache: Kafka's LeaderEpochFileCache rules and its checkpoint file."""
+
+from __future__ import annotations
+
+import native
+from logstore import Log, LogConfig, names
+from logstore.epochs import EpochEntry, LeaderEpochCache
+
+from .logutil import batch
+
+
+def cache(tmp_path, *entries):
+    c = LeaderEpochCache(tmp_path / names.LEADER_EPOCH_CHECKPOINT)
+    for e, o in entries:
+        c.assign(e, o)
+    return c
+
+
+def test_assign_keeps_epochs_and_start_offsets_increasing(tmp_path):
+    c = cache(tmp_path, (1, 0), (1, 5), (2, 10), (-1, 12))
+    assert c.entries == [(1, 0), (2, 10)]  # same epoch further on, or no epoch: no entry
+    assert c.assign(2, 8)  # the latest epoch from a lower offset moves its start
+    assert c.entries == [(1, 0), (2, 8)]
+    assert c.assign(4, 20) and c.assign(3, 15)  # an older epoch later on: 4's tail is gone
+    assert c.entries == [(1, 0), (2, 8), (3, 15)]
+    assert c.assign(5, 6)  # below earlier starts: those entries are dropped
+    assert c.entries == [(1, 0), (5, 6)]
+    assert c.latest_epoch == 5 and c.epoch_for_offset(3) == 1 and c.epoch_for_offset(9) == 5
+
+
+def test_end_offset_for_an_epoch(tmp_path):
+    c = cache(tmp_path, (2, 10), (4, 20), (7, 35))
+    leo = 50
+    assert c.end_offset_for(7, leo) == (7, 50)  # the latest epoch ends at the log end
+    assert c.end_offset_for(4, leo) == (4, 35)
+    assert c.end_offset_for(5, leo) == (4, 35)  # unknown: the floor epoch, the next start
+    assert c.end_offset_for(1, leo) == (1, 10)  # below the earliest (retention took it)
+    assert c.end_offset_for(8, leo) == (-1, -1)  # above every known epoch
+    assert c.end_offset_for(-1, leo) == (-1, -1)
+    assert LeaderEpochCache(tmp_path / "x").end_offset_for(0, leo) == (-1, -1)
+
+
+def test_truncation_from_either_end(tmp_path):
+    c = cache(tmp_path, (2, 10), (4, 20), (7, 35))
+    c.truncate_from_end(36)
+    assert c.entries == [(2, 10), (4, 20), (7, 35)]
+    c.truncate_from_end(35)
+    assert c.entries == [(2, 10), (4, 20)]
+    c.truncate_from_start(25)
+    assert c.entries == [(4, 25)]
+    c.truncate_from_start(5)
+    assert c.entries == [(4, 25)]
+
+
+def test_checkpoint_is_kafkas_format_and_reloads_within_the_log(tmp_path):
+    c = cache(tmp_path, (0, 0), (3, 7))
+    c.write()
+    assert c.path.read_text() == "0\n2\n0 0\n3 7\n"
+    assert LeaderEpochCache.load(c.path, 20).entries == [EpochEntry(0, 0), EpochEntry(3, 7)]
+    assert LeaderEpochCache.load(c.path, 7).entries == [(0, 0)]  # a tail cut in recovery
+
+
+def _with_epochs(*epochs: int) -> bytes:
+    """Batches as a follower fetches them: offsets and leader epochs already set."""
+    out, offset = b"", 0
+    for e in epochs:
+        data = bytearray(batch(2))
+        offset = native.assign_offsets(data, offset, e)
+        out += bytes(data)
+    return out
+
+
+def test_a_follower_append_records_every_new_epoch_in_it(tmp_path):
+    """One follower append holding batches of epochs 1, 1, 2, 4: three entries (only the
+    first batch's epoch was recorded before)."""
+    lg = Log.open(tmp_path / "t-0", LogConfig())
+    lg.append(_with_epochs(1, 1, 2, 4), assign_offsets=False)
+    assert lg.epochs.entries == [(1, 0), (2, 4), (4, 6)]
+    lg.close()
+    assert (tmp_path / "t-0" / names.LEADER_EPOCH_CHECKPOINT).read_text() == "0\n3\n1 0\n2 4\n4 6\n"
+    lg = Log.open(tmp_path / "t-0", LogConfig())
+    assert lg.epochs.entries == [(1, 0), (2, 4), (4, 6)]
+    assert lg.epochs.end_offset_for(2, lg.log_end_offset) == (2, 6)
+    lg.truncate_to(6)  # a follower cutting a diverged tail (the epoch-4 batch)
+    assert lg.epochs.entries == [(1, 0), (2, 4)]
+    lg.append(batch(1), leader_epoch=6)  # a new leader here
+    assert lg.epochs.entries == [(1, 0), (2, 4), (6, 6)]
+    lg.delete_records(5)  # the log start moves into epoch 2
+    assert lg.epochs.entries == [(2, 5), (6, 6)]
+    lg.truncate_to(0)
+    assert lg.epochs.entries == []
+    lg.close()
