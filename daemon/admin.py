@@ -128,10 +128,7 @@ def _http_address(args: argparse.Namespace) -> str:
     cfg = config_mod.load(args.config)
     if cfg.http_listen is None:
         raise config_mod.ConfigError(f"{cfg.source}: http.listen is off; the commands need it")
-    host, port = cfg.http_listen
-    if host in ("", "0.0.0.0"):
-        host = "127.0.0.1"
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return config_mod.local_address(*cfg.http_listen)
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -1,19 +1,30 @@
-"""The daemon's configuration: TOML whose keys are Kafka's broker property names.
+"""The daemon's configuration: Kafka's broker property names, from TOML or Java properties.
 
-`load(path)` reads a TOML file (or, with no path, the embedded defaults: three log
-dirs under ./data, no ZooKeeper, Kafka on 127.0.0.1:9092, /metrics and /healthz on
+`load(path)` reads a file (or, with no path, the embedded defaults: three log dirs
+under ./data, no ZooKeeper, Kafka on 127.0.0.1:9092, /metrics and /healthz on
 127.0.0.1:9308) and returns a frozen `Config` keyed by the Kafka property names
 (`cfg["log.segment.bytes"]`), with properties for the few read everywhere
-(`broker_id`, `log_dirs`, `listener`, `http_listen`, `standalone`).
+(`broker_id`, `log_dirs`, `listener`, `advertised_listener`, `http_listen`,
+`standalone`).
 
-Keys may be written as TOML dotted keys (`log.dirs = [...]`), as quoted flat keys
-(`"log.dirs" = [...]`) or inside tables (`[log]` then `dirs = ...`); all three name
-the same Kafka property. Every key is checked against `KEYS`, the one
-table of known properties with their types, Kafka's defaults and validators.
+Two formats. A `.properties` file, or one that does not parse as TOML, is read as
+Java properties, the format of Kafka's own `server.properties` (`parse_properties`
+follows `java.util.Properties.load`); its values are strings, converted to each key's
+type with the same checks as TOML values. Otherwise the file is TOML: keys may be
+dotted (`log.dirs = [...]`), quoted (`"log.dirs" = [...]`) or inside tables (`[log]`
+then `dirs = ...`); all three name the same Kafka property.
 
-Errors: an unknown key, a value of the wrong type or out of range, or a file that is
-not valid TOML raises `ConfigError` whose message names the file and the key (and the
-line, for TOML syntax errors). Nothing is started before the whole file validates.
+Every key is checked against `KEYS`, the one table of properties logkeeper uses, with
+their types, Kafka's defaults and validators. Kafka's key families resolve as Kafka
+resolves them: `log.retention.ms` > `.minutes` > `.hours`, `log.roll.ms` > `.hours`,
+`log.dirs` > `log.dir`, `advertised.listeners` defaulting to `listeners`. A key of
+Kafka's that logkeeper does not use (`daemon.kafka_keys`) is accepted and named in
+`Config.warnings`, which `serve` logs once at start-up.
+
+Errors: a key nobody knows (with the closest known key as a hint), a value of the
+wrong type or out of range, or a file that does not parse raises `ConfigError` whose
+message names the file, the format read, the key and the value (and the line, where
+there is one). Nothing is started before the whole file validates.
 """
 
 from __future__ import annotations
@@ -22,12 +33,14 @@ import difflib
 import re
 import tomllib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 from logstore import LogConfig
+
+from .kafka_keys import KAFKA_BROKER_KEYS
 
 
 class ConfigError(ValueError):
@@ -100,6 +113,16 @@ def parse_host_port(value: str) -> tuple[str, int]:
     return match.group("host").strip("[]"), port
 
 
+def local_address(host: str, port: int) -> str:
+    """The `host:port` a tool on this host reaches a bound address at: a socket bound
+    to every interface ("", 0.0.0.0, ::) answers on loopback."""
+    if host in ("", "0.0.0.0"):
+        host = "127.0.0.1"
+    elif host == "::":
+        host = "::1"
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def _host_port(value: Any) -> str | None:
     if value is None or value == "":
         return None  # http.listen = "" turns the HTTP endpoint off
@@ -143,6 +166,35 @@ def _listeners(value: Any) -> tuple[Listener, ...]:
     return tuple(out)
 
 
+# The "any address" a socket binds to is no address a client can connect to. Kafka
+# refuses 0.0.0.0 in the effective advertised listeners; "::" is the same for IPv6.
+UNADVERTISABLE_HOSTS = ("0.0.0.0", "::")
+
+
+def _advertised_listeners(value: Any) -> tuple[Listener, ...] | None:
+    if value is None or value == "":
+        return None  # Kafka's default: advertise what `listeners` binds
+    listeners = _listeners(value)
+    for lst in listeners:
+        if lst.host in UNADVERTISABLE_HOSTS:
+            raise ValueError(f"cannot advertise the non-routable meta-address {lst.host}; "
+                             "give a host name or address clients can reach")
+    return listeners
+
+
+def _cleanup_policy(value: Any) -> tuple[str, ...]:
+    # Kafka's form is a comma-separated list of "delete" and "compact".
+    if isinstance(value, str):
+        items = [v.strip() for v in value.split(",") if v.strip()]
+    elif isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        items = [v.strip() for v in value]
+    else:
+        raise ValueError(f"expected \"delete\", \"compact\" or \"compact,delete\", got {value!r}")
+    if not items or any(v not in ("delete", "compact") for v in items):
+        raise ValueError(f"expected \"delete\", \"compact\" or \"compact,delete\", got {value!r}")
+    return tuple(sorted(set(items)))
+
+
 def _zookeeper(value: Any) -> str | None:
     if value is None or value == "":
         return None
@@ -168,59 +220,85 @@ def _choice(*choices: str) -> Callable[[Any], str]:
 @dataclass(frozen=True)
 class Key:
     name: str
+    kind: type  # int, bool, str or list: how a Java-properties string converts
     default: Any
     check: Callable[[Any], Any]
     doc: str
 
 
-# Kafka's defaults (KafkaConfig / ServerLogConfig), except where the doc says why not.
+_HOUR_MS = 3600 * 1000
+
+# Kafka's defaults (KafkaConfig / ServerLogConfigs), except where the doc says why not.
 KEYS: dict[str, Key] = {k.name: k for k in (
-    Key("broker.id", 0, _int(0, 2**31 - 1),
+    Key("broker.id", int, 0, _int(0, 2**31 - 1),
         "this broker's id (Kafka's default -1 asks ZooKeeper for one; standalone uses 0)"),
-    Key("log.dirs", DEFAULT_LOG_DIRS, _log_dirs, "log directories, one per disk"),
-    Key("listeners", (Listener("PLAINTEXT", "127.0.0.1", 9092),), _listeners,
-        "the Kafka protocol endpoint, PLAINTEXT://host:port"),
-    Key("zookeeper.connect", None, _zookeeper,
+    Key("log.dirs", list, DEFAULT_LOG_DIRS, _log_dirs, "log directories, one per disk"),
+    Key("log.dir", list, None, _log_dirs, "used when log.dirs is not given (Kafka's rule)"),
+    Key("listeners", str, (Listener("PLAINTEXT", "127.0.0.1", 9092),), _listeners,
+        "the Kafka protocol endpoint bound, PLAINTEXT://host:port (empty host: every interface)"),
+    Key("advertised.listeners", str, None, _advertised_listeners,
+        "the endpoint Metadata and ZooKeeper give clients; default: listeners (empty host: "
+        "this host's name; port 0: the bound port; 0.0.0.0 is refused, as in Kafka)"),
+    Key("zookeeper.connect", str, None, _zookeeper,
         "ZooKeeper connect string; unset = standalone (this broker leads everything)"),
-    Key("zookeeper.session.timeout.ms", 18000, _int(1000, 600000),
+    Key("zookeeper.session.timeout.ms", int, 18000, _int(1000, 600000),
         "ZooKeeper session timeout; after an expiry the broker registers again"),
-    Key("log.segment.bytes", 1024 * 1024 * 1024, _int(14, 2**31 - 1), "segment size"),
-    Key("log.roll.ms", 7 * 24 * 3600 * 1000, _int(1), "roll a segment this old"),
-    Key("log.retention.ms", 7 * 24 * 3600 * 1000, _int(-1), "-1 keeps forever"),
-    Key("log.retention.bytes", -1, _int(-1), "per partition; -1 = no limit"),
-    Key("log.retention.check.interval.ms", 300000, _int(1), "how often retention runs"),
-    Key("log.index.interval.bytes", 4096, _int(0, 2**31 - 1), "bytes between index entries"),
-    Key("message.max.bytes", 1024 * 1024 + 12, _int(0, 2**31 - 1), "largest batch accepted"),
-    Key("num.partitions", 1, _int(1, 100000), "partitions of auto-created topics"),
-    Key("default.replication.factor", 1, _int(1, 32767), "replication of auto-created topics"),
-    Key("auto.create.topics.enable", True, _bool, "create topics named in Metadata requests"),
-    Key("socket.request.max.bytes", 100 * 1024 * 1024, _int(1, 2**31 - 1),
+    Key("log.segment.bytes", int, 1024 * 1024 * 1024, _int(14, 2**31 - 1), "segment size"),
+    Key("log.roll.ms", int, None, _int(1), "roll a segment this old (default: log.roll.hours)"),
+    Key("log.roll.hours", int, 168, _int(1), "used when log.roll.ms is not given"),
+    Key("log.retention.ms", int, None, _int(-1),
+        "-1 keeps forever (default: log.retention.minutes, else log.retention.hours)"),
+    Key("log.retention.minutes", int, None, _int(-1), "used when log.retention.ms is not given"),
+    Key("log.retention.hours", int, 168, _int(-1),
+        "used when neither log.retention.ms nor log.retention.minutes is given"),
+    Key("log.retention.bytes", int, -1, _int(-1), "per partition; -1 = no limit"),
+    Key("log.retention.check.interval.ms", int, 300000, _int(1), "how often retention runs"),
+    Key("log.cleanup.policy", list, ("delete",), _cleanup_policy,
+        "delete and/or compact; logkeeper never compacts: with compact alone nothing is deleted"),
+    Key("log.index.interval.bytes", int, 4096, _int(0, 2**31 - 1),
+        "bytes between index entries"),
+    Key("message.max.bytes", int, 1024 * 1024 + 12, _int(0, 2**31 - 1),
+        "largest batch accepted"),
+    Key("num.partitions", int, 1, _int(1, 100000), "partitions of auto-created topics"),
+    Key("default.replication.factor", int, 1, _int(1, 32767),
+        "replication of auto-created topics"),
+    Key("auto.create.topics.enable", bool, True, _bool,
+        "create topics named in Metadata requests"),
+    Key("socket.request.max.bytes", int, 100 * 1024 * 1024, _int(1, 2**31 - 1),
         "largest request frame; bigger ones are refused before their body is read"),
-    Key("http.listen", DEFAULT_HTTP_LISTEN, _host_port,
+    Key("http.listen", str, DEFAULT_HTTP_LISTEN, _host_port,
         "host:port of /metrics and /healthz; \"\" turns the endpoint off"),
     # Log-dir health (daemon.health; ARCHITECTURE.md, "Log dir states").
-    Key("log.dir.reserve.bytes", DEFAULT_RESERVE_BYTES, _int(0),
+    Key("log.dir.reserve.bytes", int, DEFAULT_RESERVE_BYTES, _int(0),
         "reserve file written in every ONLINE dir, deleted when it saturates"),
-    Key("log.dir.resume.free.bytes", None, _int(0),
+    Key("log.dir.resume.free.bytes", int, None, _int(0),
         "free space above which a SATURATED dir is ONLINE again (default 2 x reserve)"),
-    Key("log.dir.min.free.bytes", 0, _int(0),
+    Key("log.dir.min.free.bytes", int, 0, _int(0),
         "free space under which a dir is SATURATED before writes fail (0: on ENOSPC only)"),
-    Key("log.dir.probe.interval.ms", 1000, _int(1), "availability probe period"),
-    Key("log.dir.probe.timeout.ms", 5000, _int(1), "a probe slower than this = OFFLINE"),
-    Key("log.dir.slow.action", "report", _choice(*SLOW_ACTIONS),
+    Key("log.dir.probe.interval.ms", int, 1000, _int(1), "availability probe period"),
+    Key("log.dir.probe.timeout.ms", int, 5000, _int(1), "a probe slower than this = OFFLINE"),
+    Key("log.dir.slow.action", str, "report", _choice(*SLOW_ACTIONS),
         "what a persistently slow disk triggers: \"report\" (DEGRADED) or \"offline\""),
-    Key("log.dir.slow.min.ms", 50, _int(1),
+    Key("log.dir.slow.min.ms", int, 50, _int(1),
         "probe latency under which no disk counts as slow, whatever its peers do"),
-    Key("log.dir.slow.factor", 5, _int(2), "slow = this many times the peers' median latency"),
+    Key("log.dir.slow.factor", int, 5, _int(2),
+        "slow = this many times the peers' median latency"),
 )}
 
 
 @dataclass(frozen=True)
 class Config:
-    """Validated settings, keyed by Kafka property name in `values`."""
+    """Validated settings, keyed by Kafka property name in `values`.
+
+    Key families are resolved: `values["log.retention.ms"]`, `values["log.roll.ms"]`
+    and `values["log.dirs"]` hold what applies, whichever key of the family gave it."""
 
     values: Mapping[str, Any]
     source: str  # the file it came from, or "<embedded defaults>"
+    # For the operator, once at start-up: Kafka keys accepted but not used, and the like.
+    warnings: tuple[str, ...] = ()
+    # The keys the file gave, validated but not resolved (what `replace` starts from).
+    given: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
 
     def __getitem__(self, key: str) -> Any:
         return self.values[key]
@@ -235,7 +313,15 @@ class Config:
 
     @property
     def listener(self) -> Listener:
+        """What the Kafka listener binds."""
         return self.values["listeners"][0]
+
+    @property
+    def advertised_listener(self) -> Listener:
+        """What clients are told to connect to: an empty host stands for this host's
+        name and port 0 for the bound port, both filled in once the listener is bound."""
+        advertised = self.values["advertised.listeners"]
+        return self.listener if advertised is None else advertised[0]
 
     @property
     def http_listen(self) -> tuple[str, int] | None:
@@ -255,13 +341,30 @@ class Config:
             retention_ms=self["log.retention.ms"],
             retention_bytes=self["log.retention.bytes"],
             max_message_bytes=self["message.max.bytes"],
+            # Nothing compacts here: a compact-only policy keeps every segment.
+            compacted="delete" not in self["log.cleanup.policy"],
         )
 
     def replace(self, **changes: Any) -> Config:
         """A copy with `{"dotted.key": value}` style changes, validated like a file."""
-        raw = dict(self.values)
-        raw.update(changes)
-        return from_mapping(raw, source=self.source)
+        return from_mapping({**self.given, **changes}, source=self.source)
+
+
+@dataclass(frozen=True)
+class _Origin:
+    """Where values came from, for error messages: the file, its format, the lines."""
+
+    source: str
+    format: str | None = None  # "TOML", "Java properties"; None for a mapping
+    why: str = ""  # why this format was chosen, when the file did not say
+    lines: Mapping[str, int] = field(default_factory=dict)
+
+    def at(self, name: str | None = None) -> str:
+        line = self.lines.get(name) if name else None
+        where = self.source if line is None else f"{self.source}:{line}"
+        if self.format is None:
+            return where
+        return f"{where} (read as {self.format}{'; ' + self.why if self.why else ''})"
 
 
 def _flatten(table: Mapping[str, Any], prefix: str, out: dict[str, Any], source: str) -> None:
@@ -275,47 +378,202 @@ def _flatten(table: Mapping[str, Any], prefix: str, out: dict[str, Any], source:
         out[name] = value
 
 
+_INT_TEXT = re.compile(r"[+-]?[0-9]+")
+
+
+def _from_text(key: Key, text: str) -> Any:
+    """A Java-properties string as the value TOML would have given for `key`."""
+    # java.util.Properties keeps trailing blanks in a value; Kafka trims every value it
+    # parses as a number, boolean or list, and so does this for every key.
+    text = text.strip()
+    if key.kind is int:
+        if not _INT_TEXT.fullmatch(text):
+            raise ValueError(f"expected an integer, got {text!r}")
+        return int(text)
+    return text  # _bool, _log_dirs, _listeners, ... take strings as Kafka writes them
+
+
 def from_mapping(raw: Mapping[str, Any], *, source: str = "<mapping>") -> Config:
     """Validate `{"dotted.key": value}` (or nested tables) into a Config."""
     flat: dict[str, Any] = {}
     _flatten(raw, "", flat, source)
-    unknown = sorted(set(flat) - set(KEYS))
+    return _validate(flat, _Origin(source))
+
+
+def _validate(flat: Mapping[str, Any], origin: _Origin, *, text: bool = False,
+              notes: tuple[str, ...] = ()) -> Config:
+    """Check every key of `flat` (strings to convert when `text`), resolve the families."""
+    source = origin.source
+    unknown = sorted(set(flat) - set(KEYS) - KAFKA_BROKER_KEYS)
     if unknown:
-        close = difflib.get_close_matches(unknown[0], KEYS, n=1)
-        hint = (f"; did you mean {close[0]!r}?" if close
-                else " (`logkeeper serve --help-config` lists the keys)")
-        raise ConfigError(f"{source}: unknown key {unknown[0]!r}{hint}")
-    values: dict[str, Any] = {}
-    for name, key in KEYS.items():
-        if name not in flat:
-            values[name] = key.default
-            continue
+        known = sorted(set(KEYS) | KAFKA_BROKER_KEYS)
+        hints = []
+        for name in unknown:
+            close = difflib.get_close_matches(name, known, n=1)
+            hints.append(f"{name!r} (did you mean {close[0]!r}?)" if close else repr(name))
+        raise ConfigError(f"{origin.at(unknown[0])}: unknown key{'s' * (len(unknown) > 1)} "
+                          f"{', '.join(hints)}; neither logkeeper nor Kafka has "
+                          f"{'them' if len(unknown) > 1 else 'it'} "
+                          "(`logkeeper serve --help-config` lists logkeeper's keys)")
+    warnings = list(notes)
+    unused = sorted(set(flat) - set(KEYS))
+    if unused:
+        warnings.append(f"{source}: {len(unused)} Kafka broker setting"
+                        f"{'s' * (len(unused) > 1)} that logkeeper does not use, ignored: "
+                        f"{', '.join(unused)}")
+    given: dict[str, Any] = {}
+    for name in KEYS.keys() & flat.keys():
         value = flat[name]
         try:
-            values[name] = key.check(value)
+            given[name] = KEYS[name].check(_from_text(KEYS[name], value) if text else value)
         except ValueError as err:
-            raise ConfigError(f"{source}: {name} = {value!r}: {err}") from err
+            raise ConfigError(f"{origin.at(name)}: {name} = {value!r}: {err}") from err
+    values = {name: given.get(name, key.default) for name, key in KEYS.items()}
+    _resolve_families(values, given)
+    if values["advertised.listeners"] is None and values["listeners"][0].host in \
+            UNADVERTISABLE_HOSTS:
+        lst = values["listeners"][0]
+        raise ConfigError(
+            f"{origin.at('listeners')}: listeners = {str(lst)!r} binds every interface, but "
+            f"{lst.host} is no address a client can connect to and advertised.listeners is "
+            f"not set (Kafka refuses this too): set advertised.listeners to "
+            f"PLAINTEXT://<this host's name>:{lst.port}, or bind PLAINTEXT://:{lst.port} to "
+            "advertise this host's name")
+    if "compact" in values["log.cleanup.policy"] and "delete" not in values["log.cleanup.policy"]:
+        warnings.append(f"{source}: log.cleanup.policy = compact: logkeeper does not compact, "
+                        "so no segment is ever deleted (retention is off)")
     if values["log.dir.resume.free.bytes"] is None:
         values["log.dir.resume.free.bytes"] = max(2 * values["log.dir.reserve.bytes"],
                                                   2 * values["log.dir.min.free.bytes"])
     if values["log.dir.resume.free.bytes"] <= values["log.dir.min.free.bytes"] > 0:
         raise ConfigError(
-            f"{source}: log.dir.resume.free.bytes = {values['log.dir.resume.free.bytes']} "
-            f"must be above log.dir.min.free.bytes = {values['log.dir.min.free.bytes']}, "
-            "or a dir would flap between SATURATED and ONLINE")
+            f"{origin.at('log.dir.resume.free.bytes')}: log.dir.resume.free.bytes = "
+            f"{values['log.dir.resume.free.bytes']} must be above log.dir.min.free.bytes = "
+            f"{values['log.dir.min.free.bytes']}, or a dir would flap between SATURATED "
+            "and ONLINE")
     if values["message.max.bytes"] + 1024 > values["socket.request.max.bytes"]:
         raise ConfigError(
-            f"{source}: socket.request.max.bytes = {values['socket.request.max.bytes']} "
-            f"cannot carry a batch of message.max.bytes = {values['message.max.bytes']}")
+            f"{origin.at('socket.request.max.bytes')}: socket.request.max.bytes = "
+            f"{values['socket.request.max.bytes']} cannot carry a batch of "
+            f"message.max.bytes = {values['message.max.bytes']}")
     try:
         LogConfig(segment_bytes=values["log.segment.bytes"])
     except ValueError as err:  # one more guard: LogConfig has its own floor
-        raise ConfigError(f"{source}: log.segment.bytes: {err}") from err
-    return Config(values=MappingProxyType(values), source=source)
+        raise ConfigError(f"{origin.at('log.segment.bytes')}: log.segment.bytes: {err}") from err
+    return Config(values=MappingProxyType(values), source=source, warnings=tuple(warnings),
+                  given=MappingProxyType(given))
+
+
+def _resolve_families(values: dict[str, Any], given: Mapping[str, Any]) -> None:
+    """Kafka's precedence within a family of keys (KafkaConfig.logRetentionTimeMillis,
+    logRollTimeMillis, logDirs): the most precise key given wins, silently."""
+    if values["log.retention.ms"] is None:
+        minutes = values["log.retention.minutes"]
+        values["log.retention.ms"] = (minutes * 60 * 1000 if minutes is not None
+                                      else values["log.retention.hours"] * _HOUR_MS)
+    if values["log.retention.ms"] < 0:
+        values["log.retention.ms"] = -1  # any negative time means unlimited, as in Kafka
+    if values["log.roll.ms"] is None:
+        values["log.roll.ms"] = values["log.roll.hours"] * _HOUR_MS
+    if "log.dirs" not in given and values["log.dir"] is not None:
+        values["log.dirs"] = values["log.dir"]
+
+
+# ---- Java properties (java.util.Properties.load), Kafka's server.properties ----
+
+_BLANK = " \t\f"
+_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+
+
+def parse_properties(text: str, source: str = "<properties>") -> list[tuple[str, str, int]]:
+    """`(key, value, line)` for each entry, in file order, as `Properties.load` reads them.
+
+    Lines end at \\n, \\r or \\r\\n. A line whose first non-blank character is `#` or `!`
+    is a comment (never continued). A line ending in an odd number of backslashes
+    continues on the next, whose leading blanks are dropped. The key ends at the first
+    unescaped `=`, `:` or blank; blanks and one `=` or `:` after it are skipped; the rest
+    of the line, trailing blanks included, is the value. `\\t \\n \\r \\f \\uXXXX` are
+    escapes and a backslash before any other character stands for that character.
+    A malformed `\\uXXXX` raises ConfigError naming the line."""
+    natural = re.split(r"\r\n|\r|\n", text)
+    out: list[tuple[str, str, int]] = []
+    i = 0
+    while i < len(natural):
+        lineno = i + 1
+        line = natural[i].lstrip(_BLANK)
+        i += 1
+        if not line or line[0] in "#!":
+            continue
+        while _continues(line) and i < len(natural):
+            line = line[:-1] + natural[i].lstrip(_BLANK)
+            i += 1
+        if _continues(line):
+            line = line[:-1]  # a continuation at the end of the file continues into nothing
+        key_end, value_start, escaped = len(line), len(line), False
+        for pos, ch in enumerate(line):
+            if not escaped and ch in "=:" + _BLANK:
+                key_end = pos
+                value_start = pos + 1
+                if ch in _BLANK:  # blanks, then at most one separator, then blanks
+                    rest = line[value_start:].lstrip(_BLANK)
+                    if rest[:1] in ("=", ":"):
+                        rest = rest[1:]
+                    value_start = len(line) - len(rest)
+                break
+            escaped = ch == "\\" and not escaped
+        value = line[value_start:].lstrip(_BLANK)
+        try:
+            out.append((_unescape(line[:key_end]), _unescape(value), lineno))
+        except ValueError as err:
+            raise ConfigError(f"{source}:{lineno} (read as Java properties): {err}") from err
+    return out
+
+
+def _continues(line: str) -> bool:
+    return (len(line) - len(line.rstrip("\\"))) % 2 == 1
+
+
+def _unescape(raw: str) -> str:
+    out, pos = [], 0
+    while pos < len(raw):
+        ch = raw[pos]
+        pos += 1
+        if ch != "\\" or pos == len(raw):
+            out.append(ch)
+            continue
+        ch = raw[pos]
+        pos += 1
+        if ch == "u":
+            digits = raw[pos:pos + 4]
+            if len(digits) != 4 or not all(c in "0123456789abcdefABCDEF" for c in digits):
+                raise ValueError(f"malformed \\uXXXX escape: \\u{digits}")
+            out.append(chr(int(digits, 16)))
+            pos += 4
+        else:
+            out.append(_ESCAPES.get(ch, ch))
+    return "".join(out)
+
+
+def _from_properties(text: str, source: str, *, why: str = "") -> Config:
+    entries = parse_properties(text, source)
+    flat: dict[str, str] = {}
+    lines: dict[str, int] = {}
+    notes = []
+    for key, value, lineno in entries:
+        if key in flat:
+            # Properties.load keeps the last, so Kafka does: say so rather than refuse.
+            notes.append(f"{source}:{lineno}: {key} is given again (first on line "
+                         f"{lines[key]}); the last one applies, as in Kafka")
+        flat[key], lines[key] = value, lineno
+    return _validate(flat, _Origin(source, "Java properties", why, lines), text=True,
+                     notes=tuple(notes))
 
 
 def load(path: str | Path | None) -> Config:
-    """Read and validate a TOML file; None gives the embedded defaults."""
+    """Read and validate a config file; None gives the embedded defaults.
+
+    `*.properties` is read as Java properties and `*.toml` as TOML; any other file as
+    TOML when it parses as TOML, else as Java properties."""
     if path is None:
         return from_mapping({}, source="<embedded defaults>")
     source = str(path)
@@ -325,11 +583,18 @@ def load(path: str | Path | None) -> Config:
         raise ConfigError(f"{source}: cannot read config: {err.strerror}") from err
     except UnicodeDecodeError as err:
         raise ConfigError(f"{source}: not UTF-8 text: {err}") from err
+    suffix = Path(path).suffix.lower()
+    if suffix == ".properties":
+        return _from_properties(text, source)
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
-        raise ConfigError(f"{source}: not valid TOML: {err}") from err
-    return from_mapping(raw, source=source)
+        if suffix == ".toml":
+            raise ConfigError(f"{source}: not valid TOML: {err}") from err
+        return _from_properties(text, source, why=f"it is not valid TOML: {err}")
+    flat: dict[str, Any] = {}
+    _flatten(raw, "", flat, source)
+    return _validate(flat, _Origin(source, "TOML"))
 
 
 def describe() -> str:

@@ -47,6 +47,7 @@ broker.id = 7
 "message.max.bytes" = 2000000
 log.dirs = ["/srv/a", "/srv/b"]
 listeners = "PLAINTEXT://0.0.0.0:19092"
+advertised.listeners = "PLAINTEXT://broker7.example:19092"
 [log.retention]
 ms = 1000
 bytes = 5000
@@ -56,6 +57,8 @@ bytes = 5000
     assert cfg.log_dirs == ("/srv/a", "/srv/b")
     assert cfg["log.retention.ms"] == 1000 and cfg["log.retention.bytes"] == 5000
     assert (cfg.listener.host, cfg.listener.port) == ("0.0.0.0", 19092)
+    adv = cfg.advertised_listener
+    assert (adv.host, adv.port) == ("broker7.example", 19092)
     lc = cfg.log_config()
     assert (lc.retention_ms, lc.retention_bytes, lc.max_message_bytes) == (1000, 5000, 2000000)
 
@@ -161,11 +164,17 @@ EVERY_KEY = """
 broker.id = 42
 log.dirs = "/srv/k/a,/srv/k/b"
 listeners = "PLAINTEXT://[::1]:19093"
+advertised.listeners = "PLAINTEXT://[::1]:29093"
 zookeeper.connect = "zk1:2181,zk2:2181/logkeeper"
 zookeeper.session.timeout.ms = 6000
 log.segment.bytes = 1048576
 log.roll.ms = 3600000
+log.roll.hours = 5
 log.retention.ms = -1
+log.retention.minutes = 30
+log.retention.hours = 2
+log.cleanup.policy = "delete"
+"log.dir" = "/srv/k/ignored"  # log.dirs wins
 log.retention.bytes = 10000000
 log.retention.check.interval.ms = 1000
 log.index.interval.bytes = 8192
@@ -190,10 +199,12 @@ def test_every_key_is_read(tmp_path: Path) -> None:
     path = tmp_path / "all.toml"
     path.write_text(EVERY_KEY)
     cfg = config.load(str(path))
-    assert set(config.KEYS) <= {line.split(" =")[0] for line in EVERY_KEY.split("\n") if line}
+    assert set(config.KEYS) <= {line.split(" =")[0].strip('"')
+                                for line in EVERY_KEY.split("\n") if line}
     assert cfg.broker_id == 42
     assert cfg.log_dirs == ("/srv/k/a", "/srv/k/b")
     assert (cfg.listener.host, cfg.listener.port) == ("::1", 19093)
+    assert (cfg.advertised_listener.host, cfg.advertised_listener.port) == ("::1", 29093)
     assert cfg["zookeeper.connect"] == "zk1:2181,zk2:2181/logkeeper" and not cfg.standalone
     assert (cfg["num.partitions"], cfg["default.replication.factor"]) == (6, 3)
     assert cfg["auto.create.topics.enable"] is False
@@ -236,3 +247,189 @@ def test_load_config_errors_name_the_file_and_key(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         config.load(str(path))
     assert str(path) in str(info.value) and "listeners" in str(info.value)
+
+
+# ---- Kafka's own format and key families (issue 9, section 3) ----
+
+
+def load_props(tmp_path: Path, text: str, name: str = "server.properties") -> config.Config:
+    path = tmp_path / name
+    path.write_text(text)
+    return config.load(path)
+
+
+def test_properties_parse_as_java_properties_load_does() -> None:
+    text = ("# comment\n"
+            "  ! another comment \\\n"
+            "a=1\n"
+            "b : 2\n"
+            "c 3\n"
+            "d\t=\t 4  \n"  # blanks around the separator go, trailing ones stay
+            "e = one,\\\n"
+            "     two,\\\n"
+            "\tthree\n"
+            "f\\=g = h\\:i\n"  # escaped separators belong to the key and value
+            "j = \\u0041\\t\\#\n"
+            "k\n"  # a key alone has the empty value
+            "l=first\rm=second\r\n"  # \r and \r\n end lines too
+            "   \n"
+            "n = # not a comment\n"
+            "o = tail \\\\\n")  # an even number of backslashes does not continue
+    assert config.parse_properties(text) == [
+        ("a", "1", 3), ("b", "2", 4), ("c", "3", 5), ("d", "4  ", 6),
+        ("e", "one,two,three", 7), ("f=g", "h:i", 10), ("j", "A\t#", 11), ("k", "", 12),
+        ("l", "first", 13), ("m", "second", 14), ("n", "# not a comment", 16),
+        ("o", "tail \\", 17)]
+
+
+def test_a_malformed_unicode_escape_names_the_line(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"server.properties:2 .*Java properties.*\\uzz"):
+        load_props(tmp_path, "broker.id=1\nlog.dirs=/a\\uzz\n")
+
+
+def test_properties_values_convert_to_each_keys_type(tmp_path: Path) -> None:
+    cfg = load_props(tmp_path, "broker.id = 3 \nauto.create.topics.enable=FALSE\n"
+                               "log.dirs=/d1, /d2\nlisteners=PLAINTEXT://:9092\n"
+                               "zookeeper.connect=localhost:2181/kafka\nnum.partitions=+4\n")
+    assert cfg.broker_id == 3 and cfg["auto.create.topics.enable"] is False
+    assert cfg.log_dirs == ("/d1", "/d2") and cfg["num.partitions"] == 4
+    assert (cfg.listener.host, cfg.listener.port) == ("", 9092)
+    assert cfg["zookeeper.connect"] == "localhost:2181/kafka" and not cfg.standalone
+
+
+@pytest.mark.parametrize("text, names", [
+    ("log.retention.hours=a week\n", ["log.retention.hours", "'a week'", "integer", ":1"]),
+    ("broker.id=1\nnum.partitions=0\n", ["num.partitions", "'0'", ">= 1", ":2"]),
+    ("auto.create.topics.enable=yes\n", ["auto.create.topics.enable", "'yes'", "true or false"]),
+    ("listeners=SSL://:9093\n", ["listeners", "PLAINTEXT"]),
+    ("log.cleanup.policy=compress\n", ["log.cleanup.policy", "'compress'"]),
+    ("advertised.listeners=PLAINTEXT://0.0.0.0:9092\n", ["advertised.listeners", "0.0.0.0"]),
+    ("log.retention.hours=-2\n", ["log.retention.hours", ">= -1"]),
+    ("log.roll.hours=0\n", ["log.roll.hours", ">= 1"]),
+])
+def test_bad_properties_values_name_key_value_file_and_line(
+        tmp_path: Path, text: str, names: list[str]) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_props(tmp_path, text)
+    message = str(info.value)
+    assert str(tmp_path / "server.properties") in message and "Java properties" in message
+    for name in names:
+        assert name in message
+
+
+def test_retention_family_takes_kafkas_precedence(tmp_path: Path) -> None:
+    def retention(text: str) -> int:
+        return load_props(tmp_path, text)["log.retention.ms"]
+
+    assert retention("") == 168 * 3600 * 1000  # Kafka's default: log.retention.hours=168
+    assert retention("log.retention.hours=1\n") == 3600 * 1000
+    assert retention("log.retention.hours=1\nlog.retention.minutes=5\n") == 5 * 60 * 1000
+    assert retention("log.retention.hours=1\nlog.retention.minutes=5\n"
+                     "log.retention.ms=700\n") == 700
+    assert retention("log.retention.minutes=5\nlog.retention.ms=-1\n") == -1
+    assert retention("log.retention.hours=-1\n") == -1
+    assert retention("log.retention.ms=100\nlog.retention.hours=-1\n") == 100
+    assert load_props(tmp_path, "log.retention.hours=2\n").log_config().retention_ms == 7200000
+
+
+def test_roll_family_takes_kafkas_precedence(tmp_path: Path) -> None:
+    assert load_props(tmp_path, "")["log.roll.ms"] == 168 * 3600 * 1000
+    assert load_props(tmp_path, "log.roll.hours=2\n")["log.roll.ms"] == 2 * 3600 * 1000
+    cfg = load_props(tmp_path, "log.roll.hours=2\nlog.roll.ms=1234\n")
+    assert cfg["log.roll.ms"] == 1234 and cfg.log_config().segment_ms == 1234
+
+
+def test_the_families_resolve_in_toml_too(tmp_path: Path) -> None:
+    cfg = load_text(tmp_path, "[log.retention]\nhours = 1\nminutes = 2\n[log.roll]\nhours = 3\n")
+    assert (cfg["log.retention.ms"], cfg["log.roll.ms"]) == (120000, 3 * 3600 * 1000)
+
+
+def test_log_dir_is_used_only_without_log_dirs(tmp_path: Path) -> None:
+    assert load_props(tmp_path, "log.dir=/k/one\n").log_dirs == ("/k/one",)
+    assert load_props(tmp_path, "log.dir=/k/one\nlog.dirs=/k/a,/k/b\n").log_dirs == (
+        "/k/a", "/k/b")
+
+
+def test_a_compact_only_policy_turns_deletion_off_with_a_warning(tmp_path: Path) -> None:
+    cfg = load_props(tmp_path, "log.cleanup.policy=compact\n")
+    assert cfg.log_config().compacted
+    assert any("compact" in w for w in cfg.warnings)
+    for policy in ("delete", "compact,delete", "delete, compact"):
+        cfg = load_props(tmp_path, f"log.cleanup.policy={policy}\n")
+        assert not cfg.log_config().compacted and cfg.warnings == ()
+
+
+def test_advertised_listener_defaults_to_the_listener(tmp_path: Path) -> None:
+    cfg = load_props(tmp_path, "listeners=PLAINTEXT://127.0.0.1:9093\n")
+    assert cfg.advertised_listener == cfg.listener
+    cfg = load_props(tmp_path, "listeners=PLAINTEXT://:9093\n"
+                               "advertised.listeners=PLAINTEXT://kafka1.example:19093\n")
+    assert (cfg.listener.host, cfg.listener.port) == ("", 9093)
+    assert (cfg.advertised_listener.host, cfg.advertised_listener.port) == (
+        "kafka1.example", 19093)
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "[::]"])
+def test_a_listener_on_any_address_needs_advertised_listeners(tmp_path: Path, host: str) -> None:
+    with pytest.raises(ConfigError, match="advertised.listeners") as info:
+        load_props(tmp_path, f"listeners=PLAINTEXT://{host}:9092\n")
+    assert "server.properties:1" in str(info.value)
+    cfg = load_props(tmp_path, f"listeners=PLAINTEXT://{host}:9092\n"
+                               "advertised.listeners=PLAINTEXT://10.1.2.3:9092\n")
+    assert cfg.advertised_listener.host == "10.1.2.3"
+
+
+def test_kafka_keys_logkeeper_does_not_use_make_one_sorted_warning(tmp_path: Path) -> None:
+    cfg = load_props(tmp_path, "num.network.threads=3\nbroker.id=1\n"
+                               "offsets.topic.replication.factor=1\nnum.io.threads=8\n")
+    assert cfg.broker_id == 1
+    assert len(cfg.warnings) == 1
+    assert cfg.warnings[0].endswith(
+        ": num.io.threads, num.network.threads, offsets.topic.replication.factor")
+    assert str(tmp_path / "server.properties") in cfg.warnings[0]
+    # the same in TOML
+    cfg = load_text(tmp_path, "num.network.threads = 3\n")
+    assert len(cfg.warnings) == 1 and cfg.warnings[0].endswith(": num.network.threads")
+    assert load_props(tmp_path, "broker.id=1\n").warnings == ()
+
+
+def test_a_key_nobody_knows_stops_with_the_closest_known_key(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_props(tmp_path, "broker.id=1\nnum.netwrok.threads=3\nlog.retention.hour=1\n")
+    message = str(info.value)
+    assert "'log.retention.hour' (did you mean 'log.retention.hours'?)" in message
+    assert "'num.netwrok.threads' (did you mean 'num.network.threads'?)" in message
+    assert "server.properties:3" in message  # the first unknown key, sorted
+
+
+def test_a_repeated_property_key_keeps_the_last_as_kafka_does(tmp_path: Path) -> None:
+    cfg = load_props(tmp_path, "num.partitions=2\nnum.partitions=5\n")
+    assert cfg["num.partitions"] == 5
+    assert any("num.partitions" in w and "line 1" in w for w in cfg.warnings)
+
+
+@pytest.mark.parametrize("name", ["broker.conf", "server.cfg", "kafka"])
+def test_a_file_that_is_not_toml_is_read_as_properties(tmp_path: Path, name: str) -> None:
+    cfg = load_props(tmp_path, "log.dirs=/k/a\nlisteners=PLAINTEXT://:9094\n", name)
+    assert cfg.log_dirs == ("/k/a",) and cfg.listener.port == 9094
+    with pytest.raises(ConfigError) as info:
+        load_props(tmp_path, "log.dirs=/k/a\nbroker.id=x\n", name)
+    message = str(info.value)
+    assert "Java properties" in message and "not valid TOML" in message
+    assert "broker.id = 'x'" in message
+
+
+def test_a_toml_file_by_content_stays_toml(tmp_path: Path) -> None:
+    cfg = load_props(tmp_path, 'log.dirs = ["/k/a", "/k/b"]\nbroker.id = 4\n', "broker.conf")
+    assert cfg.log_dirs == ("/k/a", "/k/b") and cfg.broker_id == 4
+    with pytest.raises(ConfigError, match="TOML"):  # *.toml is never read as properties
+        load_props(tmp_path, "log.dirs=/k/a\n", "logkeeper.toml")
+
+
+def test_example_server_properties_is_valid() -> None:
+    cfg = config.load(REPO / "systemd" / "server.properties")
+    assert cfg.log_dirs == ("/data/disk0", "/data/disk1", "/data/disk2")
+    assert cfg.standalone and cfg.broker_id == 0
+    assert (cfg.listener.host, cfg.listener.port) == ("", 9092)
+    assert cfg["log.retention.ms"] == 168 * 3600 * 1000
+    assert len(cfg.warnings) == 1 and "num.network.threads" in cfg.warnings[0]

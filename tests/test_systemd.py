@@ -137,7 +137,7 @@ def test_sysusers_entry_creates_the_service_user(tmp_path: Path) -> None:
 def test_example_config_loads_and_names_its_dirs() -> None:
     cfg = load(str(SYSTEMD / "logkeeper.toml"))
     assert cfg.log_dirs == ("/data/disk0", "/data/disk1", "/data/disk2")
-    assert (cfg.listener.host, cfg.listener.port) == ("0.0.0.0", 9092)
+    assert (cfg.listener.host, cfg.listener.port) == ("", 9092)  # every interface
     assert cfg.http_listen == ("127.0.0.1", 9308) and cfg.standalone
 
 
