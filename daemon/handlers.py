@@ -64,6 +64,8 @@ class Handlers:
         self.broker = broker
         self.metrics = metrics
         self.config = broker.config
+        # The (host, port) Metadata gives clients: set by the server once it is bound.
+        self.advertised: tuple[str, int] | None = None
         self.stopping = asyncio.Event()
         self._dispatch = {
             0: self.produce, 1: self.fetch, 2: self.list_offsets, 3: self.metadata,
@@ -267,10 +269,10 @@ class Handlers:
                   replica_nodes=[me], isr_nodes=[me], offline_replicas=[])
                 for p in parts]))
         B = MetadataResponse.MetadataResponseBroker
+        host, port = self.advertised or (conn.local_host, conn.local_port)
         return MetadataResponse(
             throttle_time_ms=0,
-            brokers=[B(node_id=self.broker.broker_id, host=conn.local_host,
-                       port=conn.local_port, rack=None)],
+            brokers=[B(node_id=self.broker.broker_id, host=host, port=port, rack=None)],
             cluster_id=self.broker.cluster_id, controller_id=self.broker.broker_id,
             topics=out)
 

@@ -79,6 +79,7 @@ class Server:
         self._connections: dict[asyncio.Task[None], bool] = {}
         self._background: list[asyncio.Task[None]] = []
         self.bound: tuple[str, int] | None = None
+        self.advertised: tuple[str, int] | None = None
 
     # ---- health ----
 
@@ -166,12 +167,15 @@ class Server:
             await self._shutdown()
             return 1
         self.bound = self.listener.sockets[0].getsockname()[:2]
+        self.advertised = self._advertised_address()
+        self.handlers.advertised = self.advertised
         if not self.config.standalone:
             self._join_cluster()
         await self.dir_health.start()
         self.state = "serving"
-        log.info("serving Kafka protocol on %s:%d (broker.id %d, %d partitions, %d log dirs)",
-                 self.bound[0], self.bound[1], self.config.broker_id,
+        log.info("serving Kafka protocol on %s:%d, advertised as %s:%d (broker.id %d, "
+                 "%d partitions, %d log dirs)", self.bound[0], self.bound[1],
+                 self.advertised[0], self.advertised[1], self.config.broker_id,
                  len(self.broker.partitions), len(self.broker.dirs.dirs))
         self.notifier.ready(f"serving on {self.bound[0]}:{self.bound[1]}")
         self._background += [
@@ -189,14 +193,20 @@ class Server:
         code = await self._shutdown()
         return 1 if self.fatal is not None else code
 
-    def _join_cluster(self) -> None:
+    def _advertised_address(self) -> tuple[str, int]:
+        """What Metadata and the ZooKeeper registration give clients (Kafka's
+        KafkaServer.createBrokerInfo): advertised.listeners, else the listener; an empty
+        host is this host's name, port 0 the port the listener was given."""
         assert self.bound is not None  # called once the listener is bound
-        host = self.bound[0]
-        if host in ("", "0.0.0.0", "::"):
-            host = socket.getfqdn()  # advertise a name clients can reach, not "any"
+        adv = self.config.advertised_listener
+        return adv.host or socket.getfqdn(), adv.port or self.bound[1]
+
+    def _join_cluster(self) -> None:
+        assert self.advertised is not None  # called once the listener is bound
+        host, port = self.advertised
         loop = asyncio.get_running_loop()
         self.cluster = ClusterLink(self.config["zookeeper.connect"], self.config.broker_id,
-                                   host, self.bound[1],
+                                   host, port,
                                    session_timeout=self.config["zookeeper.session.timeout.ms"] / 1000,
                                    on_fatal=lambda why: loop.call_soon_threadsafe(self._on_fatal, why))
         self.dir_health.cluster = self.cluster
@@ -411,8 +421,10 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="logkeeper serve", description=(
         "Run the storage daemon: a Kafka-protocol storage node for this host's log dirs."))
     p.add_argument("--config", metavar="FILE",
-                   help="TOML config with Kafka's property names as keys "
-                        "(default: embedded defaults, three log dirs under ./data)")
+                   help="Kafka's server.properties (Java properties) or TOML, keyed by "
+                        "Kafka's property names; *.properties or a file that is not TOML "
+                        "is read as properties (default: embedded defaults, three log dirs "
+                        "under ./data)")
     p.add_argument("--help-config", action="store_true", help="list the config keys and exit")
     p.add_argument("--log-level", default=os.environ.get("LOGKEEPER_LOG_LEVEL", "INFO"),
                    choices=["DEBUG", "INFO", "WARNING", "ERROR"])
@@ -434,6 +446,8 @@ def main(argv: list[str]) -> int:
     except config_mod.ConfigError as err:
         print(f"logkeeper serve: {err}", file=sys.stderr)
         return 2
+    for warning in cfg.warnings:
+        log.warning("%s", warning)
     _raise_fd_limit()
     # `kill -USR1` prints every thread's stack to stderr: what a stuck daemon is doing.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
