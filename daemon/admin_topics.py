@@ -4,8 +4,12 @@ Asks a broker for Metadata (v5+, which carries offline replicas) and prints what
 Kafka's `kafka-topics.sh --describe` prints, one line per topic and one per partition;
 `--json` prints the same as JSON instead.
 
+The broker asked is `--bootstrap-server`, else the listener of the daemon on this host:
+that of `--config FILE`, or of the embedded defaults (127.0.0.1:9092).
+
 Exit codes: 0 when every topic was described, 1 when a named topic does not exist or
-carries an error, 2 on a usage error or when no bootstrap server can be reached.
+carries an error, 2 on a usage error, a bad config, or when no bootstrap server can be
+reached.
 """
 
 from __future__ import annotations
@@ -65,7 +69,11 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="logkeeper topics", description="Describe topics.")
     sub = p.add_subparsers(dest="action", required=True)
     d = sub.add_parser("describe", help="leader, replicas, ISR, offline replicas per partition")
-    d.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT[,HOST:PORT]")
+    where = d.add_mutually_exclusive_group()
+    where.add_argument("--bootstrap-server", metavar="HOST:PORT[,HOST:PORT]",
+                       help="default: the listener of --config, or of the embedded defaults")
+    where.add_argument("--config", metavar="FILE",
+                       help="the daemon's config, to find its listener")
     d.add_argument("--topic", action="append", default=[], help="a topic (repeatable; "
                    "default: all)")
     d.add_argument("--json", action="store_true", help="print JSON")
@@ -77,9 +85,15 @@ def main(argv: list[str]) -> int:
         args = _parser().parse_args(argv)
     except SystemExit as exc:
         return int(exc.code or 0)
+    bootstrap = args.bootstrap_server
     try:
-        desc = describe(args.bootstrap_server, args.topic or None)
-    except (ClientError, ValueError) as err:
+        if bootstrap is None:
+            from . import config as config_mod
+
+            cfg = config_mod.load(args.config)
+            bootstrap = config_mod.local_address(cfg.listener.host, cfg.listener.port)
+        desc = describe(bootstrap, args.topic or None)
+    except (ClientError, ValueError) as err:  # ConfigError is a ValueError
         print(f"logkeeper topics: {err}", file=sys.stderr)
         return 2
     print(json.dumps(desc, indent=2) if args.json else render(desc))
@@ -87,5 +101,5 @@ def main(argv: list[str]) -> int:
     for t in failed:
         name = kafka.errors.for_code(t["error_code"]).__name__
         print(f"logkeeper topics: topic {t['topic']!r}: error {t['error_code']} ({name}) "
-              f"from {args.bootstrap_server}", file=sys.stderr)
+              f"from {bootstrap}", file=sys.stderr)
     return 1 if failed else 0

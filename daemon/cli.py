@@ -2,12 +2,16 @@
 
 Every subcommand module exposes `main(argv: list[str]) -> int`; this file only maps
 names to modules, imported lazily so `dump-log` works without the daemon's or Spark's
-dependencies. Exit codes are the subcommand's own.
+dependencies. Exit codes are the subcommand's own, except that output into a pipe
+whose reader has gone (`logkeeper dump-log ... | head`) ends the command quietly with
+141, the status of a process killed by SIGPIPE, as `cat` would.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
+import signal
 import sys
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -35,7 +39,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"logkeeper: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
         return 2
     module = importlib.import_module(SUBCOMMANDS[name][0])
-    return int(module.main(rest) or 0)
+    try:
+        code = int(module.main(rest) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, not at exit where it cannot be caught
+    except BrokenPipeError:
+        # The Python documentation's recipe (signal module, "Note on SIGPIPE"): point
+        # stdout at /dev/null so the flush at interpreter exit does not fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
+    return code
 
 
 if __name__ == "__main__":

@@ -175,6 +175,8 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
                                   as_json=args.json, out=out)
             docs.append(doc)
             valid = valid and doc["valid"]
+    except BrokenPipeError:
+        raise  # stdout's reader is gone (`| head`), no input failed: the dispatcher's case
     except OSError as err:
         print(f"logkeeper dump-log: {err.filename or ''}: {err.strerror or err}",
               file=sys.stderr)

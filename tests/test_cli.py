@@ -1,0 +1,71 @@
+"""The `logkeeper` command line as a user runs it: a real subprocess, real pipes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from kafka.protocol.metadata import MetadataRequest
+
+from logstore import Log, LogConfig
+from tests.daemon_helpers import REPO, Daemon, RawClient, free_port, running
+
+from .logutil import batch
+
+
+def cli(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "daemon.cli", *args], cwd=cwd,
+                          env=dict(os.environ, PYTHONPATH=str(REPO)),
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_output_piped_into_head_ends_quietly(tmp_path: Path) -> None:
+    log = Log.open(tmp_path / "t-0", LogConfig())
+    for _ in range(3000):  # ~600 KB of dump-log lines: far more than a pipe holds
+        log.append(batch(1, size=10))
+    log.close()
+    (segment,) = (tmp_path / "t-0").glob("*.log")
+    script = (f'"{sys.executable}" -m daemon.cli dump-log "{segment}" | head -n 2; '
+              'echo "status ${PIPESTATUS[0]}" >&2')
+    proc = subprocess.run(["bash", "-c", script], cwd=REPO, capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=120)
+    assert len(proc.stdout.splitlines()) == 2
+    assert proc.stderr == "status 141\n"  # no traceback, no "Exception ignored"
+
+
+def test_topics_describe_finds_the_local_daemon_through_its_config(tmp_path: Path) -> None:
+    with running(tmp_path, {"num.partitions": 2}) as d:
+        c = RawClient(d.port)  # Metadata v1 naming a topic creates it
+        c.request(MetadataRequest[1](topics=["auto"]), 1)
+        c.close()
+        proc = cli("topics", "describe", "--config", str(d.config))
+        assert proc.returncode == 0, proc.stderr
+        assert "Topic: auto\tPartitionCount: 2" in proc.stdout
+        # no flag at all: the embedded defaults' listener, 127.0.0.1:9092, run from a dir
+        # without a config; the daemon under test is not there, so it names that address
+    proc = cli("topics", "describe", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "--bootstrap-server" not in proc.stderr and "127.0.0.1:9092" in proc.stderr
+
+
+def test_topics_describe_with_a_bad_config_names_it(tmp_path: Path) -> None:
+    bad = tmp_path / "server.properties"
+    bad.write_text("listeners=PLAINTEXT://127.0.0.1:nope\n")
+    proc = cli("topics", "describe", "--config", str(bad))
+    assert proc.returncode == 2 and str(bad) in proc.stderr and "listeners" in proc.stderr
+    both = cli("topics", "describe", "--config", str(bad), "--bootstrap-server",
+               f"127.0.0.1:{free_port()}")
+    assert both.returncode == 2 and "not allowed with" in both.stderr
+
+
+def test_topics_describe_config_with_an_any_address_listener_asks_loopback(
+        tmp_path: Path) -> None:
+    d = Daemon(tmp_path)
+    d.config.write_text(d.config.read_text().replace(
+        "PLAINTEXT://127.0.0.1:", "PLAINTEXT://:"))  # bound on every interface
+    with d.start():
+        proc = cli("topics", "describe", "--config", str(d.config), "--json")
+        assert proc.returncode == 0, proc.stderr
+        assert f'"port": {d.port}' in proc.stdout
