@@ -69,6 +69,44 @@ class AdminError(Exception):
         self.status = status
 
 
+class PauseClock:
+    """Notices when this process's event loop did not run for a while (the process was
+    stopped or starved), so that time is not counted against a disk.
+
+    A task ticks every `period` seconds; a gap between ticks longer than `min_stall`
+    (beyond the period) is a stall. Loop-only: not thread-safe."""
+
+    def __init__(self, *, min_stall: float, period: float = 0.05):
+        self.min_stall = min_stall
+        self.period = period
+        self._last: float | None = None
+        self._stalls: deque[tuple[float, float]] = deque(maxlen=32)
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._last = loop.time()
+        while True:
+            await asyncio.sleep(self.period)
+            now = loop.time()
+            if now - self._last > self.period + self.min_stall:
+                self._stalls.append((self._last, now))
+            self._last = now
+
+    def stalled_between(self, start: float, end: float) -> float | None:
+        """How long the loop stood still within [start, end], counting a stall still
+        going on (no tick for a while: this very call may be the first thing to run
+        after one); None when it never stood still for `min_stall`."""
+        now = asyncio.get_running_loop().time()
+        spans = list(self._stalls)
+        if self._last is not None and now - self._last > self.period + self.min_stall:
+            spans.append((self._last, now))
+        longest = 0.0
+        for a, b in spans:
+            overlap = min(b, max(end, now)) - max(a, start)
+            longest = max(longest, overlap)
+        return longest if longest > self.min_stall else None
+
+
 def _probe(d: ManagedDir, floor: int, resume: int) -> tuple[AvailabilityResult | None, SpaceResult]:
     """On the dir's worker. A SATURATED dir gets no canary write (it would only fail
     for want of space); its space probe decides when it may come back."""
@@ -110,6 +148,7 @@ class LogDirHealth:
                                           name="logkeeper-failures", daemon=True)
         self._watcher: LogDirWatcher | None = None
         self._io_before: dict[str, Any] = {}
+        self.pauses = PauseClock(min_stall=max(self.timeout / 4, 0.1))
         self.states.subscribe(self._on_transition)
 
     # ---- lifecycle ----
@@ -133,7 +172,8 @@ class LogDirHealth:
         self._watcher = LogDirWatcher([str(d.path) for d in self.dirs.dirs], self._on_watch)
         self._watcher.start()
         self._io_before = io_counters()
-        self._tasks = [asyncio.ensure_future(self._probe_loop(d)) for d in self.dirs.dirs]
+        self._tasks = [asyncio.ensure_future(self.pauses.run())]
+        self._tasks += [asyncio.ensure_future(self._probe_loop(d)) for d in self.dirs.dirs]
         self._tasks.append(asyncio.ensure_future(self._slow_loop()))
         self.publish()
 
@@ -179,6 +219,27 @@ class LogDirHealth:
             except Exception:  # noqa: BLE001 - a probe bug must not stop the probing
                 log.exception("probing %s failed", d.path)
 
+    async def _await_probe(self, path: str, fut: asyncio.Future[Any]) -> Any:
+        """The probe's result, within the timeout counted in time this process ran.
+
+        A timeout that ran out while the whole daemon was not running (SIGSTOP, a paused
+        VM, a long swap or scheduler stall) says nothing about the disk: the probe's
+        worker was frozen too. Such a timeout is started again, once per stall."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        while True:
+            deadline = loop.time() + self.timeout
+            try:
+                async with asyncio.timeout_at(deadline):
+                    return await asyncio.shield(fut)
+            except TimeoutError:
+                stall = self.pauses.stalled_between(started, deadline)
+                if stall is None:
+                    raise
+                log.warning("log dir %s: probe timeout ran out while the daemon itself did "
+                            "not run for %.1f s (paused?); waiting again", path, stall)
+                started = loop.time()
+
     async def probe(self, d: ManagedDir) -> None:
         """One availability + space probe of `d` on its worker, within the timeout."""
         path = str(d.path)
@@ -190,8 +251,7 @@ class LogDirHealth:
         fut = self.dirs.submit(d, _probe, d, self.floor, self.resume)
         self._probing[path] = fut
         try:
-            async with asyncio.timeout(self.timeout):
-                avail, space = await asyncio.shield(fut)
+            avail, space = await self._await_probe(path, fut)
         except TimeoutError:
             self.states.on_probe_timeout(path, self.timeout)
             return

@@ -114,6 +114,7 @@ class ClusterLink:
         self.events_sent = 0
         self.registrations = 0
         self._sessions: set[int] = set()  # every ZooKeeper session this link has had
+        self._restart_client = False  # kazoo gave up connecting (CLOSED) without stop()
 
     @property
     def broker_path(self) -> str:
@@ -151,6 +152,8 @@ class ClusterLink:
             if state == KazooState.LOST:  # session expired: the ephemeral node is gone
                 with self._lock:
                     self._pending.register = True
+                if self.client.client_state == KeeperState.CLOSED and not self._stop.is_set():
+                    self._restart_client = True  # kazoo's connection thread has ended
         self._wake.set()
 
     # ---- what the daemon calls (thread-safe, non-blocking) ----
@@ -206,7 +209,8 @@ class ClusterLink:
         """kazoo stops reconnecting for good when its connection thread ends on an
         unhandled error (it logs "Unhandled exception in connection loop" and reports
         the session CLOSED): the broker would then never register again. Start it anew."""
-        if self.client.client_state == KeeperState.CLOSED and not self._stop.is_set():
+        if self._restart_client and not self._stop.is_set():
+            self._restart_client = False
             log.warning("the ZooKeeper client stopped connecting; starting it again")
             self.client.start_async()
 

@@ -334,3 +334,27 @@ def test_chmod_000_as_non_root_takes_that_dir_offline(tmp_path: Path) -> None:
             with contextlib.suppress(OSError):
                 x.chmod(0o755)
         shutil.rmtree(root, ignore_errors=True)
+
+
+# ---- a paused daemon is not a hung disk ----
+
+
+def test_a_paused_daemon_does_not_take_its_dirs_offline(tmp_path: Path) -> None:
+    """The whole daemon stopped (SIGSTOP) past the probe timeout while probes were in
+    flight: its own pause is not a hung disk. Every dir took itself OFFLINE here before
+    (under load it ended a session-expiry test with "every log dir is offline")."""
+    with fuse_setup(tmp_path, {}) as (d, fs, sick):
+        # ~300 ms a probe on the FUSE dir: one is nearly always in flight.
+        fs.delay(0.1, ("write", "fsync", "read"), PROBE_CANARY)
+        assert d.proc is not None
+        for _ in range(4):
+            os.kill(d.proc.pid, signal.SIGSTOP)
+            time.sleep(2.5 * TIMEOUT_MS / 1000)
+            os.kill(d.proc.pid, signal.SIGCONT)
+            time.sleep(0.7)
+        time.sleep(2 * TIMEOUT_MS / 1000)
+        assert set(d.log_dir_states().values()) == {"online"}, d.stderr()[-3000:]
+        assert "did not run for" in d.stderr()  # the pause was seen, and forgiven
+        # A real hang is still a hang.
+        fs.hang()
+        wait_for(lambda: d.log_dir_states()[str(sick)] == "offline", 10, "OFFLINE")
