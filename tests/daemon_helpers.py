@@ -49,8 +49,11 @@ def write_config(path: Path, values: dict[str, Any]) -> Path:
 
 class Daemon:
     def __init__(self, root: Path, extra: dict[str, Any] | None = None, *, dirs: int = 3,
-                 env: dict[str, str] | None = None, prefix: list[str] | None = None):
-        """`prefix` goes before the command, e.g. to run the daemon as another user."""
+                 env: dict[str, str] | None = None, prefix: list[str] | None = None,
+                 command: list[str] | None = None):
+        """`prefix` goes before the command, e.g. to run the daemon as another user.
+        `command` replaces `python -m daemon.cli` from this checkout, e.g. another venv's
+        `logkeeper` (then PYTHONPATH is not pointed at this checkout)."""
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
         self.log_dirs = [root / f"disk{i}" for i in range(dirs)]
@@ -70,6 +73,7 @@ class Daemon:
         self.stderr_path = root / "daemon.stderr"
         self.env = env
         self.prefix = list(prefix or [])
+        self.command = list(command or [])
         self.proc: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> Daemon:
@@ -86,11 +90,15 @@ class Daemon:
         return f"127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 30.0) -> Daemon:
-        env = dict(os.environ, PYTHONPATH=str(REPO), **(self.env or {}))
+        env = dict(os.environ, PYTHONPATH=str(REPO))
+        if self.command:
+            del env["PYTHONPATH"]  # another install imports its own copy
+        env.update(self.env or {})
+        command = self.command or [sys.executable, "-m", "daemon.cli"]
         with open(self.stderr_path, "ab") as err:
             self.proc = subprocess.Popen(
-                [*self.prefix, sys.executable, "-m", "daemon.cli", "serve", "--config",
-                 str(self.config)], cwd=self.root, env=env, stdout=err, stderr=err)
+                [*self.prefix, *command, "serve", "--config", str(self.config)],
+                cwd=self.root, env=env, stdout=err, stderr=err)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
