@@ -2,6 +2,7 @@
 #   make run   installs logkeeper into the project venv and runs the main job on embedded defaults
 #   make test  installs everything the tests need into the same venv and runs the whole suite
 # PYTHON selects the interpreter the venv (.venv, or LK_VENV) is made from; default python3.
+# ARGS go to `logkeeper serve`: make run ARGS="--config /etc/logkeeper/logkeeper.toml".
 PYTHON ?= python3
 LK_VENV ?= .venv
 VPY := $(LK_VENV)/bin/python
@@ -11,7 +12,7 @@ export PYTHON LK_VENV
 
 run:
 	@bash scripts/setup.sh run >/dev/null
-	@bash scripts/run.sh
+	@bash scripts/run.sh $(ARGS)
 
 test:
 	@bash scripts/setup.sh test >/dev/null
