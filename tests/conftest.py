@@ -1,4 +1,4 @@
-"""Fixtures shared by every test file: where shared/ is, and the real Kafka fixtures."""
+"""Fixtures shared by every test file: the real Kafka log dirs kept in tests/fixtures/."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
-KAFKA_FIXTURES = SHARED / "fixtures" / "kafka"
+KAFKA_FIXTURES = REPO / "tests" / "fixtures" / "kafka"
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,7 @@ import pytest
 
 from logstore import Log, LogDir, checkpoint, verify
 
-# From shared/fixtures/kafka/README.md: segment -> (batches, records).
+# From tests/fixtures/kafka/README.md: segment -> (batches, records).
 EXPECTED = {
     "kafka-2.7.1/__consumer_offsets-17/00000000000000000000.log": (1, 1),
     "kafka-2.7.1/__consumer_offsets-17/00000000000000000001.log": (2, 2),
