@@ -35,7 +35,7 @@ from .metrics import Metrics
 
 log = logging.getLogger("logkeeper.broker")
 
-# Kafka error codes used here (FORMATS.md and Kafka's Errors.java).
+# Kafka error codes used here (docs/formats.md and Kafka's Errors.java).
 NONE = 0
 UNKNOWN_SERVER_ERROR = -1
 OFFSET_OUT_OF_RANGE = 1
@@ -56,7 +56,7 @@ INVALID_PRODUCER_EPOCH = 47
 INVALID_TXN_STATE = 48
 KAFKA_STORAGE_ERROR = 56
 
-# Batch header fields the idempotence check reads (FORMATS.md, magic 2).
+# Batch header fields the idempotence check reads (docs/formats.md, magic 2).
 _PRODUCER = struct.Struct(">qhii")  # producerId, producerEpoch, baseSequence, recordsCount
 _PRODUCER_AT = 43
 _BATCH_HEADER = 61

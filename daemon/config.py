@@ -268,7 +268,7 @@ KEYS: dict[str, Key] = {k.name: k for k in (
         "largest request frame; bigger ones are refused before their body is read"),
     Key("http.listen", str, DEFAULT_HTTP_LISTEN, _host_port,
         "host:port of /metrics and /healthz; \"\" turns the endpoint off"),
-    # Log-dir health (daemon.health; ARCHITECTURE.md, "Log dir states").
+    # Log-dir health (daemon.health; docs/architecture.md, "Log dir states").
     Key("log.dir.reserve.bytes", int, DEFAULT_RESERVE_BYTES, _int(0),
         "reserve file written in every ONLINE dir, deleted when it saturates"),
     Key("log.dir.resume.free.bytes", int, None, _int(0),

@@ -1,4 +1,4 @@
-"""The log-dir state machine: ONLINE, SATURATED, OFFLINE (ARCHITECTURE.md, "Log dir states").
+"""The log-dir state machine: ONLINE, SATURATED, OFFLINE (docs/architecture.md, "Log dir states").
 
 `LogDirStates` is the only place that decides a dir's state. It takes evidence (a
 `LogDirFailure` from a dir's IoGuard, a probe result, a probe timeout, an operator's

@@ -3,7 +3,7 @@
 Every blocking filesystem call on a log dir, and every call on a `LogDir` or one of its
 `Log`s (neither is thread-safe), goes through `LogDirManager.submit`/`run`, which runs
 it on that dir's own single worker thread. The asyncio event loop never touches a
-disk, and a slow disk stalls only its own dir's queue (ARCHITECTURE.md).
+disk, and a slow disk stalls only its own dir's queue (docs/architecture.md).
 
 Calls submitted to one dir run in submission order (a single FIFO worker): the
 produce path relies on this to keep each partition's appends in request order.

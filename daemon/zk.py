@@ -1,7 +1,7 @@
 """The broker's link to ZooKeeper, in the znodes a ZooKeeper-mode Kafka controller reads.
 
 `ClusterLink` wraps one KazooClient and:
-- registers `/brokers/ids/<id>` (ephemeral, Kafka's JSON, FORMATS.md) and registers it
+- registers `/brokers/ids/<id>` (ephemeral, Kafka's JSON, docs/formats.md) and registers it
   again after a session expiry;
 - announces log-dir transitions as persistent sequential
   `/log_dir_event_notification/log_dir_event_` nodes holding

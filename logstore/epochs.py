@@ -1,7 +1,7 @@
 """A partition's leader-epoch cache: which leader epoch wrote which offsets.
 
 Kafka keeps, per partition, the start offset of every leader epoch whose leader wrote
-records (`leader-epoch-checkpoint`, FORMATS.md: version 0, a count, then `epoch
+records (`leader-epoch-checkpoint`, docs/formats.md: version 0, a count, then `epoch
 startOffset` lines). Followers use it to find where their log diverged from the
 leader's (OffsetForLeaderEpoch, or Fetch v12's diverging epoch), and truncate there.
 The rules are Kafka's LeaderEpochFileCache (3.9):

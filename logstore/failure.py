@@ -1,7 +1,7 @@
 """The one place where an OSError from a log dir's files becomes a verdict on the disk.
 
 Every filesystem call on a log dir runs inside its `IoGuard.io(op, path)`. An OSError
-raised there is classified by errno (ARCHITECTURE.md, "Log dir states"):
+raised there is classified by errno (docs/architecture.md, "Log dir states"):
 
 - ENOSPC, EDQUOT: the dir is SATURATED; confirmed with a space probe of the dir, and
   a probe that itself fails makes the verdict OFFLINE;

@@ -1,6 +1,6 @@
 """Kafka's sparse segment indexes: `.index` (offset -> position) and `.timeindex`.
 
-Layout (FORMATS.md): `.index` holds 8-byte entries (int32 offset relative to the
+Layout (docs/formats.md): `.index` holds 8-byte entries (int32 offset relative to the
 segment base, int32 byte position); `.timeindex` 12-byte entries (int64 timestamp,
 int32 relative offset). An active segment's files are preallocated (sparse) to
 `max_index_bytes` rounded down to the entry size, as Kafka does, and trimmed to

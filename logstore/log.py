@@ -1,7 +1,7 @@
 """A partition's log: an ordered list of segments with one active segment at the end.
 
 `Log.open` loads a partition directory and recovers it when it was not closed cleanly
-(FORMATS.md "Recovery"): it finishes interrupted deletes and swaps, rebuilds the
+(docs/formats.md "Recovery"): it finishes interrupted deletes and swaps, rebuilds the
 indexes from the recovery point on, cuts a torn tail, and drops every segment after a
 corrupt batch, reporting how many bytes went. `append` validates a whole request's
 batches (framing, magic 2, CRC-32C, size) before it writes a byte; invalid input

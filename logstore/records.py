@@ -1,6 +1,6 @@
 """Kafka record batches (magic 2): encoding, decoding, and legacy message-set recognition.
 
-The encoder builds byte-exact batches (FORMATS.md) with the CRC-32C from the native
+The encoder builds byte-exact batches (docs/formats.md) with the CRC-32C from the native
 fast path. The decoder parses batch headers and records; compressed batches are
 decoded where a well-kept library for the codec is installed (gzip always; snappy via
 cramjam, lz4 via lz4, zstd via zstandard) and raise `UnsupportedCodecError` where not.

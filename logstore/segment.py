@@ -1,7 +1,7 @@
 """One log segment: its `.log` file and the `.index`/`.timeindex` beside it.
 
 A segment appends whole, already validated batches at its end and indexes them the
-way Kafka does (FORMATS.md): an offset-index entry (the batch's last offset -> the
+way Kafka does (docs/formats.md): an offset-index entry (the batch's last offset -> the
 batch's start position) once more than `index_interval_bytes` were appended since the
 last entry, and a time-index entry whenever the largest timestamp grows at that point.
 A failed append is rolled back (the `.log` cut to where it was, index entries dropped),

@@ -2,7 +2,7 @@
 
 Shared by `logkeeper dump-log` and the Spark audit. A `.log` is streamed through a
 fixed buffer (logstore.scan), never read whole; the `.index`/`.timeindex` beside it
-are checked by FORMATS.md's rules: entries in order, offsets at or above the segment
+are checked by docs/formats.md's rules: entries in order, offsets at or above the segment
 base, positions inside the file, and each entry naming a real batch (an offset entry's
 batch ends at that offset and starts at that position; a time entry's batch ends at
 that offset and has that max timestamp). Problems are returned, not raised; an OSError

@@ -1,5 +1,5 @@
 /*
- * Record batch framing (magic 2, FORMATS.md): the scan that validates a buffer of
+ * Record batch framing (magic 2, docs/formats.md): the scan that validates a buffer of
  * consecutive batches and decodes their headers, and the in-place offset assignment
  * of the append path. Pure functions over caller memory; no IO, no allocation.
  */
@@ -8,7 +8,7 @@
 
 #include "internal.h"
 
-/* Header field offsets (FORMATS.md, "Record batch, magic 2"). */
+/* Header field offsets (docs/formats.md, "Record batch, magic 2"). */
 #define LK_OFF_BASE_OFFSET 0
 #define LK_OFF_LENGTH 8
 #define LK_OFF_LEADER_EPOCH 12

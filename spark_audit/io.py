@@ -36,7 +36,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from . import schema
 
-# Checkpoint files of a log dir that name partitions (FORMATS.md "Per log directory files").
+# Checkpoint files of a log dir that name partitions (docs/formats.md "Per log directory files").
 CHECKPOINT_FILES = (
     "recovery-point-offset-checkpoint",
     "replication-offset-checkpoint",

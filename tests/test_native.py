@@ -28,7 +28,7 @@ import native
 from native import BatchInfo, ScanStatus
 
 REPO = Path(__file__).resolve().parents[1]
-CHECK = 0xE3069283  # CRC-32C of b"123456789" (FORMATS.md)
+CHECK = 0xE3069283  # CRC-32C of b"123456789" (docs/formats.md)
 SUPPORTED = [impl for impl in native.CRC32C_IMPLS if native.crc32c_supported(impl)]
 HYPO = settings(max_examples=150, deadline=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -283,7 +283,7 @@ def test_fold_constants_header_matches_the_math() -> None:
     assert proc.returncode == 0, proc.stderr
 
 
-# ---- Batches built by hand (FORMATS.md layout) ------------------------------------
+# ---- Batches built by hand (docs/formats.md layout) ------------------------------------
 
 HEADER = struct.Struct(">qiiBIhiqqqhii")
 assert HEADER.size == 61
