@@ -74,6 +74,7 @@ class Log:
         self.recovery_point = 0
         self._high_watermark = 0
         self.epochs = LeaderEpochCache(self.dir / names.LEADER_EPOCH_CHECKPOINT)
+        self._appender = native.Appender()
         self.recovery = RecoveryResult(self.topic_partition)
 
     # ---- opening ----
@@ -241,95 +242,96 @@ class Log:
 
     def append(self, batch_bytes: bytes | bytearray | memoryview, leader_epoch: int = -1, *,
                assign_offsets: bool = True) -> AppendInfo:
-        """Validate and append one or more whole batches; see the module docstring."""
-        scan = native.scan_batches(batch_bytes)
+        """Validate and append one or more whole batches; see the module docstring.
+
+        The common case is one C call (`native.Appender`): validate framing and CRC,
+        assign offsets and the leader epoch in the written copy (the caller's bytes are
+        neither copied nor changed), write, and compute the index entries. The roll
+        decisions stay here: before the call (size, full indexes, the wall clock), and
+        whenever the call stops early because the rest needs a new segment (the
+        incoming timestamps under segment.ms, index room or relative offsets).
+        """
+        self.guard.check_usable("append", writing=True)
+        data = batch_bytes
+        appender = self._appender
+        first: native.BatchInfo | None = None
+        last: native.BatchInfo | None = None
+        records = 0
+        max_timestamp = -1
+        size = 0
+        position = -1
+        verify = True
+        config = self.config
+        while True:
+            seg = self._segments[-1]
+            if seg.size and (seg.size + len(data) > config.segment_bytes
+                             or seg.offset_index.is_full or seg.time_index.is_full
+                             or seg.open_too_long(int(time.time() * 1000), config.segment_ms)):
+                self._roll_for_append()
+                seg = self._segments[-1]
+            try:
+                status = seg.append(appender, data, next_offset=self.log_end_offset,
+                                    assign_offsets=assign_offsets, leader_epoch=leader_epoch,
+                                    max_batch_size=config.max_message_bytes,
+                                    segment_ms=config.segment_ms, verify_crc=verify)
+            except OSError as err:  # the hot path: IoGuard.translate without a context manager
+                raise self.guard.translate(err, "append", seg.log_path) from err
+            if status > native.AppendStatus.ROLL:
+                self._refuse(status, data, seg.size)
+            written = appender.batches
+            if written:
+                if first is None:
+                    first = appender.batch(0)
+                    position = first.position
+                last = appender.batch(written - 1)
+                for i in range(written):
+                    b = appender.batch(i) if written > 1 else last
+                    records += b.records_count
+                    # A follower's batches keep their leaders' epochs: one entry per new
+                    # epoch; a leader's all carry its own.
+                    self.epochs.assign(b.partition_leader_epoch, b.base_offset)
+                max_timestamp = max(max_timestamp, appender.append_max_timestamp)
+                size += appender.bytes_written
+            if status is native.AppendStatus.OK:
+                break
+            data = memoryview(data)[appender.bytes_written:]
+            verify = False  # validated whole by the first call
+            self._roll_for_append()
+        assert first is not None and last is not None
+        return AppendInfo(
+            base_offset=first.base_offset, last_offset=last.last_offset, record_count=records,
+            max_timestamp=max_timestamp, log_append_time=-1, position=position, size=size)
+
+    def _refuse(self, status: native.AppendStatus, data: bytes | bytearray | memoryview,
+                position: int) -> None:
+        """Raise the input error for a refused append (nothing was written)."""
         where = f"append to {self.dir.name}"
-        if scan.status is not ScanStatus.OK or len(scan) == 0:
-            if scan.status is ScanStatus.OK:
-                raise CorruptRecordError(f"{where}: no record batch in {len(batch_bytes)} bytes")
+        appender = self._appender
+        if status is native.AppendStatus.INVALID:
+            scan = appender.scan()
             raise CorruptRecordError(f"{where}: {scan.detail}", position=scan.error_position,
                                      reason=scan.status.name.lower())
-        batches = list(scan)
-        for b in batches:
-            if b.size > self.config.max_message_bytes:
-                raise RecordTooLargeError(
-                    f"{where}: batch of {b.size} bytes is over max.message.bytes "
-                    f"{self.config.max_message_bytes}")
-            if b.records_count <= 0 or b.last_offset_delta < b.records_count - 1:
-                raise CorruptRecordError(
-                    f"{where}: batch at {b.position} has {b.records_count} records but "
-                    f"lastOffsetDelta {b.last_offset_delta}", position=b.position)
-        self.guard.check_usable("append", writing=True)
-        data = bytearray(batch_bytes)
-        if assign_offsets:
-            next_offset = native.assign_offsets(data, self.log_end_offset, leader_epoch)
-            if len(batches) == 1:
-                b = batches[0]
-                batches = [b._replace(base_offset=next_offset - b.last_offset_delta - 1,
-                                      partition_leader_epoch=leader_epoch)]
-            else:
-                batches = list(native.scan_batches(data, verify_crc=False))
-        else:
-            expected = self.log_end_offset
-            for b in batches:
-                if b.base_offset < expected:
-                    raise CorruptRecordError(
-                        f"{where}: batch offset {b.base_offset} below log end {expected}",
-                        position=b.position)
-                expected = b.last_offset + 1
-        first, last = batches[0], batches[-1]
-        max_timestamp = max(b.max_timestamp for b in batches) if len(batches) > 1 \
-            else first.max_timestamp
+        if status is native.AppendStatus.EMPTY:
+            raise CorruptRecordError(f"{where}: no record batch in {len(data)} bytes")
+        b = appender.batch(appender.error_batch)
+        at = b.position - position  # within the request's data
+        if status is native.AppendStatus.TOO_LARGE:
+            raise RecordTooLargeError(
+                f"{where}: batch of {b.size} bytes is over max.message.bytes "
+                f"{self.config.max_message_bytes}")
+        if status is native.AppendStatus.BAD_COUNT:
+            raise CorruptRecordError(
+                f"{where}: batch at {at} has {b.records_count} records but "
+                f"lastOffsetDelta {b.last_offset_delta}", position=at)
+        raise CorruptRecordError(
+            f"{where}: batch offset {b.base_offset} below log end {self.log_end_offset}",
+            position=at)
+
+    def _roll_for_append(self) -> None:
         try:
-            position = self._write(data, batches, max_timestamp)
-        except OSError as err:  # the hot path: IoGuard.translate without a context manager
-            raise self.guard.translate(err, "append", self._segments[-1].log_path) from err
-        if assign_offsets:
-            self.epochs.assign(leader_epoch, first.base_offset)
-        else:  # a follower's batches keep their leaders' epochs: one entry per new epoch
-            for b in batches:
-                self.epochs.assign(b.partition_leader_epoch, b.base_offset)
-        return AppendInfo(
-            base_offset=first.base_offset, last_offset=last.last_offset,
-            record_count=sum(b.records_count for b in batches),
-            max_timestamp=max_timestamp, log_append_time=-1,
-            position=position, size=len(data))
-
-    def _write(self, data: bytearray, batches: list[native.BatchInfo], max_timestamp: int) -> int:
-        """Write validated batches into the active segment, rolling first when needed and
-        again wherever its indexes (or relative offsets) cannot take the next batch; a
-        follower's fetch of many batches can need that. Returns the first batch's position.
-        """
-        self._maybe_roll(len(data), max_timestamp, batches[-1].last_offset)
-        seg = self._segments[-1]
-        n = seg.fitting(batches, MAX_RELATIVE_OFFSET)
-        if n == len(batches):  # the common case: one write
-            return seg.append(data, batches)
-        view = memoryview(data)
-        first_position = -1
-        while batches:
-            if n == 0:
-                self._roll()
-                seg = self._segments[-1]
-                n = seg.fitting(batches, MAX_RELATIVE_OFFSET)
-            start, end = batches[0].position, batches[n - 1].position + batches[n - 1].size
-            chunk = [b._replace(position=b.position - start) for b in batches[:n]]
-            position = seg.append(view[start:end], chunk)
-            if first_position < 0:
-                first_position = position
-            batches, n = batches[n:], 0
-        return first_position
-
-    def _maybe_roll(self, incoming: int, max_timestamp: int, last_offset: int) -> None:
-        seg = self._segments[-1]
-        if not seg.size:
-            return
-        now = int(time.time() * 1000)
-        if (seg.size + incoming > self.config.segment_bytes
-                or seg.time_waited_for_roll(now, max_timestamp) > self.config.segment_ms
-                or seg.offset_index.is_full or seg.time_index.is_full
-                or last_offset - seg.base_offset > MAX_RELATIVE_OFFSET):
             self._roll()
+        except OSError as err:
+            raise self.guard.translate(err, "roll", self.dir) from err
 
     def roll(self) -> None:
         """Start a new active segment at the log end (no-op when the active one is empty)."""

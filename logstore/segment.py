@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import struct
 import time
-from collections.abc import Sequence
 from pathlib import Path
 
 import native
@@ -88,21 +87,21 @@ class LogSegment:
                   path=str(self.log_path))
         self._next_offset = last[0].last_offset + 1 if last else self.base_offset
 
-    def time_waited_for_roll(self, now_ms: int, message_timestamp: int) -> int:
-        """How long this segment has been open, as Kafka's segment.ms roll measures it.
-
-        From the first batch's max timestamp to the incoming batch's timestamp when the
-        first batch has one; otherwise from the segment's creation (wall clock).
-        """
+    def roll_base_timestamp(self) -> int:
+        """The first batch's max timestamp, from which Kafka's segment.ms roll counts
+        (the incoming batches' largest timestamp minus this); -1 when it has none."""
         if self._roll_base_ms is None:
             ts = -1
             if self.size >= 61:
                 header = native.pread(self.fd, 61, 0, path=str(self.log_path))
                 ts = int.from_bytes(header[35:43], "big", signed=True)
             self._roll_base_ms = ts
-        if self._roll_base_ms >= 0:
-            return message_timestamp - self._roll_base_ms
-        return now_ms - self._created_ms
+        return self._roll_base_ms
+
+    def open_too_long(self, now_ms: int, segment_ms: int) -> bool:
+        """segment.ms by the wall clock, for a segment whose first batch has no timestamp
+        (the timestamp case is decided with the incoming batches, in the append)."""
+        return self.roll_base_timestamp() < 0 and now_ms - self._created_ms > segment_ms
 
     @property
     def is_empty(self) -> bool:
@@ -110,32 +109,54 @@ class LogSegment:
 
     # ---- appends ----
 
-    def append(self, data: memoryview | bytes, batches: Sequence[BatchInfo]) -> int:
-        """Write whole batches at the end; index them. Returns the start position.
+    def append(self, appender: native.Appender, data: memoryview | bytes, *, next_offset: int,
+               assign_offsets: bool, leader_epoch: int, max_batch_size: int,
+               segment_ms: int, verify_crc: bool = True) -> native.AppendStatus:
+        """Validate `data` and write the leading batches that fit here, in one C call
+        (`native.Appender`), then add the index entries it computed. Invalid data
+        writes nothing; the appender says what was written and why it stopped.
 
-        `batches` are the scan of `data` (positions relative to data). On any OSError
-        the segment is put back as it was before the call and the error re-raised.
+        On an OSError the segment is put back as it was before the call (the .log cut
+        back, index entries dropped) and the error re-raised.
         """
         position = self.size
-        saved = (self.offset_index.entries, self.time_index.entries, self.bytes_since_index,
-                 self.max_timestamp, self.offset_of_max_timestamp, self._next_offset)
+        saved_entries = (self.offset_index.entries, self.time_index.entries)
+        room = min(self.offset_index.max_entries - self.offset_index.entries,
+                   self.time_index.max_entries - 1 - self.time_index.entries)
+        roll_base = self.roll_base_timestamp()
         try:
-            native.pwrite_all(self.fd, data, position, path=self._log_path_str)
-            for b in batches:
-                if b.max_timestamp > self.max_timestamp:
-                    self.max_timestamp, self.offset_of_max_timestamp = b.max_timestamp, b.last_offset
-                if self.bytes_since_index > self.index_interval_bytes:
-                    self._index_batch(b.last_offset, position + b.position)
-                    self.bytes_since_index = 0
-                self.bytes_since_index += b.size
+            status = appender.append(
+                self.fd, data, position=position, segment_base=self.base_offset,
+                next_offset=next_offset, bytes_since_index=self.bytes_since_index,
+                max_timestamp=self.max_timestamp,
+                offset_of_max_timestamp=self.offset_of_max_timestamp,
+                index_interval=self.index_interval_bytes, index_room=max(room, 0),
+                max_batch_size=max_batch_size, leader_epoch=leader_epoch,
+                assign_offsets=assign_offsets, verify_crc=verify_crc,
+                roll_after_ts=(roll_base + segment_ms if roll_base >= 0
+                               else native.NO_ROLL_TIMESTAMP),
+                path=self._log_path_str)
+            if appender.batches:
+                for e in appender.index_entries():
+                    self.offset_index.append(e.last_offset, e.position)
+                    self.time_index.maybe_append(e.max_timestamp, e.offset_of_max_timestamp)
         except OSError:
-            self._rollback(position, saved)
+            self.offset_index.truncate_entries(saved_entries[0])
+            self.time_index.truncate_entries(saved_entries[1])
+            try:
+                os.ftruncate(self.fd, position)
+            except OSError:
+                pass  # the caller's error already marks the dir; the loader cuts a torn tail
             raise
-        if self.size == 0 and batches:
-            self._roll_base_ms = batches[0].max_timestamp
-        self.size = position + len(data)
-        self._next_offset = batches[-1].last_offset + 1
-        return position
+        if appender.batches:
+            if position == 0:
+                self._roll_base_ms = appender.batch(0).max_timestamp
+            self.size = position + appender.bytes_written
+            self._next_offset = appender.next_offset
+            self.bytes_since_index = appender.bytes_since_index
+            self.max_timestamp = appender.max_timestamp
+            self.offset_of_max_timestamp = appender.offset_of_max_timestamp
+        return status
 
     def _index_batch(self, last_offset: int, position: int) -> None:
         """Index one batch: an offset entry, and a time entry when the max timestamp grew.
@@ -148,37 +169,6 @@ class LogSegment:
             return
         self.offset_index.append(last_offset, position)
         self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
-
-    def fitting(self, batches: Sequence[BatchInfo], max_relative_offset: int) -> int:
-        """How many of `batches` (in order) this segment can take before it must roll.
-
-        A batch does not fit when it would need an index entry that a full offset or
-        time index cannot hold, or when its last offset is too far from the base offset
-        for a relative offset. An empty segment takes at least one batch.
-        """
-        room = min(self.offset_index.max_entries - self.offset_index.entries,
-                   self.time_index.max_entries - 1 - self.time_index.entries)
-        since = self.bytes_since_index
-        for i, b in enumerate(batches):
-            if b.last_offset - self.base_offset > max_relative_offset:
-                return i if i or self.size else 1
-            if since > self.index_interval_bytes:
-                if room <= 0:
-                    return i if i or self.size else 1
-                room -= 1
-                since = 0
-            since += b.size
-        return len(batches)
-
-    def _rollback(self, position: int, saved: tuple) -> None:
-        (off_entries, time_entries, self.bytes_since_index, self.max_timestamp,
-         self.offset_of_max_timestamp, self._next_offset) = saved
-        self.offset_index.truncate_entries(off_entries)
-        self.time_index.truncate_entries(time_entries)
-        try:
-            os.ftruncate(self.fd, position)
-        except OSError:
-            pass  # the caller's error already marks the dir; the loader cuts a torn tail
 
     # ---- reads ----
 

@@ -41,7 +41,8 @@ except ImportError as err:  # pragma: no cover - only on a tree that was never b
     ) from err
 
 __all__ = [
-    "CRC32C_IMPLS", "BatchInfo", "ScanResult", "ScanStatus", "Space", "assign_offsets",
+    "CRC32C_IMPLS", "AppendStatus", "Appender", "BatchInfo", "IndexEntry", "ScanResult",
+    "ScanStatus", "Space", "assign_offsets",
     "availability_probe", "crc32c", "crc32c_active", "crc32c_calibration", "crc32c_force",
     "crc32c_supported", "crc32c_using",
     "fallocate", "fdatasync", "pread", "pread_into", "pwrite_all", "scan_batches",
@@ -385,6 +386,152 @@ def assign_offsets(buf: Buffer, first_offset: int, leader_epoch: int) -> int:
     if rc < 0:
         raise _oserror(rc, "assign_offsets")
     return int(next_offset[0])
+
+
+# ---- The append path ----------------------------------------------------------------
+
+
+class AppendStatus(enum.IntEnum):
+    """How `Appender.append` ended (fastpath.h's LK_APPEND_*)."""
+
+    OK = 0  # every batch written
+    ROLL = 1  # `batches` written (maybe none): the rest needs a new segment
+    INVALID = 2  # nothing written: the scan refused the buffer (`scan`)
+    BAD_COUNT = 3  # nothing written: recordsCount <= 0 or lastOffsetDelta < recordsCount - 1
+    BAD_OFFSET = 4  # nothing written: a follower batch below the expected offset
+    TOO_LARGE = 5  # nothing written: a batch over max_batch_size
+    EMPTY = 6  # nothing written: no batch at all
+
+
+NO_ROLL_TIMESTAMP = 2**63 - 1
+
+
+class IndexEntry(NamedTuple):
+    last_offset: int
+    position: int
+    max_timestamp: int  # the segment's largest timestamp once this batch is in
+    offset_of_max_timestamp: int
+
+
+class Appender:
+    """One C call per append (`lk_append_batches`): validate, fit, assign, write.
+
+    Holds its C structs and arrays between calls, so an append allocates nothing in the
+    common case. Not thread-safe: one per log (whose calls are serialised anyway). The
+    results (`status`, `batches`, `index_entries`, the running state fields) describe
+    the last call until the next one.
+    """
+
+    __slots__ = ("_a", "_infos", "_index", "_cap", "_data")
+
+    def __init__(self) -> None:
+        self._a = _ffi.new("struct lk_append *")
+        self._cap = 0
+        self._infos: Any = None
+        self._index: Any = None
+        self._data: Any = None
+
+    def append(self, fd: int, data: Buffer, *, position: int, segment_base: int,
+               next_offset: int, bytes_since_index: int, max_timestamp: int,
+               offset_of_max_timestamp: int, index_interval: int, index_room: int,
+               max_batch_size: int, leader_epoch: int, assign_offsets: bool,
+               verify_crc: bool = True, roll_after_ts: int = NO_ROLL_TIMESTAMP,
+               path: PathArg = None) -> AppendStatus:
+        """Append what fits of `data` at `position` of fd; see fastpath.h. An OSError
+        from the write is raised (part of the data may then be in the file)."""
+        cdata, size = _cbuf(data)
+        cap = size // BATCH_HEADER_SIZE + 1
+        if cap > self._cap:
+            self._cap = max(cap, 16)
+            self._infos = _alloc_uncleared("struct lk_batch_info[]", self._cap)
+            self._index = _alloc_uncleared("struct lk_index_entry[]", self._cap)
+        a = self._a
+        a.position = position
+        a.segment_base = segment_base
+        a.roll_after_ts = roll_after_ts
+        a.index_interval = index_interval
+        a.index_room = index_room
+        a.max_batch_size = max_batch_size
+        a.leader_epoch = leader_epoch
+        a.assign_offsets = 1 if assign_offsets else 0
+        a.verify_crc = 1 if verify_crc else 0
+        a.next_offset = next_offset
+        a.bytes_since_index = bytes_since_index
+        a.max_timestamp = max_timestamp
+        a.offset_of_max_timestamp = offset_of_max_timestamp
+        self._data = data
+        rc = _lib.lk_append_batches(fd, cdata, size, a, self._infos, self._cap, self._index,
+                                    self._cap)
+        if rc < 0:
+            raise _oserror(rc, "append", path)
+        return AppendStatus(a.status)
+
+    # ---- what the last call did ----
+
+    @property
+    def batches(self) -> int:
+        return self._a.batches
+
+    @property
+    def bytes_written(self) -> int:
+        return self._a.bytes_written
+
+    @property
+    def next_offset(self) -> int:
+        return self._a.next_offset
+
+    @property
+    def bytes_since_index(self) -> int:
+        return self._a.bytes_since_index
+
+    @property
+    def max_timestamp(self) -> int:
+        return self._a.max_timestamp
+
+    @property
+    def offset_of_max_timestamp(self) -> int:
+        return self._a.offset_of_max_timestamp
+
+    @property
+    def append_max_timestamp(self) -> int:
+        return self._a.append_max_timestamp
+
+    @property
+    def error_batch(self) -> int:
+        return self._a.error_batch
+
+    def index_entries(self) -> list[IndexEntry]:
+        e = self._index
+        return [IndexEntry(e[i].last_offset, e[i].position, e[i].max_timestamp,
+                           e[i].offset_of_max_timestamp) for i in range(self._a.index_entries)]
+
+    def batch(self, i: int) -> BatchInfo:
+        """Batch i of the last call's buffer as validated (offsets and epoch as they are
+        or would be written; position in the file); i must be below the batches the
+        call decoded (every written one, and the refused one, `error_batch`)."""
+        view = _ffi.buffer(self._infos + i, _INFO_SIZE)
+        return _new_tuple(BatchInfo, _TO_BATCH(_INFO_STRUCT.unpack_from(view)))
+
+    def written(self) -> ScanResult:
+        """The batches written by the last call, as a scan result."""
+        n = self._a.batches
+        return ScanResult(ScanStatus.OK, self._a.bytes_written, n,
+                          base_position=self._a.position, infos=self._infos)
+
+    def scan(self) -> ScanResult:
+        """The validation scan of the last call (why INVALID refused the buffer), with
+        positions relative to the buffer."""
+        res = self._a.scan
+        status = _STATUSES[res.status]
+        data = self._data
+        size = len(memoryview(data).cast("B")) if data is not None else 0
+        detail = None
+        if status is not ScanStatus.OK and status is not ScanStatus.FULL:
+            detail = _error_detail(status, data, size, res.valid_bytes, 0, res.bad_value,
+                                   res.stored_crc, res.computed_crc, 2**31 - 1)
+        return ScanResult(status, res.valid_bytes, 0, bad_value=res.bad_value,
+                          stored_crc=res.stored_crc, computed_crc=res.computed_crc,
+                          detail=detail)
 
 
 # ---- File IO ----------------------------------------------------------------------

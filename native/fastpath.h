@@ -131,6 +131,62 @@ int lk_space_probe(const char *path, struct lk_space *out);
  * -errno of the failing call. Thread-safe for distinct dirs; syncs. */
 int lk_availability_probe(const char *dir, size_t block_size, int64_t *latency_ns);
 
+/* ---- Appending batches to a segment: one call per append ---- */
+#define LK_APPEND_OK 0          /* every batch written */
+#define LK_APPEND_ROLL 1        /* `batches` written (maybe 0); the rest needs a new segment */
+#define LK_APPEND_INVALID 2     /* nothing written: the scan refused the buffer (a->scan) */
+#define LK_APPEND_BAD_COUNT 3   /* nothing written: recordsCount <= 0, or lastOffsetDelta
+                                 * below recordsCount - 1, in batch a->error_batch */
+#define LK_APPEND_BAD_OFFSET 4  /* nothing written: a follower batch starts below the
+                                 * expected offset (a->next_offset, then each batch's end) */
+#define LK_APPEND_TOO_LARGE 5   /* nothing written: batch a->error_batch over max_batch_size */
+#define LK_APPEND_EMPTY 6       /* nothing written: no batch in the buffer */
+struct lk_index_entry {
+    int64_t last_offset;       /* the indexed batch's last offset */
+    int64_t position;          /* the batch's position in the .log */
+    int64_t max_timestamp;     /* the segment's largest timestamp after this batch */
+    int64_t offset_of_max_timestamp;
+};
+struct lk_append {
+    /* in */
+    int64_t position;          /* the segment's .log size: where the batches go */
+    int64_t segment_base;      /* the segment's base offset */
+    int64_t roll_after_ts;     /* a non-empty segment rolls first when the append's max
+                                * timestamp is above this (INT64_MAX: never) */
+    int32_t index_interval;    /* index.interval.bytes */
+    int32_t index_room;        /* entries both indexes can still take */
+    int32_t max_batch_size;    /* max.message.bytes */
+    int32_t leader_epoch;      /* written into every batch when assign_offsets */
+    int32_t assign_offsets;    /* 1: a leader's append; 0: a follower's, offsets kept */
+    int32_t verify_crc;        /* 0 only for batches this call already validated */
+    /* in and out: the segment's running state */
+    int64_t next_offset;       /* the log end offset; after the call, past the last batch */
+    int64_t bytes_since_index; /* bytes appended since the last index entry */
+    int64_t max_timestamp;     /* the segment's largest batch max timestamp, -1 if none */
+    int64_t offset_of_max_timestamp;
+    /* out */
+    int32_t status;            /* LK_APPEND_* */
+    int32_t batches;           /* whole batches written, from the start of buf */
+    int32_t index_entries;     /* entries filled in index_out */
+    int32_t error_batch;       /* the refused batch, for BAD_COUNT/BAD_OFFSET/TOO_LARGE */
+    int64_t bytes_written;
+    int64_t append_max_timestamp; /* the largest max timestamp of the batches written */
+    struct lk_scan_result scan;   /* the validation scan (LK_APPEND_INVALID says why) */
+};
+/* Validate every batch of buf (framing, magic 2, CRC-32C, sizes, counts; a follower's
+ * offsets), and only when all are valid write the leading ones that fit this segment
+ * to fd at a->position with one pwritev: baseOffset and partitionLeaderEpoch assigned
+ * in the written copy when assign_offsets (buf is not modified). A batch does not fit
+ * when it needs an index entry beyond index_room or a relative offset over 2^31 - 1;
+ * an empty segment (position 0) takes at least one. infos gets every batch's header as
+ * written (infos_cap >= batches in buf: len / 61 + 1 is enough); index_out the entries
+ * Kafka's index.interval.bytes rule asks for (index_cap >= infos_cap). Returns the
+ * batches written (status OK or ROLL), 0 with a refusal status, or -errno from the write
+ * (then part of the data may be in the file: the caller cuts it back). Thread-safe on
+ * distinct fds and buffers; does not sync. */
+int64_t lk_append_batches(int fd, const uint8_t *buf, size_t len, struct lk_append *a,
+                          struct lk_batch_info *infos, size_t infos_cap,
+                          struct lk_index_entry *index_out, size_t index_cap);
 /* CDEF-END */
 
 #endif

@@ -40,6 +40,25 @@ uint32_t lk_crc_vpclmul512_raw(uint32_t crc, const uint8_t *buf, size_t len);
 uint32_t lk_crc_vpclmul512_sse42_raw(uint32_t crc, const uint8_t *buf, size_t len);
 #endif
 
+/* Header field offsets (docs/formats.md, "Record batch, magic 2"). */
+#define LK_OFF_BASE_OFFSET 0
+#define LK_OFF_LENGTH 8
+#define LK_OFF_LEADER_EPOCH 12
+#define LK_OFF_MAGIC 16
+#define LK_OFF_CRC 17
+#define LK_OFF_ATTRIBUTES 21
+#define LK_OFF_LAST_OFFSET_DELTA 23
+#define LK_OFF_BASE_TIMESTAMP 27
+#define LK_OFF_MAX_TIMESTAMP 35
+#define LK_OFF_PRODUCER_ID 43
+#define LK_OFF_PRODUCER_EPOCH 51
+#define LK_OFF_BASE_SEQUENCE 53
+#define LK_OFF_RECORDS_COUNT 57
+#define LK_HEADER_SIZE 61
+#define LK_LOG_OVERHEAD 12 /* baseOffset + batchLength: not counted in batchLength */
+#define LK_MIN_BATCH_LENGTH (LK_HEADER_SIZE - LK_LOG_OVERHEAD)
+#define LK_HEADER_UP_TO_MAGIC 17
+
 /* Big-endian loads and stores of the batch header fields. */
 static inline uint32_t lk_be32(const uint8_t *p)
 {

@@ -8,24 +8,6 @@
 
 #include "internal.h"
 
-/* Header field offsets (docs/formats.md, "Record batch, magic 2"). */
-#define LK_OFF_BASE_OFFSET 0
-#define LK_OFF_LENGTH 8
-#define LK_OFF_LEADER_EPOCH 12
-#define LK_OFF_MAGIC 16
-#define LK_OFF_CRC 17
-#define LK_OFF_ATTRIBUTES 21
-#define LK_OFF_LAST_OFFSET_DELTA 23
-#define LK_OFF_BASE_TIMESTAMP 27
-#define LK_OFF_MAX_TIMESTAMP 35
-#define LK_OFF_PRODUCER_ID 43
-#define LK_OFF_PRODUCER_EPOCH 51
-#define LK_OFF_BASE_SEQUENCE 53
-#define LK_OFF_RECORDS_COUNT 57
-#define LK_HEADER_SIZE 61
-#define LK_LOG_OVERHEAD 12 /* baseOffset + batchLength: not counted in batchLength */
-#define LK_MIN_BATCH_LENGTH (LK_HEADER_SIZE - LK_LOG_OVERHEAD)
-#define LK_HEADER_UP_TO_MAGIC 17
 /* Smallest legacy messages (magic 0 and 1): crc, magic, attributes, [timestamp], key
  * and value lengths. Shorter ones are garbage (a zero-filled tail reads as magic 0
  * with length 0), so they count as a bad length rather than a legacy message set. */

@@ -289,3 +289,59 @@ def test_a_full_index_rolls_instead_of_failing_the_dir(tmp_path, leader_append):
     assert reopened.log_end_offset == 30 and reopened.recovery.bytes_truncated == 0
     assert reopened.offset_for_timestamp(1_700_000_000_000 + 17)[0] == 17
     reopened.close()
+
+
+def test_a_leader_append_never_changes_the_callers_bytes(pdir):
+    """Offsets and the leader epoch go into the written copy (one pwritev); the request's
+    own bytes are neither copied nor changed."""
+    log = Log.open(pdir)
+    log.append(batch(2))
+    data = batch(3) + batch(1)
+    before = bytes(data)
+    info = log.append(data, leader_epoch=7)
+    assert data == before
+    assert (info.base_offset, info.last_offset, info.record_count) == (2, 5, 4)
+    got = list(iter_batches(log.read(2, 1 << 20)))
+    assert [(b.base_offset, b.partition_leader_epoch) for b in got] == [(2, 7), (5, 7)]
+    log.close()
+
+
+@pytest.mark.parametrize("which", ["crc", "count", "too_large"])
+def test_one_bad_batch_in_a_many_batch_append_writes_none_of_them(pdir, which):
+    log = Log.open(pdir, LogConfig(max_message_bytes=4000))
+    log.append(batch(1))
+    good = batch(2)
+    bad = bytearray(batch(2))
+    if which == "crc":
+        bad[-1] ^= 1
+    elif which == "count":
+        bad[57:61] = struct.pack(">i", 5)  # 5 records but lastOffsetDelta 1, CRC redone
+        bad[17:21] = struct.pack(">I", native.crc32c(bytes(bad[21:])))
+    else:
+        bad = bytearray(batch(1, size=5000))
+    files = snapshot(pdir)
+    with pytest.raises(RecordTooLargeError if which == "too_large" else CorruptRecordError):
+        log.append(good + bytes(bad) + good)
+    assert snapshot(pdir) == files and log.log_end_offset == 1
+    log.close()
+
+
+def test_a_follower_batch_below_the_log_end_is_refused(pdir):
+    log = Log.open(pdir)
+    log.append(batch(3))
+    stale = bytearray(batch(1))
+    native.assign_offsets(stale, 1, 0)
+    with pytest.raises(CorruptRecordError, match="below log end 3"):
+        log.append(bytes(stale), assign_offsets=False)
+    assert log.log_end_offset == 3
+    log.close()
+
+
+def test_incoming_timestamps_past_segment_ms_roll_the_whole_append(pdir):
+    """segment.ms counts from the segment's first timestamp to the append's largest:
+    when that is over, all of the append starts a new segment (Kafka's maybeRoll)."""
+    log = Log.open(pdir, LogConfig(segment_ms=1000))
+    log.append(batch(1, ts=1_700_000_000_000))
+    log.append(batch(1, ts=1_700_000_000_500) + batch(1, ts=1_700_000_002_000))
+    assert [s.base_offset for s in log.segments] == [0, 1]
+    log.close()
