@@ -2,7 +2,8 @@
 
 Offset checkpoints (`version`, `count`, then `topic partition offset` lines), the
 leader-epoch checkpoint, `meta.properties` and `partition.metadata`, byte-for-byte as
-Kafka writes them. Writes go to `<file>.tmp`, are fsynced, renamed over the target,
+Kafka writes them; an empty offset or leader-epoch checkpoint means no entries, as
+Kafka reads it. Writes go to `<file>.tmp`, are fsynced, renamed over the target,
 and the directory is fsynced. A file that does not parse raises `CheckpointError`
 naming the file and line; OSErrors propagate to the caller's IoGuard untouched.
 """
@@ -21,6 +22,8 @@ CHECKPOINT_VERSION = 0
 
 def _lines(path: Path) -> list[str]:
     text = path.read_bytes().decode("utf-8")
+    if not text:
+        return []
     return text.split("\n")[:-1] if text.endswith("\n") else text.split("\n")
 
 
@@ -45,11 +48,19 @@ def write_atomically(path: str | os.PathLike[str], data: bytes) -> None:
 
 
 def _parse_versioned(path: Path, fields: int) -> list[list[str]]:
+    """The entry lines of a versioned checkpoint, split into `fields` fields each.
+
+    As Kafka's CheckpointFile reads it: an empty (0-byte) file, which Kafka creates
+    (cleaner-offset-checkpoint, and others when a broker stops before its first
+    write), has no entries; so has a file that ends after its version line.
+    """
     lines = _lines(path)
-    if len(lines) < 2:
-        raise CheckpointError(f"{path}: expected version and count lines, got {len(lines)} lines")
+    if not lines:
+        return []
     if lines[0].strip() != str(CHECKPOINT_VERSION):
         raise CheckpointError(f"{path}:1: unsupported checkpoint version {lines[0]!r}")
+    if len(lines) == 1:
+        return []
     try:
         count = int(lines[1])
     except ValueError as err:

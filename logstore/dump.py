@@ -5,7 +5,9 @@
 PATH is a `.log`, `.index` or `.timeindex` file, or a directory (every `.log` below
 it). Per batch: offsets, position, size, record count, timestamps, CRC verdict;
 `--deep` decodes records; `--verify-index` checks `.index`/`.timeindex` against the
-log. Exit status: 0 all valid, 1 problems found, 2 usage or IO error (the message
+log. As Kafka's tool does, a batch whose CRC fails is listed (`isvalid: false`) and the
+listing goes on while the framing holds, and an index is read up to its zero-filled
+(preallocated) tail. Exit status: 0 all valid, 1 problems found, 2 usage or IO error (the message
 names the path and the operation).
 """
 
@@ -43,7 +45,7 @@ def _batch_fields(b: native.BatchInfo) -> dict[str, Any]:
         "producerId": b.producer_id, "producerEpoch": b.producer_epoch,
         "baseSequence": b.base_sequence, "partitionLeaderEpoch": b.partition_leader_epoch,
         "isTransactional": bool(attrs & 0x10), "isControl": bool(attrs & 0x20),
-        "compresscodec": codec, "crc": b.crc, "isvalid": True,
+        "compresscodec": codec, "crc": b.crc,
     }
 
 
@@ -76,8 +78,9 @@ def dump_segment(path: Path, *, verify_index: bool, deep: bool, as_json: bool,
     fd = os.open(path, os.O_RDONLY) if deep else -1
     deep_problems: list[str] = []
     try:
-        def on_batch(b: native.BatchInfo) -> None:
+        def on_batch(b: native.BatchInfo, valid: bool = True) -> None:
             fields = _batch_fields(b)
+            fields["isvalid"] = valid
             if deep:
                 try:
                     fields["records"] = _records(fd, b, str(path))
@@ -92,7 +95,8 @@ def dump_segment(path: Path, *, verify_index: bool, deep: bool, as_json: bool,
                 for r in recs:
                     print("| " + _text_batch(r), file=out)
 
-        report = verify_segment(path, check_indexes=verify_index, on_batch=on_batch)
+        report = verify_segment(path, check_indexes=verify_index, on_batch=on_batch,
+                                on_bad_batch=lambda b: on_batch(b, valid=False))
     finally:
         if fd >= 0:
             os.close(fd)

@@ -6,6 +6,11 @@ int32 relative offset). An active segment's files are preallocated (sparse) to
 `max_index_bytes` rounded down to the entry size, as Kafka does, and trimmed to
 `entries x entry size` on roll, close and after recovery.
 
+Where an index's entries end is decided in one place, `written_entries`: before the
+first all-zero entry (FORMATS.md). A live or crashed broker's active segment still has
+its preallocated, zero-filled tail, and no real entry is all zeros. Log loading, `verify`
+(dump-log, the Spark audit) and dump-log's index listing all read entries through it.
+
 Entries are written with pwrite, not through the mapping: on a full disk a store into
 a mapped sparse page kills the process with SIGBUS, while pwrite returns ENOSPC,
 which the log dir's IoGuard turns into SATURATED. Lookups read a read-only mapping.
@@ -18,8 +23,10 @@ from __future__ import annotations
 import abc
 import mmap
 import os
+import re
 import struct
 from pathlib import Path
+from typing import NamedTuple
 
 from .errors import IndexFullError
 
@@ -27,6 +34,7 @@ __all__ = ["IndexFullError", "OffsetIndex", "TimeIndex", "read_index_entries"]
 
 OFFSET_ENTRY = struct.Struct(">ii")
 TIME_ENTRY = struct.Struct(">qi")
+_NONZERO = re.compile(rb"[^\x00]")
 
 
 class _Index(abc.ABC):
@@ -73,17 +81,18 @@ class _Index(abc.ABC):
         self._remap(length)
 
     def _count_valid(self, length: int) -> int:
-        """Entries in the file: the prefix that is well ordered.
+        """Entries in the file: the written ones (`written_entries`) that are well ordered.
 
         A trimmed index has exactly floor(length / entry size) entries; a preallocated
-        one left by an unclean shutdown ends in zero entries, which break the order.
+        one (an active segment's, after an unclean shutdown or from Kafka) ends at its
+        first all-zero entry.
         """
         n = length // self.entry_size
         if n == 0:
             return 0
         with open(self._fd, "rb", closefd=False) as f:
             data = f.read(n * self.entry_size)
-        return self._valid_prefix(data, n)
+        return self._valid_prefix(data, written_entries(data, self.entry_size).count)
 
     @abc.abstractmethod
     def _valid_prefix(self, data: bytes, n: int) -> int:
@@ -176,8 +185,7 @@ class OffsetIndex(_Index):
     entry = OFFSET_ENTRY
 
     def _valid_prefix(self, data: bytes, n: int) -> int:
-        # Kafka never indexes position 0 (the first batch of a segment), so a zero
-        # entry is preallocated space, not an entry.
+        # Kafka never indexes position 0 (the first batch of a segment).
         last_rel, last_pos = -1, 0
         for i in range(n):
             rel, pos = OFFSET_ENTRY.unpack_from(data, i * 8)
@@ -282,12 +290,71 @@ class TimeIndex(_Index):
         return [(ts, self.base_offset + rel) for ts, rel in self.all_entries()]
 
 
-def read_index_entries(path: str | os.PathLike[str], kind: str) -> list[tuple[int, int]]:
-    """Every entry of an index file as stored (floor(L / entry size) of them), relative.
+class WrittenEntries(NamedTuple):
+    """Where an index file's written entries end (see `written_entries`)."""
 
-    For verification: no ordering is assumed, nothing is preallocated or trimmed.
+    count: int  # entries before the first all-zero entry
+    slots: int  # floor(file length / entry size)
+    stray: int | None  # first entry past `count` that is not all zeros, if any
+
+
+def written_entries(data: bytes, entry_size: int) -> WrittenEntries:
+    """How many of the entries in `data` were written: those before the first all-zero one.
+
+    Kafka preallocates an active segment's indexes (zero-filled, usually sparse) and
+    trims them only on roll, clean close and recovery, so a live or crashed broker's
+    active segment ends in zero entries. No written entry is all zeros: an offset-index
+    entry never names position 0 (a segment's first batch is not indexed) and a
+    time-index entry (0, base) needs a record stamped 0 in the first batch, which is
+    then found by scanning from the start anyway. Kafka's DumpLogSegments stops at the
+    first entry with relative offset 0 after entry 0; stopping at an all-zero one,
+    entry 0 included (an empty log, or one under index.interval.bytes, has none),
+    reads the same files the same way.
+
+    `stray` is the first non-zero entry after that point: not preallocated space but a
+    zeroed hole among real entries, which a verifier reports.
     """
+    slots = len(data) // entry_size
+    zero = bytes(entry_size)
+    start = 0
+    count = slots
+    while True:
+        hit = data.find(zero, start, slots * entry_size)
+        if hit < 0:
+            break
+        if hit % entry_size == 0:
+            count = hit // entry_size
+            break
+        start = hit - hit % entry_size + entry_size  # an unaligned run of zeros: go on
+    end, stop = count * entry_size, slots * entry_size
+    if data.count(0, end, stop) == stop - end:  # the usual case, and much the fastest test
+        return WrittenEntries(count, slots, None)
+    nonzero = _NONZERO.search(data, end, stop)
+    assert nonzero is not None
+    return WrittenEntries(count, slots, nonzero.start() // entry_size)
+
+
+class IndexFile(NamedTuple):
+    """An index file as a verifier reads it (`read_index_file`)."""
+
+    entries: list[tuple[int, int]]  # the written entries, as stored (relative offsets)
+    slots: int  # floor(file length / entry size)
+    stray: tuple[int, tuple[int, int]] | None  # (number, fields) of an entry past the end
+
+
+def read_index_file(path: str | os.PathLike[str], kind: str) -> IndexFile:
+    """An index file's written entries (see `written_entries`), unordered: for
+    verification, which checks the order itself."""
     entry = OFFSET_ENTRY if kind == "offset" else TIME_ENTRY
     data = Path(path).read_bytes()
-    n = len(data) // entry.size
-    return [entry.unpack_from(data, i * entry.size) for i in range(n)]
+    where = written_entries(data, entry.size)
+    stray = None
+    if where.stray is not None:
+        stray = (where.stray, entry.unpack_from(data, where.stray * entry.size))
+    return IndexFile(list(entry.iter_unpack(data[:where.count * entry.size])), where.slots,
+                     stray)
+
+
+def read_index_entries(path: str | os.PathLike[str], kind: str) -> list[tuple[int, int]]:
+    """The written entries of an index file as stored (relative), up to a zero-filled tail."""
+    return read_index_file(path, kind).entries

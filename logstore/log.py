@@ -130,8 +130,7 @@ class Log:
         else:
             for seg in self._segments:
                 if not seg.index_sane():
-                    seg.recover()
-                    self.recovery.indexes_rebuilt.append(seg.base_offset)
+                    self._recover_insane(seg)
         first_base = self._segments[0].base_offset
         start = first_base if log_start_offset is None else log_start_offset
         self.log_start_offset = min(max(start, first_base), self.log_end_offset)
@@ -164,8 +163,7 @@ class Log:
         start = max(0, bisect.bisect_right(self._bases, recovery_point) - 1)
         for seg in self._segments[:start]:
             if not seg.index_sane():
-                seg.recover()
-                self.recovery.indexes_rebuilt.append(seg.base_offset)
+                self._recover_insane(seg)
         i = start
         while i < len(self._segments):
             seg = self._segments[i]
@@ -187,6 +185,15 @@ class Log:
                 break
             i += 1
         # A segment left empty in the middle has no offsets to serve; keep it only last.
+
+    def _recover_insane(self, seg: LogSegment) -> None:
+        """Rebuild the indexes of a segment that failed the load-time sanity check (as
+        Kafka does, without deleting later segments), reporting any tail it cut."""
+        scan, cut = seg.recover()
+        self.recovery.indexes_rebuilt.append(seg.base_offset)
+        if cut or not scan.clean:
+            self.recovery.bytes_truncated += cut
+            self.recovery.problem = f"{seg.log_path}: {scan.detail}"
 
     def _new_segment(self, base_offset: int) -> LogSegment:
         return LogSegment(self.dir, base_offset,

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import native
-from native import ScanResult, ScanStatus
+from native import BatchInfo, ScanResult, ScanStatus
 
 DEFAULT_BUFFER = 1 << 20
 _LENGTH = struct.Struct(">qi")
@@ -52,12 +52,19 @@ def scan_file(
     on_batches: Callable[[ScanResult], int | None] | None = None,
     path: str | None = None,
     max_batch_size: int = 1 << 30,
+    on_bad_crc: Callable[[BatchInfo, ScanResult], None] | None = None,
 ) -> FileScan:
     """Scan batches in fd from `start` to `end` (default: the file size).
 
     `on_batches` gets each chunk's ScanResult (its batches' positions are file
     positions); returning a file position stops the scan there, with status OK and
     `valid_end` that position.
+
+    A batch whose CRC fails ends the scan (recovery cuts there), unless `on_bad_crc` is
+    given: then a batch whose framing is intact (length, magic, counts: what Kafka's
+    batch iterator checks) is passed to it, with the failed chunk's ScanResult (its
+    CRCs and detail), and the scan goes on after it, as Kafka's DumpLogSegments does.
+    The result then says how the scan ended past such batches.
     """
     file_size = os.fstat(fd).st_size if end is None else end
     buf = bytearray(max(buffer_size, 64))
@@ -77,6 +84,13 @@ def scan_file(
         pos += res.valid_bytes
         if res.status is ScanStatus.OK:
             continue
+        if res.status is ScanStatus.BAD_CRC and on_bad_crc is not None:
+            framed = native.scan_batches(view[res.valid_bytes:], base_position=pos,
+                                         verify_crc=False, max_batches=1)
+            if len(framed) == 1:
+                on_bad_crc(framed[0], res)
+                pos += framed[0].size
+                continue
         if res.status is not ScanStatus.TORN:
             return FileScan(file_size, pos, res.status, res.detail, res.stored_crc,
                             res.computed_crc, res.bad_value)

@@ -2,11 +2,13 @@
 
 Shared by `logkeeper dump-log` and the Spark audit. A `.log` is streamed through a
 fixed buffer (logstore.scan), never read whole; the `.index`/`.timeindex` beside it
-are checked by docs/formats.md's rules: entries in order, offsets at or above the segment
-base, positions inside the file, and each entry naming a real batch (an offset entry's
-batch ends at that offset and starts at that position; a time entry's batch ends at
-that offset and has that max timestamp). Problems are returned, not raised; an OSError
-reading the files propagates to the caller.
+are checked by docs/formats.md's rules: the written entries (up to a preallocated,
+zero-filled tail: logstore.index.written_entries) in order, offsets at or above the
+segment base, positions inside the file, and each entry naming a real batch (an offset
+entry's batch ends at that offset and starts at that position; a time entry's offset is
+inside a batch, at its end or, as older brokers wrote, at the record holding its max
+timestamp, and the entry's timestamp is that batch's max). Problems are returned, not
+raised; an OSError reading the files propagates to the caller.
 """
 
 from __future__ import annotations
@@ -16,10 +18,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import native
 from native import BatchInfo, ScanResult, ScanStatus
 
 from . import names
-from .index import read_index_entries
+from .index import IndexFile, read_index_file
 from .scan import DEFAULT_BUFFER, scan_file
 
 ERROR = "error"
@@ -80,14 +83,25 @@ def verify_segment(
     buffer_size: int = DEFAULT_BUFFER,
     on_batch: Callable[[BatchInfo], None] | None = None,
     max_batch_size: int = 1 << 30,
+    on_bad_batch: Callable[[BatchInfo], None] | None = None,
 ) -> SegmentReport:
-    """Scan one `.log`, call `on_batch` for each valid batch, check its indexes."""
+    """Scan one `.log`, call `on_batch` for each valid batch, check its indexes.
+
+    A batch whose CRC fails but whose framing is intact is reported (`bad-crc`, with
+    its base offset), passed to `on_bad_batch`, and the scan goes on after it, as
+    Kafka's DumpLogSegments does; the report's status and valid_bytes still say where
+    recovery would cut (the first such batch). Its offsets and timestamps are not
+    trusted (the CRC covers them): the index entries naming it are not checked, and
+    the offset order is checked again from the next valid batch. Where the scan stops
+    early (torn tail, broken framing) the index entries past that point cannot be
+    checked and are not reported: the stop is the finding.
+    """
     path = Path(log_path)
     parsed = names.parse_segment_file(path.name)
     base = parsed[0] if parsed else 0
     report = SegmentReport(str(path), base)
     offset_entries: dict[int, int] = {}  # absolute offset -> expected batch position
-    time_entries: dict[int, int] = {}  # absolute offset -> expected max timestamp
+    time_entries: list[tuple[int, int]] = []  # (absolute offset, timestamp), in order
     index_path = path.with_suffix(names.INDEX_SUFFIX)
     time_index_path = path.with_suffix(names.TIME_INDEX_SUFFIX)
     file_size = path.stat().st_size
@@ -95,19 +109,30 @@ def verify_segment(
         offset_entries = _check_offset_index(index_path, base, file_size, report)
     if check_indexes and time_index_path.exists():
         time_entries = _check_time_index(time_index_path, base, report)
+    offset_at = {pos: off for off, pos in offset_entries.items()}
     seen_at: dict[int, int] = {}  # positions named by the index -> last offset found there
-    wanted_positions = set(offset_entries.values())
-    state = {"prev_last": None}
+    # prev_last: the previous valid batch's last offset (None after a bad one);
+    # next_time: the first time-index entry not yet matched; after_bad: the batch
+    # before is a bad one, so entries below the next batch may be inside it.
+    state: dict = {"prev_last": None, "next_time": 0, "after_bad": False, "bad": []}
+
+    def time_entries_below(offset: int) -> None:
+        """Time-index entries below `offset` that no batch holds (unless a bad one may)."""
+        j = state["next_time"]
+        while j < len(time_entries) and time_entries[j][0] < offset:
+            if not state["after_bad"]:
+                entry_offset, ts = time_entries[j]
+                report.problems.append(Problem(
+                    "timeindex-mismatch", str(time_index_path), None, entry_offset,
+                    f"time index entry ({ts}, {entry_offset}): no valid batch holds offset "
+                    f"{entry_offset}"))
+            j += 1
+        state["next_time"] = j
 
     def visit(res: ScanResult) -> None:
         for b in res:
             if report.first_offset is None:
-                report.first_offset = b.base_offset
-                if b.base_offset < base:
-                    report.problems.append(Problem(
-                        "offset-below-base", str(path), b.position, b.base_offset,
-                        f"first batch starts at offset {b.base_offset}, below the segment "
-                        f"base {base}"))
+                first_batch(b)
             prev = state["prev_last"]
             if prev is not None:
                 if b.base_offset <= prev:
@@ -122,7 +147,7 @@ def verify_segment(
             report.record_count += b.records_count
             report.last_offset = b.last_offset
             report.max_timestamp = max(report.max_timestamp, b.max_timestamp)
-            if b.position in wanted_positions:
+            if b.position in offset_at:
                 seen_at[b.position] = b.last_offset
             expected_pos = offset_entries.pop(b.last_offset, None)
             if expected_pos is not None and expected_pos != b.position:
@@ -130,50 +155,91 @@ def verify_segment(
                     "index-mismatch", str(index_path), expected_pos, b.last_offset,
                     f"index maps offset {b.last_offset} to position {expected_pos}, but the "
                     f"batch ending there starts at {b.position}"))
-            expected_ts = time_entries.pop(b.last_offset, None)
-            if expected_ts is not None and expected_ts != b.max_timestamp:
-                report.problems.append(Problem(
-                    "timeindex-mismatch", str(time_index_path), b.position, b.last_offset,
-                    f"time index says offset {b.last_offset} has timestamp {expected_ts}, the "
-                    f"batch's max timestamp is {b.max_timestamp}"))
+            time_entries_below(b.base_offset)
+            state["after_bad"] = False
+            # An entry may name the batch's last offset or (older brokers) the record
+            # holding its max timestamp, inside it: either way, that batch's max.
+            j = state["next_time"]
+            while j < len(time_entries) and time_entries[j][0] <= b.last_offset:
+                entry_offset, ts = time_entries[j]
+                if ts != b.max_timestamp:
+                    report.problems.append(Problem(
+                        "timeindex-mismatch", str(time_index_path), b.position, entry_offset,
+                        f"time index says offset {entry_offset} has timestamp {ts}, the max "
+                        f"timestamp of the batch holding it (offsets {b.base_offset}-"
+                        f"{b.last_offset}) is {b.max_timestamp}"))
+                j += 1
+            state["next_time"] = j
             if on_batch is not None:
                 on_batch(b)
+
+    def first_batch(b: BatchInfo) -> None:
+        report.first_offset = b.base_offset
+        if b.base_offset < base:
+            report.problems.append(Problem(
+                "offset-below-base", str(path), b.position, b.base_offset,
+                f"first batch starts at offset {b.base_offset}, below the segment "
+                f"base {base}"))
+
+    def bad_crc(b: BatchInfo, res: ScanResult) -> None:
+        if report.first_offset is None:
+            first_batch(b)  # the base offset is outside the CRC, like the length
+        state["bad"].append(b.position)
+        report.problems.append(Problem(
+            "bad-crc", str(path), b.position, b.base_offset, res.detail))
+        indexed = offset_at.get(b.position)
+        if indexed is not None:  # the position is right; the last offset is unverifiable
+            offset_entries.pop(indexed, None)
+            seen_at[b.position] = indexed
+        time_entries_below(b.base_offset)
+        state["prev_last"], state["after_bad"] = None, True
+        if on_bad_batch is not None:
+            on_bad_batch(b)
 
     fd = os.open(path, os.O_RDONLY)
     try:
         scan = scan_file(fd, buffer_size=buffer_size, on_batches=visit, path=str(path),
-                         max_batch_size=max_batch_size)
+                         max_batch_size=max_batch_size, on_bad_crc=bad_crc)
+        stop_offset = None
+        if not scan.clean and scan.file_size - scan.valid_end >= 8:
+            stop_offset = int.from_bytes(native.pread(fd, 8, scan.valid_end, path=str(path)),
+                                         "big", signed=True)
     finally:
         os.close(fd)
     report.file_size = scan.file_size
-    report.valid_bytes = scan.valid_end
-    report.status = scan.status
-    if scan.status is not ScanStatus.OK:
-        report.legacy = scan.status is ScanStatus.LEGACY
+    first_bad = state["bad"][0] if state["bad"] else None
+    report.valid_bytes = scan.valid_end if first_bad is None else first_bad
+    report.status = scan.status if first_bad is None else ScanStatus.BAD_CRC
+    if not scan.clean:
+        legacy = scan.status is ScanStatus.LEGACY
+        report.legacy = legacy
         report.problems.append(Problem(
-            _STATUS_KIND.get(scan.status, "corrupt-batch"), str(path), scan.valid_end, None,
-            scan.detail, WARNING if report.legacy else ERROR))
+            _STATUS_KIND.get(scan.status, "corrupt-batch"), str(path), scan.valid_end,
+            stop_offset, scan.detail, WARNING if legacy else ERROR))
+    # Past an early stop, nothing could be checked: those entries are not findings.
     for offset, position in sorted(offset_entries.items()):
+        if not scan.clean and position >= scan.valid_end:
+            continue
         found = seen_at.get(position)
         where = (f"the batch there ends at offset {found}" if found is not None
                  else "no valid batch starts there")
         report.problems.append(Problem(
             "index-mismatch", str(index_path), position, offset,
             f"index maps offset {offset} to position {position}: {where}"))
-    for offset, ts in sorted(time_entries.items()):
-        report.problems.append(Problem(
-            "timeindex-mismatch", str(time_index_path), None, offset,
-            f"time index entry ({ts}, {offset}): no valid batch ends at offset {offset}"))
+    if scan.clean:
+        time_entries_below(2**63 - 1)
     return report
 
 
 def _check_offset_index(index_path: Path, base: int, file_size: int,
                         report: SegmentReport) -> dict[int, int]:
-    entries = read_index_entries(index_path, "offset")
-    report.index_entries = len(entries)
+    index = read_index_file(index_path, "offset")
+    report.index_entries = len(index.entries)
+    _stray_entry(index, index_path, "index-past-end", report,
+                 lambda rel, pos: (pos, base + rel, f"({base + rel}, {pos})"))
     out: dict[int, int] = {}
     prev = None
-    for i, (rel, pos) in enumerate(entries):
+    for i, (rel, pos) in enumerate(index.entries):
         offset = base + rel
         if rel < 0 or (prev is not None and offset <= prev):
             report.problems.append(Problem(
@@ -191,12 +257,15 @@ def _check_offset_index(index_path: Path, base: int, file_size: int,
     return out
 
 
-def _check_time_index(index_path: Path, base: int, report: SegmentReport) -> dict[int, int]:
-    entries = read_index_entries(index_path, "time")
-    report.time_index_entries = len(entries)
-    out: dict[int, int] = {}
+def _check_time_index(index_path: Path, base: int, report: SegmentReport
+                      ) -> list[tuple[int, int]]:
+    index = read_index_file(index_path, "time")
+    report.time_index_entries = len(index.entries)
+    _stray_entry(index, index_path, "timeindex-past-end", report,
+                 lambda ts, rel: (None, base + rel, f"({ts}, {base + rel})"))
+    out: list[tuple[int, int]] = []
     prev_ts = prev_off = None
-    for i, (ts, rel) in enumerate(entries):
+    for i, (ts, rel) in enumerate(index.entries):
         offset = base + rel
         if rel < 0 or (prev_ts is not None and (ts <= prev_ts or offset < prev_off)):
             report.problems.append(Problem(
@@ -204,5 +273,19 @@ def _check_time_index(index_path: Path, base: int, report: SegmentReport) -> dic
                 f"entry {i}: ({ts}, {offset}) does not follow ({prev_ts}, {prev_off})"))
             continue
         prev_ts, prev_off = ts, offset
-        out[offset] = ts
+        out.append((offset, ts))
     return out
+
+
+def _stray_entry(index: IndexFile, index_path: Path, kind: str, report: SegmentReport,
+                 describe: Callable[[int, int], tuple[int | None, int, str]]) -> None:
+    """Report an entry after the all-zero one that ends the index: not preallocated
+    space, but entries lost to a zeroed hole."""
+    if index.stray is None:
+        return
+    number, fields = index.stray
+    position, offset, shown = describe(*fields)
+    report.problems.append(Problem(
+        kind, str(index_path), position, offset,
+        f"entry {number} {shown} follows the all-zero entry {len(index.entries)} that ends "
+        f"the index: a hole among its entries, not preallocated space"))
