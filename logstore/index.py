@@ -6,10 +6,10 @@ int32 relative offset). An active segment's files are preallocated (sparse) to
 `max_index_bytes` rounded down to the entry size, as Kafka does, and trimmed to
 `entries x entry size` on roll, close and after recovery.
 
-Where an index's entries end is decided in one place, `written_entries`: before the
-first all-zero entry (FORMATS.md). A live or crashed broker's active segment still has
-its preallocated, zero-filled tail, and no real entry is all zeros. Log loading, `verify`
-(dump-log, the Spark audit) and dump-log's index listing all read entries through it.
+Where an index's entries end is decided in one place, `read_written_entries`: before
+the first all-zero entry (FORMATS.md). A live or crashed broker's active segment still
+has its preallocated, zero-filled tail, and no real entry is all zeros. Log loading,
+`verify` (dump-log, the Spark audit) and dump-log's index listing all read through it.
 
 Entries are written with pwrite, not through the mapping: on a full disk a store into
 a mapped sparse page kills the process with SIGBUS, while pwrite returns ENOSPC,
@@ -21,6 +21,7 @@ to the caller (the segment's log runs these calls inside its IoGuard).
 from __future__ import annotations
 
 import abc
+import errno
 import mmap
 import os
 import re
@@ -35,6 +36,7 @@ __all__ = ["IndexFullError", "OffsetIndex", "TimeIndex", "read_index_entries"]
 OFFSET_ENTRY = struct.Struct(">ii")
 TIME_ENTRY = struct.Struct(">qi")
 _NONZERO = re.compile(rb"[^\x00]")
+_CHUNK_ENTRIES = 1 << 13  # entries read at a time: 64 KiB of offset index
 
 
 class _Index(abc.ABC):
@@ -81,18 +83,16 @@ class _Index(abc.ABC):
         self._remap(length)
 
     def _count_valid(self, length: int) -> int:
-        """Entries in the file: the written ones (`written_entries`) that are well ordered.
+        """Entries in the file: the written ones (`read_written_entries`), well ordered.
 
         A trimmed index has exactly floor(length / entry size) entries; a preallocated
         one (an active segment's, after an unclean shutdown or from Kafka) ends at its
         first all-zero entry.
         """
-        n = length // self.entry_size
-        if n == 0:
+        if length < self.entry_size:
             return 0
-        with open(self._fd, "rb", closefd=False) as f:
-            data = f.read(n * self.entry_size)
-        return self._valid_prefix(data, written_entries(data, self.entry_size).count)
+        written = read_written_entries(self._fd, self.entry_size)
+        return self._valid_prefix(written.data, written.count)
 
     @abc.abstractmethod
     def _valid_prefix(self, data: bytes, n: int) -> int:
@@ -291,15 +291,16 @@ class TimeIndex(_Index):
 
 
 class WrittenEntries(NamedTuple):
-    """Where an index file's written entries end (see `written_entries`)."""
+    """An index file's written entries (see `read_written_entries`)."""
 
+    data: bytes  # the written entries' bytes: count x entry size
     count: int  # entries before the first all-zero entry
     slots: int  # floor(file length / entry size)
     stray: int | None  # first entry past `count` that is not all zeros, if any
 
 
-def written_entries(data: bytes, entry_size: int) -> WrittenEntries:
-    """How many of the entries in `data` were written: those before the first all-zero one.
+def read_written_entries(fd: int, entry_size: int) -> WrittenEntries:
+    """The entries of an index file that were written: those before the first all-zero one.
 
     Kafka preallocates an active segment's indexes (zero-filled, usually sparse) and
     trims them only on roll, clean close and recovery, so a live or crashed broker's
@@ -312,26 +313,66 @@ def written_entries(data: bytes, entry_size: int) -> WrittenEntries:
     reads the same files the same way.
 
     `stray` is the first non-zero entry after that point: not preallocated space but a
-    zeroed hole among real entries, which a verifier reports.
+    zeroed hole among real entries, which a verifier reports. The zero tail is skipped
+    where the file system knows it is a hole (SEEK_DATA), so a 10 MiB preallocated
+    index costs a read of its written entries, not of 10 MiB. OSErrors propagate.
     """
-    slots = len(data) // entry_size
+    slots = os.fstat(fd).st_size // entry_size
+    limit = slots * entry_size
     zero = bytes(entry_size)
+    chunks: list[bytes] = []
+    pos = 0
+    while pos < limit:
+        chunk = os.pread(fd, min(_CHUNK_ENTRIES * entry_size, limit - pos), pos)
+        chunk = chunk[:len(chunk) - len(chunk) % entry_size]
+        if not chunk:  # the file shrank under us
+            limit = pos
+            break
+        end = _first_zero_entry(chunk, zero)
+        chunks.append(chunk if end is None else chunk[:end])
+        pos += len(chunks[-1])
+        if end is not None:
+            break
+    count = pos // entry_size
+    nonzero = _first_nonzero(fd, pos, limit)
+    return WrittenEntries(b"".join(chunks), count, slots,
+                          None if nonzero is None else nonzero // entry_size)
+
+
+def _first_zero_entry(data: bytes, zero: bytes) -> int | None:
+    """Byte position of the first all-zero entry in `data` (entry-aligned), or None."""
     start = 0
-    count = slots
-    while True:
-        hit = data.find(zero, start, slots * entry_size)
-        if hit < 0:
-            break
-        if hit % entry_size == 0:
-            count = hit // entry_size
-            break
-        start = hit - hit % entry_size + entry_size  # an unaligned run of zeros: go on
-    end, stop = count * entry_size, slots * entry_size
-    if data.count(0, end, stop) == stop - end:  # the usual case, and much the fastest test
-        return WrittenEntries(count, slots, None)
-    nonzero = _NONZERO.search(data, end, stop)
-    assert nonzero is not None
-    return WrittenEntries(count, slots, nonzero.start() // entry_size)
+    while (hit := data.find(zero, start)) >= 0:
+        if hit % len(zero) == 0:
+            return hit
+        start = hit - hit % len(zero) + len(zero)  # an unaligned run of zeros: go on
+    return None
+
+
+def _first_nonzero(fd: int, start: int, limit: int) -> int | None:
+    """File position of the first non-zero byte in [start, limit), or None; holes are
+    skipped without reading them."""
+    pos = start
+    while pos < limit:
+        try:
+            pos = os.lseek(fd, pos, os.SEEK_DATA)
+            data_end = min(os.lseek(fd, pos, os.SEEK_HOLE), limit)
+        except OSError as err:
+            if err.errno == errno.ENXIO:  # nothing but a hole from pos to the end
+                return None
+            if err.errno not in (errno.EINVAL, errno.EOPNOTSUPP):
+                raise
+            data_end = limit  # no hole support here: read it all
+        while pos < data_end:
+            chunk = os.pread(fd, min(_CHUNK_ENTRIES * 12, data_end - pos), pos)
+            if not chunk:
+                return None
+            if chunk.count(0) != len(chunk):
+                found = _NONZERO.search(chunk)
+                assert found is not None
+                return pos + found.start()
+            pos += len(chunk)
+    return None
 
 
 class IndexFile(NamedTuple):
@@ -343,16 +384,19 @@ class IndexFile(NamedTuple):
 
 
 def read_index_file(path: str | os.PathLike[str], kind: str) -> IndexFile:
-    """An index file's written entries (see `written_entries`), unordered: for
+    """An index file's written entries (see `read_written_entries`), unordered: for
     verification, which checks the order itself."""
     entry = OFFSET_ENTRY if kind == "offset" else TIME_ENTRY
-    data = Path(path).read_bytes()
-    where = written_entries(data, entry.size)
-    stray = None
-    if where.stray is not None:
-        stray = (where.stray, entry.unpack_from(data, where.stray * entry.size))
-    return IndexFile(list(entry.iter_unpack(data[:where.count * entry.size])), where.slots,
-                     stray)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        written = read_written_entries(fd, entry.size)
+        stray = None
+        if written.stray is not None:
+            stray = (written.stray,
+                     entry.unpack(os.pread(fd, entry.size, written.stray * entry.size)))
+    finally:
+        os.close(fd)
+    return IndexFile(list(entry.iter_unpack(written.data)), written.slots, stray)
 
 
 def read_index_entries(path: str | os.PathLike[str], kind: str) -> list[tuple[int, int]]:
