@@ -157,20 +157,21 @@ def list_root(root: Root) -> Listing:
     try:
         entries = sorted(os.scandir(top), key=lambda e: e.name)
     except OSError as err:
-        out.dirs.append((host, top, False, None, None, f"cannot list: {err.strerror}"))
+        out.dirs.append((host, top, False, None, None, f"cannot list: {err.strerror}", None))
         out.problems.append(_problem(host, top, None, None, None, "dir-unreadable",
                                      f"cannot list log dir {top} of {host}: {err}"))
         return out
-    broker_id = None
+    props: dict[str, str] = {}
     meta = Path(top, names.META_PROPERTIES)
     if meta.exists():
         try:
-            broker_id = checkpoint.read_meta_properties(meta).get("broker.id")
+            props = checkpoint.read_meta_properties(meta)
         except (OSError, CheckpointError) as err:
             out.problems.append(_problem(host, top, None, None, names.META_PROPERTIES,
                                          "checkpoint-unreadable", f"{meta}: {err}"))
     clean = Path(top, names.CLEAN_SHUTDOWN_FILE).exists()
-    out.dirs.append((host, top, True, clean, broker_id, None))
+    out.dirs.append((host, top, True, clean, props.get("broker.id"), None,
+                     props.get("cluster.id")))
     for name in CHECKPOINT_FILES:
         path = Path(top, name)
         if not path.exists():
@@ -226,11 +227,13 @@ def list_roots(roots: Sequence[Root], *, threads: int = 16) -> Listing:
 
 
 def replicated_partitions(listing: Listing) -> set[tuple[str, int]]:
-    """(topic, partition) present on more than one host: they need batch fingerprints."""
-    hosts: dict[tuple[str, int], set[str]] = {}
-    for host, _dir, topic, partition, _n in listing.partitions:
-        hosts.setdefault((topic, partition), set()).add(host)
-    return {tp for tp, hs in hosts.items() if len(hs) > 1}
+    """(topic, partition) present on more than one host of one cluster (the cluster.id
+    of the dirs, transforms.replicas): they need batch fingerprints."""
+    cluster = {(row[0], row[1]): row[6] for row in listing.dirs}
+    hosts: dict[tuple[str | None, str, int], set[str]] = {}
+    for host, dir_, topic, partition, _n in listing.partitions:
+        hosts.setdefault((cluster.get((host, dir_)), topic, partition), set()).add(host)
+    return {(topic, partition) for (_c, topic, partition), hs in hosts.items() if len(hs) > 1}
 
 
 def plan_tasks(segments: Sequence[SegmentFile], fingerprint: set[tuple[str, int]], *,
@@ -274,24 +277,6 @@ def _row(column: int, value: tuple) -> tuple:
 
 
 SEG, PROBLEM, BATCH, DIRS, PARTITIONS, CHECKPOINTS = range(6)
-
-
-def _preallocated(problem, base_offset: int) -> bool:
-    """An "out of order" index entry that is really unwritten preallocated space.
-
-    A live broker's (or a crashed one's) active segment has 10 MiB index files whose
-    tail is zeros: entry (relative offset 0, position 0) or (timestamp 0, relative
-    offset 0) after the first entry. Kafka's DumpLogSegments stops at the first such
-    entry; logstore.verify (for now) reports each as an order error, so they are
-    dropped here, not reported millions of times.
-    """
-    if problem.offset != base_offset:
-        return False
-    if problem.kind == "index-offset-order":
-        return problem.position == 0
-    if problem.kind == "timeindex-order":
-        return f": (0, {base_offset}) " in problem.detail
-    return False
 
 
 def scan_segments(items: Iterable[tuple], buffer_size: int = 1 << 20) -> Iterator[tuple]:
@@ -338,8 +323,6 @@ def scan_segments(items: Iterable[tuple], buffer_size: int = 1 << 20) -> Iterato
                          rep.valid_bytes, rep.status.name, rep.legacy, rep.max_timestamp,
                          rep.offset_gaps, rep.index_entries, rep.time_index_entries, seconds))
         for p in rep.problems:
-            if _preallocated(p, rep.base_offset):
-                continue
             yield _row(PROBLEM, _problem(host, dir_, topic, partition, os.path.basename(p.path),
                                          p.kind, p.detail, p.severity, p.position, p.offset))
         if packed:

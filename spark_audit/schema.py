@@ -21,6 +21,9 @@ from pyspark.sql.types import (
 
 LOG_KEY = ["host", "dir", "topic", "partition"]
 PARTITION_KEY = ["topic", "partition"]
+# Replicas of one partition: the same topic and partition in log dirs of one cluster
+# (`cluster` is the dirs' cluster.id, "" for every dir that names none).
+REPLICA_KEY = ["cluster", *PARTITION_KEY]
 
 
 def _struct(*fields: tuple[str, object]) -> StructType:
@@ -29,9 +32,9 @@ def _struct(*fields: tuple[str, object]) -> StructType:
 
 _S, _I, _L, _B, _D = StringType(), IntegerType(), LongType(), BooleanType(), DoubleType()
 
-# One row per HOST=PATH root.
+# One row per HOST=PATH root; broker_id and cluster_id from its meta.properties.
 DIRS = _struct(("host", _S), ("dir", _S), ("readable", _B), ("clean_shutdown", _B),
-               ("broker_id", _S), ("detail", _S))
+               ("broker_id", _S), ("detail", _S), ("cluster_id", _S))
 
 # One row per partition directory found under a root.
 PARTITIONS = _struct(("host", _S), ("dir", _S), ("topic", _S), ("partition", _I),

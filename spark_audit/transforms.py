@@ -16,6 +16,12 @@ error or a warning is decided in one place, `assign_severity`:
   the log end in such a dir, legacy (magic 0/1) batches, a partition dir with no
   segment, a segment deleted between listing and scan.
 
+Replicas are the logs of one topic-partition in log dirs of one cluster: dirs whose
+meta.properties name the same cluster.id. Dirs that name none (a logkeeper dir made
+without a cluster id, a copy without meta.properties) form one group of their own:
+compared with each other, never with a named cluster's. Two clusters that both have a
+topic "orders" hold unrelated data, so replicas are never compared across clusters.
+
 A topic is compacted when it is a Kafka-internal compacted topic, named with
 --compacted, listed in a cleaner-offset-checkpoint, or any of its logs shows offsets
 missing inside a segment (compaction removes records, never whole offsets ranges in a
@@ -23,9 +29,9 @@ plain log). Replicas of compacted topics are not compared: each broker compacts 
 own schedule, so their batches legitimately differ.
 
 One fault, one finding: where a segment's scan stops early (corruption, torn tail)
-its end is unknown, so no gap is reported after it, no checkpoint is compared with
-it, and index entries beyond the stop are not reported as mismatches (they could not
-be checked).
+its end is unknown, so no gap is reported after it and no checkpoint is compared with
+it (index entries beyond the stop are not reported by logstore.verify either: they
+could not be checked).
 
 Nothing here raises on data; a missing column is a programming error (AnalysisException).
 """
@@ -39,7 +45,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
-from .schema import ERROR, FINDING_COLUMNS, FINDINGS, LOG_KEY, PARTITION_KEY, WARNING
+from .schema import ERROR, FINDING_COLUMNS, FINDINGS, LOG_KEY, REPLICA_KEY, WARNING
 
 INTERNAL_COMPACTED_TOPICS = ("__consumer_offsets", "__transaction_state")
 RECOVERY_POINT = "recovery-point-offset-checkpoint"
@@ -49,7 +55,6 @@ CLEANER = "cleaner-offset-checkpoint"
 
 # Kinds that are warnings whatever the context.
 WARNING_KINDS = ("legacy-format", "checkpoint-orphan", "no-segments", "vanished")
-INDEX_KINDS = ("index-mismatch", "timeindex-mismatch")
 OK = "OK"
 
 
@@ -122,30 +127,24 @@ def log_summary(segments: DataFrame, checkpoints: DataFrame, dirs: DataFrame,
                             (LOG_START, "log_start"), (CLEANER, "cleaner_offset"))
     ])
     return (logs.join(offsets, LOG_KEY, "left")
-            .join(dirs.select("host", "dir", "clean_shutdown"), ["host", "dir"], "left")
+            .join(dirs.select("host", "dir", "clean_shutdown",
+                              F.coalesce("cluster_id", F.lit("")).alias("cluster")),
+                  ["host", "dir"], "left")
             .join(compacted.select("topic", F.lit(True).alias("compacted")), "topic", "left")
             .withColumn("compacted", F.coalesce("compacted", F.lit(False)))
             .withColumn("clean_shutdown", F.coalesce("clean_shutdown", F.lit(False)))
+            .withColumn("cluster", F.coalesce("cluster", F.lit("")))
             .select(*LOG_KEY, *[c for c in logs.columns if c not in LOG_KEY],
                     "recovery_point", "high_watermark", "log_start", "cleaner_offset",
-                    "clean_shutdown", "compacted"))
+                    "clean_shutdown", "compacted", "cluster"))
 
 
 # ---- findings -----------------------------------------------------------------------
 
 
-def verify_findings(problems: DataFrame, segments: DataFrame) -> DataFrame:
-    """logstore.verify's problems as findings, less index entries that lie beyond where
-    a corrupt or torn segment's scan stopped (unverifiable; the stop is the finding)."""
-    seg = segments.select(*LOG_KEY, F.col("file").alias("seg_file"),
-                          F.col("status").alias("seg_status"),
-                          F.col("last_offset").alias("seg_last"))
-    p = problems.withColumn("seg_file", F.regexp_replace("file", r"\.(index|timeindex)$", ".log"))
-    joined = p.join(seg, [*LOG_KEY, "seg_file"], "left")
-    beyond_stop = (F.col("kind").isin(*INDEX_KINDS) & (F.col("seg_status") != OK)
-                   & (F.col("seg_last").isNull() | (F.col("offset") > F.col("seg_last"))))
-    kept = joined.where(~F.coalesce(beyond_stop, F.lit(False)))
-    return _findings(kept, kind=F.col("kind"), detail=F.col("detail"), file=F.col("file"),
+def verify_findings(problems: DataFrame) -> DataFrame:
+    """logstore.verify's problems (and the listing's) as findings."""
+    return _findings(problems, kind=F.col("kind"), detail=F.col("detail"), file=F.col("file"),
                      position=F.col("position"), offset_start=F.col("offset"),
                      offset_end=F.col("offset"), severity=F.col("severity"))
 
@@ -231,13 +230,13 @@ def checkpoint_findings(checkpoints: DataFrame, partitions: DataFrame,
 
 
 def replicas(logs: DataFrame) -> DataFrame:
-    """Logs of non-compacted partitions held by more than one host, with the offset
-    range all of them share below their common high watermark (lo..hi)."""
+    """Logs of non-compacted partitions held by more than one host of one cluster, with
+    the offset range all of them share below their common high watermark (lo..hi)."""
     reps = (logs.where(~F.col("compacted") & F.col("first_offset").isNotNull())
-            .select(*LOG_KEY, F.col("first_offset").alias("start"),
+            .select(*LOG_KEY, "cluster", F.col("first_offset").alias("start"),
                     (F.coalesce("log_end", "valid_end") - 1).alias("end"),
                     "high_watermark", "log_start"))
-    per_partition = Window.partitionBy(*PARTITION_KEY)
+    per_partition = Window.partitionBy(*REPLICA_KEY)
     return (reps
             .withColumn("n_replicas", F.count("*").over(per_partition))
             .withColumn("n_hosts", F.size(F.collect_set("host").over(per_partition)))
@@ -255,14 +254,14 @@ def replica_divergence(batches: DataFrame, reps: DataFrame) -> DataFrame:
     largest group (all of them on a tie). Consecutive disagreeing base offsets,
     including those where batch boundaries no longer line up, make one finding.
     """
-    parts = reps.select(*PARTITION_KEY, "n_replicas", "lo", "hi").distinct()
-    keyed = (batches.join(reps.select(*LOG_KEY), LOG_KEY, "left_semi")
-             .join(parts, PARTITION_KEY)
+    parts = reps.select(*REPLICA_KEY, "n_replicas", "lo", "hi").distinct()
+    keyed = (batches.join(reps.select(*LOG_KEY, "cluster"), LOG_KEY)
+             .join(parts, REPLICA_KEY)
              .where((F.col("base_offset") >= F.col("lo")) & (F.col("last_offset") <= F.col("hi"))))
     holder = F.struct("host", "dir", "file", "position")
-    groups = (keyed.groupBy(*PARTITION_KEY, "base_offset", "last_offset", "crc", "n_replicas")
+    groups = (keyed.groupBy(*REPLICA_KEY, "base_offset", "last_offset", "crc", "n_replicas")
               .agg(F.count("*").alias("cnt"), F.array_sort(F.collect_list(holder)).alias("holders")))
-    keys = (groups.groupBy(*PARTITION_KEY, "base_offset", "n_replicas")
+    keys = (groups.groupBy(*REPLICA_KEY, "base_offset", "n_replicas")
             .agg(F.count("*").alias("n_groups"), F.sum("cnt").alias("n_present"),
                  F.max("cnt").alias("max_cnt"), F.max("last_offset").alias("max_last"),
                  F.array_sort(F.collect_list(F.struct("last_offset", "crc", "cnt", "holders")))
@@ -275,7 +274,7 @@ def replica_divergence(batches: DataFrame, reps: DataFrame) -> DataFrame:
         "%s: last offset %d, crc %08x",
         F.array_join(F.transform(g["holders"], lambda h: h["host"]), "+"),
         g["last_offset"], g["crc"])), "; ")
-    order = Window.partitionBy(*PARTITION_KEY).orderBy("base_offset")
+    order = Window.partitionBy(*REPLICA_KEY).orderBy("base_offset")
     keys = (keys
             .withColumn("run", F.sum(agree.cast("int")).over(
                 order.rowsBetween(Window.unboundedPreceding, Window.currentRow)))
@@ -284,7 +283,7 @@ def replica_divergence(batches: DataFrame, reps: DataFrame) -> DataFrame:
                 dissent, lambda g: g["holders"]))))
             .withColumn("what", F.when(divergent, F.format_string(
                 "at offset %d: %s", "base_offset", described))))
-    islands = (keys.groupBy(*PARTITION_KEY, "run")
+    islands = (keys.groupBy(*REPLICA_KEY, "run")
                .agg(F.sum(divergent.cast("int")).alias("n_divergent"),
                     F.min("base_offset").alias("start"), F.max("max_last").alias("end"),
                     F.min_by("what", F.when(divergent, F.col("base_offset"))).alias("what"),
@@ -312,7 +311,7 @@ def replica_missing(reps: DataFrame) -> DataFrame:
     head. Holes inside a log are its offset-gap findings; a short tail is hw-ahead."""
     a = reps.alias("a")
     b = reps.alias("b")
-    same_partition = [F.col(f"a.{c}") == F.col(f"b.{c}") for c in PARTITION_KEY]
+    same_partition = [F.col(f"a.{c}") == F.col(f"b.{c}") for c in REPLICA_KEY]
     other = (F.col("a.host") != F.col("b.host")) | (F.col("a.dir") != F.col("b.dir"))
     lo = F.greatest(F.col("a.log_start"), F.col("b.start"))
     hi = F.least(F.col("a.start") - 1, F.col("b.end"), F.col("a.common_hw") - 1)
@@ -422,7 +421,7 @@ def audit(dirs: DataFrame, partitions: DataFrame, checkpoints: DataFrame, segmen
     compacted = compacted_topics(segments, checkpoints, compacted_names)
     logs = reuse(log_summary(segments, checkpoints, dirs, compacted))
     reps = reuse(replicas(logs))
-    raw = (verify_findings(problems, segments)
+    raw = (verify_findings(problems)
            .unionByName(segment_gap_findings(segments))
            .unionByName(checkpoint_findings(checkpoints, partitions, logs))
            .unionByName(replica_divergence(batches, reps))

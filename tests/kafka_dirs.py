@@ -29,11 +29,13 @@ WRITE_CONFIG = LogConfig(index_interval_bytes=512)
 TS = 1_700_000_000_000
 
 
-def kafka_batch(i: int, records: int = 3) -> bytes:
-    """Batch i: its second record holds the max timestamp (timestamps t, t+50, t+10)."""
+def kafka_batch(i: int, records: int = 3, *, variant: bool = False) -> bytes:
+    """Batch i: its second record holds the max timestamp (timestamps t, t+50, t+10).
+    A variant has other values (same offsets, sizes and timestamps; another CRC)."""
     ts = TS + i * 1000
     stamps = [ts, ts + 50, ts + 10][:records]
-    return build_batch([Record(f"k{i}-{r}".encode(), b"v" * 200, [], t)
+    value = (b"w" if variant else b"v") * 200
+    return build_batch([Record(f"k{i}-{r}".encode(), value, [], t)
                         for r, t in enumerate(stamps)])
 
 
@@ -44,18 +46,21 @@ def preallocate(log_path: Path) -> None:
 
 
 def live_partition(root: Path, topic: str, partition: int, batches: int, *,
-                   roll_every: int = 0) -> list[Path]:
-    """A partition of a running broker: `batches` batches (none: an empty log), its
-    active segment's indexes preallocated. Returns the segment `.log` paths."""
+                   roll_every: int = 0, variants: range = range(0),
+                   preallocated: bool = True) -> list[Path]:
+    """A partition of a running broker: `batches` batches (none: an empty log), those
+    in `variants` with other values, its active segment's indexes preallocated (or
+    trimmed, as after a clean shutdown). Returns the segment `.log` paths."""
     path = root / names.partition_dir_name(topic, partition)
     log = Log.open(path, WRITE_CONFIG, recover=False)
     for i in range(batches):
         if roll_every and i and i % roll_every == 0:
             log.roll()
-        log.append(kafka_batch(i))
+        log.append(kafka_batch(i, variant=i in variants))
     segments = [s.log_path for s in log.segments]
     log.close()
-    preallocate(segments[-1])
+    if preallocated:
+        preallocate(segments[-1])
     return segments
 
 
@@ -76,16 +81,18 @@ def older_broker_time_index(log_path: Path) -> int:
     return n
 
 
-def kafka_log_dir(root: Path, cluster_id: str | None = "kafka-cluster-A", broker_id: int = 0
-                  ) -> Path:
-    """A log dir's own files as Kafka writes them: meta.properties, and empty (0-byte)
-    cleaner-offset-checkpoint and replication-offset-checkpoint."""
+def kafka_log_dir(root: Path, cluster_id: str | None = "kafka-cluster-A", broker_id: int = 0,
+                  *, empty_checkpoints: bool = True) -> Path:
+    """A log dir's own files as Kafka writes them: meta.properties, and (unless told not
+    to) empty (0-byte) cleaner-offset-checkpoint and replication-offset-checkpoint."""
     root.mkdir(parents=True, exist_ok=True)
     lines = ["#", "#Tue Jan 02 10:00:00 UTC 2024"]
     if cluster_id is not None:
         lines.append(f"cluster.id={cluster_id}")
     lines += ["version=0", f"broker.id={broker_id}"]
     (root / names.META_PROPERTIES).write_text("\n".join(lines) + "\n")
+    if not empty_checkpoints:
+        return root
     (root / names.CLEANER_OFFSET_CHECKPOINT).write_bytes(b"")
     (root / names.REPLICATION_OFFSET_CHECKPOINT).write_bytes(b"")
     return root

@@ -176,20 +176,24 @@ def faulted_fleet(root: Path):
     log = layout.log("host1", "payments", 0)
     name, batches = log.segment(1)
     flip_byte(log.path / name, batches[2].position + 100)
+    # Its base offset (outside the CRC) is named too.
+    bad = batches[2]
     expected.append(finding("host1", log.dir, "payments", 0, name, "bad-crc", "error",
-                            position=batches[2].position))
+                            position=bad.position, start=bad.base_offset, end=bad.base_offset))
     # A truncated tail on a segment that is not the last: its last batch loses 7 bytes.
     log = layout.log("host2", "clicks", 0)
     name, batches = log.segment(1)
     truncate_tail(log.path / name, 7)
+    torn = batches[-1]
     expected.append(finding("host2", log.dir, "clicks", 0, name, "torn-tail", "error",
-                            position=batches[-1].position))
+                            position=torn.position, start=torn.base_offset, end=torn.base_offset))
     # The same on the last (active) segment of another partition: a warning.
     log = layout.log("host1", "clicks", 1)
     name, batches = log.segment(3)
     truncate_tail(log.path / name, 7)
+    torn = batches[-1]
     expected.append(finding("host1", log.dir, "clicks", 1, name, "torn-tail", "warning",
-                            position=batches[-1].position))
+                            position=torn.position, start=torn.base_offset, end=torn.base_offset))
     # A corrupt index entry: the second entry of a segment's .index points one byte off.
     log = layout.log("host1", "clicks", 1)
     name, batches = log.segment(2)
@@ -285,7 +289,7 @@ def test_crash_artifacts_and_compacted_gaps_are_warnings(spark, tmp_path: Path):
     findings, _, summary = read_out(spark, out)
     assert_findings(spark, findings, [
         finding("b1", root, "events", 0, names.log_file_name(0), "torn-tail", "warning",
-                position=last.position),
+                position=last.position, start=last.base_offset, end=last.base_offset),
         finding("b1", root, "state", 0, names.log_file_name(12), "offset-gap", "warning",
                 start=6, end=11),
         finding("b1", root, "gone", 3, None, "checkpoint-orphan", "warning"),
@@ -311,7 +315,7 @@ def test_policy_on_synthetic_tables(spark):
         return (host, dir_, topic, p, names.log_file_name(0), base * 10, base, last, crc)
 
     hosts = ["a", "b", "c"]
-    dirs = [(h, "/d", True, h == "c", None, None) for h in hosts]
+    dirs = [(h, "/d", True, h == "c", None, None, None) for h in hosts]
     segments, batches, checkpoints, problems = [], [], [], []
     # t3-0 on a, b, c: c differs at base 20 and its boundaries then run 20-24, 25-39
     # while a and b have 20-29, 30-39: one divergence 20-39 on c.
@@ -404,7 +408,7 @@ def test_scan_of_nothing_and_of_an_empty_dir(spark, tmp_path: Path):
     raw = io.scan(spark, [io.Root("h", str(tmp_path))])
     try:
         assert [tuple(r) for r in raw.dirs.collect()] == [
-            ("h", str(tmp_path), True, False, None, None)]
+            ("h", str(tmp_path), True, False, None, None, None)]
         assert raw.segments.count() == raw.problems.count() == 0
     finally:
         raw.release()

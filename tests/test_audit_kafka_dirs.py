@@ -1,0 +1,107 @@
+"""The Spark audit on log dirs as Kafka brokers leave them (issue 9, 4d): preallocated
+index tails, empty checkpoints, Kafka 2.x time-index entries, and replicas of other
+clusters; real faults among them are still found."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.audit_helpers import spark_session  # noqa: F401  (the `spark` fixture)
+
+from .kafka_dirs import kafka_log_dir, live_partition, older_broker_time_index
+
+pytest.importorskip("pyspark")
+from spark_audit import main as audit_main  # noqa: E402
+
+pytestmark = pytest.mark.spark
+
+
+def audit(spark, out: Path, *roots: str) -> tuple[int, list[dict], dict]:
+    """Run the audit as the CLI does; (exit code, findings as dicts, summary.json)."""
+    code = audit_main.main(["--quiet", "--out", str(out), *roots])
+    findings = [r.asDict() for r in spark.read.parquet(str(out / "findings.parquet")).collect()]
+    return code, findings, json.loads((out / "summary.json").read_text())
+
+
+def brief(findings: list[dict]) -> list[tuple]:
+    return sorted((f["host"], f["topic"], f["kind"], f["severity"], f["offset_start"],
+                   f["offset_end"]) for f in findings)
+
+
+def test_preallocated_index_tails_have_no_findings(spark, tmp_path: Path):
+    """A running broker's dir: an empty log and logs with entries, each active segment
+    with 10 MiB zero-filled .index/.timeindex tails."""
+    root = kafka_log_dir(tmp_path / "kafka-logs", empty_checkpoints=False)
+    live_partition(root, "idle", 0, 0)
+    live_partition(root, "busy", 0, 12, roll_every=5)
+    code, findings, summary = audit(spark, tmp_path / "out", f"b0={root}")
+    assert findings == [] and code == 0
+    assert summary["segments"] == 4
+
+
+def test_many_preallocated_segments_have_no_findings(spark, tmp_path: Path):
+    """A few hundred active segments with preallocated indexes: no errors, in seconds
+    (the time is printed, not asserted; it was minutes, with millions of problems)."""
+    root = kafka_log_dir(tmp_path / "kafka-logs", empty_checkpoints=False)
+    for p in range(300):
+        live_partition(root, "wide", p, p % 3)  # a third empty, the rest 1-2 batches
+    started = time.monotonic()
+    code, findings, summary = audit(spark, tmp_path / "out", f"b0={root}")
+    print(f"audit of 300 preallocated active segments: {time.monotonic() - started:.1f} s")
+    assert findings == [] and code == 0
+    assert summary["segments"] == 300
+
+
+def test_empty_checkpoints_are_no_entries(spark, tmp_path: Path):
+    """Kafka creates cleaner-offset-checkpoint (and, before its first write,
+    replication-offset-checkpoint) empty: no entries, not checkpoint-unreadable."""
+    root = kafka_log_dir(tmp_path / "kafka-logs")
+    live_partition(root, "t", 0, 4, preallocated=False)
+    code, findings, _ = audit(spark, tmp_path / "out", f"b0={root}")
+    assert findings == [] and code == 0
+
+
+def test_older_brokers_time_index_entries_are_accepted(spark, tmp_path: Path):
+    """Kafka 2.x time-index entries name the record with the max timestamp, inside its
+    batch; one whose timestamp is not that batch's max is still an error."""
+    root = kafka_log_dir(tmp_path / "kafka-logs", empty_checkpoints=False)
+    segs = live_partition(root, "old", 0, 10, roll_every=6, preallocated=False)
+    assert older_broker_time_index(segs[0]) == 5 and older_broker_time_index(segs[1]) == 3
+    code, findings, _ = audit(spark, tmp_path / "out", f"b0={root}")
+    assert findings == [] and code == 0
+
+    tindex = segs[1].with_suffix(".timeindex")
+    data = bytearray(tindex.read_bytes())
+    data[7] ^= 1  # the first entry's timestamp, one off
+    tindex.write_bytes(bytes(data))
+    code, findings, _ = audit(spark, tmp_path / "out2", f"b0={root}")
+    assert code == 1
+    assert brief(findings) == [("b0", "old", "timeindex-mismatch", "error", 22, 22)]
+
+
+def test_replicas_are_compared_within_a_cluster_only(spark, tmp_path: Path):
+    """t-0 on three brokers: a and c of cluster A (c differs in batch 3), b of another
+    cluster B with other records throughout. Only a and c are compared."""
+    a = kafka_log_dir(tmp_path / "a", "cluster-A", 1, empty_checkpoints=False)
+    b = kafka_log_dir(tmp_path / "b", "cluster-B", 1, empty_checkpoints=False)
+    c = kafka_log_dir(tmp_path / "c", "cluster-A", 2, empty_checkpoints=False)
+    live_partition(a, "t", 0, 6, preallocated=False)
+    live_partition(b, "t", 0, 6, variants=range(6), preallocated=False)
+    live_partition(c, "t", 0, 6, variants=range(3, 4), preallocated=False)
+    code, findings, _ = audit(spark, tmp_path / "out", f"a={a}", f"b={b}", f"c={c}")
+    assert code == 1
+    assert brief(findings) == [("a,c", "t", "replica-divergence", "error", 9, 11)]
+    # Dirs without a cluster.id (meta.properties without one, or none at all) are one
+    # group of their own: compared with each other, not with a named cluster's.
+    d = kafka_log_dir(tmp_path / "d", None, 3, empty_checkpoints=False)
+    e = tmp_path / "e"
+    e.mkdir()
+    live_partition(d, "t", 0, 6, variants=range(5, 6), preallocated=False)
+    live_partition(e, "t", 0, 6, preallocated=False)
+    code, findings, _ = audit(spark, tmp_path / "out2", f"a={a}", f"d={d}", f"e={e}")
+    assert code == 1
+    assert brief(findings) == [("d,e", "t", "replica-divergence", "error", 15, 17)]
