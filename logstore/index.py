@@ -36,7 +36,7 @@ __all__ = ["IndexFullError", "OffsetIndex", "TimeIndex", "read_index_entries"]
 OFFSET_ENTRY = struct.Struct(">ii")
 TIME_ENTRY = struct.Struct(">qi")
 _NONZERO = re.compile(rb"[^\x00]")
-_CHUNK_ENTRIES = 1 << 13  # entries read at a time: 64 KiB of offset index
+_READ_CHUNK = 1 << 16  # bytes read at a time
 
 
 class _Index(abc.ABC):
@@ -323,7 +323,7 @@ def read_written_entries(fd: int, entry_size: int) -> WrittenEntries:
     chunks: list[bytes] = []
     pos = 0
     while pos < limit:
-        chunk = os.pread(fd, min(_CHUNK_ENTRIES * entry_size, limit - pos), pos)
+        chunk = os.pread(fd, min(_READ_CHUNK, limit - pos), pos)
         chunk = chunk[:len(chunk) - len(chunk) % entry_size]
         if not chunk:  # the file shrank under us
             limit = pos
@@ -364,7 +364,7 @@ def _first_nonzero(fd: int, start: int, limit: int) -> int | None:
                 raise
             data_end = limit  # no hole support here: read it all
         while pos < data_end:
-            chunk = os.pread(fd, min(_CHUNK_ENTRIES * 12, data_end - pos), pos)
+            chunk = os.pread(fd, min(_READ_CHUNK, data_end - pos), pos)
             if not chunk:
                 return None
             if chunk.count(0) != len(chunk):
