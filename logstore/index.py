@@ -7,9 +7,9 @@ int32 relative offset). An active segment's files are preallocated (sparse) to
 `entries x entry size` on roll, close and after recovery.
 
 Where an index's entries end is decided in one place, `read_written_entries`: before
-the first all-zero entry (FORMATS.md). A live or crashed broker's active segment still
-has its preallocated, zero-filled tail, and no real entry is all zeros. Log loading,
-`verify` (dump-log, the Spark audit) and dump-log's index listing all read through it.
+the first all-zero entry (docs/formats.md). A live or crashed broker's active segment
+still has its preallocated, zero-filled tail, and no real entry is all zeros. Log
+loading, `verify` (dump-log, the Spark audit) and dump-log's index listing read it.
 
 Entries are written with pwrite, not through the mapping: on a full disk a store into
 a mapped sparse page kills the process with SIGBUS, while pwrite returns ENOSPC,
@@ -31,7 +31,8 @@ from typing import NamedTuple
 
 from .errors import IndexFullError
 
-__all__ = ["IndexFullError", "OffsetIndex", "TimeIndex", "read_index_entries"]
+__all__ = ["IndexFullError", "OffsetIndex", "TimeIndex", "read_index_entries", "read_index_file",
+           "read_written_entries"]
 
 OFFSET_ENTRY = struct.Struct(">ii")
 TIME_ENTRY = struct.Struct(">qi")

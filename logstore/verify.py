@@ -3,7 +3,7 @@
 Shared by `logkeeper dump-log` and the Spark audit. A `.log` is streamed through a
 fixed buffer (logstore.scan), never read whole; the `.index`/`.timeindex` beside it
 are checked by docs/formats.md's rules: the written entries (up to a preallocated,
-zero-filled tail: logstore.index.written_entries) in order, offsets at or above the
+zero-filled tail: logstore.index.read_written_entries) in order, offsets at or above the
 segment base, positions inside the file, and each entry naming a real batch (an offset
 entry's batch ends at that offset and starts at that position; a time entry's offset is
 inside a batch, at its end or, as older brokers wrote, at the record holding its max

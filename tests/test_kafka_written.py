@@ -111,7 +111,7 @@ def test_log_opens_with_an_empty_leader_epoch_checkpoint(tmp_path: Path, clean: 
         (tmp_path / names.CLEAN_SHUTDOWN_FILE).touch()
     log = Log.open(pdir)
     try:
-        assert log.leader_epochs == [] and log.log_end_offset == 12
+        assert log.epochs.entries == [] and log.log_end_offset == 12
     finally:
         log.close()
 
