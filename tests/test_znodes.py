@@ -1,5 +1,5 @@
-"""daemon.cluster.znodes: paths and JSON against the literal examples of CLUSTER.md section 3
-and FORMATS.md ("ZooKeeper znodes"), and the older variants Kafka wrote."""
+"""daemon.cluster.znodes: paths and JSON against the literal znode examples of docs/formats.md
+("ZooKeeper znodes") and docs/cluster.md, and the older variants Kafka wrote."""
 
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ def test_broker_v5_rack_ipv6_and_two_listeners():
 
 def test_broker_older_versions_and_kafka_key_order():
     # What a Kafka 3.x broker actually writes (its encoder builds a hash map: key order
-    # differs from FORMATS.md, which readers must not care about).
+    # differs from docs/formats.md, which readers must not care about).
     kafka = (b'{"features":{},"listener_security_protocol_map":{"PLAINTEXT":"PLAINTEXT"},'
              b'"endpoints":["PLAINTEXT://k1:9092"],"jmx_port":-1,"port":9092,"host":"k1","version":5,'
              b'"timestamp":"1690000000000"}')

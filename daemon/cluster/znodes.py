@@ -3,7 +3,7 @@
 The layouts are ZooKeeper-mode Kafka 3.9's (`kafka.zk.ZkData`), so a Kafka controller or
 Kafka's tools can read what logkeeper writes and the other way round. Encoders write
 compact JSON (no spaces, UTF-8, keys in the order Kafka's encoders list them, which is
-the order of FORMATS.md's examples); decoders read by key, accept the older versions
+the order of docs/formats.md's examples); decoders read by key, accept the older versions
 Kafka still reads, and ignore keys they do not know.
 
 Errors: a decoder given bytes that are not the expected JSON (not UTF-8, not JSON, a
