@@ -1,0 +1,811 @@
+"""The controller (Kafka's KafkaController in ZooKeeper mode), CLUSTER.md section 1.
+
+Every daemon with `zookeeper.connect` runs one `Controller`; the election decides which
+one acts. The active controller loads the cluster from ZooKeeper, watches brokers,
+topics, deletions, log-dir events and ISR changes, runs the partition and replica state
+machines and topic deletion, and tells brokers through the channel: LeaderAndIsr,
+UpdateMetadata and StopReplica. All of it runs on one event thread (`events`): kazoo
+watches, the session listener, broker responses and the API layer only enqueue.
+
+The API layer calls `create_topics` and `delete_topics` (from any thread); each returns
+a `concurrent.futures.Future`. On a broker that is not the controller the future at once
+holds NOT_CONTROLLER (41) for every topic. The future of a creation is done once the
+controller has written the znodes and elected the new partitions' leaders; that of a
+deletion once the topic's znodes are gone. The API layer applies its own `timeout_ms`
+(and answers REQUEST_TIMED_OUT, 7) and waits for its metadata cache, as Kafka does.
+
+Errors: a fenced write that fails (`ControllerMovedError`) makes the controller resign;
+any other error while processing an event is logged and moves the controller (resign,
+free `/controller`, elect again), as Kafka's triggerControllerMove. Nothing here raises
+into the caller's thread except bad arguments.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from kafka import errors as kerr
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import NodeExistsError
+from kazoo.protocol.states import EventType
+
+from daemon.cluster import znodes
+from daemon.wire import LeaderAndIsrRequest, StopReplicaRequest, UpdateMetadataRequest, views
+from logstore import TopicPartition
+from logstore.names import InvalidTopicError, validate_topic
+
+from . import events as ev
+from .channel import ChannelManager, RequestBatch
+from .context import BrokerInfo, ControllerContext
+from .deletion import TopicDeletionManager
+from .election import ControllerElection
+from .leader_election import round_robin_assignment
+from .state_machines import PartitionState as P
+from .state_machines import PartitionStateMachine, ReplicaStateMachine
+from .state_machines import ReplicaState as R
+from .zkops import ControllerMovedError, ControllerZk, ZkWriteError
+
+log = logging.getLogger("logkeeper.controller")
+
+NONE = kerr.NoError.errno
+STORAGE_ERROR = kerr.KafkaStorageError.errno
+NOT_CONTROLLER = kerr.NotControllerError.errno
+TOPIC_ALREADY_EXISTS = kerr.TopicAlreadyExistsError.errno
+INVALID_REPLICATION_FACTOR = kerr.InvalidReplicationFactorError.errno
+INVALID_REPLICA_ASSIGNMENT = kerr.InvalidReplicationAssignmentError.errno
+INVALID_PARTITIONS = kerr.InvalidPartitionsError.errno
+INVALID_CONFIG = kerr.InvalidConfigurationError.errno
+INVALID_REQUEST = kerr.InvalidRequestError.errno
+INVALID_TOPIC = kerr.InvalidTopicError.errno
+UNKNOWN_TOPIC = kerr.UnknownTopicOrPartitionError.errno
+TOPIC_DELETION_DISABLED = kerr.TopicDeletionDisabledError.errno
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    """One topic of a CreateTopics request. -1 means the broker default; `assignments`
+    (partition -> brokers) replaces both counts."""
+
+    name: str
+    num_partitions: int = -1
+    replication_factor: int = -1
+    assignments: Mapping[int, Sequence[int]] | None = None
+    configs: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TopicResult:
+    error_code: int = NONE
+    error_message: str | None = None
+    num_partitions: int = -1
+    replication_factor: int = -1
+    configs: Mapping[str, str] = field(default_factory=dict)
+
+
+class _TopicError(Exception):
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass
+class _Parked:
+    future: Future
+    results: dict[str, Any]
+    waiting: set[str]
+
+
+class Controller:
+    """Start with `start()`, stop with `stop()`. `client`: a KazooClient the caller owns
+    (started or not); without it one is made from `hosts` and owned here."""
+
+    def __init__(self, broker_id: int, *, client: KazooClient | None = None, hosts: str | None = None,
+                 session_timeout: float = 10.0, listener: str = "PLAINTEXT",
+                 default_num_partitions: int = 1, default_replication_factor: int = 1,
+                 unclean_leader_election: bool = False, delete_topic_enable: bool = True,
+                 socket_timeout: float = 30.0, rng: random.Random | None = None):
+        if client is None and hosts is None:
+            raise ValueError("a Controller needs a KazooClient or ZooKeeper hosts")
+        self.broker_id = broker_id
+        self._own_client = client is None
+        self.client = client or KazooClient(hosts=hosts, timeout=session_timeout)
+        self.session_timeout = session_timeout
+        self.default_num_partitions = default_num_partitions
+        self.default_replication_factor = default_replication_factor
+        self.delete_topic_enable = delete_topic_enable
+        self.rng = rng or random.Random()
+        self.ctx = ControllerContext()
+        self.zk = ControllerZk(self.client, -1, request_timeout=session_timeout, deadline=session_timeout)
+        self.election = ControllerElection(self.client, broker_id, request_timeout=session_timeout)
+        self.channel = ChannelManager(broker_id, self._on_response, listener=listener,
+                                      socket_timeout=socket_timeout)
+        self.partition_sm = PartitionStateMachine(self.ctx, lambda: self.zk, unclean_leader_election)
+        self.replica_sm = ReplicaStateMachine(self.ctx, lambda: self.zk)
+        self.deletion = TopicDeletionManager(self, self._on_topic_deleted)
+        self.events = ev.ControllerEventManager(self._process, self._on_error,
+                                                name=f"controller-{broker_id}-event-thread")
+        self.active_id = -1
+        self._creations: list[_Parked] = []
+        self._deletions: list[_Parked] = []
+        self._topic_watches: dict[str, Any] = {}
+        self._session_down = False
+        self._closed = threading.Event()
+        # Metric hooks, plain values for the ops layer (Kafka's names in comments).
+        self.active_controller_count = 0  # ActiveControllerCount
+        self.offline_partitions_count = 0  # OfflinePartitionsCount
+        self.controller_epoch = 0  # the epoch of the controller we last knew
+        self.elections_won = 0
+        self.resignations = 0
+
+    # -- lifecycle and API --------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._own_client:
+            self.client.start(timeout=self.session_timeout)
+        self.client.add_listener(self._on_session_state)
+        self.events.start()
+        self.events.put(ev.Startup())
+
+    def stop(self) -> None:
+        """Stop the event thread and the senders; free `/controller` if we hold it."""
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        self.client.remove_listener(self._on_session_state)
+        self.events.close()
+        was_active = self.is_active
+        self._on_resignation()
+        if was_active:
+            try:
+                self.election.release()
+            except Exception as err:  # noqa: BLE001 - best effort: the session's end frees it too
+                log.warning("controller %d: could not free /controller: %s", self.broker_id, err)
+        if self._own_client:
+            self.client.stop()
+            self.client.close()
+
+    @property
+    def is_active(self) -> bool:
+        return self.active_id == self.broker_id
+
+    def create_topics(self, topics: Iterable[TopicSpec], validate_only: bool = False) -> Future:
+        """Future of {name: TopicResult}."""
+        return self._put(ev.CreateTopics(tuple(topics), validate_only)).future
+
+    def delete_topics(self, topics: Iterable[str]) -> Future:
+        """Future of {name: error code}."""
+        return self._put(ev.DeleteTopics(tuple(topics))).future
+
+    def call(self, fn) -> Future:
+        """Run `fn()` on the event thread (a consistent view of the context)."""
+        return self._put(ev.Call(fn)).future
+
+    def _put(self, event: ev.ControllerEvent) -> Any:
+        if self._closed.is_set():
+            fut = getattr(event, "future", None)
+            if fut is not None:
+                fut.cancel()
+            return event
+        return self.events.put(event)
+
+    # -- kazoo callbacks: enqueue only --------------------------------------------------
+
+    def _on_session_state(self, state: str) -> None:
+        if state == KazooState.LOST:
+            self._session_down = True
+            self._put(ev.Expire())
+        elif state == KazooState.SUSPENDED:
+            self._session_down = True
+            log.warning("controller %d: ZooKeeper connection suspended", self.broker_id)
+        elif state == KazooState.CONNECTED and self._session_down:
+            self._session_down = False
+            self._put(ev.Reelect())
+
+    def _controller_watch(self, event: Any) -> None:
+        self._put(ev.Reelect() if event.type == EventType.DELETED else ev.ControllerChange())
+
+    def _broker_watch(self, _event: Any) -> None:
+        self._put(ev.BrokerChange())
+
+    def _topics_watch(self, _event: Any) -> None:
+        self._put(ev.TopicChange())
+
+    def _delete_watch(self, _event: Any) -> None:
+        self._put(ev.TopicDeletion())
+
+    def _log_dir_watch(self, _event: Any) -> None:
+        self._put(ev.LogDirEventNotification())
+
+    def _isr_watch(self, _event: Any) -> None:
+        self._put(ev.IsrChangeNotification())
+
+    def _topic_watch(self, topic: str) -> Any:
+        w = self._topic_watches.get(topic)
+        if w is None:
+            def w(_event: Any, topic: str = topic) -> None:
+                self._put(ev.PartitionModifications(topic))
+            self._topic_watches[topic] = w
+        return w
+
+    def _on_response(self, broker_id: int, request: Any, response: Any) -> None:
+        # On a sender thread.
+        if isinstance(request, LeaderAndIsrRequest):
+            self._put(ev.LeaderAndIsrResponseReceived(broker_id, request.broker_epoch, response))
+        elif isinstance(request, StopReplicaRequest):
+            self._put(ev.StopReplicaResponseReceived(broker_id, request.broker_epoch, request, response))
+        elif isinstance(request, UpdateMetadataRequest) and response.error_code:
+            log.error("controller: UpdateMetadata to broker %d answered error %d", broker_id,
+                      response.error_code)
+
+    # -- the event thread ---------------------------------------------------------------
+
+    def _process(self, event: ev.ControllerEvent) -> None:
+        match event:
+            case ev.Startup():
+                self._elect()
+            case ev.Expire():
+                self.active_id = -1
+                self._on_resignation()
+            case ev.Reelect():
+                self._maybe_resign()
+                self._elect()
+            case ev.ControllerChange():
+                self._maybe_resign()
+            case ev.Call(fn=fn, future=fut):
+                try:
+                    fut.set_result(fn())
+                except Exception as err:  # noqa: BLE001 - handed to the caller
+                    fut.set_exception(err)
+            case ev.CreateTopics():
+                self._process_create_topics(event)
+            case ev.DeleteTopics():
+                self._process_delete_topics(event)
+            case _ if not self.is_active:
+                return  # Kafka: events for the active controller only
+            case ev.BrokerChange():
+                self._process_broker_change()
+            case ev.TopicChange():
+                self._process_topic_change()
+            case ev.PartitionModifications(topic=topic):
+                self._process_partition_modifications(topic)
+            case ev.TopicDeletion():
+                self._process_topic_deletion()
+            case ev.LogDirEventNotification():
+                self._process_log_dir_events()
+            case ev.IsrChangeNotification():
+                self._process_isr_changes()
+            case ev.LeaderAndIsrResponseReceived():
+                self._process_leader_and_isr_response(event)
+            case ev.StopReplicaResponseReceived():
+                self._process_stop_replica_response(event)
+        self._update_metrics()
+
+    def _on_error(self, event: ev.ControllerEvent, err: BaseException) -> None:
+        if isinstance(err, ControllerMovedError):
+            log.info("controller %d: moved while processing %s (%s); resigning", self.broker_id,
+                     event.name, err)
+        else:
+            log.error("controller %d: %s failed; moving the controller", self.broker_id, event.name,
+                      exc_info=err)
+        fut = getattr(event, "future", None)
+        if fut is not None and not fut.done():
+            if isinstance(event, ev.CreateTopics):
+                fut.set_result({t.name: TopicResult(NOT_CONTROLLER, str(err)) for t in event.topics})
+            elif isinstance(event, ev.DeleteTopics):
+                fut.set_result({t: NOT_CONTROLLER for t in event.topics})
+            else:
+                fut.set_exception(err)
+        was_active = self.is_active
+        self.active_id = -1
+        if was_active:
+            self._on_resignation()
+        try:
+            # Free /controller if it still names us: an election follows (its watch
+            # fires a Reelect here too), and the winner gets a higher epoch.
+            self.election.release()
+            self.active_id = self.election.active_controller_id(watch=self._controller_watch)
+        except Exception as err2:  # noqa: BLE001 - ZooKeeper away: the session listener re-elects
+            log.warning("controller %d: cannot read /controller after resigning: %s",
+                        self.broker_id, err2)
+        self._update_metrics()
+
+    def _update_metrics(self) -> None:
+        self.active_controller_count = 1 if self.is_active else 0
+        self.offline_partitions_count = sum(
+            1 for tp, s in self.ctx.partition_states.items()
+            if s is P.OFFLINE and not self.ctx.is_topic_queued_for_deletion(tp.topic)
+        ) if self.is_active else 0
+
+    def send(self, batch: RequestBatch) -> None:
+        if not batch.is_empty():
+            self.channel.send_batch(batch, self.ctx)
+
+    def _send_update_metadata(self, brokers: Iterable[int], tps: Iterable[TopicPartition]) -> None:
+        batch = RequestBatch()
+        batch.add_update_metadata(brokers, tps)
+        self.send(batch)
+
+    # -- election and failover ----------------------------------------------------------
+
+    def _elect(self) -> None:
+        self.active_id = self.election.active_controller_id(watch=self._controller_watch)
+        if self.active_id != -1:
+            return
+        elected = self.election.try_elect()
+        if elected is None:
+            self.active_id = self.election.active_controller_id(watch=self._controller_watch)
+            return
+        self.active_id = self.broker_id
+        self.elections_won += 1
+        self.ctx.epoch = self.controller_epoch = elected.epoch
+        self.ctx.epoch_zk_version = elected.epoch_zk_version
+        self.zk = ControllerZk(self.client, elected.epoch_zk_version,
+                               request_timeout=self.session_timeout, deadline=self.session_timeout)
+        self._on_failover()
+
+    def _maybe_resign(self) -> None:
+        was_active = self.is_active
+        self.active_id = self.election.active_controller_id(watch=self._controller_watch)
+        if was_active and not self.is_active:
+            self._on_resignation()
+
+    def _on_failover(self) -> None:
+        """CLUSTER.md 1(e).3, in Kafka's order."""
+        log.info("controller %d: taking over at epoch %d", self.broker_id, self.ctx.epoch)
+        zk = self.zk
+        for path in znodes.PERSISTENT_PATHS:
+            zk._call(self.client.ensure_path_async, path)
+        zk.children(znodes.BROKER_IDS, watch=self._broker_watch)
+        zk.children(znodes.TOPICS, watch=self._topics_watch)
+        zk.children(znodes.DELETE_TOPICS, watch=self._delete_watch)
+        zk.delete_notifications(znodes.LOG_DIR_EVENT_NOTIFICATION,
+                                zk.children(znodes.LOG_DIR_EVENT_NOTIFICATION, watch=self._log_dir_watch))
+        zk.delete_notifications(znodes.ISR_CHANGE_NOTIFICATION,
+                                zk.children(znodes.ISR_CHANGE_NOTIFICATION, watch=self._isr_watch))
+        self._initialize_context()
+
+        queued = set(zk.children(znodes.DELETE_TOPICS, watch=self._delete_watch))
+        for t in sorted(queued - self.ctx.all_topics):
+            zk.delete(znodes.delete_topic_path(t))
+        queued &= self.ctx.all_topics
+        if not self.delete_topic_enable:
+            for t in sorted(queued):
+                zk.delete(znodes.delete_topic_path(t))
+            queued = set()
+        ineligible = {t for t in queued
+                      if any(b not in self.ctx.live_brokers for _, b in self.ctx.replicas_for_topic(t))}
+        self.deletion.init(queued, ineligible)
+
+        self._send_update_metadata(self.ctx.live_broker_ids, [])
+        self.replica_sm.initialize()
+        all_replicas = self.ctx.replicas_for_partitions(self.ctx.partitions())
+        batch = RequestBatch()
+        self.replica_sm.handle_state_changes(
+            [r for r in all_replicas if self.ctx.is_replica_online(r[1], r[0])], R.ONLINE, batch)
+        self.replica_sm.handle_state_changes(
+            [r for r in all_replicas if not self.ctx.is_replica_online(r[1], r[0])], R.OFFLINE, batch)
+        self.send(batch)
+        self.partition_sm.initialize()
+        batch = RequestBatch()
+        self.partition_sm.trigger_online_partition_state_change(batch)
+        self.send(batch)
+        self.deletion.resume()
+        self._update_metrics()
+
+    def _initialize_context(self) -> None:
+        for b, (reg, epoch) in self.zk.brokers(watch=self._broker_watch).items():
+            info = BrokerInfo(b, epoch, reg)
+            self.ctx.live_brokers[b] = info
+            self.channel.add_broker(info)
+        for topic in self.zk.children(znodes.TOPICS, watch=self._topics_watch):
+            self._load_topic(topic)
+        self.ctx.leadership.update(self.zk.partition_states(self.ctx.partitions()))
+
+    def _load_topic(self, topic: str) -> list[TopicPartition]:
+        """Read a topic's assignment (watching it), write a topic id if it has none;
+        returns its partitions the context did not know."""
+        got = self.zk.topic_assignment(topic, watch=self._topic_watch(topic))
+        if got is None:
+            return []
+        assignment, version = got
+        if assignment.topic_id is None:
+            assignment = replace(assignment, topic_id=uuid.uuid4())
+            self.zk.set_data(znodes.topic_path(topic), znodes.encode_topic(assignment), version)
+        known = self.ctx.assignments.get(topic, {})
+        added = [TopicPartition(topic, p) for p in sorted(assignment.partitions) if p not in known]
+        self.ctx.set_assignment(topic, {p: tuple(r) for p, r in assignment.partitions.items()},
+                                assignment.topic_id)
+        return added
+
+    def _on_resignation(self) -> None:
+        if self.ctx.epoch_zk_version != -1:
+            self.resignations += 1
+            log.info("controller %d: resigning (epoch %d)", self.broker_id, self.ctx.epoch)
+        self.channel.shutdown()
+        epoch = self.ctx.epoch
+        self.ctx.__init__()
+        self.ctx.epoch = epoch
+        self.zk = ControllerZk(self.client, -1, request_timeout=self.session_timeout,
+                               deadline=self.session_timeout)
+        for parked in self._creations:
+            parked.future.set_result({**parked.results, **{
+                t: TopicResult(NOT_CONTROLLER, "the controller moved") for t in parked.waiting}})
+        for parked in self._deletions:
+            parked.future.set_result({**parked.results, **{t: NOT_CONTROLLER for t in parked.waiting}})
+        self._creations, self._deletions = [], []
+        self._update_metrics()
+
+    # -- brokers --------------------------------------------------------------------------
+
+    def _process_broker_change(self) -> None:
+        current = {b: BrokerInfo(b, epoch, reg)
+                   for b, (reg, epoch) in self.zk.brokers(watch=self._broker_watch).items()}
+        live = self.ctx.live_brokers
+        new = sorted(set(current) - set(live))
+        dead = sorted(set(live) - set(current))
+        bounced = sorted(b for b in set(current) & set(live) if current[b].epoch > live[b].epoch)
+        log.info("controller: brokers new %s, dead %s, bounced %s", new, dead, bounced)
+        for b in bounced + dead:
+            self.channel.remove_broker(b)
+        for b in new + bounced:
+            self.channel.add_broker(current[b])
+        if new:
+            live.update({b: current[b] for b in new})
+            self._on_broker_startup(new)
+        if bounced:
+            for b in bounced:
+                del live[b]
+            self._on_broker_failure(bounced)
+            live.update({b: current[b] for b in bounced})
+            self._on_broker_startup(bounced)
+        if dead:
+            for b in dead:
+                del live[b]
+            self._on_broker_failure(dead)
+
+    def _on_broker_startup(self, brokers: list[int]) -> None:
+        """CLUSTER.md 1(d).2."""
+        for b in brokers:
+            self.ctx.replicas_on_offline_dirs.pop(b, None)
+        existing = [b for b in self.ctx.live_broker_ids if b not in brokers]
+        self._send_update_metadata(existing, [])
+        self._send_update_metadata(brokers, [tp for tp in self.ctx.leadership
+                                             if not self.ctx.is_topic_queued_for_deletion(tp.topic)])
+        replicas = self.ctx.replicas_on_brokers(brokers)
+        batch = RequestBatch()
+        self.replica_sm.handle_state_changes(
+            [r for r in replicas if not self.ctx.is_topic_queued_for_deletion(r[0].topic)], R.ONLINE, batch)
+        self.send(batch)
+        batch = RequestBatch()
+        self.partition_sm.trigger_online_partition_state_change(batch)
+        self.send(batch)
+        self.deletion.resume_for_topics({tp.topic for tp, _ in replicas})
+
+    def _on_broker_failure(self, brokers: list[int]) -> None:
+        for b in brokers:
+            self.ctx.replicas_on_offline_dirs.pop(b, None)
+        self._on_replicas_become_offline(self.ctx.replicas_on_brokers(brokers))
+
+    def _on_replicas_become_offline(self, replicas: list[tuple[TopicPartition, int]]) -> None:
+        """Kafka's onReplicasBecomeOffline: elect where the leader went, shrink ISRs."""
+        for_deletion = [r for r in replicas if self.ctx.is_topic_queued_for_deletion(r[0].topic)]
+        others = [r for r in replicas if not self.ctx.is_topic_queued_for_deletion(r[0].topic)]
+        offline_leader = self.ctx.partitions_with_offline_leader()
+        batch = RequestBatch()
+        self.partition_sm.handle_state_changes(offline_leader, P.OFFLINE, batch)
+        elected = self.partition_sm.trigger_online_partition_state_change(batch)
+        self.send(batch)
+        batch = RequestBatch()
+        self.replica_sm.handle_state_changes(others, R.OFFLINE, batch)
+        self.send(batch)
+        if for_deletion:
+            self.deletion.fail_replica_deletion(for_deletion)
+        if not offline_leader and not elected:
+            self._send_update_metadata(self.ctx.live_broker_ids, [])
+
+    # -- topics ---------------------------------------------------------------------------
+
+    def _process_topic_change(self) -> None:
+        topics = set(self.zk.children(znodes.TOPICS, watch=self._topics_watch))
+        for t in sorted(self.ctx.all_topics - topics):
+            self.ctx.remove_topic(t)
+            self._topic_watches.pop(t, None)
+        added: list[TopicPartition] = []
+        for t in sorted(topics - self.ctx.all_topics):
+            added += self._load_topic(t)
+        if added:
+            self._on_new_partition_creation(added)
+        self._finish_creations()
+
+    def _process_partition_modifications(self, topic: str) -> None:
+        if topic not in self.ctx.all_topics or self.ctx.is_topic_queued_for_deletion(topic):
+            return
+        added = self._load_topic(topic)
+        if added:
+            log.info("controller: new partitions %s", [str(tp) for tp in added])
+            self._on_new_partition_creation(added)
+
+    def _on_new_partition_creation(self, tps: list[TopicPartition]) -> None:
+        """CLUSTER.md 1(a).4-5."""
+        replicas = self.ctx.replicas_for_partitions(tps)
+        batch = RequestBatch()
+        self.partition_sm.handle_state_changes(tps, P.NEW, batch)
+        self.replica_sm.handle_state_changes(replicas, R.NEW, batch)
+        self.partition_sm.handle_state_changes(tps, P.ONLINE, batch)
+        self.replica_sm.handle_state_changes(replicas, R.ONLINE, batch)
+        self.send(batch)
+
+    def _process_create_topics(self, event: ev.CreateTopics) -> None:
+        if not self.is_active:
+            event.future.set_result({t.name: TopicResult(NOT_CONTROLLER, "this broker is not the controller")
+                                     for t in event.topics})
+            return
+        results: dict[str, TopicResult] = {}
+        waiting = set()
+        seen: set[str] = set()
+        for spec in event.topics:
+            try:
+                if spec.name in seen:
+                    raise _TopicError(INVALID_REQUEST, f"{spec.name} appears twice in the request")
+                seen.add(spec.name)
+                results[spec.name] = self._create_topic(spec, event.validate_only)
+                if not event.validate_only:
+                    waiting.add(spec.name)
+            except _TopicError as err:
+                results[spec.name] = TopicResult(err.code, str(err))
+        if not waiting:
+            event.future.set_result(results)
+            return
+        self._creations.append(_Parked(event.future, results, waiting))
+        self.events.put(ev.TopicChange())  # the watch fires too; this one makes sure
+
+    def _create_topic(self, spec: TopicSpec, validate_only: bool) -> TopicResult:
+        """CLUSTER.md 1(a).2: validate, assign, write `/config/topics/<t>` then
+        `/brokers/topics/<t>`."""
+        name = spec.name
+        try:
+            validate_topic(name)
+        except InvalidTopicError as err:
+            raise _TopicError(INVALID_TOPIC, str(err)) from err
+        if name in self.ctx.all_topics or self.zk.get(znodes.topic_path(name)) is not None:
+            raise _TopicError(TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+        brokers = self.ctx.live_broker_ids
+        if spec.assignments:
+            if spec.num_partitions != -1 or spec.replication_factor != -1:
+                raise _TopicError(INVALID_REQUEST, f"{name}: both assignments and a partition count "
+                                  "or replication factor")
+            assignment = {p: tuple(r) for p, r in spec.assignments.items()}
+            if sorted(assignment) != list(range(len(assignment))):
+                raise _TopicError(INVALID_REPLICA_ASSIGNMENT, f"{name}: partitions must be 0..n-1")
+            sizes = {len(r) for r in assignment.values()}
+            if len(sizes) != 1 or 0 in sizes or any(len(set(r)) != len(r) for r in assignment.values()):
+                raise _TopicError(INVALID_REPLICA_ASSIGNMENT, f"{name}: every partition needs the same "
+                                  "number of distinct replicas")
+            unknown = sorted({b for r in assignment.values() for b in r} - set(brokers))
+            if unknown:
+                raise _TopicError(INVALID_REPLICA_ASSIGNMENT, f"{name}: unknown brokers {unknown}")
+        else:
+            partitions = self.default_num_partitions if spec.num_partitions == -1 else spec.num_partitions
+            rf = self.default_replication_factor if spec.replication_factor == -1 else spec.replication_factor
+            if partitions <= 0:
+                raise _TopicError(INVALID_PARTITIONS, f"{name}: number of partitions must be larger "
+                                  "than 0")
+            if rf <= 0:
+                raise _TopicError(INVALID_REPLICATION_FACTOR, f"{name}: replication factor must be "
+                                  "larger than 0")
+            if rf > len(brokers):
+                raise _TopicError(INVALID_REPLICATION_FACTOR, f"Replication factor: {rf} larger than "
+                                  f"available brokers: {len(brokers)}.")
+            n = len(brokers)
+            assignment = round_robin_assignment(brokers, partitions, rf, self.rng.randrange(n),
+                                                self.rng.randrange(n))
+        configs = dict(spec.configs)
+        self._validate_configs(name, configs)
+        rf = len(next(iter(assignment.values())))
+        result = TopicResult(NONE, None, len(assignment), rf, configs)
+        if validate_only:
+            return result
+        topic_id = uuid.uuid4()
+        config_path = znodes.topic_config_path(name)
+        data = znodes.encode_topic_config(configs)
+        if self.zk.get(config_path) is None:
+            self.zk.create(config_path, data)
+        else:
+            self.zk.set_data(config_path, data)
+        try:
+            self.zk.create(znodes.topic_path(name),
+                           znodes.encode_topic(znodes.TopicAssignment(assignment, topic_id)))
+        except ZkWriteError as err:
+            if isinstance(err.cause, NodeExistsError):
+                raise _TopicError(TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.") from err
+            raise
+        log.info("controller: created topic %s (%s) with assignment %s", name,
+                 znodes.topic_id_to_str(topic_id), assignment)
+        return result
+
+    @staticmethod
+    def _validate_configs(name: str, configs: dict[str, str]) -> None:
+        for k, v in configs.items():
+            if not isinstance(v, str):
+                raise _TopicError(INVALID_CONFIG, f"{name}: config {k} must be a string, got {v!r}")
+        mir = configs.get("min.insync.replicas")
+        if mir is not None and (not mir.strip().isdigit() or int(mir) < 1):
+            raise _TopicError(INVALID_CONFIG, f"{name}: min.insync.replicas={mir!r} is not an "
+                              "integer >= 1")
+        unclean = configs.get("unclean.leader.election.enable")
+        if unclean is not None and unclean.strip().lower() not in ("true", "false"):
+            raise _TopicError(INVALID_CONFIG, f"{name}: unclean.leader.election.enable={unclean!r} "
+                              "is not true or false")
+
+    def _finish_creations(self) -> None:
+        still = []
+        for parked in self._creations:
+            parked.waiting -= self.ctx.all_topics
+            if parked.waiting:
+                still.append(parked)
+            else:
+                parked.future.set_result(parked.results)
+        self._creations = still
+
+    # -- deletion -------------------------------------------------------------------------
+
+    def _process_delete_topics(self, event: ev.DeleteTopics) -> None:
+        if not self.is_active:
+            event.future.set_result({t: NOT_CONTROLLER for t in event.topics})
+            return
+        if not self.delete_topic_enable:
+            event.future.set_result({t: TOPIC_DELETION_DISABLED for t in event.topics})
+            return
+        results: dict[str, int] = {}
+        waiting = set()
+        for name in event.topics:
+            if name not in self.ctx.all_topics:
+                results[name] = UNKNOWN_TOPIC
+                continue
+            self.zk.create(znodes.delete_topic_path(name), znodes.DELETE_TOPIC_DATA, exist_ok=True)
+            results[name] = NONE
+            waiting.add(name)
+        if not waiting:
+            event.future.set_result(results)
+            return
+        self._deletions.append(_Parked(event.future, results, waiting))
+        self.events.put(ev.TopicDeletion())
+
+    def _process_topic_deletion(self) -> None:
+        names = set(self.zk.children(znodes.DELETE_TOPICS, watch=self._delete_watch))
+        for t in sorted(names - self.ctx.all_topics):
+            self.zk.delete(znodes.delete_topic_path(t))
+            self._on_topic_deleted(t)
+        names &= self.ctx.all_topics
+        if not self.delete_topic_enable:
+            for t in sorted(names):
+                self.zk.delete(znodes.delete_topic_path(t))
+            return
+        new = names - self.ctx.topics_to_be_deleted
+        if new:
+            self.deletion.enqueue(new)
+
+    def _on_topic_deleted(self, topic: str) -> None:
+        self._topic_watches.pop(topic, None)
+        still = []
+        for parked in self._deletions:
+            parked.waiting.discard(topic)
+            if parked.waiting:
+                still.append(parked)
+            else:
+                parked.future.set_result(parked.results)
+        self._deletions = still
+
+    def _process_stop_replica_response(self, event: ev.StopReplicaResponseReceived) -> None:
+        b = event.broker_id
+        info = self.ctx.live_brokers.get(b)
+        if info is None or info.epoch != event.broker_epoch:
+            return  # an answer from a broker incarnation that is gone
+        sent = [p for p in views.stop_replica_partitions(event.request)
+                if p.delete and self.ctx.is_topic_queued_for_deletion(p.topic)]
+        if event.response.error_code:
+            errors = {(p.topic, p.partition): event.response.error_code for p in sent}
+        else:
+            errors = views.stop_replica_errors(event.response)
+        started = [(TopicPartition(p.topic, p.partition), b) for p in sent
+                   if self.replica_sm.state(TopicPartition(p.topic, p.partition), b) is R.DELETION_STARTED]
+        ok = [r for r in started if errors.get((r[0].topic, r[0].partition), NONE) == NONE]
+        failed = [r for r in started if errors.get((r[0].topic, r[0].partition), NONE) != NONE]
+        if failed:
+            log.info("controller: replica deletion failed on broker %d for %s", b,
+                     [f"{tp}: {errors[(tp.topic, tp.partition)]}" for tp, _ in failed])
+        self.deletion.complete_replica_deletion(ok)
+        self.deletion.fail_replica_deletion(failed)
+
+    # -- log dirs and ISR changes ---------------------------------------------------------
+
+    def _process_log_dir_events(self) -> None:
+        """CLUSTER.md 1(b).4-5: probe every replica of the brokers named; the
+        notifications are deleted whatever happens (Kafka's finally)."""
+        parent = znodes.LOG_DIR_EVENT_NOTIFICATION
+        names = [n for n in self.zk.children(parent, watch=self._log_dir_watch)
+                 if n.startswith(znodes.LOG_DIR_EVENT_PREFIX)]
+        try:
+            brokers = set()
+            for n in names:
+                got = self.zk.get(f"{parent}/{n}")
+                if got is None:
+                    continue
+                try:
+                    brokers.add(znodes.decode_log_dir_event(f"{parent}/{n}", got[0]).broker_id)
+                except znodes.ZnodeError as err:
+                    log.error("controller: ignoring %s", err)
+            self._on_broker_log_dir_failure(sorted(b for b in brokers if b in self.ctx.live_brokers))
+        finally:
+            self.zk.delete_notifications(parent, names)
+
+    def _on_broker_log_dir_failure(self, brokers: list[int]) -> None:
+        if not brokers:
+            return
+        log.info("controller: log dir events from brokers %s", brokers)
+        replicas = self.ctx.replicas_on_brokers(brokers)
+        batch = RequestBatch()
+        self.replica_sm.handle_state_changes(
+            [r for r in replicas if not self.ctx.is_topic_queued_for_deletion(r[0].topic)], R.ONLINE, batch)
+        self.send(batch)
+        # CLUSTER.md 1(f).7: a queued deletion waiting on these brokers is tried again.
+        self.deletion.resume_for_topics({tp.topic for tp, _ in replicas})
+
+    def _process_leader_and_isr_response(self, event: ev.LeaderAndIsrResponseReceived) -> None:
+        """CLUSTER.md 1(b).7: 56 -> offline, 0 -> online, other codes ignored."""
+        b = event.broker_id
+        info = self.ctx.live_brokers.get(b)
+        if info is None or info.epoch != event.broker_epoch:
+            return
+        if event.response.error_code:
+            log.error("controller: LeaderAndIsr to broker %d answered error %d", b,
+                      event.response.error_code)
+            return
+        errors = views.leader_and_isr_errors(event.response)
+        offline = {TopicPartition(*k) for k, e in errors.items() if e == STORAGE_ERROR}
+        online = {TopicPartition(*k) for k, e in errors.items() if e == NONE}
+        previous = self.ctx.replicas_on_offline_dirs.get(b, set())
+        current = (previous - online) | offline
+        self.ctx.replicas_on_offline_dirs[b] = current
+        new_offline = sorted(tp for tp in current - previous if self.ctx.replicas(tp))
+        back_online = sorted(tp for tp in previous - current if self.ctx.replicas(tp))
+        if new_offline:
+            log.info("controller: broker %d reports offline replicas %s", b, [str(tp) for tp in new_offline])
+            self._on_replicas_become_offline([(tp, b) for tp in new_offline])
+        if back_online:
+            # Decision 7: a dir that came back; partitions left leaderless get a leader.
+            log.info("controller: broker %d replicas online again %s", b, [str(tp) for tp in back_online])
+            batch = RequestBatch()
+            batch.add_update_metadata(self.ctx.live_broker_ids, back_online)
+            self.partition_sm.handle_state_changes(
+                [tp for tp in self.ctx.partitions_with_offline_leader()], P.OFFLINE, batch)
+            self.partition_sm.trigger_online_partition_state_change(batch)
+            self.send(batch)
+
+    def _process_isr_changes(self) -> None:
+        parent = znodes.ISR_CHANGE_NOTIFICATION
+        names = [n for n in self.zk.children(parent, watch=self._isr_watch)
+                 if n.startswith(znodes.ISR_CHANGE_PREFIX)]
+        try:
+            tps: set[TopicPartition] = set()
+            for n in names:
+                got = self.zk.get(f"{parent}/{n}")
+                if got is None:
+                    continue
+                try:
+                    tps |= {TopicPartition(*tp) for tp in znodes.decode_isr_change(f"{parent}/{n}", got[0])}
+                except znodes.ZnodeError as err:
+                    log.error("controller: ignoring %s", err)
+            tps = {tp for tp in tps if self.ctx.replicas(tp)}
+            if tps:
+                self.ctx.leadership.update(self.zk.partition_states(tps))
+                self._send_update_metadata(self.ctx.live_broker_ids, sorted(tps))
+        finally:
+            self.zk.delete_notifications(parent, names)

@@ -1,0 +1,121 @@
+"""Pure leader and ISR algorithms of the controller (Kafka's `Election` and the ISR
+arithmetic of its state machines), CLUSTER.md sections 1(a), 1(b).7, 1(c) and 4.
+
+Nothing here touches ZooKeeper or the network: each function takes the partition's
+assignment, its current leadership and a predicate saying whether a replica is online
+(its broker is live and the replica is not on an offline dir), and returns the new
+leadership or None. The caller writes the result to ZooKeeper at the state's zkVersion.
+No function raises for an unelectable partition; None says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from daemon.cluster import znodes
+
+NO_LEADER = -1
+LEADER_DURING_DELETE = -2  # UpdateMetadata's leader for a topic being deleted
+EPOCH_DURING_DELETE = -2  # StopReplica's leader epoch for a topic being deleted
+NO_EPOCH = -1
+
+IsOnline = Callable[[int], bool]
+
+
+@dataclass(frozen=True)
+class LeaderAndIsr:
+    """One partition's leadership as the controller keeps it: the state znode's content
+    plus its zkVersion (the partition epoch brokers receive)."""
+
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    controller_epoch: int  # of the controller that made the leadership decision
+    zk_version: int
+    leader_recovery_state: int = znodes.LEADER_RECOVERED
+
+    def new_leader_and_isr(self, leader: int, isr: Sequence[int], controller_epoch: int,
+                           recovering: bool = False) -> LeaderAndIsr:
+        """Kafka's `newLeaderAndIsr`: a new leader epoch (always +1), the same zkVersion
+        (the conditional write's expected version)."""
+        return replace(self, leader=leader, leader_epoch=self.leader_epoch + 1, isr=tuple(isr),
+                       controller_epoch=controller_epoch,
+                       leader_recovery_state=(znodes.LEADER_RECOVERING if recovering
+                                              else znodes.LEADER_RECOVERED))
+
+    def to_znode(self) -> znodes.PartitionState:
+        return znodes.PartitionState(self.leader, self.leader_epoch, self.controller_epoch,
+                                     self.isr, self.leader_recovery_state)
+
+    @classmethod
+    def from_znode(cls, state: znodes.PartitionState, zk_version: int) -> LeaderAndIsr:
+        return cls(state.leader, state.leader_epoch, tuple(state.isr), state.controller_epoch,
+                   zk_version, state.leader_recovery_state)
+
+
+def initial_leader_and_isr(assignment: Sequence[int], is_online: IsOnline,
+                           controller_epoch: int) -> LeaderAndIsr | None:
+    """A new partition (NewPartition -> OnlinePartition): the first online assigned
+    replica leads, every online replica is in the ISR, leader epoch 0, zkVersion 0.
+    None when no assigned replica is online: the partition stays New."""
+    live = [r for r in assignment if is_online(r)]
+    if not live:
+        return None
+    return LeaderAndIsr(live[0], 0, tuple(live), controller_epoch, 0)
+
+
+def elect_offline_leader(assignment: Sequence[int], current: LeaderAndIsr, is_online: IsOnline,
+                         unclean: bool, controller_epoch: int) -> LeaderAndIsr | None:
+    """Kafka's OfflinePartitionLeaderElectionStrategy.
+
+    The leader is the first assigned replica that is online and in the ISR; the ISR
+    becomes its online members. Failing that, and only with `unclean` (the topic's
+    `unclean.leader.election.enable`), the first online assigned replica leads alone
+    with leader_recovery_state RECOVERING. None when nobody can lead."""
+    live = [r for r in assignment if is_online(r)]
+    leader = next((r for r in live if r in current.isr), None)
+    if leader is not None:
+        isr = [r for r in current.isr if is_online(r)]
+        return current.new_leader_and_isr(leader, isr, controller_epoch)
+    if unclean and live:
+        return current.new_leader_and_isr(live[0], [live[0]], controller_epoch, recovering=True)
+    return None
+
+
+def remove_replica_from_isr(current: LeaderAndIsr, replica: int,
+                            controller_epoch: int) -> LeaderAndIsr | None:
+    """OfflineReplica's ISR removal. None when `replica` is not in the ISR (nothing to
+    write). An ISR of one member is kept as it is, never emptied; if the removed replica
+    led, the leader becomes -1. The leader epoch always moves up by one."""
+    if replica not in current.isr:
+        return None
+    isr = current.isr if len(current.isr) == 1 else tuple(r for r in current.isr if r != replica)
+    leader = NO_LEADER if current.leader == replica else current.leader
+    return current.new_leader_and_isr(leader, isr, controller_epoch)
+
+
+def round_robin_assignment(brokers: Sequence[int], partitions: int, replication_factor: int,
+                           start: int, shift: int) -> dict[int, tuple[int, ...]]:
+    """Rack-unaware replica assignment (Kafka's AdminUtils.assignReplicasToBrokers
+    without racks): partition p's first replica is brokers[(start + p) % n]; the others
+    follow at a shift that grows by one every n partitions, so followers spread too.
+    `start` and `shift` are the random starting points (0 <= both < n); the caller checks
+    1 <= replication_factor <= n."""
+    ids = sorted(brokers)
+    n = len(ids)
+    if not 1 <= replication_factor <= n:
+        raise ValueError(f"replication factor {replication_factor} with {n} brokers")
+    out: dict[int, tuple[int, ...]] = {}
+    next_shift = shift
+    for p in range(partitions):
+        if p > 0 and p % n == 0:
+            next_shift += 1
+        first = (start + p) % n
+        replicas = [ids[first]]
+        for j in range(replication_factor - 1):
+            # Kafka's replicaIndex: never lands on the first replica again.
+            s = 1 + (next_shift + j) % (n - 1)
+            replicas.append(ids[(first + s) % n])
+        out[p] = tuple(replicas)
+    return out
