@@ -1,0 +1,195 @@
+"""The controller's pure parts, without ZooKeeper or sockets: leader election and ISR
+arithmetic (CLUSTER.md 1(a).5, 1(b).7, 1(c), 4 "Unclean election"), Kafka's replica
+assignment, the state machines' transition tables, the request batch (what goes to
+whom, in which order and version) and the event thread's FIFO."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from daemon.cluster import znodes
+from daemon.controller import leader_election as le
+from daemon.controller import state_machines as sm
+from daemon.controller.channel import RequestBatch
+from daemon.controller.context import BrokerInfo, ControllerContext
+from daemon.controller.events import Call, ControllerEventManager
+from daemon.controller.leader_election import LeaderAndIsr
+from daemon.wire import CONTROL_APIS, views
+from logstore import TopicPartition
+
+T0 = TopicPartition("t", 0)
+
+
+def online(*ids):
+    return lambda r: r in ids
+
+
+# -- election ---------------------------------------------------------------------------
+
+def test_a_new_partition_is_led_by_its_first_online_replica():
+    lai = le.initial_leader_and_isr([3, 1, 2], online(1, 2), controller_epoch=5)
+    assert lai == LeaderAndIsr(leader=1, leader_epoch=0, isr=(1, 2), controller_epoch=5, zk_version=0)
+    assert le.initial_leader_and_isr([3], online(1, 2), 5) is None  # stays New
+
+
+def test_offline_election_picks_the_first_live_isr_member_at_the_next_epoch():
+    # CLUSTER.md 1(b).7: broker 1's dir failed; t-0 was led by 1 with ISR [1,2,3].
+    current = LeaderAndIsr(1, 0, (1, 2, 3), controller_epoch=4, zk_version=0)
+    new = le.elect_offline_leader([1, 2, 3], current, online(2, 3), unclean=False, controller_epoch=5)
+    assert new == LeaderAndIsr(2, 1, (2, 3), 5, 0)  # zk_version: the version to write at
+    assert znodes.encode_partition_state(new.to_znode()) == \
+        b'{"version":1,"leader":2,"leader_epoch":1,"controller_epoch":5,"isr":[2,3]}'
+    # Assignment order decides, not ISR order.
+    assert le.elect_offline_leader([3, 2, 1], current, online(2, 3), False, 5).leader == 3
+
+
+def test_without_a_live_isr_member_only_unclean_election_finds_a_leader():
+    current = LeaderAndIsr(1, 3, (1,), 4, 7)
+    assert le.elect_offline_leader([1, 2, 3], current, online(2, 3), False, controller_epoch=5) is None
+    new = le.elect_offline_leader([1, 3, 2], current, online(2, 3), unclean=True, controller_epoch=5)
+    assert (new.leader, new.isr, new.leader_epoch) == (3, (3,), 4)
+    assert new.leader_recovery_state == znodes.LEADER_RECOVERING
+    assert b'"leader_recovery_state":1' in znodes.encode_partition_state(new.to_znode())
+    assert le.elect_offline_leader([1], current, online(), unclean=True, controller_epoch=5) is None
+
+
+def test_isr_removal_always_bumps_the_epoch_and_never_empties_the_isr():
+    # CLUSTER.md 1(c).2: follower 3 goes; leader 2 stays at leader epoch 2.
+    current = LeaderAndIsr(2, 1, (2, 3), 5, 1)
+    assert le.remove_replica_from_isr(current, 3, 5) == LeaderAndIsr(2, 2, (2,), 5, 1)
+    # 1(c).3: an ISR of one is kept; the leader becomes -1 when that member goes.
+    solo = LeaderAndIsr(2, 2, (2,), 5, 2)
+    assert le.remove_replica_from_isr(solo, 2, 6) == LeaderAndIsr(-1, 3, (2,), 6, 2)
+    assert le.remove_replica_from_isr(current, 1, 5) is None  # not in the ISR: no write
+
+
+def test_round_robin_assignment_matches_kafkas_layout():
+    # AdminUtils' documented example: 5 brokers, 10 partitions, RF 3, start 0, shift 0.
+    got = le.round_robin_assignment([0, 1, 2, 3, 4], 10, 3, start=0, shift=0)
+    assert got[0] == (0, 1, 2) and got[4] == (4, 0, 1)
+    assert got[5] == (0, 2, 3) and got[9] == (4, 1, 2)
+    assert all(len(set(replicas)) == 3 for replicas in got.values())
+    assert sorted(r[0] for r in got.values()) == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4]
+    assert le.round_robin_assignment([7], 2, 1, 0, 0) == {0: (7,), 1: (7,)}
+    with pytest.raises(ValueError):
+        le.round_robin_assignment([1, 2], 1, 3, 0, 0)
+
+
+# -- state machines ---------------------------------------------------------------------
+
+def test_transition_tables_are_kafkas():
+    P, R = sm.PartitionState, sm.ReplicaState
+    assert sm.valid_partition_transition(P.NON_EXISTENT, P.NEW)
+    assert sm.valid_partition_transition(P.OFFLINE, P.ONLINE)
+    assert not sm.valid_partition_transition(P.ONLINE, P.NON_EXISTENT)
+    assert not sm.valid_partition_transition(P.NON_EXISTENT, P.ONLINE)
+    assert sm.valid_replica_transition(R.OFFLINE, R.DELETION_STARTED)
+    assert not sm.valid_replica_transition(R.ONLINE, R.DELETION_STARTED)
+    assert sm.valid_replica_transition(R.DELETION_INELIGIBLE, R.OFFLINE)
+    assert sm.valid_replica_transition(R.DELETION_STARTED, R.DELETION_SUCCESSFUL)
+    assert not sm.valid_replica_transition(R.DELETION_INELIGIBLE, R.DELETION_SUCCESSFUL)
+    assert sm.valid_replica_transition(R.DELETION_SUCCESSFUL, R.NON_EXISTENT)
+
+
+def test_unclean_election_comes_from_the_topic_config_or_the_default():
+    assert sm.unclean_enabled({"unclean.leader.election.enable": "true"}, default=False)
+    assert not sm.unclean_enabled({"unclean.leader.election.enable": "false"}, default=True)
+    assert sm.unclean_enabled({}, default=True) and not sm.unclean_enabled({}, default=False)
+
+
+# -- the request batch ----------------------------------------------------------------------
+
+def _context() -> ControllerContext:
+    ctx = ControllerContext()
+    ctx.epoch = 5
+    for b in (1, 2, 3):
+        reg = znodes.BrokerRegistration(b, (znodes.BrokerEndpoint("PLAINTEXT", "127.0.0.1", 9090 + b),), 0)
+        ctx.live_brokers[b] = BrokerInfo(b, 100 + b, reg)
+    ctx.set_assignment("t", {0: (1, 2, 3)}, None)
+    ctx.set_assignment("gone", {0: (1, 2)}, None)
+    ctx.leadership[T0] = LeaderAndIsr(2, 1, (2, 3), 5, 1)
+    ctx.leadership[TopicPartition("gone", 0)] = LeaderAndIsr(1, 0, (1, 2), 4, 0)
+    ctx.replicas_on_offline_dirs[1] = {T0}
+    ctx.topics_to_be_deleted.add("gone")
+    return ctx
+
+
+def _roundtrip(request):
+    """Encode and decode with the wire classes, as a broker would read it."""
+    cls = CONTROL_APIS[request.API_KEY][0]
+    request.API_VERSION = request.version
+    request.with_header(correlation_id=1, client_id="5")
+    return cls.decode(bytes(request.encode(header=True)), version=request.version, header=True)
+
+
+def test_a_batch_sends_leader_and_isr_then_update_metadata_then_stop_replica():
+    ctx = _context()
+    batch = RequestBatch()
+    batch.add_leader_and_isr(ctx, [2, 3], T0, ctx.leadership[T0], is_new=False)
+    batch.add_leader_and_isr(ctx, [3], T0, ctx.leadership[T0], is_new=True)  # is_new sticks
+    batch.add_stop_replica([1], T0, delete=False, leader_epoch=1)
+    batch.add_stop_replica([2], TopicPartition("gone", 0), delete=False, leader_epoch=0)
+    batch.add_stop_replica([2], TopicPartition("gone", 0), delete=True, leader_epoch=0)
+    batch.add_update_metadata([1, 2, 3, 9], [TopicPartition("gone", 0)])
+    out = batch.requests(ctx, controller_id=5)
+    assert [type(r).__name__ for r in out[2]] == ["LeaderAndIsrRequest", "UpdateMetadataRequest",
+                                                  "StopReplicaRequest"]
+    assert [type(r).__name__ for r in out[1]] == ["UpdateMetadataRequest", "StopReplicaRequest"]
+    assert 9 not in out  # not a live broker
+    lai = _roundtrip(out[3][0])
+    assert (lai.version, lai.controller_id, lai.controller_epoch, lai.broker_epoch) == (4, 5, 5, 103)
+    (p,) = views.leader_and_isr_partitions(lai)
+    assert (p.leader, p.leader_epoch, p.isr, p.partition_epoch, p.replicas, p.is_new) == \
+        (2, 1, (2, 3), 1, (1, 2, 3), True)
+    assert views.leader_and_isr_leaders(lai) == [views.LiveLeader(2, "127.0.0.1", 9092)]
+    um = _roundtrip(out[1][0])
+    assert um.version == 6 and um.broker_epoch == 101
+    parts = {(m.topic, m.partition): m for m in views.update_metadata_partitions(um)}
+    assert parts[("t", 0)].offline_replicas == (1,)  # broker 1 reported it on an offline dir
+    assert parts[("gone", 0)].leader == -2  # being deleted: brokers drop it
+    assert [b.broker_id for b in views.update_metadata_brokers(um)] == [1, 2, 3]
+    assert views.update_metadata_brokers(um)[0].endpoints == (
+        views.Endpoint("PLAINTEXT", "127.0.0.1", 9091, 0),)
+    sr = _roundtrip(out[2][2])
+    assert sr.version == 3
+    assert views.stop_replica_partitions(sr) == [views.StopReplicaPartition("gone", 0, True, -2)]
+    assert views.stop_replica_partitions(_roundtrip(out[1][1])) == [
+        views.StopReplicaPartition("t", 0, False, 1)]
+
+
+def test_an_update_metadata_without_partitions_still_lists_the_live_brokers():
+    ctx = _context()
+    batch = RequestBatch()
+    assert batch.is_empty()
+    batch.add_update_metadata([1], [])
+    (um,) = batch.requests(ctx, 5)[1]
+    assert views.update_metadata_partitions(um) == [] and len(views.update_metadata_brokers(um)) == 3
+
+
+# -- the event thread -------------------------------------------------------------------------
+
+def test_events_run_in_order_on_one_thread_and_an_error_does_not_stop_it():
+    seen, errors = [], []
+    done = threading.Event()
+
+    def process(event):
+        event.fn()
+
+    mgr = ControllerEventManager(process, lambda e, err: errors.append(err), name="test-events")
+    mgr.start()
+    try:
+        threads = set()
+        for i in range(5):
+            mgr.put(Call(lambda i=i: (seen.append(i), threads.add(threading.current_thread().name))))
+        mgr.put(Call(lambda: 1 / 0))
+        mgr.put(Call(done.set))
+        assert done.wait(5)
+        assert seen == [0, 1, 2, 3, 4] and threads == {"test-events"}
+        assert len(errors) == 1 and isinstance(errors[0], ZeroDivisionError)
+    finally:
+        mgr.close()
+    pending = mgr.put(Call(lambda: None))
+    mgr.close()
+    assert pending.future.cancelled()
