@@ -4,7 +4,7 @@ Until the broker side of issue 10 lands (the ReplicaManager answering LeaderAndI
 UpdateMetadata and StopReplica), `StandInBroker` stands in for a logkeeper broker: it
 registers `/brokers/ids/<id>` (Kafka's v5 JSON, its own ZooKeeper session, so closing
 the session is the broker going away), listens on loopback, decodes each control request
-with `daemon.wire`'s classes and answers as CLUSTER.md section 2 says a broker does:
+with `daemon.wire`'s classes and answers as a ZooKeeper-mode Kafka broker does:
 - LeaderAndIsr: 56 for partitions in `offline`; else 0 when the request's leader epoch
   is above the one it last applied (which it then keeps), 11 when it is not;
 - StopReplica: 56 for partitions in `offline`, else 0 (and with delete=true the
@@ -40,14 +40,14 @@ def wait_for(pred, timeout: float = 10.0, interval: float = 0.05) -> bool:
 
 
 class StandInBroker:
-    def __init__(self, hosts: str, broker_id: int):
+    def __init__(self, hosts: str, broker_id: int, port: int = 0):
         self.hosts = hosts
         self.broker_id = broker_id
         self.offline: set[tuple[str, int]] = set()
         self.epochs: dict[tuple[str, int], int] = {}
         self.requests: list[tuple[int, Any]] = []
         self.lock = threading.Lock()
-        self.server = socket.create_server(("127.0.0.1", 0))
+        self.server = socket.create_server(("127.0.0.1", port))
         self.port = self.server.getsockname()[1]
         self.server.settimeout(0.1)  # so that close() ends the accept loop at once
         self.client: KazooClient | None = None

@@ -2,9 +2,9 @@
 brokers on loopback (tests/controller_helpers.py: they stand in for logkeeper brokers
 until the broker side lands; end-to-end tests with real daemons come with the wiring).
 
-Covers CLUSTER.md 1(a) topic creation, 1(b)/(c) a log-dir event answered 56 and
-Decision 7's way back, broker loss, 1(e) election, failover and fencing, and 1(f)
-deletion with a broker away and with a replica on an offline dir.
+Covers docs/controller.md: election and fencing, topic creation, a lost broker, a
+log-dir event answered 56 and the way back, ISR changes, failover, and deletion with a
+broker away and with a replica on an offline dir.
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ def create(controller: Controller, *specs: TopicSpec) -> dict:
     return controller.create_topics(specs).result(timeout=15)
 
 
-# -- election and fencing (1(e), section 3) -----------------------------------------------
+# -- election and fencing ---------------------------------------------------------------------
 
 def test_one_controller_wins_and_the_other_takes_over_with_the_next_epoch(cluster, hosts, admin):
     c1 = cluster.controller(1)
@@ -150,7 +150,7 @@ def test_a_fenced_write_makes_the_controller_resign_and_changes_nothing(cluster,
     assert admin.get("/controller_epoch")[0] == b"8" and c.resignations == 1
 
 
-# -- topic creation (1(a)) ------------------------------------------------------------------
+# -- topic creation -----------------------------------------------------------------------------
 
 def test_create_topic_writes_kafkas_znodes_and_tells_the_brokers(cluster, admin):
     brokers = [cluster.broker(i) for i in (1, 2, 3)]
@@ -220,7 +220,7 @@ def test_not_the_controller_answers_41(cluster):
     assert c2.delete_topics(["t"]).result(5) == {"t": 41}
 
 
-# -- broker loss, log-dir events (1(b), 1(c), Decision 7) ------------------------------------
+# -- broker loss, log-dir events ---------------------------------------------------------------
 
 def _cluster_with_topic(cluster, assignments: dict, brokers=(1, 2, 3), **spec):
     stand_ins = {i: cluster.broker(i) for i in brokers}
@@ -278,7 +278,7 @@ def test_a_log_dir_event_answered_56_moves_leadership_and_comes_back(cluster, ad
     c, b = _cluster_with_topic(cluster, {"t": {0: [1, 2, 3]}, "solo": {0: [1]}})
     for x in b.values():
         x.clear()
-    b[1].offline |= {("t", 0), ("solo", 0)}  # its dir failed (or filled: Decision 6)
+    b[1].offline |= {("t", 0), ("solo", 0)}  # its dir failed (or filled)
     b[1].announce_log_dir_event()
     # The probe: a LeaderAndIsr at the current epochs, is_new=false, to broker 1 alone.
     def probe():
@@ -305,7 +305,7 @@ def test_a_log_dir_event_answered_56_moves_leadership_and_comes_back(cluster, ad
     assert wait_for(lambda: admin.get_children("/log_dir_event_notification") == [])
     assert c.ctx.replicas_on_offline_dirs[1] == {("t", 0), ("solo", 0)}
 
-    # Decision 7: the dir comes back, another event, the probe is answered 0: the
+    # The dir comes back (logkeeper's extension), another event, the probe is answered 0: the
     # replicas leave the offline set and the leaderless partition gets its leader.
     b[1].offline.clear()
     b[1].announce_log_dir_event()
@@ -320,7 +320,7 @@ def test_a_follower_dir_failing_shrinks_the_isr_without_an_election(cluster, adm
     c, b = _cluster_with_topic(cluster, {"t": {0: [2, 1, 3]}})
     b[3].offline.add(("t", 0))
     b[3].announce_log_dir_event()
-    # 1(c).2: leader 2 stays, ISR [2,1] at leader epoch 1 (the removal always adds one).
+    # Leader 2 stays, ISR [2,1] at leader epoch 1 (the removal always adds one).
     assert wait_for(lambda: state_json(admin, "t", 0) ==
                     b'{"version":1,"leader":2,"leader_epoch":1,"controller_epoch":1,"isr":[2,1]}')
     assert wait_for(lambda: (m := _metadata(b[1], "t", 0)) is not None and m.offline_replicas == (3,))
@@ -328,7 +328,7 @@ def test_a_follower_dir_failing_shrinks_the_isr_without_an_election(cluster, adm
     assert not any(p.leader_epoch == 1 for p in b[3].leader_and_isr_states())
 
 
-# -- topic deletion (1(f), Decision 6) --------------------------------------------------------
+# -- topic deletion -----------------------------------------------------------------------------
 
 def test_deletion_waits_for_a_broker_that_is_away_and_completes_when_it_registers(cluster, admin):
     c, b = _cluster_with_topic(cluster, {"t": {0: [1, 2], 1: [2, 3]}}, configs={"retention.ms": "1000"})
@@ -373,7 +373,7 @@ def test_deletion_of_a_replica_on_an_offline_dir_completes_after_its_log_dir_eve
     assert admin.get_children("/log_dir_event_notification") == []
 
 
-# -- failover (1(e)) ----------------------------------------------------------------------------
+# -- failover -----------------------------------------------------------------------------------
 
 def test_failover_loads_the_cluster_and_tells_every_broker(cluster, admin):
     c1, b = _cluster_with_topic(cluster, {"t": {0: [1, 2, 3]}})

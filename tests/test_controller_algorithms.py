@@ -1,7 +1,8 @@
-"""The controller's pure parts, without ZooKeeper or sockets: leader election and ISR
-arithmetic (CLUSTER.md 1(a).5, 1(b).7, 1(c), 4 "Unclean election"), Kafka's replica
+"""The controller's parts that need no ZooKeeper: leader election and ISR
+arithmetic (docs/controller.md "Topic creation", "Brokers"), Kafka's replica
 assignment, the state machines' transition tables, the request batch (what goes to
-whom, in which order and version) and the event thread's FIFO."""
+whom, in which order and version), the event thread's FIFO, and a sender's retries
+against a stand-in broker."""
 
 from __future__ import annotations
 
@@ -12,12 +13,15 @@ import pytest
 from daemon.cluster import znodes
 from daemon.controller import leader_election as le
 from daemon.controller import state_machines as sm
-from daemon.controller.channel import RequestBatch
+from daemon.controller.channel import ChannelManager, RequestBatch
 from daemon.controller.context import BrokerInfo, ControllerContext
 from daemon.controller.events import Call, ControllerEventManager
 from daemon.controller.leader_election import LeaderAndIsr
 from daemon.wire import CONTROL_APIS, views
 from logstore import TopicPartition
+
+from .controller_helpers import StandInBroker, wait_for
+from .zkserver import free_port
 
 T0 = TopicPartition("t", 0)
 
@@ -35,7 +39,7 @@ def test_a_new_partition_is_led_by_its_first_online_replica():
 
 
 def test_offline_election_picks_the_first_live_isr_member_at_the_next_epoch():
-    # CLUSTER.md 1(b).7: broker 1's dir failed; t-0 was led by 1 with ISR [1,2,3].
+    # Broker 1's dir failed; t-0 was led by 1 with ISR [1,2,3].
     current = LeaderAndIsr(1, 0, (1, 2, 3), controller_epoch=4, zk_version=0)
     new = le.elect_offline_leader([1, 2, 3], current, online(2, 3), unclean=False, controller_epoch=5)
     assert new == LeaderAndIsr(2, 1, (2, 3), 5, 0)  # zk_version: the version to write at
@@ -56,10 +60,10 @@ def test_without_a_live_isr_member_only_unclean_election_finds_a_leader():
 
 
 def test_isr_removal_always_bumps_the_epoch_and_never_empties_the_isr():
-    # CLUSTER.md 1(c).2: follower 3 goes; leader 2 stays at leader epoch 2.
+    # A follower's dir failed: follower 3 goes; leader 2 stays at leader epoch 2.
     current = LeaderAndIsr(2, 1, (2, 3), 5, 1)
     assert le.remove_replica_from_isr(current, 3, 5) == LeaderAndIsr(2, 2, (2,), 5, 1)
-    # 1(c).3: an ISR of one is kept; the leader becomes -1 when that member goes.
+    # An ISR of one is kept; the leader becomes -1 when that member goes.
     solo = LeaderAndIsr(2, 2, (2,), 5, 2)
     assert le.remove_replica_from_isr(solo, 2, 6) == LeaderAndIsr(-1, 3, (2,), 6, 2)
     assert le.remove_replica_from_isr(current, 1, 5) is None  # not in the ISR: no write
@@ -193,3 +197,33 @@ def test_events_run_in_order_on_one_thread_and_an_error_does_not_stop_it():
     pending = mgr.put(Call(lambda: None))
     mgr.close()
     assert pending.future.cancelled()
+
+
+# -- the sender -------------------------------------------------------------------------------
+
+def test_a_sender_retries_until_the_broker_listens_and_keeps_fifo_order():
+    ctx = _context()
+    port = free_port()
+    reg = znodes.BrokerRegistration(2, (znodes.BrokerEndpoint("PLAINTEXT", "127.0.0.1", port),), 0)
+    ctx.live_brokers[2] = BrokerInfo(2, 102, reg)
+    answers = []
+    channel = ChannelManager(5, lambda b, req, resp: answers.append((b, type(req).__name__, resp)))
+    broker = None
+    try:
+        channel.add_broker(ctx.live_brokers[2])
+        batch = RequestBatch()
+        batch.add_leader_and_isr(ctx, [2], T0, ctx.leadership[T0], is_new=False)
+        batch.add_stop_replica([2], T0, delete=False, leader_epoch=1)
+        channel.send_batch(batch, ctx)
+        assert not wait_for(lambda: answers, timeout=0.5)  # nobody listens yet: retried every 100 ms
+        broker = StandInBroker("unused", 2, port=port)
+        assert wait_for(lambda: len(answers) == 3, timeout=5)
+        assert [a[1] for a in answers] == [
+            "LeaderAndIsrRequest", "UpdateMetadataRequest", "StopReplicaRequest"]
+        assert views.leader_and_isr_errors(answers[0][2]) == {("t", 0): 0}
+        assert broker.api_keys() == [4, 6, 5]
+    finally:
+        channel.shutdown()
+        if broker is not None:
+            broker.close()
+    assert channel.brokers() == []

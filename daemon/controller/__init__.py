@@ -1,4 +1,4 @@
-"""The ZooKeeper-mode controller (issue 10; CLUSTER.md sections 1-3 and 6).
+"""The ZooKeeper-mode controller (issue 10; docs/controller.md).
 
 Every daemon with `zookeeper.connect` runs a `Controller`; the one elected through
 `/controller` and `/controller_epoch` acts. Modules, one concern each:

@@ -1,8 +1,8 @@
 """The controller's requests to brokers (Kafka's ControllerChannelManager and
-ControllerBrokerRequestBatch), CLUSTER.md section 2.
+ControllerBrokerRequestBatch), docs/controller.md "Requests to brokers".
 
 `RequestBatch` gathers what one step of the state machines wants each broker told and
-builds the requests: LeaderAndIsr v4, UpdateMetadata v6 and StopReplica v3 (Decision 1),
+builds the requests: LeaderAndIsr v4, UpdateMetadata v6 and StopReplica v3,
 sent to each broker in that order. Adding a LeaderAndIsr for a partition also adds an
 UpdateMetadata for it to every live broker, as Kafka does; a topic being deleted is
 announced with leader -2; `offline_replicas` lists the replicas not online.

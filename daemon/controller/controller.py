@@ -1,4 +1,4 @@
-"""The controller (Kafka's KafkaController in ZooKeeper mode), CLUSTER.md section 1.
+"""The controller (Kafka's KafkaController in ZooKeeper mode), docs/controller.md.
 
 Every daemon with `zookeeper.connect` runs one `Controller`; the election decides which
 one acts. The active controller loads the cluster from ZooKeeper, watches brokers,
@@ -357,7 +357,7 @@ class Controller:
             self._on_resignation()
 
     def _on_failover(self) -> None:
-        """CLUSTER.md 1(e).3, in Kafka's order."""
+        """docs/controller.md "Failover", in Kafka's order."""
         log.info("controller %d: taking over at epoch %d", self.broker_id, self.ctx.epoch)
         zk = self.zk
         for path in znodes.PERSISTENT_PATHS:
@@ -471,7 +471,7 @@ class Controller:
             self._on_broker_failure(dead)
 
     def _on_broker_startup(self, brokers: list[int]) -> None:
-        """CLUSTER.md 1(d).2."""
+        """docs/controller.md "Brokers"."""
         for b in brokers:
             self.ctx.replicas_on_offline_dirs.pop(b, None)
         existing = [b for b in self.ctx.live_broker_ids if b not in brokers]
@@ -533,7 +533,7 @@ class Controller:
             self._on_new_partition_creation(added)
 
     def _on_new_partition_creation(self, tps: list[TopicPartition]) -> None:
-        """CLUSTER.md 1(a).4-5."""
+        """docs/controller.md "Topic creation": New, then Online."""
         replicas = self.ctx.replicas_for_partitions(tps)
         batch = RequestBatch()
         self.partition_sm.handle_state_changes(tps, P.NEW, batch)
@@ -567,7 +567,7 @@ class Controller:
         self.events.put(ev.TopicChange())  # the watch fires too; this one makes sure
 
     def _create_topic(self, spec: TopicSpec, validate_only: bool) -> TopicResult:
-        """CLUSTER.md 1(a).2: validate, assign, write `/config/topics/<t>` then
+        """docs/controller.md "Topic creation": validate, assign, write `/config/topics/<t>` then
         `/brokers/topics/<t>`."""
         name = spec.name
         try:
@@ -727,7 +727,7 @@ class Controller:
     # -- log dirs and ISR changes ---------------------------------------------------------
 
     def _process_log_dir_events(self) -> None:
-        """CLUSTER.md 1(b).4-5: probe every replica of the brokers named; the
+        """docs/controller.md "Log-dir events": probe every replica of the brokers named; the
         notifications are deleted whatever happens (Kafka's finally)."""
         parent = znodes.LOG_DIR_EVENT_NOTIFICATION
         names = [n for n in self.zk.children(parent, watch=self._log_dir_watch)
@@ -755,11 +755,11 @@ class Controller:
         self.replica_sm.handle_state_changes(
             [r for r in replicas if not self.ctx.is_topic_queued_for_deletion(r[0].topic)], R.ONLINE, batch)
         self.send(batch)
-        # CLUSTER.md 1(f).7: a queued deletion waiting on these brokers is tried again.
+        # docs/controller.md "Topic deletion": a queued deletion waiting on these brokers is tried again.
         self.deletion.resume_for_topics({tp.topic for tp, _ in replicas})
 
     def _process_leader_and_isr_response(self, event: ev.LeaderAndIsrResponseReceived) -> None:
-        """CLUSTER.md 1(b).7: 56 -> offline, 0 -> online, other codes ignored."""
+        """docs/controller.md "Log-dir events": 56 -> offline, 0 -> online, other codes ignored."""
         b = event.broker_id
         info = self.ctx.live_brokers.get(b)
         if info is None or info.epoch != event.broker_epoch:
@@ -780,7 +780,8 @@ class Controller:
             log.info("controller: broker %d reports offline replicas %s", b, [str(tp) for tp in new_offline])
             self._on_replicas_become_offline([(tp, b) for tp in new_offline])
         if back_online:
-            # Decision 7: a dir that came back; partitions left leaderless get a leader.
+            # A dir that came back (our extension: Kafka needs a restart): partitions
+            # left leaderless get a leader.
             log.info("controller: broker %d replicas online again %s", b, [str(tp) for tp in back_online])
             batch = RequestBatch()
             batch.add_update_metadata(self.ctx.live_broker_ids, back_online)

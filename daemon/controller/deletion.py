@@ -1,4 +1,5 @@
-"""Topic deletion (Kafka's TopicDeletionManager), CLUSTER.md 1(f), 1(g).4 and Decision 6.
+"""Topic deletion (Kafka's TopicDeletionManager), docs/controller.md
+"Topic deletion".
 
 A topic named in `/admin/delete_topics` is queued. Deletion of a queued topic starts
 when none of its replicas is in ReplicaDeletionStarted and the topic is not marked
@@ -15,7 +16,7 @@ When every replica has succeeded, the controller deletes `/brokers/topics/<t>`
 forgets the topic.
 
 An ineligible topic waits. It is retried when a broker holding one of its replicas
-starts (onBrokerStartup, as Kafka) and, our extension (CLUSTER.md 1(f).7), when that
+starts (onBrokerStartup, as Kafka) and, our extension, when that
 broker writes a log-dir event: the retried StopReplica is the probe, and a dir back
 online answers 0.
 
@@ -122,7 +123,7 @@ class TopicDeletionManager:
     def _delete_replicas(self, topic: str) -> None:
         replicas = [r for r in self.ctx.replicas_for_topic(topic)
                     if self.c.replica_sm.state(*r) is not R.DELETION_SUCCESSFUL]
-        # Decision 6: every replica on a live broker gets StopReplica(delete=true), even
+        # Every replica on a live broker gets StopReplica(delete=true), even
         # one the broker reported on an offline or saturated dir.
         alive = [r for r in replicas if r[1] in self.ctx.live_brokers]
         dead = [r for r in replicas if r[1] not in self.ctx.live_brokers]

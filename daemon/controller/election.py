@@ -1,5 +1,5 @@
-"""Controller election through `/controller` and `/controller_epoch` (CLUSTER.md 1(e)
-and section 3, Kafka's KafkaZkClient.registerControllerAndIncrementControllerEpoch).
+"""Controller election through `/controller` and `/controller_epoch` (docs/controller.md
+"Election and fencing", Kafka's KafkaZkClient.registerControllerAndIncrementControllerEpoch).
 
 Every daemon runs it. To take the controller: read `/controller_epoch` (create it as
 "0" if absent), then one transaction {create `/controller` ephemeral (v2 JSON);

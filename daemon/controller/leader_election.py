@@ -1,5 +1,5 @@
 """Pure leader and ISR algorithms of the controller (Kafka's `Election` and the ISR
-arithmetic of its state machines), CLUSTER.md sections 1(a), 1(b).7, 1(c) and 4.
+arithmetic of its state machines), docs/controller.md "Topic creation" and "Brokers".
 
 Nothing here touches ZooKeeper or the network: each function takes the partition's
 assignment, its current leadership and a predicate saying whether a replica is online

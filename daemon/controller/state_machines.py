@@ -1,5 +1,5 @@
 """Kafka's partition and replica state machines (PartitionStateMachine,
-ReplicaStateMachine), CLUSTER.md section 1.
+ReplicaStateMachine), docs/controller.md.
 
 A transition is checked against the table of valid previous states first: invalid ones
 are logged and skipped, as Kafka does, never raised. What a transition sends is added to

@@ -1,4 +1,5 @@
-"""The controller's ZooKeeper reads and its fenced writes (CLUSTER.md section 3).
+"""The controller's ZooKeeper reads and its fenced writes (docs/controller.md,
+"Election and fencing").
 
 Every write the controller makes is one kazoo transaction opened with
 `check(/controller_epoch, epoch_zk_version)`: if another controller has been elected
