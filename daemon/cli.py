@@ -16,9 +16,9 @@ import sys
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "dump-log": ("logstore.dump", "print and verify Kafka log segments and indexes"),
-    "serve": ("daemon.server", "run the storage daemon"),
-    "log-dirs": ("daemon.admin", "describe, readmit, cordon or uncordon log dirs"),
-    "topics": ("daemon.admin_topics", "describe topics through the Metadata API"),
+    "serve": ("daemon.app", "run the storage daemon"),
+    "log-dirs": ("daemon.tools.log_dirs", "describe, readmit, cordon or uncordon log dirs"),
+    "topics": ("daemon.tools.topics", "describe topics through the Metadata API"),
     "audit": ("spark_audit.main", "audit segment integrity across hosts with PySpark"),
 }
 

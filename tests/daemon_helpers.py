@@ -131,7 +131,7 @@ class Daemon:
 
     def admin(self, command: str, log_dir: str | Path) -> tuple[int, Any]:
         """POST /admin/<command> {"dir": log_dir}: what `logkeeper log-dirs` sends."""
-        from daemon.admin import daemon_call
+        from daemon.tools.log_dirs import daemon_call
 
         return daemon_call(f"127.0.0.1:{self.http_port}", f"/admin/{command}",
                            {"dir": str(log_dir)})
@@ -234,7 +234,7 @@ class RawClient:
 
     def request(self, body: Any, version: int) -> Any:
         """Send a kafka.protocol request object and decode its response."""
-        from daemon import protocol
+        from daemon.api import protocol
 
         self.correlation += 1
         self.send_raw(protocol.encode_request(body, version, self.correlation))

@@ -3,7 +3,7 @@
 Usage and connection errors need no server. The end-to-end tests run the real daemon
 (`python -m daemon.cli serve`, tests/daemon_helpers.py), write records with a real
 Kafka client, and read the answers back through DescribeLogDirs and Metadata. Without
-daemon.server they skip outside CI and fail with CI=true.
+daemon.app they skip outside CI and fail with CI=true.
 """
 
 from __future__ import annotations
@@ -17,11 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from daemon import admin, admin_topics
+from daemon.tools import log_dirs as log_dirs_tool
+from daemon.tools import topics as topics_tool
 from tests.daemon_helpers import REPO, Daemon, free_port, running
 from tests.faults import in_ci
 
-ADMIN = [(admin.main, "log-dirs"), (admin_topics.main, "topics")]
+ADMIN = [(log_dirs_tool.main, "log-dirs"), (topics_tool.main, "topics")]
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -42,7 +43,7 @@ def test_usage_errors_exit_2(main, name, capsys: pytest.CaptureFixture[str]) -> 
 
 
 def test_bad_broker_list_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
-    assert admin.main(["describe", "--bootstrap-server", "127.0.0.1:9", "--broker-list",
+    assert log_dirs_tool.main(["describe", "--bootstrap-server", "127.0.0.1:9", "--broker-list",
                        "zero"]) == 2
     assert "--broker-list" in capsys.readouterr().err
 
@@ -61,10 +62,10 @@ def test_unreachable_server_exits_2_naming_it(command: str) -> None:
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    if importlib.util.find_spec("daemon.server") is None:
+    if importlib.util.find_spec("daemon.app") is None:
         if in_ci():
-            pytest.fail("daemon.server is missing: the admin commands have no server to ask")
-        pytest.skip("daemon.server is not importable yet (part A): no server to ask")
+            pytest.fail("daemon.app is missing: the admin commands have no server to ask")
+        pytest.skip("daemon.app is not importable yet (part A): no server to ask")
     from kafka import KafkaProducer
 
     root = tmp_path_factory.mktemp("admin")
@@ -102,13 +103,13 @@ def test_log_dirs_describe_matches_kafka_log_dirs_json(daemon: Daemon) -> None:
 
 def test_log_dirs_describe_filters_topics_and_brokers(daemon: Daemon,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
-    assert admin.main(["describe", "--bootstrap-server", daemon.bootstrap,
+    assert log_dirs_tool.main(["describe", "--bootstrap-server", daemon.bootstrap,
                        "--topic-list", "audit", "--broker-list", "3"]) == 0
     out = json.loads(capsys.readouterr().out)
     parts = [p["partition"] for x in out["brokers"][0]["logDirs"] for p in x["partitions"]]
     assert sorted(parts) == ["audit-0", "audit-1", "audit-2"]
     # A broker that is not in the cluster is an error reported for the run: exit 1.
-    assert admin.main(["describe", "--bootstrap-server", daemon.bootstrap,
+    assert log_dirs_tool.main(["describe", "--bootstrap-server", daemon.bootstrap,
                        "--broker-list", "3,7"]) == 1
     captured = capsys.readouterr()
     assert [b["broker"] for b in json.loads(captured.out)["brokers"]] == [3]
@@ -127,7 +128,7 @@ def test_topics_describe_shows_leader_replicas_isr_offline(daemon: Daemon) -> No
 
 def test_topics_describe_json_and_all_topics(daemon: Daemon,
                                              capsys: pytest.CaptureFixture[str]) -> None:
-    assert admin_topics.main(["describe", "--bootstrap-server", daemon.bootstrap,
+    assert topics_tool.main(["describe", "--bootstrap-server", daemon.bootstrap,
                               "--json"]) == 0
     js = json.loads(capsys.readouterr().out)
     assert [t["topic"] for t in js["topics"]] == ["audit", "orders"]

@@ -136,7 +136,7 @@ def test_corrupt_batch_with_acks_0_closes_that_connection(daemon: Daemon,
     req = ProduceRequest(transactional_id=None, acks=0, timeout_ms=1000, topic_data=[
         T(name=TOPIC, partition_data=[T.PartitionProduceData(
             index=0, records=corruptions()["bad crc"])])])
-    from daemon import protocol
+    from daemon.api import protocol
 
     c.send_raw(protocol.encode_request(req, 8, 1))
     assert c.closed_by_server()  # Kafka's way to tell an acks=0 producer

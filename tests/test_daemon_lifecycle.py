@@ -16,7 +16,7 @@ import confluent_kafka as ck
 import pytest
 from kafka.protocol.consumer import FetchRequest
 
-from daemon import protocol
+from daemon.api import protocol
 from logstore import names
 from tests import faults
 from tests.daemon_helpers import REPO, Daemon, RawClient, free_port, running
@@ -387,7 +387,7 @@ def test_embedded_defaults_start_with_no_config(tmp_path: Path) -> None:
 
 
 def test_protocol_advertises_what_handlers_serve() -> None:
-    from daemon.handlers import Handlers
+    from daemon.api.handlers import Handlers
 
     assert {18, 0, 1, 2, 3, 19, 20, 35} <= set(protocol.SUPPORTED)
     assert Handlers.__init__  # the constructor asserts dispatch == SUPPORTED

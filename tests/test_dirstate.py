@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from checks import probe_availability, probe_space
-from daemon.dirstate import DirState, LogDirStates
+from daemon.storage.dirstate import DirState, LogDirStates
 from logstore import FailureChannel, LogConfig, LogDir, LogDirSaturatedError
 
 from . import faults

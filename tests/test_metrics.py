@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from daemon.metrics import Metrics
+from daemon.ops.metrics import Metrics
 
 
 def fetch(port: int, path: str) -> tuple[int, str, str]:

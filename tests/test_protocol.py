@@ -13,7 +13,7 @@ from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest
 from kafka.protocol.producer import ProduceRequest
 
-from daemon import protocol
+from daemon.api import protocol
 from logstore import records
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from daemon.config import load
-from daemon.notify import Notifier
+from daemon.ops.notify import Notifier
 from tests.faults import in_ci
 
 REPO = Path(__file__).resolve().parents[1]

@@ -9,7 +9,7 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException
 
-from daemon.zk import ClusterLink
+from daemon.cluster.link import ClusterLink
 
 from .zkserver import ZooKeeperServer
 

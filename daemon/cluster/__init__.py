@@ -1,2 +1,2 @@
-"""The cluster side: ZooKeeper paths and znode JSON (`znodes`); the ZooKeeper link and
-the metadata cache join them here as issue 10 proceeds."""
+"""The cluster side: the ZooKeeper link (`link`), ZooKeeper paths and znode JSON
+(`znodes`); the metadata cache joins them here as issue 10 proceeds."""

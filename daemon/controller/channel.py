@@ -27,7 +27,7 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from daemon import protocol
+from daemon.api import protocol
 from daemon.wire import CONTROL_APIS, views
 from logstore import TopicPartition
 

@@ -4,7 +4,7 @@ and ControlledShutdown (7), requests and responses.
 kafka-python 3.x names these APIs but has no classes for them. Each class here loads
 logkeeper's own schema (`daemon/wire/schemas/<ClassName>.json`) into kafka-python's
 message generator, so encoding, decoding, flexible versions, compact strings and tagged
-fields are kafka-python's, exactly as for the client APIs in `daemon.protocol`.
+fields are kafka-python's, exactly as for the client APIs in `daemon.api.protocol`.
 
 Versions are Kafka 3.9's: LeaderAndIsr 0-7, UpdateMetadata 0-8, StopReplica 0-4 and
 ControlledShutdown 0-3, every version a ZooKeeper-mode Kafka controller may send.
@@ -22,7 +22,7 @@ Python names differ from the schema's in three places, all set by `_patch` below
 
 Errors: `decode` raises whatever kafka-python raises on bad bytes (struct.error,
 ValueError, ...) and ValueError for a version outside the schema's range; callers that
-read from the network wrap it as `daemon.protocol.decode_request` does.
+read from the network wrap it as `daemon.api.protocol.decode_request` does.
 """
 
 from __future__ import annotations

@@ -31,10 +31,10 @@ from kafka.protocol.producer import InitProducerIdResponse, ProduceResponse
 from logstore import names
 from logstore.errors import InvalidTopicError
 
-from . import broker as b
+from ..ops.metrics import Metrics
+from ..replica import manager as b
+from ..replica.manager import Broker, Partition, TopicError
 from . import protocol
-from .broker import Broker, Partition, TopicError
-from .metrics import Metrics
 
 log = logging.getLogger("logkeeper.handlers")
 

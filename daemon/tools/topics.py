@@ -88,7 +88,7 @@ def main(argv: list[str]) -> int:
     bootstrap = args.bootstrap_server
     try:
         if bootstrap is None:
-            from . import config as config_mod
+            from .. import config as config_mod
 
             cfg = config_mod.load(args.config)
             bootstrap = config_mod.local_address(cfg.listener.host, cfg.listener.port)

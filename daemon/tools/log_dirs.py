@@ -123,7 +123,7 @@ def daemon_call(http: str, path: str, payload: dict[str, Any] | None = None
 def _http_address(args: argparse.Namespace) -> str:
     if args.http:
         return args.http
-    from . import config as config_mod
+    from .. import config as config_mod
 
     cfg = config_mod.load(args.config)
     if cfg.http_listen is None:
@@ -158,7 +158,7 @@ def _parser() -> argparse.ArgumentParser:
 def _command(args: argparse.Namespace) -> int:
     import os
 
-    from .config import ConfigError
+    from ..config import ConfigError
 
     try:
         http = _http_address(args)

@@ -49,12 +49,12 @@ from checks import (
 from checks.slow import device_for_path, io_counters
 from logstore import LogStoreError, StorageError
 
-from .broker import Broker
-from .config import Config
-from .dirstate import DirState, Transition
-from .logdirs import CORDON_FILE, ManagedDir, all_offline_message
-from .metrics import Metrics
-from .zk import ClusterLink
+from ..cluster.link import ClusterLink
+from ..config import Config
+from ..ops.metrics import Metrics
+from ..replica.manager import Broker
+from ..storage.dirstate import DirState, Transition
+from ..storage.log_manager import CORDON_FILE, ManagedDir, all_offline_message
 
 log = logging.getLogger("logkeeper.health")
 

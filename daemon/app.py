@@ -40,14 +40,14 @@ import native
 from logstore import LogStoreError
 
 from . import config as config_mod
-from . import protocol
-from .broker import Broker
-from .dirstate import DirState
-from .handlers import CLOSE, ConnInfo, Handlers
-from .health import AdminError, LogDirHealth
-from .metrics import HttpEndpoint, Metrics
-from .notify import Notifier
-from .zk import ClusterLink
+from .api import protocol
+from .api.handlers import CLOSE, ConnInfo, Handlers
+from .cluster.link import ClusterLink
+from .health.monitor import AdminError, LogDirHealth
+from .ops.metrics import HttpEndpoint, Metrics
+from .ops.notify import Notifier
+from .replica.manager import Broker
+from .storage.dirstate import DirState
 
 log = logging.getLogger("logkeeper.server")
 

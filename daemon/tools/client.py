@@ -103,7 +103,7 @@ class Connection:
 
 def parse_bootstrap(value: str) -> list[tuple[str, int]]:
     """`host:port[,host:port...]` -> [(host, port)]; ValueError naming the bad entry."""
-    from .config import parse_host_port
+    from ..config import parse_host_port
 
     out = []
     for item in value.split(","):

@@ -29,9 +29,9 @@ from typing import Any
 from logstore import Log, LogStoreError, StorageError, TopicPartition, checkpoint, names
 from logstore.errors import InvalidTopicError
 
-from .config import Config
-from .logdirs import DirState, LogDirManager, ManagedDir
-from .metrics import Metrics
+from ..config import Config
+from ..ops.metrics import Metrics
+from ..storage.log_manager import DirState, LogDirManager, ManagedDir
 
 log = logging.getLogger("logkeeper.broker")
 

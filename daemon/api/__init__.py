@@ -1,0 +1,1 @@
+"""The Kafka protocol side: connections, request framing, and the API handlers."""

@@ -1,0 +1,1 @@
+"""What operators and their tools see: metrics, the HTTP endpoint, systemd notify."""

@@ -1,0 +1,2 @@
+"""The log dirs: one worker each, their states, and the log manager (open, recover,
+close, placement, retention, checkpoints)."""

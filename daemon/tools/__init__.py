@@ -1,0 +1,1 @@
+"""The blocking command-line clients: `logkeeper log-dirs` and `logkeeper topics`."""
