@@ -28,6 +28,12 @@ LOG_OVERHEAD = 12  # baseOffset + batchLength: the part of a batch outside batch
 MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD  # 49
 CRC_START = 21
 MAGIC = 2
+# Where single fields start, for readers that need one field, not a parsed Batch.
+ATTRIBUTES_AT = CRC_START  # int16: the CRC covers from here to the batch's end
+PRODUCER_AT = 43  # producerId, producerEpoch, baseSequence, recordsCount (PRODUCER)
+PRODUCER = struct.Struct(">qhii")
+assert HEADER_SIZE == PRODUCER_AT + PRODUCER.size
+_ATTRIBUTES = struct.Struct(">h")
 
 ATTR_CODEC_MASK = 0x07
 ATTR_LOG_APPEND_TIME = 0x08
@@ -387,6 +393,21 @@ def _decode_legacy(view: memoryview, pos: int, position: int) -> LegacyMessage:
     value = None if vlen < 0 else bytes(view[cur : cur + vlen])
     return LegacyMessage(position, offset, size + LOG_OVERHEAD, magic, crc, attributes,
                          timestamp, key, value)
+
+
+def batch_attributes(buf: bytes | memoryview) -> int | None:
+    """The attributes of the batch at buf[0], None when `buf` is too short to hold them."""
+    if len(buf) < ATTRIBUTES_AT + _ATTRIBUTES.size:
+        return None
+    return _ATTRIBUTES.unpack_from(buf, ATTRIBUTES_AT)[0]
+
+
+def batch_producer(buf: bytes | memoryview) -> tuple[int, int, int, int] | None:
+    """(producerId, producerEpoch, baseSequence, recordsCount) of the batch at buf[0];
+    None when `buf` is shorter than a batch header. Framing is not checked."""
+    if len(buf) < HEADER_SIZE:
+        return None
+    return PRODUCER.unpack_from(buf, PRODUCER_AT)
 
 
 def parse_batch_header(buf: bytes | memoryview, pos: int = 0, position: int | None = None) -> Batch:

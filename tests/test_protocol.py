@@ -13,7 +13,7 @@ from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest
 from kafka.protocol.producer import ProduceRequest
 
-from daemon.api import protocol
+from daemon.api import errors, protocol
 from logstore import records
 
 
@@ -93,7 +93,7 @@ def test_unserved_api_versions_version_gets_a_v0_answer_listing_ours() -> None:
     frame = protocol.unsupported_api_versions_frame(correlation_id=9)
     resp = ApiVersionsResponse.decode(frame[4:], version=0, header=True)
     assert resp.header.correlation_id == 9
-    assert resp.error_code == protocol.UNSUPPORTED_VERSION
+    assert resp.error_code == errors.UNSUPPORTED_VERSION
     assert {k.api_key for k in resp.api_keys} == set(protocol.SUPPORTED)
 
 

@@ -34,12 +34,11 @@ from logstore.errors import InvalidTopicError
 from ..ops.metrics import Metrics
 from ..replica import manager as b
 from ..replica.manager import Broker, Partition, TopicError
-from . import protocol
+from . import errors, protocol
 
 log = logging.getLogger("logkeeper.handlers")
 
 CLOSE = object()  # sentinel: close the connection without a response
-FETCH_SESSION_ID_NOT_FOUND = 70
 
 
 @dataclass(frozen=True)
@@ -55,8 +54,8 @@ def _topic_error(topic: str) -> int:
     try:
         names.validate_topic(topic)
     except InvalidTopicError:
-        return b.INVALID_TOPIC_EXCEPTION
-    return b.UNKNOWN_TOPIC_OR_PARTITION
+        return errors.INVALID_TOPIC_EXCEPTION
+    return errors.UNKNOWN_TOPIC_OR_PARTITION
 
 
 class Handlers:
@@ -92,14 +91,14 @@ class Handlers:
         for t in body.topic_data:
             for pd in t.partition_data:
                 if acks not in (0, 1, -1):
-                    slots.append((t.name, pd.index, b.AppendResult(b.INVALID_REQUIRED_ACKS)))
+                    slots.append((t.name, pd.index, b.AppendResult(errors.INVALID_REQUIRED_ACKS)))
                     continue
                 p = self.broker.get(t.name, pd.index)
                 if p is None:
                     slots.append((t.name, pd.index, b.AppendResult(_topic_error(t.name))))
                 elif not pd.records:
                     slots.append((t.name, pd.index, b.AppendResult(
-                        b.CORRUPT_MESSAGE, message="no record batch")))
+                        errors.CORRUPT_MESSAGE, message="no record batch")))
                 else:
                     slots.append((t.name, pd.index, None))
                     items.append((p, pd.records))
@@ -111,7 +110,7 @@ class Handlers:
         for topic, index, res in slots:
             if res is None:
                 res = next(results)
-            if res.error == b.NONE:
+            if res.error == errors.NONE:
                 self.metrics.bytes_in.labels(topic).inc(res.size)
                 self.metrics.messages_in.labels(topic).inc(res.records)
             else:
@@ -139,7 +138,7 @@ class Handlers:
         if req.version >= 7 and body.session_id != 0:
             # Fetch sessions are not kept: every answer carries session_id 0, so a client
             # only sends a nonzero id by mistake; Kafka answers this code then.
-            return FetchResponse(throttle_time_ms=0, error_code=FETCH_SESSION_ID_NOT_FOUND,
+            return FetchResponse(throttle_time_ms=0, error_code=errors.FETCH_SESSION_ID_NOT_FOUND,
                                  session_id=0, responses=[])
         max_bytes = body.max_bytes if req.version >= 3 else 2**31 - 1
         entries: list[tuple[str, int, int, int, Partition | None]] = []
@@ -245,12 +244,12 @@ class Handlers:
         out = []
         for name in wanted:
             if name not in topics and allow_auto and self.config["auto.create.topics.enable"] \
-                    and _topic_error(name) == b.UNKNOWN_TOPIC_OR_PARTITION:
+                    and _topic_error(name) == errors.UNKNOWN_TOPIC_OR_PARTITION:
                 try:
                     await self.broker.create_topic(name, -1, -1)
                     log.info("auto-created topic %s for %s", name, conn.peer)
                 except TopicError as err:
-                    if err.code != b.TOPIC_ALREADY_EXISTS:
+                    if err.code != errors.TOPIC_ALREADY_EXISTS:
                         log.warning("auto-creating %s failed: %s", name, err)
                 topics = self.broker.topics()
             parts = topics.get(name)
@@ -262,7 +261,7 @@ class Handlers:
             out.append(R(error_code=0, name=name, is_internal=False, partitions=[
                 # A replica in an OFFLINE dir: as a Kafka controller reports a partition
                 # whose only replica is offline: no leader, the replica listed offline.
-                P(error_code=b.LEADER_NOT_AVAILABLE, partition_index=p.tp.partition,
+                P(error_code=errors.LEADER_NOT_AVAILABLE, partition_index=p.tp.partition,
                   leader_id=-1, leader_epoch=0, replica_nodes=[me], isr_nodes=[me],
                   offline_replicas=[me]) if p.offline else
                 P(error_code=0, partition_index=p.tp.partition, leader_id=me, leader_epoch=0,
@@ -284,25 +283,25 @@ class Handlers:
         out = []
         seen: set[str] = set()
         for t in body.topics:
-            code, message = b.NONE, None
+            code, message = errors.NONE, None
             try:
                 if t.name in seen:
-                    raise TopicError(b.INVALID_REQUEST, f"{t.name} appears twice in the request")
+                    raise TopicError(errors.INVALID_REQUEST, f"{t.name} appears twice in the request")
                 seen.add(t.name)
                 if t.configs:
-                    raise TopicError(b.INVALID_CONFIG, f"{t.name}: topic configs "
+                    raise TopicError(errors.INVALID_CONFIG, f"{t.name}: topic configs "
                                      f"({', '.join(c.name for c in t.configs)}) are not "
                                      "supported; the broker's log.* settings apply")
                 partitions, rf = t.num_partitions, t.replication_factor
                 if t.assignments:
                     if partitions != -1 or rf != -1:
-                        raise TopicError(b.INVALID_REQUEST, f"{t.name}: both assignments and "
+                        raise TopicError(errors.INVALID_REQUEST, f"{t.name}: both assignments and "
                                          "partition count/replication factor given")
                     indexes = sorted(a.partition_index for a in t.assignments)
                     if indexes != list(range(len(indexes))) or any(
                             list(a.broker_ids) != [self.broker.broker_id]
                             for a in t.assignments):
-                        raise TopicError(b.INVALID_REPLICA_ASSIGNMENT,
+                        raise TopicError(errors.INVALID_REPLICA_ASSIGNMENT,
                                          f"{t.name}: assignments must name partitions 0..n-1 "
                                          f"each on broker {self.broker.broker_id} only")
                     partitions, rf = len(indexes), 1
@@ -321,12 +320,12 @@ class Handlers:
         R = DeleteTopicsResponse.DeletableTopicResult
         out = []
         for name in req.body.topic_names:
-            code = b.NONE
+            code = errors.NONE
             try:
                 names.validate_topic(name)
                 await self.broker.delete_topic(name)
             except InvalidTopicError:
-                code = b.INVALID_TOPIC_EXCEPTION
+                code = errors.INVALID_TOPIC_EXCEPTION
             except TopicError as err:
                 code = err.code
             if code:
@@ -339,7 +338,7 @@ class Handlers:
     async def init_producer_id(self, req: protocol.Request, conn: ConnInfo) -> Any:
         if req.body.transactional_id is not None:
             return InitProducerIdResponse(
-                throttle_time_ms=0, error_code=b.INVALID_REQUEST, producer_id=-1,
+                throttle_time_ms=0, error_code=errors.INVALID_REQUEST, producer_id=-1,
                 producer_epoch=-1)
         return InitProducerIdResponse(throttle_time_ms=0, error_code=0,
                                       producer_id=self.broker.new_producer_id(),

@@ -50,13 +50,12 @@ from kafka.protocol.producer import (
     ProduceResponse,
 )
 
+from . import errors
+
 # api_key(2) + api_version(2) + correlation_id(4) + client_id length(2)
 MIN_REQUEST_SIZE = 10
 _PEEK = struct.Struct(">hhi")
 _SIZE = struct.Struct(">i")
-
-UNSUPPORTED_VERSION = 35
-
 
 class ProtocolError(Exception):
     """A frame that is not a valid request; the connection it came on is closed."""
@@ -218,7 +217,7 @@ def unsupported_api_versions_frame(correlation_id: int) -> bytes:
     """Kafka's answer to an ApiVersions request at a version it does not know: a v0
     response with UNSUPPORTED_VERSION and the supported ranges, so the client can retry
     at a version both sides speak (KIP-511)."""
-    resp = api_versions_response(0, UNSUPPORTED_VERSION)
+    resp = api_versions_response(0, errors.UNSUPPORTED_VERSION)
     resp.with_header(correlation_id=correlation_id)
     return bytes(resp.encode(header=True, framed=True))
 

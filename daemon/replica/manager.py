@@ -19,7 +19,6 @@ import base64
 import collections
 import json
 import logging
-import struct
 import time
 import uuid
 from collections.abc import Iterable
@@ -28,40 +27,30 @@ from typing import Any
 
 from logstore import Log, LogStoreError, StorageError, TopicPartition, checkpoint, names
 from logstore.errors import InvalidTopicError
+from logstore.records import ATTR_TRANSACTIONAL, batch_attributes, batch_producer
 
+from ..api.errors import (
+    INVALID_PARTITIONS,
+    INVALID_PRODUCER_EPOCH,
+    INVALID_REPLICATION_FACTOR,
+    INVALID_REQUEST,
+    INVALID_TOPIC_EXCEPTION,
+    INVALID_TXN_STATE,
+    KAFKA_STORAGE_ERROR,
+    NONE,
+    OFFSET_OUT_OF_RANGE,
+    OUT_OF_ORDER_SEQUENCE_NUMBER,
+    TOPIC_ALREADY_EXISTS,
+    UNKNOWN_SERVER_ERROR,
+    UNKNOWN_TOPIC_OR_PARTITION,
+    error_of,
+)
 from ..config import Config
 from ..ops.metrics import Metrics
 from ..storage.log_manager import DirState, LogDirManager, ManagedDir
 
 log = logging.getLogger("logkeeper.broker")
 
-# Kafka error codes used here (docs/formats.md and Kafka's Errors.java).
-NONE = 0
-UNKNOWN_SERVER_ERROR = -1
-OFFSET_OUT_OF_RANGE = 1
-CORRUPT_MESSAGE = 2
-UNKNOWN_TOPIC_OR_PARTITION = 3
-LEADER_NOT_AVAILABLE = 5
-MESSAGE_TOO_LARGE = 10
-INVALID_TOPIC_EXCEPTION = 17
-INVALID_REQUIRED_ACKS = 21
-TOPIC_ALREADY_EXISTS = 36
-INVALID_PARTITIONS = 37
-INVALID_REPLICATION_FACTOR = 38
-INVALID_REPLICA_ASSIGNMENT = 39
-INVALID_CONFIG = 40
-INVALID_REQUEST = 42
-OUT_OF_ORDER_SEQUENCE_NUMBER = 45
-INVALID_PRODUCER_EPOCH = 47
-INVALID_TXN_STATE = 48
-KAFKA_STORAGE_ERROR = 56
-
-# Batch header fields the idempotence check reads (docs/formats.md, magic 2).
-_PRODUCER = struct.Struct(">qhii")  # producerId, producerEpoch, baseSequence, recordsCount
-_PRODUCER_AT = 43
-_BATCH_HEADER = 61
-_ATTRIBUTES_AT = 21
-_ATTR_TRANSACTIONAL = 0x10
 _PRODUCER_WINDOW = 5  # Kafka keeps the metadata of the last 5 batches per producer
 
 # Where this broker's partitions live, kept in every usable log dir so that a partition
@@ -138,17 +127,6 @@ class ReadResult:
     message: str | None = None
 
 
-def _error_of(err: BaseException, where: str) -> tuple[int, str]:
-    if isinstance(err, LogStoreError):
-        code = err.error_code
-        if code != UNKNOWN_SERVER_ERROR:
-            return code, str(err)
-        log.error("%s: %s", where, err)
-        return code, str(err)
-    log.error("%s: unexpected %s", where, type(err).__name__, exc_info=err)
-    return UNKNOWN_SERVER_ERROR, f"{type(err).__name__}: {err}"
-
-
 def new_cluster_id() -> str:
     """A Kafka-style cluster id: a random UUID in unpadded base64url (22 chars)."""
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
@@ -163,9 +141,10 @@ def _check_producer(p: Partition, records: bytes) -> tuple[int, AppendResult | N
     The window lives in memory only: after a restart every producer starts fresh, as
     with a Kafka broker that lost its producer snapshots.
     """
-    if len(records) < _BATCH_HEADER:
+    fields = batch_producer(records)
+    if fields is None:
         return NONE, None, None
-    pid, epoch, base_seq, count = _PRODUCER.unpack_from(records, _PRODUCER_AT)
+    pid, epoch, base_seq, count = fields
     if pid < 0 or base_seq < 0 or count <= 0:
         return NONE, None, None
     last_seq = (base_seq + count - 1) % 2**31
@@ -192,7 +171,7 @@ def _append_all(items: list[tuple[Partition, bytes]]) -> list[AppendResult]:
             if p.deleted:
                 out.append(AppendResult(UNKNOWN_TOPIC_OR_PARTITION, message=f"{p.tp} was deleted"))
                 continue
-            if len(records) > _ATTRIBUTES_AT + 1 and records[_ATTRIBUTES_AT + 1] & _ATTR_TRANSACTIONAL:
+            if (batch_attributes(records) or 0) & ATTR_TRANSACTIONAL:
                 out.append(AppendResult(INVALID_TXN_STATE,
                                         message="transactional batches need a transaction "
                                                 "coordinator, which this broker does not run"))
@@ -217,8 +196,8 @@ def _append_all(items: list[tuple[Partition, bytes]]) -> list[AppendResult]:
                 state.batches.append(_BatchMeta(first_seq, last_seq, info.base_offset))
             out.append(AppendResult(NONE, info.base_offset, lg.log_start_offset,
                                     lg.high_watermark, info.record_count, info.size))
-        except Exception as err:  # noqa: BLE001 - per-partition isolation, see _error_of
-            code, message = _error_of(err, where)
+        except Exception as err:  # noqa: BLE001 - per-partition isolation, see error_of
+            code, message = error_of(err, where)
             out.append(AppendResult(code, message=message))
     return out
 
@@ -251,7 +230,7 @@ def _read_all(items: list[tuple[Partition, int, int]], budget: int) -> list[Read
             total += len(data)
             out.append(ReadResult(NONE, data, hw, lg.log_start_offset))
         except Exception as err:  # noqa: BLE001 - per-partition isolation
-            code, message = _error_of(err, f"read {p.tp} at {offset}")
+            code, message = error_of(err, f"read {p.tp} at {offset}")
             out.append(ReadResult(code, message=message))
     return out
 
@@ -277,7 +256,7 @@ def _list_offsets(items: list[tuple[Partition, int]]) -> list[tuple[int, int, in
                 else:
                     out.append((NONE, found[1], max(found[0], lg.log_start_offset)))
         except Exception as err:  # noqa: BLE001 - per-partition isolation
-            out.append((_error_of(err, f"list offsets of {p.tp}")[0], -1, -1))
+            out.append((error_of(err, f"list offsets of {p.tp}")[0], -1, -1))
     return out
 
 
@@ -422,7 +401,7 @@ class Broker:
             for idxs, res in zip(by_dir.values(), done, strict=True):
                 for j, i in enumerate(idxs):
                     if isinstance(res, BaseException):
-                        code, msg = _error_of(res, f"append to {items[i][0].tp}")
+                        code, msg = error_of(res, f"append to {items[i][0].tp}")
                         results[i] = AppendResult(code, message=msg)
                     else:
                         results[i] = res[j]
@@ -447,7 +426,7 @@ class Broker:
         for idxs, res in zip(by_dir.values(), done, strict=True):
             for j, i in enumerate(idxs):
                 if isinstance(res, BaseException):
-                    code, msg = _error_of(res, f"read {items[i][0].tp}")
+                    code, msg = error_of(res, f"read {items[i][0].tp}")
                     results[i] = ReadResult(code, message=msg)
                 else:
                     results[i] = res[j]
@@ -463,7 +442,7 @@ class Broker:
         results: list[tuple[int, int, int]] = [(UNKNOWN_SERVER_ERROR, -1, -1)] * len(items)
         for idxs, res in zip(by_dir.values(), done, strict=True):
             for j, i in enumerate(idxs):
-                results[i] = ((_error_of(res, "list offsets")[0], -1, -1)
+                results[i] = ((error_of(res, "list offsets")[0], -1, -1)
                               if isinstance(res, BaseException) else res[j])
         return results
 
@@ -521,7 +500,7 @@ class Broker:
             self.metrics.partitions_changed(self)
             await self.write_placement()
             if failed is not None:
-                code, msg = _error_of(failed, f"create {topic}")
+                code, msg = error_of(failed, f"create {topic}")
                 raise TopicError(code, f"creating {topic}: {msg}")
             log.info("created topic %s with %d partitions on %s", topic, num_partitions,
                      ", ".join(sorted({str(d.path) for d in placed})))
@@ -550,7 +529,7 @@ class Broker:
             await self.write_placement()
             errors = [r for r in done if isinstance(r, BaseException)]
             if errors:
-                code, msg = _error_of(errors[0], f"delete {topic}")
+                code, msg = error_of(errors[0], f"delete {topic}")
                 raise TopicError(code, f"deleting {topic}: {msg}")
             log.info("deleted topic %s (%d partitions)", topic, len(parts))
 
@@ -567,7 +546,7 @@ class Broker:
             try:
                 entry.update(await self.dirs.run(d, _describe_dir, d.logdir))
             except Exception as err:  # noqa: BLE001 - reported per dir
-                entry["error"] = _error_of(err, f"describe {d.path}")[0]
+                entry["error"] = error_of(err, f"describe {d.path}")[0]
             return entry
 
         return list(await asyncio.gather(*(one(d) for d in self.dirs.dirs)))
@@ -582,7 +561,7 @@ class Broker:
             try:
                 deleted = await self.dirs.run(d, _maintain, d.logdir, retention, checkpoints)
             except Exception as err:  # noqa: BLE001 - next round retries; logged here
-                _error_of(err, f"maintenance of {d.path}")
+                error_of(err, f"maintenance of {d.path}")
                 return
             if deleted:
                 log.info("retention deleted %d segments in %s", deleted, d.path)

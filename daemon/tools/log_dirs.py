@@ -36,16 +36,8 @@ from typing import Any
 from kafka.protocol.admin import DescribeLogDirsRequest, DescribeLogDirsResponse
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
+from ..api.errors import java_name
 from .client import ClientError, Connection, connect_any
-
-ERROR_NAMES = {
-    0: None, 56: "KafkaStorageException", 57: "LogDirNotFoundException",
-    -1: "UnknownServerException", 29: "ClusterAuthorizationException",
-}
-
-
-def error_name(code: int) -> str | None:
-    return ERROR_NAMES.get(code, f"KafkaError({code})")
 
 
 def describe(bootstrap: str, *, topics: list[str] | None = None,
@@ -80,7 +72,7 @@ def describe(bootstrap: str, *, topics: list[str] | None = None,
         dirs = []
         for r in resp.results:
             entry: dict[str, Any] = {
-                "logDir": r.log_dir, "error": error_name(r.error_code),
+                "logDir": r.log_dir, "error": java_name(r.error_code),
                 "partitions": [
                     {"partition": f"{t.name}-{p.partition_index}", "size": p.partition_size,
                      "offsetLag": p.offset_lag, "isFuture": p.is_future_key}
@@ -91,7 +83,7 @@ def describe(bootstrap: str, *, topics: list[str] | None = None,
                 entry["usableBytes"] = r.usable_bytes
             if r.error_code:
                 problems.append(f"broker {broker_id}: log dir {r.log_dir}: "
-                                f"{error_name(r.error_code)}")
+                                f"{java_name(r.error_code)}")
             dirs.append(entry)
         out["brokers"].append({"broker": broker_id, "logDirs": dirs})
     return out, problems

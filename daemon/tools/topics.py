@@ -19,9 +19,9 @@ import json
 import sys
 from typing import Any
 
-import kafka.errors
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
+from ..api.errors import name_of
 from .client import ClientError, connect_any
 
 
@@ -99,7 +99,7 @@ def main(argv: list[str]) -> int:
     print(json.dumps(desc, indent=2) if args.json else render(desc))
     failed = [t for t in desc["topics"] if t["error_code"]]
     for t in failed:
-        name = kafka.errors.for_code(t["error_code"]).__name__
+        name = name_of(t["error_code"])
         print(f"logkeeper topics: topic {t['topic']!r}: error {t['error_code']} ({name}) "
               f"from {bootstrap}", file=sys.stderr)
     return 1 if failed else 0

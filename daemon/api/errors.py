@@ -1,0 +1,74 @@
+"""The Kafka error codes the daemon answers with, and how its exceptions become codes.
+
+Every code comes from `kafka.errors` (kafka-python's table of Kafka's Errors.java), so
+no number is written out anywhere else in daemon/; docs/formats.md lists when each
+one is sent. `error_of` is the one place an exception becomes a code: a logstore error
+carries its own `error_code` (logstore cannot import the daemon), anything else is a
+bug, answered UNKNOWN_SERVER_ERROR (-1) and logged with its traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import kafka.errors as ke
+
+from logstore import LogStoreError
+
+log = logging.getLogger("logkeeper.errors")
+
+NONE = ke.NoError.errno
+UNKNOWN_SERVER_ERROR = ke.UnknownError.errno
+OFFSET_OUT_OF_RANGE = ke.OffsetOutOfRangeError.errno
+CORRUPT_MESSAGE = ke.CorruptRecordError.errno
+UNKNOWN_TOPIC_OR_PARTITION = ke.UnknownTopicOrPartitionError.errno
+LEADER_NOT_AVAILABLE = ke.LeaderNotAvailableError.errno
+MESSAGE_TOO_LARGE = ke.MessageSizeTooLargeError.errno
+INVALID_TOPIC_EXCEPTION = ke.InvalidTopicError.errno
+INVALID_REQUIRED_ACKS = ke.InvalidRequiredAcksError.errno
+TOPIC_AUTHORIZATION_FAILED = ke.TopicAuthorizationFailedError.errno
+CLUSTER_AUTHORIZATION_FAILED = ke.ClusterAuthorizationFailedError.errno
+UNSUPPORTED_VERSION = ke.UnsupportedVersionError.errno
+TOPIC_ALREADY_EXISTS = ke.TopicAlreadyExistsError.errno
+INVALID_PARTITIONS = ke.InvalidPartitionsError.errno
+INVALID_REPLICATION_FACTOR = ke.InvalidReplicationFactorError.errno
+INVALID_REPLICA_ASSIGNMENT = ke.InvalidReplicationAssignmentError.errno
+INVALID_CONFIG = ke.InvalidConfigurationError.errno
+INVALID_REQUEST = ke.InvalidRequestError.errno
+OUT_OF_ORDER_SEQUENCE_NUMBER = ke.OutOfOrderSequenceNumberError.errno
+INVALID_PRODUCER_EPOCH = ke.InvalidProducerEpochError.errno
+INVALID_TXN_STATE = ke.InvalidTxnStateError.errno
+KAFKA_STORAGE_ERROR = ke.KafkaStorageError.errno
+LOG_DIR_NOT_FOUND = ke.LogDirNotFoundError.errno
+FETCH_SESSION_ID_NOT_FOUND = ke.FetchSessionIdNotFoundError.errno
+
+# The Java exception names Kafka's own tools print for a code (kafka-log-dirs.sh's JSON
+# "error" field); kafka-python's class names differ, so the few we report are listed.
+JAVA_NAMES = {
+    NONE: None,
+    UNKNOWN_SERVER_ERROR: "UnknownServerException",
+    TOPIC_AUTHORIZATION_FAILED: "TopicAuthorizationException",
+    CLUSTER_AUTHORIZATION_FAILED: "ClusterAuthorizationException",
+    KAFKA_STORAGE_ERROR: "KafkaStorageException",
+    LOG_DIR_NOT_FOUND: "LogDirNotFoundException",
+}
+
+
+def java_name(code: int) -> str | None:
+    """The name Kafka's tools print for `code` (None for no error)."""
+    return JAVA_NAMES.get(code, f"KafkaError({code})")
+
+
+def name_of(code: int) -> str:
+    """kafka-python's class name for `code`, for messages."""
+    return ke.for_code(code).__name__
+
+
+def error_of(err: BaseException, where: str) -> tuple[int, str]:
+    """The Kafka code and message that answer `err`, raised while doing `where`."""
+    if isinstance(err, LogStoreError):
+        if err.error_code == UNKNOWN_SERVER_ERROR:
+            log.error("%s: %s", where, err)
+        return err.error_code, str(err)
+    log.error("%s: unexpected %s", where, type(err).__name__, exc_info=err)
+    return UNKNOWN_SERVER_ERROR, f"{type(err).__name__}: {err}"
