@@ -1,4 +1,4 @@
-"""`logkeeper serve`: the storage daemon's process, event loop, listener and lifecycle.
+"""`logkeeper serve`: the daemon's parts wired together, started and stopped in order.
 
 Start-up: read the config (a bad one exits 2 naming the key), start /metrics and
 /healthz, open every log dir on its own worker (recovering logs that were not closed
@@ -12,14 +12,11 @@ log dir is offline (the message names each dir and why).
 Log-dir health (daemon.health) runs from before the dirs open until shutdown: a dir
 that fails is taken offline and the rest keep serving. With `zookeeper.connect` the
 broker registers in ZooKeeper and notifies the controller of every dir that goes
-OFFLINE or SATURATED (daemon.zk); it keeps serving while ZooKeeper is away. The HTTP
+OFFLINE or SATURATED (daemon.cluster.link); it keeps serving while ZooKeeper is away. The HTTP
 endpoint also carries the operator commands (`POST /admin/log-dirs/readmit|cordon|
 uncordon`, `{"dir": PATH}`) and `GET /log-dirs`: keep `http.listen` on loopback.
 
-Connections: requests on one connection are handled one at a time, in order, as Kafka
-does; many connections run concurrently. A frame over `socket.request.max.bytes` is
-refused before its body is read, and a frame that does not decode closes only its own
-connection (daemon.protocol).
+Connections are daemon.api.connections'; this module only starts and stops them.
 """
 
 from __future__ import annotations
@@ -40,43 +37,58 @@ import native
 from logstore import LogStoreError
 
 from . import config as config_mod
-from .api import protocol
-from .api.handlers import CLOSE, ConnInfo, Handlers
+from .api.connections import Connections
+from .api.handlers import Handlers
 from .cluster.link import ClusterLink
-from .health.monitor import AdminError, LogDirHealth
-from .ops.metrics import HttpEndpoint, Metrics
+from .health.commands import AdminError, OperatorCommands
+from .health.monitor import LogDirMonitor
+from .health.transitions import TransitionHandler
+from .ops.http import HttpEndpoint
+from .ops.metrics import Metrics
 from .ops.notify import Notifier
-from .replica.manager import Broker
+from .replica.leadership import Standalone
+from .replica.manager import ReplicaManager
+from .replica.topics import TopicAdmin
 from .storage.dirstate import DirState
+from .storage.log_manager import LogManager
 
 log = logging.getLogger("logkeeper.server")
 
 CHECKPOINT_INTERVAL_S = 60.0  # Kafka's log.flush.offset.checkpoint.interval.ms default
 METRICS_REFRESH_S = 10.0
-STOP_GRACE_S = 10.0  # in-flight requests get this long to finish at shutdown
-STREAM_LIMIT = 1 << 20
-MAX_PIPELINED = 16  # Produce requests in flight per connection
 
 
 class Server:
+    """The daemon: its parts, and the order they start and stop in."""
+
     def __init__(self, config: config_mod.Config, *, notifier: Notifier | None = None):
         self.config = config
         self.metrics = Metrics()
-        self.broker = Broker(config, self.metrics)
-        self.handlers = Handlers(self.broker, self.metrics)
-        self.dir_health = LogDirHealth(self.broker, self.metrics, config,
-                                       on_all_offline=self._on_all_offline)
+        self.storage = LogManager(config.log_dirs, config.log_config(),
+                                  broker_id=config.broker_id,
+                                  reserve_bytes=config["log.dir.reserve.bytes"])
+        self.replicas = ReplicaManager(self.storage, Standalone(config.broker_id))
+        self.topic_admin = TopicAdmin(config, self.replicas,
+                                      on_change=self._partitions_changed)
+        self.handlers = Handlers(self.replicas, self.topic_admin, self.storage, self.metrics)
+        self.stop_event = asyncio.Event()
+        self.connections = Connections(self.handlers, self.metrics,
+                                       max_frame=config["socket.request.max.bytes"],
+                                       stopping=self.stop_event)
+        self.monitor = LogDirMonitor(self.storage, self.replicas, self.metrics, config)
+        self.transitions = TransitionHandler(self.storage, self.replicas, self.monitor,
+                                             reserve_bytes=config["log.dir.reserve.bytes"],
+                                             on_all_offline=self._on_all_offline)
+        self.commands = OperatorCommands(self.storage, self.replicas, self.monitor,
+                                         timeout=self.monitor.timeout,
+                                         on_partitions_changed=self._partitions_changed)
         self.cluster: ClusterLink | None = None
         self.notifier = notifier or Notifier.from_environment()
         self.http = HttpEndpoint(self.metrics, self.health, admin=self._admin,
-                                 views={"/log-dirs": self.dir_health.describe})
+                                 views={"/log-dirs": self.monitor.describe})
         self.fatal: str | None = None  # why the daemon stops on its own
         self.stuck_workers = False  # a hung disk's worker: exit without joining it
-        self.listener: asyncio.base_events.Server | None = None
-        self.stop_event = asyncio.Event()
         self.state = "starting"
-        # Connection task -> whether it is in the middle of a request.
-        self._connections: dict[asyncio.Task[None], bool] = {}
         self._background: list[asyncio.Task[None]] = []
         self.bound: tuple[str, int] | None = None
         self.advertised: tuple[str, int] | None = None
@@ -84,21 +96,20 @@ class Server:
     # ---- health ----
 
     def health(self) -> tuple[bool, dict[str, Any]]:
-        dirs = {str(d.path): d.state.value for d in self.broker.dirs.dirs}
-        any_online = any(d.state is not DirState.OFFLINE for d in self.broker.dirs.dirs)
+        dirs = {str(d.path): d.state.value for d in self.storage.dirs}
+        any_online = any(d.state is not DirState.OFFLINE for d in self.storage.dirs)
         ok = self.state == "serving" and any_online
         return ok, {"status": self.state, "broker_id": self.config.broker_id,
-                    "log_dirs": dirs, "partitions": len(self.broker.partitions),
-                    "offline_partitions": sum(1 for p in self.broker.partitions.values()
-                                              if p.offline),
-                    "degraded": sorted(str(d.path) for d in self.broker.dirs.dirs if d.degraded)}
+                    "log_dirs": dirs, "partitions": len(self.replicas.partitions),
+                    "offline_partitions": self.replicas.offline_count(),
+                    "degraded": sorted(str(d.path) for d in self.storage.dirs if d.degraded)}
 
     async def _admin(self, action: str, payload: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         """POST /admin/<action> with {"dir": PATH}: the operator's log-dir commands."""
         commands = {
-            "log-dirs/readmit": lambda p: self.dir_health.readmit(p),
-            "log-dirs/cordon": lambda p: self.dir_health.cordon(p, True),
-            "log-dirs/uncordon": lambda p: self.dir_health.cordon(p, False),
+            "log-dirs/readmit": lambda p: self.commands.readmit(p),
+            "log-dirs/cordon": lambda p: self.commands.cordon(p, True),
+            "log-dirs/uncordon": lambda p: self.commands.cordon(p, False),
         }
         if action not in commands:
             return 404, {"error": f"unknown command {action!r}; known: {sorted(commands)}"}
@@ -146,45 +157,50 @@ class Server:
         log.info("CRC-32C: %s (of %s this CPU runs)", native.crc32c_active(),
                  ", ".join(i for i in native.CRC32C_IMPLS if native.crc32c_supported(i)))
         started = time.monotonic()
-        self.dir_health.attach()
+        self.transitions.attach()
+        self.monitor.attach()
         try:
-            await self.broker.start()
+            placement = await self.storage.start()
+            for d in self.storage.dirs:
+                if d.logdir is not None and d.state is not DirState.OFFLINE:
+                    await self.replicas.adopt(d)
+            self.replicas.load(placement)
+            self._partitions_changed()
+            await self.storage.write_placement()
         except (LogStoreError, OSError) as err:
             log.error("start-up failed: %s", err)
             await self._stop_background()
-            await self.dir_health.stop()
+            await self.monitor.stop()
+            await self.transitions.stop()
             await self.http.close()
-            self.stuck_workers = not self.broker.dirs.shutdown_workers()
+            self.stuck_workers = not self.storage.shutdown_workers()
             return 1
         self._log_recovery(time.monotonic() - started)
         lst = self.config.listener
         try:
-            self.listener = await asyncio.start_server(
-                self._on_connection, lst.host or None, lst.port, limit=STREAM_LIMIT,
-                reuse_address=True)
+            self.bound = await self.connections.listen(lst.host or None, lst.port)
         except OSError as err:
             log.error("cannot listen on %s: %s", lst, err.strerror or err)
             await self._shutdown()
             return 1
-        self.bound = self.listener.sockets[0].getsockname()[:2]
         self.advertised = self._advertised_address()
         self.handlers.advertised = self.advertised
         if not self.config.standalone:
             self._join_cluster()
-        await self.dir_health.start()
+        await self.monitor.start()
         self.state = "serving"
         log.info("serving Kafka protocol on %s:%d, advertised as %s:%d (broker.id %d, "
                  "%d partitions, %d log dirs)", self.bound[0], self.bound[1],
                  self.advertised[0], self.advertised[1], self.config.broker_id,
-                 len(self.broker.partitions), len(self.broker.dirs.dirs))
+                 len(self.replicas.partitions), len(self.storage.dirs))
         self.notifier.ready(f"serving on {self.bound[0]}:{self.bound[1]}")
         self._background += [
             asyncio.ensure_future(self._periodic(
                 self.config["log.retention.check.interval.ms"] / 1000,
-                lambda: self.broker.maintenance(retention=True, checkpoints=False))),
+                lambda: self.storage.maintenance(retention=True, checkpoints=False))),
             asyncio.ensure_future(self._periodic(
                 CHECKPOINT_INTERVAL_S,
-                lambda: self.broker.maintenance(retention=False, checkpoints=True))),
+                lambda: self.storage.maintenance(retention=False, checkpoints=True))),
             asyncio.ensure_future(self._periodic(METRICS_REFRESH_S,
                                                  self._refresh_dirs, first=0)),
         ]
@@ -209,8 +225,8 @@ class Server:
                                    host, port,
                                    session_timeout=self.config["zookeeper.session.timeout.ms"] / 1000,
                                    on_fatal=lambda why: loop.call_soon_threadsafe(self._on_fatal, why))
-        self.dir_health.cluster = self.cluster
-        for d in self.broker.dirs.dirs:
+        self.monitor.cluster = self.transitions.cluster = self.cluster
+        for d in self.storage.dirs:
             if d.state is not DirState.ONLINE:  # failed before the link existed
                 self.cluster.announce_log_dir_event(str(d.path))
         self.cluster.start()
@@ -218,8 +234,17 @@ class Server:
                  self.config["zookeeper.connect"])
 
     async def _refresh_dirs(self) -> None:
-        await self.broker.refresh_dir_metrics()
-        self.dir_health.publish()  # free bytes change: the controller's view follows
+        for entry in await self.storage.describe_dirs():
+            d = entry["dir"]
+            size = sum(s for s, _ in entry["partitions"].values())
+            self.metrics.log_dir(str(d.path), state=d.state.value, size=size,
+                                 free=entry["usable_bytes"], total=entry["total_bytes"],
+                                 partitions=len(d.partitions))
+        self.monitor.publish()  # free bytes change: the controller's view follows
+
+    def _partitions_changed(self) -> None:
+        self.metrics.partitions_changed(len(self.replicas.partitions),
+                                        self.replicas.leader_count(), self.storage.dirs)
 
     def _on_signal(self, sig: int) -> None:
         if self.stop_event.is_set():
@@ -231,20 +256,13 @@ class Server:
     async def _shutdown(self) -> int:
         self.state = "stopping"
         self.handlers.stopping.set()
-        if self.listener is not None:
-            self.listener.close()  # stop accepting first
+        self.connections.stop_accepting()  # stop accepting first
         await self._stop_background()
-        await self.dir_health.stop()
-        for task, busy in list(self._connections.items()):
-            if not busy:
-                task.cancel()  # idle: waiting for a request that will not be served
-        if self._connections:
-            # Let in-flight requests finish (long-polls return at once), then close.
-            _, pending = await asyncio.wait(list(self._connections), timeout=STOP_GRACE_S)
-            for task in pending:
-                task.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
-        failures, self.stuck_workers = await self.broker.stop()
+        await self.monitor.stop()
+        await self.transitions.stop()
+        await self.connections.close()
+        self.replicas.stop()
+        failures, self.stuck_workers = await self.storage.stop()
         for d, err in failures:
             log.error("closing log dir %s failed: %s", d.path, err)
         if self.cluster is not None:
@@ -263,7 +281,7 @@ class Server:
         self._background = []
 
     def _log_recovery(self, seconds: float) -> None:
-        for d in self.broker.dirs.dirs:
+        for d in self.storage.dirs:
             if d.logdir is None:
                 continue
             cut = sum(r.bytes_truncated for r in d.logdir.recovery)
@@ -296,126 +314,6 @@ class Server:
             except Exception:  # noqa: BLE001 - a failed round is logged and retried
                 log.exception("periodic task %s failed", getattr(fn, "__name__", fn))
             await asyncio.sleep(interval)
-
-    # ---- connections ----
-
-    def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if self.stop_event.is_set():
-            writer.close()
-            return
-        task = asyncio.ensure_future(self._serve(reader, writer))
-        self._connections[task] = False
-        task.add_done_callback(lambda t: self._connections.pop(t, None))
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """Read requests, dispatch them, and leave writing to `_write_responses`.
-
-        Consecutive Produce requests are pipelined (up to MAX_PIPELINED): each one's
-        appends are queued on the workers before the next is read, so order per
-        partition is kept. Any other request first waits for everything before it to
-        finish, so it observes their effects as with one-at-a-time processing.
-        Responses always go out in request order.
-        """
-        local = writer.get_extra_info("sockname")
-        peer = writer.get_extra_info("peername")
-        conn = ConnInfo(local[0], local[1], f"{peer[0]}:{peer[1]}" if peer else "?")
-        max_frame = self.config["socket.request.max.bytes"]
-        me = asyncio.current_task()
-        assert me is not None
-        outq: asyncio.Queue[tuple[protocol.Request | None, asyncio.Future[Any], float] | None]
-        outq = asyncio.Queue(MAX_PIPELINED)
-        responder = asyncio.ensure_future(self._write_responses(outq, writer, conn))
-        pending: list[asyncio.Future[Any]] = []
-        prev_produce = False
-        self.metrics.connections.inc()
-        try:
-            while not self.stop_event.is_set() and not responder.done():
-                self._connections[me] = not all(t.done() for t in pending)
-                frame = await protocol.read_frame(reader, max_frame)
-                if frame is None:
-                    break
-                self._connections[me] = True
-                started = time.perf_counter()
-                try:
-                    req = protocol.decode_request(frame)
-                except protocol.UnsupportedVersion as err:
-                    if err.api_key != 18:
-                        raise
-                    # ApiVersions at a version we do not know: answer so the client can
-                    # retry at one we do (KIP-511).
-                    done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-                    done.set_result(protocol.unsupported_api_versions_frame(err.correlation_id))
-                    await outq.put((None, done, started))
-                    continue
-                produce = req.api.key == 0
-                if not (produce and prev_produce) and pending:
-                    await asyncio.wait(pending)
-                    pending = []
-                prev_produce = produce
-                # The handler runs up to its first await now: a Produce queues its appends
-                # on the workers here, in request order.
-                task = asyncio.ensure_future(self.handlers.handle(req, conn))
-                pending = [t for t in pending if not t.done()] + [task]
-                await outq.put((req, task, started))
-        except protocol.FrameTooLarge as err:
-            self.metrics.bad_frames.labels("too_large").inc()
-            log.warning("closing %s: %s", conn.peer, err)
-        except (protocol.UnsupportedApi, protocol.UnsupportedVersion) as err:
-            # Well-formed, just not served here (Kafka closes the connection too).
-            reason = ("unsupported_api" if isinstance(err, protocol.UnsupportedApi)
-                      else "unsupported_version")
-            self.metrics.bad_frames.labels(reason).inc()
-            log.warning("closing %s: %s", conn.peer, err)
-        except protocol.ProtocolError as err:
-            self.metrics.bad_frames.labels("undecodable").inc()
-            log.warning("closing %s: %s", conn.peer, err)
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass
-        except asyncio.CancelledError:
-            responder.cancel()
-            raise
-        finally:
-            # Answers already due are still written, then the connection closes.
-            if not responder.done():
-                try:
-                    outq.put_nowait(None)
-                except asyncio.QueueFull:
-                    await outq.put(None)
-                await asyncio.wait([responder], timeout=STOP_GRACE_S)
-                responder.cancel()
-            self.metrics.connections.dec()
-            writer.close()
-
-    async def _write_responses(self, outq: asyncio.Queue[Any], writer: asyncio.StreamWriter,
-                               conn: ConnInfo) -> None:
-        try:
-            while True:
-                item = await outq.get()
-                if item is None:
-                    return
-                req, fut, started = item
-                response = await fut
-                if req is None:  # a ready-made frame
-                    writer.write(response)
-                    await writer.drain()
-                    continue
-                if response is CLOSE:
-                    log.info("closing %s: an acks=0 produce failed", conn.peer)
-                    writer.close()
-                    return
-                if response is not None:
-                    writer.write(protocol.encode_response(req, response))
-                    await writer.drain()
-                self.metrics.requests.labels(req.name, str(req.version)).inc()
-                self.metrics.request_bytes.labels(req.name).inc(req.size)
-                self.metrics.request_time.labels(req.name).observe(time.perf_counter() - started)
-        except (ConnectionError, asyncio.CancelledError):
-            writer.close()
-        except Exception:  # noqa: BLE001 - a handler bug closes this connection only
-            self.metrics.bad_frames.labels("server_error").inc()
-            log.exception("closing %s after an unexpected error", conn.peer)
-            writer.close()
-
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="logkeeper serve", description=(

@@ -1,7 +1,7 @@
-"""Kafka API handlers: decoded request in, response object out (daemon.protocol frames it).
+"""Kafka API handlers: decoded request in, response object out (daemon.api.protocol frames it).
 
 One method per API in `protocol.SUPPORTED`. Handlers never touch a disk themselves:
-storage work goes through `Broker`, which runs it on the log dirs' workers. Errors are
+storage work goes through the ReplicaManager, which runs it on the log dirs' workers. Errors are
 answered per partition or per topic with Kafka error codes, as a Kafka broker does;
 a handler returns `CLOSE` when Kafka would close the connection instead (an acks=0
 produce that failed: the client has no other way to learn of it).
@@ -32,8 +32,10 @@ from logstore import names
 from logstore.errors import InvalidTopicError
 
 from ..ops.metrics import Metrics
-from ..replica import manager as b
-from ..replica.manager import Broker, Partition, TopicError
+from ..replica.manager import ReplicaManager
+from ..replica.partition import AppendResult, Partition
+from ..replica.topics import TopicAdmin, TopicError
+from ..storage.log_manager import LogManager
 from . import errors, protocol
 
 log = logging.getLogger("logkeeper.handlers")
@@ -59,10 +61,14 @@ def _topic_error(topic: str) -> int:
 
 
 class Handlers:
-    def __init__(self, broker: Broker, metrics: Metrics):
-        self.broker = broker
+    def __init__(self, replicas: ReplicaManager, topic_admin: TopicAdmin, storage: LogManager,
+                 metrics: Metrics):
+        self.replicas = replicas
+        self.leadership = replicas.leadership
+        self.topic_admin = topic_admin
+        self.storage = storage
         self.metrics = metrics
-        self.config = broker.config
+        self.config = topic_admin.config
         # The (host, port) Metadata gives clients: set by the server once it is bound.
         self.advertised: tuple[str, int] | None = None
         self.stopping = asyncio.Event()
@@ -86,24 +92,26 @@ class Handlers:
     async def produce(self, req: protocol.Request, conn: ConnInfo) -> Any:
         body = req.body
         acks = body.acks
-        slots: list[tuple[str, int, b.AppendResult | None]] = []
+        slots: list[tuple[str, int, AppendResult | None]] = []
         items: list[tuple[Partition, bytes]] = []
         for t in body.topic_data:
             for pd in t.partition_data:
                 if acks not in (0, 1, -1):
-                    slots.append((t.name, pd.index, b.AppendResult(errors.INVALID_REQUIRED_ACKS)))
+                    slots.append((t.name, pd.index, AppendResult(errors.INVALID_REQUIRED_ACKS)))
                     continue
-                p = self.broker.get(t.name, pd.index)
+                p = self.replicas.get(t.name, pd.index)
                 if p is None:
-                    slots.append((t.name, pd.index, b.AppendResult(_topic_error(t.name))))
+                    slots.append((t.name, pd.index, AppendResult(_topic_error(t.name))))
+                elif not self.leadership.is_leader(p):
+                    slots.append((t.name, pd.index, AppendResult(errors.NOT_LEADER_OR_FOLLOWER)))
                 elif not pd.records:
-                    slots.append((t.name, pd.index, b.AppendResult(
+                    slots.append((t.name, pd.index, AppendResult(
                         errors.CORRUPT_MESSAGE, message="no record batch")))
                 else:
                     slots.append((t.name, pd.index, None))
                     items.append((p, pd.records))
         # Queued now, before any await: keeps per-partition order (module docstring).
-        results = iter(await self.broker.append(items)) if items else iter(())
+        results = iter(await self.replicas.append(items)) if items else iter(())
         by_topic: dict[str, list[Any]] = {}
         failed = False
         R = ProduceResponse.TopicProduceResponse
@@ -145,11 +153,11 @@ class Handlers:
         for t in body.topics:
             for fp in t.partitions:
                 entries.append((t.topic, fp.partition, fp.fetch_offset, fp.partition_max_bytes,
-                                self.broker.get(t.topic, fp.partition)))
+                                self.replicas.get(t.topic, fp.partition)))
         items = [(p, off, pmax) for _, _, off, pmax, p in entries if p is not None]
         deadline = time.monotonic() + max(body.max_wait_ms, 0) / 1000
         while True:
-            results = await self.broker.read(items, max_bytes) if items else []
+            results = await self.replicas.read(items, max_bytes) if items else []
             total = sum(len(r.records) for r in results)
             if (total >= max(body.min_bytes, 1) or any(r.error for r in results)
                     or self.stopping.is_set()):
@@ -212,19 +220,20 @@ class Handlers:
         for t in body.topics:
             for lp in t.partitions:
                 entries.append((t.name, lp.partition_index, lp.timestamp,
-                                self.broker.get(t.name, lp.partition_index)))
+                                self.replicas.get(t.name, lp.partition_index)))
         items = [(p, ts) for _, _, ts, p in entries if p is not None]
-        results = iter(await self.broker.list_offsets(items) if items else [])
+        results = iter(await self.replicas.list_offsets(items) if items else [])
         out: dict[str, list[Any]] = {}
         for topic, index, _ts, p in entries:
             if p is None:
-                err, ts, off = _topic_error(topic), -1, -1
+                err, ts, off, epoch = _topic_error(topic), -1, -1, 0
             else:
                 err, ts, off = next(results)
+                epoch = self.leadership.state(p).leader_epoch
             if err:
                 self.metrics.errors.labels("ListOffsets", str(err)).inc()
             out.setdefault(topic, []).append(P(partition_index=index, error_code=err,
-                                               timestamp=ts, offset=off, leader_epoch=0))
+                                               timestamp=ts, offset=off, leader_epoch=epoch))
         return ListOffsetsResponse(throttle_time_ms=0, topics=[
             R(name=t, partitions=ps) for t, ps in out.items()])
 
@@ -234,46 +243,45 @@ class Handlers:
         body = req.body
         requested = body.topics
         if requested is None or (req.version == 0 and not requested):
-            wanted = sorted(self.broker.topics())  # null (v1+) or empty (v0): all topics
+            wanted = sorted(self.replicas.topics())  # null (v1+) or empty (v0): all topics
         else:
             wanted = [t.name for t in requested]
         allow_auto = body.allow_auto_topic_creation if req.version >= 4 else True
-        topics = self.broker.topics()
+        topics = self.replicas.topics()
         R = MetadataResponse.MetadataResponseTopic
-        P = R.MetadataResponsePartition
         out = []
         for name in wanted:
             if name not in topics and allow_auto and self.config["auto.create.topics.enable"] \
                     and _topic_error(name) == errors.UNKNOWN_TOPIC_OR_PARTITION:
                 try:
-                    await self.broker.create_topic(name, -1, -1)
+                    await self.topic_admin.create_topic(name, -1, -1)
                     log.info("auto-created topic %s for %s", name, conn.peer)
                 except TopicError as err:
                     if err.code != errors.TOPIC_ALREADY_EXISTS:
                         log.warning("auto-creating %s failed: %s", name, err)
-                topics = self.broker.topics()
+                topics = self.replicas.topics()
             parts = topics.get(name)
             if parts is None:
                 out.append(R(error_code=_topic_error(name), name=name, is_internal=False,
                              partitions=[]))
                 continue
-            me = self.broker.broker_id
             out.append(R(error_code=0, name=name, is_internal=False, partitions=[
-                # A replica in an OFFLINE dir: as a Kafka controller reports a partition
-                # whose only replica is offline: no leader, the replica listed offline.
-                P(error_code=errors.LEADER_NOT_AVAILABLE, partition_index=p.tp.partition,
-                  leader_id=-1, leader_epoch=0, replica_nodes=[me], isr_nodes=[me],
-                  offline_replicas=[me]) if p.offline else
-                P(error_code=0, partition_index=p.tp.partition, leader_id=me, leader_epoch=0,
-                  replica_nodes=[me], isr_nodes=[me], offline_replicas=[])
-                for p in parts]))
+                self._partition_metadata(p) for p in parts]))
         B = MetadataResponse.MetadataResponseBroker
-        host, port = self.advertised or (conn.local_host, conn.local_port)
+        me = self.advertised or (conn.local_host, conn.local_port)
         return MetadataResponse(
             throttle_time_ms=0,
-            brokers=[B(node_id=self.broker.broker_id, host=host, port=port, rack=None)],
-            cluster_id=self.broker.cluster_id, controller_id=self.broker.broker_id,
+            brokers=[B(node_id=b, host=me[0], port=me[1], rack=None)
+                     for b in self.leadership.live_brokers()],
+            cluster_id=self.storage.cluster_id, controller_id=self.leadership.controller_id,
             topics=out)
+
+    def _partition_metadata(self, p: Partition) -> Any:
+        s = self.leadership.state(p)
+        return MetadataResponse.MetadataResponseTopic.MetadataResponsePartition(
+            error_code=errors.LEADER_NOT_AVAILABLE if s.leader < 0 else 0,
+            partition_index=p.tp.partition, leader_id=s.leader, leader_epoch=s.leader_epoch,
+            replica_nodes=s.replicas, isr_nodes=s.isr, offline_replicas=s.offline_replicas)
 
     # ---- CreateTopics / DeleteTopics ----
 
@@ -299,18 +307,18 @@ class Handlers:
                                          "partition count/replication factor given")
                     indexes = sorted(a.partition_index for a in t.assignments)
                     if indexes != list(range(len(indexes))) or any(
-                            list(a.broker_ids) != [self.broker.broker_id]
+                            list(a.broker_ids) != [self.leadership.broker_id]
                             for a in t.assignments):
                         raise TopicError(errors.INVALID_REPLICA_ASSIGNMENT,
                                          f"{t.name}: assignments must name partitions 0..n-1 "
-                                         f"each on broker {self.broker.broker_id} only")
+                                         f"each on broker {self.leadership.broker_id} only")
                     partitions, rf = len(indexes), 1
-                await self.broker.create_topic(t.name, partitions, rf,
+                await self.topic_admin.create_topic(t.name, partitions, rf,
                                                validate_only=body.validate_only)
             except TopicError as err:
                 code, message = err.code, str(err)
                 self.metrics.errors.labels("CreateTopics", str(code)).inc()
-            created = self.broker.topics().get(t.name, [])
+            created = self.replicas.topics().get(t.name, [])
             out.append(R(name=t.name, error_code=code, error_message=message,
                          num_partitions=len(created) if created else -1,
                          replication_factor=1 if created else -1, configs=[]))
@@ -323,7 +331,7 @@ class Handlers:
             code = errors.NONE
             try:
                 names.validate_topic(name)
-                await self.broker.delete_topic(name)
+                await self.topic_admin.delete_topic(name)
             except InvalidTopicError:
                 code = errors.INVALID_TOPIC_EXCEPTION
             except TopicError as err:
@@ -341,7 +349,7 @@ class Handlers:
                 throttle_time_ms=0, error_code=errors.INVALID_REQUEST, producer_id=-1,
                 producer_epoch=-1)
         return InitProducerIdResponse(throttle_time_ms=0, error_code=0,
-                                      producer_id=self.broker.new_producer_id(),
+                                      producer_id=self.replicas.new_producer_id(),
                                       producer_epoch=0)
 
     # ---- DescribeLogDirs ----
@@ -356,7 +364,7 @@ class Handlers:
         T = R.DescribeLogDirsTopic
         P = T.DescribeLogDirsPartition
         results = []
-        for entry in await self.broker.describe_dirs():
+        for entry in await self.storage.describe_dirs():
             topics: dict[str, list[Any]] = {}
             for tp, (size, lag) in sorted(entry["partitions"].items()):
                 if wanted is not None and tp.partition not in wanted.get(tp.topic, ()):

@@ -1,28 +1,22 @@
-"""Log-dir health: evidence in, one transition per change out, each carried out once.
+"""Log-dir health, the evidence side: what each dir's disk is telling us.
 
 Evidence comes from four places, and all of it goes to the one `LogDirStates`
-(daemon.dirstate), which decides:
+(daemon.storage.dirstate), which decides; daemon.health.transitions carries out what
+it decides, and daemon.health.commands the operators' commands:
 - the failure channel: every OSError of a dir's files, classified by its IoGuard, is
   consumed here by one thread, off the request path;
 - the availability and space probes, every `log.dir.probe.interval.ms` on the dir's own
   worker, bounded by `log.dir.probe.timeout.ms` (a hung disk stalls its worker only, and
-  the timeout takes the dir OFFLINE);
+  the timeout takes the dir OFFLINE; time the daemon itself stood still is not counted,
+  daemon.health.pause);
 - inotify (checks.watch): a dir deleted, moved, unmounted or chmod'ed is probed at once;
 - the slow-disk detector (checks.slow): a persistent latency outlier among the host's
   dirs is DEGRADED, and OFFLINE too with `log.dir.slow.action = "offline"`.
 
-Carrying out a transition (`_apply`, on the event loop):
-- OFFLINE: the dir's IoGuard refuses everything at once, calls still queued on its
-  worker fail with KAFKA_STORAGE_ERROR, its fetch long-polls wake, its files and
-  `.lock` are released on its worker, the controller is notified (ZooKeeper), and
-  when every dir is offline the daemon stops with a message naming each one;
-- SATURATED: appends are refused by the IoGuard, the reserve file is deleted so
-  retention and deletion have room, the controller is notified;
-- back to ONLINE (free space above `log.dir.resume.free.bytes`): the reserve is
-  re-created and appends are accepted again.
-
-Operators: `readmit` brings a repaired OFFLINE dir back without a restart (probe, lock,
-recover, serve); `cordon`/`uncordon` stop or allow new partitions in a dir.
+It also keeps what operators and the controller see of each dir (`describe`, published
+to ZooKeeper with `publish`) and the dir-state metrics (`publish_state`).
+Errors: a probe that fails is evidence, never an exception; a bug in one probe round is
+logged and the probing goes on.
 """
 
 from __future__ import annotations
@@ -31,9 +25,7 @@ import asyncio
 import logging
 import statistics
 import threading
-import time
 from collections import deque
-from collections.abc import Callable
 from typing import Any
 
 from checks import (
@@ -47,64 +39,20 @@ from checks import (
     probe_space,
 )
 from checks.slow import device_for_path, io_counters
-from logstore import LogStoreError, StorageError
+from logstore import StorageError
 
 from ..cluster.link import ClusterLink
 from ..config import Config
 from ..ops.metrics import Metrics
-from ..replica.manager import Broker
-from ..storage.dirstate import DirState, Transition
-from ..storage.log_manager import CORDON_FILE, ManagedDir, all_offline_message
+from ..replica.manager import ReplicaManager
+from ..storage.dirstate import DirState
+from ..storage.log_manager import LogManager
+from ..storage.workers import ManagedDir
+from .pause import PauseClock
 
 log = logging.getLogger("logkeeper.health")
 
 LATENCY_WINDOW = 20  # probe latencies kept per dir for describe output
-
-
-class AdminError(Exception):
-    """An operator command that cannot be carried out; `status` is its HTTP status."""
-
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status = status
-
-
-class PauseClock:
-    """Notices when this process's event loop did not run for a while (the process was
-    stopped or starved), so that time is not counted against a disk.
-
-    A task ticks every `period` seconds; a gap between ticks longer than `min_stall`
-    (beyond the period) is a stall. Loop-only: not thread-safe."""
-
-    def __init__(self, *, min_stall: float, period: float = 0.05):
-        self.min_stall = min_stall
-        self.period = period
-        self._last: float | None = None
-        self._stalls: deque[tuple[float, float]] = deque(maxlen=32)
-
-    async def run(self) -> None:
-        loop = asyncio.get_running_loop()
-        self._last = loop.time()
-        while True:
-            await asyncio.sleep(self.period)
-            now = loop.time()
-            if now - self._last > self.period + self.min_stall:
-                self._stalls.append((self._last, now))
-            self._last = now
-
-    def stalled_between(self, start: float, end: float) -> float | None:
-        """How long the loop stood still within [start, end], counting a stall still
-        going on (no tick for a while: this very call may be the first thing to run
-        after one); None when it never stood still for `min_stall`."""
-        now = asyncio.get_running_loop().time()
-        spans = list(self._stalls)
-        if self._last is not None and now - self._last > self.period + self.min_stall:
-            spans.append((self._last, now))
-        longest = 0.0
-        for a, b in spans:
-            overlap = min(b, max(end, now)) - max(a, start)
-            longest = max(longest, overlap)
-        return longest if longest > self.min_stall else None
 
 
 def _probe(d: ManagedDir, floor: int, resume: int) -> tuple[AvailabilityResult | None, SpaceResult]:
@@ -117,28 +65,25 @@ def _probe(d: ManagedDir, floor: int, resume: int) -> tuple[AvailabilityResult |
     return avail, probe_space(path, floor_bytes=floor, resume_bytes=resume)
 
 
-class LogDirHealth:
-    def __init__(self, broker: Broker, metrics: Metrics, config: Config, *,
-                 on_all_offline: Callable[[str], None]):
-        self.broker = broker
-        self.dirs = broker.dirs
-        self.states = broker.dirs.states
+class LogDirMonitor:
+    def __init__(self, storage: LogManager, replicas: ReplicaManager, metrics: Metrics,
+                 config: Config):
+        self.dirs = storage
+        self.replicas = replicas
+        self.states = storage.states
         self.metrics = metrics
         self.interval = config["log.dir.probe.interval.ms"] / 1000
         self.timeout = config["log.dir.probe.timeout.ms"] / 1000
         self.floor = config["log.dir.min.free.bytes"]
         self.resume = config["log.dir.resume.free.bytes"]
-        self.reserve = config["log.dir.reserve.bytes"]
         self.slow_offline = config["log.dir.slow.action"] == "offline"
         slow = {"min_ms": config["log.dir.slow.min.ms"], "factor": config["log.dir.slow.factor"]}
         self.detector = SlowDiskDetector(**slow)
         self.device_detector = SlowDiskDetector(**slow)
-        self.on_all_offline = on_all_offline
         self.cluster: ClusterLink | None = None
         self.latencies: dict[str, deque[float]] = {
             str(d.path): deque(maxlen=LATENCY_WINDOW) for d in self.dirs.dirs}
         self.devices: dict[str, str | None] = {}
-        self.transitions: deque[Transition] = deque(maxlen=1000)  # the latest, newest last
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: dict[str, asyncio.Event] = {}
         self._tasks: list[asyncio.Task[None]] = []
@@ -149,7 +94,6 @@ class LogDirHealth:
         self._watcher: LogDirWatcher | None = None
         self._io_before: dict[str, Any] = {}
         self.pauses = PauseClock(min_stall=max(self.timeout / 4, 0.1))
-        self.states.subscribe(self._on_transition)
 
     # ---- lifecycle ----
 
@@ -162,7 +106,7 @@ class LogDirHealth:
     async def start(self) -> None:
         """Once the dirs are open: watches, probes and the slow-disk check."""
         for d in self.dirs.dirs:
-            self._publish_state(d)
+            self.publish_state(d)
             # 0 from the start: an absent sample is not "not degraded" to an alert rule.
             self.metrics.set_degraded(str(d.path), d.degraded)
         self.devices = dict(zip(
@@ -308,68 +252,28 @@ class LogDirHealth:
                 log.info("log dir %s is no longer slow", path)
             self.publish()
 
-    # ---- carrying out transitions ----
+    # ---- what the transition handler asks of the evidence side ----
 
-    def _on_transition(self, t: Transition) -> None:
-        # On whichever thread decided it: the IoGuard refuses from this moment on.
-        d = self.dirs.by_path(t.log_dir)
-        if d is None:
-            return
-        d.apply_verdict()
-        if self._loop is not None:
-            try:
-                self._loop.call_soon_threadsafe(self._apply, d, t)
-            except RuntimeError:  # the loop is gone: shutting down
-                pass
-
-    def _apply(self, d: ManagedDir, t: Transition) -> None:
-        self.transitions.append(t)
+    def forget(self, d: ManagedDir) -> None:
+        """`d` went OFFLINE: its latency history is void and it is no longer DEGRADED."""
         path = str(d.path)
-        self._publish_state(d)
-        if t.new is DirState.OFFLINE:
-            self.dirs.fail_inflight(d)
-            self.detector.forget(path)
-            self.device_detector.forget(path)
-            if d.degraded:
-                d.degraded = False
-                self.metrics.set_degraded(path, False)
-            for p in self.broker.partitions.values():
-                if p.dir is d:
-                    p.notify()
-            if d.logdir is not None:
-                # On its worker, after whatever was running there: never close a file
-                # under a running call. A worker stuck on a hung disk keeps the lock
-                # until the disk answers or the process exits.
-                d.executor.submit(d.logdir.release)
-            if self.states.all_offline():
-                self.on_all_offline(all_offline_message(self.dirs.dirs))
-        elif t.new is DirState.SATURATED and d.logdir is not None:
-            self._on_worker(d, d.logdir.delete_reserve, "delete the reserve")
-            # Retention now rather than at its next round: it is what wins space back.
-            self._tasks = [t for t in self._tasks if not t.done()]
-            self._tasks.append(asyncio.ensure_future(
-                self.broker.maintenance(retention=True, checkpoints=False, only=d)))
-        elif t.new is DirState.ONLINE and t.old is DirState.SATURATED and d.logdir is not None:
-            self._on_worker(d, d.logdir.create_reserve, "re-create the reserve", self.reserve)
-        if self.cluster is not None and t.new in (DirState.OFFLINE, DirState.SATURATED):
-            self.cluster.announce_log_dir_event(path)
-        self.publish()
+        self.detector.forget(path)
+        self.device_detector.forget(path)
+        if d.degraded:
+            d.degraded = False
+            self.metrics.set_degraded(path, False)
 
-    def _on_worker(self, d: ManagedDir, fn: Callable[..., Any], what: str, *args: Any) -> None:
-        fut = self.dirs.submit(d, fn, *args)
+    def watch(self, d: ManagedDir) -> None:
+        """`d` was re-admitted: watch it again."""
+        if self._watcher is not None:
+            self._watcher.watch(str(d.path))
 
-        def done(f: asyncio.Future[Any]) -> None:
-            if not f.cancelled() and f.exception() is not None:
-                log.warning("log dir %s: could not %s: %s", d.path, what, f.exception())
-
-        fut.add_done_callback(done)
-
-    def _publish_state(self, d: ManagedDir) -> None:
+    def publish_state(self, d: ManagedDir) -> None:
         self.metrics.set_log_dir_state(str(d.path), d.state.value)
         snapshot = self.states.snapshot()
         offline = [p for p, s in snapshot.items() if s is DirState.OFFLINE]
         self.metrics.set_offline_counts(
-            len(offline), sum(1 for p in self.broker.partitions.values() if p.offline),
+            len(offline), self.replicas.offline_count(),
             sum(1 for s in snapshot.values() if s is DirState.SATURATED))
 
     # ---- what operators and the controller see ----
@@ -391,96 +295,6 @@ class LogDirHealth:
     def publish(self) -> None:
         if self.cluster is not None:
             self.cluster.publish_log_dirs(self.describe())
-
-    # ---- operator commands ----
-
-    async def readmit(self, path: str) -> dict[str, Any]:
-        """Bring a repaired OFFLINE dir back: probe, lock, recover, serve."""
-        d = self._find(path)
-        if d.state is not DirState.OFFLINE:
-            raise AdminError(409, f"log dir {d.path} is {d.state.value}, not offline")
-        old = d.logdir
-        self.dirs.replace_worker(d)
-        loop = asyncio.get_running_loop()
-        started = time.monotonic()
-
-        def reopen() -> None:
-            result = probe_availability(d.path)
-            if not result.ok:
-                raise AdminError(503, f"log dir {d.path} still fails its probe: {result.error}")
-            if old is not None:
-                old.release()  # a worker that never got to it: the lock is ours to drop
-            self.dirs.open_dir(d, self.broker.cluster_id)
-
-        try:
-            async with asyncio.timeout(self.timeout * 4):
-                await loop.run_in_executor(d.executor, reopen)
-        except TimeoutError:
-            raise AdminError(503, f"log dir {d.path} did not answer within "
-                                  f"{self.timeout * 4:g} s") from None
-        except LogStoreError as err:
-            raise AdminError(503, f"log dir {d.path} cannot be opened: {err}") from err
-        except OSError as err:
-            raise AdminError(503, f"log dir {d.path} cannot be opened: {err}") from err
-        assert d.logdir is not None
-        clashes = [tp for tp in d.logdir.logs
-                   if tp in self.broker.partitions and self.broker.partitions[tp].dir is not d]
-        if clashes:
-            await loop.run_in_executor(d.executor, d.logdir.release)
-            raise AdminError(409, f"log dir {d.path} holds partitions now served from another "
-                                  f"dir: {', '.join(str(tp) for tp in clashes)}; move them away")
-        self.states.readmit(str(d.path))  # the IoGuard accepts work again
-        lost = sorted(tp for tp, p in self.broker.partitions.items()
-                      if p.dir is d and tp not in d.logdir.logs)
-        await self.broker.adopt(d)
-        for tp in lost:  # the disk came back without them (replaced): empty again
-            lg = await self.dirs.run(d, d.logdir.create_log, tp.topic, tp.partition)
-            self.broker.partitions[tp].log = lg
-            d.partitions.add(tp)
-            log.warning("log dir %s: partition %s was not on the re-admitted disk; "
-                        "re-created empty (its records are lost)", d.path, tp)
-        self.metrics.partitions_changed(self.broker)
-        self._publish_state(d)
-        if self._watcher is not None:
-            self._watcher.watch(str(d.path))
-        await self.broker.write_placement()
-        self.publish()
-        recovered = sum(1 for r in d.logdir.recovery if r.recovered)
-        log.warning("log dir %s re-admitted in %.2f s: %d partitions, %d recovered",
-                    d.path, time.monotonic() - started, len(d.partitions), recovered)
-        return {"log_dir": str(d.path), "state": d.state.value,
-                "partitions": len(d.partitions), "recovered": recovered,
-                "recreated_empty": [str(tp) for tp in lost]}
-
-    async def cordon(self, path: str, cordoned: bool) -> dict[str, Any]:
-        """Stop (or allow again) new partitions in a dir; kept across restarts in the dir."""
-        d = self._find(path)
-        d.cordoned = cordoned
-        kept = False
-        if d.state is not DirState.OFFLINE and d.logdir is not None:
-            try:
-                await self.dirs.run(d, _mark_cordoned, d, cordoned)
-                kept = True
-            except LogStoreError as err:
-                log.warning("log dir %s: cordon kept in memory only: %s", d.path, err)
-        log.info("log dir %s %s", d.path, "cordoned" if cordoned else "uncordoned")
-        self.publish()
-        return {"log_dir": str(d.path), "cordoned": cordoned, "persisted": kept}
-
-    def _find(self, path: str) -> ManagedDir:
-        d = self.dirs.by_path(path)
-        if d is None:
-            known = ", ".join(str(x.path) for x in self.dirs.dirs)
-            raise AdminError(404, f"{path} is not a log dir of this broker (log.dirs: {known})")
-        return d
-
-
-def _mark_cordoned(d: ManagedDir, cordoned: bool) -> None:
-    assert d.logdir is not None
-    if cordoned:
-        d.logdir.write_root_file(CORDON_FILE, b"")
-    else:
-        d.logdir.remove_root_file(CORDON_FILE)
 
 
 def _gauge(gauge: Any, label: str) -> int | None:

@@ -1,4 +1,4 @@
-"""Prometheus metrics with Kafka-like names, and the HTTP endpoint for /metrics and /healthz.
+"""Prometheus metrics with Kafka-like names.
 
 Names follow what Kafka's JMX beans become under the Prometheus JMX exporter
 (`kafka_server_brokertopicmetrics_*`, `kafka_network_requestmetrics_*`,
@@ -7,30 +7,20 @@ its own `CollectorRegistry` (tests start several in one process).
 
 The daemon records through methods (`observe_request`, `bytes_in(topic, n)`,
 `set_log_dir`, `set_log_dir_state`, ...) and serves with `await metrics.serve(host,
-port)`; `health_fn` is the callable behind /healthz. Where the Kafka name exists, the
-metric follows Prometheus' base units (seconds, bytes) rather than JMX's
-milliseconds. The log-dir state, probe-latency, degraded and offline/saturated counts
-are defined here already so dashboards and alerts can be written against them.
-
-The HTTP endpoint runs on the event loop (asyncio) and never touches a disk itself:
-/metrics renders the registry, /healthz reports readiness and the state of each log
-dir from memory (200 when serving, 503 while starting, stopping, or with every dir
-offline), other GET views (`/log-dirs`) are JSON from memory, and `POST /admin/<cmd>`
-with a JSON body goes to the daemon's admin handler (operator commands; answers JSON
-with the handler's status). Malformed requests get 400 and the connection is closed.
+port)` (daemon.ops.http); `health_fn` is the callable behind /healthz. Where the Kafka
+name exists, the metric follows Prometheus' base units (seconds, bytes) rather than
+JMX's milliseconds. Values only known at scrape time come from collectors
+(`Crc32cCollector`). Recording never raises.
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
 import native
@@ -81,7 +71,7 @@ class Metrics:
         r = self.registry
         # /healthz asks this: () -> (ok, detail); the daemon replaces it with its own.
         self.health_fn: Callable[[], tuple[bool, dict[str, Any]]] = _default_health
-        self._http: HttpEndpoint | None = None
+        self._http: Any = None  # an ops.http.HttpEndpoint once serving
         self.bytes_in = _TopicCounter(Counter(
             "kafka_server_brokertopicmetrics_bytes_in", "Bytes appended by producers",
             ["topic"], registry=r))
@@ -183,6 +173,8 @@ class Metrics:
         """Serve /metrics and /healthz on host:port (0 picks a port); returns the bound address."""
         if self._http is not None:
             raise RuntimeError("metrics endpoint already serving")
+        from .http import HttpEndpoint  # the endpoint renders these metrics: import late
+
         endpoint = HttpEndpoint(self, lambda: self.health_fn())
         bound = await endpoint.start(host, port)
         self._http = endpoint
@@ -193,11 +185,11 @@ class Metrics:
             await self._http.close()
             self._http = None
 
-    def partitions_changed(self, broker: Any) -> None:
-        n = len(broker.partitions)
-        self.partition_count.set(n)
-        self.leader_count.set(n)
-        for d in broker.dirs.dirs:
+    def partitions_changed(self, partitions: int, leaders: int, dirs: Iterable[Any]) -> None:
+        """Partitions held, partitions led, and each log dir's partition count."""
+        self.partition_count.set(partitions)
+        self.leader_count.set(leaders)
+        for d in dirs:
             self.dir_partitions.labels(str(d.path)).set(len(d.partitions))
 
     def log_dir(self, path: str, *, state: str, size: int, free: int, total: int,
@@ -212,102 +204,3 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
-
-
-_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
-            409: "Conflict", 413: "Payload Too Large", 503: "Service Unavailable"}
-MAX_ADMIN_BODY = 64 * 1024
-AdminHandler = Callable[[str, dict[str, Any]], Awaitable[tuple[int, dict[str, Any]]]]
-
-
-class HttpEndpoint:
-    """A tiny HTTP/1.0-style server for /metrics and /healthz on the event loop."""
-
-    def __init__(self, metrics: Metrics, health: Callable[[], tuple[bool, dict[str, Any]]], *,
-                 admin: AdminHandler | None = None,
-                 views: dict[str, Callable[[], Any]] | None = None):
-        self.metrics = metrics
-        self.health = health
-        self.admin = admin
-        self.views = dict(views or {})
-        self.server: asyncio.base_events.Server | None = None
-
-    async def start(self, host: str, port: int) -> tuple[str, int]:
-        self.server = await asyncio.start_server(self._serve, host or None, port)
-        sock = self.server.sockets[0].getsockname()
-        return sock[0], sock[1]
-
-    async def close(self) -> None:
-        if self.server is not None:
-            self.server.close()
-            await self.server.wait_closed()
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            line = await asyncio.wait_for(reader.readline(), 10)
-            parts = line.decode("latin-1").split()
-            length = 0
-            while True:  # the headers: only Content-Length matters here
-                h = await asyncio.wait_for(reader.readline(), 10)
-                if h in (b"\r\n", b"\n", b""):
-                    break
-                name, _, value = h.decode("latin-1").partition(":")
-                if name.strip().lower() == "content-length":
-                    length = int(value.strip())
-            if len(parts) < 2:
-                await self._reply(writer, 400, b"bad request line\n", "text/plain")
-                return
-            method, target = parts[0], parts[1].split("?", 1)[0]
-            if method == "POST" and target.startswith("/admin/") and self.admin is not None:
-                await self._admin(reader, writer, target[len("/admin/"):], length)
-            elif method not in ("GET", "HEAD"):
-                await self._reply(writer, 405, b"GET only (POST for /admin/)\n", "text/plain")
-            elif target in self.views:
-                body = (json.dumps(self.views[target](), sort_keys=True, default=str)
-                        + "\n").encode()
-                await self._reply(writer, 200, body, "application/json", head=method == "HEAD")
-            elif target == "/metrics":
-                await self._reply(writer, 200, self.metrics.render(), CONTENT_TYPE_LATEST,
-                                  head=method == "HEAD")
-            elif target == "/healthz":
-                try:
-                    ok, detail = self.health()
-                except Exception as err:  # noqa: BLE001 - a broken check reads as unhealthy
-                    log.exception("health check failed")
-                    ok, detail = False, {"status": "error", "error": repr(err)}
-                # default=str: a Path or an enum in the detail must still give an answer.
-                body = (json.dumps(detail, sort_keys=True, default=str) + "\n").encode()
-                await self._reply(writer, 200 if ok else 503, body, "application/json",
-                                  head=method == "HEAD")
-            else:
-                await self._reply(writer, 404, b"try /metrics or /healthz\n", "text/plain")
-        except (TimeoutError, ConnectionError, asyncio.LimitOverrunError, ValueError) as err:
-            log.debug("http: dropped a client: %s", err)
-        finally:
-            writer.close()
-
-    async def _admin(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                     command: str, length: int) -> None:
-        assert self.admin is not None
-        if not 0 <= length <= MAX_ADMIN_BODY:
-            await self._reply(writer, 413, b'{"error": "body too large"}\n', "application/json")
-            return
-        try:
-            payload = json.loads(await asyncio.wait_for(reader.readexactly(length), 10) or b"{}")
-        except (ValueError, asyncio.IncompleteReadError):
-            payload = None
-        if not isinstance(payload, dict):
-            await self._reply(writer, 400, b'{"error": "the body must be a JSON object"}\n',
-                              "application/json")
-            return
-        status, answer = await self.admin(command, payload)
-        await self._reply(writer, status, (json.dumps(answer, default=str) + "\n").encode(),
-                          "application/json")
-
-    @staticmethod
-    async def _reply(writer: asyncio.StreamWriter, status: int, body: bytes, ctype: str, *,
-                     head: bool = False) -> None:
-        head_bytes = (f"HTTP/1.1 {status} {_REASONS[status]}\r\nContent-Type: {ctype}\r\n"
-                      f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
-        writer.write(head_bytes if head else head_bytes + body)
-        await writer.drain()

@@ -1,38 +1,34 @@
-"""The daemon's log dirs: one worker thread each, their state, and partition placement.
+"""The log manager: this broker's log dirs opened, recovered, placed into, kept
+(retention, flush and checkpoints), described, and closed.
 
-Every blocking filesystem call on a log dir, and every call on a `LogDir` or one of its
-`Log`s (neither is thread-safe), goes through `LogDirManager.submit`/`run`, which runs
-it on that dir's own single worker thread. The asyncio event loop never touches a
-disk, and a slow disk stalls only its own dir's queue (docs/architecture.md).
-
-Calls submitted to one dir run in submission order (a single FIFO worker): the
-produce path relies on this to keep each partition's appends in request order.
-
-State: each dir's state (ONLINE, SATURATED, OFFLINE) lives in one `LogDirStates`
-(daemon.dirstate); daemon.health turns evidence into transitions and carries them out.
-`submit` is the one place that consults the state here: an OFFLINE dir refuses work
-without queueing anything on its disk, and when a dir goes OFFLINE the calls still
-waiting on its worker are failed at once (`fail_inflight`), so a request that also
-touched a hung disk answers KAFKA_STORAGE_ERROR instead of hanging.
+`LogManager` owns the dirs (daemon.storage.workers runs every call on a dir's own
+worker) and their one `LogDirStates` (daemon.storage.dirstate); daemon.health turns
+evidence into transitions and carries them out. At start-up it agrees on the cluster
+id, opens every dir concurrently (reserve, then recovery), and reads the placement
+record: `logkeeper-placement.json`, kept in every usable dir, says which dir holds which
+partition, so a partition whose dir is offline at start-up is known and reported
+offline, never created again on another dir (KIP-112's isNewReplica rule). The newest
+generation wins. New partitions go to the ONLINE, uncordoned dir with the most free
+space (`place`).
 
 Errors: opening a dir that cannot be used raises the logstore error (StorageError,
-LogDirLockedError, CheckpointError) naming the dir; calls on a worker raise whatever
-the called function raised, on the awaiting coroutine.
+LogDirLockedError, CheckpointError) naming the dir; a dir that fails for its disk's
+sake is OFFLINE and the rest are served. The periodic rounds and `describe_dirs` report
+a dir's failure in its own entry (or log it) and go on with the others.
 """
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
-import functools
+import base64
+import json
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from checks import dir_identity
 from logstore import (
@@ -45,78 +41,18 @@ from logstore import (
     LogStoreError,
     StorageError,
     TopicPartition,
-    Verdict,
+    checkpoint,
+    names,
 )
 
+from ..api.errors import KAFKA_STORAGE_ERROR, NONE, error_of
 from .dirstate import DirState, LogDirStates
+from .workers import DirWorkers, ManagedDir, new_worker
 
-T = TypeVar("T")
 log = logging.getLogger("logkeeper.logdirs")
 
 CORDON_FILE = ".logkeeper-cordoned"  # an operator's `log-dirs cordon`, kept across restarts
-_VERDICTS = {DirState.ONLINE: Verdict.NONE, DirState.SATURATED: Verdict.SATURATED,
-             DirState.OFFLINE: Verdict.OFFLINE}
-
-
-# How long a replacement worker waits for its abandoned predecessor's running call.
-PREDECESSOR_WAIT_S = 10.0
-
-
-def _worker(index: int, path: Path, after: Iterable[Any] = ()) -> ThreadPoolExecutor:
-    """`after`: threads of an abandoned worker; this one starts work once they are done
-    (or after PREDECESSOR_WAIT_S, if one is still stuck on its disk)."""
-    name = f"logdir{index}-{path.name}"[:15]  # thread names show in /proc
-    after = list(after)
-    if not after:
-        return ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
-    return ThreadPoolExecutor(max_workers=1, thread_name_prefix=name,
-                              initializer=_join_threads, initargs=(after, PREDECESSOR_WAIT_S))
-
-
-def _join_threads(threads: list[Any], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    for t in threads:
-        t.join(max(0.0, deadline - time.monotonic()))
-
-
-@dataclass(eq=False)
-class ManagedDir:
-    """One log dir: its path, worker, state and (once opened) the LogDir."""
-
-    index: int
-    path: Path
-    executor: ThreadPoolExecutor
-    states: LogDirStates
-    logdir: LogDir | None = None
-    # Partitions placed here, kept on the event loop for placement decisions.
-    partitions: set[TopicPartition] = field(default_factory=set)
-    clean_shutdown: bool = False
-    cordoned: bool = False  # no new partitions here (operator's choice)
-    degraded: bool = False  # slow but serving (daemon.health)
-    identity: tuple[int, int] | None = None  # (st_dev, st_ino) when opened
-    inflight: set[asyncio.Future[Any]] = field(default_factory=set)
-
-    def __str__(self) -> str:
-        return str(self.path)
-
-    @property
-    def state(self) -> DirState:
-        return self.states.state(str(self.path))
-
-    @property
-    def reason(self) -> str:
-        return self.states.reason(str(self.path))
-
-    def offline_error(self, op: str) -> LogDirOfflineError:
-        why = self.reason
-        return LogDirOfflineError(
-            f"log dir {self.path} is offline" + (f" ({why})" if why else ""),
-            log_dir=str(self.path), op=op, path=str(self.path), errno=None)
-
-    def apply_verdict(self) -> None:
-        """Make the LogDir's IoGuard refuse what the current state forbids."""
-        if self.logdir is not None:
-            self.logdir.guard.verdict = _VERDICTS[self.state]
+PLACEMENT_FILE = "logkeeper-placement.json"
 
 
 @dataclass(frozen=True)
@@ -126,14 +62,12 @@ class DirSpace:
     total_bytes: int
 
 
-def _space(ld: LogDir) -> DirSpace:
-    space = ld.space()
-    with ld.guard.io("stat", ld.path):
-        device = os.stat(ld.path).st_dev
-    return DirSpace(device, space.avail_bytes, space.total_bytes)
+def new_cluster_id() -> str:
+    """A Kafka-style cluster id: a random UUID in unpadded base64url (22 chars)."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
-class LogDirManager:
+class LogManager(DirWorkers):
     """Owns the log dirs of this broker. Methods are called from the event loop only,
     except the functions handed to `submit`, which run on the dir's worker."""
 
@@ -144,58 +78,34 @@ class LogDirManager:
         self.broker_id = broker_id
         self.reserve_bytes = reserve_bytes
         self.failure_channel = failure_channel or FailureChannel()
+        self.cluster_id = ""
+        self._placement_generation = 0
         resolved = [Path(os.path.abspath(os.fspath(p))) for p in paths]
         self.states = LogDirStates([str(p) for p in resolved])
-        self.dirs: list[ManagedDir] = [ManagedDir(i, path, _worker(i, path), self.states)
-                                       for i, path in enumerate(resolved)]
-
-    # ---- running work on a dir's worker ----
-
-    def submit(self, d: ManagedDir, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
-        """Queue `fn(*args)` on `d`'s worker now; await the returned future for its result.
-
-        Queued immediately (not when awaited), so calls keep their submission order.
-        """
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[T] = loop.create_future()
-        if d.state is DirState.OFFLINE:
-            fut.set_exception(d.offline_error(getattr(fn, "__name__", "call")))
-            return fut
-        work = d.executor.submit(fn, *args)
-        d.inflight.add(fut)
-        fut.add_done_callback(d.inflight.discard)
-
-        def settle(_: concurrent.futures.Future[T]) -> None:
-            try:
-                loop.call_soon_threadsafe(_copy_outcome, work, fut)
-            except RuntimeError:  # the loop is closed: a hung call finished after exit
-                pass
-
-        work.add_done_callback(settle)
-        return fut
-
-    async def run(self, d: ManagedDir, fn: Callable[..., T], *args: Any) -> T:
-        return await self.submit(d, fn, *args)
-
-    def fail_inflight(self, d: ManagedDir) -> None:
-        """`d` went OFFLINE: every call still waiting on its worker fails now."""
-        for fut in list(d.inflight):
-            if not fut.done():
-                fut.set_exception(d.offline_error("queued call"))
-        d.inflight.clear()
-
-    def replace_worker(self, d: ManagedDir) -> None:
-        """A fresh worker for `d` (re-admission); the old one may be stuck on a hung disk
-        and is abandoned: its queued calls are cancelled, and the event loop never waits
-        for it. The new worker itself does wait (bounded) for the call the old one is
-        still running: a probe let go by a disk that just stopped hanging must not run
-        beside the re-admission's probe, or the two rewrite the one canary block at once
-        and fail each other's read-back (a false EIO that refused the re-admission)."""
-        old = d.executor
-        old.shutdown(wait=False, cancel_futures=True)
-        d.executor = _worker(d.index, d.path, after=getattr(old, "_threads", ()))
+        super().__init__([ManagedDir(i, path, new_worker(i, path), self.states)
+                          for i, path in enumerate(resolved)])
 
     # ---- opening and closing ----
+
+    async def start(self) -> dict[str, Any] | None:
+        """Agree on the cluster id, open every dir, and return the newest placement record
+        (None when no dir holds one)."""
+        self.cluster_id = await self._find_cluster_id()
+        await self.open_all(cluster_id=self.cluster_id)
+        records = await self.run_each([d for d in self.dirs if d.logdir is not None],
+                                      _read_placement)
+        newest = max((r for _, r in records if isinstance(r, dict)),
+                     key=lambda r: r.get("generation", 0), default=None)
+        if newest is not None:
+            self._placement_generation = int(newest.get("generation", 0))
+        return newest
+
+    async def _find_cluster_id(self) -> str:
+        found = await self.run_each(self.dirs, _read_cluster_id)
+        ids = {c for _, c in found if isinstance(c, str) and c}
+        if len(ids) > 1:
+            raise LogStoreError(f"log dirs disagree on cluster.id: {sorted(ids)}")
+        return ids.pop() if ids else new_cluster_id()
 
     async def open_all(self, *, cluster_id: str | None) -> None:
         """Open every dir concurrently, each on its own worker (reserve, then recovery).
@@ -205,12 +115,10 @@ class LogDirManager:
         misconfiguration (another broker's or cluster's dir) stops start-up, and so does
         every dir being offline: `LogStoreError` naming each dir and why.
         """
-        results = await asyncio.gather(
-            *(self.run(d, self.open_dir, d, cluster_id) for d in self.dirs),
-            return_exceptions=True)
-        fatal = [(d, r) for d, r in zip(self.dirs, results, strict=True)
+        results = await self.run_each(self.dirs, self.open_dir, cluster_id)
+        fatal = [(d, r) for d, r in results
                  if isinstance(r, BaseException) and not _is_disk_failure(r)]
-        for d, r in zip(self.dirs, results, strict=True):
+        for d, r in results:
             if isinstance(r, BaseException) and _is_disk_failure(r):
                 self.states.on_open_failure(str(d.path), str(r))
         if fatal or self.states.all_offline():
@@ -238,36 +146,26 @@ class LogDirManager:
         d.apply_verdict()
 
     async def release_all(self) -> None:
-        await asyncio.gather(*(self.run(d, d.logdir.release) for d in self.dirs
-                               if d.logdir is not None), return_exceptions=True)
+        await self.run_each([d for d in self.dirs if d.logdir is not None], _release)
 
     async def close_all(self, *, clean: bool = True) -> list[tuple[ManagedDir, BaseException]]:
-        """Flush, checkpoint and close each dir on its worker; returns the failures."""
-        async def close(d: ManagedDir) -> None:
-            if d.logdir is not None and d.state is not DirState.OFFLINE:
-                # A SATURATED dir is closed cleanly too if its disk lets us.
-                await self.run(d, functools.partial(d.logdir.close, clean=clean))
+        """Flush, checkpoint and close each dir on its worker; returns the failures.
+        A SATURATED dir is closed cleanly too if its disk lets us."""
+        done = await self.run_each([d for d in self.dirs if d.usable], _close, clean)
+        return [(d, r) for d, r in done if isinstance(r, BaseException)]
 
-        results = await asyncio.gather(*(close(d) for d in self.dirs), return_exceptions=True)
-        return [(d, r) for d, r in zip(self.dirs, results, strict=True)
-                if isinstance(r, BaseException)]
-
-    def shutdown_workers(self) -> bool:
-        """Stop the workers; an OFFLINE dir's (maybe stuck on a hung disk) is not waited
-        for. Returns False when a worker thread is still alive, so the caller knows the
-        process must exit without joining it."""
-        for d in self.dirs:
-            d.executor.shutdown(wait=d.state is not DirState.OFFLINE, cancel_futures=True)
-        return not any(t.is_alive() for d in self.dirs for t in getattr(d.executor, "_threads", ()))
+    async def stop(self) -> tuple[list[tuple[ManagedDir, BaseException]], bool]:
+        """Flush, checkpoint and mark a clean shutdown in every dir that is not offline.
+        Returns the failures and whether a worker is stuck (on a hung disk)."""
+        failures = await self.close_all(clean=True)
+        return failures, not self.shutdown_workers()
 
     # ---- placement ----
 
     async def spaces(self) -> dict[int, DirSpace | BaseException]:
         """Free space of each usable dir, probed on its own worker, by dir index."""
-        usable = [d for d in self.dirs if d.state is not DirState.OFFLINE and d.logdir]
-        results = await asyncio.gather(*(self.run(d, _space, d.logdir) for d in usable),
-                                       return_exceptions=True)
-        return {d.index: r for d, r in zip(usable, results, strict=True)}
+        done = await self.run_each([d for d in self.dirs if d.usable], _space)
+        return {d.index: r for d, r in done}
 
     async def place(self, count: int) -> list[ManagedDir]:
         """Dirs for `count` new partitions: most free space first, ties to fewest partitions.
@@ -297,6 +195,44 @@ class LogDirManager:
             out.append(best)
         return out
 
+    async def write_placement(self) -> None:
+        """Record where every partition lives, in every dir that can take a write."""
+        self._placement_generation += 1
+        record = {"version": 1, "broker": self.broker_id,
+                  "generation": self._placement_generation,
+                  "log_dirs": {str(d.path): sorted(f"{tp.topic}-{tp.partition}"
+                                                   for tp in d.partitions)
+                               for d in self.dirs}}
+        data = json.dumps(record, indent=1).encode() + b"\n"
+        usable = [d for d in self.dirs if d.logdir is not None and d.state is DirState.ONLINE]
+        for d, r in await self.run_each(usable, _write_placement, data):
+            if isinstance(r, BaseException):
+                log.warning("writing %s in %s failed: %s", PLACEMENT_FILE, d.path, r)
+
+    # ---- keeping the logs ----
+
+    async def maintenance(self, *, retention: bool, checkpoints: bool,
+                          only: ManagedDir | None = None) -> None:
+        """Retention and/or flush + checkpoints on every dir (or `only` one), each on its
+        own worker. A failed round is logged here and retried at the next."""
+        dirs = [d for d in self.dirs if only in (None, d) and d.usable]
+        for d, deleted in await self.run_each(dirs, _maintain, retention, checkpoints):
+            if isinstance(deleted, BaseException):
+                error_of(deleted, f"maintenance of {d.path}")
+            elif deleted:
+                log.info("retention deleted %d segments in %s", deleted, d.path)
+
+    async def describe_dirs(self) -> list[dict[str, Any]]:
+        """Per dir: path, state, partitions with size and lag, total and usable bytes."""
+        entries = {d.index: {"dir": d, "error": KAFKA_STORAGE_ERROR, "partitions": {},
+                             "total_bytes": -1, "usable_bytes": -1} for d in self.dirs}
+        for d, r in await self.run_each([d for d in self.dirs if d.usable], _describe_dir):
+            if isinstance(r, BaseException):
+                entries[d.index]["error"] = error_of(r, f"describe {d.path}")[0]
+            else:
+                entries[d.index].update(r, error=NONE)
+        return list(entries.values())
+
     # ---- lookups (event loop only) ----
 
     def by_path(self, path: str) -> ManagedDir | None:
@@ -306,15 +242,75 @@ class LogDirManager:
         return None
 
 
+# ---- functions that run on a dir's worker ----
 
-def _copy_outcome(work: concurrent.futures.Future[Any], fut: asyncio.Future[Any]) -> None:
-    if fut.done():  # failed early: its dir went OFFLINE while the call waited
-        return
-    err = work.exception() if not work.cancelled() else asyncio.CancelledError()
-    if err is not None:
-        fut.set_exception(err)
-    else:
-        fut.set_result(work.result())
+
+def _release(d: ManagedDir) -> None:
+    assert d.logdir is not None
+    d.logdir.release()
+
+
+def _close(d: ManagedDir, clean: bool) -> None:
+    assert d.logdir is not None
+    d.logdir.close(clean=clean)
+
+
+def _space(d: ManagedDir) -> DirSpace:
+    ld = d.logdir
+    assert ld is not None
+    space = ld.space()
+    with ld.guard.io("stat", ld.path):
+        device = os.stat(ld.path).st_dev
+    return DirSpace(device, space.avail_bytes, space.total_bytes)
+
+
+def _read_placement(d: ManagedDir) -> dict[str, Any] | None:
+    assert d.logdir is not None
+    data = d.logdir.read_root_file(PLACEMENT_FILE)
+    if data is None:
+        return None
+    try:
+        return json.loads(data)
+    except ValueError as err:
+        log.warning("%s: unreadable, ignored: %s", d.path / PLACEMENT_FILE, err)
+        return None
+
+
+def _write_placement(d: ManagedDir, data: bytes) -> None:
+    assert d.logdir is not None
+    d.logdir.write_root_file(PLACEMENT_FILE, data)
+
+
+def _read_cluster_id(d: ManagedDir) -> str | None:
+    meta = d.path / names.META_PROPERTIES
+    if not meta.exists():
+        return None
+    return checkpoint.read_meta_properties(meta).get("cluster.id")
+
+
+def _describe_dir(d: ManagedDir) -> dict[str, Any]:
+    ld = d.logdir
+    assert ld is not None
+    space = ld.space()
+    # offsetLag is a future replica's lag behind the current one; we keep no future logs.
+    partitions: dict[TopicPartition, tuple[int, int]] = {
+        tp: (lg.size_bytes, 0) for tp, lg in ld.logs.items()}
+    return {"partitions": partitions, "total_bytes": space.total_bytes,
+            "usable_bytes": space.avail_bytes}
+
+
+def _maintain(d: ManagedDir, retention: bool, checkpoints: bool) -> int:
+    ld = d.logdir
+    assert ld is not None
+    deleted = 0
+    if retention:
+        now = int(time.time() * 1000)
+        for lg in ld.logs.values():
+            deleted += lg.apply_retention(now)
+    if checkpoints:
+        ld.flush()
+        ld.write_checkpoints()
+    return deleted
 
 
 def _is_disk_failure(err: BaseException) -> bool:

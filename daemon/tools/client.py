@@ -3,7 +3,7 @@
 It speaks to any Kafka-protocol broker (this daemon or Apache Kafka): it asks
 ApiVersions first and uses the highest version both sides support, encoding and
 decoding with kafka-python's schema classes directly. It does not import the daemon's
-own codec (daemon.protocol), so the admin commands test the server from outside.
+own codec (daemon.api.protocol), so the admin commands test the server from outside.
 
 Errors: a broker that cannot be reached, closes the connection or answers with bytes
 that do not decode raises `ClientError` naming the broker address and the API.

@@ -1,0 +1,179 @@
+"""The Kafka listener's connections: read request frames, dispatch, write answers in order.
+
+Requests on one connection are handled one at a time, in order, as Kafka does; many
+connections run concurrently. Consecutive Produce requests are pipelined (up to
+MAX_PIPELINED), each one's appends queued before the next is read. A frame over
+`socket.request.max.bytes` is refused before its body is read, and a frame that does
+not decode closes only its own connection (daemon.api.protocol); a handler bug closes
+only its connection too, and is logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from ..ops.metrics import Metrics
+from . import protocol
+from .handlers import CLOSE, ConnInfo, Handlers
+
+log = logging.getLogger("logkeeper.server")
+
+STOP_GRACE_S = 10.0  # in-flight requests get this long to finish at shutdown
+STREAM_LIMIT = 1 << 20
+MAX_PIPELINED = 16  # Produce requests in flight per connection
+
+
+class Connections:
+    """The listener's open connections. Event loop only."""
+
+    def __init__(self, handlers: Handlers, metrics: Metrics, *, max_frame: int,
+                 stopping: asyncio.Event):
+        self.handlers = handlers
+        self.metrics = metrics
+        self.max_frame = max_frame
+        self.stopping = stopping  # set: read no further requests, accept no connections
+        self.listener: asyncio.base_events.Server | None = None
+        # Connection task -> whether it is in the middle of a request.
+        self._connections: dict[asyncio.Task[None], bool] = {}
+
+    async def listen(self, host: str | None, port: int) -> tuple[str, int]:
+        """Start accepting on host:port; returns the bound address. OSError if taken."""
+        self.listener = await asyncio.start_server(
+            self.on_connection, host, port, limit=STREAM_LIMIT, reuse_address=True)
+        return self.listener.sockets[0].getsockname()[:2]
+
+    def stop_accepting(self) -> None:
+        if self.listener is not None:
+            self.listener.close()
+
+    async def close(self) -> None:
+        """Idle connections close now; in-flight requests get STOP_GRACE_S to finish
+        (long-polls return at once), then their connections close."""
+        for task, busy in list(self._connections.items()):
+            if not busy:
+                task.cancel()  # idle: waiting for a request that will not be served
+        if self._connections:
+            _, pending = await asyncio.wait(list(self._connections), timeout=STOP_GRACE_S)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+
+    def on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.stopping.is_set():
+            writer.close()
+            return
+        task = asyncio.ensure_future(self._serve(reader, writer))
+        self._connections[task] = False
+        task.add_done_callback(lambda t: self._connections.pop(t, None))
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Read requests, dispatch them, and leave writing to `_write_responses`.
+
+        Consecutive Produce requests are pipelined (up to MAX_PIPELINED): each one's
+        appends are queued on the workers before the next is read, so order per
+        partition is kept. Any other request first waits for everything before it to
+        finish, so it observes their effects as with one-at-a-time processing.
+        Responses always go out in request order.
+        """
+        local = writer.get_extra_info("sockname")
+        peer = writer.get_extra_info("peername")
+        conn = ConnInfo(local[0], local[1], f"{peer[0]}:{peer[1]}" if peer else "?")
+        max_frame = self.max_frame
+        me = asyncio.current_task()
+        assert me is not None
+        outq: asyncio.Queue[tuple[protocol.Request | None, asyncio.Future[Any], float] | None]
+        outq = asyncio.Queue(MAX_PIPELINED)
+        responder = asyncio.ensure_future(self._write_responses(outq, writer, conn))
+        pending: list[asyncio.Future[Any]] = []
+        prev_produce = False
+        self.metrics.connections.inc()
+        try:
+            while not self.stopping.is_set() and not responder.done():
+                self._connections[me] = not all(t.done() for t in pending)
+                frame = await protocol.read_frame(reader, max_frame)
+                if frame is None:
+                    break
+                self._connections[me] = True
+                started = time.perf_counter()
+                try:
+                    req = protocol.decode_request(frame)
+                except protocol.UnsupportedVersion as err:
+                    if err.api_key != 18:
+                        raise
+                    # ApiVersions at a version we do not know: answer so the client can
+                    # retry at one we do (KIP-511).
+                    done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+                    done.set_result(protocol.unsupported_api_versions_frame(err.correlation_id))
+                    await outq.put((None, done, started))
+                    continue
+                produce = req.api.key == 0
+                if not (produce and prev_produce) and pending:
+                    await asyncio.wait(pending)
+                    pending = []
+                prev_produce = produce
+                # The handler runs up to its first await now: a Produce queues its appends
+                # on the workers here, in request order.
+                task = asyncio.ensure_future(self.handlers.handle(req, conn))
+                pending = [t for t in pending if not t.done()] + [task]
+                await outq.put((req, task, started))
+        except protocol.FrameTooLarge as err:
+            self.metrics.bad_frames.labels("too_large").inc()
+            log.warning("closing %s: %s", conn.peer, err)
+        except (protocol.UnsupportedApi, protocol.UnsupportedVersion) as err:
+            # Well-formed, just not served here (Kafka closes the connection too).
+            reason = ("unsupported_api" if isinstance(err, protocol.UnsupportedApi)
+                      else "unsupported_version")
+            self.metrics.bad_frames.labels(reason).inc()
+            log.warning("closing %s: %s", conn.peer, err)
+        except protocol.ProtocolError as err:
+            self.metrics.bad_frames.labels("undecodable").inc()
+            log.warning("closing %s: %s", conn.peer, err)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        except asyncio.CancelledError:
+            responder.cancel()
+            raise
+        finally:
+            # Answers already due are still written, then the connection closes.
+            if not responder.done():
+                try:
+                    outq.put_nowait(None)
+                except asyncio.QueueFull:
+                    await outq.put(None)
+                await asyncio.wait([responder], timeout=STOP_GRACE_S)
+                responder.cancel()
+            self.metrics.connections.dec()
+            writer.close()
+
+    async def _write_responses(self, outq: asyncio.Queue[Any], writer: asyncio.StreamWriter,
+                               conn: ConnInfo) -> None:
+        try:
+            while True:
+                item = await outq.get()
+                if item is None:
+                    return
+                req, fut, started = item
+                response = await fut
+                if req is None:  # a ready-made frame
+                    writer.write(response)
+                    await writer.drain()
+                    continue
+                if response is CLOSE:
+                    log.info("closing %s: an acks=0 produce failed", conn.peer)
+                    writer.close()
+                    return
+                if response is not None:
+                    writer.write(protocol.encode_response(req, response))
+                    await writer.drain()
+                self.metrics.requests.labels(req.name, str(req.version)).inc()
+                self.metrics.request_bytes.labels(req.name).inc(req.size)
+                self.metrics.request_time.labels(req.name).observe(time.perf_counter() - started)
+        except (ConnectionError, asyncio.CancelledError):
+            writer.close()
+        except Exception:  # noqa: BLE001 - a handler bug closes this connection only
+            self.metrics.bad_frames.labels("server_error").inc()
+            log.exception("closing %s after an unexpected error", conn.peer)
+            writer.close()

@@ -1,0 +1,66 @@
+"""A partition hosted on this broker, and the outcomes of the work done on it.
+
+`Partition` is kept on the event loop; its `log` and `producers` are touched only on
+its dir's worker (daemon.storage.workers). Who leads it is not recorded here: that is
+daemon.replica.leadership's answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from logstore import Log, TopicPartition
+
+from ..api.errors import NONE
+from ..storage.dirstate import DirState
+from ..storage.workers import ManagedDir
+from .producer import ProducerState
+
+
+@dataclass
+class Partition:
+    """One partition held here. `log` and `producers` are touched only on `dir`'s worker.
+
+    `log` is None for a partition known (from the placement record) to live in a dir
+    that was offline at start-up: it is reported offline until its dir is re-admitted.
+    """
+
+    tp: TopicPartition
+    log: Log | None
+    dir: ManagedDir
+    high_watermark: int = 0  # cached on the loop after each worker call
+    waiters: set[asyncio.Future[None]] = field(default_factory=set)
+    producers: dict[int, ProducerState] = field(default_factory=dict)
+    deleted: bool = False
+
+    @property
+    def offline(self) -> bool:
+        return self.log is None or self.dir.state is DirState.OFFLINE
+
+    def notify(self) -> None:
+        """Wake every Fetch long-poll waiting on this partition."""
+        for fut in self.waiters:
+            if not fut.done():
+                fut.set_result(None)
+        self.waiters.clear()
+
+
+@dataclass
+class AppendResult:
+    error: int = NONE
+    base_offset: int = -1
+    log_start_offset: int = -1
+    high_watermark: int = -1
+    records: int = 0
+    size: int = 0
+    message: str | None = None
+
+
+@dataclass
+class ReadResult:
+    error: int = NONE
+    records: bytes = b""
+    high_watermark: int = -1
+    log_start_offset: int = -1
+    message: str | None = None

@@ -1,0 +1,80 @@
+"""Idempotent-producer state: the last batches of each producer, per partition.
+
+Kafka's check for one batch (ProducerStateManager): a lower epoch is fenced
+(INVALID_PRODUCER_EPOCH), a batch already appended is answered with its first offset
+and not written again, and a sequence that does not follow the last one is
+OUT_OF_ORDER_SEQUENCE_NUMBER. The window lives in memory only: after a restart every
+producer starts fresh, as with a Kafka broker that lost its producer snapshots.
+
+Runs on the partition's dir worker only (the state is the partition's, see
+daemon.replica.partition): not thread-safe.
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass, field
+
+from logstore.records import batch_producer
+
+from ..api.errors import INVALID_PRODUCER_EPOCH, NONE, OUT_OF_ORDER_SEQUENCE_NUMBER
+
+WINDOW = 5  # Kafka keeps the metadata of the last 5 batches per producer
+
+
+@dataclass
+class BatchMeta:
+    first_seq: int
+    last_seq: int
+    first_offset: int
+
+
+@dataclass
+class ProducerState:
+    epoch: int
+    batches: collections.deque[BatchMeta] = field(
+        default_factory=lambda: collections.deque(maxlen=WINDOW))
+
+
+@dataclass(frozen=True)
+class Check:
+    """The outcome of `check`: an error, a duplicate's first offset, or what to record."""
+
+    error: int = NONE
+    duplicate_of: int | None = None  # first offset of the batch already appended
+    token: tuple[int, int, int, int] | None = None  # (pid, epoch, first_seq, last_seq)
+
+
+def check(producers: dict[int, ProducerState], records: bytes) -> Check:
+    """Kafka's idempotent-producer check for the first batch of `records`."""
+    fields = batch_producer(records)
+    if fields is None:
+        return Check()
+    pid, epoch, base_seq, count = fields
+    if pid < 0 or base_seq < 0 or count <= 0:
+        return Check()
+    last_seq = (base_seq + count - 1) % 2**31
+    state = producers.get(pid)
+    if state is not None:
+        if epoch < state.epoch:
+            return Check(INVALID_PRODUCER_EPOCH)
+        if epoch == state.epoch and state.batches:
+            for meta in state.batches:
+                if meta.first_seq == base_seq and meta.last_seq == last_seq:
+                    return Check(duplicate_of=meta.first_offset)
+            expected = (state.batches[-1].last_seq + 1) % 2**31
+            if base_seq != expected:
+                return Check(OUT_OF_ORDER_SEQUENCE_NUMBER)
+    return Check(token=(pid, epoch, base_seq, last_seq))
+
+
+def record(producers: dict[int, ProducerState], token: tuple[int, int, int, int] | None,
+           first_offset: int) -> None:
+    """Remember an appended batch that `check` passed with `token`."""
+    if token is None:
+        return
+    pid, epoch, first_seq, last_seq = token
+    state = producers.get(pid)
+    if state is None or state.epoch != epoch:
+        state = producers[pid] = ProducerState(epoch)
+    state.batches.append(BatchMeta(first_seq, last_seq, first_offset))

@@ -1,0 +1,136 @@
+"""Creating and deleting topics on this broker (standalone: it is its own controller).
+
+Names are validated before anything touches a disk; new partitions are placed by the
+log manager (most free space, ONLINE and uncordoned dirs only) and created on their
+dirs' workers; the placement record is written after every change. Deleting a topic
+with a partition in an OFFLINE dir deletes nothing (the rest would come back on
+re-admission). In a cluster, the controller takes this over.
+
+Errors: a refusal raises `TopicError` with the Kafka code and a message naming the topic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable
+
+from logstore import StorageError, TopicPartition, names
+from logstore.errors import InvalidTopicError
+
+from ..api.errors import (
+    INVALID_PARTITIONS,
+    INVALID_REPLICATION_FACTOR,
+    INVALID_TOPIC_EXCEPTION,
+    KAFKA_STORAGE_ERROR,
+    TOPIC_ALREADY_EXISTS,
+    UNKNOWN_TOPIC_OR_PARTITION,
+    error_of,
+)
+from ..config import Config
+from .manager import ReplicaManager
+from .partition import Partition
+
+log = logging.getLogger("logkeeper.broker")
+
+
+class TopicError(Exception):
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+class TopicAdmin:
+    """Event loop only; one change at a time."""
+
+    def __init__(self, config: Config, replicas: ReplicaManager, *,
+                 on_change: Callable[[], None] = lambda: None):
+        self.config = config
+        self.replicas = replicas
+        self.storage = replicas.storage
+        self.on_change = on_change  # partitions were added or removed (metrics)
+        self._lock = asyncio.Lock()
+
+    async def create_topic(self, topic: str, num_partitions: int, replication_factor: int, *,
+                           validate_only: bool = False) -> None:
+        """Create `topic` with partitions placed by free space; TopicError on refusal."""
+        try:
+            names.validate_topic(topic)
+        except InvalidTopicError as err:
+            raise TopicError(INVALID_TOPIC_EXCEPTION, str(err)) from err
+        if num_partitions == -1:
+            num_partitions = self.config["num.partitions"]
+        if replication_factor == -1:
+            replication_factor = self.config["default.replication.factor"]
+        if num_partitions < 1:
+            raise TopicError(INVALID_PARTITIONS, f"{topic}: number of partitions must be at "
+                                                 f"least 1, got {num_partitions}")
+        brokers = len(self.replicas.leadership.live_brokers())
+        if replication_factor != 1:
+            raise TopicError(INVALID_REPLICATION_FACTOR,
+                             f"{topic}: replication factor {replication_factor} is larger "
+                             f"than the {brokers} available broker (standalone)")
+        async with self._lock:
+            topics = self.replicas.topics()
+            if topic in topics:
+                raise TopicError(TOPIC_ALREADY_EXISTS, f"topic {topic!r} already exists")
+            collide = _collision(topic, topics)
+            if collide:
+                raise TopicError(INVALID_TOPIC_EXCEPTION,
+                                 f"topic {topic!r} collides with existing topic {collide!r} "
+                                 "('.' and '_' map to the same metric names)")
+            if validate_only:
+                return
+            try:
+                placed = await self.storage.place(num_partitions)
+            except StorageError as err:
+                raise TopicError(KAFKA_STORAGE_ERROR, str(err)) from err
+            futures = [self.storage.submit(d, d.logdir.create_log, topic, i)  # type: ignore[union-attr]
+                       for i, d in enumerate(placed)]
+            done = await asyncio.gather(*futures, return_exceptions=True)
+            failed = None
+            for i, (d, res) in enumerate(zip(placed, done, strict=True)):
+                if isinstance(res, BaseException):
+                    failed = failed or res
+                    continue
+                self.replicas.add(Partition(TopicPartition(topic, i), res, d, 0))
+            self.on_change()
+            await self.storage.write_placement()
+            if failed is not None:
+                code, msg = error_of(failed, f"create {topic}")
+                raise TopicError(code, f"creating {topic}: {msg}")
+            log.info("created topic %s with %d partitions on %s", topic, num_partitions,
+                     ", ".join(sorted({str(d.path) for d in placed})))
+
+    async def delete_topic(self, topic: str) -> None:
+        async with self._lock:
+            parts = self.replicas.topics().get(topic)
+            if not parts:
+                raise TopicError(UNKNOWN_TOPIC_OR_PARTITION, f"topic {topic!r} does not exist")
+            offline = sorted({str(p.dir.path) for p in parts if p.offline})
+            if offline:
+                # Deleting only part of a topic would bring the rest back on re-admission.
+                raise TopicError(KAFKA_STORAGE_ERROR, (
+                    f"topic {topic!r} has partitions in offline log dirs ({', '.join(offline)}); "
+                    "nothing deleted: re-admit the dirs (logkeeper log-dirs readmit) first"))
+            futures = []
+            for p in parts:
+                self.replicas.remove(p)  # appends already queued on the worker see it
+                futures.append(self.storage.submit(p.dir, p.dir.logdir.delete_log,  # type: ignore[union-attr]
+                                                   p.tp.topic, p.tp.partition))
+            done = await asyncio.gather(*futures, return_exceptions=True)
+            self.on_change()
+            await self.storage.write_placement()
+            errors = [r for r in done if isinstance(r, BaseException)]
+            if errors:
+                code, msg = error_of(errors[0], f"delete {topic}")
+                raise TopicError(code, f"deleting {topic}: {msg}")
+            log.info("deleted topic %s (%d partitions)", topic, len(parts))
+
+
+def _collision(topic: str, existing: Iterable[str]) -> str | None:
+    key = topic.replace(".", "_")
+    for other in existing:
+        if other != topic and other.replace(".", "_") == key:
+            return other
+    return None
