@@ -176,7 +176,8 @@ def test_full_disk_saturates_then_comes_back_online_by_itself(tmp_path: Path) ->
                 acked += 1
             assert code == KAFKA_STORAGE_ERROR, "the 24 MiB tmpfs never filled"
             wait_for(lambda: d.log_dir_states()[str(full)] == "saturated", 10, "SATURATED")
-            assert not (full / ".logkeeper-reserve").exists()
+            # The state shows at once; the reserve goes on the dir's worker just after.
+            wait_for(lambda: not (full / ".logkeeper-reserve").exists(), 10, "reserve deleted")
             assert produce_raw(c, "keep", 0, [b"refused"])[0] == KAFKA_STORAGE_ERROR
             assert metric(d, "logkeeper_saturated_log_dir_count") == 1
             # Reads keep working, and the other dirs take appends.
