@@ -42,6 +42,8 @@ INVALID_TXN_STATE = ke.InvalidTxnStateError.errno
 KAFKA_STORAGE_ERROR = ke.KafkaStorageError.errno
 LOG_DIR_NOT_FOUND = ke.LogDirNotFoundError.errno
 FETCH_SESSION_ID_NOT_FOUND = ke.FetchSessionIdNotFoundError.errno
+FENCED_LEADER_EPOCH = ke.FencedLeaderEpochError.errno
+UNKNOWN_LEADER_EPOCH = ke.UnknownLeaderEpochError.errno
 
 # The Java exception names Kafka's own tools print for a code (kafka-log-dirs.sh's JSON
 # "error" field); kafka-python's class names differ, so the few we report are listed.

@@ -1,0 +1,269 @@
+"""A follower's fetcher: one task per leader, replicating that leader's partitions here.
+
+As Kafka's ReplicaFetcherThread (AbstractFetcherThread), each round sends one Fetch with
+`replica_id` = this broker for every partition it follows from that leader, at the
+follower's log end offset, then per partition: appends the records (offsets and leader
+epochs as the leader wrote them), truncates where the leader says the follower's log
+diverged (Fetch v12's diverging epoch), and moves the follower's high watermark to
+min(leader's HW, own log end).
+
+KIP-461: an error while appending or truncating one partition (a storage error, a bug)
+puts that partition in `failed` (FailedPartitionsCount), is logged once, and the fetcher
+goes on with every other partition; a failed partition is never retried in a loop. The
+mark clears when the partition is added again (a higher leader epoch, becoming a follower
+anew) or removed (StopReplica, leadership, its dir failing). Errors the leader answers
+(not leader, unknown epoch, storage error...) and a corrupt fetch are retried after
+`backoff`; a fenced epoch equal to ours marks the partition failed until a new epoch.
+
+The log work happens through `FollowerStorage`, which the replica manager implements on
+each dir's worker. Runs on the event loop; not thread-safe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from kafka.protocol.consumer import FetchRequest
+
+import native
+from logstore import CorruptRecordError, Log, TopicPartition
+
+from ..api import errors
+from ..wire.peer import Peer, PeerError
+
+log = logging.getLogger("logkeeper.fetcher")
+
+
+class FollowerStorage(Protocol):
+    """What a fetcher needs of the logs it replicates into (all on the dir workers)."""
+
+    async def log_end_offset(self, tp: TopicPartition) -> int: ...
+
+    async def last_fetched_epoch(self, tp: TopicPartition) -> int: ...
+
+    async def end_offset_for(self, tp: TopicPartition, epoch: int) -> tuple[int, int]: ...
+
+    async def append(self, tp: TopicPartition, records: bytes) -> int:
+        """Append a leader's batches as they are; the new log end offset."""
+        ...
+
+    async def truncate(self, tp: TopicPartition, offset: int) -> int:
+        """Cut the log to end at or below `offset`; the new log end offset."""
+        ...
+
+    def set_high_watermark(self, tp: TopicPartition, hw: int) -> None: ...
+
+
+@dataclass
+class FetchState:
+    leader_epoch: int
+    fetch_offset: int
+    last_fetched_epoch: int = -1
+    delayed_until: float = 0.0  # loop time before which it is not fetched (backoff)
+
+
+def whole_batches(records: bytes) -> bytes:
+    """The leading whole batches of a fetched chunk (a leader may cut the last one)."""
+    if not records:
+        return b""
+    scan = native.scan_batches(records, verify_crc=False)
+    return records[:scan.valid_bytes] if scan.valid_bytes < len(records) else records
+
+
+class Fetcher:
+    def __init__(self, broker_id: int, leader_id: int, peer: Peer, storage: FollowerStorage, *,
+                 max_wait_ms: int = 500, min_bytes: int = 1, max_bytes: int = 10 << 20,
+                 partition_max_bytes: int = 1 << 20, backoff: float = 1.0,
+                 fetch_version: int = 12):
+        self.broker_id = broker_id
+        self.leader_id = leader_id
+        self.peer = peer
+        self.storage = storage
+        self.max_wait_ms = max_wait_ms
+        self.min_bytes = min_bytes
+        self.max_bytes = max_bytes
+        self.partition_max_bytes = partition_max_bytes
+        self.backoff = backoff
+        self.fetch_version = fetch_version
+        self.partitions: dict[TopicPartition, FetchState] = {}
+        self.failed: set[TopicPartition] = set()
+        self.rounds = 0
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    # ---- the partition set (the replica manager calls these) ----
+
+    async def add_partitions(self, epochs: dict[TopicPartition, int]) -> None:
+        """Follow these partitions at these leader epochs, from each log's end."""
+        for tp, epoch in epochs.items():
+            self.failed.discard(tp)
+            self.partitions[tp] = FetchState(
+                epoch, await self.storage.log_end_offset(tp),
+                await self.storage.last_fetched_epoch(tp))
+        self._wake.set()
+
+    def remove_partitions(self, tps: Iterable[TopicPartition]) -> None:
+        for tp in tps:
+            self.partitions.pop(tp, None)
+            self.failed.discard(tp)
+
+    # ---- running ----
+
+    def start(self) -> None:
+        self._task = asyncio.ensure_future(self.run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+        await self.peer.close()
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            now = loop.time()
+            ready = {tp: s for tp, s in self.partitions.items() if s.delayed_until <= now}
+            if not ready:
+                self._wake.clear()
+                wait = min((s.delayed_until - now for s in self.partitions.values()),
+                           default=None)
+                try:
+                    async with asyncio.timeout(wait if wait is not None else None):
+                        await self._wake.wait()
+                except TimeoutError:
+                    pass
+                continue
+            try:
+                resp = await self.peer.request(self._request(ready), self.fetch_version)
+            except PeerError as err:
+                log.info("fetch from broker %d failed: %s; retrying in %.1f s",
+                         self.leader_id, err, self.backoff)
+                await asyncio.sleep(self.backoff)
+                continue
+            self.rounds += 1
+            if resp.error_code:
+                log.info("fetch from broker %d: error %d", self.leader_id, resp.error_code)
+                await asyncio.sleep(self.backoff)
+                continue
+            for topic in resp.responses:
+                for part in topic.partitions:
+                    tp = TopicPartition(topic.topic, part.partition_index)
+                    state = self.partitions.get(tp)
+                    if state is None or tp not in ready or ready[tp] is not state:
+                        continue  # removed or re-added meanwhile: this answer is stale
+                    await self._handle(tp, state, part, loop.time())
+
+    def _request(self, ready: dict[TopicPartition, FetchState]) -> FetchRequest:
+        F = FetchRequest.FetchTopic
+        by_topic: dict[str, list[object]] = {}
+        for tp, s in ready.items():
+            by_topic.setdefault(tp.topic, []).append(F.FetchPartition(
+                partition=tp.partition, current_leader_epoch=s.leader_epoch,
+                fetch_offset=s.fetch_offset, last_fetched_epoch=s.last_fetched_epoch,
+                log_start_offset=-1, partition_max_bytes=self.partition_max_bytes))
+        return FetchRequest(
+            replica_id=self.broker_id, max_wait_ms=self.max_wait_ms, min_bytes=self.min_bytes,
+            max_bytes=self.max_bytes, isolation_level=0, session_id=0, session_epoch=-1,
+            topics=[F(topic=t, partitions=ps) for t, ps in by_topic.items()],
+            forgotten_topics_data=[], rack_id="")
+
+    async def _handle(self, tp: TopicPartition, state: FetchState, part: object,
+                      now: float) -> None:
+        code = part.error_code  # type: ignore[attr-defined]
+        if code == errors.FENCED_LEADER_EPOCH:
+            # The leader is past our epoch: wait for the LeaderAndIsr that tells us.
+            self._fail(tp, f"leader fenced epoch {state.leader_epoch}")
+            return
+        if code:
+            log.debug("%s: leader %d answered %d; retrying", tp, self.leader_id, code)
+            state.delayed_until = now + self.backoff
+            return
+        try:
+            diverging = getattr(part, "diverging_epoch", None)
+            if diverging is not None and getattr(diverging, "epoch", -1) >= 0:
+                await self._truncate_on_divergence(tp, state, diverging.epoch,
+                                                   diverging.end_offset)
+                return
+            records = whole_batches(bytes(part.records or b""))  # type: ignore[attr-defined]
+            if records:
+                state.fetch_offset = await self.storage.append(tp, records)
+                state.last_fetched_epoch = await self.storage.last_fetched_epoch(tp)
+            self.storage.set_high_watermark(
+                tp, min(part.high_watermark, state.fetch_offset))  # type: ignore[attr-defined]
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:  # noqa: BLE001 - KIP-461: one partition, not the fetcher
+            if isinstance(err, CorruptRecordError):
+                log.warning("%s: corrupt data from leader %d: %s; retrying", tp,
+                            self.leader_id, err)
+                state.delayed_until = now + self.backoff
+                return
+            self._fail(tp, f"{type(err).__name__}: {err}")
+
+    async def _truncate_on_divergence(self, tp: TopicPartition, state: FetchState,
+                                      leader_epoch: int, leader_end: int) -> None:
+        """Cut our log where it left the leader's: to the leader's end of the epoch we
+        share, or lower when our own end of that epoch is lower (Kafka's rule)."""
+        local_epoch, local_end = await self.storage.end_offset_for(tp, leader_epoch)
+        target = leader_end if local_epoch == leader_epoch else min(leader_end, local_end)
+        if target < 0:
+            target = 0
+        log.info("%s: diverged from leader %d at epoch %d: truncating to %d", tp,
+                 self.leader_id, leader_epoch, target)
+        state.fetch_offset = await self.storage.truncate(tp, target)
+        state.last_fetched_epoch = await self.storage.last_fetched_epoch(tp)
+
+    def _fail(self, tp: TopicPartition, why: str) -> None:
+        if tp in self.partitions:
+            del self.partitions[tp]
+            self.failed.add(tp)
+            log.warning("%s: fetching from broker %d stopped for this partition only "
+                        "(failed partition): %s", tp, self.leader_id, why)
+
+
+class LogFollowerStorage:
+    """`FollowerStorage` over this broker's `Log`s: each call runs on the partition's
+    dir worker through `run(tp, fn, *args)` (the replica manager's per-dir submit, which
+    returns an awaitable), so the event loop never touches a disk."""
+
+    def __init__(self, logs: dict[TopicPartition, Log], run: Callable[..., Awaitable[Any]]):
+        self.logs = logs
+        self.run = run
+
+    async def log_end_offset(self, tp: TopicPartition) -> int:
+        return self.logs[tp].log_end_offset
+
+    async def last_fetched_epoch(self, tp: TopicPartition) -> int:
+        return self.logs[tp].epochs.latest_epoch
+
+    async def end_offset_for(self, tp: TopicPartition, epoch: int) -> tuple[int, int]:
+        lg = self.logs[tp]
+        return await self.run(tp, lg.epochs.end_offset_for, epoch, lg.log_end_offset)
+
+    async def append(self, tp: TopicPartition, records: bytes) -> int:
+        lg = self.logs[tp]
+
+        def append() -> int:
+            lg.append(records, assign_offsets=False)
+            return lg.log_end_offset
+
+        return await self.run(tp, append)
+
+    async def truncate(self, tp: TopicPartition, offset: int) -> int:
+        lg = self.logs[tp]
+
+        def truncate() -> int:
+            lg.truncate_to(offset)
+            return lg.log_end_offset
+
+        return await self.run(tp, truncate)
+
+    def set_high_watermark(self, tp: TopicPartition, hw: int) -> None:
+        lg = self.logs[tp]
+        if hw > lg.high_watermark:
+            lg.high_watermark = hw

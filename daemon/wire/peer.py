@@ -1,0 +1,109 @@
+"""An asyncio connection from this broker to another one (a follower to its leader).
+
+`Peer` frames requests with `daemon.api.protocol.encode_request`, sends one at a time
+(Kafka's inter-broker clients keep one request in flight per connection, which keeps
+answers in order), checks that each answer carries the correlation id it waits for, and
+decodes it with the request's response class at the request's version.
+
+Errors: a connection that cannot be made or breaks raises `PeerError` (an OSError
+subclass: the caller backs off and tries again, as Kafka's fetchers do after
+`replica.fetch.backoff.ms`); an answer that does not decode, or carries another
+correlation id, closes the connection and raises `PeerError` too. A request that gets
+no answer within `request_timeout` does the same. Not thread-safe: one event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import struct
+from typing import Any
+
+from daemon.api import protocol
+
+_SIZE = struct.Struct(">i")
+_CORRELATION = struct.Struct(">i")
+
+
+class PeerError(OSError):
+    """The other broker could not be reached, or answered something unusable."""
+
+
+class Peer:
+    def __init__(self, host: str, port: int, *, client_id: str = "logkeeper-replica",
+                 request_timeout: float = 30.0, max_frame: int = 100 << 20):
+        self.host, self.port = host, port
+        self.client_id = client_id
+        self.request_timeout = request_timeout
+        self.max_frame = max_frame
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._ids = itertools.count(1)
+        self._lock = asyncio.Lock()
+
+    @property
+    def connected(self) -> bool:
+        return self._writer is not None and not self._writer.is_closing()
+
+    def __repr__(self) -> str:
+        return f"Peer({self.host}:{self.port})"
+
+    async def request(self, body: Any, version: int) -> Any:
+        """Send `body` (a kafka-python request object) at `version`; its response."""
+        async with self._lock:
+            try:
+                async with asyncio.timeout(self.request_timeout):
+                    return await self._round_trip(body, version)
+            except TimeoutError as err:
+                await self.close()
+                raise PeerError(f"{self}: no answer to {type(body).__name__} v{version} "
+                                f"within {self.request_timeout:g} s") from err
+            except (OSError, asyncio.IncompleteReadError, protocol.ProtocolError) as err:
+                await self.close()
+                if isinstance(err, PeerError):
+                    raise
+                raise PeerError(f"{self}: {type(body).__name__} v{version} failed: "
+                                f"{err}") from err
+
+    async def _round_trip(self, body: Any, version: int) -> Any:
+        if not self.connected:
+            try:
+                self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
+            except OSError as err:
+                raise PeerError(f"{self}: cannot connect: {err.strerror or err}") from err
+        assert self._reader is not None and self._writer is not None
+        correlation_id = next(self._ids) & 0x7FFFFFFF
+        self._writer.write(protocol.encode_request(body, version, correlation_id,
+                                                   client_id=self.client_id))
+        await self._writer.drain()
+        (size,) = _SIZE.unpack(await self._reader.readexactly(4))
+        if not 4 <= size <= self.max_frame:
+            raise PeerError(f"{self}: answer frame of {size} bytes")
+        frame = await self._reader.readexactly(size)
+        (got,) = _CORRELATION.unpack_from(frame)
+        if got != correlation_id:
+            raise PeerError(f"{self}: answer for correlation id {got}, expected {correlation_id}")
+        response_cls = _response_class(body)
+        return protocol.decode_response(response_cls, frame, version)
+
+    async def close(self) -> None:
+        writer, self._reader, self._writer = self._writer, None, None
+        if writer is not None:
+            writer.close()
+            try:
+                await writer.wait_closed()
+            except OSError:
+                pass  # already broken: nothing to flush
+
+
+def _response_class(body: Any) -> Any:
+    """The response class paired with a request object (kafka-python's and ours)."""
+    api = protocol.SUPPORTED.get(body.API_KEY)
+    if api is not None and isinstance(body, api.request):
+        return api.response
+    from daemon.wire.messages import CONTROL_APIS  # late: only the controller's tests need it
+
+    pair = CONTROL_APIS.get(body.API_KEY)
+    if pair is None:
+        raise PeerError(f"no response class known for API key {body.API_KEY}")
+    return pair[1]

@@ -1,0 +1,170 @@
+"""The follower's fetcher against a real leader: a `logkeeper serve` process.
+
+The leader is a standalone daemon (its high watermark is its log end, as a one-broker
+cluster's); the follower side is this test process: a `Fetcher` over `Peer`, appending
+into real `Log`s through `LogFollowerStorage` on a worker thread, as the replica manager
+will on each dir's worker. The leader side of Fetch v12 (diverging epochs) and the
+wiring into the daemon come with the cluster's data plane; here the fetcher speaks
+Fetch v11.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import confluent_kafka as ck
+import pytest
+
+from daemon.replica.fetcher import Fetcher, LogFollowerStorage, whole_batches
+from daemon.wire.peer import Peer
+from logstore import FailureChannel, IoGuard, Log, LogConfig, TopicPartition, names
+from logstore.records import Record, build_batch
+from tests import faults
+from tests.daemon_helpers import Daemon
+from tests.sick_helpers import create_topic, placement
+
+TOPIC = "repl"
+
+
+def produce(d: Daemon, n: int, partitions: int, start: int = 0, size: int = 0) -> None:
+    p = ck.Producer({"bootstrap.servers": d.bootstrap, "acks": "1", "linger.ms": 2,
+                     "batch.num.messages": 37})
+    for i in range(start, start + n):
+        value = b"v%06d" % i * (1 + i % 7) + b"x" * size
+        p.produce(TOPIC, value=value, key=b"k%d" % (i % 11),
+                  partition=i % partitions)
+        if i % 500 == 0:
+            p.poll(0)
+    assert p.flush(60) == 0
+
+
+def leader_bytes(d: Daemon, partition: int) -> bytes:
+    pdir = placement(d, TOPIC)[partition] / names.partition_dir_name(TOPIC, partition)
+    return b"".join(f.read_bytes() for f in sorted(pdir.glob("*.log")))
+
+
+def follower_bytes(lg: Log) -> bytes:
+    return b"".join(seg.log_path.read_bytes() for seg in lg.segments)
+
+
+class Follower:
+    """Logs in `root` (a partition per dir), a fetcher from the daemon into them."""
+
+    def __init__(self, d: Daemon, roots: dict[int, Path], channel: FailureChannel):
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="follower-dir")
+        for root in roots.values():
+            root.mkdir(parents=True, exist_ok=True)
+        self.logs = {
+            TopicPartition(TOPIC, p): Log.open(root / f"{TOPIC}-{p}", LogConfig(
+                segment_bytes=64 << 10), guard=IoGuard(root, channel))
+            for p, root in roots.items()}
+
+        async def run(tp: TopicPartition, fn, *args):  # noqa: ANN001, ANN202 - a test adapter
+            return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
+
+        self.storage = LogFollowerStorage(self.logs, run)
+        self.fetcher = Fetcher(2, 1, Peer("127.0.0.1", d.port), self.storage,
+                               max_wait_ms=100, backoff=0.2, fetch_version=11)
+
+    def close(self) -> None:
+        for lg in self.logs.values():
+            lg.close_quietly()
+        self.pool.shutdown()
+
+
+async def _until(pred, timeout: float) -> None:  # noqa: ANN001
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not pred():
+        assert loop.time() < deadline, "timed out"
+        await asyncio.sleep(0.05)
+
+
+def test_a_follower_replicates_byte_identical_logs(tmp_path: Path) -> None:
+    with Daemon(tmp_path / "leader") as d:
+        create_topic(d, TOPIC, 3)
+        produce(d, 3000, 3)
+        follower = Follower(d, {p: tmp_path / f"f{p}" for p in range(3)}, FailureChannel())
+
+        async def main() -> None:
+            f = follower.fetcher
+            await f.add_partitions({tp: 0 for tp in follower.logs})
+            f.start()
+            try:
+                await _until(lambda: all(
+                    follower_bytes(lg) == leader_bytes(d, tp.partition)
+                    for tp, lg in follower.logs.items()), 60)
+                produce(d, 1000, 3, start=3000)  # keeps up with new data too
+                await _until(lambda: all(
+                    follower_bytes(lg) == leader_bytes(d, tp.partition)
+                    for tp, lg in follower.logs.items()), 60)
+            finally:
+                await f.stop()
+
+        try:
+            asyncio.run(main())
+            for tp, lg in follower.logs.items():
+                assert lg.log_end_offset > 1000
+                assert lg.high_watermark == lg.log_end_offset
+                assert hashlib.sha256(follower_bytes(lg)).digest() == \
+                    hashlib.sha256(leader_bytes(d, tp.partition)).digest()
+            assert not follower.fetcher.failed
+        finally:
+            follower.close()
+
+
+@pytest.mark.fault
+def test_one_failing_partition_never_stops_the_fetcher(tmp_path: Path) -> None:
+    """KIP-461 with a real fault: one follower partition lives on a tmpfs that fills up
+    (ENOSPC on its appends); it is set aside once, the other two keep replicating."""
+    with Daemon(tmp_path / "leader") as d, faults.tmpfs("256k") as small:
+        create_topic(d, TOPIC, 3)
+        produce(d, 300, 3)
+        channel = FailureChannel()
+        follower = Follower(d, {0: small, 1: tmp_path / "f1", 2: tmp_path / "f2"}, channel)
+        sick = TopicPartition(TOPIC, 0)
+
+        async def main() -> None:
+            f = follower.fetcher
+            await f.add_partitions({tp: 0 for tp in follower.logs})
+            f.start()
+            try:
+                produce(d, 3000, 3, start=300, size=1000)  # ~1 MiB a partition: over the tmpfs
+                await _until(lambda: sick in f.failed, 60)
+                rounds = f.rounds
+                healthy = [tp for tp in follower.logs if tp != sick]
+                await _until(lambda: all(
+                    follower_bytes(follower.logs[tp]) == leader_bytes(d, tp.partition)
+                    for tp in healthy), 60)
+                produce(d, 600, 3, start=3300)
+                await _until(lambda: all(
+                    follower_bytes(follower.logs[tp]) == leader_bytes(d, tp.partition)
+                    for tp in healthy), 60)
+                assert f.rounds > rounds and sick in f.failed and sick not in f.partitions
+                # Never retried in a loop: its log stays where the disk stopped it.
+                end = follower.logs[sick].log_end_offset
+                await asyncio.sleep(1.0)
+                assert follower.logs[sick].log_end_offset == end
+                # A new leader epoch (re-adding it) clears the mark.
+                await f.add_partitions({sick: 1})
+                assert sick not in f.failed and sick in f.partitions
+            finally:
+                await f.stop()
+
+        try:
+            asyncio.run(main())
+            failure = channel.get(timeout=1)
+            assert failure is not None and failure.verdict.value == "saturated"
+        finally:
+            follower.close()
+
+
+def test_whole_batches_keeps_only_complete_ones() -> None:
+    a = build_batch([Record(b"k", b"v" * 50, [], 1)])
+    b = build_batch([Record(b"k", b"w" * 80, [], 2)])
+    assert whole_batches(a + b) == a + b
+    assert whole_batches(a + b[:30]) == a
+    assert whole_batches(b"") == b""
