@@ -3,9 +3,8 @@
 The leader is a standalone daemon (its high watermark is its log end, as a one-broker
 cluster's); the follower side is this test process: a `Fetcher` over `Peer`, appending
 into real `Log`s through `LogFollowerStorage` on a worker thread, as the replica manager
-will on each dir's worker. The leader side of Fetch v12 (diverging epochs) and the
-wiring into the daemon come with the cluster's data plane; here the fetcher speaks
-Fetch v11.
+will on each dir's worker. The leader serves Fetch v12 (a last fetched epoch in, a
+diverging epoch out); the wiring into the daemon comes with the cluster's data plane.
 """
 
 from __future__ import annotations
@@ -67,7 +66,7 @@ class Follower:
 
         self.storage = LogFollowerStorage(self.logs, run)
         self.fetcher = Fetcher(2, 1, Peer("127.0.0.1", d.port), self.storage,
-                               max_wait_ms=100, backoff=0.2, fetch_version=11)
+                               max_wait_ms=100, backoff=0.2)
 
     def close(self) -> None:
         for lg in self.logs.values():
@@ -168,3 +167,84 @@ def test_whole_batches_keeps_only_complete_ones() -> None:
     assert whole_batches(a + b) == a + b
     assert whole_batches(a + b[:30]) == a
     assert whole_batches(b"") == b""
+
+
+def test_a_diverged_follower_truncates_and_then_matches_the_leader(tmp_path: Path) -> None:
+    """The follower holds a tail the leader does not have (records an old leader wrote and
+    never committed): the leader answers Fetch v12 with the diverging epoch, the follower
+    cuts its log back to where the leader's epoch ends, then the logs are byte-identical."""
+    with Daemon(tmp_path / "leader") as d:
+        create_topic(d, TOPIC, 1)
+        produce(d, 500, 1)
+        follower = Follower(d, {0: tmp_path / "f0"}, FailureChannel())
+        tp = TopicPartition(TOPIC, 0)
+        lg = follower.logs[tp]
+
+        async def main() -> None:
+            f = follower.fetcher
+            await f.add_partitions({tp: 0})
+            f.start()
+            await _until(lambda: follower_bytes(lg) == leader_bytes(d, 0), 60)
+            await f.stop()
+            committed = lg.log_end_offset
+            assert lg.high_watermark == committed == 500
+            # Past the leader's end, in the leader's epoch (0): an uncommitted tail.
+            for i in range(5):
+                lg.append(build_batch([Record(b"stale", b"x%d" % i, [], 1)]), leader_epoch=0)
+            assert lg.log_end_offset == committed + 5
+            f2 = Fetcher(2, 1, Peer("127.0.0.1", d.port), follower.storage, max_wait_ms=100,
+                         backoff=0.2)
+            await f2.add_partitions({tp: 0})
+            f2.start()
+            try:
+                await _until(lambda: lg.log_end_offset == committed, 30)
+                produce(d, 200, 1, start=500)
+                await _until(lambda: follower_bytes(lg) == leader_bytes(d, 0), 60)
+            finally:
+                await f2.stop()
+            assert not f2.failed
+
+        try:
+            asyncio.run(main())
+            assert b"stale" not in follower_bytes(lg) and lg.log_end_offset == 700
+        finally:
+            follower.close()
+
+
+def test_offset_for_leader_epoch_and_epoch_fencing(tmp_path: Path) -> None:
+    from kafka.protocol.consumer import FetchRequest, OffsetForLeaderEpochRequest
+
+    from tests.daemon_helpers import RawClient
+
+    with Daemon(tmp_path / "leader") as d:
+        create_topic(d, TOPIC, 1)
+        produce(d, 100, 1)
+        c = RawClient(d.port)
+        try:
+            T = OffsetForLeaderEpochRequest.OffsetForLeaderTopic
+            for version in (2, 3, 4):
+                req = OffsetForLeaderEpochRequest(replica_id=-1, topics=[T(
+                    topic=TOPIC, partitions=[
+                        T.OffsetForLeaderPartition(partition=0, current_leader_epoch=0,
+                                                   leader_epoch=0),
+                        T.OffsetForLeaderPartition(partition=0, current_leader_epoch=-1,
+                                                   leader_epoch=7),
+                        T.OffsetForLeaderPartition(partition=9, current_leader_epoch=-1,
+                                                   leader_epoch=0)])])
+                got = [(p.error_code, p.leader_epoch, p.end_offset)
+                       for p in c.request(req, version).topics[0].partitions]
+                assert got == [(0, 0, 100), (0, -1, -1), (3, -1, -1)], version
+            # Fetch v12 fencing: a client behind our epoch 74, ahead of it 75.
+            F = FetchRequest.FetchTopic
+            for epoch, code in ((0, 0), (1, 75)):
+                resp = c.request(FetchRequest(
+                    replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20,
+                    isolation_level=0, session_id=0, session_epoch=-1, topics=[F(
+                        topic=TOPIC, partitions=[F.FetchPartition(
+                            partition=0, current_leader_epoch=epoch, fetch_offset=0,
+                            last_fetched_epoch=-1, log_start_offset=-1,
+                            partition_max_bytes=1 << 20)])],
+                    forgotten_topics_data=[], rack_id=""), 12)
+                assert resp.responses[0].partitions[0].error_code == code
+        finally:
+            c.close()

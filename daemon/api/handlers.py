@@ -24,7 +24,7 @@ from kafka.protocol.admin import (
     DeleteTopicsResponse,
     DescribeLogDirsResponse,
 )
-from kafka.protocol.consumer import FetchResponse, ListOffsetsResponse
+from kafka.protocol.consumer import FetchResponse, ListOffsetsResponse, OffsetForLeaderEpochResponse
 from kafka.protocol.metadata import MetadataResponse
 from kafka.protocol.producer import InitProducerIdResponse, ProduceResponse
 
@@ -32,7 +32,7 @@ from logstore import names
 from logstore.errors import InvalidTopicError
 
 from ..ops.metrics import Metrics
-from ..replica.manager import ReplicaManager
+from ..replica.manager import ReadSpec, ReplicaManager
 from ..replica.partition import AppendResult, Partition
 from ..replica.topics import TopicAdmin, TopicError
 from ..storage.log_manager import LogManager
@@ -75,7 +75,8 @@ class Handlers:
         self._dispatch = {
             0: self.produce, 1: self.fetch, 2: self.list_offsets, 3: self.metadata,
             18: self.api_versions, 19: self.create_topics, 20: self.delete_topics,
-            22: self.init_producer_id, 35: self.describe_log_dirs,
+            22: self.init_producer_id, 23: self.offset_for_leader_epoch,
+            35: self.describe_log_dirs,
         }
         assert set(self._dispatch) == set(protocol.SUPPORTED)
 
@@ -149,12 +150,25 @@ class Handlers:
             return FetchResponse(throttle_time_ms=0, error_code=errors.FETCH_SESSION_ID_NOT_FOUND,
                                  session_id=0, responses=[])
         max_bytes = body.max_bytes if req.version >= 3 else 2**31 - 1
+        # A follower (replica_id >= 0) reads to the log end; a consumer to the HW.
+        follower = body.replica_id >= 0
         entries: list[tuple[str, int, int, int, Partition | None]] = []
+        fenced: dict[tuple[str, int], int] = {}
+        items: list[ReadSpec] = []
         for t in body.topics:
             for fp in t.partitions:
+                p = self.replicas.get(t.topic, fp.partition)
                 entries.append((t.topic, fp.partition, fp.fetch_offset, fp.partition_max_bytes,
-                                self.replicas.get(t.topic, fp.partition)))
-        items = [(p, off, pmax) for _, _, off, pmax, p in entries if p is not None]
+                                p))
+                if p is None:
+                    continue
+                code = self._epoch_fence(p, fp.current_leader_epoch if req.version >= 9 else -1)
+                if code:
+                    fenced[(t.topic, fp.partition)] = code
+                    continue
+                items.append(ReadSpec(p, fp.fetch_offset, fp.partition_max_bytes,
+                                      fp.last_fetched_epoch if req.version >= 12 else -1,
+                                      follower))
         deadline = time.monotonic() + max(body.max_wait_ms, 0) / 1000
         while True:
             results = await self.replicas.read(items, max_bytes) if items else []
@@ -165,14 +179,15 @@ class Handlers:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
-            await self._wait_for_data([p for p, _, _ in items], remaining)
+            await self._wait_for_data([spec.partition for spec in items], remaining)
         out: dict[str, list[Any]] = {}
         it = iter(results)
         sent = 0
         for topic, index, _off, _pmax, p in entries:
-            if p is None:
+            code = _topic_error(topic) if p is None else fenced.get((topic, index))
+            if code:
                 out.setdefault(topic, []).append(P(
-                    partition_index=index, error_code=_topic_error(topic), high_watermark=-1,
+                    partition_index=index, error_code=code, high_watermark=-1,
                     last_stable_offset=-1, log_start_offset=-1, aborted_transactions=None,
                     preferred_read_replica=-1, records=b""))
                 continue
@@ -186,12 +201,63 @@ class Handlers:
             if r.error:
                 self.metrics.failed_fetch.labels(str(r.error)).inc()
                 self.metrics.errors.labels("Fetch", str(r.error)).inc()
-            out.setdefault(topic, []).append(P(
+            part = P(
                 partition_index=index, error_code=r.error, high_watermark=r.high_watermark,
                 last_stable_offset=r.high_watermark, log_start_offset=r.log_start_offset,
-                aborted_transactions=None, preferred_read_replica=-1, records=records))
+                aborted_transactions=None, preferred_read_replica=-1, records=records)
+            if r.diverging_epoch is not None:
+                part.diverging_epoch = P.EpochEndOffset(epoch=r.diverging_epoch[0],
+                                                        end_offset=r.diverging_epoch[1])
+            out.setdefault(topic, []).append(part)
         return FetchResponse(throttle_time_ms=0, error_code=0, session_id=0,
                              responses=[R(topic=t, partitions=ps) for t, ps in out.items()])
+
+    def _epoch_fence(self, p: Partition, current_leader_epoch: int) -> int:
+        """Kafka's leader-epoch fencing of Fetch and OffsetForLeaderEpoch: a client or
+        follower at an older epoch than ours gets 74, one ahead of us 75; -1 skips it."""
+        if current_leader_epoch < 0:
+            return errors.NONE
+        ours = self.leadership.state(p).leader_epoch
+        if current_leader_epoch < ours:
+            return errors.FENCED_LEADER_EPOCH
+        if current_leader_epoch > ours:
+            return errors.UNKNOWN_LEADER_EPOCH
+        return errors.NONE
+
+    # ---- OffsetForLeaderEpoch ----
+
+    async def offset_for_leader_epoch(self, req: protocol.Request, conn: ConnInfo) -> Any:
+        """Where each asked leader epoch ends here (the start of the next epoch, or the log
+        end for the latest), for followers and clients checking for truncation."""
+        R = OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult
+        E = R.EpochEndOffset
+        slots: list[tuple[str, int, int]] = []  # topic, partition, code (0: look it up)
+        items: list[tuple[Partition, int]] = []
+        for t in req.body.topics:
+            for q in t.partitions:
+                p = self.replicas.get(t.topic, q.partition)
+                if p is None:
+                    code = _topic_error(t.topic)
+                elif p.offline:
+                    code = errors.KAFKA_STORAGE_ERROR
+                elif not self.leadership.is_leader(p):
+                    code = errors.NOT_LEADER_OR_FOLLOWER
+                else:
+                    code = self._epoch_fence(p, q.current_leader_epoch)
+                slots.append((t.topic, q.partition, code))
+                if not code:
+                    assert p is not None
+                    items.append((p, q.leader_epoch))
+        found = iter(await self.replicas.end_offsets_for(items) if items else [])
+        out: dict[str, list[Any]] = {}
+        for topic, index, code in slots:
+            epoch, end = -1, -1
+            if not code:
+                code, epoch, end = next(found)
+            out.setdefault(topic, []).append(E(error_code=code, partition=index,
+                                               leader_epoch=epoch, end_offset=end))
+        return OffsetForLeaderEpochResponse(
+            throttle_time_ms=0, topics=[R(topic=t, partitions=ps) for t, ps in out.items()])
 
     async def _wait_for_data(self, parts: list[Partition], timeout: float) -> None:
         """Sleep until an append to one of `parts`, the timeout, or shutdown."""

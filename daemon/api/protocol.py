@@ -36,6 +36,8 @@ from kafka.protocol.consumer import (
     FetchResponse,
     ListOffsetsRequest,
     ListOffsetsResponse,
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse,
 )
 from kafka.protocol.metadata import (
     ApiVersionsRequest,
@@ -113,13 +115,14 @@ def _api(request: Any, response: Any, lo: int, hi: int) -> Api:
     return Api(request.API_KEY, request.name.removesuffix("Request"), request, response, lo, hi)
 
 
-# What this broker serves. Non-flexible versions for the data path keep topic IDs
-# (Fetch 13+, Metadata 10+) out of scope; ApiVersions v3 and DescribeLogDirs v2-4 are
-# flexible (compact strings, tagged fields): v4 of DescribeLogDirs carries each dir's
-# total and usable bytes. Both kafka-python 3.x and librdkafka negotiate down to these.
+# What this broker serves. Topic IDs (Fetch 13+, Metadata 10+) are out of scope; Fetch
+# v12 is flexible and the one followers use (a last fetched epoch in, a diverging epoch
+# out); ApiVersions v3, DescribeLogDirs v2-4 and OffsetForLeaderEpoch v4 are flexible
+# too: v4 of DescribeLogDirs carries each dir's total and usable bytes. kafka-python 3.x
+# and librdkafka negotiate down to these.
 SUPPORTED: dict[int, Api] = {a.key: a for a in (
     _api(ProduceRequest, ProduceResponse, 3, 8),
-    _api(FetchRequest, FetchResponse, 4, 11),
+    _api(FetchRequest, FetchResponse, 4, 12),
     _api(ListOffsetsRequest, ListOffsetsResponse, 1, 5),
     _api(MetadataRequest, MetadataResponse, 0, 8),
     _api(ApiVersionsRequest, ApiVersionsResponse, 0, 3),
@@ -127,6 +130,7 @@ SUPPORTED: dict[int, Api] = {a.key: a for a in (
     _api(DeleteTopicsRequest, DeleteTopicsResponse, 1, 3),
     _api(InitProducerIdRequest, InitProducerIdResponse, 0, 1),
     _api(DescribeLogDirsRequest, DescribeLogDirsResponse, 0, 4),
+    _api(OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, 2, 4),
 )}
 
 

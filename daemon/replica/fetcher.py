@@ -55,6 +55,8 @@ class FollowerStorage(Protocol):
         """Cut the log to end at or below `offset`; the new log end offset."""
         ...
 
+    async def high_watermark(self, tp: TopicPartition) -> int: ...
+
     def set_high_watermark(self, tp: TopicPartition, hw: int) -> None: ...
 
 
@@ -211,8 +213,6 @@ class Fetcher:
         share, or lower when our own end of that epoch is lower (Kafka's rule)."""
         local_epoch, local_end = await self.storage.end_offset_for(tp, leader_epoch)
         target = leader_end if local_epoch == leader_epoch else min(leader_end, local_end)
-        if target < 0:
-            target = 0
         log.info("%s: diverged from leader %d at epoch %d: truncating to %d", tp,
                  self.leader_id, leader_epoch, target)
         state.fetch_offset = await self.storage.truncate(tp, target)
@@ -262,6 +262,9 @@ class LogFollowerStorage:
             return lg.log_end_offset
 
         return await self.run(tp, truncate)
+
+    async def high_watermark(self, tp: TopicPartition) -> int:
+        return self.logs[tp].high_watermark
 
     def set_high_watermark(self, tp: TopicPartition, hw: int) -> None:
         lg = self.logs[tp]

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 from logstore import TopicPartition, names
 from logstore.records import ATTR_TRANSACTIONAL, batch_attributes
@@ -151,10 +151,9 @@ class ReplicaManager:
 
         return asyncio.ensure_future(collect())
 
-    async def read(self, items: list[tuple[Partition, int, int]], max_bytes: int
-                   ) -> list[ReadResult]:
-        """Read each (partition, offset, max_bytes) up to its high watermark; `max_bytes`
-        bounds each dir's share of the response."""
+    async def read(self, items: list[ReadSpec], max_bytes: int) -> list[ReadResult]:
+        """Read each `ReadSpec` (a consumer's up to the high watermark, a follower's up
+        to the log end); `max_bytes` bounds each dir's share of the response."""
         return await self.storage.fan_out(
             items, _dir_of, _read_all, max_bytes,
             on_error=lambda item, err: _failed_read(err, item[0]))
@@ -164,6 +163,12 @@ class ReplicaManager:
         return await self.storage.fan_out(
             items, _dir_of, _list_offsets,
             on_error=lambda item, err: (error_of(err, "list offsets")[0], -1, -1))
+
+    async def end_offsets_for(self, items: list[tuple[Partition, int]]) -> list[tuple[int, int, int]]:
+        """(error, epoch, end offset) per (partition, leader epoch): OffsetForLeaderEpoch."""
+        return await self.storage.fan_out(
+            items, _dir_of, _end_offsets_for,
+            on_error=lambda item, err: (error_of(err, "offset for leader epoch")[0], -1, -1))
 
     def new_producer_id(self) -> int:
         self._next_producer_id += 1
@@ -221,7 +226,9 @@ def _append_all(items: list[tuple[Partition, bytes]], leadership: Standalone) ->
                 out.append(AppendResult(NONE, checked.duplicate_of, lg.log_start_offset,
                                         lg.high_watermark))
                 continue
-            info = lg.append(records)
+            # The leader's epoch goes into every batch and the epoch cache, as Kafka's
+            # leader writes it: followers and clients check truncation against it.
+            info = lg.append(records, leader_epoch=leadership.state(p).leader_epoch)
             lg.high_watermark = leadership.high_watermark(lg)
             producer.record(p.producers, checked.token, info.base_offset)
             out.append(AppendResult(NONE, info.base_offset, lg.log_start_offset,
@@ -232,15 +239,27 @@ def _append_all(items: list[tuple[Partition, bytes]], leadership: Standalone) ->
     return out
 
 
-def _read_all(items: list[tuple[Partition, int, int]], budget: int) -> list[ReadResult]:
-    """Read each (partition, offset, max_bytes) up to its high watermark.
+class ReadSpec(NamedTuple):
+    """One partition of a Fetch: where to read, how much, and for whom."""
+
+    partition: Partition
+    offset: int
+    max_bytes: int
+    last_fetched_epoch: int = -1  # Fetch v12: the epoch of the fetcher's last batch
+    to_log_end: bool = False  # a follower reads up to the log end, a consumer to the HW
+
+
+def _read_all(items: list[ReadSpec], budget: int) -> list[ReadResult]:
+    """Read each spec: a consumer's up to the high watermark, a follower's to the end.
 
     `budget` bounds the bytes of this dir's share of the response; the first partition
-    with data gets at least one whole batch (Kafka's minOneMessage).
+    with data gets at least one whole batch (Kafka's minOneMessage). A fetcher whose last
+    fetched epoch ends here below its fetch offset (or is unknown) gets the diverging
+    epoch instead of records, as Kafka's Fetch v12 answers, and truncates to it.
     """
     out = []
     total = 0
-    for p, offset, max_bytes in items:
+    for p, offset, max_bytes, last_fetched_epoch, to_log_end in items:
         try:
             if p.deleted:
                 out.append(ReadResult(UNKNOWN_TOPIC_OR_PARTITION))
@@ -249,20 +268,43 @@ def _read_all(items: list[tuple[Partition, int, int]], budget: int) -> list[Read
             assert lg is not None
             hw = lg.high_watermark
             limit = min(max_bytes, budget - total)
+            if last_fetched_epoch >= 0:
+                epoch, end = lg.epochs.end_offset_for(last_fetched_epoch, lg.log_end_offset)
+                if epoch < last_fetched_epoch or end < offset:
+                    out.append(ReadResult(NONE, b"", hw, lg.log_start_offset,
+                                          diverging_epoch=(epoch, end)))
+                    continue
             if offset < lg.log_start_offset or offset > lg.log_end_offset:
                 out.append(ReadResult(OFFSET_OUT_OF_RANGE, b"", hw, lg.log_start_offset,
                                       f"offset {offset} of {p.tp} is outside "
                                       f"[{lg.log_start_offset}, {lg.log_end_offset}]"))
                 continue
-            if offset >= hw or (limit <= 0 and total > 0):
+            upto = lg.log_end_offset if to_log_end else hw
+            if offset >= upto or (limit <= 0 and total > 0):
                 out.append(ReadResult(NONE, b"", hw, lg.log_start_offset))
                 continue
-            data = lg.read(offset, max(limit, 1), max_offset=hw)
+            data = lg.read(offset, max(limit, 1), max_offset=upto)
             total += len(data)
             out.append(ReadResult(NONE, data, hw, lg.log_start_offset))
         except Exception as err:  # noqa: BLE001 - per-partition isolation
             code, message = error_of(err, f"read {p.tp} at {offset}")
             out.append(ReadResult(code, message=message))
+    return out
+
+
+def _end_offsets_for(items: list[tuple[Partition, int]]) -> list[tuple[int, int, int]]:
+    """(error, epoch, end offset) per (partition, epoch), from each log's epoch cache."""
+    out = []
+    for p, epoch in items:
+        try:
+            if p.deleted or p.log is None:
+                out.append((UNKNOWN_TOPIC_OR_PARTITION, -1, -1))
+                continue
+            lg = p.log
+            found_epoch, end = lg.epochs.end_offset_for(epoch, lg.log_end_offset)
+            out.append((NONE, found_epoch, end))
+        except Exception as err:  # noqa: BLE001 - per-partition isolation
+            out.append((error_of(err, f"offset for leader epoch of {p.tp}")[0], -1, -1))
     return out
 
 

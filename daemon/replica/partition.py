@@ -64,3 +64,5 @@ class ReadResult:
     high_watermark: int = -1
     log_start_offset: int = -1
     message: str | None = None
+    # (epoch, end offset) where a fetcher's log left this one (Fetch v12), else None.
+    diverging_epoch: tuple[int, int] | None = None
