@@ -38,6 +38,7 @@ OFFSET_ENTRY = struct.Struct(">ii")
 TIME_ENTRY = struct.Struct(">qi")
 _NONZERO = re.compile(rb"[^\x00]")
 _READ_CHUNK = 1 << 16  # bytes read at a time
+PENDING_BYTES = 4096  # new entries kept in memory before one pwrite writes them
 
 
 class _Index(abc.ABC):
@@ -52,9 +53,15 @@ class _Index(abc.ABC):
         # Read-write even when inactive: a rebuild after recovery rewrites any index.
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         self._map: mmap.mmap | None = None
+        # New entries wait here and reach the file in one pwrite (every PENDING_BYTES,
+        # and on flush, trim and close), not one syscall each; reads see them here.
+        # Entries lost in a crash are rebuilt by recovery, which starts at or below the
+        # recovery point, and a flush of the log writes them before that point moves.
+        self._pending = bytearray()
         try:
             length = os.fstat(self._fd).st_size
             self._entries = self._count_valid(length)
+            self._flushed = self._entries  # entries on disk; the rest are in _pending
             self._last: tuple[int, int] | None = None
             if writable:
                 self._resize(self.max_entries * self.entry_size)
@@ -105,6 +112,11 @@ class _Index(abc.ABC):
 
     @entries.setter
     def entries(self, n: int) -> None:
+        if n < self._flushed:
+            self._flushed = n
+            self._pending.clear()
+        else:
+            del self._pending[(n - self._flushed) * self.entry_size:]
         self._entries = n
         self._last = None
 
@@ -115,6 +127,8 @@ class _Index(abc.ABC):
         return self._last
 
     def _read_entry(self, i: int) -> tuple[int, int]:
+        if i >= self._flushed:
+            return self.entry.unpack_from(self._pending, (i - self._flushed) * self.entry_size)
         pos = i * self.entry_size
         if self._map is not None and pos + self.entry_size <= self._length:
             return self.entry.unpack_from(self._map, pos)
@@ -124,12 +138,22 @@ class _Index(abc.ABC):
     def _write_entry(self, *fields: int) -> None:
         if self.entries >= self.max_entries:
             raise IndexFullError(f"{self.path}: index full at {self.entries} entries")
-        data = self.entry.pack(*fields)
-        written = os.pwrite(self._fd, data, self._entries * self.entry_size)
-        if written != len(data):
-            raise OSError(28, "short write to index", str(self.path))
+        self._pending += self.entry.pack(*fields)
         self._entries += 1
         self._last = fields
+        if len(self._pending) >= PENDING_BYTES:
+            self.flush_pending()
+
+    def flush_pending(self) -> None:
+        """Write the entries still in memory, in one pwrite (an OSError propagates)."""
+        if not self._pending:
+            return
+        data = bytes(self._pending)
+        written = os.pwrite(self._fd, data, self._flushed * self.entry_size)
+        if written != len(data):
+            raise OSError(28, "short write to index", str(self.path))
+        self._flushed = self._entries
+        self._pending.clear()
 
     @property
     def is_full(self) -> bool:
@@ -141,6 +165,7 @@ class _Index(abc.ABC):
 
     def trim(self) -> None:
         """Cut the file to its entries (roll, close, after recovery)."""
+        self.flush_pending()
         if self._length != self.size_bytes:
             self._resize(self.size_bytes)
 
@@ -153,10 +178,14 @@ class _Index(abc.ABC):
         self.entries = min(self.entries, n)
 
     def sync(self) -> None:
+        self.flush_pending()
         os.fsync(self._fd)
 
-    def close(self, *, trim: bool = True) -> None:
+    def close(self, *, trim: bool = True, write: bool = True) -> None:
+        """Close the file; `write=False` drops what is still in memory (a dead disk)."""
         try:
+            if write:
+                self.flush_pending()
             if trim and self.writable:
                 self.trim()
         finally:

@@ -273,7 +273,7 @@ class Log:
             seg = self._segments[-1]
             if seg.size and (seg.size + len(data) > config.segment_bytes
                              or seg.offset_index.is_full or seg.time_index.is_full
-                             or seg.open_too_long(int(time.time() * 1000), config.segment_ms)):
+                             or seg.open_too_long(config.segment_ms)):
                 self._roll_for_append()
                 seg = self._segments[-1]
             try:
@@ -287,16 +287,17 @@ class Log:
                 self._refuse(status, data, seg.size)
             written = appender.batches
             if written:
+                b = appender.batch(0)
                 if first is None:
-                    first = appender.batch(0)
-                    position = first.position
-                last = appender.batch(written - 1)
+                    first, position = b, b.position
                 for i in range(written):
-                    b = appender.batch(i) if written > 1 else last
+                    if i:
+                        b = appender.batch(i)
                     records += b.records_count
                     # A follower's batches keep their leaders' epochs: one entry per new
                     # epoch; a leader's all carry its own.
                     self.epochs.assign(b.partition_leader_epoch, b.base_offset)
+                last = b
                 max_timestamp = max(max_timestamp, appender.append_max_timestamp)
                 size += appender.bytes_written
             if status is native.AppendStatus.OK:

@@ -98,10 +98,11 @@ class LogSegment:
             self._roll_base_ms = ts
         return self._roll_base_ms
 
-    def open_too_long(self, now_ms: int, segment_ms: int) -> bool:
+    def open_too_long(self, segment_ms: int) -> bool:
         """segment.ms by the wall clock, for a segment whose first batch has no timestamp
         (the timestamp case is decided with the incoming batches, in the append)."""
-        return self.roll_base_timestamp() < 0 and now_ms - self._created_ms > segment_ms
+        return (self.roll_base_timestamp() < 0
+                and int(time.time() * 1000) - self._created_ms > segment_ms)
 
     @property
     def is_empty(self) -> bool:
@@ -359,8 +360,9 @@ class LogSegment:
 
     def close_quietly(self) -> None:
         """Drop fds without writing anything (the disk is gone)."""
-        for close in (lambda: self.offset_index.close(trim=False),
-                      lambda: self.time_index.close(trim=False), lambda: os.close(self.fd)):
+        for close in (lambda: self.offset_index.close(trim=False, write=False),
+                      lambda: self.time_index.close(trim=False, write=False),
+                      lambda: os.close(self.fd)):
             try:
                 close()
             except OSError:

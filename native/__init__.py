@@ -403,6 +403,7 @@ class AppendStatus(enum.IntEnum):
     EMPTY = 6  # nothing written: no batch at all
 
 
+_APPEND_STATUSES = tuple(AppendStatus)  # by value: a tuple index is cheaper than a call
 NO_ROLL_TIMESTAMP = 2**63 - 1
 
 
@@ -464,7 +465,7 @@ class Appender:
                                     self._cap)
         if rc < 0:
             raise _oserror(rc, "append", path)
-        return AppendStatus(a.status)
+        return _APPEND_STATUSES[a.status]
 
     # ---- what the last call did ----
 
@@ -501,9 +502,12 @@ class Appender:
         return self._a.error_batch
 
     def index_entries(self) -> list[IndexEntry]:
-        e = self._index
-        return [IndexEntry(e[i].last_offset, e[i].position, e[i].max_timestamp,
-                           e[i].offset_of_max_timestamp) for i in range(self._a.index_entries)]
+        out = []
+        for i in range(self._a.index_entries):
+            e = self._index[i]
+            out.append(_new_tuple(IndexEntry, (e.last_offset, e.position, e.max_timestamp,
+                                               e.offset_of_max_timestamp)))
+        return out
 
     def batch(self, i: int) -> BatchInfo:
         """Batch i of the last call's buffer as validated (offsets and epoch as they are
