@@ -40,13 +40,16 @@ from . import config as config_mod
 from .api.connections import Connections
 from .api.handlers import Handlers
 from .cluster.link import ClusterLink
+from .cluster.metadata_cache import MetadataCache
+from .controller.controller import Controller
 from .health.commands import AdminError, OperatorCommands
 from .health.monitor import LogDirMonitor
 from .health.transitions import TransitionHandler
 from .ops.http import HttpEndpoint
 from .ops.metrics import Metrics
 from .ops.notify import Notifier
-from .replica.leadership import Standalone
+from .replica.control import ControlRequests
+from .replica.leadership import ClusterLeadership, Standalone
 from .replica.manager import ReplicaManager
 from .replica.topics import TopicAdmin
 from .storage.dirstate import DirState
@@ -67,10 +70,26 @@ class Server:
         self.storage = LogManager(config.log_dirs, config.log_config(),
                                   broker_id=config.broker_id,
                                   reserve_bytes=config["log.dir.reserve.bytes"])
-        self.replicas = ReplicaManager(self.storage, Standalone(config.broker_id))
+        # ZooKeeper mode: leadership from the controller's requests, Metadata from the
+        # cache UpdateMetadata fills; standalone: this broker leads everything.
+        self.controller: Controller | None = None
+        self.metadata_cache: MetadataCache | None = None
+        leadership: Standalone | ClusterLeadership = Standalone(config.broker_id)
+        if not config.standalone:
+            self.metadata_cache = MetadataCache()
+            leadership = ClusterLeadership(
+                config.broker_id, self.metadata_cache,
+                controller_id=lambda: self.controller.active_id if self.controller else -1)
+        self.replicas = ReplicaManager(self.storage, leadership)
         self.topic_admin = TopicAdmin(config, self.replicas,
                                       on_change=self._partitions_changed)
         self.handlers = Handlers(self.replicas, self.topic_admin, self.storage, self.metrics)
+        if isinstance(leadership, ClusterLeadership):
+            assert self.metadata_cache is not None
+            self.handlers.control = ControlRequests(
+                self.replicas, leadership, self.metadata_cache,
+                broker_epoch=lambda: self.cluster.broker_epoch if self.cluster else -1,
+                on_change=self._partitions_changed)
         self.stop_event = asyncio.Event()
         self.connections = Connections(self.handlers, self.metrics,
                                        max_frame=config["socket.request.max.bytes"],
@@ -221,10 +240,20 @@ class Server:
         assert self.advertised is not None  # called once the listener is bound
         host, port = self.advertised
         loop = asyncio.get_running_loop()
+        session_timeout = self.config["zookeeper.session.timeout.ms"] / 1000
         self.cluster = ClusterLink(self.config["zookeeper.connect"], self.config.broker_id,
-                                   host, port,
-                                   session_timeout=self.config["zookeeper.session.timeout.ms"] / 1000,
-                                   on_fatal=lambda why: loop.call_soon_threadsafe(self._on_fatal, why))
+                                   host, port, session_timeout=session_timeout,
+                                   on_fatal=lambda why: loop.call_soon_threadsafe(self._on_fatal, why),
+                                   on_registered=self._on_registered)
+        # The controller shares the link's ZooKeeper session, so losing it loses both the
+        # registration and the controller's place; it starts once the broker is
+        # registered (_on_registered), never before.
+        self.controller = Controller(
+            self.config.broker_id, client=self.cluster.client, session_timeout=session_timeout,
+            default_num_partitions=self.config["num.partitions"],
+            default_replication_factor=self.config["default.replication.factor"])
+        self.handlers.controller = self.controller
+        self._controller_started = False
         self.monitor.cluster = self.transitions.cluster = self.cluster
         for d in self.storage.dirs:
             if d.state is not DirState.ONLINE:  # failed before the link existed
@@ -232,6 +261,14 @@ class Server:
         self.cluster.start()
         log.info("registering as broker %d in ZooKeeper at %s", self.config.broker_id,
                  self.config["zookeeper.connect"])
+
+    def _on_registered(self, broker_epoch: int) -> None:
+        """On the ZooKeeper link's thread, after each registration of /brokers/ids/<id>."""
+        if self.controller is not None and not self._controller_started:
+            self._controller_started = True
+            self.controller.start()
+            log.info("broker %d registered (broker epoch %d); controller election joined",
+                     self.config.broker_id, broker_epoch)
 
     async def _refresh_dirs(self) -> None:
         for entry in await self.storage.describe_dirs():
@@ -257,6 +294,10 @@ class Server:
         self.state = "stopping"
         self.handlers.stopping.set()
         self.connections.stop_accepting()  # stop accepting first
+        if self.controller is not None:
+            # Give up the controller first: another broker takes over while this one
+            # flushes (its requests to brokers stop here).
+            await asyncio.to_thread(self.controller.stop)
         await self._stop_background()
         await self.monitor.stop()
         await self.transitions.stop()

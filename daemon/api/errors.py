@@ -44,6 +44,10 @@ LOG_DIR_NOT_FOUND = ke.LogDirNotFoundError.errno
 FETCH_SESSION_ID_NOT_FOUND = ke.FetchSessionIdNotFoundError.errno
 FENCED_LEADER_EPOCH = ke.FencedLeaderEpochError.errno
 UNKNOWN_LEADER_EPOCH = ke.UnknownLeaderEpochError.errno
+REQUEST_TIMED_OUT = ke.RequestTimedOutError.errno
+STALE_CONTROLLER_EPOCH = ke.StaleControllerEpochError.errno
+NOT_CONTROLLER = ke.NotControllerError.errno
+STALE_BROKER_EPOCH = ke.StaleBrokerEpochError.errno
 
 # The Java exception names Kafka's own tools print for a code (kafka-log-dirs.sh's JSON
 # "error" field); kafka-python's class names differ, so the few we report are listed.

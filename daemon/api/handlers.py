@@ -31,11 +31,14 @@ from kafka.protocol.producer import InitProducerIdResponse, ProduceResponse
 from logstore import names
 from logstore.errors import InvalidTopicError
 
+from ..controller.controller import Controller, TopicSpec
 from ..ops.metrics import Metrics
+from ..replica.control import ControlRequests
 from ..replica.manager import ReadSpec, ReplicaManager
 from ..replica.partition import AppendResult, Partition
 from ..replica.topics import TopicAdmin, TopicError
 from ..storage.log_manager import LogManager
+from ..wire import LeaderAndIsrResponse, StopReplicaResponse, UpdateMetadataResponse
 from . import errors, protocol
 
 log = logging.getLogger("logkeeper.handlers")
@@ -60,6 +63,14 @@ def _topic_error(topic: str) -> int:
     return errors.UNKNOWN_TOPIC_OR_PARTITION
 
 
+def _partition_metadata(index: int, s: Any) -> Any:
+    """A Metadata partition from a leadership state (daemon.replica.leadership)."""
+    return MetadataResponse.MetadataResponseTopic.MetadataResponsePartition(
+        error_code=errors.LEADER_NOT_AVAILABLE if s.leader < 0 else 0,
+        partition_index=index, leader_id=s.leader, leader_epoch=s.leader_epoch,
+        replica_nodes=s.replicas, isr_nodes=s.isr, offline_replicas=s.offline_replicas)
+
+
 class Handlers:
     def __init__(self, replicas: ReplicaManager, topic_admin: TopicAdmin, storage: LogManager,
                  metrics: Metrics):
@@ -72,8 +83,13 @@ class Handlers:
         # The (host, port) Metadata gives clients: set by the server once it is bound.
         self.advertised: tuple[str, int] | None = None
         self.stopping = asyncio.Event()
+        # Cluster mode (set by the app): the controller's requests, the controller that
+        # CreateTopics and DeleteTopics go to, and the metadata cache Metadata answers from.
+        self.control: ControlRequests | None = None
+        self.controller: Controller | None = None
         self._dispatch = {
             0: self.produce, 1: self.fetch, 2: self.list_offsets, 3: self.metadata,
+            4: self.leader_and_isr, 5: self.stop_replica, 6: self.update_metadata,
             18: self.api_versions, 19: self.create_topics, 20: self.delete_topics,
             22: self.init_producer_id, 23: self.offset_for_leader_epoch,
             35: self.describe_log_dirs,
@@ -308,51 +324,93 @@ class Handlers:
     async def metadata(self, req: protocol.Request, conn: ConnInfo) -> Any:
         body = req.body
         requested = body.topics
+        local = self.replicas.topics()
+        known = self.leadership.metadata_topics(local)
         if requested is None or (req.version == 0 and not requested):
-            wanted = sorted(self.replicas.topics())  # null (v1+) or empty (v0): all topics
+            wanted = sorted(known)  # null (v1+) or empty (v0): all topics
         else:
             wanted = [t.name for t in requested]
         allow_auto = body.allow_auto_topic_creation if req.version >= 4 else True
-        topics = self.replicas.topics()
         R = MetadataResponse.MetadataResponseTopic
         out = []
         for name in wanted:
-            if name not in topics and allow_auto and self.config["auto.create.topics.enable"] \
+            if name not in known and allow_auto and self.config["auto.create.topics.enable"] \
                     and _topic_error(name) == errors.UNKNOWN_TOPIC_OR_PARTITION:
-                try:
-                    await self.topic_admin.create_topic(name, -1, -1)
-                    log.info("auto-created topic %s for %s", name, conn.peer)
-                except TopicError as err:
-                    if err.code != errors.TOPIC_ALREADY_EXISTS:
-                        log.warning("auto-creating %s failed: %s", name, err)
-                topics = self.replicas.topics()
-            parts = topics.get(name)
+                if await self._auto_create(name, conn):
+                    known = self.leadership.metadata_topics(self.replicas.topics())
+                    if name not in known:  # cluster: the controller is electing leaders
+                        out.append(R(error_code=errors.LEADER_NOT_AVAILABLE, name=name,
+                                     is_internal=False, partitions=[]))
+                        continue
+            parts = known.get(name)
             if parts is None:
                 out.append(R(error_code=_topic_error(name), name=name, is_internal=False,
                              partitions=[]))
                 continue
             out.append(R(error_code=0, name=name, is_internal=False, partitions=[
-                self._partition_metadata(p) for p in parts]))
+                _partition_metadata(i, s) for i, s in parts]))
         B = MetadataResponse.MetadataResponseBroker
         me = self.advertised or (conn.local_host, conn.local_port)
         return MetadataResponse(
             throttle_time_ms=0,
-            brokers=[B(node_id=b, host=me[0], port=me[1], rack=None)
-                     for b in self.leadership.live_brokers()],
+            brokers=[B(node_id=b, host=h, port=pt, rack=rack)
+                     for b, h, pt, rack in self.leadership.broker_rows(me)],
             cluster_id=self.storage.cluster_id, controller_id=self.leadership.controller_id,
             topics=out)
 
-    def _partition_metadata(self, p: Partition) -> Any:
-        s = self.leadership.state(p)
-        return MetadataResponse.MetadataResponseTopic.MetadataResponsePartition(
-            error_code=errors.LEADER_NOT_AVAILABLE if s.leader < 0 else 0,
-            partition_index=p.tp.partition, leader_id=s.leader, leader_epoch=s.leader_epoch,
-            replica_nodes=s.replicas, isr_nodes=s.isr, offline_replicas=s.offline_replicas)
+    async def _auto_create(self, name: str, conn: ConnInfo) -> bool:
+        """Create `name` for a Metadata request (auto.create.topics.enable); whether it
+        was created. In cluster mode only the controller's own broker can."""
+        if self.controller is not None:
+            if not self.controller.is_active:
+                return False
+            fut = self.controller.create_topics([TopicSpec(name)])
+            try:
+                res = (await asyncio.wait_for(asyncio.wrap_future(fut), 10.0))[name]
+            except (TimeoutError, asyncio.CancelledError):
+                return False
+            if res.error_code not in (errors.NONE, errors.TOPIC_ALREADY_EXISTS):
+                log.warning("auto-creating %s failed: %s", name, res.error_message)
+                return False
+            await self._wait_for_leaders([name], time.monotonic() + 5.0)
+            log.info("auto-created topic %s for %s", name, conn.peer)
+            return True
+        try:
+            await self.topic_admin.create_topic(name, -1, -1)
+            log.info("auto-created topic %s for %s", name, conn.peer)
+        except TopicError as err:
+            if err.code != errors.TOPIC_ALREADY_EXISTS:
+                log.warning("auto-creating %s failed: %s", name, err)
+        return True
+
+    async def _wait_for_leaders(self, topics: list[str], deadline: float) -> set[str]:
+        """Wait until this broker's metadata cache shows a leader for every partition of
+        each topic (Kafka parks CreateTopics until then); returns those still waiting."""
+        assert self.control is not None
+        waiting = set(topics)
+        while waiting and not self.stopping.is_set():
+            waiting = {t for t in waiting if not self.control.cache.has_leaders(t)}
+            if not waiting or time.monotonic() >= deadline:
+                break
+            await asyncio.sleep(0.05)
+        return waiting
+
+    async def _wait_for_removal(self, topics: list[str], deadline: float) -> set[str]:
+        assert self.control is not None
+        waiting = set(topics)
+        while waiting and not self.stopping.is_set():
+            waiting = {t for t in waiting if t in self.control.cache.partitions}
+            if not waiting or time.monotonic() >= deadline:
+                break
+            await asyncio.sleep(0.05)
+        return waiting
 
     # ---- CreateTopics / DeleteTopics ----
 
     async def create_topics(self, req: protocol.Request, conn: ConnInfo) -> Any:
         body = req.body
+        if self.controller is not None:
+            return await self._create_topics_cluster(req)
         R = CreateTopicsResponse.CreatableTopicResult
         out = []
         seen: set[str] = set()
@@ -391,6 +449,8 @@ class Handlers:
         return CreateTopicsResponse(throttle_time_ms=0, topics=out)
 
     async def delete_topics(self, req: protocol.Request, conn: ConnInfo) -> Any:
+        if self.controller is not None:
+            return await self._delete_topics_cluster(req)
         R = DeleteTopicsResponse.DeletableTopicResult
         out = []
         for name in req.body.topic_names:
@@ -406,6 +466,95 @@ class Handlers:
                 self.metrics.errors.labels("DeleteTopics", str(code)).inc()
             out.append(R(name=name, error_code=code))
         return DeleteTopicsResponse(throttle_time_ms=0, responses=out)
+
+    async def _create_topics_cluster(self, req: protocol.Request) -> Any:
+        """Cluster mode: only the active controller creates (others answer 41); the
+        answer is parked until the topic's leaders are in this broker's metadata cache,
+        or `timeout_ms` (7)."""
+        assert self.controller is not None
+        body = req.body
+        R = CreateTopicsResponse.CreatableTopicResult
+        names_ = [t.name for t in body.topics]
+        if not self.controller.is_active:
+            return CreateTopicsResponse(throttle_time_ms=0, topics=[
+                R(name=n, error_code=errors.NOT_CONTROLLER,
+                  error_message="this broker is not the controller", num_partitions=-1,
+                  replication_factor=-1, configs=[]) for n in names_])
+        specs = [TopicSpec(
+            t.name, t.num_partitions, t.replication_factor,
+            assignments={a.partition_index: list(a.broker_ids) for a in t.assignments} or None,
+            configs={c.name: c.value for c in t.configs or []}) for t in body.topics]
+        deadline = time.monotonic() + max(body.timeout_ms, 0) / 1000
+        fut = self.controller.create_topics(specs, validate_only=body.validate_only)
+        try:
+            results = await asyncio.wait_for(asyncio.wrap_future(fut),
+                                             max(deadline - time.monotonic(), 1.0))
+        except TimeoutError:
+            results = {}
+        created = [n for n, r in results.items() if r.error_code == errors.NONE]
+        late = set() if body.validate_only else await self._wait_for_leaders(created, deadline)
+        out = []
+        for n in names_:
+            r = results.get(n)
+            if r is None or n in late:
+                code, msg = errors.REQUEST_TIMED_OUT, f"{n}: not created within {body.timeout_ms} ms"
+            else:
+                code, msg = r.error_code, r.error_message
+            if code:
+                self.metrics.errors.labels("CreateTopics", str(code)).inc()
+            out.append(R(name=n, error_code=code, error_message=msg if code else None,
+                         num_partitions=r.num_partitions if r else -1,
+                         replication_factor=r.replication_factor if r else -1, configs=[]))
+        return CreateTopicsResponse(throttle_time_ms=0, topics=out)
+
+    async def _delete_topics_cluster(self, req: protocol.Request) -> Any:
+        """Cluster mode: only the active controller deletes (others answer 41); parked
+        until every replica is deleted and the topic has left the metadata cache, or
+        `timeout_ms` (7: the deletion goes on, e.g. until a broker that is down returns)."""
+        assert self.controller is not None
+        R = DeleteTopicsResponse.DeletableTopicResult
+        names_ = list(req.body.topic_names)
+        if not self.controller.is_active:
+            return DeleteTopicsResponse(throttle_time_ms=0, responses=[
+                R(name=n, error_code=errors.NOT_CONTROLLER) for n in names_])
+        deadline = time.monotonic() + max(req.body.timeout_ms, 0) / 1000
+        fut = self.controller.delete_topics(names_)
+        try:
+            results = await asyncio.wait_for(asyncio.wrap_future(fut),
+                                             max(deadline - time.monotonic(), 0.1))
+        except TimeoutError:
+            results = {}
+        late = await self._wait_for_removal(
+            [n for n, c in results.items() if c == errors.NONE], deadline)
+        out = []
+        for n in names_:
+            code = results.get(n, errors.REQUEST_TIMED_OUT)
+            if n in late:
+                code = errors.REQUEST_TIMED_OUT
+            if code:
+                self.metrics.errors.labels("DeleteTopics", str(code)).inc()
+            out.append(R(name=n, error_code=code))
+        return DeleteTopicsResponse(throttle_time_ms=0, responses=out)
+
+    # ---- LeaderAndIsr / StopReplica / UpdateMetadata (from the controller) ----
+
+    async def leader_and_isr(self, req: protocol.Request, conn: ConnInfo) -> Any:
+        if self.control is None:
+            return LeaderAndIsrResponse(version=req.version, error_code=errors.INVALID_REQUEST,
+                                        **({"topics": []} if req.version >= 5
+                                           else {"partition_errors": []}))
+        return await self.control.leader_and_isr(req.body, req.version)
+
+    async def stop_replica(self, req: protocol.Request, conn: ConnInfo) -> Any:
+        if self.control is None:
+            return StopReplicaResponse(version=req.version, error_code=errors.INVALID_REQUEST,
+                                       partition_errors=[])
+        return await self.control.stop_replica(req.body, req.version)
+
+    async def update_metadata(self, req: protocol.Request, conn: ConnInfo) -> Any:
+        if self.control is None:
+            return UpdateMetadataResponse(version=req.version, error_code=errors.INVALID_REQUEST)
+        return await self.control.update_metadata(req.body, req.version)
 
     # ---- InitProducerId ----
 

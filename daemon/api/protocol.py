@@ -52,6 +52,14 @@ from kafka.protocol.producer import (
     ProduceResponse,
 )
 
+from ..wire.messages import (
+    LeaderAndIsrRequest,
+    LeaderAndIsrResponse,
+    StopReplicaRequest,
+    StopReplicaResponse,
+    UpdateMetadataRequest,
+    UpdateMetadataResponse,
+)
 from . import errors
 
 # api_key(2) + api_version(2) + correlation_id(4) + client_id length(2)
@@ -131,6 +139,11 @@ SUPPORTED: dict[int, Api] = {a.key: a for a in (
     _api(InitProducerIdRequest, InitProducerIdResponse, 0, 1),
     _api(DescribeLogDirsRequest, DescribeLogDirsResponse, 0, 4),
     _api(OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, 2, 4),
+    # The controller's requests (docs/cluster.md): every version a ZooKeeper-mode
+    # Kafka 3.x controller sends.
+    _api(LeaderAndIsrRequest, LeaderAndIsrResponse, 0, 7),
+    _api(StopReplicaRequest, StopReplicaResponse, 0, 4),
+    _api(UpdateMetadataRequest, UpdateMetadataResponse, 0, 8),
 )}
 
 

@@ -96,8 +96,11 @@ class _Pending:
 class ClusterLink:
     def __init__(self, hosts: str, broker_id: int, host: str, port: int, *,
                  session_timeout: float = 10.0, connect_timeout: float = 5.0,
-                 on_fatal: Callable[[str], None] | None = None):
+                 on_fatal: Callable[[str], None] | None = None,
+                 on_registered: Callable[[int], None] | None = None):
         self.broker_id = broker_id
+        self.on_registered = on_registered
+        self.broker_epoch = -1  # czxid of our /brokers/ids node (docs/cluster.md "Znodes")
         self.host, self.port = host, port
         self.client = KazooClient(hosts=hosts, timeout=session_timeout,
                                   connection_retry={"max_tries": -1, "max_delay": 2})
@@ -268,7 +271,8 @@ class ClusterLink:
         self._ensure_path("/brokers/ids")
         data = broker_payload(self.host, self.port)
         try:
-            self._wait(self.client.create_async(self.broker_path, data, ephemeral=True))
+            _, stat = self._wait(self.client.create_async(self.broker_path, data, ephemeral=True,
+                                                         include_data=True))
         except NodeExistsError:
             # An expired session's ephemerals are gone before kazoo reports LOST, so a
             # node owned by another session is a live broker with our id: never take it
@@ -287,5 +291,8 @@ class ClusterLink:
                     f"another live broker ({self.broker_path}, session "
                     f"0x{stat.ephemeralOwner:x}); give this broker another broker.id or "
                     f"stop the other one") from None
+        self.broker_epoch = stat.czxid
         self.registrations += 1
-        log.info("registered %s", self.broker_path)
+        log.info("registered %s (broker epoch %d)", self.broker_path, self.broker_epoch)
+        if self.on_registered is not None:
+            self.on_registered(self.broker_epoch)

@@ -1,11 +1,16 @@
 """Who leads each partition held here, and what that means for its high watermark.
 
-This is the one place the daemon decides leadership; everything else asks it. Today
-there is one answer, `Standalone` (no `zookeeper.connect`): the
-broker is a one-broker cluster that leads every partition it holds, its replica set and
-ISR are itself, the high watermark is the log end offset (HW = LEO, so acks=all is the
-same as acks=1), and a partition whose log dir is offline has no leader. The cluster
-work replaces this class with one that answers from LeaderAndIsr and the metadata cache.
+This is the one place the daemon decides leadership; everything else asks it. Two
+classes answer the same questions:
+- `Standalone` (no `zookeeper.connect`): the broker is a one-broker cluster that leads
+  every partition it holds, its replica set and ISR are itself, the high watermark is the
+  log end offset (HW = LEO, so acks=all is the same as acks=1), and a partition whose log
+  dir is offline has no leader.
+- `ClusterLeadership` (ZooKeeper mode): leadership and leader epochs per partition come
+  from the controller's LeaderAndIsr requests (`apply`, `forget`); what Metadata tells
+  clients (leaders, replicas, ISR, offline replicas, live brokers and their endpoints)
+  comes from the metadata cache that UpdateMetadata fills; the controller id from the
+  election. Replication is not built yet: a leader's HW is its LEO, as standalone.
 
 Thread-safety: `high_watermark` runs on a partition's dir worker (it reads the log);
 everything else is called on the event loop.
@@ -13,11 +18,17 @@ everything else is called on the event loop.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from logstore import Log
+from logstore import Log, TopicPartition
 
+from ..cluster.metadata_cache import MetadataCache
+from ..wire import views
 from .partition import Partition
+
+# What Metadata lists for a broker: (id, host, port, rack).
+BrokerRow = tuple[int, str, int, "str | None"]
 
 
 @dataclass(frozen=True)
@@ -61,3 +72,97 @@ class Standalone:
         """On `log`'s dir worker, after an append or when the log is taken on: the high
         watermark to set. Standalone: the ISR is this broker alone, so HW = LEO."""
         return log.log_end_offset
+
+    def metadata_topics(self, local: dict[str, list[Partition]]
+                        ) -> dict[str, list[tuple[int, LeaderAndIsr]]]:
+        """Every topic Metadata may list: (partition, state) in partition order."""
+        return {t: [(p.tp.partition, self.state(p)) for p in ps] for t, ps in local.items()}
+
+    def broker_rows(self, me: tuple[str, int]) -> list[BrokerRow]:
+        """The brokers Metadata lists; `me` is this broker's advertised address."""
+        return [(self.broker_id, me[0], me[1], None)]
+
+
+@dataclass(frozen=True)
+class LeaderRecord:
+    """The last LeaderAndIsr applied for a partition hosted here."""
+
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    replicas: tuple[int, ...]
+    partition_epoch: int
+
+
+class ClusterLeadership:
+    """ZooKeeper mode: the controller decides (module docstring). Event loop only, except
+    `high_watermark` (dir workers)."""
+
+    def __init__(self, broker_id: int, cache: MetadataCache,
+                 controller_id: Callable[[], int] | None = None):
+        self.broker_id = broker_id
+        self.cache = cache
+        self._controller_id = controller_id
+        self.records: dict[TopicPartition, LeaderRecord] = {}
+
+    @property
+    def controller_id(self) -> int:
+        if self._controller_id is not None:
+            cid = self._controller_id()
+            if cid >= 0:
+                return cid
+        return self.cache.controller_id
+
+    def live_brokers(self) -> list[int]:
+        return sorted(self.cache.brokers) or [self.broker_id]
+
+    # ---- what LeaderAndIsr and StopReplica change ----
+
+    def leader_epoch(self, tp: TopicPartition) -> int:
+        """The leader epoch last applied here; -1 for none (a new or reloaded replica)."""
+        rec = self.records.get(tp)
+        return rec.leader_epoch if rec is not None else -1
+
+    def apply(self, s: views.LeaderAndIsrPartition) -> None:
+        self.records[TopicPartition(s.topic, s.partition)] = LeaderRecord(
+            s.leader, s.leader_epoch, tuple(s.isr), tuple(s.replicas), s.partition_epoch)
+
+    def forget(self, tp: TopicPartition) -> None:
+        """Stop leading or following `tp` (StopReplica, its dir failing)."""
+        self.records.pop(tp, None)
+
+    # ---- the questions Standalone answers too ----
+
+    def is_leader(self, p: Partition) -> bool:
+        rec = self.records.get(p.tp)
+        return rec is not None and rec.leader == self.broker_id and not p.offline
+
+    def state(self, p: Partition) -> LeaderAndIsr:
+        m = self.cache.partition(p.tp.topic, p.tp.partition)
+        if m is not None:
+            return self._from_cache(m)
+        rec = self.records.get(p.tp)
+        if rec is None:
+            return LeaderAndIsr(-1, -1, [], [], [])
+        return LeaderAndIsr(rec.leader, rec.leader_epoch, list(rec.replicas), list(rec.isr), [])
+
+    def _from_cache(self, m: views.MetadataPartition) -> LeaderAndIsr:
+        leader = m.leader if m.leader in self.cache.brokers else -1
+        return LeaderAndIsr(leader, m.leader_epoch, list(m.replicas), list(m.isr),
+                            list(m.offline_replicas))
+
+    def high_watermark(self, log: Log) -> int:
+        # Replication is not built yet: HW = LEO as standalone (docs/cluster.md).
+        return log.log_end_offset
+
+    def metadata_topics(self, local: dict[str, list[Partition]]
+                        ) -> dict[str, list[tuple[int, LeaderAndIsr]]]:
+        """From the metadata cache: every broker answers the same (`local` unused)."""
+        return {t: [(m.partition, self._from_cache(m)) for m in ps]
+                for t, ps in self.cache.topics().items()}
+
+    def broker_rows(self, me: tuple[str, int]) -> list[BrokerRow]:
+        if not self.cache.brokers:  # no UpdateMetadata yet: at least this broker
+            return [(self.broker_id, me[0], me[1], None)]
+        return [(b.broker_id, b.host, b.port, b.rack)
+                for _, b in sorted(self.cache.brokers.items())]

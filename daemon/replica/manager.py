@@ -26,6 +26,7 @@ from ..api.errors import (
     INVALID_REQUEST,
     INVALID_TXN_STATE,
     NONE,
+    NOT_LEADER_OR_FOLLOWER,
     OFFSET_OUT_OF_RANGE,
     UNKNOWN_TOPIC_OR_PARTITION,
     error_of,
@@ -34,7 +35,7 @@ from ..storage.dirstate import DirState
 from ..storage.log_manager import LogManager
 from ..storage.workers import ManagedDir
 from . import producer
-from .leadership import Standalone
+from .leadership import ClusterLeadership, Standalone
 from .partition import AppendResult, Partition, ReadResult
 
 log = logging.getLogger("logkeeper.broker")
@@ -43,7 +44,7 @@ log = logging.getLogger("logkeeper.broker")
 class ReplicaManager:
     """The partitions held here, on top of the LogManager. Event loop only."""
 
-    def __init__(self, storage: LogManager, leadership: Standalone):
+    def __init__(self, storage: LogManager, leadership: Standalone | ClusterLeadership):
         self.storage = storage
         self.leadership = leadership
         self.partitions: dict[TopicPartition, Partition] = {}
@@ -153,10 +154,20 @@ class ReplicaManager:
 
     async def read(self, items: list[ReadSpec], max_bytes: int) -> list[ReadResult]:
         """Read each `ReadSpec` (a consumer's up to the high watermark, a follower's up
-        to the log end); `max_bytes` bounds each dir's share of the response."""
-        return await self.storage.fan_out(
-            items, _dir_of, _read_all, max_bytes,
-            on_error=lambda item, err: _failed_read(err, item[0]))
+        to the log end); `max_bytes` bounds each dir's share of the response. A consumer
+        reads only partitions led here: the others answer NOT_LEADER_OR_FOLLOWER (6)."""
+        served = [spec.to_log_end or self.leadership.is_leader(spec.partition)
+                  for spec in items]
+        led = [spec for spec, ok in zip(items, served, strict=True) if ok]
+        results = iter(await self.storage.fan_out(
+            led, _dir_of, _read_all, max_bytes,
+            on_error=lambda item, err: _failed_read(err, item[0])) if led else [])
+        if len(led) == len(items):
+            return list(results)
+        return [next(results) if ok
+                else ReadResult(NOT_LEADER_OR_FOLLOWER, message=f"{spec.partition.tp} is not "
+                                                                "led here")
+                for spec, ok in zip(items, served, strict=True)]
 
     async def list_offsets(self, items: list[tuple[Partition, int]]) -> list[tuple[int, int, int]]:
         """(error, timestamp, offset) per (partition, timestamp query)."""

@@ -1,0 +1,72 @@
+"""What this broker knows of the cluster from the controller's UpdateMetadata requests
+(Kafka's ZkMetadataCache): live brokers with their endpoints, and every partition's
+leader, leader epoch, replicas, ISR and offline replicas. It answers Metadata requests in
+cluster mode, so every broker tells clients the same thing.
+
+`update` replaces the live-broker list and merges the partition states; a partition
+announced with leader -2 (LeaderDuringDelete) is dropped, with its topic once it has no
+partition left. Thread-safety: event loop only (UpdateMetadata is handled there, and so
+are the Metadata requests that read it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from daemon.wire import views
+
+LEADER_DURING_DELETE = -2
+
+
+@dataclass(frozen=True)
+class BrokerEndpoint:
+    broker_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+class MetadataCache:
+    def __init__(self, listener: str = "PLAINTEXT"):
+        self.listener = listener
+        self.brokers: dict[int, BrokerEndpoint] = {}
+        self.partitions: dict[str, dict[int, views.MetadataPartition]] = {}
+        self.controller_id = -1
+        self.updates = 0
+
+    def update(self, controller_id: int, brokers: Iterable[views.LiveBroker],
+               partitions: Iterable[views.MetadataPartition]) -> list[tuple[str, int]]:
+        """Apply one UpdateMetadata; returns the partitions it removed (topic deletion)."""
+        self.controller_id = controller_id
+        live = {}
+        for b in brokers:
+            ep = next((e for e in b.endpoints if e.listener == self.listener), None)
+            if ep is None and b.endpoints:
+                ep = b.endpoints[0]
+            if ep is not None:
+                live[b.broker_id] = BrokerEndpoint(b.broker_id, ep.host, ep.port, b.rack)
+        self.brokers = live
+        removed = []
+        for p in partitions:
+            if p.leader == LEADER_DURING_DELETE:
+                parts = self.partitions.get(p.topic)
+                if parts is not None and parts.pop(p.partition, None) is not None:
+                    removed.append((p.topic, p.partition))
+                    if not parts:
+                        del self.partitions[p.topic]
+                continue
+            self.partitions.setdefault(p.topic, {})[p.partition] = p
+        self.updates += 1
+        return removed
+
+    def topics(self) -> dict[str, list[views.MetadataPartition]]:
+        return {t: [ps[i] for i in sorted(ps)] for t, ps in self.partitions.items()}
+
+    def partition(self, topic: str, partition: int) -> views.MetadataPartition | None:
+        return self.partitions.get(topic, {}).get(partition)
+
+    def has_leaders(self, topic: str) -> bool:
+        """Whether `topic` is known and each of its partitions has a live leader."""
+        parts = self.partitions.get(topic)
+        return bool(parts) and all(p.leader in self.brokers for p in parts.values())

@@ -1,0 +1,201 @@
+"""A broker's side of the controller's requests: LeaderAndIsr, StopReplica and
+UpdateMetadata (Kafka's ReplicaManager.becomeLeaderOrFollower / stopReplicas and
+MetadataCache.updateMetadata), docs/cluster.md "Control messages".
+
+Request level, for all three: a broker epoch (the czxid of our registration) above -1
+and below our own answers 77 STALE_BROKER_EPOCH; a controller epoch below the newest one
+seen answers 11 STALE_CONTROLLER_EPOCH; nothing of such a request is applied.
+
+LeaderAndIsr, per partition:
+- hosted on an OFFLINE or SATURATED dir (or placed on an offline dir by the placement
+  record) -> 56, and the partition's leadership is forgotten;
+- a leader epoch above the one applied here -> 3 if this broker is not a replica, else
+  become leader or follower (0); equal or lower -> 11;
+- not hosted: `is_new=false` while any dir is OFFLINE -> 56 and nothing is created
+  (KIP-112: a lost replica is never re-created on another dir behind the controller's
+  back); otherwise the log is created on an ONLINE, uncordoned dir (no such dir, or a
+  failed creation -> 56).
+StopReplica, per partition: hosted on an OFFLINE dir -> 56 (and on a SATURATED dir
+without delete: stop serving, 56); a leader epoch (-1 and -2 mean "no check") below the
+applied one -> 74; otherwise stop leading, delete the log when asked, 0; not hosted -> 0.
+
+Thread-safety: event loop only; one request at a time (a lock), as Kafka's replica
+state change lock. Storage work runs on the dirs' workers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from logstore import StorageError, TopicPartition
+
+from ..api import errors
+from ..cluster.metadata_cache import MetadataCache
+from ..storage.dirstate import DirState
+from ..storage.log_manager import LogManager
+from ..wire import UpdateMetadataResponse, views
+from .leadership import ClusterLeadership
+from .manager import ReplicaManager
+from .partition import Partition
+
+log = logging.getLogger("logkeeper.control")
+
+STALE_BROKER_EPOCH = errors.STALE_BROKER_EPOCH
+STALE_CONTROLLER_EPOCH = errors.STALE_CONTROLLER_EPOCH
+FENCED_LEADER_EPOCH = errors.FENCED_LEADER_EPOCH
+_ZERO_UUID = uuid.UUID(int=0)
+
+
+class ControlRequests:
+    def __init__(self, replicas: ReplicaManager, leadership: ClusterLeadership,
+                 cache: MetadataCache, broker_epoch: Callable[[], int], *,
+                 on_change: Callable[[], None] = lambda: None):
+        self.replicas = replicas
+        self.storage: LogManager = replicas.storage
+        self.leadership = leadership
+        self.cache = cache
+        self.broker_epoch = broker_epoch
+        self.on_change = on_change  # partitions added or removed (metrics)
+        self.controller_epoch = -1  # the newest controller epoch seen
+        self._lock = asyncio.Lock()
+
+    # ---- request level ----
+
+    def _check(self, what: str, controller_id: int, controller_epoch: int,
+               broker_epoch: int) -> int:
+        mine = self.broker_epoch()
+        if broker_epoch != -1 and mine != -1 and broker_epoch < mine:
+            log.warning("%s from controller %d carries broker epoch %d, below ours (%d): "
+                        "answered 77", what, controller_id, broker_epoch, mine)
+            return STALE_BROKER_EPOCH
+        if controller_epoch < self.controller_epoch:
+            log.warning("%s from controller %d at epoch %d, after epoch %d: answered 11 "
+                        "(a controller that lost its place)", what, controller_id,
+                        controller_epoch, self.controller_epoch)
+            return STALE_CONTROLLER_EPOCH
+        self.controller_epoch = controller_epoch
+        return errors.NONE
+
+    # ---- LeaderAndIsr ----
+
+    async def leader_and_isr(self, req: Any, version: int) -> Any:
+        states = views.leader_and_isr_partitions(req)
+        topic_ids = {s.topic: s.topic_id or _ZERO_UUID for s in states}
+        broker_epoch = req.broker_epoch if version >= 2 else -1
+        async with self._lock:
+            code = self._check("LeaderAndIsr", req.controller_id, req.controller_epoch,
+                               broker_epoch)
+            if code:
+                return views.leader_and_isr_response(version, {}, topic_ids, error_code=code)
+            out: dict[tuple[str, int], int] = {}
+            changed = False
+            for s in states:
+                code, created = await self._become(s)
+                changed |= created
+                out[(s.topic, s.partition)] = code
+        if changed:
+            await self.storage.write_placement()
+            self.on_change()
+        led = sorted(f"{t}-{p}" for (t, p), c in out.items() if c == 0)
+        if led:
+            log.info("LeaderAndIsr (controller %d, epoch %d) applied for %s", req.controller_id,
+                     req.controller_epoch, ", ".join(led))
+        return views.leader_and_isr_response(version, out, topic_ids)
+
+    async def _become(self, s: views.LeaderAndIsrPartition) -> tuple[int, bool]:
+        """(error code, whether a log was created) for one partition state."""
+        tp = TopicPartition(s.topic, s.partition)
+        me = self.leadership.broker_id
+        p = self.replicas.partitions.get(tp)
+        if p is not None and _unusable(p):
+            self.leadership.forget(tp)
+            return errors.KAFKA_STORAGE_ERROR, False
+        if s.leader_epoch <= self.leadership.leader_epoch(tp):
+            return STALE_CONTROLLER_EPOCH, False
+        if me not in s.replicas:
+            return errors.UNKNOWN_TOPIC_OR_PARTITION, False
+        created = False
+        if p is None:
+            if not s.is_new and any(d.state is DirState.OFFLINE for d in self.storage.dirs):
+                log.warning("LeaderAndIsr for %s, which this broker does not hold, with "
+                            "is_new=false while a log dir is offline: answered 56, not "
+                            "created (KIP-112)", tp)
+                return errors.KAFKA_STORAGE_ERROR, False
+            try:
+                [d] = await self.storage.place(1)
+                lg = await self.storage.run(d, d.logdir.create_log, tp.topic, tp.partition)  # type: ignore[union-attr]
+            except (StorageError, OSError) as err:
+                log.warning("cannot create %s for the controller: %s; answered 56", tp, err)
+                return errors.KAFKA_STORAGE_ERROR, False
+            p = Partition(tp, lg, d, 0)
+            self.replicas.add(p)
+            created = True
+        self.leadership.apply(s)
+        p.notify()  # a fetch waiting on a partition that is no longer led answers now
+        return errors.NONE, created
+
+    # ---- StopReplica ----
+
+    async def stop_replica(self, req: Any, version: int) -> Any:
+        broker_epoch = req.broker_epoch if version >= 1 else -1
+        async with self._lock:
+            code = self._check("StopReplica", req.controller_id, req.controller_epoch,
+                               broker_epoch)
+            if code:
+                return views.stop_replica_response(version, {}, error_code=code)
+            out: dict[tuple[str, int], int] = {}
+            deleted = False
+            for s in views.stop_replica_partitions(req):
+                code, gone = await self._stop(s)
+                deleted |= gone
+                out[(s.topic, s.partition)] = code
+        if deleted:
+            await self.storage.write_placement()
+            self.on_change()
+        return views.stop_replica_response(version, out)
+
+    async def _stop(self, s: views.StopReplicaPartition) -> tuple[int, bool]:
+        tp = TopicPartition(s.topic, s.partition)
+        p = self.replicas.partitions.get(tp)
+        if p is None:
+            self.leadership.forget(tp)
+            return errors.NONE, False
+        if p.offline:
+            self.leadership.forget(tp)
+            return errors.KAFKA_STORAGE_ERROR, False
+        if s.leader_epoch >= 0 and s.leader_epoch < self.leadership.leader_epoch(tp):
+            return FENCED_LEADER_EPOCH, False
+        self.leadership.forget(tp)
+        p.notify()
+        if not s.delete:
+            # A saturated replica stops serving but is reported as the dir's state says.
+            return (errors.KAFKA_STORAGE_ERROR if _unusable(p) else errors.NONE), False
+        self.replicas.remove(p)
+        try:
+            await self.storage.run(p.dir, p.dir.logdir.delete_log, tp.topic, tp.partition)  # type: ignore[union-attr]
+        except (StorageError, OSError) as err:
+            code, msg = errors.error_of(err, f"delete {tp}")
+            log.warning("StopReplica: deleting %s failed: %s", tp, msg)
+            return code, True
+        log.info("StopReplica: deleted %s from %s", tp, p.dir.path)
+        return errors.NONE, True
+
+    # ---- UpdateMetadata ----
+
+    async def update_metadata(self, req: Any, version: int) -> Any:
+        broker_epoch = req.broker_epoch if version >= 5 else -1
+        code = self._check("UpdateMetadata", req.controller_id, req.controller_epoch,
+                           broker_epoch)
+        if not code:
+            self.cache.update(req.controller_id, views.update_metadata_brokers(req),
+                              views.update_metadata_partitions(req))
+        return UpdateMetadataResponse(version=version, error_code=code)
+
+
+def _unusable(p: Partition) -> bool:
+    """Offline, or on a full dir: the controller must move leadership off it."""
+    return p.offline or p.dir.state is DirState.SATURATED

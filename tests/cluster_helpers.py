@@ -1,0 +1,107 @@
+"""A real cluster for tests: a ZooKeeper server and N logkeeper broker processes on
+loopback, each with its own log dirs, plus raw Metadata and Produce helpers."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from kafka.protocol.metadata import MetadataRequest
+
+from .daemon_helpers import Daemon, RawClient
+from .zkserver import ZooKeeperServer
+
+SESSION_MS = 4000  # how long a killed or paused broker keeps its ZooKeeper session
+
+
+def wait_for(pred: Any, timeout: float = 30.0, what: str = "") -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            got = pred()
+        except (OSError, ConnectionError):
+            got = None
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or pred}")
+        time.sleep(0.1)
+
+
+class Cluster:
+    def __init__(self, root: Path, brokers: int = 3, dirs: int = 2,
+                 extra: dict[str, Any] | None = None):
+        self.zk = ZooKeeperServer()
+        self.zk.start()
+        self.brokers: dict[int, Daemon] = {}
+        for b in range(1, brokers + 1):
+            self.brokers[b] = Daemon(root / f"broker{b}", {
+                "broker.id": b, "zookeeper.connect": self.zk.hosts,
+                "zookeeper.session.timeout.ms": SESSION_MS, **(extra or {})}, dirs=dirs)
+
+    def start(self) -> Cluster:
+        for d in self.brokers.values():
+            d.start()
+        wait_for(lambda: all(len(self.metadata(b)["brokers"]) == len(self.brokers)
+                             and self.metadata(b)["controller"] > 0 for b in self.brokers),
+                 30, "every broker to see every broker and a controller")
+        return self
+
+    def close(self) -> None:
+        for d in self.brokers.values():
+            if d.proc is not None and d.proc.poll() is None:
+                try:
+                    d.proc.send_signal(signal.SIGCONT)
+                    d.stop()
+                except RuntimeError:
+                    pass
+            d.kill()
+        self.zk.close()
+
+    def __enter__(self) -> Cluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def alive(self) -> list[int]:
+        return [b for b, d in self.brokers.items() if d.proc is not None and d.proc.poll() is None]
+
+    def metadata(self, broker: int, topics: list[str] | None = None) -> dict[str, Any]:
+        """What `broker` answers to Metadata v7: controller id, broker ids, and per
+        (topic, partition) (leader, leader epoch, replicas, isr, offline replicas)."""
+        c = RawClient(self.brokers[broker].port)
+        try:
+            req = MetadataRequest[7](
+                topics=None if topics is None else
+                [MetadataRequest[7].MetadataRequestTopic(name=t) for t in topics],
+                allow_auto_topic_creation=False)
+            resp = c.request(req, 7)
+        finally:
+            c.close()
+        parts = {}
+        for t in resp.topics:
+            for p in t.partitions:
+                parts[(t.name, p.partition_index)] = (
+                    p.leader_id, p.leader_epoch, list(p.replica_nodes), list(p.isr_nodes),
+                    list(p.offline_replicas))
+        return {"controller": resp.controller_id,
+                "brokers": sorted(b.node_id for b in resp.brokers), "partitions": parts,
+                "errors": {t.name: t.error_code for t in resp.topics}}
+
+    def controller(self) -> int:
+        return self.metadata(self.alive()[0])["controller"]
+
+    def agreed(self, topic: str, partitions: int) -> dict[str, Any] | None:
+        """The metadata every live broker gives, if they all agree and every partition
+        of `topic` has a leader; else None."""
+        views = [self.metadata(b, [topic]) for b in self.alive()]
+        first = views[0]
+        parts = {k: v for k, v in first["partitions"].items() if k[0] == topic}
+        if len(parts) != partitions or any(v[0] < 0 for v in parts.values()):
+            return None
+        if any(v != first for v in views[1:]):
+            return None
+        return first
