@@ -1,0 +1,175 @@
+"""`logkeeper dev-cluster`: a local cluster for trying logkeeper out and for tests.
+
+Starts a real ZooKeeper (Debian's `zookeeper` package, daemon.tools.zookeeper) and N
+`logkeeper serve` processes on loopback, each with its own config, log dirs and log file
+under the base dir (`broker<N>/`), prints the bootstrap servers once every broker is
+serving, and on Ctrl-C or SIGTERM stops the brokers (SIGTERM, their clean shutdown) and
+then ZooKeeper. Without `--base-dir` everything lives in a temporary dir removed at the
+end; a given base dir is kept (restarting on it keeps the topics' data but starts a new
+ZooKeeper, so the cluster's znodes are not kept).
+
+Exit codes: 0 after a clean stop; 1 when ZooKeeper or a broker does not start or a
+broker exits on its own (the message names its log file); 2 on a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+from .zookeeper import ZooKeeperMissing, ZooKeeperServer, free_port
+
+STOP_TIMEOUT_S = 30.0
+
+
+class Broker:
+    def __init__(self, base: Path, broker_id: int, dirs: int, zk_hosts: str):
+        self.id = broker_id
+        self.root = base / f"broker{broker_id}"
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.http_port = free_port()
+        self.log_path = self.root / "logkeeper.log"
+        self.config = self.root / "server.properties"
+        log_dirs = ",".join(str(self.root / f"disk{i}") for i in range(dirs))
+        self.config.write_text(
+            f"broker.id={broker_id}\nlog.dirs={log_dirs}\n"
+            f"listeners=PLAINTEXT://127.0.0.1:{self.port}\n"
+            f"http.listen=127.0.0.1:{self.http_port}\n"
+            f"zookeeper.connect={zk_hosts}\n"
+            # Small reserve files: a dev cluster shares one disk among all its dirs.
+            "log.dir.reserve.bytes=1048576\n")
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        src = str(Path(__file__).resolve().parents[2])  # the checkout, when not installed
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "daemon.cli", "serve", "--config", str(self.config)],
+                cwd=self.root, env=env, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True)  # Ctrl-C reaches us only; we stop them in order
+
+    def serving(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.http_port}/healthz",
+                                        timeout=2) as resp:
+                return json.loads(resp.read()).get("status") == "serving"
+        except (OSError, ValueError):
+            return False
+
+    def stop(self) -> int | None:
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                print(f"broker {self.id} ignored SIGTERM for {STOP_TIMEOUT_S:.0f} s; killing it",
+                      file=sys.stderr)
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+
+def run(brokers: int, dirs: int, base: Path, *, ready_timeout: float = 60.0,
+        stop: threading.Event | None = None) -> int:
+    stop = stop or threading.Event()
+    zk = ZooKeeperServer(base_dir=base / "zookeeper")
+    started: list[Broker] = []
+    code = 0
+    try:
+        zk.start()
+        print(f"ZooKeeper: {zk.hosts} (log {zk.log_path})", flush=True)
+        for b in range(1, brokers + 1):
+            broker = Broker(base, b, dirs, zk.hosts)
+            broker.start()
+            started.append(broker)
+        deadline = time.monotonic() + ready_timeout
+        waiting = list(started)
+        while waiting and not stop.is_set():
+            for broker in list(waiting):
+                assert broker.proc is not None
+                if broker.proc.poll() is not None:
+                    raise RuntimeError(f"broker {broker.id} exited {broker.proc.returncode} "
+                                       f"during start-up; see {broker.log_path}")
+                if broker.serving():
+                    waiting.remove(broker)
+            if time.monotonic() > deadline:
+                raise RuntimeError("brokers " + ", ".join(str(b.id) for b in waiting) +
+                                   f" not serving after {ready_timeout:.0f} s; see their "
+                                   "logkeeper.log")
+            time.sleep(0.1)
+        for broker in started:
+            print(f"broker {broker.id}: {broker.address} (log {broker.log_path})", flush=True)
+        print("bootstrap servers: " + ",".join(b.address for b in started), flush=True)
+        while not stop.wait(0.5):
+            for broker in started:
+                assert broker.proc is not None
+                if broker.proc.poll() is not None:
+                    raise RuntimeError(f"broker {broker.id} exited {broker.proc.returncode}; "
+                                       f"see {broker.log_path}")
+    except RuntimeError as err:
+        print(f"logkeeper dev-cluster: {err}", file=sys.stderr)
+        code = 1
+    finally:
+        print("stopping the brokers and ZooKeeper", file=sys.stderr, flush=True)
+        for broker in reversed(started):
+            rc = broker.stop()
+            if rc not in (0, None):
+                print(f"broker {broker.id} exited {rc}; see {broker.log_path}", file=sys.stderr)
+                code = code or 1
+        zk.stop()
+    return code
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="logkeeper dev-cluster", description=(
+        "Run a local cluster: a ZooKeeper and N brokers on loopback, until Ctrl-C."))
+    p.add_argument("--brokers", type=int, default=3, help="number of brokers (default 3)")
+    p.add_argument("--dirs-per-broker", type=int, default=2,
+                   help="log dirs per broker (default 2)")
+    p.add_argument("--base-dir", metavar="DIR",
+                   help="where configs, log dirs and logs go (default: a temporary dir, "
+                        "removed at the end)")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    if args.brokers < 1 or args.dirs_per_broker < 1:
+        print("logkeeper dev-cluster: --brokers and --dirs-per-broker must be at least 1",
+              file=sys.stderr)
+        return 2
+    base = Path(args.base_dir) if args.base_dir else Path(tempfile.mkdtemp(prefix="logkeeper-dev-"))
+    base.mkdir(parents=True, exist_ok=True)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        return run(args.brokers, args.dirs_per_broker, base, stop=stop)
+    except ZooKeeperMissing as err:
+        print(f"logkeeper dev-cluster: {err}", file=sys.stderr)
+        return 1
+    finally:
+        if not args.base_dir:
+            shutil.rmtree(base, ignore_errors=True)

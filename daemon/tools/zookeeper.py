@@ -1,0 +1,99 @@
+"""A real ZooKeeper server on loopback, from Debian's `zookeeper` package, for
+`logkeeper dev-cluster` and the tests.
+
+`ZooKeeperServer` writes its own config and data dir under a directory (a new temporary
+one unless given), starts `QuorumPeerMain` on a free 127.0.0.1 port, waits until it
+answers `ruok`, and can be stopped and started again on the same port and data (for
+"ZooKeeper away, then back"). Errors: `ZooKeeperMissing` when Java or the package's jars
+are not installed; RuntimeError naming the log when the server exits or does not answer.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+JARS = Path("/usr/share/java")
+CLASSPATH = f"{JARS}/*:/etc/zookeeper/conf"
+
+
+class ZooKeeperMissing(RuntimeError):
+    """Java or Debian's zookeeper package is not installed."""
+
+
+def installed() -> bool:
+    return bool(shutil.which("java")) and any(JARS.glob("zookeeper*.jar"))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ruok(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
+            s.sendall(b"ruok")
+            return s.recv(4) == b"imok"
+    except OSError:
+        return False
+
+
+class ZooKeeperServer:
+    def __init__(self, port: int | None = None, base_dir: Path | None = None):
+        if not installed():
+            raise ZooKeeperMissing("ZooKeeper is not installed: `apt-get install zookeeper` "
+                                   "(Debian's package; it brings Java)")
+        self.port = port or free_port()
+        self._own_dir = base_dir is None
+        self.dir = Path(tempfile.mkdtemp(prefix="lk-zk-")) if base_dir is None else base_dir
+        (self.dir / "data").mkdir(parents=True, exist_ok=True)
+        self.cfg = self.dir / "zoo.cfg"
+        self.cfg.write_text(
+            f"tickTime=500\ndataDir={self.dir / 'data'}\nclientPort={self.port}\n"
+            "clientPortAddress=127.0.0.1\nmaxSessionTimeout=60000\nminSessionTimeout=1000\n"
+            "4lw.commands.whitelist=ruok,stat\nadmin.enableServer=false\n")
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def hosts(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.dir / "zk.log"
+
+    def start(self, timeout: float = 30) -> None:
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                ["java", "-Xmx256m", "-Dzookeeper.log.dir=" + str(self.dir),
+                 "-cp", CLASSPATH, "org.apache.zookeeper.server.quorum.QuorumPeerMain",
+                 str(self.cfg)],
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"ZooKeeper exited: {self.log_path.read_text()[-2000:]}")
+            if ruok(self.port):
+                return
+            time.sleep(0.2)
+        raise RuntimeError(f"ZooKeeper did not answer on {self.hosts} within {timeout}s "
+                           f"(log: {self.log_path})")
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+        self.proc = None
+
+    def close(self) -> None:
+        self.stop()
+        if self._own_dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
