@@ -206,6 +206,7 @@ class Server:
         self.handlers.advertised = self.advertised
         if not self.config.standalone:
             self._join_cluster()
+            await self._await_controller(self.config["zookeeper.session.timeout.ms"] / 1000)
         await self.monitor.start()
         self.state = "serving"
         log.info("serving Kafka protocol on %s:%d, advertised as %s:%d (broker.id %d, "
@@ -261,6 +262,18 @@ class Server:
         self.cluster.start()
         log.info("registering as broker %d in ZooKeeper at %s", self.config.broker_id,
                  self.config["zookeeper.connect"])
+
+    async def _await_controller(self, timeout: float) -> None:
+        """Before READY, wait (at most `timeout`) for the election to name a controller,
+        as a Kafka broker starts its controller before it serves: a client's first
+        Metadata then names one, and CreateTopics finds it. ZooKeeper away: serve anyway."""
+        deadline = time.monotonic() + timeout
+        while (self.controller is not None and self.controller.active_id < 0
+               and time.monotonic() < deadline and not self.stop_event.is_set()):
+            await asyncio.sleep(0.05)
+        if self.controller is not None and self.controller.active_id < 0:
+            log.warning("no controller elected within %.0f s (ZooKeeper away?); serving anyway",
+                        timeout)
 
     def _on_registered(self, broker_epoch: int) -> None:
         """On the ZooKeeper link's thread, after each registration of /brokers/ids/<id>."""

@@ -5,6 +5,7 @@ and steering a topic onto chosen dirs with cordons."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import time
@@ -16,6 +17,7 @@ import confluent_kafka as ck
 import confluent_kafka.admin
 from kafka.protocol.metadata import MetadataRequest
 from kafka.protocol.producer import ProduceRequest
+from kazoo.exceptions import NoNodeError
 
 from logstore import names
 from logstore.records import Record, build_batch
@@ -80,6 +82,24 @@ def metadata(c: RawClient, topic: str) -> dict[int, Any]:
     resp = c.request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=topic)],
                                      allow_auto_topic_creation=False), 8)
     return {p.partition_index: p for p in resp.topics[0].partitions}
+
+
+def log_dir_events(zc: Any, d: Daemon) -> list[dict[str, Any]]:
+    """The log-dir events `d` wrote: the znodes still there, else (our controller, which
+    runs in `d`, reads and deletes them at once) the notifications its link logged."""
+    if zc.exists("/log_dir_event_notification"):
+        kids = sorted(zc.get_children("/log_dir_event_notification"))
+        got = []
+        for k in kids:
+            try:
+                got.append(json.loads(zc.get(f"/log_dir_event_notification/{k}")[0]))
+            except NoNodeError:
+                pass
+        if got:
+            return got
+    marker = "notified the controller at "
+    return [{"path": line.split(marker, 1)[1].strip()}
+            for line in d.stderr().splitlines() if marker in line]
 
 
 def metric(d: Daemon, name: str, **labels: str) -> float | None:

@@ -134,8 +134,13 @@ class ClusterLeadership:
     # ---- the questions Standalone answers too ----
 
     def is_leader(self, p: Partition) -> bool:
+        """Led here at the last epoch applied. A partition hosted on an offline dir says
+        yes too, so that its dir refuses the work with 56 (KAFKA_STORAGE_ERROR): Kafka
+        checks a hosted partition's offline state before leadership."""
+        if p.offline:
+            return True
         rec = self.records.get(p.tp)
-        return rec is not None and rec.leader == self.broker_id and not p.offline
+        return rec is not None and rec.leader == self.broker_id
 
     def state(self, p: Partition) -> LeaderAndIsr:
         m = self.cache.partition(p.tp.topic, p.tp.partition)
