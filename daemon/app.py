@@ -49,6 +49,7 @@ from .ops.http import HttpEndpoint
 from .ops.metrics import Metrics
 from .ops.notify import Notifier
 from .replica.control import ControlRequests
+from .replica.fetcher import LogFollowerStorage, ReplicaFetchers
 from .replica.leadership import ClusterLeadership, Standalone
 from .replica.manager import ReplicaManager
 from .replica.topics import TopicAdmin
@@ -84,12 +85,23 @@ class Server:
         self.topic_admin = TopicAdmin(config, self.replicas,
                                       on_change=self._partitions_changed)
         self.handlers = Handlers(self.replicas, self.topic_admin, self.storage, self.metrics)
+        self.fetchers: ReplicaFetchers | None = None
         if isinstance(leadership, ClusterLeadership):
-            assert self.metadata_cache is not None
+            cache = self.metadata_cache
+            assert cache is not None
+
+            def endpoint(broker_id: int) -> tuple[str, int] | None:
+                b = cache.brokers.get(broker_id)
+                return (b.host, b.port) if b is not None else None
+
+            self.fetchers = ReplicaFetchers(
+                config.broker_id,
+                LogFollowerStorage(self.replicas.follower_logs(), self.replicas.run_for),
+                endpoint)
             self.handlers.control = ControlRequests(
-                self.replicas, leadership, self.metadata_cache,
+                self.replicas, leadership, cache,
                 broker_epoch=lambda: self.cluster.broker_epoch if self.cluster else -1,
-                on_change=self._partitions_changed)
+                on_change=self._partitions_changed, fetchers=self.fetchers)
         self.stop_event = asyncio.Event()
         self.connections = Connections(self.handlers, self.metrics,
                                        max_frame=config["socket.request.max.bytes"],
@@ -315,6 +327,8 @@ class Server:
         await self.monitor.stop()
         await self.transitions.stop()
         await self.connections.close()
+        if self.fetchers is not None:
+            await self.fetchers.stop()
         self.replicas.stop()
         failures, self.stuck_workers = await self.storage.stop()
         for d, err in failures:

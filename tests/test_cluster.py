@@ -280,3 +280,57 @@ def test_dev_cluster_starts_describes_and_stops_cleanly(tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def _partition_bytes(d, topic: str, partition: int) -> bytes | None:  # noqa: ANN001
+    """The .log bytes of one partition on one broker (whichever of its dirs holds it)."""
+    for ld in d.log_dirs:
+        pdir = ld / f"{topic}-{partition}"
+        if pdir.is_dir():
+            return b"".join(f.read_bytes() for f in sorted(pdir.glob("*.log")))
+    return None
+
+
+def test_followers_replicate_the_leaders_log_byte_for_byte(tmp_path: Path) -> None:
+    """RF=3: after LeaderAndIsr makes them followers, both fetch from the leader (Fetch
+    v12 with their replica id) and hold byte-identical logs, new data included; a new
+    leader after the old one is killed has what the followers had copied."""
+    import confluent_kafka as ck
+
+    with Cluster(tmp_path) as cl:
+        _admin_create(cl.brokers[1].bootstrap, "r", 2, 3)
+        meta = wait_for(lambda: cl.agreed("r", 2), 20, "r agreed")
+
+        def produce(n: int, start: int) -> None:
+            p = ck.Producer({"bootstrap.servers": cl.brokers[1].bootstrap, "acks": "1",
+                             "linger.ms": 2})
+            for i in range(start, start + n):
+                p.produce("r", value=b"v%05d" % i * (1 + i % 5), partition=i % 2)
+            assert p.flush(60) == 0
+
+        def identical() -> bool:
+            for part in (0, 1):
+                leader = meta["partitions"][("r", part)][0]
+                want = _partition_bytes(cl.brokers[leader], "r", part)
+                if not want:
+                    return False
+                for b in cl.alive():
+                    if _partition_bytes(cl.brokers[b], "r", part) != want:
+                        return False
+            return True
+
+        produce(2000, 0)
+        wait_for(identical, 60, "followers byte-identical to the leader")
+        produce(1000, 2000)
+        wait_for(identical, 60, "followers caught up with new data")
+        # The leader of partition 0 dies: the new leader holds the copied records.
+        leader = meta["partitions"][("r", 0)][0]
+        copied = _partition_bytes(cl.brokers[leader], "r", 0)
+        cl.brokers[leader].kill()
+
+        def moved():  # noqa: ANN202
+            m = cl.agreed("r", 2)
+            return m and m["partitions"][("r", 0)][0] not in (leader, -1) and m
+        after = wait_for(moved, SESSION_MS / 1000 + 15, "a new leader")
+        new_leader = after["partitions"][("r", 0)][0]
+        assert _partition_bytes(cl.brokers[new_leader], "r", 0) == copied

@@ -38,6 +38,7 @@ from ..cluster.metadata_cache import MetadataCache
 from ..storage.dirstate import DirState
 from ..storage.log_manager import LogManager
 from ..wire import UpdateMetadataResponse, views
+from .fetcher import ReplicaFetchers
 from .leadership import ClusterLeadership
 from .manager import ReplicaManager
 from .partition import Partition
@@ -53,13 +54,15 @@ _ZERO_UUID = uuid.UUID(int=0)
 class ControlRequests:
     def __init__(self, replicas: ReplicaManager, leadership: ClusterLeadership,
                  cache: MetadataCache, broker_epoch: Callable[[], int], *,
-                 on_change: Callable[[], None] = lambda: None):
+                 on_change: Callable[[], None] = lambda: None,
+                 fetchers: ReplicaFetchers | None = None):
         self.replicas = replicas
         self.storage: LogManager = replicas.storage
         self.leadership = leadership
         self.cache = cache
         self.broker_epoch = broker_epoch
         self.on_change = on_change  # partitions added or removed (metrics)
+        self.fetchers = fetchers  # a follower's replication from its leaders
         self.controller_epoch = -1  # the newest controller epoch seen
         self._lock = asyncio.Lock()
 
@@ -136,6 +139,11 @@ class ControlRequests:
             created = True
         self.leadership.apply(s)
         p.notify()  # a fetch waiting on a partition that is no longer led answers now
+        if self.fetchers is not None:
+            if s.leader >= 0 and s.leader != me:
+                await self.fetchers.follow(tp, s.leader, s.leader_epoch)
+            else:
+                self.fetchers.unfollow([tp])
         return errors.NONE, created
 
     # ---- StopReplica ----
@@ -170,6 +178,8 @@ class ControlRequests:
         if s.leader_epoch >= 0 and s.leader_epoch < self.leadership.leader_epoch(tp):
             return FENCED_LEADER_EPOCH, False
         self.leadership.forget(tp)
+        if self.fetchers is not None:
+            self.fetchers.unfollow([tp])
         p.notify()
         if not s.delete:
             # A saturated replica stops serving but is reported as the dir's state says.

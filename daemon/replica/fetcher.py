@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -227,11 +227,12 @@ class Fetcher:
 
 
 class LogFollowerStorage:
-    """`FollowerStorage` over this broker's `Log`s: each call runs on the partition's
-    dir worker through `run(tp, fn, *args)` (the replica manager's per-dir submit, which
-    returns an awaitable), so the event loop never touches a disk."""
+    """`FollowerStorage` over this broker's `Log`s: each call that touches a disk runs on
+    the partition's dir worker through `run(tp, fn, *args)` (the per-dir submit, which
+    returns an awaitable), so the event loop never does; `logs` maps a partition to its
+    log (a dict, or a live view of the replica manager's partitions)."""
 
-    def __init__(self, logs: dict[TopicPartition, Log], run: Callable[..., Awaitable[Any]]):
+    def __init__(self, logs: Mapping[TopicPartition, Log], run: Callable[..., Awaitable[Any]]):
         self.logs = logs
         self.run = run
 
@@ -270,3 +271,67 @@ class LogFollowerStorage:
         lg = self.logs[tp]
         if hw > lg.high_watermark:
             lg.high_watermark = hw
+
+
+class ReplicaFetchers:
+    """Kafka's ReplicaFetcherManager: one `Fetcher` per leader this broker follows.
+
+    `follow` and `unfollow` come from the controller's requests (LeaderAndIsr: become a
+    follower, or the leader; StopReplica), on the event loop. A leader's address comes
+    from `endpoint(broker_id)` (the metadata cache); a leader not known yet is retried
+    each `backoff` until an UpdateMetadata names it.
+    """
+
+    def __init__(self, broker_id: int, storage: FollowerStorage,
+                 endpoint: Callable[[int], tuple[str, int] | None], *, backoff: float = 1.0):
+        self.broker_id = broker_id
+        self.storage = storage
+        self.endpoint = endpoint
+        self.backoff = backoff
+        self.fetchers: dict[int, Fetcher] = {}
+        self._leader_of: dict[TopicPartition, int] = {}
+
+    @property
+    def failed(self) -> set[TopicPartition]:
+        return set().union(*(f.failed for f in self.fetchers.values()))
+
+    async def follow(self, tp: TopicPartition, leader_id: int, leader_epoch: int) -> None:
+        """Fetch `tp` from `leader_id` at `leader_epoch` (clears a KIP-461 mark)."""
+        self.unfollow([tp])
+        fetcher = self.fetchers.get(leader_id)
+        if fetcher is None:
+            fetcher = Fetcher(self.broker_id, leader_id, _LazyPeer(self, leader_id),
+                              self.storage, backoff=self.backoff)
+            self.fetchers[leader_id] = fetcher
+            fetcher.start()
+        await fetcher.add_partitions({tp: leader_epoch})
+        self._leader_of[tp] = leader_id
+
+    def unfollow(self, tps: Iterable[TopicPartition]) -> None:
+        for tp in tps:
+            leader = self._leader_of.pop(tp, None)
+            fetcher = self.fetchers.get(leader) if leader is not None else None
+            if fetcher is not None:
+                fetcher.remove_partitions([tp])
+
+    async def stop(self) -> None:
+        fetchers, self.fetchers = list(self.fetchers.values()), {}
+        await asyncio.gather(*(f.stop() for f in fetchers), return_exceptions=True)
+
+
+class _LazyPeer(Peer):
+    """A `Peer` that looks its leader's address up at each (re)connect, so a leader that
+    moved (a restart on another port, a new advertised address) is found again."""
+
+    def __init__(self, owner: ReplicaFetchers, leader_id: int):
+        super().__init__("", 0, client_id=f"logkeeper-replica-{owner.broker_id}")
+        self._owner = owner
+        self._leader_id = leader_id
+
+    async def request(self, body: Any, version: int) -> Any:
+        if not self.connected:
+            where = self._owner.endpoint(self._leader_id)
+            if where is None:
+                raise PeerError(f"broker {self._leader_id}'s address is not known yet")
+            self.host, self.port = where
+        return await super().request(body, version)

@@ -17,9 +17,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NamedTuple
 
-from logstore import TopicPartition, names
+from logstore import Log, TopicPartition, names
 from logstore.records import ATTR_TRANSACTIONAL, batch_attributes
 
 from ..api.errors import (
@@ -181,6 +182,15 @@ class ReplicaManager:
             items, _dir_of, _end_offsets_for,
             on_error=lambda item, err: (error_of(err, "offset for leader epoch")[0], -1, -1))
 
+    def follower_logs(self) -> Mapping[TopicPartition, Log]:
+        """A live view: partition -> its log, for the fetchers (KeyError when not held)."""
+        return _HeldLogs(self.partitions)
+
+    async def run_for(self, tp: TopicPartition, fn: Callable[..., Any], *args: Any) -> Any:
+        """`fn(*args)` on the worker of `tp`'s dir (the fetchers' log work)."""
+        p = self.partitions[tp]
+        return await self.storage.run(p.dir, fn, *args)
+
     def new_producer_id(self) -> int:
         self._next_producer_id += 1
         return self._next_producer_id
@@ -301,6 +311,23 @@ def _read_all(items: list[ReadSpec], budget: int) -> list[ReadResult]:
             code, message = error_of(err, f"read {p.tp} at {offset}")
             out.append(ReadResult(code, message=message))
     return out
+
+
+class _HeldLogs(Mapping[TopicPartition, Log]):
+    def __init__(self, partitions: dict[TopicPartition, Partition]):
+        self._partitions = partitions
+
+    def __getitem__(self, tp: TopicPartition) -> Log:
+        lg = self._partitions[tp].log
+        if lg is None:
+            raise KeyError(tp)  # an offline placeholder has no log
+        return lg
+
+    def __iter__(self) -> Iterator[TopicPartition]:
+        return iter(self._partitions)
+
+    def __len__(self) -> int:
+        return len(self._partitions)
 
 
 def _end_offsets_for(items: list[tuple[Partition, int]]) -> list[tuple[int, int, int]]:
