@@ -183,8 +183,11 @@ def test_delete_with_a_broker_down_completes_when_it_returns(tmp_path: Path) -> 
         try:
             assert zc.exists("/admin/delete_topics/gone")
             cl.brokers[down].start()
-            wait_for(lambda: not zc.exists("/brokers/topics/gone"), 30, "deletion to complete")
-            assert not zc.exists("/admin/delete_topics/gone")
+            # The controller deletes the topic's znodes in order (topic, config, the
+            # deletion mark): wait for the last one.
+            wait_for(lambda: not zc.exists("/brokers/topics/gone")
+                     and not zc.exists("/config/topics/gone")
+                     and not zc.exists("/admin/delete_topics/gone"), 30, "deletion to complete")
         finally:
             zc.stop()
             zc.close()
