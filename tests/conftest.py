@@ -1,7 +1,9 @@
-"""Fixtures shared by every test file: the real Kafka log dirs kept in tests/fixtures/."""
+"""Fixtures shared by every test file: the real Kafka log dirs kept in tests/fixtures/, and a
+real ZooKeeper server per test module (`zk`; fails in CI, skips elsewhere, when missing)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,3 +17,13 @@ def kafka_fixtures() -> Path:
     if not KAFKA_FIXTURES.is_dir():
         pytest.fail(f"the real Kafka fixtures are missing: expected {KAFKA_FIXTURES}")
     return KAFKA_FIXTURES
+
+
+@pytest.fixture(scope="module")
+def zk() -> Iterator[object]:
+    from tests.zkserver import ZooKeeperServer
+
+    server = ZooKeeperServer()
+    server.start()
+    yield server
+    server.close()

@@ -8,7 +8,6 @@ daemon.app they skip outside CI and fail with CI=true.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -20,7 +19,6 @@ import pytest
 from daemon.tools import log_dirs as log_dirs_tool
 from daemon.tools import topics as topics_tool
 from tests.daemon_helpers import REPO, Daemon, free_port, running
-from tests.faults import in_ci
 
 ADMIN = [(log_dirs_tool.main, "log-dirs"), (topics_tool.main, "topics")]
 
@@ -62,10 +60,6 @@ def test_unreachable_server_exits_2_naming_it(command: str) -> None:
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    if importlib.util.find_spec("daemon.app") is None:
-        if in_ci():
-            pytest.fail("daemon.app is missing: the admin commands have no server to ask")
-        pytest.skip("daemon.app is not importable yet (part A): no server to ask")
     from kafka import KafkaProducer
 
     root = tmp_path_factory.mktemp("admin")

@@ -22,18 +22,9 @@ from daemon.wire import views
 from logstore import TopicPartition
 
 from .controller_helpers import LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADATA, StandInBroker, wait_for
-from .zkserver import ZooKeeperServer
 
 pytestmark = [pytest.mark.zookeeper, pytest.mark.timeout(60)]
 _chroots = itertools.count()
-
-
-@pytest.fixture(scope="module")
-def zk():
-    server = ZooKeeperServer()
-    server.start()
-    yield server
-    server.close()
 
 
 @pytest.fixture

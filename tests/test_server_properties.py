@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import socket
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -142,14 +141,6 @@ def test_an_empty_listener_host_advertises_this_hosts_name(tmp_path: Path) -> No
         "PLAINTEXT://127.0.0.1:", "PLAINTEXT://:"))  # Kafka's default form, every interface
     with d.start():
         assert metadata_brokers(d.port) == [(1, socket.getfqdn(), d.port)]
-
-
-@pytest.fixture(scope="module")
-def zk() -> Iterator[ZooKeeperServer]:
-    server = ZooKeeperServer()
-    server.start()
-    yield server
-    server.close()
 
 
 @pytest.mark.zookeeper

@@ -11,17 +11,7 @@ from kazoo.exceptions import KazooException
 
 from daemon.cluster.link import ClusterLink
 
-from .zkserver import ZooKeeperServer
-
 pytestmark = pytest.mark.zookeeper
-
-
-@pytest.fixture(scope="module")
-def zk():
-    server = ZooKeeperServer()
-    server.start()
-    yield server
-    server.close()
 
 
 @pytest.fixture
