@@ -156,8 +156,13 @@ class _Index(abc.ABC):
         self._pending.clear()
 
     @property
+    def room(self) -> int:
+        """Entries an append may still add."""
+        return self.max_entries - self.entries
+
+    @property
     def is_full(self) -> bool:
-        return self.entries >= self.max_entries
+        return self.room <= 0
 
     @property
     def size_bytes(self) -> int:
@@ -283,9 +288,9 @@ class TimeIndex(_Index):
         return ts, self.base_offset + rel
 
     @property
-    def is_full(self) -> bool:
+    def room(self) -> int:
         # As Kafka's TimeIndex: the last slot is kept for the entry forced at roll or close.
-        return self.entries >= self.max_entries - 1
+        return self.max_entries - 1 - self.entries
 
     def maybe_append(self, timestamp: int, offset: int, *, at_roll: bool = False) -> None:
         """Append only when the timestamp grows past the last entry (Kafka's rule).

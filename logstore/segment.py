@@ -122,8 +122,7 @@ class LogSegment:
         """
         position = self.size
         saved_entries = (self.offset_index.entries, self.time_index.entries)
-        room = min(self.offset_index.max_entries - self.offset_index.entries,
-                   self.time_index.max_entries - 1 - self.time_index.entries)
+        room = min(self.offset_index.room, self.time_index.room)
         roll_base = self.roll_base_timestamp()
         try:
             status = appender.append(
@@ -163,8 +162,9 @@ class LogSegment:
         """Index one batch: an offset entry, and a time entry when the max timestamp grew.
 
         When either index has no room left the entry is skipped (a sparser index, still
-        correct): appends never get here with a full index (`fitting`), but a segment
-        rebuilt under a smaller `segment.index.bytes` than it was written with can.
+        correct). Recovery uses it: appends never get here with a full index (the C
+        append stops at the indexes' room), but a segment rebuilt under a smaller
+        `segment.index.bytes` than it was written with can.
         """
         if self.offset_index.is_full or self.time_index.is_full:
             return
