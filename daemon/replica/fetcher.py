@@ -55,8 +55,6 @@ class FollowerStorage(Protocol):
         """Cut the log to end at or below `offset`; the new log end offset."""
         ...
 
-    async def high_watermark(self, tp: TopicPartition) -> int: ...
-
     def set_high_watermark(self, tp: TopicPartition, hw: int) -> None: ...
 
 
@@ -263,9 +261,6 @@ class LogFollowerStorage:
             return lg.log_end_offset
 
         return await self.run(tp, truncate)
-
-    async def high_watermark(self, tp: TopicPartition) -> int:
-        return self.logs[tp].high_watermark
 
     def set_high_watermark(self, tp: TopicPartition, hw: int) -> None:
         lg = self.logs[tp]
