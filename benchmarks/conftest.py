@@ -73,6 +73,24 @@ def ratio(benchmark: Any) -> RatioFn:
 
 
 @pytest.fixture
+def measured() -> Callable[..., report.Pair]:
+    """measured(name, ours_s, baseline_s, *, target=None, higher_is_better=True,
+    unit_bytes=0, ours_label="", baseline_label=""): a pair whose two sides were timed by
+    the benchmark itself (medians of whole runs that cannot be repeated in a tight loop,
+    such as a cluster's catch-up), reported in the same table."""
+
+    def add(name: str, ours_s: float, baseline_s: float, *, target: float | None = None,
+            higher_is_better: bool = True, unit_bytes: int = 0, ours_label: str = "",
+            baseline_label: str = "") -> report.Pair:
+        pair = report.Pair(name, ours_s, baseline_s, target, higher_is_better, ours_label,
+                           baseline_label, unit_bytes)
+        _PAIRS.append(pair)
+        return pair
+
+    return add
+
+
+@pytest.fixture
 def note() -> Callable[[str], None]:
     """note(line): print line above the summary table, once however often it is added."""
 

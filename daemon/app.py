@@ -50,6 +50,7 @@ from .ops.metrics import Metrics
 from .ops.notify import Notifier
 from .replica.control import ControlRequests
 from .replica.fetcher import LogFollowerStorage, ReplicaFetchers
+from .replica.isr import IsrManager
 from .replica.leadership import ClusterLeadership, Standalone
 from .replica.manager import ReplicaManager
 from .replica.topics import TopicAdmin
@@ -76,12 +77,14 @@ class Server:
         self.controller: Controller | None = None
         self.metadata_cache: MetadataCache | None = None
         leadership: Standalone | ClusterLeadership = Standalone(config.broker_id)
+        self.isr: IsrManager | None = None
         if not config.standalone:
             self.metadata_cache = MetadataCache()
             leadership = ClusterLeadership(
                 config.broker_id, self.metadata_cache,
                 controller_id=lambda: self.controller.active_id if self.controller else -1)
-        self.replicas = ReplicaManager(self.storage, leadership)
+            self.isr = self._isr_manager(self.metadata_cache)
+        self.replicas = ReplicaManager(self.storage, leadership, self.isr)
         self.topic_admin = TopicAdmin(config, self.replicas,
                                       on_change=self._partitions_changed)
         self.handlers = Handlers(self.replicas, self.topic_admin, self.storage, self.metrics)
@@ -96,12 +99,14 @@ class Server:
 
             self.fetchers = ReplicaFetchers(
                 config.broker_id,
-                LogFollowerStorage(self.replicas.follower_logs(), self.replicas.run_for),
+                LogFollowerStorage(self.replicas.follower_logs(), self.replicas.run_for,
+                                   lambda tp: self.replicas.partitions[tp].producers),
                 endpoint)
             self.handlers.control = ControlRequests(
                 self.replicas, leadership, cache,
                 broker_epoch=lambda: self.cluster.broker_epoch if self.cluster else -1,
-                on_change=self._partitions_changed, fetchers=self.fetchers)
+                on_change=self._partitions_changed, fetchers=self.fetchers, isr=self.isr,
+                min_isr_of=self._min_isr_of)
         self.stop_event = asyncio.Event()
         self.connections = Connections(self.handlers, self.metrics,
                                        max_frame=config["socket.request.max.bytes"],
@@ -123,6 +128,40 @@ class Server:
         self._background: list[asyncio.Task[None]] = []
         self.bound: tuple[str, int] | None = None
         self.advertised: tuple[str, int] | None = None
+
+    # ---- replication (ZooKeeper mode) ----
+
+    def _isr_manager(self, cache: MetadataCache) -> IsrManager:
+        """A leader's ISR writes go through this broker's ZooKeeper link (made once the
+        listener is bound; LeaderAndIsr comes only after it registered)."""
+
+        def link() -> ClusterLink:
+            if self.cluster is None:
+                raise RuntimeError("not connected to ZooKeeper yet")
+            return self.cluster
+
+        return IsrManager(
+            self.config.broker_id,
+            write_state=lambda tp, st, v: asyncio.to_thread(
+                link().write_partition_state, tp, st, v),
+            read_state=lambda tp: asyncio.to_thread(link().read_partition_state, tp),
+            announce=lambda tp: link().announce_isr_change(tp),
+            alive=lambda b: b in cache.brokers,
+            lag_time_ms=self.config["replica.lag.time.max.ms"])
+
+    async def _min_isr_of(self, topic: str) -> int:
+        """The topic's min.insync.replicas (`/config/topics/<t>`), else the broker's."""
+        default = self.config["min.insync.replicas"]
+        if self.cluster is None:
+            return default
+        try:
+            overrides = await asyncio.to_thread(self.cluster.topic_config, topic)
+            value = overrides.get("min.insync.replicas")
+            return int(value) if value is not None else default
+        except Exception as err:  # noqa: BLE001 - ZooKeeper away, a bad value: the default
+            log.warning("reading %s's min.insync.replicas failed (%s: %s); using the broker's "
+                        "(%d)", topic, type(err).__name__, err, default)
+            return default
 
     # ---- health ----
 
@@ -236,6 +275,14 @@ class Server:
             asyncio.ensure_future(self._periodic(METRICS_REFRESH_S,
                                                  self._refresh_dirs, first=0)),
         ]
+        if self.isr is not None:
+            isr = self.isr
+
+            async def shrink() -> None:
+                isr.shrink_out_of_sync()
+
+            self._background.append(asyncio.ensure_future(self._periodic(
+                self.config["replica.lag.time.max.ms"] / 2000, shrink)))
         if self.fatal is None:
             await self.stop_event.wait()
         code = await self._shutdown()
@@ -329,6 +376,8 @@ class Server:
         await self.connections.close()
         if self.fetchers is not None:
             await self.fetchers.stop()
+        if self.isr is not None:
+            await self.isr.stop()
         self.replicas.stop()
         failures, self.stuck_workers = await self.storage.stop()
         for d, err in failures:

@@ -310,6 +310,15 @@ class Log:
             base_offset=first.base_offset, last_offset=last.last_offset, record_count=records,
             max_timestamp=max_timestamp, log_append_time=-1, position=position, size=size)
 
+    def start_leader_epoch(self, epoch: int) -> int:
+        """Become leader at `epoch` (Kafka's makeLeader): the epoch starts at the log end,
+        recorded in the epoch cache and its checkpoint. Returns that log end offset."""
+        end = self.log_end_offset
+        if self.epochs.assign(epoch, end):
+            with self.guard.io("write leader epochs", self.dir):
+                self.epochs.write()
+        return end
+
     def _refuse(self, status: native.AppendStatus, data: bytes | bytearray | memoryview,
                 position: int) -> None:
         """Raise the input error for a refused append (nothing was written)."""

@@ -1,8 +1,9 @@
 """The control plane end to end: a real ZooKeeper, three logkeeper broker processes,
 real Kafka clients (kafka-python and confluent-kafka). docs/cluster.md.
 
-Replication is not built yet: these tests check who leads, what Metadata says on every
-broker, and what the controller does on failures, not that data is copied.
+These tests check who leads, what Metadata says on every broker, what the controller
+does on failures, and that followers copy their leader byte for byte; the ISR, the high
+watermark and acks=all are tests/test_replication.py's.
 """
 
 from __future__ import annotations

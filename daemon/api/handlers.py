@@ -121,6 +121,8 @@ class Handlers:
                     slots.append((t.name, pd.index, AppendResult(_topic_error(t.name))))
                 elif not self.leadership.is_leader(p):
                     slots.append((t.name, pd.index, AppendResult(errors.NOT_LEADER_OR_FOLLOWER)))
+                elif acks == -1 and (refusal := self._under_min_isr(p)) is not None:
+                    slots.append((t.name, pd.index, refusal))
                 elif not pd.records:
                     slots.append((t.name, pd.index, AppendResult(
                         errors.CORRUPT_MESSAGE, message="no record batch")))
@@ -128,7 +130,10 @@ class Handlers:
                     slots.append((t.name, pd.index, None))
                     items.append((p, pd.records))
         # Queued now, before any await: keeps per-partition order (module docstring).
-        results = iter(await self.replicas.append(items)) if items else iter(())
+        appended = await self.replicas.append(items) if items else []
+        if acks == -1 and self.replicas.isr is not None:
+            await self._await_replication(items, appended, body.timeout_ms)
+        results = iter(appended)
         by_topic: dict[str, list[Any]] = {}
         failed = False
         R = ProduceResponse.TopicProduceResponse
@@ -154,6 +159,66 @@ class Handlers:
             responses=[R(name=t, partition_responses=ps) for t, ps in by_topic.items()],
             throttle_time_ms=0)
 
+    def _under_min_isr(self, p: Partition) -> AppendResult | None:
+        """acks=all before the append: NOT_ENOUGH_REPLICAS (19) while the ISR is smaller
+        than the topic's min.insync.replicas; None to go on."""
+        if p.offline:
+            return None  # the append answers 56
+        if self.replicas.isr is None:  # standalone: the ISR is this broker alone
+            isr, min_isr = 1, self.config["min.insync.replicas"]
+        else:
+            st = self.replicas.isr.state(p.tp)
+            if st is None:
+                return None
+            isr, min_isr = len(st.isr), st.min_isr
+        if isr >= min_isr:
+            return None
+        return AppendResult(errors.NOT_ENOUGH_REPLICAS,
+                            message=f"{p.tp}: the ISR has {isr} replicas, below "
+                                    f"min.insync.replicas={min_isr}")
+
+    async def _await_replication(self, items: list[tuple[Partition, bytes]],
+                                 results: list[AppendResult], timeout_ms: int) -> None:
+        """acks=all after the append (Kafka's produce purgatory): each partition's result
+        stands once the high watermark passes its batch; until then it is re-checked at
+        each move of the high watermark, the ISR or leadership. Leadership lost ->
+        NOT_LEADER_OR_FOLLOWER (6) (a new epoch of the same leader keeps waiting); the
+        ISR below min.insync.replicas -> NOT_ENOUGH_REPLICAS_AFTER_APPEND (20) at once;
+        `timeout_ms` passed -> REQUEST_TIMED_OUT (7). Results are replaced in place."""
+        isr = self.replicas.isr
+        assert isr is not None
+        waiting: dict[int, tuple[Partition, int]] = {}
+        for i, ((p, _), r) in enumerate(zip(items, results, strict=True)):
+            if r.error == errors.NONE and r.end_offset >= 0:
+                waiting[i] = (p, r.end_offset)
+        deadline = time.monotonic() + max(timeout_ms, 0) / 1000
+        while waiting:
+            for i, (p, end) in list(waiting.items()):
+                st = isr.state(p.tp)
+                lg = p.log
+                if st is None or lg is None or p.deleted:
+                    results[i] = AppendResult(errors.NOT_LEADER_OR_FOLLOWER,
+                                              message=f"{p.tp}: leadership moved before the "
+                                                      "write was replicated")
+                elif lg.high_watermark >= end:
+                    pass  # replicated: the append's result stands
+                elif st.under_min_isr:
+                    results[i] = AppendResult(
+                        errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+                        message=f"{p.tp}: written to the leader, but the ISR {list(st.isr)} fell "
+                                f"below min.insync.replicas={st.min_isr}")
+                else:
+                    continue
+                del waiting[i]
+            remaining = deadline - time.monotonic()
+            if not waiting or remaining <= 0 or self.stopping.is_set():
+                break
+            await self._wait_for_data([p for p, _ in waiting.values()], remaining)
+        for i, (p, _end) in waiting.items():
+            results[i] = AppendResult(errors.REQUEST_TIMED_OUT,
+                                      message=f"{p.tp}: not replicated to the ISR within "
+                                              f"{timeout_ms} ms")
+
     # ---- Fetch ----
 
     async def fetch(self, req: protocol.Request, conn: ConnInfo) -> Any:
@@ -167,7 +232,7 @@ class Handlers:
                                  session_id=0, responses=[])
         max_bytes = body.max_bytes if req.version >= 3 else 2**31 - 1
         # A follower (replica_id >= 0) reads to the log end; a consumer to the HW.
-        follower = body.replica_id >= 0
+        replica_id = body.replica_id if body.replica_id >= 0 else -1
         entries: list[tuple[str, int, int, int, Partition | None]] = []
         fenced: dict[tuple[str, int], int] = {}
         items: list[ReadSpec] = []
@@ -184,7 +249,7 @@ class Handlers:
                     continue
                 items.append(ReadSpec(p, fp.fetch_offset, fp.partition_max_bytes,
                                       fp.last_fetched_epoch if req.version >= 12 else -1,
-                                      follower))
+                                      replica_id))
         deadline = time.monotonic() + max(body.max_wait_ms, 0) / 1000
         while True:
             results = await self.replicas.read(items, max_bytes) if items else []

@@ -8,7 +8,13 @@
   `{"version":1,"broker":<id>,"event":1}`, which a Kafka controller reads, acts on
   and deletes;
 - publishes each log dir's state at `/logkeeper/brokers/<id>/log_dirs` (persistent
-  JSON, see `log_dirs_payload`), for our controller and for operators.
+  JSON, see `log_dirs_payload`), for our controller and for operators;
+- as a partition leader, writes its ISR changes to the partition's state znode
+  (`write_partition_state`, conditional on the partition epoch; the caller waits on it
+  off the event loop) and announces them in batches as sequential
+  `/isr_change_notification/isr_change_` nodes (`announce_isr_change`): one node for
+  every change made within `ISR_NOTIFY_QUIET` of the last, at most `ISR_NOTIFY_MAX`
+  after the first (Kafka: 5 s and 60 s; shorter here, so clients see an ISR sooner).
 
 Nothing here blocks the caller: events and publications go into a queue drained by
 one worker thread, which waits while ZooKeeper is away and retries after connection
@@ -34,6 +40,7 @@ from typing import Any
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (
+    BadVersionError,
     ConnectionClosedError,
     ConnectionLoss,
     NodeExistsError,
@@ -44,7 +51,14 @@ from kazoo.exceptions import (
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KeeperState
 
+from logstore import TopicPartition
+
+from . import znodes
+
 log = logging.getLogger("logkeeper.zk")
+
+ISR_NOTIFY_QUIET = 0.5  # seconds without a new ISR change before they are announced
+ISR_NOTIFY_MAX = 5.0  # seconds after the first unannounced change, at most
 
 class RegistrationPending(Exception):
     """Our broker znode still belongs to a session of ours that kazoo gave up on (it
@@ -91,6 +105,9 @@ class _Pending:
     events: deque = field(default_factory=deque)  # log dir paths whose event is not yet in ZK
     log_dirs: list[dict] | None = None  # the latest state to publish, if not yet published
     register: bool = True
+    isr_changes: set[TopicPartition] = field(default_factory=set)
+    isr_first: float = 0.0  # monotonic time of the first unannounced ISR change
+    isr_last: float = 0.0  # ... and of the last
 
 
 class ClusterLink:
@@ -173,6 +190,46 @@ class ClusterLink:
             self._pending.log_dirs = dirs
         self._wake.set()
 
+    def announce_isr_change(self, tp: TopicPartition) -> None:
+        """Queue `tp` for the next `isr_change_notification` (module docstring)."""
+        now = time.monotonic()
+        with self._lock:
+            if not self._pending.isr_changes:
+                self._pending.isr_first = now
+            self._pending.isr_changes.add(tp)
+            self._pending.isr_last = now
+        self._wake.set()
+
+    # ---- what the daemon calls off its event loop (blocking, one session timeout) ----
+
+    def write_partition_state(self, tp: TopicPartition, state: znodes.PartitionState,
+                              version: int) -> int | None:
+        """setData of `tp`'s state znode at `version`: the new version, or None when the
+        znode is at another version (BADVERSION) or gone. Raises on ZooKeeper trouble."""
+        path = znodes.partition_state_path(tp.topic, tp.partition)
+        try:
+            stat = self._wait(self.client.set_async(path, znodes.encode_partition_state(state),
+                                                    version))
+        except (BadVersionError, NoNodeError):
+            return None
+        return stat.version
+
+    def read_partition_state(self, tp: TopicPartition) -> tuple[znodes.PartitionState, int] | None:
+        path = znodes.partition_state_path(tp.topic, tp.partition)
+        try:
+            data, stat = self._wait(self.client.get_async(path))
+        except NoNodeError:
+            return None
+        return znodes.decode_partition_state(tp.topic, tp.partition, data), stat.version
+
+    def topic_config(self, topic: str) -> dict[str, str]:
+        """A topic's overrides from `/config/topics/<t>` ({} when it has none)."""
+        try:
+            data, _ = self._wait(self.client.get_async(znodes.topic_config_path(topic)))
+        except NoNodeError:
+            return {}
+        return znodes.decode_topic_config(topic, data)
+
     @property
     def pending_events(self) -> int:
         with self._lock:
@@ -182,7 +239,7 @@ class ClusterLink:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self._wake.wait(timeout=1.0)
+            self._wake.wait(timeout=self._isr_wait())
             self._wake.clear()
             if self._stop.is_set():
                 continue
@@ -207,6 +264,15 @@ class ClusterLink:
                 self._give_up(f"ZooKeeper link failed: {type(err).__name__}: {err}",
                               exc_info=True)
                 return
+
+    def _isr_wait(self) -> float:
+        """How long the worker may sleep before unannounced ISR changes are due."""
+        with self._lock:
+            if not self._pending.isr_changes:
+                return 1.0
+            due = min(self._pending.isr_last + ISR_NOTIFY_QUIET,
+                      self._pending.isr_first + ISR_NOTIFY_MAX)
+        return min(max(due - time.monotonic(), 0.01), 1.0)
 
     def _revive_if_closed(self) -> None:
         """kazoo stops reconnecting for good when its connection thread ends on an
@@ -249,6 +315,7 @@ class ClusterLink:
             with self._lock:
                 self._pending.events.popleft()
             self.events_sent += 1
+        self._announce_isr_changes()
         with self._lock:
             dirs = self._pending.log_dirs
         if dirs is not None:
@@ -260,6 +327,23 @@ class ClusterLink:
             with self._lock:
                 if self._pending.log_dirs is dirs:
                     self._pending.log_dirs = None
+
+    def _announce_isr_changes(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            p = self._pending
+            if not p.isr_changes or (now < p.isr_last + ISR_NOTIFY_QUIET
+                                     and now < p.isr_first + ISR_NOTIFY_MAX):
+                return
+            tps = sorted(p.isr_changes)
+        self._ensure_path(znodes.ISR_CHANGE_NOTIFICATION)
+        self._wait(self.client.create_async(
+            znodes.isr_change_path(), znodes.encode_isr_change(tps), sequence=True))
+        with self._lock:
+            p.isr_changes -= set(tps)
+            if p.isr_changes:
+                p.isr_first = p.isr_last = time.monotonic()
+        log.info("announced ISR changes of %s", ", ".join(str(tp) for tp in tps))
 
     def _ensure_path(self, path: str) -> None:
         try:

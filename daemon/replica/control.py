@@ -10,7 +10,9 @@ LeaderAndIsr, per partition:
 - hosted on an OFFLINE or SATURATED dir (or placed on an offline dir by the placement
   record) -> 56, and the partition's leadership is forgotten;
 - a leader epoch above the one applied here -> 3 if this broker is not a replica, else
-  become leader or follower (0); equal or lower -> 11;
+  become leader or follower (0); equal or lower -> 11. Becoming leader starts the epoch
+  at the log end (epoch cache), reads the topic's `min.insync.replicas` and hands the
+  partition to the ISR manager (daemon.replica.isr); becoming follower starts fetching;
 - not hosted: `is_new=false` while any dir is OFFLINE -> 56 and nothing is created
   (KIP-112: a lost replica is never re-created on another dir behind the controller's
   back); otherwise the log is created on an ONLINE, uncordoned dir (no such dir, or a
@@ -28,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from logstore import StorageError, TopicPartition
@@ -39,6 +41,7 @@ from ..storage.dirstate import DirState
 from ..storage.log_manager import LogManager
 from ..wire import UpdateMetadataResponse, views
 from .fetcher import ReplicaFetchers
+from .isr import IsrManager
 from .leadership import ClusterLeadership
 from .manager import ReplicaManager
 from .partition import Partition
@@ -55,7 +58,9 @@ class ControlRequests:
     def __init__(self, replicas: ReplicaManager, leadership: ClusterLeadership,
                  cache: MetadataCache, broker_epoch: Callable[[], int], *,
                  on_change: Callable[[], None] = lambda: None,
-                 fetchers: ReplicaFetchers | None = None):
+                 fetchers: ReplicaFetchers | None = None,
+                 isr: IsrManager | None = None,
+                 min_isr_of: Callable[[str], Awaitable[int]] | None = None):
         self.replicas = replicas
         self.storage: LogManager = replicas.storage
         self.leadership = leadership
@@ -63,6 +68,8 @@ class ControlRequests:
         self.broker_epoch = broker_epoch
         self.on_change = on_change  # partitions added or removed (metrics)
         self.fetchers = fetchers  # a follower's replication from its leaders
+        self.isr = isr  # a leader's follower state, ISR and high watermark
+        self.min_isr_of = min_isr_of  # a topic's min.insync.replicas
         self.controller_epoch = -1  # the newest controller epoch seen
         self._lock = asyncio.Lock()
 
@@ -115,7 +122,7 @@ class ControlRequests:
         me = self.leadership.broker_id
         p = self.replicas.partitions.get(tp)
         if p is not None and _unusable(p):
-            self.leadership.forget(tp)
+            self._forget(tp)
             return errors.KAFKA_STORAGE_ERROR, False
         if s.leader_epoch <= self.leadership.leader_epoch(tp):
             return STALE_CONTROLLER_EPOCH, False
@@ -137,14 +144,40 @@ class ControlRequests:
             p = Partition(tp, lg, d, 0)
             self.replicas.add(p)
             created = True
+        leads = s.leader == me
+        if leads and self.isr is not None:
+            try:
+                min_isr = await self.min_isr_of(tp.topic) if self.min_isr_of else 1
+                assert p.log is not None
+                start = await self.storage.run(p.dir, p.log.start_leader_epoch, s.leader_epoch)
+            except (StorageError, OSError) as err:
+                code, msg = errors.error_of(err, f"become leader of {tp}")
+                log.warning("LeaderAndIsr: cannot lead %s: %s; answered %d", tp, msg, code)
+                self._forget(tp)
+                return code, created
         self.leadership.apply(s)
         p.notify()  # a fetch waiting on a partition that is no longer led answers now
+        if self.isr is not None:
+            if leads:
+                self.isr.become_leader(p, leader_epoch=s.leader_epoch,
+                                       controller_epoch=s.controller_epoch,
+                                       partition_epoch=s.partition_epoch, isr=s.isr,
+                                       replicas=s.replicas, min_isr=min_isr,
+                                       log_end_offset=start)
+            else:
+                self.isr.resign(tp)
         if self.fetchers is not None:
-            if s.leader >= 0 and s.leader != me:
+            if s.leader >= 0 and not leads:
                 await self.fetchers.follow(tp, s.leader, s.leader_epoch)
             else:
                 self.fetchers.unfollow([tp])
         return errors.NONE, created
+
+    def _forget(self, tp: TopicPartition) -> None:
+        """Neither lead nor follow `tp` any more (its leadership is unknown here)."""
+        self.leadership.forget(tp)
+        if self.isr is not None:
+            self.isr.resign(tp)
 
     # ---- StopReplica ----
 
@@ -170,14 +203,14 @@ class ControlRequests:
         tp = TopicPartition(s.topic, s.partition)
         p = self.replicas.partitions.get(tp)
         if p is None:
-            self.leadership.forget(tp)
+            self._forget(tp)
             return errors.NONE, False
         if p.offline:
-            self.leadership.forget(tp)
+            self._forget(tp)
             return errors.KAFKA_STORAGE_ERROR, False
         if s.leader_epoch >= 0 and s.leader_epoch < self.leadership.leader_epoch(tp):
             return FENCED_LEADER_EPOCH, False
-        self.leadership.forget(tp)
+        self._forget(tp)
         if self.fetchers is not None:
             self.fetchers.unfollow([tp])
         p.notify()

@@ -34,6 +34,7 @@ from logstore import CorruptRecordError, Log, TopicPartition
 
 from ..api import errors
 from ..wire.peer import Peer, PeerError
+from . import producer
 
 log = logging.getLogger("logkeeper.fetcher")
 
@@ -228,11 +229,15 @@ class LogFollowerStorage:
     """`FollowerStorage` over this broker's `Log`s: each call that touches a disk runs on
     the partition's dir worker through `run(tp, fn, *args)` (the per-dir submit, which
     returns an awaitable), so the event loop never does; `logs` maps a partition to its
-    log (a dict, or a live view of the replica manager's partitions)."""
+    log (a dict, or a live view of the replica manager's partitions). `producers(tp)`,
+    when given, is the partition's idempotent-producer state, kept as the leader's
+    (daemon.replica.producer), on the same worker."""
 
-    def __init__(self, logs: Mapping[TopicPartition, Log], run: Callable[..., Awaitable[Any]]):
+    def __init__(self, logs: Mapping[TopicPartition, Log], run: Callable[..., Awaitable[Any]],
+                 producers: Callable[[TopicPartition], dict[int, Any]] | None = None):
         self.logs = logs
         self.run = run
+        self.producers = producers
 
     async def log_end_offset(self, tp: TopicPartition) -> int:
         return self.logs[tp].log_end_offset
@@ -249,6 +254,8 @@ class LogFollowerStorage:
 
         def append() -> int:
             lg.append(records, assign_offsets=False)
+            if self.producers is not None:
+                producer.record_replicated(self.producers(tp), records)
             return lg.log_end_offset
 
         return await self.run(tp, append)
@@ -258,6 +265,8 @@ class LogFollowerStorage:
 
         def truncate() -> int:
             lg.truncate_to(offset)
+            if self.producers is not None:
+                producer.truncate(self.producers(tp), lg.log_end_offset)
             return lg.log_end_offset
 
         return await self.run(tp, truncate)

@@ -10,7 +10,8 @@ classes answer the same questions:
   from the controller's LeaderAndIsr requests (`apply`, `forget`); what Metadata tells
   clients (leaders, replicas, ISR, offline replicas, live brokers and their endpoints)
   comes from the metadata cache that UpdateMetadata fills; the controller id from the
-  election. Replication is not built yet: a leader's HW is its LEO, as standalone.
+  election. A leader's high watermark is moved by daemon.replica.isr (the least log end
+  of the ISR) on the event loop, a follower's by its fetcher: the dir workers keep it.
 
 Thread-safety: `high_watermark` runs on a partition's dir worker (it reads the log);
 everything else is called on the event loop.
@@ -157,8 +158,8 @@ class ClusterLeadership:
                             list(m.offline_replicas))
 
     def high_watermark(self, log: Log) -> int:
-        # Replication is not built yet: HW = LEO as standalone (docs/cluster.md).
-        return log.log_end_offset
+        # Moved on the loop (IsrManager for a leader, the fetcher for a follower).
+        return log.high_watermark
 
     def metadata_topics(self, local: dict[str, list[Partition]]
                         ) -> dict[str, list[tuple[int, LeaderAndIsr]]]:

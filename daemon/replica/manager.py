@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NamedTuple
 
 from logstore import Log, TopicPartition, names
-from logstore.records import ATTR_TRANSACTIONAL, batch_attributes
+from logstore.records import ATTR_TRANSACTIONAL, batch_attributes, batch_producer
 
 from ..api.errors import (
     INVALID_REQUEST,
@@ -36,6 +36,7 @@ from ..storage.dirstate import DirState
 from ..storage.log_manager import LogManager
 from ..storage.workers import ManagedDir
 from . import producer
+from .isr import IsrManager
 from .leadership import ClusterLeadership, Standalone
 from .partition import AppendResult, Partition, ReadResult
 
@@ -45,9 +46,13 @@ log = logging.getLogger("logkeeper.broker")
 class ReplicaManager:
     """The partitions held here, on top of the LogManager. Event loop only."""
 
-    def __init__(self, storage: LogManager, leadership: Standalone | ClusterLeadership):
+    def __init__(self, storage: LogManager, leadership: Standalone | ClusterLeadership,
+                 isr: IsrManager | None = None):
         self.storage = storage
         self.leadership = leadership
+        # ZooKeeper mode: the leader side of replication (follower state, ISR, high
+        # watermark); None standalone, where the high watermark is the log end.
+        self.isr = isr
         self.partitions: dict[TopicPartition, Partition] = {}
         self._next_producer_id = (int(time.time()) & 0x7FFFFFFF) << 16
 
@@ -149,6 +154,8 @@ class ReplicaManager:
                 if r.error == NONE and r.high_watermark >= 0:
                     p.high_watermark = r.high_watermark
                     p.notify()
+                    if self.isr is not None:
+                        self.isr.on_append(p)
             return results
 
         return asyncio.ensure_future(collect())
@@ -156,13 +163,21 @@ class ReplicaManager:
     async def read(self, items: list[ReadSpec], max_bytes: int) -> list[ReadResult]:
         """Read each `ReadSpec` (a consumer's up to the high watermark, a follower's up
         to the log end); `max_bytes` bounds each dir's share of the response. A consumer
-        reads only partitions led here: the others answer NOT_LEADER_OR_FOLLOWER (6)."""
-        served = [spec.to_log_end or self.leadership.is_leader(spec.partition)
-                  for spec in items]
+        reads only partitions led here, and so does a follower: the others answer
+        NOT_LEADER_OR_FOLLOWER (6). A follower's read updates what the leader knows of
+        it (daemon.replica.isr), which may move the ISR and the high watermark."""
+        served = [self.leadership.is_leader(spec.partition) for spec in items]
         led = [spec for spec, ok in zip(items, served, strict=True) if ok]
         results = iter(await self.storage.fan_out(
             led, _dir_of, _read_all, max_bytes,
             on_error=lambda item, err: _failed_read(err, item[0])) if led else [])
+        if self.isr is not None:
+            results = list(results)
+            for spec, r in zip(led, results, strict=True):
+                if spec.replica_id >= 0 and r.error == NONE and r.diverging_epoch is None:
+                    self.isr.on_follower_fetch(spec.partition, spec.replica_id, spec.offset,
+                                               r.log_end_offset)
+            results = iter(results)
         if len(led) == len(items):
             return list(results)
         return [next(results) if ok
@@ -244,8 +259,11 @@ def _append_all(items: list[tuple[Partition, bytes]], leadership: Standalone) ->
             lg = p.log
             assert lg is not None  # an offline placeholder's dir refuses work
             if checked.duplicate_of is not None:
+                # Answered as the first time; acks=all waits for the batch's last offset.
+                count = (batch_producer(records) or (0, 0, 0, 1))[3]
                 out.append(AppendResult(NONE, checked.duplicate_of, lg.log_start_offset,
-                                        lg.high_watermark))
+                                        lg.high_watermark,
+                                        end_offset=checked.duplicate_of + count))
                 continue
             # The leader's epoch goes into every batch and the epoch cache, as Kafka's
             # leader writes it: followers and clients check truncation against it.
@@ -253,7 +271,8 @@ def _append_all(items: list[tuple[Partition, bytes]], leadership: Standalone) ->
             lg.high_watermark = leadership.high_watermark(lg)
             producer.record(p.producers, checked.token, info.base_offset)
             out.append(AppendResult(NONE, info.base_offset, lg.log_start_offset,
-                                    lg.high_watermark, info.record_count, info.size))
+                                    lg.high_watermark, info.record_count, info.size,
+                                    end_offset=info.last_offset + 1))
         except Exception as err:  # noqa: BLE001 - per-partition isolation, see error_of
             code, message = error_of(err, where)
             out.append(AppendResult(code, message=message))
@@ -267,7 +286,7 @@ class ReadSpec(NamedTuple):
     offset: int
     max_bytes: int
     last_fetched_epoch: int = -1  # Fetch v12: the epoch of the fetcher's last batch
-    to_log_end: bool = False  # a follower reads up to the log end, a consumer to the HW
+    replica_id: int = -1  # a follower's broker id (it reads to the log end), or -1
 
 
 def _read_all(items: list[ReadSpec], budget: int) -> list[ReadResult]:
@@ -280,7 +299,7 @@ def _read_all(items: list[ReadSpec], budget: int) -> list[ReadResult]:
     """
     out = []
     total = 0
-    for p, offset, max_bytes, last_fetched_epoch, to_log_end in items:
+    for p, offset, max_bytes, last_fetched_epoch, replica_id in items:
         try:
             if p.deleted:
                 out.append(ReadResult(UNKNOWN_TOPIC_OR_PARTITION))
@@ -288,6 +307,7 @@ def _read_all(items: list[ReadSpec], budget: int) -> list[ReadResult]:
             lg = p.log
             assert lg is not None
             hw = lg.high_watermark
+            leo = lg.log_end_offset  # before the read: what a follower's fetch is held to
             limit = min(max_bytes, budget - total)
             if last_fetched_epoch >= 0:
                 epoch, end = lg.epochs.end_offset_for(last_fetched_epoch, lg.log_end_offset)
@@ -300,13 +320,13 @@ def _read_all(items: list[ReadSpec], budget: int) -> list[ReadResult]:
                                       f"offset {offset} of {p.tp} is outside "
                                       f"[{lg.log_start_offset}, {lg.log_end_offset}]"))
                 continue
-            upto = lg.log_end_offset if to_log_end else hw
+            upto = leo if replica_id >= 0 else hw
             if offset >= upto or (limit <= 0 and total > 0):
-                out.append(ReadResult(NONE, b"", hw, lg.log_start_offset))
+                out.append(ReadResult(NONE, b"", hw, lg.log_start_offset, log_end_offset=leo))
                 continue
             data = lg.read(offset, max(limit, 1), max_offset=upto)
             total += len(data)
-            out.append(ReadResult(NONE, data, hw, lg.log_start_offset))
+            out.append(ReadResult(NONE, data, hw, lg.log_start_offset, log_end_offset=leo))
         except Exception as err:  # noqa: BLE001 - per-partition isolation
             code, message = error_of(err, f"read {p.tp} at {offset}")
             out.append(ReadResult(code, message=message))

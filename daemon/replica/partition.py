@@ -55,6 +55,7 @@ class AppendResult:
     records: int = 0
     size: int = 0
     message: str | None = None
+    end_offset: int = -1  # past the appended batch's last offset: what acks=all waits for
 
 
 @dataclass
@@ -64,5 +65,6 @@ class ReadResult:
     high_watermark: int = -1
     log_start_offset: int = -1
     message: str | None = None
+    log_end_offset: int = -1  # the log's end when it was read (a follower's fetch is held to it)
     # (epoch, end offset) where a fetcher's log left this one (Fetch v12), else None.
     diverging_epoch: tuple[int, int] | None = None

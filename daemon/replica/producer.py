@@ -3,7 +3,10 @@
 Kafka's check for one batch (ProducerStateManager): a lower epoch is fenced
 (INVALID_PRODUCER_EPOCH), a batch already appended is answered with its first offset
 and not written again, and a sequence that does not follow the last one is
-OUT_OF_ORDER_SEQUENCE_NUMBER. The window lives in memory only: after a restart every
+OUT_OF_ORDER_SEQUENCE_NUMBER. A follower records the batches it replicates the same way
+(`record_replicated`), so a new leader after a failover still answers a producer's
+retry of a batch the old leader had written as a duplicate; a truncation forgets the
+batches cut (`truncate`). The window lives in memory only: after a restart every
 producer starts fresh, as with a Kafka broker that lost its producer snapshots.
 
 Runs on the partition's dir worker only (the state is the partition's, see
@@ -15,7 +18,7 @@ from __future__ import annotations
 import collections
 from dataclasses import dataclass, field
 
-from logstore.records import batch_producer
+from logstore.records import HEADER, HEADER_SIZE, LOG_OVERHEAD, PRODUCER, PRODUCER_AT, batch_producer
 
 from ..api.errors import INVALID_PRODUCER_EPOCH, NONE, OUT_OF_ORDER_SEQUENCE_NUMBER
 
@@ -78,3 +81,28 @@ def record(producers: dict[int, ProducerState], token: tuple[int, int, int, int]
     if state is None or state.epoch != epoch:
         state = producers[pid] = ProducerState(epoch)
     state.batches.append(BatchMeta(first_seq, last_seq, first_offset))
+
+
+def record_replicated(producers: dict[int, ProducerState], records: bytes | memoryview) -> None:
+    """Remember every idempotent batch of `records`, a leader's batches as a follower
+    appended them (their offsets are the leader's). Framing was checked by the append."""
+    view = memoryview(records)
+    pos = 0
+    while len(view) - pos >= HEADER_SIZE:
+        base_offset, batch_length = HEADER.unpack_from(view, pos)[:2]
+        pid, epoch, base_seq, count = PRODUCER.unpack_from(view, pos + PRODUCER_AT)
+        if pid >= 0 and base_seq >= 0 and count > 0:
+            record(producers, (pid, epoch, base_seq, (base_seq + count - 1) % 2**31), base_offset)
+        pos += LOG_OVERHEAD + batch_length
+
+
+def truncate(producers: dict[int, ProducerState], offset: int) -> None:
+    """Forget the batches at or past `offset` (the log was cut there)."""
+    for pid in list(producers):
+        state = producers[pid]
+        kept = [m for m in state.batches if m.first_offset < offset]
+        if len(kept) != len(state.batches):
+            state.batches.clear()
+            state.batches.extend(kept)
+        if not state.batches:
+            del producers[pid]

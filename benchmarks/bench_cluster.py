@@ -1,0 +1,189 @@
+"""The cluster's figures (issue "The cluster", section 5), on a real ZooKeeper and three
+broker processes on loopback, each figure against a baseline timed in the same run.
+
+- Failover: the leader of a partition (RF 3, min.insync.replicas 2) is killed with
+  SIGKILL while an idempotent acks=all producer keeps writing; the time from the kill to
+  the first record acknowledged afterwards (by the new leader), over FAILOVERS runs:
+  median and p99, next to the ZooKeeper session timeout that bounds its detection.
+- Replication throughput: both followers are stopped (SIGSTOP) while the leader takes
+  REPLICATE_BYTES with acks=1; then they resume, and the time until the leader's high
+  watermark reaches its log end (both followers fetched everything and said so) gives
+  follower bytes/s, against `Log.append` of the same batches into a fresh log in this
+  process. Target >= 0.5.
+- acks=all vs acks=1: the same confluent-kafka produce of PRODUCE_BYTES into an RF 3
+  topic with each setting; the ratio is acks=all's throughput over acks=1's.
+
+Run with `make bench` (or `pytest benchmarks/bench_cluster.py --benchmark-enable`); it
+takes a few minutes, most of it waiting for ZooKeeper sessions to end.
+"""
+
+from __future__ import annotations
+
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kafka.protocol.offset import ListOffsetsRequest
+from kafka.protocol.produce import ProduceRequest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from logstore import Log, LogConfig, records  # noqa: E402
+from tests.cluster_helpers import Cluster, wait_for  # noqa: E402
+from tests.daemon_helpers import RawClient  # noqa: E402
+from tests.test_replication import Load, create, full_isr  # noqa: E402
+
+SESSION_MS = 4000
+FAILOVERS = 20
+VALUE = 4096
+PER_BATCH = 16
+REPLICATE_BYTES = 64 << 20
+PRODUCE_BYTES = 32 << 20
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    with tempfile.TemporaryDirectory(prefix="lk-bench-cluster-") as tmp:
+        cl = Cluster(Path(tmp), dirs=1, extra={
+            "zookeeper.session.timeout.ms": SESSION_MS, "log.segment.bytes": 256 << 20,
+            "replica.lag.time.max.ms": 120000})
+        cl.start()
+        try:
+            yield cl
+        finally:
+            cl.close()
+
+
+def _batches(n_bytes: int) -> list[bytes]:
+    value = bytes(range(256)) * (VALUE // 256)
+    one = records.build_batch([records.Record(key=b"k%d" % j, value=value)
+                               for j in range(PER_BATCH)])
+    return [one] * (n_bytes // len(one))
+
+
+def _high_watermark(port: int, topic: str) -> int:
+    """Partition 0's high watermark as its leader answers ListOffsets(LATEST)."""
+    c = RawClient(port)
+    try:
+        T = ListOffsetsRequest[2].ListOffsetsTopic
+        resp = c.request(ListOffsetsRequest[2](
+            replica_id=-1, isolation_level=0, topics=[T(name=topic, partitions=[
+                T.ListOffsetsPartition(partition_index=0, timestamp=-1)])]), 2)
+        return resp.topics[0].partitions[0].offset
+    finally:
+        c.close()
+
+
+def _produce(port: int, topic: str, batches: list[bytes], acks: int) -> None:
+    """Raw Produce of `batches` to partition 0, 16 batches per request."""
+    c = RawClient(port)
+    T = ProduceRequest[8].TopicProduceData
+    try:
+        for i in range(0, len(batches), 16):
+            resp = c.request(ProduceRequest[8](
+                transactional_id=None, acks=acks, timeout_ms=30000, topic_data=[
+                    T(name=topic, partition_data=[T.PartitionProduceData(
+                        index=0, records=b"".join(batches[i:i + 16]))])]), 8)
+            assert resp.responses[0].partition_responses[0].error_code == 0
+    finally:
+        c.close()
+
+
+def test_failover_to_first_acks_all_ack(cluster: Cluster, note: Any, benchmark: Any) -> None:
+    if benchmark.disabled:
+        pytest.skip("a figure, not a test: run with --benchmark-enable")
+    cl = cluster
+    create(cl, "fo", 1)
+    bootstrap = ",".join(d.bootstrap for d in cl.brokers.values())
+    load = Load(bootstrap, "fo", 1)
+    times: list[float] = []
+    with load:
+        for _ in range(FAILOVERS):
+            meta = wait_for(lambda: full_isr(cl, "fo", 1), 60, "full ISR")
+            wait_for(lambda: len(load.acked) > 0, 30, "acks")
+            victim = meta["partitions"][("fo", 0)][0]
+            acked = len(load.acked)
+            killed = time.monotonic()
+            cl.brokers[victim].kill()
+            # The first record acknowledged after the kill: the old leader's in-flight
+            # acks=all requests die with it, so this is the new leader's first.
+            wait_for(lambda acked=acked: len(load.acked) > acked, 60, "an ack after the kill")
+            times.append(time.monotonic() - killed)
+
+            def moved(victim: int = victim) -> Any:
+                m = cl.agreed("fo", 1)
+                return m and m["partitions"][("fo", 0)][0] not in (victim, -1)
+
+            wait_for(moved, 30, "a new leader")
+            cl.brokers[victim].start()
+    assert load.finish() == 0 and load.failed == []
+    times.sort()
+    p99 = times[min(len(times) - 1, round(0.99 * (len(times) - 1)))]
+    note(f"failover (SIGKILL of the leader, {len(times)} runs): first acks=all ack after "
+         f"median {statistics.median(times):.2f} s, p99 {p99:.2f} s; ZooKeeper session "
+         f"timeout {SESSION_MS / 1000:.1f} s (the time to notice the death)")
+    benchmark.extra_info["failover_s"] = times
+
+
+def test_follower_catch_up_vs_log_append(measured: Any, cluster: Cluster, benchmark: Any,
+                                         tmp_path: Path) -> None:
+    if benchmark.disabled:
+        pytest.skip("a figure, not a test: run with --benchmark-enable")
+    cl = cluster
+    batches = _batches(REPLICATE_BYTES)
+    total = sum(map(len, batches))
+    end = len(batches) * PER_BATCH
+    catch_up, append = [], []
+    for run in range(3):
+        topic = f"rep{run}"
+        meta = create(cl, topic, 1, min_isr=1)
+        leader = meta["partitions"][(topic, 0)][0]
+        followers = [b for b in cl.brokers if b != leader]
+        for b in followers:
+            cl.brokers[b].proc.send_signal(signal.SIGSTOP)
+        try:
+            _produce(cl.brokers[leader].port, topic, batches, acks=1)
+        finally:
+            for b in followers:
+                cl.brokers[b].proc.send_signal(signal.SIGCONT)
+        started = time.perf_counter()
+        while _high_watermark(cl.brokers[leader].port, topic) < end:
+            time.sleep(0.002)
+        catch_up.append(time.perf_counter() - started)
+        lg = Log.open(tmp_path / f"a{run}" / "t-0", LogConfig(segment_bytes=256 << 20))
+        try:
+            started = time.perf_counter()
+            for b in batches:
+                lg.append(b, leader_epoch=0)
+            append.append(time.perf_counter() - started)
+        finally:
+            lg.close()
+    measured("replication: 2 followers catch up vs Log.append", statistics.median(catch_up),
+             statistics.median(append), target=0.5, unit_bytes=total,
+             ours_label="follower fetch", baseline_label="Log.append")
+
+
+def test_produce_acks_all_vs_acks_1(measured: Any, cluster: Cluster, benchmark: Any) -> None:
+    if benchmark.disabled:
+        pytest.skip("a figure, not a test: run with --benchmark-enable")
+    cl = cluster
+    batches = _batches(PRODUCE_BYTES)
+    total = sum(map(len, batches))
+    times: dict[int, list[float]] = {1: [], -1: []}
+    for run in range(3):
+        for acks in (1, -1):
+            topic = f"acks{acks + 1}x{run}"
+            meta = create(cl, topic, 1, min_isr=2)
+            leader = meta["partitions"][(topic, 0)][0]
+            started = time.perf_counter()
+            _produce(cl.brokers[leader].port, topic, batches, acks=acks)
+            times[acks].append(time.perf_counter() - started)
+    measured("produce RF 3: acks=all vs acks=1", statistics.median(times[-1]),
+             statistics.median(times[1]), unit_bytes=total, ours_label="acks=all",
+             baseline_label="acks=1")

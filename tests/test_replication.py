@@ -1,0 +1,243 @@
+"""Replication end to end: a real ZooKeeper, three logkeeper broker processes, real
+Kafka clients. The leader tracks its followers, moves the high watermark with the
+ISR, shrinks and expands the ISR through ZooKeeper, and answers acks=all only once the
+ISR holds the write (docs/cluster.md, "Replication"; after Kafka's own
+replication_test.py and its min.insync.replicas rules).
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import confluent_kafka as ck
+import confluent_kafka.admin as ck_admin
+
+from .cluster_helpers import SESSION_MS, Cluster, wait_for
+from .daemon_helpers import RawClient
+from .sick_helpers import produce_raw
+
+NOT_ENOUGH_REPLICAS = 19
+
+
+def create(cl: Cluster, topic: str, partitions: int, *, min_isr: int = 2,
+           assignment: list[list[int]] | None = None) -> dict[str, Any]:
+    """Create `topic` with RF 3 through the controller; wait until every broker agrees
+    on it and every ISR is full."""
+    a = ck_admin.AdminClient({"bootstrap.servers": cl.brokers[1].bootstrap})
+    config = {"min.insync.replicas": str(min_isr)}
+    spec = (ck_admin.NewTopic(topic, len(assignment), replica_assignment=assignment,
+                              config=config)
+            if assignment else ck_admin.NewTopic(topic, partitions, 3, config=config))
+    for fut in a.create_topics([spec], request_timeout=30).values():
+        fut.result(30)
+    return wait_for(lambda: full_isr(cl, topic, partitions), 30, f"{topic} agreed, ISRs full")
+
+
+def full_isr(cl: Cluster, topic: str, partitions: int) -> dict[str, Any] | None:
+    m = cl.agreed(topic, partitions)
+    if m and all(len(v[3]) == len(v[2]) for k, v in m["partitions"].items() if k[0] == topic):
+        return m
+    return None
+
+
+def isr_of(cl: Cluster, broker: int, topic: str, partition: int) -> list[int]:
+    return sorted(cl.metadata(broker, [topic])["partitions"][(topic, partition)][3])
+
+
+def partition_bytes(cl: Cluster, broker: int, topic: str, partition: int) -> bytes | None:
+    """The .log bytes of one replica (whichever dir of `broker` holds it)."""
+    for ld in cl.brokers[broker].log_dirs:
+        pdir = ld / f"{topic}-{partition}"
+        if pdir.is_dir():
+            return b"".join(f.read_bytes() for f in sorted(pdir.glob("*.log")))
+    return None
+
+
+def replicas_identical(cl: Cluster, topic: str, partitions: int) -> bool:
+    for part in range(partitions):
+        got = {partition_bytes(cl, b, topic, part) for b in cl.brokers}
+        if len(got) != 1 or None in got:
+            return False
+    return True
+
+
+def consume_all(cl: Cluster, topic: str, partitions: int) -> dict[int, list[tuple[int, bytes]]]:
+    """Every record of `topic` up to the high watermark: (offset, value) per partition."""
+    bootstrap = ",".join(cl.brokers[b].bootstrap for b in cl.alive())
+    c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "verify",
+                     "enable.auto.commit": False})
+    try:
+        ends = {p: c.get_watermark_offsets(ck.TopicPartition(topic, p), 30)[1]
+                for p in range(partitions)}
+        c.assign([ck.TopicPartition(topic, p, 0) for p in range(partitions)])
+        out: dict[int, list[tuple[int, bytes]]] = {p: [] for p in range(partitions)}
+        deadline = time.monotonic() + 120
+        while any((out[p][-1][0] + 1 if out[p] else 0) < ends[p] for p in out):
+            assert time.monotonic() < deadline, "consuming timed out"
+            for m in c.consume(10000, 0.5):
+                if m.error() is None:
+                    out[m.partition()].append((m.offset(), m.value()))
+        return out
+    finally:
+        c.close()
+
+
+def test_acks_all_answers_19_below_min_insync_and_resumes_when_brokers_return(
+        tmp_path: Path) -> None:
+    """RF 3, min.insync.replicas 2: acks=all works with the ISR full; with two of three
+    brokers killed the ISR shrinks to the leader and acks=all is refused with 19 before
+    anything is appended; the brokers come back, catch up, re-enter the ISR, and writes
+    resume. Nothing refused is ever read."""
+    with Cluster(tmp_path, dirs=1) as cl:
+        meta = create(cl, "a", 1)
+        leader = meta["partitions"][("a", 0)][0]
+        c = RawClient(cl.brokers[leader].port)
+        try:
+            assert produce_raw(c, "a", 0, [b"one", b"two"]) == (0, 0)
+            others = [b for b in cl.brokers if b != leader]
+            for b in others:
+                cl.brokers[b].kill()
+            wait_for(lambda: isr_of(cl, leader, "a", 0) == [leader], SESSION_MS / 1000 + 20,
+                     "the ISR to shrink to the leader")
+            for _ in range(3):
+                assert produce_raw(c, "a", 0, [b"refused"])[0] == NOT_ENOUGH_REPLICAS
+            for b in others:
+                cl.brokers[b].start()
+            wait_for(lambda: full_isr(cl, "a", 1), 40, "the ISR to be full again")
+            assert produce_raw(c, "a", 0, [b"three"]) == (0, 2)
+        finally:
+            c.close()
+        got = consume_all(cl, "a", 1)[0]
+        assert got == [(0, b"one"), (1, b"two"), (2, b"three")]
+        wait_for(lambda: replicas_identical(cl, "a", 1), 30, "replicas byte-identical")
+
+
+def test_a_paused_follower_leaves_the_isr_and_rejoins_when_it_catches_up(tmp_path: Path) -> None:
+    """replica.lag.time.max.ms: a follower stopped (SIGSTOP) while the leader takes
+    writes is dropped from the ISR by the leader (a conditional write of the partition
+    state plus an isr_change notification, so every broker's Metadata shows it) well
+    before its ZooKeeper session ends, and acks=all with min.insync.replicas 2 goes on
+    meanwhile; resumed, it catches up and the leader adds it back."""
+    extra = {"replica.lag.time.max.ms": 1500, "zookeeper.session.timeout.ms": 30000}
+    with Cluster(tmp_path, dirs=1, extra=extra) as cl:
+        ctl = cl.controller()
+        leader, paused = [b for b in cl.brokers if b != ctl]
+        create(cl, "s", 1, assignment=[[leader, ctl, paused]])
+        p = ck.Producer({"bootstrap.servers": cl.brokers[leader].bootstrap, "acks": "all",
+                         "linger.ms": 5})
+        delivered: list[Any] = []
+
+        def cb(err: Any, msg: Any) -> None:
+            delivered.append(err)
+
+        cl.brokers[paused].proc.send_signal(signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            for i in range(200):
+                p.produce("s", b"v%d" % i, partition=0, on_delivery=cb)
+                p.poll(0.02)
+            wait_for(lambda: all(isr_of(cl, b, "s", 0) == sorted([leader, ctl])
+                                 for b in (leader, ctl)), 20, "the paused follower out of the ISR")
+            assert time.monotonic() - started < 25  # the lag, not the 30 s session, did it
+            assert p.flush(30) == 0
+            assert delivered == [None] * 200  # acks=all went on with two in the ISR
+        finally:
+            cl.brokers[paused].proc.send_signal(signal.SIGCONT)
+        wait_for(lambda: full_isr(cl, "s", 1), 30, "the follower back in the ISR")
+        wait_for(lambda: replicas_identical(cl, "s", 1), 30, "replicas byte-identical")
+
+
+class Load:
+    """An idempotent acks=all confluent-kafka producer writing numbered records to every
+    partition of a topic in a thread; `acked` gets each record the cluster acknowledged."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int):
+        self.producer = ck.Producer({
+            "bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
+            "linger.ms": 5, "message.timeout.ms": 180000, "retry.backoff.ms": 100,
+            "socket.timeout.ms": 10000, "metadata.max.age.ms": 5000})
+        self.topic, self.partitions = topic, partitions
+        self.acked: list[tuple[int, bytes]] = []
+        self.failed: list[Any] = []
+        self.sent = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _cb(self, err: Any, msg: Any) -> None:
+        if err is None:
+            self.acked.append((msg.partition(), msg.value()))
+        else:
+            self.failed.append(err)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            value = b"%09d" % self.sent
+            try:
+                self.producer.produce(self.topic, value, partition=self.sent % self.partitions,
+                                      on_delivery=self._cb)
+                self.sent += 1
+            except BufferError:
+                self.producer.poll(0.1)
+                continue
+            self.producer.poll(0.003)
+
+    def __enter__(self) -> Load:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def finish(self) -> int:
+        self._stop.set()
+        self._thread.join()
+        return self.producer.flush(120)
+
+
+def test_leader_killed_repeatedly_under_idempotent_acks_all_load_loses_and_duplicates_nothing(
+        tmp_path: Path) -> None:
+    """Kafka's replication_test.py, hard-kill flavour: RF 3, min.insync.replicas 2, an
+    idempotent acks=all producer running throughout; the leader of partition 0 is
+    killed with SIGKILL three times, each time restarted once leadership has moved, and
+    rejoins the ISR. Afterwards every acknowledged record is read back exactly once, in
+    the order produced per partition, nothing at all is duplicated, and the three
+    replicas of each partition are byte-identical."""
+    topic, parts = "e", 2
+    with Cluster(tmp_path, dirs=1) as cl:
+        create(cl, topic, parts)
+        bootstrap = ",".join(d.bootstrap for d in cl.brokers.values())
+        load = Load(bootstrap, topic, parts)
+        with load:
+            for _ in range(3):
+                time.sleep(1.5)
+                meta = wait_for(lambda: full_isr(cl, topic, parts), 60, "full ISRs")
+                victim = meta["partitions"][(topic, 0)][0]
+                before = len(load.acked)
+                cl.brokers[victim].kill()
+
+                def moved(victim: int = victim) -> Any:
+                    m = cl.agreed(topic, parts)
+                    return m and m["partitions"][(topic, 0)][0] not in (victim, -1)
+
+                wait_for(moved, SESSION_MS / 1000 + 20, "a new leader for partition 0")
+                wait_for(lambda before=before: len(load.acked) > before + 50, 30,
+                         "acks=all writes acknowledged by the new leader")
+                cl.brokers[victim].start()
+            wait_for(lambda: full_isr(cl, topic, parts), 60, "the last victim back in the ISR")
+            time.sleep(1)
+        assert load.finish() == 0
+        assert load.failed == []
+        assert len(load.acked) > 300
+        got = consume_all(cl, topic, parts)
+        for part in range(parts):
+            values = [v for _, v in got[part]]
+            assert len(values) == len(set(values)), f"partition {part} holds duplicates"
+            assert values == sorted(values), f"partition {part} is out of order"
+            acked = {v for p, v in load.acked if p == part}
+            assert acked <= set(values), f"partition {part} lost {len(acked - set(values))} acked records"
+        wait_for(lambda: replicas_identical(cl, topic, parts), 60, "replicas byte-identical")
