@@ -274,6 +274,10 @@ class Server:
                 lambda: self.storage.maintenance(retention=False, checkpoints=True))),
             asyncio.ensure_future(self._periodic(METRICS_REFRESH_S,
                                                  self._refresh_dirs, first=0)),
+            asyncio.ensure_future(self._periodic(
+                self.config["replica.high.watermark.checkpoint.interval.ms"] / 1000,
+                lambda: self.storage.maintenance(retention=False, checkpoints=False,
+                                                 watermarks=True))),
         ]
         if self.isr is not None:
             isr = self.isr

@@ -266,6 +266,8 @@ KEYS: dict[str, Key] = {k.name: k for k in (
         "acks=all needs this many in-sync replicas (a topic's own value overrides it)"),
     Key("replica.lag.time.max.ms", int, 30000, _int(1),
         "a follower that has not caught up for this long leaves the ISR"),
+    Key("replica.high.watermark.checkpoint.interval.ms", int, 5000, _int(1),
+        "how often the high watermarks are written to replication-offset-checkpoint"),
     Key("auto.create.topics.enable", bool, True, _bool,
         "create topics named in Metadata requests"),
     Key("socket.request.max.bytes", int, 100 * 1024 * 1024, _int(1, 2**31 - 1),

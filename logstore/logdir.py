@@ -245,6 +245,13 @@ class LogDir:
                 self.path / names.LOG_START_OFFSET_CHECKPOINT,
                 {tp: log.log_start_offset for tp, log in logs})
 
+    def write_high_watermarks(self) -> None:
+        """The high watermarks alone (Kafka checkpoints them more often than it flushes)."""
+        with self.guard.io("write high watermarks", self.path):
+            checkpoint.write_offset_checkpoint(
+                self.path / names.REPLICATION_OFFSET_CHECKPOINT,
+                {tp: log.high_watermark for tp, log in sorted(self.logs.items())})
+
     def flush(self) -> None:
         for log in self.logs.values():
             log.flush()

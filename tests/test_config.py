@@ -194,6 +194,7 @@ log.dir.slow.min.ms = 20
 log.dir.slow.factor = 3
 min.insync.replicas = 2
 replica.lag.time.max.ms = 10000
+replica.high.watermark.checkpoint.interval.ms = 2000
 """
 
 
@@ -217,6 +218,7 @@ def test_every_key_is_read(tmp_path: Path) -> None:
     assert cfg["log.dir.slow.action"] == "offline"
     assert (cfg["log.dir.slow.min.ms"], cfg["log.dir.slow.factor"]) == (20, 3)
     assert (cfg["min.insync.replicas"], cfg["replica.lag.time.max.ms"]) == (2, 10000)
+    assert cfg["replica.high.watermark.checkpoint.interval.ms"] == 2000
     assert cfg.source == str(path)
     lc = cfg.log_config()
     assert (lc.segment_bytes, lc.segment_ms, lc.retention_ms, lc.retention_bytes,

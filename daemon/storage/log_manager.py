@@ -212,11 +212,13 @@ class LogManager(DirWorkers):
     # ---- keeping the logs ----
 
     async def maintenance(self, *, retention: bool, checkpoints: bool,
-                          only: ManagedDir | None = None) -> None:
-        """Retention and/or flush + checkpoints on every dir (or `only` one), each on its
-        own worker. A failed round is logged here and retried at the next."""
+                          only: ManagedDir | None = None, watermarks: bool = False) -> None:
+        """Retention and/or flush + checkpoints (or the high-watermark checkpoint alone)
+        on every dir (or `only` one), each on its own worker. A failed round is logged
+        here and retried at the next."""
         dirs = [d for d in self.dirs if only in (None, d) and d.usable]
-        for d, deleted in await self.run_each(dirs, _maintain, retention, checkpoints):
+        for d, deleted in await self.run_each(dirs, _maintain, retention, checkpoints,
+                                              watermarks):
             if isinstance(deleted, BaseException):
                 error_of(deleted, f"maintenance of {d.path}")
             elif deleted:
@@ -299,7 +301,7 @@ def _describe_dir(d: ManagedDir) -> dict[str, Any]:
             "usable_bytes": space.avail_bytes}
 
 
-def _maintain(d: ManagedDir, retention: bool, checkpoints: bool) -> int:
+def _maintain(d: ManagedDir, retention: bool, checkpoints: bool, watermarks: bool) -> int:
     ld = d.logdir
     assert ld is not None
     deleted = 0
@@ -310,6 +312,8 @@ def _maintain(d: ManagedDir, retention: bool, checkpoints: bool) -> int:
     if checkpoints:
         ld.flush()
         ld.write_checkpoints()
+    elif watermarks:
+        ld.write_high_watermarks()
     return deleted
 
 
