@@ -46,7 +46,7 @@ from .health.commands import AdminError, OperatorCommands
 from .health.monitor import LogDirMonitor
 from .health.transitions import TransitionHandler
 from .ops.http import HttpEndpoint
-from .ops.metrics import Metrics
+from .ops.metrics import Metrics, ReplicationSnapshot
 from .ops.notify import Notifier
 from .replica.control import ControlRequests
 from .replica.fetcher import LogFollowerStorage, ReplicaFetchers
@@ -120,6 +120,7 @@ class Server:
                                          on_partitions_changed=self._partitions_changed)
         self.cluster: ClusterLink | None = None
         self.notifier = notifier or Notifier.from_environment()
+        self.metrics.watch_replication(self._replication_snapshot)
         self.http = HttpEndpoint(self.metrics, self.health, admin=self._admin,
                                  views={"/log-dirs": self.monitor.describe})
         self.fatal: str | None = None  # why the daemon stops on its own
@@ -162,6 +163,23 @@ class Server:
             log.warning("reading %s's min.insync.replicas failed (%s: %s); using the broker's "
                         "(%d)", topic, type(err).__name__, err, default)
             return default
+
+    def _replication_snapshot(self) -> ReplicationSnapshot:
+        """For the metrics, at scrape time (on the HTTP endpoint's loop: this one)."""
+        leaders = self.replicas.leader_count()
+        if self.isr is None:  # standalone: a one-broker cluster, its own controller
+            return ReplicationSnapshot(leader_count=leaders, active_controller=1,
+                                       offline_partitions=self.replicas.offline_count())
+        ctl = self.controller
+        active = ctl is not None and ctl.is_active
+        return ReplicationSnapshot(
+            leader_count=leaders, under_replicated=self.isr.under_replicated(),
+            under_min_isr=self.isr.under_min_isr(), isr_shrinks=self.isr.isr_shrinks,
+            isr_expands=self.isr.isr_expands, active_controller=int(active),
+            offline_partitions=ctl.offline_partitions_count if active else 0,
+            failed_partitions=len(self.fetchers.failed) if self.fetchers else 0,
+            follower_lag=tuple((tp.topic, tp.partition, lag)
+                               for tp, lag in (self.fetchers.lags() if self.fetchers else [])))
 
     # ---- health ----
 
@@ -356,8 +374,7 @@ class Server:
         self.monitor.publish()  # free bytes change: the controller's view follows
 
     def _partitions_changed(self) -> None:
-        self.metrics.partitions_changed(len(self.replicas.partitions),
-                                        self.replicas.leader_count(), self.storage.dirs)
+        self.metrics.partitions_changed(len(self.replicas.partitions), self.storage.dirs)
 
     def _on_signal(self, sig: int) -> None:
         if self.stop_event.is_set():

@@ -18,7 +18,7 @@ import confluent_kafka.admin as ck_admin
 
 from .cluster_helpers import SESSION_MS, Cluster, wait_for
 from .daemon_helpers import RawClient
-from .sick_helpers import produce_raw
+from .sick_helpers import metric, produce_raw
 
 NOT_ENOUGH_REPLICAS = 19
 
@@ -105,10 +105,21 @@ def test_acks_all_answers_19_below_min_insync_and_resumes_when_brokers_return(
                      "the ISR to shrink to the leader")
             for _ in range(3):
                 assert produce_raw(c, "a", 0, [b"refused"])[0] == NOT_ENOUGH_REPLICAS
+            d = cl.brokers[leader]
+            assert metric(d, "kafka_server_replicamanager_underminisrpartitioncount") == 1
+            assert metric(d, "kafka_server_replicamanager_underreplicatedpartitions") == 1
+            assert metric(d, "kafka_server_replicamanager_leadercount") == 1
+            # The last broker standing is the controller, whoever was before.
+            assert metric(d, "kafka_controller_kafkacontroller_activecontrollercount") == 1
             for b in others:
                 cl.brokers[b].start()
             wait_for(lambda: full_isr(cl, "a", 1), 40, "the ISR to be full again")
             assert produce_raw(c, "a", 0, [b"three"]) == (0, 2)
+            assert metric(d, "kafka_server_replicamanager_underminisrpartitioncount") == 0
+            assert metric(d, "kafka_server_replicamanager_underreplicatedpartitions") == 0
+            assert metric(d, "kafka_server_replicamanager_isrexpands_total") == 2
+            assert sum(metric(cl.brokers[b], "kafka_controller_kafkacontroller_activecontrollercount")
+                       for b in cl.brokers) == 1
         finally:
             c.close()
         got = consume_all(cl, "a", 1)[0]
@@ -162,10 +173,19 @@ def test_a_paused_follower_leaves_the_isr_and_rejoins_when_it_catches_up(tmp_pat
             assert time.monotonic() - started < 25  # the lag, not the 30 s session, did it
             assert p.flush(30) == 0
             assert delivered == [None] * 200  # acks=all went on with two in the ISR
+            d = cl.brokers[leader]
+            assert metric(d, "kafka_server_replicamanager_isrshrinks_total") == 1
+            assert metric(d, "kafka_server_replicamanager_underreplicatedpartitions") == 1
+            assert metric(d, "kafka_server_replicamanager_underminisrpartitioncount") == 0
         finally:
             cl.brokers[paused].proc.send_signal(signal.SIGCONT)
         wait_for(lambda: full_isr(cl, "s", 1), 30, "the follower back in the ISR")
+        assert metric(cl.brokers[leader], "kafka_server_replicamanager_isrexpands_total") == 1
+        assert metric(cl.brokers[leader], "kafka_server_replicamanager_underreplicatedpartitions") == 0
         wait_for(lambda: replicas_identical(cl, "s", 1), 30, "replicas byte-identical")
+        # The resumed follower's fetcher reports no lag once it caught up.
+        wait_for(lambda: metric(cl.brokers[paused], "kafka_server_replicafetchermanager_maxlag",
+                                clientId="Replica") == 0, 10, "no follower lag")
 
 
 class Load:

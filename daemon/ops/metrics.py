@@ -10,17 +10,20 @@ The daemon records through methods (`observe_request`, `bytes_in(topic, n)`,
 port)` (daemon.ops.http); `health_fn` is the callable behind /healthz. Where the Kafka
 name exists, the metric follows Prometheus' base units (seconds, bytes) rather than
 JMX's milliseconds. Values only known at scrape time come from collectors
-(`Crc32cCollector`). Recording never raises.
+(`Crc32cCollector`; `ReplicationCollector`: leader count, under-replicated and
+under-min-ISR partitions, ISR shrinks and expands, the controller's active count and
+offline partitions, the fetchers' failed partitions and lag). Recording never raises.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 import native
@@ -57,6 +60,76 @@ class Crc32cCollector(Collector):
             "1 for the CRC-32C implementation in use (native.crc32c_active)", labels=["impl"])
         family.add_metric([native.crc32c_active()], 1)
         yield family
+
+
+@dataclass(frozen=True)
+class ReplicationSnapshot:
+    """What the replication metrics read, taken at scrape time (the daemon builds it)."""
+
+    leader_count: int = 0
+    under_replicated: int = 0  # led here, ISR smaller than the replica set
+    under_min_isr: int = 0  # led here, ISR smaller than min.insync.replicas
+    isr_shrinks: int = 0
+    isr_expands: int = 0
+    active_controller: int = 0
+    offline_partitions: int = 0  # the controller's count; 0 elsewhere
+    failed_partitions: int = 0  # KIP-461: set aside by this broker's fetchers
+    # (topic, partition, lag in offsets behind the leader's high watermark), per follower
+    # partition; the max is Kafka's ReplicaFetcherManager MaxLag.
+    follower_lag: tuple[tuple[str, int, int], ...] = ()
+
+
+class ReplicationCollector(Collector):
+    """Kafka's replication and controller metrics, read when scraped (module doc)."""
+
+    def __init__(self, snapshot: Callable[[], ReplicationSnapshot]):
+        self.snapshot = snapshot
+
+    def collect(self) -> Any:
+        try:
+            s = self.snapshot()
+        except Exception:  # noqa: BLE001 - a scrape never fails for a metric
+            log.exception("replication metrics snapshot failed")
+            return
+        for name, doc, value in (
+                ("kafka_server_replicamanager_leadercount", "Partitions this broker leads",
+                 s.leader_count),
+                ("kafka_server_replicamanager_underreplicatedpartitions",
+                 "Partitions led here whose ISR is smaller than their replica set",
+                 s.under_replicated),
+                ("kafka_server_replicamanager_underminisrpartitioncount",
+                 "Partitions led here whose ISR is smaller than min.insync.replicas",
+                 s.under_min_isr),
+                ("kafka_controller_kafkacontroller_activecontrollercount",
+                 "1 on the broker that is the active controller", s.active_controller),
+                ("kafka_controller_kafkacontroller_offlinepartitionscount",
+                 "Partitions without a live leader (the active controller's count)",
+                 s.offline_partitions)):
+            yield GaugeMetricFamily(name, doc, value=value)
+        for name, doc, value in (
+                ("kafka_server_replicamanager_isrshrinks", "ISR shrinks made by this leader",
+                 s.isr_shrinks),
+                ("kafka_server_replicamanager_isrexpands", "ISR expansions made by this leader",
+                 s.isr_expands)):
+            yield CounterMetricFamily(name, doc, value=value)
+        failed = GaugeMetricFamily(
+            "kafka_server_replicafetchermanager_failedpartitionscount",
+            "Follower partitions set aside after an error (KIP-461)", labels=["clientId"])
+        failed.add_metric(["Replica"], s.failed_partitions)
+        yield failed
+        max_lag = GaugeMetricFamily(
+            "kafka_server_replicafetchermanager_maxlag",
+            "Largest lag, in offsets, of a follower partition behind its leader",
+            labels=["clientId"])
+        max_lag.add_metric(["Replica"], max((lag for *_, lag in s.follower_lag), default=0))
+        yield max_lag
+        lag = GaugeMetricFamily(
+            "kafka_server_fetcherlagmetrics_consumerlag",
+            "Offsets a follower partition is behind its leader's high watermark",
+            labels=["clientId", "topic", "partition"])
+        for topic, partition, n in s.follower_lag:
+            lag.add_metric(["Replica", topic, str(partition)], n)
+        yield lag
 
 
 def _default_health() -> tuple[bool, dict[str, Any]]:
@@ -103,8 +176,6 @@ class Metrics:
                                  "Open client connections", registry=r)
         self.partition_count = Gauge("kafka_server_replicamanager_partitioncount",
                                      "Partitions on this broker", registry=r)
-        self.leader_count = Gauge("kafka_server_replicamanager_leadercount",
-                                  "Partitions this broker leads", registry=r)
         self.dir_size = Gauge("kafka_log_logdir_size_bytes",
                               "Bytes of partition data in a log dir", ["log_dir"], registry=r)
         self.dir_free = Gauge("kafka_log_logdir_free_bytes",
@@ -185,10 +256,13 @@ class Metrics:
             await self._http.close()
             self._http = None
 
-    def partitions_changed(self, partitions: int, leaders: int, dirs: Iterable[Any]) -> None:
-        """Partitions held, partitions led, and each log dir's partition count."""
+    def watch_replication(self, snapshot: Callable[[], ReplicationSnapshot]) -> None:
+        """Serve the replication and controller metrics from `snapshot()` at scrape time."""
+        self.registry.register(ReplicationCollector(snapshot))
+
+    def partitions_changed(self, partitions: int, dirs: Iterable[Any]) -> None:
+        """Partitions held and each log dir's partition count."""
         self.partition_count.set(partitions)
-        self.leader_count.set(leaders)
         for d in dirs:
             self.dir_partitions.labels(str(d.path)).set(len(d.partitions))
 

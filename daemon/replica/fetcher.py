@@ -65,6 +65,7 @@ class FetchState:
     fetch_offset: int
     last_fetched_epoch: int = -1
     delayed_until: float = 0.0  # loop time before which it is not fetched (backoff)
+    lag: int = 0  # offsets behind the leader's high watermark at the last answer
 
 
 def whole_batches(records: bytes) -> bytes:
@@ -194,8 +195,9 @@ class Fetcher:
             if records:
                 state.fetch_offset = await self.storage.append(tp, records)
                 state.last_fetched_epoch = await self.storage.last_fetched_epoch(tp)
-            self.storage.set_high_watermark(
-                tp, min(part.high_watermark, state.fetch_offset))  # type: ignore[attr-defined]
+            leader_hw = part.high_watermark  # type: ignore[attr-defined]
+            self.storage.set_high_watermark(tp, min(leader_hw, state.fetch_offset))
+            state.lag = max(0, leader_hw - state.fetch_offset)
         except asyncio.CancelledError:
             raise
         except Exception as err:  # noqa: BLE001 - KIP-461: one partition, not the fetcher
@@ -298,6 +300,10 @@ class ReplicaFetchers:
     @property
     def failed(self) -> set[TopicPartition]:
         return set().union(*(f.failed for f in self.fetchers.values()))
+
+    def lags(self) -> list[tuple[TopicPartition, int]]:
+        """Each followed partition's lag behind its leader's high watermark (offsets)."""
+        return [(tp, s.lag) for f in self.fetchers.values() for tp, s in f.partitions.items()]
 
     async def follow(self, tp: TopicPartition, leader_id: int, leader_epoch: int) -> None:
         """Fetch `tp` from `leader_id` at `leader_epoch` (clears a KIP-461 mark)."""

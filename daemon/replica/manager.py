@@ -137,7 +137,8 @@ class ReplicaManager:
         return sum(1 for p in self.partitions.values() if p.offline)
 
     def leader_count(self) -> int:
-        return sum(1 for p in self.partitions.values() if self.leadership.is_leader(p))
+        return sum(1 for p in self.partitions.values()
+                   if not p.offline and self.leadership.is_leader(p))
 
     # ---- data path ----
 
