@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 from kafka.protocol.offset import ListOffsetsRequest
-from kafka.protocol.produce import ProduceRequest
+from kafka.protocol.producer import ProduceRequest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 

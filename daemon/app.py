@@ -39,7 +39,7 @@ from logstore import LogStoreError
 from . import config as config_mod
 from .api.connections import Connections
 from .api.handlers import Handlers
-from .cluster.link import ClusterLink
+from .cluster.link import ClusterLink, cluster_id_from_zookeeper
 from .cluster.metadata_cache import MetadataCache
 from .controller.controller import Controller
 from .health.commands import AdminError, OperatorCommands
@@ -55,7 +55,7 @@ from .replica.leadership import ClusterLeadership, Standalone
 from .replica.manager import ReplicaManager
 from .replica.topics import TopicAdmin
 from .storage.dirstate import DirState
-from .storage.log_manager import LogManager
+from .storage.log_manager import LogManager, new_cluster_id
 
 log = logging.getLogger("logkeeper.server")
 
@@ -181,6 +181,24 @@ class Server:
             follower_lag=tuple((tp.topic, tp.partition, lag)
                                for tp, lag in (self.fetchers.lags() if self.fetchers else [])))
 
+    async def _cluster_id_from_zookeeper(self, found: str | None) -> str:
+        """At start-up, before the dirs open: the cluster's id from `/cluster/id` (the
+        first broker creates it). ZooKeeper unreachable: the dirs' id, or no start."""
+        hosts = self.config["zookeeper.connect"]
+        timeout = self.config["zookeeper.session.timeout.ms"] / 1000
+        try:
+            return await asyncio.to_thread(cluster_id_from_zookeeper, hosts,
+                                           found or new_cluster_id(), timeout=timeout)
+        except Exception as err:  # noqa: BLE001 - ZooKeeper away or refusing: decided below
+            if found is None:
+                raise LogStoreError(
+                    f"cannot read the cluster id from ZooKeeper at {hosts} ({type(err).__name__}: "
+                    f"{err}), and the log dirs hold none: a new broker must reach ZooKeeper "
+                    "once to join its cluster") from err
+            log.warning("cannot read the cluster id from ZooKeeper at %s (%s); using the log "
+                        "dirs' (%s)", hosts, type(err).__name__, found)
+            return found
+
     # ---- health ----
 
     def health(self) -> tuple[bool, dict[str, Any]]:
@@ -248,7 +266,8 @@ class Server:
         self.transitions.attach()
         self.monitor.attach()
         try:
-            placement = await self.storage.start()
+            placement = await self.storage.start(
+                None if self.config.standalone else self._cluster_id_from_zookeeper)
             for d in self.storage.dirs:
                 if d.logdir is not None and d.state is not DirState.OFFLINE:
                     await self.replicas.adopt(d)

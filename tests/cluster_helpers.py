@@ -87,7 +87,7 @@ class Cluster:
                 parts[(t.name, p.partition_index)] = (
                     p.leader_id, p.leader_epoch, list(p.replica_nodes), list(p.isr_nodes),
                     list(p.offline_replicas))
-        return {"controller": resp.controller_id,
+        return {"controller": resp.controller_id, "cluster_id": resp.cluster_id,
                 "brokers": sorted(b.node_id for b in resp.brokers), "partitions": parts,
                 "errors": {t.name: t.error_code for t in resp.topics}}
 

@@ -346,3 +346,36 @@ def test_followers_replicate_the_leaders_log_byte_for_byte(tmp_path: Path) -> No
         after = wait_for(moved, SESSION_MS / 1000 + 15, "a new leader")
         new_leader = after["partitions"][("r", 0)][0]
         assert _partition_bytes(cl.brokers[new_leader], "r", 0) == copied
+
+
+def test_every_broker_names_the_cluster_id_zookeeper_holds(tmp_path: Path) -> None:
+    """/cluster/id (Kafka's ClusterIdZNode) is created by the first broker; every broker
+    writes it into its dirs' meta.properties and answers it in Metadata; a broker whose
+    dirs belong to another cluster refuses to start, naming both ids."""
+    import json
+
+    with Cluster(tmp_path, dirs=1) as cl:
+        zc = KazooClient(hosts=cl.zk.hosts)
+        zc.start()
+        try:
+            data = json.loads(zc.get("/cluster/id")[0])
+        finally:
+            zc.stop()
+            zc.close()
+        assert data["version"] == "1"
+        cid = data["id"]
+        assert {cl.metadata(b)["cluster_id"] for b in cl.brokers} == {cid}
+        for d in cl.brokers.values():
+            meta = (d.log_dirs[0] / "meta.properties").read_text()
+            assert f"cluster.id={cid}" in meta.splitlines()
+        # Broker 3's dir now claims another cluster: it does not start.
+        d3 = cl.brokers[3]
+        d3.stop()
+        path = d3.log_dirs[0] / "meta.properties"
+        path.write_text(path.read_text().replace(cid, "AAAAAAAAAAAAAAAAAAAAAA"))
+        try:
+            d3.start()
+        except RuntimeError as err:
+            assert "cluster.id" in str(err) and cid in str(err)
+        else:
+            raise AssertionError("a broker with another cluster's dir started")

@@ -16,6 +16,7 @@ from typing import Any
 import confluent_kafka as ck
 import confluent_kafka.admin as ck_admin
 
+from .audit_helpers import spark_session  # noqa: F401  (the `spark` fixture)
 from .cluster_helpers import SESSION_MS, Cluster, wait_for
 from .daemon_helpers import RawClient
 from .sick_helpers import metric, produce_raw
@@ -278,3 +279,71 @@ def test_leader_killed_repeatedly_under_idempotent_acks_all_load_loses_and_dupli
             acked = {v for p, v in load.acked if p == part}
             assert acked <= set(values), f"partition {part} lost {len(acked - set(values))} acked records"
         wait_for(lambda: replicas_identical(cl, topic, parts), 60, "replicas byte-identical")
+
+
+def test_an_old_leader_with_an_uncommitted_tail_truncates_when_it_returns(
+        tmp_path: Path, spark: Any) -> None:
+    """The diverged-follower case (Fetch v12): the leader takes writes its followers
+    never fetch (both stopped; acks=1, so the high watermark stays), then dies. A new
+    leader is elected from the ISR and takes new writes at the next epoch. The old
+    leader restarts as a follower, is told where its log left the new leader's, cuts its
+    uncommitted tail and copies the new records: every replica is byte-identical, the
+    lost tail is read nowhere, and the Spark audit's replica comparison of the three
+    brokers' dirs finds nothing."""
+    from spark_audit import main as audit_main
+
+    with Cluster(tmp_path, dirs=1, extra={"replica.lag.time.max.ms": 60000}) as cl:
+        meta = create(cl, "d", 1, min_isr=1)
+        old = meta["partitions"][("d", 0)][0]
+        followers = [b for b in cl.brokers if b != old]
+        c = RawClient(cl.brokers[old].port)
+        try:
+            assert produce_raw(c, "d", 0, [b"c0", b"c1", b"c2"]) == (0, 0)  # acks=all
+            for b in followers:
+                cl.brokers[b].proc.send_signal(signal.SIGSTOP)
+            # The followers' fetches already waiting at the leader (long polls of up to
+            # replica.fetch.wait.max.ms) end first, or they would carry the tail away.
+            time.sleep(1.5)
+            try:
+                for i in range(3):
+                    assert produce_acks1(c, "d", [b"tail%d" % i])[0] == 0
+            finally:
+                cl.brokers[old].kill()
+                for b in followers:
+                    cl.brokers[b].proc.send_signal(signal.SIGCONT)
+        finally:
+            c.close()
+
+        def new_leader() -> Any:
+            m = cl.agreed("d", 1)
+            return m and m["partitions"][("d", 0)][0] not in (old, -1) and m
+
+        m = wait_for(new_leader, SESSION_MS / 1000 + 20, "a new leader")
+        leader = m["partitions"][("d", 0)][0]
+        c = RawClient(cl.brokers[leader].port)
+        try:
+            assert produce_raw(c, "d", 0, [b"n0", b"n1"]) == (0, 3)
+        finally:
+            c.close()
+        cl.brokers[old].start()
+        wait_for(lambda: full_isr(cl, "d", 1), 40, "the old leader back in the ISR")
+        wait_for(lambda: replicas_identical(cl, "d", 1), 30, "replicas byte-identical")
+        assert [v for _, v in consume_all(cl, "d", 1)[0]] == [b"c0", b"c1", b"c2", b"n0", b"n1"]
+        assert "diverged from leader" in cl.brokers[old].stderr()
+        out = tmp_path / "audit"
+        roots = [f"broker{b}={d.log_dirs[0]}" for b, d in cl.brokers.items()]
+        assert audit_main.main(["--quiet", "--out", str(out), *roots]) == 0
+
+
+def produce_acks1(c: RawClient, topic: str, values: list[bytes]) -> tuple[int, int]:
+    """(error, base offset) of an acks=1 produce of `values` as one batch to partition 0."""
+    from kafka.protocol.producer import ProduceRequest
+
+    from logstore.records import Record, build_batch
+
+    T = ProduceRequest[8].TopicProduceData
+    resp = c.request(ProduceRequest[8](transactional_id=None, acks=1, timeout_ms=10000, topic_data=[
+        T(name=topic, partition_data=[T.PartitionProduceData(index=0, records=build_batch(
+            [Record(None, v, [], int(time.time() * 1000)) for v in values]))])]), 8)
+    part = resp.responses[0].partition_responses[0]
+    return part.error_code, part.base_offset

@@ -380,3 +380,27 @@ class ClusterLink:
         log.info("registered %s (broker epoch %d)", self.broker_path, self.broker_epoch)
         if self.on_registered is not None:
             self.on_registered(self.broker_epoch)
+
+
+def cluster_id_from_zookeeper(hosts: str, proposed: str, *, timeout: float) -> str:
+    """The cluster's id from `/cluster/id`, created with `proposed` by the first broker
+    (Kafka's KafkaServer.getOrGenerateClusterId), so every broker's meta.properties and
+    Metadata answers name the same cluster. Raises KazooTimeoutError when ZooKeeper
+    cannot be reached within `timeout`. A short-lived client: the broker's link starts
+    later, once its listener is bound."""
+    client = KazooClient(hosts=hosts, timeout=max(timeout, 1.0))
+    try:
+        client.start(timeout=timeout)
+        try:
+            client.create(znodes.CLUSTER_ID, znodes.encode_cluster_id(proposed), makepath=True)
+            log.info("created %s = %s", znodes.CLUSTER_ID, proposed)
+            return proposed
+        except NodeExistsError:
+            data, _ = client.get(znodes.CLUSTER_ID)
+            return znodes.decode_cluster_id(data)
+    finally:
+        try:
+            client.stop()
+            client.close()
+        except Exception:  # noqa: BLE001 - closing a client that never connected
+            pass

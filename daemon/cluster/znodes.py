@@ -42,6 +42,7 @@ ISR_CHANGE_NOTIFICATION = "/isr_change_notification"
 ISR_CHANGE_PREFIX = "isr_change_"
 LOG_DIR_EVENT_NOTIFICATION = "/log_dir_event_notification"
 LOG_DIR_EVENT_PREFIX = "log_dir_event_"
+CLUSTER_ID = "/cluster/id"
 
 # Persistent parents a broker or controller creates if missing (Kafka's
 # KafkaZkClient.createTopLevelPaths, less the paths out of our scope).
@@ -432,6 +433,17 @@ def decode_topic_config(topic: str, data: bytes | None) -> dict[str, str]:
         if not isinstance(v, str):
             raise ZnodeError(path, f"config {k!r} is {v!r}, not a string", data)
     return dict(config)
+
+
+# -- /cluster/id -------------------------------------------------------------------------
+
+def encode_cluster_id(cluster_id: str) -> bytes:
+    """Kafka's ClusterIdZNode: the version is a string there."""
+    return _dumps({"version": "1", "id": cluster_id})
+
+
+def decode_cluster_id(data: bytes) -> str:
+    return _str(CLUSTER_ID, _loads(CLUSTER_ID, data), "id")
 
 
 # -- /admin/delete_topics/<t> -----------------------------------------------------------

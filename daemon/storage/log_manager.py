@@ -25,7 +25,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -87,10 +87,15 @@ class LogManager(DirWorkers):
 
     # ---- opening and closing ----
 
-    async def start(self) -> dict[str, Any] | None:
+    async def start(self, cluster_id_of: Callable[[str | None], Awaitable[str]] | None = None
+                    ) -> dict[str, Any] | None:
         """Agree on the cluster id, open every dir, and return the newest placement record
-        (None when no dir holds one)."""
-        self.cluster_id = await self._find_cluster_id()
+        (None when no dir holds one). `cluster_id_of(found)`, given, decides the id from
+        the one the dirs hold (None for new dirs): ZooKeeper's, in a cluster; a dir that
+        names another cluster then stops start-up."""
+        found = await self._find_cluster_id()
+        self.cluster_id = (await cluster_id_of(found) if cluster_id_of is not None
+                           else found or new_cluster_id())
         await self.open_all(cluster_id=self.cluster_id)
         records = await self.run_each([d for d in self.dirs if d.logdir is not None],
                                       _read_placement)
@@ -100,12 +105,12 @@ class LogManager(DirWorkers):
             self._placement_generation = int(newest.get("generation", 0))
         return newest
 
-    async def _find_cluster_id(self) -> str:
+    async def _find_cluster_id(self) -> str | None:
         found = await self.run_each(self.dirs, _read_cluster_id)
         ids = {c for _, c in found if isinstance(c, str) and c}
         if len(ids) > 1:
             raise LogStoreError(f"log dirs disagree on cluster.id: {sorted(ids)}")
-        return ids.pop() if ids else new_cluster_id()
+        return ids.pop() if ids else None
 
     async def open_all(self, *, cluster_id: str | None) -> None:
         """Open every dir concurrently, each on its own worker (reserve, then recovery).
