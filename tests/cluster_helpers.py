@@ -32,14 +32,21 @@ def wait_for(pred: Any, timeout: float = 30.0, what: str = "") -> Any:
 
 class Cluster:
     def __init__(self, root: Path, brokers: int = 3, dirs: int = 2,
-                 extra: dict[str, Any] | None = None):
+                 extra: dict[str, Any] | None = None,
+                 log_dirs: dict[int, list[Path]] | None = None):
+        """`log_dirs` gives some brokers their own dirs (mounts made by the test)."""
         self.zk = ZooKeeperServer()
         self.zk.start()
         self.brokers: dict[int, Daemon] = {}
         for b in range(1, brokers + 1):
-            self.brokers[b] = Daemon(root / f"broker{b}", {
-                "broker.id": b, "zookeeper.connect": self.zk.hosts,
-                "zookeeper.session.timeout.ms": SESSION_MS, **(extra or {})}, dirs=dirs)
+            own = (log_dirs or {}).get(b)
+            values = {"broker.id": b, "zookeeper.connect": self.zk.hosts,
+                      "zookeeper.session.timeout.ms": SESSION_MS, **(extra or {})}
+            if own:
+                values["log.dirs"] = [str(p) for p in own]
+            self.brokers[b] = Daemon(root / f"broker{b}", values, dirs=dirs)
+            if own:
+                self.brokers[b].log_dirs = list(own)
 
     def start(self) -> Cluster:
         for d in self.brokers.values():

@@ -190,15 +190,27 @@ def test_a_paused_follower_leaves_the_isr_and_rejoins_when_it_catches_up(tmp_pat
 
 
 class Load:
-    """An idempotent acks=all confluent-kafka producer writing numbered records to every
-    partition of a topic in a thread; `acked` gets each record the cluster acknowledged."""
+    """An idempotent acks=all producer writing numbered records, tagged with `tag`, to
+    every partition of a topic in a thread; `acked` gets each record the cluster
+    acknowledged. `client` is "confluent" (librdkafka) or "kafka-python"."""
 
-    def __init__(self, bootstrap: str, topic: str, partitions: int):
-        self.producer = ck.Producer({
-            "bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
-            "linger.ms": 5, "message.timeout.ms": 180000, "retry.backoff.ms": 100,
-            "socket.timeout.ms": 10000, "metadata.max.age.ms": 5000})
-        self.topic, self.partitions = topic, partitions
+    def __init__(self, bootstrap: str, topic: str, partitions: int, *,
+                 client: str = "confluent", tag: bytes = b"c"):
+        self.client = client
+        if client == "confluent":
+            self.producer: Any = ck.Producer({
+                "bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
+                "linger.ms": 5, "message.timeout.ms": 180000, "retry.backoff.ms": 100,
+                "socket.timeout.ms": 10000, "metadata.max.age.ms": 5000})
+        else:
+            from kafka import KafkaProducer
+
+            self.producer = KafkaProducer(
+                bootstrap_servers=bootstrap.split(","), enable_idempotence=True, acks="all",
+                linger_ms=5, retries=2**31 - 1, delivery_timeout_ms=180000,
+                request_timeout_ms=10000, retry_backoff_ms=100, metadata_max_age_ms=5000,
+                max_in_flight_requests_per_connection=5)
+        self.topic, self.partitions, self.tag = topic, partitions, tag
         self.acked: list[tuple[int, bytes]] = []
         self.failed: list[Any] = []
         self.sent = 0
@@ -211,17 +223,24 @@ class Load:
         else:
             self.failed.append(err)
 
+    def _send(self, value: bytes, partition: int) -> None:
+        if self.client == "confluent":
+            self.producer.produce(self.topic, value, partition=partition, on_delivery=self._cb)
+            self.producer.poll(0.003)
+            return
+        fut = self.producer.send(self.topic, value, partition=partition)
+        fut.add_callback(lambda md, v=value: self.acked.append((md.partition, v)))
+        fut.add_errback(self.failed.append)
+        time.sleep(0.003)
+
     def _run(self) -> None:
         while not self._stop.is_set():
-            value = b"%09d" % self.sent
+            value = self.tag + b"%09d" % self.sent
             try:
-                self.producer.produce(self.topic, value, partition=self.sent % self.partitions,
-                                      on_delivery=self._cb)
+                self._send(value, self.sent % self.partitions)
                 self.sent += 1
             except BufferError:
                 self.producer.poll(0.1)
-                continue
-            self.producer.poll(0.003)
 
     def __enter__(self) -> Load:
         self._thread.start()
@@ -232,30 +251,39 @@ class Load:
         self._thread.join()
 
     def finish(self) -> int:
+        """Stop sending, wait for every answer; the records left unanswered."""
         self._stop.set()
         self._thread.join()
-        return self.producer.flush(120)
+        if self.client == "confluent":
+            return self.producer.flush(120)
+        self.producer.flush(120)
+        self.producer.close(10)
+        return self.sent - len(self.acked) - len(self.failed)
 
 
 def test_leader_killed_repeatedly_under_idempotent_acks_all_load_loses_and_duplicates_nothing(
         tmp_path: Path) -> None:
-    """Kafka's replication_test.py, hard-kill flavour: RF 3, min.insync.replicas 2, an
-    idempotent acks=all producer running throughout; the leader of partition 0 is
-    killed with SIGKILL three times, each time restarted once leadership has moved, and
-    rejoins the ISR. Afterwards every acknowledged record is read back exactly once, in
-    the order produced per partition, nothing at all is duplicated, and the three
-    replicas of each partition are byte-identical."""
+    """Kafka's replication_test.py, hard-kill flavour: RF 3, min.insync.replicas 2, two
+    idempotent acks=all producers (confluent-kafka and kafka-python) running throughout;
+    the leader of partition 0 is killed with SIGKILL three times, each time restarted
+    once leadership has moved, and rejoins the ISR. Afterwards every acknowledged record
+    is read back exactly once, each producer's records in the order it sent them per
+    partition, nothing at all is duplicated, and the three replicas of each partition
+    are byte-identical."""
     topic, parts = "e", 2
     with Cluster(tmp_path, dirs=1) as cl:
         create(cl, topic, parts)
         bootstrap = ",".join(d.bootstrap for d in cl.brokers.values())
-        load = Load(bootstrap, topic, parts)
-        with load:
+        loads = [Load(bootstrap, topic, parts, client="confluent", tag=b"c"),
+                 Load(bootstrap, topic, parts, client="kafka-python", tag=b"k")]
+        for load in loads:
+            load.__enter__()
+        try:
             for _ in range(3):
                 time.sleep(1.5)
                 meta = wait_for(lambda: full_isr(cl, topic, parts), 60, "full ISRs")
                 victim = meta["partitions"][(topic, 0)][0]
-                before = len(load.acked)
+                before = [len(load.acked) for load in loads]
                 cl.brokers[victim].kill()
 
                 def moved(victim: int = victim) -> Any:
@@ -263,21 +291,29 @@ def test_leader_killed_repeatedly_under_idempotent_acks_all_load_loses_and_dupli
                     return m and m["partitions"][(topic, 0)][0] not in (victim, -1)
 
                 wait_for(moved, SESSION_MS / 1000 + 20, "a new leader for partition 0")
-                wait_for(lambda before=before: len(load.acked) > before + 50, 30,
-                         "acks=all writes acknowledged by the new leader")
+                wait_for(lambda before=before: all(len(load.acked) > n + 50
+                                                   for load, n in zip(loads, before, strict=True)),
+                         30,
+                         "acks=all writes of both producers acknowledged by the new leader")
                 cl.brokers[victim].start()
             wait_for(lambda: full_isr(cl, topic, parts), 60, "the last victim back in the ISR")
             time.sleep(1)
-        assert load.finish() == 0
-        assert load.failed == []
-        assert len(load.acked) > 300
+        finally:
+            unanswered = [load.finish() for load in loads]
+        assert unanswered == [0, 0]
+        for load in loads:
+            assert load.failed == [], f"{load.client}: {load.failed[:3]}"
+            assert len(load.acked) > 300, load.client
         got = consume_all(cl, topic, parts)
         for part in range(parts):
             values = [v for _, v in got[part]]
             assert len(values) == len(set(values)), f"partition {part} holds duplicates"
-            assert values == sorted(values), f"partition {part} is out of order"
-            acked = {v for p, v in load.acked if p == part}
-            assert acked <= set(values), f"partition {part} lost {len(acked - set(values))} acked records"
+            for load in loads:
+                mine = [v for v in values if v.startswith(load.tag)]
+                assert mine == sorted(mine), f"{load.client}: partition {part} out of order"
+                acked = {v for p, v in load.acked if p == part}
+                lost = acked - set(mine)
+                assert not lost, f"{load.client}: partition {part} lost {len(lost)} acked records"
         wait_for(lambda: replicas_identical(cl, topic, parts), 60, "replicas byte-identical")
 
 

@@ -1,0 +1,97 @@
+"""A long randomized fault run (issue "The cluster", section 4), kept out of CI: a real
+ZooKeeper and three brokers, two idempotent acks=all producers (confluent-kafka and
+kafka-python) writing throughout, and for CHAOS_SECONDS a random fault every few
+seconds: SIGKILL of a random broker or of the controller (restarted once the cluster
+noticed), or SIGSTOP of one for 1-8 s (past the 4 s ZooKeeper session or not). At most
+one broker is faulty at a time, so min.insync.replicas 2 keeps accepting writes.
+
+Afterwards every broker runs again and the same checks as the CI test hold: every
+acknowledged record is read back exactly once, each producer's records in order per
+partition, nothing duplicated, replicas byte-identical. The faults survived and the
+records acknowledged are reported (and the seed, to replay a run).
+
+`LK_CHAOS_SECONDS` (default 120) and `LK_CHAOS_SEED` (default: random) tune it.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.cluster_helpers import Cluster, wait_for  # noqa: E402
+from tests.test_replication import Load, consume_all, create, full_isr, replicas_identical  # noqa: E402
+
+CHAOS_SECONDS = float(os.environ.get("LK_CHAOS_SECONDS", "120"))
+SESSION_S = 4.0
+
+
+def test_random_kills_and_pauses_under_acks_all_load(note: Any, benchmark: Any) -> None:
+    if benchmark.disabled:
+        pytest.skip("a long run, not a test: run with --benchmark-enable")
+    seed = int(os.environ.get("LK_CHAOS_SEED", str(random.randrange(1 << 30))))
+    rng = random.Random(seed)
+    topic, parts = "chaos", 3
+    faults: dict[str, int] = {"kill": 0, "kill-controller": 0, "pause": 0}
+    with tempfile.TemporaryDirectory(prefix="lk-chaos-") as tmp, \
+            Cluster(Path(tmp), dirs=2) as cl:
+        create(cl, topic, parts)
+        bootstrap = ",".join(d.bootstrap for d in cl.brokers.values())
+        loads = [Load(bootstrap, topic, parts, client="confluent", tag=b"c"),
+                 Load(bootstrap, topic, parts, client="kafka-python", tag=b"k")]
+        for load in loads:
+            load.__enter__()
+        try:
+            end = time.monotonic() + CHAOS_SECONDS
+            while time.monotonic() < end:
+                time.sleep(rng.uniform(1, 4))
+                kind = rng.choice(["kill", "kill-controller", "pause"])
+                if kind == "kill-controller":
+                    victim = cl.controller()
+                else:
+                    victim = rng.choice(sorted(cl.brokers))
+                d = cl.brokers[victim]
+                if kind == "pause":
+                    d.proc.send_signal(signal.SIGSTOP)
+                    time.sleep(rng.uniform(1, 8))
+                    d.proc.send_signal(signal.SIGCONT)
+                else:
+                    d.kill()
+                    # Restart only once ZooKeeper has let go of its registration.
+                    wait_for(lambda victim=victim: victim not in cl.metadata(
+                        next(b for b in cl.alive()))["brokers"], SESSION_S + 20, "death noticed")
+                    d.start()
+                faults[kind] += 1
+                wait_for(lambda: len(cl.alive()) == len(cl.brokers)
+                         and full_isr(cl, topic, parts), 90, "the cluster whole again")
+        finally:
+            unanswered = [load.finish() for load in loads]
+        assert unanswered == [0, 0]
+        for load in loads:
+            assert load.failed == [], f"{load.client}: {load.failed[:3]}"
+        got = consume_all(cl, topic, parts)
+        for part in range(parts):
+            values = [v for _, v in got[part]]
+            assert len(values) == len(set(values)), f"partition {part} holds duplicates"
+            for load in loads:
+                mine = [v for v in values if v.startswith(load.tag)]
+                assert mine == sorted(mine), f"{load.client}: partition {part} out of order"
+                acked = {v for p, v in load.acked if p == part}
+                assert acked <= set(mine), f"{load.client}: partition {part} lost acked records"
+        wait_for(lambda: replicas_identical(cl, topic, parts), 60, "replicas byte-identical")
+    total = sum(faults.values())
+    acked = sum(len(load.acked) for load in loads)
+    note(f"chaos (seed {seed}, {CHAOS_SECONDS:.0f} s): survived {total} faults "
+         f"({faults['kill']} kills, {faults['kill-controller']} controller kills, "
+         f"{faults['pause']} pauses); {acked} acks=all records acknowledged, all read back "
+         "exactly once, replicas byte-identical")
+    benchmark.extra_info.update(seed=seed, faults=faults, acked=acked)

@@ -1,0 +1,102 @@
+"""Sick disks across the cluster (KIP-112 end to end): a real ZooKeeper, three broker
+processes with two log dirs each, real kernel faults on one broker's dirs, real
+clients under idempotent acks=all load. One dir of one broker dies; that broker keeps
+serving its other dir, the controller moves leadership to replicas on other brokers,
+followers keep replicating everything else, and nothing acknowledged is lost
+(docs/cluster.md; Kafka's log_dir_failure_test.py, case 1 and 2).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from kazoo.client import KazooClient
+
+from tests import faults
+
+from .cluster_helpers import Cluster, wait_for
+from .test_replication import Load, consume_all, create
+
+
+def holding_dir(d: Any, topic: str, partition: int) -> Path | None:
+    for ld in d.log_dirs:
+        if (ld / f"{topic}-{partition}").is_dir():
+            return ld
+    return None
+
+
+def test_eio_on_a_leaders_dir_moves_leadership_and_loses_nothing(tmp_path: Path) -> None:
+    """Broker 1 leads t-0 and t-1 and follows t-2; the dir holding t-0 gets EIO
+    (FS_IOC_SHUTDOWN) while two idempotent acks=all producers write. Within the
+    session-free path (the log_dir_event, not a ZooKeeper timeout) another broker leads
+    every partition whose replica on broker 1 was on the dead dir, broker 1 leaves
+    those ISRs and is listed in their offline replicas on every broker, its partitions
+    on the good dir keep it (leader or in-sync follower), it stays alive, no
+    log_dir_event znode is left, and every acknowledged record is read back once."""
+    topic = "t"
+    with faults.loop_ext4(64) as m0, faults.loop_ext4(64) as m1:
+        dirs = [m0 / "d", m1 / "d"]
+        with Cluster(tmp_path, log_dirs={1: dirs}) as cl:
+            create(cl, topic, 3, assignment=[[1, 2, 3], [1, 3, 2], [2, 1, 3]])
+            b1 = cl.brokers[1]
+            sick = holding_dir(b1, topic, 0)
+            assert sick is not None
+            on_sick = [p for p in range(3) if holding_dir(b1, topic, p) == sick]
+            healthy = [p for p in range(3) if p not in on_sick]
+            bootstrap = ",".join(d.bootstrap for d in cl.brokers.values())
+            loads = [Load(bootstrap, topic, 3, client="confluent", tag=b"c"),
+                     Load(bootstrap, topic, 3, client="kafka-python", tag=b"k")]
+            for load in loads:
+                load.__enter__()
+            try:
+                wait_for(lambda: all(len(x.acked) > 100 for x in loads), 30, "load running")
+                failed_at = time.monotonic()
+                faults.shutdown_fs(sick.parent)
+
+                def moved() -> Any:
+                    views = [cl.metadata(b, [topic])["partitions"] for b in cl.brokers]
+                    for p in on_sick:
+                        for v in views:
+                            leader, _, _, isr, offline = v[(topic, p)]
+                            if leader in (1, -1) or 1 in isr or 1 not in offline:
+                                return None
+                    for p in healthy:
+                        for v in views:
+                            leader, _, replicas, isr, offline = v[(topic, p)]
+                            if 1 in offline or 1 not in isr:
+                                return None
+                    return views
+
+                wait_for(moved, 30, "leadership off the dead dir, on every broker")
+                elapsed = time.monotonic() - failed_at
+                before = [len(x.acked) for x in loads]
+                wait_for(lambda: all(len(x.acked) > n + 100
+                                     for x, n in zip(loads, before, strict=True)), 30,
+                         "acks=all writes acknowledged after the failure")
+            finally:
+                unanswered = [x.finish() for x in loads]
+            assert elapsed < 15, f"leadership moved only after {elapsed:.1f} s"
+            assert b1.proc is not None and b1.proc.poll() is None, "broker 1 died"
+            assert b1.log_dir_states()[str(sick)] == "offline"
+            assert unanswered == [0, 0]
+            for x in loads:
+                assert x.failed == [], f"{x.client}: {x.failed[:3]}"
+            got = consume_all(cl, topic, 3)
+            for p in range(3):
+                values = [v for _, v in got[p]]
+                assert len(values) == len(set(values)), f"partition {p} holds duplicates"
+                for x in loads:
+                    mine = [v for v in values if v.startswith(x.tag)]
+                    assert mine == sorted(mine), f"{x.client}: partition {p} out of order"
+                    lost = {v for q, v in x.acked if q == p} - set(mine)
+                    assert not lost, f"{x.client}: partition {p} lost {len(lost)} acked records"
+            zc = KazooClient(hosts=cl.zk.hosts)
+            zc.start(15)
+            try:
+                wait_for(lambda: not zc.get_children("/log_dir_event_notification"), 10,
+                         "the log_dir_event consumed by the controller")
+            finally:
+                zc.stop()
+                zc.close()
