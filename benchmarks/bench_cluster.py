@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kafka.protocol.offset import ListOffsetsRequest
+from kafka.protocol.consumer import ListOffsetsRequest
 from kafka.protocol.producer import ProduceRequest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -156,6 +156,7 @@ def test_follower_catch_up_vs_log_append(measured: Any, cluster: Cluster, benchm
         while _high_watermark(cl.brokers[leader].port, topic) < end:
             time.sleep(0.002)
         catch_up.append(time.perf_counter() - started)
+        (tmp_path / f"a{run}").mkdir()
         lg = Log.open(tmp_path / f"a{run}" / "t-0", LogConfig(segment_bytes=256 << 20))
         try:
             started = time.perf_counter()

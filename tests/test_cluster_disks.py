@@ -17,7 +17,9 @@ from kazoo.client import KazooClient
 from tests import faults
 
 from .cluster_helpers import Cluster, wait_for
-from .test_replication import Load, consume_all, create
+from .daemon_helpers import RawClient
+from .sick_helpers import produce_raw
+from .test_replication import Load, consume_all, create, replicas_identical
 
 
 def holding_dir(d: Any, topic: str, partition: int) -> Path | None:
@@ -100,3 +102,60 @@ def test_eio_on_a_leaders_dir_moves_leadership_and_loses_nothing(tmp_path: Path)
             finally:
                 zc.stop()
                 zc.close()
+
+
+def test_a_saturated_leader_dir_hands_leadership_over_and_rejoins_when_space_returns(
+        tmp_path: Path) -> None:
+    """The disk-full proposal through the controller: broker 1's dir holding f-0 (it
+    leads it) falls under its free-space floor; the dir turns SATURATED, its replica
+    answers 56 to the controller's probe, leadership moves to another broker and broker
+    1 leaves the ISR, while acks=all writes go on at the new leader. Space comes back:
+    the dir is ONLINE by itself, tells the controller, and broker 1's replica follows,
+    catches up (cutting what the new leader does not have) and rejoins the ISR, no
+    restart. Every replica ends byte-identical; every acknowledged record is there."""
+    topic = "f"
+    with faults.tmpfs("16m") as small:
+        dirs = [small / "d", tmp_path / "b1-other"]
+        extra = {"log.dir.min.free.bytes": 6 << 20, "log.dir.resume.free.bytes": 9 << 20,
+                 "log.dir.probe.interval.ms": 100, "log.dir.probe.timeout.ms": 1000}
+        with Cluster(tmp_path, log_dirs={1: dirs}, extra=extra) as cl:
+            b1 = cl.brokers[1]
+            assert b1.admin("log-dirs/cordon", dirs[1])[0] == 200
+            try:
+                create(cl, topic, 1, assignment=[[1, 2, 3]])
+            finally:
+                assert b1.admin("log-dirs/uncordon", dirs[1])[0] == 200
+            assert holding_dir(b1, topic, 0) == dirs[0]
+            c = RawClient(b1.port)
+            try:
+                for i in range(5):
+                    assert produce_raw(c, topic, 0, [b"before%d" % i]) == (0, i)
+            finally:
+                c.close()
+            ballast = small / "ballast"
+            ballast.write_bytes(b"\0" * (10 << 20))
+            wait_for(lambda: b1.log_dir_states()[str(dirs[0])] == "saturated", 10, "SATURATED")
+
+            def moved() -> Any:
+                views = [cl.metadata(b, [topic])["partitions"][(topic, 0)] for b in cl.brokers]
+                return all(v[0] not in (1, -1) and 1 not in v[3] and 1 in v[4] for v in views) \
+                    and views[0]
+            view = wait_for(moved, 20, "leadership off the saturated dir, on every broker")
+            leader = view[0]
+            c = RawClient(cl.brokers[leader].port)
+            try:
+                for i in range(5):
+                    assert produce_raw(c, topic, 0, [b"during%d" % i]) == (0, 5 + i)
+            finally:
+                c.close()
+            ballast.unlink()
+            wait_for(lambda: b1.log_dir_states()[str(dirs[0])] == "online", 10, "ONLINE again")
+
+            def rejoined() -> Any:
+                views = [cl.metadata(b, [topic])["partitions"][(topic, 0)] for b in cl.brokers]
+                return all(sorted(v[3]) == [1, 2, 3] and v[4] == [] for v in views)
+            wait_for(rejoined, 30, "broker 1 back in the ISR, no offline replica")
+            assert b1.proc is not None and b1.proc.poll() is None
+            wait_for(lambda: replicas_identical(cl, topic, 1), 30, "replicas byte-identical")
+            values = [v for _, v in consume_all(cl, topic, 1)[0]]
+            assert values == [b"before%d" % i for i in range(5)] + [b"during%d" % i for i in range(5)]

@@ -10,8 +10,9 @@ replica, cluster and the evidence side:
   (cluster), and when every dir is offline the daemon stops with a message naming each;
 - SATURATED: appends are refused by the IoGuard, the reserve file is deleted so
   retention and deletion have room, retention runs at once, the controller is notified;
-- back to ONLINE (free space above `log.dir.resume.free.bytes`): the reserve is
-  re-created and appends are accepted again.
+- back to ONLINE (free space above `log.dir.resume.free.bytes`, or an OFFLINE dir
+  readmitted): the reserve is re-created, appends are accepted again, and the
+  controller is notified, so the dir's replicas follow again and rejoin the ISR.
 
 Errors: a step that fails on a dir's worker is logged; the transition stands.
 """
@@ -92,7 +93,11 @@ class TransitionHandler:
                 self.storage.maintenance(retention=True, checkpoints=False, only=d)))
         elif t.new is DirState.ONLINE and t.old is DirState.SATURATED and d.logdir is not None:
             self._on_worker(d, d.logdir.create_reserve, "re-create the reserve", self.reserve)
-        if self.cluster is not None and t.new in (DirState.OFFLINE, DirState.SATURATED):
+        if self.cluster is not None and (
+                t.new in (DirState.OFFLINE, DirState.SATURATED) or t.old is not DirState.ONLINE):
+            # Coming back (SATURATED -> ONLINE by itself, a readmitted OFFLINE dir) is
+            # announced too: the controller probes again and its replicas follow, catch
+            # up and rejoin the ISR without a restart (docs/cluster.md, "What we chose" 7).
             self.cluster.announce_log_dir_event(path)
         self.monitor.publish()
 
