@@ -1,9 +1,11 @@
-"""A partition's log: an ordered list of segments with one active segment at the end.
+"""A partition's log: its segments (`LogSegments`) with one active segment at the end.
 
-`Log.open` loads a partition directory and recovers it when it was not closed cleanly
-(docs/formats.md "Recovery"): it finishes interrupted deletes and swaps, rebuilds the
-indexes from the recovery point on, cuts a torn tail, and drops every segment after a
-corrupt batch, reporting how many bytes went. `append` validates a whole request's
+The Log owns what happens to a loaded log: append and roll, reads, flush and close,
+retention, DeleteRecords and truncation, the log start offset, recovery point and high
+watermark. `Log.open` hands the start-up work to `logstore.loader` (docs/formats.md
+"Recovery"): it finishes interrupted deletes and swaps, rebuilds the indexes from the
+recovery point on, cuts a torn tail, and drops every segment after a corrupt batch,
+reporting how many bytes went (`RecoveryResult`). `append` validates a whole request's
 batches (framing, magic 2, CRC-32C, size) before it writes a byte; invalid input
 raises `CorruptRecordError`/`RecordTooLargeError` and leaves the files unchanged.
 
@@ -15,22 +17,21 @@ already been reported to the dir's failure channel.
 
 from __future__ import annotations
 
-import bisect
 import os
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
 import native
-from native import ScanStatus
 
 from . import names
 from .config import LogConfig
 from .epochs import LeaderEpochCache
 from .errors import CorruptRecordError, OffsetOutOfRangeError, RecordTooLargeError
 from .failure import IoGuard
+from .loader import LogLoader, RecoveryResult
 from .segment import LogSegment
+from .segments import LogSegments, open_segment
 
 MAX_RELATIVE_OFFSET = 2**31 - 1
 
@@ -45,31 +46,13 @@ class AppendInfo(NamedTuple):
     size: int
 
 
-@dataclass
-class RecoveryResult:
-    """What opening a log did to it; `bytes_truncated` counts cut and deleted bytes."""
-
-    topic_partition: names.TopicPartition | None
-    recovered: bool = False
-    segments_recovered: int = 0
-    bytes_truncated: int = 0
-    segments_deleted: list[int] = field(default_factory=list)
-    indexes_rebuilt: list[int] = field(default_factory=list)
-    problem: str = ""
-
-
-def _clean_marker_present(partition_dir: Path) -> bool:
-    return (partition_dir.parent / names.CLEAN_SHUTDOWN_FILE).exists()
-
-
 class Log:
     def __init__(self, partition_dir: Path, config: LogConfig, guard: IoGuard):
         self.dir = Path(partition_dir)
         self.config = config
         self.guard = guard
         self.topic_partition = names.parse_partition_dir(self.dir.name)
-        self._segments: list[LogSegment] = []
-        self._bases: list[int] = []
+        self._segments = LogSegments()
         self.log_start_offset = 0
         self.recovery_point = 0
         self._high_watermark = 0
@@ -102,107 +85,20 @@ class Log:
         log = cls(path, config or LogConfig(), guard)
         with guard.io("open log", path):
             path.mkdir(parents=False, exist_ok=True)
-            if recover is None:
-                recover = not _clean_marker_present(path)
-            log._load(recover=recover, recovery_point=recovery_point,
-                      log_start_offset=log_start_offset)
+            loaded = LogLoader(path, log.config, recover=recover, recovery_point=recovery_point,
+                               log_start_offset=log_start_offset).load()
+        log._segments = loaded.segments
+        log.log_start_offset = loaded.log_start_offset
+        log.recovery_point = loaded.recovery_point
+        log.epochs = loaded.epochs
+        log.recovery = loaded.recovery
         log._high_watermark = min(high_watermark if high_watermark is not None
                                   else log.log_end_offset, log.log_end_offset)
         log._high_watermark = max(log._high_watermark, log.log_start_offset)
         return log
 
-    def _load(self, *, recover: bool, recovery_point: int, log_start_offset: int | None) -> None:
-        self._finish_interrupted_operations()
-        bases = sorted(
-            parsed[0] for f in os.listdir(self.dir)
-            if (parsed := names.parse_segment_file(f)) and parsed[1] == names.LOG_SUFFIX
-        )
-        self._remove_orphan_indexes(set(bases))
-        for i, base in enumerate(bases):
-            self._add_segment(LogSegment(
-                self.dir, base, index_interval_bytes=self.config.index_interval_bytes,
-                max_index_bytes=self.config.max_index_bytes, active=i == len(bases) - 1))
-        if not self._segments:
-            self._add_segment(self._new_segment(log_start_offset or 0))
-        self.recovery.recovered = recover
-        if recover:
-            self._recover_from(recovery_point)
-        else:
-            for seg in self._segments:
-                if not seg.index_sane():
-                    self._recover_insane(seg)
-        first_base = self._segments[0].base_offset
-        start = first_base if log_start_offset is None else log_start_offset
-        self.log_start_offset = min(max(start, first_base), self.log_end_offset)
-        self.recovery_point = min(max(recovery_point, self.log_start_offset),
-                                  self.log_end_offset) if not recover else self.log_end_offset
-        self.epochs = LeaderEpochCache.load(self.dir / names.LEADER_EPOCH_CHECKPOINT,
-                                            self.log_end_offset)
-        self.epochs.truncate_from_start(self.log_start_offset)
-
-    def _finish_interrupted_operations(self) -> None:
-        for name in os.listdir(self.dir):
-            path = self.dir / name
-            if name.endswith(names.DELETED_SUFFIX) or name.endswith(names.CLEANED_SUFFIX):
-                path.unlink()
-            elif name.endswith(names.SWAP_SUFFIX):
-                target = path.with_name(name[: -len(names.SWAP_SUFFIX)])
-                if target.suffix == names.LOG_SUFFIX:
-                    os.replace(path, target)
-                else:
-                    path.unlink()  # a swapped index: rebuilt from its log below
-
-    def _remove_orphan_indexes(self, bases: set[int]) -> None:
-        for name in os.listdir(self.dir):
-            parsed = names.parse_segment_file(name)
-            if parsed and parsed[1] in (names.INDEX_SUFFIX, names.TIME_INDEX_SUFFIX) \
-                    and parsed[0] not in bases:
-                (self.dir / name).unlink()
-
-    def _recover_from(self, recovery_point: int) -> None:
-        start = max(0, bisect.bisect_right(self._bases, recovery_point) - 1)
-        for seg in self._segments[:start]:
-            if not seg.index_sane():
-                self._recover_insane(seg)
-        i = start
-        while i < len(self._segments):
-            seg = self._segments[i]
-            scan, cut = seg.recover()
-            self.recovery.segments_recovered += 1
-            self.recovery.indexes_rebuilt.append(seg.base_offset)
-            if cut or scan.status not in (ScanStatus.OK,):
-                self.recovery.bytes_truncated += cut
-                self.recovery.problem = f"{seg.log_path}: {scan.detail}"
-                if i + 1 < len(self._segments):
-                    for later in self._segments[i + 1:]:
-                        self.recovery.bytes_truncated += later.size
-                        self.recovery.segments_deleted.append(later.base_offset)
-                        later.delete()
-                    del self._segments[i + 1:]
-                    del self._bases[i + 1:]
-                    if not seg.active:
-                        seg.become_active()
-                break
-            i += 1
-        # A segment left empty in the middle has no offsets to serve; keep it only last.
-
-    def _recover_insane(self, seg: LogSegment) -> None:
-        """Rebuild the indexes of a segment that failed the load-time sanity check (as
-        Kafka does, without deleting later segments), reporting any tail it cut."""
-        scan, cut = seg.recover()
-        self.recovery.indexes_rebuilt.append(seg.base_offset)
-        if cut or not scan.clean:
-            self.recovery.bytes_truncated += cut
-            self.recovery.problem = f"{seg.log_path}: {scan.detail}"
-
     def _new_segment(self, base_offset: int) -> LogSegment:
-        return LogSegment(self.dir, base_offset,
-                          index_interval_bytes=self.config.index_interval_bytes,
-                          max_index_bytes=self.config.max_index_bytes, active=True)
-
-    def _add_segment(self, seg: LogSegment) -> None:
-        self._segments.append(seg)
-        self._bases.append(seg.base_offset)
+        return open_segment(self.dir, base_offset, self.config, active=True)
 
     # ---- properties ----
 
@@ -216,11 +112,11 @@ class Log:
 
     @property
     def active_segment(self) -> LogSegment:
-        return self._segments[-1]
+        return self._segments.active
 
     @property
     def segments(self) -> list[LogSegment]:
-        return list(self._segments)
+        return self._segments.to_list()
 
     @property
     def segment_count(self) -> int:
@@ -228,7 +124,7 @@ class Log:
 
     @property
     def log_end_offset(self) -> int:
-        return self._segments[-1].next_offset
+        return self._segments.active.next_offset
 
     @property
     def high_watermark(self) -> int:
@@ -270,12 +166,12 @@ class Log:
         verify = True
         config = self.config
         while True:
-            seg = self._segments[-1]
+            seg = self._segments.active
             if seg.size and (seg.size + len(data) > config.segment_bytes
                              or seg.offset_index.is_full or seg.time_index.is_full
                              or seg.open_too_long(config.segment_ms)):
                 self._roll_for_append()
-                seg = self._segments[-1]
+                seg = self._segments.active
             try:
                 status = seg.append(appender, data, next_offset=self.log_end_offset,
                                     assign_offsets=assign_offsets, leader_epoch=leader_epoch,
@@ -359,7 +255,7 @@ class Log:
     def _roll(self) -> None:
         new_base = self.log_end_offset
         self.active_segment.become_inactive()
-        self._add_segment(self._new_segment(new_base))
+        self._segments.append(self._new_segment(new_base))
 
     # ---- reads ----
 
@@ -368,9 +264,6 @@ class Log:
             raise OffsetOutOfRangeError(
                 f"offset {offset} of {self.dir.name} is outside "
                 f"[{self.log_start_offset}, {self.log_end_offset}]")
-
-    def _segment_for(self, offset: int) -> int:
-        return max(0, bisect.bisect_right(self._bases, offset) - 1)
 
     def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None) -> bytes:
         """Whole batches from the one holding `offset`, up to `max_bytes` (at least one
@@ -381,7 +274,7 @@ class Log:
         """
         self._check_offset(offset)
         with self.guard.io("read", self.dir, writing=False):
-            i = self._segment_for(offset)
+            i = self._segments.floor_index(offset)
             while i < len(self._segments):
                 seg = self._segments[i]
                 batch = seg.find_batch(offset)
@@ -416,7 +309,7 @@ class Log:
     def flush(self) -> None:
         """fdatasync every segment past the recovery point; advance the recovery point."""
         with self.guard.io("flush", self.dir, writing=False):
-            for seg in self._segments[self._segment_for(self.recovery_point):]:
+            for seg in self._segments[self._segments.floor_index(self.recovery_point):]:
                 seg.flush()
             self.epochs.write()
         self.recovery_point = self.log_end_offset
@@ -468,10 +361,9 @@ class Log:
                 # space must be won back before a new file can be made.
                 end = self.log_end_offset
                 self._delete_oldest(doomed - 1)
-                last = self._segments.pop()
-                self._bases.pop()
+                last = self._segments.remove_last()
                 last.delete()
-                self._add_segment(self._new_segment(end))
+                self._segments.append(self._new_segment(end))
                 self._advance_log_start(end)
                 self.recovery_point = max(self.recovery_point, end)
                 self._high_watermark = max(self._high_watermark, end)
@@ -482,9 +374,8 @@ class Log:
     def _delete_oldest(self, count: int) -> None:
         for seg in self._segments[:count]:
             seg.delete()
-        del self._segments[:count]
-        del self._bases[:count]
-        self._advance_log_start(self._segments[0].base_offset)
+        self._segments.remove_first(count)
+        self._advance_log_start(self._segments.first.base_offset)
         self.recovery_point = max(self.recovery_point, self.log_start_offset)
         self._high_watermark = max(self._high_watermark, self.log_start_offset)
 
@@ -512,20 +403,18 @@ class Log:
         if offset >= self.log_end_offset:
             return
         with self.guard.io("truncate", self.dir, writing=False):
-            if offset <= self._segments[0].base_offset:
+            if offset <= self._segments.first.base_offset:
                 for seg in self._segments:
                     seg.delete()
                 self._segments.clear()
-                self._bases.clear()
-                self._add_segment(self._new_segment(offset))
+                self._segments.append(self._new_segment(offset))
                 self.log_start_offset = offset
                 self.epochs.clear()  # Kafka's truncateFullyAndStartAt
             else:
-                i = self._segment_for(offset)
+                i = self._segments.floor_index(offset)
                 for seg in self._segments[i + 1:]:
                     seg.delete()
-                del self._segments[i + 1:]
-                del self._bases[i + 1:]
+                self._segments.remove_after(i)
                 seg = self._segments[i]
                 if not seg.active:
                     seg.become_active()

@@ -20,6 +20,7 @@ from logstore import (
 )
 from logstore.index import read_index_entries
 from logstore.records import Record, build_batch, iter_batches
+from logstore.segments import LogSegments, open_segment
 
 from .logutil import batch, snapshot
 
@@ -171,6 +172,24 @@ def test_truncate_to(pdir):
     log.truncate_to(0)
     assert log.log_end_offset == 0 and log.size_bytes == 0
     log.close()
+
+
+def test_log_segments_floor_index_edges(tmp_path):
+    segs = LogSegments()
+    assert segs.floor_index(5) == 0  # no segments: 0, as for an offset below the first base
+    opened = [open_segment(tmp_path, base, LogConfig(), active=base == 30) for base in (10, 20, 30)]
+    for seg in opened:
+        segs.append(seg)
+    assert [segs.floor_index(o) for o in (0, 9, 10, 19, 20, 29, 30, 10**12)] == \
+        [0, 0, 0, 0, 1, 1, 2, 2]
+    assert segs.active is opened[2] and segs.first is opened[0] and segs[1:] == opened[1:]
+    segs.remove_after(1)
+    assert segs.to_list() == opened[:2] and segs.floor_index(35) == 1
+    segs.remove_first(1)
+    assert segs.to_list() == [opened[1]] and segs.floor_index(15) == 0
+    assert segs.remove_last() is opened[1] and len(segs) == 0
+    for seg in opened:
+        seg.close()
 
 
 SMALL = LogConfig(segment_bytes=4000, index_interval_bytes=500)
