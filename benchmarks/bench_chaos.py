@@ -29,7 +29,14 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.cluster_helpers import Cluster, wait_for  # noqa: E402
-from tests.test_replication import Load, consume_all, create, full_isr, replicas_identical  # noqa: E402
+from tests.test_replication import (  # noqa: E402
+    Load,
+    assert_no_duplicates,
+    consume_all,
+    create,
+    full_isr,
+    replicas_identical,
+)
 
 CHAOS_SECONDS = float(os.environ.get("LK_CHAOS_SECONDS", "120"))
 SESSION_S = 4.0
@@ -81,7 +88,7 @@ def test_random_kills_and_pauses_under_acks_all_load(note: Any, benchmark: Any) 
         got = consume_all(cl, topic, parts)
         for part in range(parts):
             values = [v for _, v in got[part]]
-            assert len(values) == len(set(values)), f"partition {part} holds duplicates"
+            assert_no_duplicates(got[part], part)
             for load in loads:
                 mine = [v for v in values if v.startswith(load.tag)]
                 assert mine == sorted(mine), f"{load.client}: partition {part} out of order"

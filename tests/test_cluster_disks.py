@@ -19,7 +19,7 @@ from tests import faults
 from .cluster_helpers import Cluster, wait_for
 from .daemon_helpers import RawClient
 from .sick_helpers import produce_raw
-from .test_replication import Load, consume_all, create, replicas_identical
+from .test_replication import Load, assert_no_duplicates, consume_all, create, replicas_identical
 
 
 def holding_dir(d: Any, topic: str, partition: int) -> Path | None:
@@ -88,7 +88,7 @@ def test_eio_on_a_leaders_dir_moves_leadership_and_loses_nothing(tmp_path: Path)
             got = consume_all(cl, topic, 3)
             for p in range(3):
                 values = [v for _, v in got[p]]
-                assert len(values) == len(set(values)), f"partition {p} holds duplicates"
+                assert_no_duplicates(got[p], p)
                 for x in loads:
                     mine = [v for v in values if v.startswith(x.tag)]
                     assert mine == sorted(mine), f"{x.client}: partition {p} out of order"
