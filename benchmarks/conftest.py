@@ -120,12 +120,14 @@ def pytest_collect_file(file_path: Any, parent: Any) -> Any:
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    if not _PAIRS:
+    if not _PAIRS and not _NOTES:
         return
     terminalreporter.write_sep("-", "ours vs baseline (same run; ratio > 1 = better "
                                     "for 'x faster', < 1 = better for 'x cost')")
     for line in _NOTES:
         terminalreporter.write_line(line)
+    if not _PAIRS:  # figures only (medians, counts): no table
+        return
     for line in report.render(_PAIRS).splitlines():
         terminalreporter.write_line(line)
     report.save(_PAIRS)
