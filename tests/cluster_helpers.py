@@ -16,7 +16,9 @@ from .zkserver import ZooKeeperServer
 SESSION_MS = 4000  # how long a killed or paused broker keeps its ZooKeeper session
 
 
-def wait_for(pred: Any, timeout: float = 30.0, what: str = "") -> Any:
+def wait_for(pred: Any, timeout: float = 30.0, what: Any = "") -> Any:
+    """`pred()` once truthy; `what` (a string, or a callable giving one at the timeout)
+    names what was awaited."""
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -26,7 +28,8 @@ def wait_for(pred: Any, timeout: float = 30.0, what: str = "") -> Any:
         if got:
             return got
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what or pred}")
+            about = what() if callable(what) else what
+            raise AssertionError(f"timed out after {timeout}s waiting for {about or pred}")
         time.sleep(0.1)
 
 
