@@ -35,33 +35,48 @@ def holding_dir(d: Any, topic: str, partition: int) -> Path | None:
     return None
 
 
-def test_eio_on_a_leaders_dir_moves_leadership_and_loses_nothing(tmp_path: Path) -> None:
-    """Broker 1 leads t-0 and t-1 and follows t-2; the dir holding t-0 gets EIO
-    (FS_IOC_SHUTDOWN) while two idempotent acks=all producers write. Within the
-    session-free path (the log_dir_event, not a ZooKeeper timeout) another broker leads
-    every partition whose replica on broker 1 was on the dead dir, broker 1 leaves
-    those ISRs and is listed in their offline replicas on every broker, its partitions
-    on the good dir keep it (leader or in-sync follower), it stays alive, no
-    log_dir_event znode is left, and every acknowledged record is read back once."""
+def test_eio_on_a_dir_moves_its_leaders_drops_its_followers_and_loses_nothing(
+        tmp_path: Path) -> None:
+    """KIP-112 cases 1 and 2 at once. On broker 1, dir A holds t-0 (broker 1 leads it)
+    and t-1 (broker 1 follows broker 2); dir B holds h-0 (broker 1 leads it). Dir A gets
+    EIO (FS_IOC_SHUTDOWN) while two idempotent acks=all producers write to t. Through
+    the log_dir_event (not a ZooKeeper timeout): t-0 gets another leader, t-1 keeps its
+    leader; broker 1 leaves both ISRs and is listed in their offline replicas on every
+    broker; h-0 stays led by broker 1 with a full ISR and takes acks=all writes; broker 1
+    stays alive, no log_dir_event znode is left, every acknowledged record is read back
+    once."""
     topic = "t"
     with faults.loop_ext4(64) as m0, faults.loop_ext4(64) as m1:
         dirs = [m0 / "d", m1 / "d"]
         with Cluster(tmp_path, log_dirs={1: dirs}) as cl:
-            create(cl, topic, 3, assignment=[[1, 2, 3], [1, 3, 2], [2, 1, 3]])
             b1 = cl.brokers[1]
-            sick = holding_dir(b1, topic, 0)
-            assert sick is not None
-            on_sick = [p for p in range(3) if holding_dir(b1, topic, p) == sick]
-            healthy = [p for p in range(3) if p not in on_sick]
+            sick, good = dirs
+            for topic_, assignment, only in ((topic, [[1, 2, 3], [2, 1, 3]], sick),
+                                             ("h", [[1, 2, 3]], good)):
+                other = good if only is sick else sick
+                assert b1.admin("log-dirs/cordon", other)[0] == 200
+                try:
+                    create(cl, topic_, len(assignment), assignment=assignment)
+                finally:
+                    assert b1.admin("log-dirs/uncordon", other)[0] == 200
+            assert [holding_dir(b1, topic, p) for p in (0, 1)] == [sick, sick]
+            assert holding_dir(b1, "h", 0) == good
+            on_sick = [0, 1]
+            c = RawClient(b1.port)
+            try:
+                assert produce_raw(c, "h", 0, [b"h-before"]) == (0, 0)
+            finally:
+                c.close()
             bootstrap = ",".join(d.bootstrap for d in cl.brokers.values())
-            loads = [Load(bootstrap, topic, 3, client="confluent", tag=b"c"),
-                     Load(bootstrap, topic, 3, client="kafka-python", tag=b"k")]
+            loads = [Load(bootstrap, topic, 2, client="confluent", tag=b"c"),
+                     Load(bootstrap, topic, 2, client="kafka-python", tag=b"k")]
             for load in loads:
                 load.__enter__()
             try:
                 wait_for(lambda: all(len(x.acked) > 100 for x in loads), 60,
                          lambda: f"load running: acked {[len(x.acked) for x in loads]}, "
                                  f"sent {[x.sent for x in loads]}, failed {[x.failed[:2] for x in loads]}")
+                t1_leader = cl.metadata(2, [topic])["partitions"][(topic, 1)][0]
                 failed_at = time.monotonic()
                 faults.shutdown_fs(sick.parent)
 
@@ -72,15 +87,19 @@ def test_eio_on_a_leaders_dir_moves_leadership_and_loses_nothing(tmp_path: Path)
                             leader, _, _, isr, offline = v[(topic, p)]
                             if leader in (1, -1) or 1 in isr or 1 not in offline:
                                 return None
-                    for p in healthy:
-                        for v in views:
-                            leader, _, replicas, isr, offline = v[(topic, p)]
-                            if 1 in offline or 1 not in isr:
-                                return None
                     return views
 
-                wait_for(moved, 30, "leadership off the dead dir, on every broker")
+                views = wait_for(moved, 30, "leadership off the dead dir, on every broker")
                 elapsed = time.monotonic() - failed_at
+                assert all(v[(topic, 1)][0] == t1_leader for v in views)  # no election
+                for b in cl.brokers:
+                    leader, _, _, isr, offline = cl.metadata(b, ["h"])["partitions"][("h", 0)]
+                    assert (leader, sorted(isr), offline) == (1, [1, 2, 3], [])
+                c = RawClient(b1.port)
+                try:
+                    assert produce_raw(c, "h", 0, [b"h-after"]) == (0, 1)
+                finally:
+                    c.close()
                 before = [len(x.acked) for x in loads]
                 wait_for(lambda: all(len(x.acked) > n + 100
                                      for x, n in zip(loads, before, strict=True)), 60,
@@ -91,7 +110,7 @@ def test_eio_on_a_leaders_dir_moves_leadership_and_loses_nothing(tmp_path: Path)
             assert elapsed < 15, f"leadership moved only after {elapsed:.1f} s"
             assert b1.proc is not None and b1.proc.poll() is None, "broker 1 died"
             assert b1.log_dir_states()[str(sick)] == "offline"
-            assert_every_ack_read_once(cl, topic, 3, loads, unanswered)
+            assert_every_ack_read_once(cl, topic, 2, loads, unanswered)
             zc = KazooClient(hosts=cl.zk.hosts)
             zc.start(15)
             try:
