@@ -176,3 +176,52 @@ def test_a_saturated_leader_dir_hands_leadership_over_and_rejoins_when_space_ret
             wait_for(lambda: replicas_identical(cl, topic, 1), 30, "replicas byte-identical")
             values = [v for _, v in consume_all(cl, topic, 1)[0]]
             assert values == [b"before%d" % i for i in range(5)] + [b"during%d" % i for i in range(5)]
+
+
+def test_deleting_a_topic_with_a_replica_on_a_saturated_dir_completes_and_frees_it(
+        tmp_path: Path) -> None:
+    """Decision 6 (the disk-full proposal): DeleteTopics sends StopReplica(delete=true)
+    to every replica on a live broker; on broker 1's SATURATED dir the replica is
+    deleted (its files go, freeing their space) and the deletion completes: the topic's
+    znodes go and no broker's Metadata lists it. Broker 1 is a follower there, so the
+    leader's writes reached the full dir before it filled."""
+    import confluent_kafka.admin as ck_admin
+
+    with faults.tmpfs("16m") as small:
+        dirs = [small / "d", tmp_path / "b1-other"]
+        extra = {"log.dir.min.free.bytes": 6 << 20, "log.dir.resume.free.bytes": 9 << 20,
+                 "log.dir.probe.interval.ms": 100, "log.dir.probe.timeout.ms": 1000}
+        with Cluster(tmp_path, log_dirs={1: dirs}, extra=extra) as cl:
+            b1 = cl.brokers[1]
+            assert b1.admin("log-dirs/cordon", dirs[1])[0] == 200
+            try:
+                create(cl, "gone", 1, min_isr=1, assignment=[[2, 1, 3]])
+            finally:
+                assert b1.admin("log-dirs/uncordon", dirs[1])[0] == 200
+            assert holding_dir(b1, "gone", 0) == dirs[0]
+            c = RawClient(cl.brokers[2].port)
+            try:
+                for _ in range(3):
+                    assert produce_raw(c, "gone", 0, [b"x" * 100_000])[0] == 0
+            finally:
+                c.close()
+            wait_for(lambda: replicas_identical(cl, "gone", 1), 30, "replicated to broker 1")
+            (small / "ballast").write_bytes(b"\0" * (9 << 20))
+            wait_for(lambda: b1.log_dir_states()[str(dirs[0])] == "saturated", 10, "SATURATED")
+            a = ck_admin.AdminClient({"bootstrap.servers": cl.brokers[cl.controller()].bootstrap})
+            for fut in a.delete_topics(["gone"], request_timeout=30).values():
+                fut.result(30)
+            wait_for(lambda: holding_dir(b1, "gone", 0) is None, 30,
+                     "the replica deleted from the saturated dir")
+            zc = KazooClient(hosts=cl.zk.hosts)
+            zc.start(15)
+            try:
+                wait_for(lambda: not zc.exists("/brokers/topics/gone")
+                         and not zc.exists("/admin/delete_topics/gone"), 30, "deletion complete")
+            finally:
+                zc.stop()
+                zc.close()
+            for b in cl.brokers:
+                wait_for(lambda b=b: ("gone", 0) not in cl.metadata(b)["partitions"], 20,
+                         f"broker {b} no longer lists the topic")
+            assert b1.proc is not None and b1.proc.poll() is None
