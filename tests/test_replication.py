@@ -197,13 +197,14 @@ class Load:
     acknowledged. `client` is "confluent" (librdkafka) or "kafka-python"."""
 
     def __init__(self, bootstrap: str, topic: str, partitions: int, *,
-                 client: str = "confluent", tag: bytes = b"c"):
+                 client: str = "confluent", tag: bytes = b"c",
+                 config: dict[str, Any] | None = None):
         self.client = client
         if client == "confluent":
             self.producer: Any = ck.Producer({
                 "bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
                 "linger.ms": 5, "message.timeout.ms": 180000, "retry.backoff.ms": 100,
-                "socket.timeout.ms": 10000, "metadata.max.age.ms": 5000})
+                "socket.timeout.ms": 10000, "metadata.max.age.ms": 5000, **(config or {})})
         else:
             from kafka import KafkaProducer
 

@@ -12,8 +12,10 @@ puts that partition in `failed` (FailedPartitionsCount), is logged once, and the
 goes on with every other partition; a failed partition is never retried in a loop. The
 mark clears when the partition is added again (a higher leader epoch, becoming a follower
 anew) or removed (StopReplica, leadership, its dir failing). Errors the leader answers
-(not leader, unknown epoch, storage error...) and a corrupt fetch are retried after
-`backoff`; a fenced epoch equal to ours marks the partition failed until a new epoch.
+(storage error...) and a corrupt fetch are retried after `backoff`; "not leader" and
+"unknown epoch", which a leader answers until it applies the LeaderAndIsr this follower
+already has, after 50 ms doubling up to `backoff`; a fenced epoch equal to ours marks the
+partition failed until a new epoch.
 
 The log work happens through `FollowerStorage`, which the replica manager implements on
 each dir's worker. Runs on the event loop; not thread-safe.
@@ -37,6 +39,11 @@ from ..wire.peer import Peer, PeerError
 from . import producer
 
 log = logging.getLogger("logkeeper.fetcher")
+
+# A leader that does not know our epoch yet (75) or does not lead yet (6): retried after
+# FAST_RETRY seconds, doubling up to the fetcher's backoff.
+_LEADER_NOT_READY = frozenset((errors.UNKNOWN_LEADER_EPOCH, errors.NOT_LEADER_OR_FOLLOWER))
+FAST_RETRY = 0.05
 
 
 class FollowerStorage(Protocol):
@@ -66,6 +73,7 @@ class FetchState:
     last_fetched_epoch: int = -1
     delayed_until: float = 0.0  # loop time before which it is not fetched (backoff)
     lag: int = 0  # offsets behind the leader's high watermark at the last answer
+    errors: int = 0  # consecutive error answers, for the backoff
 
 
 def whole_batches(records: bytes) -> bytes:
@@ -182,9 +190,18 @@ class Fetcher:
             self._fail(tp, f"leader fenced epoch {state.leader_epoch}")
             return
         if code:
-            log.debug("%s: leader %d answered %d; retrying", tp, self.leader_id, code)
-            state.delayed_until = now + self.backoff
+            state.errors += 1
+            delay = self.backoff
+            if code in _LEADER_NOT_READY:
+                # The leader has not applied the LeaderAndIsr we did yet (the controller
+                # sends both at once): it will within milliseconds, so try again soon,
+                # backing off to the full `backoff` if it does not.
+                delay = min(self.backoff, FAST_RETRY * 2 ** (state.errors - 1))
+            log.debug("%s: leader %d answered %d; retrying in %.2f s", tp, self.leader_id,
+                      code, delay)
+            state.delayed_until = now + delay
             return
+        state.errors = 0
         try:
             diverging = getattr(part, "diverging_epoch", None)
             if diverging is not None and getattr(diverging, "epoch", -1) >= 0:
