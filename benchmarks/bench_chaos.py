@@ -1,6 +1,6 @@
 """A long randomized fault run (issue "The cluster", section 4), kept out of CI: a real
-ZooKeeper and three brokers, two idempotent acks=all producers (confluent-kafka and
-kafka-python) writing throughout, and for CHAOS_SECONDS a random fault every few
+ZooKeeper and three brokers, the idempotent acks=all producers of
+tests.test_replication.PRODUCERS writing throughout, and for CHAOS_SECONDS a random fault every few
 seconds: SIGKILL of a random broker or of the controller (restarted once the cluster
 noticed), or SIGSTOP of one for 1-8 s (past the 4 s ZooKeeper session or not). At most
 one broker is faulty at a time, so min.insync.replicas 2 keeps accepting writes.
@@ -30,11 +30,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.cluster_helpers import Cluster, wait_for  # noqa: E402
 from tests.test_replication import (  # noqa: E402
-    Load,
     assert_every_ack_read_once,
     create,
     full_isr,
     replicas_identical,
+    start_producers,
 )
 
 CHAOS_SECONDS = float(os.environ.get("LK_CHAOS_SECONDS", "120"))
@@ -51,11 +51,7 @@ def test_random_kills_and_pauses_under_acks_all_load(note: Any, benchmark: Any) 
     with tempfile.TemporaryDirectory(prefix="lk-chaos-") as tmp, \
             Cluster(Path(tmp), dirs=2) as cl:
         create(cl, topic, parts)
-        bootstrap = ",".join(d.bootstrap for d in cl.brokers.values())
-        loads = [Load(bootstrap, topic, parts, client="confluent", tag=b"c"),
-                 Load(bootstrap, topic, parts, client="kafka-python", tag=b"k")]
-        for load in loads:
-            load.__enter__()
+        loads = start_producers(cl, topic, parts)
         try:
             end = time.monotonic() + CHAOS_SECONDS
             while time.monotonic() < end:

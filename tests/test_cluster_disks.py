@@ -9,6 +9,8 @@ followers keep replicating everything else, and nothing acknowledged is lost
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +22,11 @@ from .cluster_helpers import Cluster, wait_for
 from .daemon_helpers import RawClient
 from .sick_helpers import produce_raw
 from .test_replication import (
-    Load,
     assert_every_ack_read_once,
     consume_all,
     create,
     replicas_identical,
+    start_producers,
 )
 
 
@@ -35,11 +37,38 @@ def holding_dir(d: Any, topic: str, partition: int) -> Path | None:
     return None
 
 
+def create_on(cl: Cluster, only: Path, topic: str, assignment: list[list[int]],
+              min_isr: int = 2) -> None:
+    """Create `topic` with broker 1's replicas on its dir `only` (its others cordoned)."""
+    b1 = cl.brokers[1]
+    others = [d for d in b1.log_dirs if d != only]
+    for d in others:
+        assert b1.admin("log-dirs/cordon", d)[0] == 200
+    try:
+        create(cl, topic, len(assignment), min_isr=min_isr, assignment=assignment)
+    finally:
+        for d in others:
+            assert b1.admin("log-dirs/uncordon", d)[0] == 200
+    assert all(holding_dir(b1, topic, p) == only for p in range(len(assignment)))
+
+
+@contextmanager
+def saturable(tmp_path: Path) -> Iterator[tuple[Cluster, Path, list[Path]]]:
+    """3 brokers; broker 1's first dir is a 16 MiB tmpfs with a 6 MiB free-space floor
+    (a 10 MiB ballast file saturates it), its second a plain dir."""
+    with faults.tmpfs("16m") as small:
+        dirs = [small / "d", tmp_path / "b1-other"]
+        extra = {"log.dir.min.free.bytes": 6 << 20, "log.dir.resume.free.bytes": 9 << 20,
+                 "log.dir.probe.interval.ms": 100, "log.dir.probe.timeout.ms": 1000}
+        with Cluster(tmp_path, log_dirs={1: dirs}, extra=extra) as cl:
+            yield cl, small, dirs
+
+
 def test_eio_on_a_dir_moves_its_leaders_drops_its_followers_and_loses_nothing(
         tmp_path: Path) -> None:
     """KIP-112 cases 1 and 2 at once. On broker 1, dir A holds t-0 (broker 1 leads it)
     and t-1 (broker 1 follows broker 2); dir B holds h-0 (broker 1 leads it). Dir A gets
-    EIO (FS_IOC_SHUTDOWN) while two idempotent acks=all producers write to t. Through
+    EIO (FS_IOC_SHUTDOWN) while idempotent acks=all producers write to t. Through
     the log_dir_event (not a ZooKeeper timeout): t-0 gets another leader, t-1 keeps its
     leader; broker 1 leaves both ISRs and is listed in their offline replicas on every
     broker; h-0 stays led by broker 1 with a full ISR and takes acks=all writes; broker 1
@@ -51,27 +80,15 @@ def test_eio_on_a_dir_moves_its_leaders_drops_its_followers_and_loses_nothing(
         with Cluster(tmp_path, log_dirs={1: dirs}) as cl:
             b1 = cl.brokers[1]
             sick, good = dirs
-            for topic_, assignment, only in ((topic, [[1, 2, 3], [2, 1, 3]], sick),
-                                             ("h", [[1, 2, 3]], good)):
-                other = good if only is sick else sick
-                assert b1.admin("log-dirs/cordon", other)[0] == 200
-                try:
-                    create(cl, topic_, len(assignment), assignment=assignment)
-                finally:
-                    assert b1.admin("log-dirs/uncordon", other)[0] == 200
-            assert [holding_dir(b1, topic, p) for p in (0, 1)] == [sick, sick]
-            assert holding_dir(b1, "h", 0) == good
+            create_on(cl, sick, topic, [[1, 2, 3], [2, 1, 3]])
+            create_on(cl, good, "h", [[1, 2, 3]])
             on_sick = [0, 1]
             c = RawClient(b1.port)
             try:
                 assert produce_raw(c, "h", 0, [b"h-before"]) == (0, 0)
             finally:
                 c.close()
-            bootstrap = ",".join(d.bootstrap for d in cl.brokers.values())
-            loads = [Load(bootstrap, topic, 2, client="confluent", tag=b"c"),
-                     Load(bootstrap, topic, 2, client="kafka-python", tag=b"k")]
-            for load in loads:
-                load.__enter__()
+            loads = start_producers(cl, topic, 2)
             try:
                 wait_for(lambda: all(len(x.acked) > 100 for x in loads), 60,
                          lambda: f"load running: acked {[len(x.acked) for x in loads]}, "
@@ -131,51 +148,42 @@ def test_a_saturated_leader_dir_hands_leadership_over_and_rejoins_when_space_ret
     catches up (cutting what the new leader does not have) and rejoins the ISR, no
     restart. Every replica ends byte-identical; every acknowledged record is there."""
     topic = "f"
-    with faults.tmpfs("16m") as small:
-        dirs = [small / "d", tmp_path / "b1-other"]
-        extra = {"log.dir.min.free.bytes": 6 << 20, "log.dir.resume.free.bytes": 9 << 20,
-                 "log.dir.probe.interval.ms": 100, "log.dir.probe.timeout.ms": 1000}
-        with Cluster(tmp_path, log_dirs={1: dirs}, extra=extra) as cl:
-            b1 = cl.brokers[1]
-            assert b1.admin("log-dirs/cordon", dirs[1])[0] == 200
-            try:
-                create(cl, topic, 1, assignment=[[1, 2, 3]])
-            finally:
-                assert b1.admin("log-dirs/uncordon", dirs[1])[0] == 200
-            assert holding_dir(b1, topic, 0) == dirs[0]
-            c = RawClient(b1.port)
-            try:
-                for i in range(5):
-                    assert produce_raw(c, topic, 0, [b"before%d" % i]) == (0, i)
-            finally:
-                c.close()
-            ballast = small / "ballast"
-            ballast.write_bytes(b"\0" * (10 << 20))
-            wait_for(lambda: b1.log_dir_states()[str(dirs[0])] == "saturated", 10, "SATURATED")
+    with saturable(tmp_path) as (cl, small, dirs):
+        b1 = cl.brokers[1]
+        create_on(cl, dirs[0], topic, [[1, 2, 3]])
+        c = RawClient(b1.port)
+        try:
+            for i in range(5):
+                assert produce_raw(c, topic, 0, [b"before%d" % i]) == (0, i)
+        finally:
+            c.close()
+        ballast = small / "ballast"
+        ballast.write_bytes(b"\0" * (10 << 20))
+        wait_for(lambda: b1.log_dir_states()[str(dirs[0])] == "saturated", 10, "SATURATED")
 
-            def moved() -> Any:
-                views = [cl.metadata(b, [topic])["partitions"][(topic, 0)] for b in cl.brokers]
-                return all(v[0] not in (1, -1) and 1 not in v[3] and 1 in v[4] for v in views) \
-                    and views[0]
-            view = wait_for(moved, 20, "leadership off the saturated dir, on every broker")
-            leader = view[0]
-            c = RawClient(cl.brokers[leader].port)
-            try:
-                for i in range(5):
-                    assert produce_raw(c, topic, 0, [b"during%d" % i]) == (0, 5 + i)
-            finally:
-                c.close()
-            ballast.unlink()
-            wait_for(lambda: b1.log_dir_states()[str(dirs[0])] == "online", 10, "ONLINE again")
+        def moved() -> Any:
+            views = [cl.metadata(b, [topic])["partitions"][(topic, 0)] for b in cl.brokers]
+            return all(v[0] not in (1, -1) and 1 not in v[3] and 1 in v[4] for v in views) \
+                and views[0]
+        view = wait_for(moved, 20, "leadership off the saturated dir, on every broker")
+        leader = view[0]
+        c = RawClient(cl.brokers[leader].port)
+        try:
+            for i in range(5):
+                assert produce_raw(c, topic, 0, [b"during%d" % i]) == (0, 5 + i)
+        finally:
+            c.close()
+        ballast.unlink()
+        wait_for(lambda: b1.log_dir_states()[str(dirs[0])] == "online", 10, "ONLINE again")
 
-            def rejoined() -> Any:
-                views = [cl.metadata(b, [topic])["partitions"][(topic, 0)] for b in cl.brokers]
-                return all(sorted(v[3]) == [1, 2, 3] and v[4] == [] for v in views)
-            wait_for(rejoined, 30, "broker 1 back in the ISR, no offline replica")
-            assert b1.proc is not None and b1.proc.poll() is None
-            wait_for(lambda: replicas_identical(cl, topic, 1), 30, "replicas byte-identical")
-            values = [v for _, v in consume_all(cl, topic, 1)[0]]
-            assert values == [b"before%d" % i for i in range(5)] + [b"during%d" % i for i in range(5)]
+        def rejoined() -> Any:
+            views = [cl.metadata(b, [topic])["partitions"][(topic, 0)] for b in cl.brokers]
+            return all(sorted(v[3]) == [1, 2, 3] and v[4] == [] for v in views)
+        wait_for(rejoined, 30, "broker 1 back in the ISR, no offline replica")
+        assert b1.proc is not None and b1.proc.poll() is None
+        wait_for(lambda: replicas_identical(cl, topic, 1), 30, "replicas byte-identical")
+        values = [v for _, v in consume_all(cl, topic, 1)[0]]
+        assert values == [b"before%d" % i for i in range(5)] + [b"during%d" % i for i in range(5)]
 
 
 def test_deleting_a_topic_with_a_replica_on_a_saturated_dir_completes_and_frees_it(
@@ -187,41 +195,32 @@ def test_deleting_a_topic_with_a_replica_on_a_saturated_dir_completes_and_frees_
     leader's writes reached the full dir before it filled."""
     import confluent_kafka.admin as ck_admin
 
-    with faults.tmpfs("16m") as small:
-        dirs = [small / "d", tmp_path / "b1-other"]
-        extra = {"log.dir.min.free.bytes": 6 << 20, "log.dir.resume.free.bytes": 9 << 20,
-                 "log.dir.probe.interval.ms": 100, "log.dir.probe.timeout.ms": 1000}
-        with Cluster(tmp_path, log_dirs={1: dirs}, extra=extra) as cl:
-            b1 = cl.brokers[1]
-            assert b1.admin("log-dirs/cordon", dirs[1])[0] == 200
-            try:
-                create(cl, "gone", 1, min_isr=1, assignment=[[2, 1, 3]])
-            finally:
-                assert b1.admin("log-dirs/uncordon", dirs[1])[0] == 200
-            assert holding_dir(b1, "gone", 0) == dirs[0]
-            c = RawClient(cl.brokers[2].port)
-            try:
-                for _ in range(3):
-                    assert produce_raw(c, "gone", 0, [b"x" * 100_000])[0] == 0
-            finally:
-                c.close()
-            wait_for(lambda: replicas_identical(cl, "gone", 1), 30, "replicated to broker 1")
-            (small / "ballast").write_bytes(b"\0" * (9 << 20))
-            wait_for(lambda: b1.log_dir_states()[str(dirs[0])] == "saturated", 10, "SATURATED")
-            a = ck_admin.AdminClient({"bootstrap.servers": cl.brokers[cl.controller()].bootstrap})
-            for fut in a.delete_topics(["gone"], request_timeout=30).values():
-                fut.result(30)
-            wait_for(lambda: holding_dir(b1, "gone", 0) is None, 30,
-                     "the replica deleted from the saturated dir")
-            zc = KazooClient(hosts=cl.zk.hosts)
-            zc.start(15)
-            try:
-                wait_for(lambda: not zc.exists("/brokers/topics/gone")
-                         and not zc.exists("/admin/delete_topics/gone"), 30, "deletion complete")
-            finally:
-                zc.stop()
-                zc.close()
-            for b in cl.brokers:
-                wait_for(lambda b=b: ("gone", 0) not in cl.metadata(b)["partitions"], 20,
-                         f"broker {b} no longer lists the topic")
-            assert b1.proc is not None and b1.proc.poll() is None
+    with saturable(tmp_path) as (cl, small, dirs):
+        b1 = cl.brokers[1]
+        create_on(cl, dirs[0], "gone", [[2, 1, 3]], min_isr=1)
+        c = RawClient(cl.brokers[2].port)
+        try:
+            for _ in range(3):
+                assert produce_raw(c, "gone", 0, [b"x" * 100_000])[0] == 0
+        finally:
+            c.close()
+        wait_for(lambda: replicas_identical(cl, "gone", 1), 30, "replicated to broker 1")
+        (small / "ballast").write_bytes(b"\0" * (9 << 20))
+        wait_for(lambda: b1.log_dir_states()[str(dirs[0])] == "saturated", 10, "SATURATED")
+        a = ck_admin.AdminClient({"bootstrap.servers": cl.brokers[cl.controller()].bootstrap})
+        for fut in a.delete_topics(["gone"], request_timeout=30).values():
+            fut.result(30)
+        wait_for(lambda: holding_dir(b1, "gone", 0) is None, 30,
+                 "the replica deleted from the saturated dir")
+        zc = KazooClient(hosts=cl.zk.hosts)
+        zc.start(15)
+        try:
+            wait_for(lambda: not zc.exists("/brokers/topics/gone")
+                     and not zc.exists("/admin/delete_topics/gone"), 30, "deletion complete")
+        finally:
+            zc.stop()
+            zc.close()
+        for b in cl.brokers:
+            wait_for(lambda b=b: ("gone", 0) not in cl.metadata(b)["partitions"], 20,
+                     f"broker {b} no longer lists the topic")
+        assert b1.proc is not None and b1.proc.poll() is None
