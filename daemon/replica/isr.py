@@ -76,6 +76,7 @@ class FollowerState:
 class LeaderState:
     """A partition led here at one leader epoch."""
 
+    partition: Partition
     leader_epoch: int
     epoch_start_offset: int  # the leader's log end when it took this epoch
     controller_epoch: int  # of the controller that made the leadership decision
@@ -128,7 +129,6 @@ class IsrManager:
         self.lag = lag_time_ms / 1000
         self.clock = clock
         self.leaders: dict[TopicPartition, LeaderState] = {}
-        self.partitions: dict[TopicPartition, Partition] = {}
         self.isr_shrinks = 0  # counters for IsrShrinksPerSec / IsrExpandsPerSec
         self.isr_expands = 0
         self._writes: set[asyncio.Task[None]] = set()
@@ -159,19 +159,17 @@ class IsrManager:
                 if old is not None:
                     f.last_fetch_time = now
             followers[r] = f
-        self.leaders[p.tp] = LeaderState(leader_epoch, log_end_offset, controller_epoch,
+        self.leaders[p.tp] = LeaderState(p, leader_epoch, log_end_offset, controller_epoch,
                                          partition_epoch, isr_t, replicas_t, max(min_isr, 1),
                                          followers)
-        self.partitions[p.tp] = p
         self._advance_high_watermark(p)
         p.notify()
 
     def resign(self, tp: TopicPartition) -> None:
         """No longer leader of `tp` (a follower now, stopped, or its dir failed)."""
-        self.leaders.pop(tp, None)
-        p = self.partitions.pop(tp, None)
-        if p is not None:
-            p.notify()
+        st = self.leaders.pop(tp, None)
+        if st is not None:
+            st.partition.notify()
 
     # ---- what the produce and fetch paths ask and tell ----
 
@@ -239,8 +237,8 @@ class IsrManager:
         more than `replica.lag.time.max.ms` (run every half of it)."""
         now = self.clock()
         for tp, st in list(self.leaders.items()):
-            p = self.partitions.get(tp)
-            if p is None or p.log is None or st.pending_isr is not None:
+            p = st.partition
+            if p.log is None or st.pending_isr is not None:
                 continue
             leo = p.log.log_end_offset
             out = [r for r in st.isr if r != self.broker_id and r in st.followers

@@ -169,18 +169,17 @@ class ReplicaManager:
         it (daemon.replica.isr), which may move the ISR and the high watermark."""
         served = [self.leadership.is_leader(spec.partition) for spec in items]
         led = [spec for spec, ok in zip(items, served, strict=True) if ok]
-        results = iter(await self.storage.fan_out(
+        read = await self.storage.fan_out(
             led, _dir_of, _read_all, max_bytes,
-            on_error=lambda item, err: _failed_read(err, item[0])) if led else [])
+            on_error=lambda item, err: _failed_read(err, item[0])) if led else []
         if self.isr is not None:
-            results = list(results)
-            for spec, r in zip(led, results, strict=True):
+            for spec, r in zip(led, read, strict=True):
                 if spec.replica_id >= 0 and r.error == NONE and r.diverging_epoch is None:
                     self.isr.on_follower_fetch(spec.partition, spec.replica_id, spec.offset,
                                                r.log_end_offset)
-            results = iter(results)
         if len(led) == len(items):
-            return list(results)
+            return list(read)
+        results = iter(read)
         return [next(results) if ok
                 else ReadResult(NOT_LEADER_OR_FOLLOWER, message=f"{spec.partition.tp} is not "
                                                                 "led here")
