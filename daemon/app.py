@@ -41,6 +41,7 @@ from .api.connections import Connections
 from .api.handlers import Handlers
 from .cluster.link import ClusterLink, cluster_id_from_zookeeper
 from .cluster.metadata_cache import MetadataCache
+from .cluster.znodes import ProducerIdBlock
 from .controller.controller import Controller
 from .health.commands import AdminError, OperatorCommands
 from .health.monitor import LogDirMonitor
@@ -53,6 +54,7 @@ from .replica.fetcher import LogFollowerStorage, ReplicaFetchers
 from .replica.isr import IsrManager
 from .replica.leadership import ClusterLeadership, Standalone
 from .replica.manager import ReplicaManager
+from .replica.producer_ids import ProducerIds
 from .replica.topics import TopicAdmin
 from .storage.dirstate import DirState
 from .storage.log_manager import LogManager, new_cluster_id
@@ -87,7 +89,10 @@ class Server:
         self.replicas = ReplicaManager(self.storage, leadership, self.isr)
         self.topic_admin = TopicAdmin(config, self.replicas,
                                       on_change=self._partitions_changed)
-        self.handlers = Handlers(self.replicas, self.topic_admin, self.storage, self.metrics)
+        producer_ids = (ProducerIds.standalone(config.broker_id) if config.standalone
+                        else ProducerIds(self._claim_producer_id_block))
+        self.handlers = Handlers(self.replicas, self.topic_admin, self.storage, self.metrics,
+                                 producer_ids)
         self.fetchers: ReplicaFetchers | None = None
         if isinstance(leadership, ClusterLeadership):
             cache = self.metadata_cache
@@ -149,6 +154,11 @@ class Server:
             announce=lambda tp: link().announce_isr_change(tp),
             alive=lambda b: b in cache.brokers,
             lag_time_ms=self.config["replica.lag.time.max.ms"])
+
+    async def _claim_producer_id_block(self) -> ProducerIdBlock:
+        if self.cluster is None:
+            raise RuntimeError("not connected to ZooKeeper yet")
+        return await asyncio.to_thread(self.cluster.claim_producer_id_block)
 
     async def _min_isr_of(self, topic: str) -> int:
         """The topic's min.insync.replicas (`/config/topics/<t>`), else the broker's."""

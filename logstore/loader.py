@@ -93,19 +93,23 @@ class LogLoader:
             segments.append(open_segment(self.dir, self.log_start_offset or 0, self.config,
                                          active=True))
         self.recovery.recovered = recover
+        # The checkpoint may lag the batches (a kill -9 after a follower appended a new
+        # epoch's first batch): recovery re-derives every epoch from the recovery point on.
+        epochs = LeaderEpochCache.load(self.dir / names.LEADER_EPOCH_CHECKPOINT, -1)
         if recover:
-            self._recover_from(self.recovery_point)
+            epochs.truncate_from_end(self.recovery_point)
+            self._recover_from(self.recovery_point, epochs)
         else:
             for seg in segments:
                 if not seg.index_sane():
-                    self._recover_insane(seg)
+                    self._recover_insane(seg, epochs)
         log_end_offset = segments.active.next_offset
         first_base = segments.first.base_offset
         start = first_base if self.log_start_offset is None else self.log_start_offset
         log_start_offset = min(max(start, first_base), log_end_offset)
         recovery_point = min(max(self.recovery_point, log_start_offset),
                              log_end_offset) if not recover else log_end_offset
-        epochs = LeaderEpochCache.load(self.dir / names.LEADER_EPOCH_CHECKPOINT, log_end_offset)
+        epochs.truncate_from_end(log_end_offset)
         epochs.truncate_from_start(log_start_offset)
         return LoadedLog(segments=segments, log_start_offset=log_start_offset,
                          recovery_point=recovery_point, epochs=epochs, recovery=self.recovery)
@@ -129,7 +133,7 @@ class LogLoader:
                     and parsed[0] not in bases:
                 (self.dir / name).unlink()
 
-    def _recover_from(self, recovery_point: int) -> None:
+    def _recover_from(self, recovery_point: int, epochs: LeaderEpochCache) -> None:
         """Walk every segment from the one holding `recovery_point` on; at the first one
         with a torn tail or a corrupt batch, cut it, delete every later segment and make
         it the active one."""
@@ -137,11 +141,11 @@ class LogLoader:
         start = segments.floor_index(recovery_point)
         for seg in segments[:start]:
             if not seg.index_sane():
-                self._recover_insane(seg)
+                self._recover_insane(seg, epochs)
         i = start
         while i < len(segments):
             seg = segments[i]
-            scan, cut = seg.recover()
+            scan, cut = seg.recover(epochs)
             self.recovery.segments_recovered += 1
             self.recovery.indexes_rebuilt.append(seg.base_offset)
             if cut or scan.status not in (ScanStatus.OK,):
@@ -159,10 +163,10 @@ class LogLoader:
             i += 1
         # A segment left empty in the middle has no offsets to serve; keep it only last.
 
-    def _recover_insane(self, seg: LogSegment) -> None:
+    def _recover_insane(self, seg: LogSegment, epochs: LeaderEpochCache) -> None:
         """Rebuild the indexes of a segment that failed the load-time sanity check (as
         Kafka does, without deleting later segments), reporting any tail it cut."""
-        scan, cut = seg.recover()
+        scan, cut = seg.recover(epochs)
         self.recovery.indexes_rebuilt.append(seg.base_offset)
         if cut or not scan.clean:
             self.recovery.bytes_truncated += cut

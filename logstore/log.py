@@ -164,6 +164,7 @@ class Log:
         size = 0
         position = -1
         verify = True
+        new_epoch = False
         config = self.config
         while True:
             seg = self._segments.active
@@ -192,7 +193,7 @@ class Log:
                     records += b.records_count
                     # A follower's batches keep their leaders' epochs: one entry per new
                     # epoch; a leader's all carry its own.
-                    self.epochs.assign(b.partition_leader_epoch, b.base_offset)
+                    new_epoch |= self.epochs.assign(b.partition_leader_epoch, b.base_offset)
                 last = b
                 max_timestamp = max(max_timestamp, appender.append_max_timestamp)
                 size += appender.bytes_written
@@ -202,6 +203,9 @@ class Log:
             verify = False  # validated whole by the first call
             self._roll_for_append()
         assert first is not None and last is not None
+        if new_epoch:  # written at once, as Kafka does: a kill -9 must not lose it
+            with self.guard.io("write leader epochs", self.dir):
+                self.epochs.write()
         return AppendInfo(
             base_offset=first.base_offset, last_offset=last.last_offset, record_count=records,
             max_timestamp=max_timestamp, log_append_time=-1, position=position, size=size)
@@ -292,6 +296,22 @@ class Log:
                     end = min(end, stop.position if stop.base_offset >= max_offset
                               else stop.position + stop.size)
             return seg.read_exact(batch.position, end - batch.position)
+
+    def read_tail(self, max_bytes: int) -> list[bytes]:
+        """The whole batches of about the last `max_bytes` of the log, oldest first, one
+        bytes object per segment (each starts at a batch the offset index names)."""
+        chunks: list[bytes] = []
+        left = max_bytes
+        with self.guard.io("read", self.dir, writing=False):
+            for seg in reversed(self._segments.to_list()):
+                if left <= 0:
+                    break
+                start = seg.offset_index.position_floor(seg.size - left) if seg.size > left else 0
+                if seg.size > start:
+                    chunks.append(seg.read_exact(start, seg.size - start))
+                left -= seg.size - start
+        chunks.reverse()
+        return chunks
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record at or after `timestamp`, or None."""

@@ -22,6 +22,7 @@ import native
 from native import BatchInfo, ScanResult, ScanStatus
 
 from . import names
+from .epochs import LeaderEpochCache
 from .errors import LogStoreError
 from .index import OffsetIndex, TimeIndex
 from .records import HEADER as _HEADER
@@ -260,8 +261,10 @@ class LogSegment:
 
     # ---- maintenance ----
 
-    def recover(self) -> tuple[FileScan, int]:
-        """Rebuild indexes from the `.log`, cut at the first invalid batch.
+    def recover(self, epochs: LeaderEpochCache | None = None) -> tuple[FileScan, int]:
+        """Rebuild indexes from the `.log`, cut at the first invalid batch; each batch
+        of a leader epoch newer than `epochs` knows starts that epoch there (Kafka's
+        LogSegment.recover: the checkpoint may predate the batches a crash left).
 
         Returns the scan's verdict and how many bytes were cut. A batch whose offsets
         go backwards counts as corruption.
@@ -279,6 +282,8 @@ class LogSegment:
                     return b.position
                 if b.max_timestamp > self.max_timestamp:
                     self.max_timestamp, self.offset_of_max_timestamp = b.max_timestamp, b.last_offset
+                if epochs is not None and b.partition_leader_epoch > epochs.latest_epoch:
+                    epochs.assign(b.partition_leader_epoch, b.base_offset)
                 if b.position - state["last_indexed"] > self.index_interval_bytes:
                     self._index_batch(b.last_offset, b.position)
                     state["last_indexed"] = b.position

@@ -17,6 +17,7 @@ from pathlib import Path
 import confluent_kafka.admin as ck_admin
 from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.protocol.consumer import FetchRequest
+from kafka.protocol.producer import InitProducerIdRequest
 from kazoo.client import KazooClient
 
 from daemon.wire import views
@@ -348,17 +349,50 @@ def test_followers_replicate_the_leaders_log_byte_for_byte(tmp_path: Path) -> No
         assert _partition_bytes(cl.brokers[new_leader], "r", 0) == copied
 
 
-def test_every_broker_names_the_cluster_id_zookeeper_holds(tmp_path: Path) -> None:
+def _producer_ids(port: int, n: int, version: int) -> list[int]:
+    client = RawClient(port)
+    try:
+        got = []
+        for _ in range(n):
+            body = InitProducerIdRequest[version](transactional_id=None,
+                                                  transaction_timeout_ms=60000)
+            resp = client.request(body, version)
+            assert (resp.error_code, resp.producer_epoch) == (0, 0)
+            got.append(resp.producer_id)
+        return got
+    finally:
+        client.close()
+
+
+def test_every_broker_names_the_cluster_id_zookeeper_holds_and_producer_ids_are_unique(
+        tmp_path: Path) -> None:
     """/cluster/id (Kafka's ClusterIdZNode) is created by the first broker; every broker
     writes it into its dirs' meta.properties and answers it in Metadata; a broker whose
-    dirs belong to another cluster refuses to start, naming both ids."""
+    dirs belong to another cluster refuses to start, naming both ids.
+
+    InitProducerId hands out ids no other broker hands out, from blocks each broker
+    claims in /latest_producer_id_block (Kafka's JSON): two idempotent producers that
+    asked different brokers never share an id (they did when every broker counted from
+    the second it started), and a restarted broker claims a new block."""
     import json
 
     with Cluster(tmp_path, dirs=1) as cl:
+        ids = {b: _producer_ids(d.port, 3, 0 if b == 1 else 4) for b, d in cl.brokers.items()}
+        every = [pid for got in ids.values() for pid in got]
+        assert len(set(every)) == len(every), ids
         zc = KazooClient(hosts=cl.zk.hosts)
         zc.start()
         try:
             data = json.loads(zc.get("/cluster/id")[0])
+            block = json.loads(zc.get("/latest_producer_id_block")[0])
+            assert block["version"] == 1 and block["broker"] in cl.brokers
+            assert int(block["block_end"]) - int(block["block_start"]) == 999
+            assert max(every) <= int(block["block_end"])
+            cl.brokers[2].stop()
+            cl.brokers[2].start()
+            again = _producer_ids(cl.brokers[2].port, 1, 3)
+            assert again[0] not in every
+            assert json.loads(zc.get("/latest_producer_id_block")[0])["broker"] == 2
         finally:
             zc.stop()
             zc.close()

@@ -60,9 +60,9 @@ def test_checkpoint_is_kafkas_format_and_reloads_within_the_log(tmp_path):
     assert LeaderEpochCache.load(c.path, 7).entries == [(0, 0)]  # a tail cut in recovery
 
 
-def _with_epochs(*epochs: int) -> bytes:
+def _with_epochs(*epochs: int, start: int = 0) -> bytes:
     """Batches as a follower fetches them: offsets and leader epochs already set."""
-    out, offset = b"", 0
+    out, offset = b"", start
     for e in epochs:
         data = bytearray(batch(2))
         offset = native.assign_offsets(data, offset, e)
@@ -89,4 +89,28 @@ def test_a_follower_append_records_every_new_epoch_in_it(tmp_path):
     assert lg.epochs.entries == [(2, 5), (6, 6)]
     lg.truncate_to(0)
     assert lg.epochs.entries == []
+    lg.close()
+
+
+def test_a_follower_kill_9_keeps_every_epoch_it_appended(tmp_path):
+    """A follower killed with -9 right after appending batches of new epochs: the
+    checkpoint already holds them (written with the append, as Kafka's assign does); and
+    when a checkpoint lags the log anyway (an older file), recovery re-derives the epochs
+    from the batches past the recovery point. Before, a restarted follower's cache lost
+    epochs 0 and 1 and began at the next epoch it fetched, so as a leader it would have
+    answered OffsetForLeaderEpoch wrongly."""
+    part = tmp_path / "t-0"
+    checkpoint = part / names.LEADER_EPOCH_CHECKPOINT
+    lg = Log.open(part, LogConfig())
+    lg.append(_with_epochs(0, 0, 1, 1, 2), assign_offsets=False)
+    assert checkpoint.read_text() == "0\n3\n0 0\n1 4\n2 8\n"  # no flush, no close
+    lg.flush()  # recovery point 10
+    lg.append(_with_epochs(2, 3, 5, start=10), assign_offsets=False)
+    assert lg.epochs.entries == [(0, 0), (1, 4), (2, 8), (3, 12), (5, 14)]
+    # Kill -9 (no close) with a checkpoint from before the last append.
+    checkpoint.write_text("0\n3\n0 0\n1 4\n2 8\n")
+    lg = Log.open(part, LogConfig(), recovery_point=10)
+    assert lg.recovery.recovered
+    assert lg.epochs.entries == [(0, 0), (1, 4), (2, 8), (3, 12), (5, 14)]
+    assert lg.epochs.end_offset_for(3, lg.log_end_offset) == (3, 14)
     lg.close()

@@ -264,12 +264,8 @@ class Load:
         return self.sent - len(self.acked) - len(self.failed)
 
 
-# The idempotent producers the failure tests run. kafka-python's is left out for now:
-# against failovers it sometimes stalls with nothing acknowledged from the start, and
-# once wrote a record twice far apart (offsets 477 and 2057) after a failover, which
-# points at its sequence/epoch reset on an error, not yet understood (see the cluster
-# issue's notes). Load(client="kafka-python") still drives it.
-PRODUCERS = (("confluent", b"c"),)
+# The idempotent producers the failure tests run, each tagging its records.
+PRODUCERS = (("confluent", b"c"), ("kafka-python", b"k"))
 
 
 def start_producers(cl: Cluster, topic: str, partitions: int) -> list[Load]:

@@ -45,6 +45,7 @@ FETCH_SESSION_ID_NOT_FOUND = ke.FetchSessionIdNotFoundError.errno
 FENCED_LEADER_EPOCH = ke.FencedLeaderEpochError.errno
 UNKNOWN_LEADER_EPOCH = ke.UnknownLeaderEpochError.errno
 REQUEST_TIMED_OUT = ke.RequestTimedOutError.errno
+COORDINATOR_NOT_AVAILABLE = ke.CoordinatorNotAvailableError.errno
 NOT_ENOUGH_REPLICAS = ke.NotEnoughReplicasError.errno
 NOT_ENOUGH_REPLICAS_AFTER_APPEND = ke.NotEnoughReplicasAfterAppendError.errno
 STALE_CONTROLLER_EPOCH = ke.StaleControllerEpochError.errno

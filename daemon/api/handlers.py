@@ -36,6 +36,7 @@ from ..ops.metrics import Metrics
 from ..replica.control import ControlRequests
 from ..replica.manager import ReadSpec, ReplicaManager
 from ..replica.partition import AppendResult, Partition
+from ..replica.producer_ids import ProducerIds
 from ..replica.topics import TopicAdmin, TopicError
 from ..storage.log_manager import LogManager
 from ..wire import LeaderAndIsrResponse, StopReplicaResponse, UpdateMetadataResponse
@@ -73,8 +74,9 @@ def _partition_metadata(index: int, s: Any) -> Any:
 
 class Handlers:
     def __init__(self, replicas: ReplicaManager, topic_admin: TopicAdmin, storage: LogManager,
-                 metrics: Metrics):
+                 metrics: Metrics, producer_ids: ProducerIds):
         self.replicas = replicas
+        self.producer_ids = producer_ids
         self.leadership = replicas.leadership
         self.topic_admin = topic_admin
         self.storage = storage
@@ -624,13 +626,20 @@ class Handlers:
     # ---- InitProducerId ----
 
     async def init_producer_id(self, req: protocol.Request, conn: ConnInfo) -> Any:
+        """A new producer id at epoch 0 for an idempotent producer, also when it asks for
+        its epoch to be bumped (v3+, KIP-360), as Kafka answers one without a
+        transactional id. Transactions are not served."""
+        def answer(code: int, pid: int = -1, epoch: int = -1) -> Any:
+            return InitProducerIdResponse(throttle_time_ms=0,
+                                          error_code=code, producer_id=pid, producer_epoch=epoch)
+
         if req.body.transactional_id is not None:
-            return InitProducerIdResponse(
-                throttle_time_ms=0, error_code=errors.INVALID_REQUEST, producer_id=-1,
-                producer_epoch=-1)
-        return InitProducerIdResponse(throttle_time_ms=0, error_code=0,
-                                      producer_id=self.replicas.new_producer_id(),
-                                      producer_epoch=0)
+            return answer(errors.INVALID_REQUEST)
+        try:
+            return answer(errors.NONE, await self.producer_ids.next_id(), 0)
+        except Exception as err:  # noqa: BLE001 - ZooKeeper away: the client retries
+            log.warning("no producer id to hand out (%s: %s)", type(err).__name__, err)
+            return answer(errors.COORDINATOR_NOT_AVAILABLE)
 
     # ---- DescribeLogDirs ----
 

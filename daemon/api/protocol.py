@@ -136,7 +136,7 @@ SUPPORTED: dict[int, Api] = {a.key: a for a in (
     _api(ApiVersionsRequest, ApiVersionsResponse, 0, 3),
     _api(CreateTopicsRequest, CreateTopicsResponse, 2, 4),
     _api(DeleteTopicsRequest, DeleteTopicsResponse, 1, 3),
-    _api(InitProducerIdRequest, InitProducerIdResponse, 0, 1),
+    _api(InitProducerIdRequest, InitProducerIdResponse, 0, 4),
     _api(DescribeLogDirsRequest, DescribeLogDirsResponse, 0, 4),
     _api(OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, 2, 4),
     # The controller's requests (docs/cluster.md): every version a ZooKeeper-mode

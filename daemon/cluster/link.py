@@ -230,6 +230,31 @@ class ClusterLink:
             return {}
         return znodes.decode_topic_config(topic, data)
 
+    def claim_producer_id_block(self) -> znodes.ProducerIdBlock:
+        """The next block of producer ids, claimed for this broker in
+        `/latest_producer_id_block` by a conditional write (Kafka's ZkProducerIdManager):
+        two brokers racing for a block both re-read and one of them takes the next."""
+        path = znodes.LATEST_PRODUCER_ID_BLOCK
+        size = znodes.PRODUCER_ID_BLOCK_SIZE
+        while True:
+            try:
+                data, stat = self._wait(self.client.get_async(path))
+            except NoNodeError:
+                data, stat = None, None
+            start = znodes.decode_producer_id_block(data).end + 1 if data else 0
+            if start + size - 1 > 2**63 - 1:
+                raise RuntimeError("every producer id has been handed out")
+            block = znodes.ProducerIdBlock(self.broker_id, start, start + size - 1)
+            payload = znodes.encode_producer_id_block(block)
+            try:
+                if stat is None:
+                    self._wait(self.client.create_async(path, payload))
+                else:
+                    self._wait(self.client.set_async(path, payload, stat.version))
+            except (BadVersionError, NodeExistsError):
+                continue  # another broker claimed a block first
+            return block
+
     @property
     def pending_events(self) -> int:
         with self._lock:

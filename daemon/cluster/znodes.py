@@ -43,6 +43,7 @@ ISR_CHANGE_PREFIX = "isr_change_"
 LOG_DIR_EVENT_NOTIFICATION = "/log_dir_event_notification"
 LOG_DIR_EVENT_PREFIX = "log_dir_event_"
 CLUSTER_ID = "/cluster/id"
+LATEST_PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 
 # Persistent parents a broker or controller creates if missing (Kafka's
 # KafkaZkClient.createTopLevelPaths, less the paths out of our scope).
@@ -444,6 +445,38 @@ def encode_cluster_id(cluster_id: str) -> bytes:
 
 def decode_cluster_id(data: bytes) -> str:
     return _str(CLUSTER_ID, _loads(CLUSTER_ID, data), "id")
+
+
+# -- /latest_producer_id_block ----------------------------------------------------------
+
+PRODUCER_ID_BLOCK_SIZE = 1000  # Kafka's ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE
+
+
+@dataclass(frozen=True)
+class ProducerIdBlock:
+    """The last block of producer ids a broker claimed; both ends inclusive."""
+
+    broker: int
+    start: int
+    end: int
+
+
+def encode_producer_id_block(block: ProducerIdBlock) -> bytes:
+    """Kafka's ProducerIdBlockZNode: the ends are strings there."""
+    return _dumps({"version": 1, "broker": block.broker, "block_start": str(block.start),
+                   "block_end": str(block.end)})
+
+
+def decode_producer_id_block(data: bytes) -> ProducerIdBlock:
+    path = LATEST_PRODUCER_ID_BLOCK
+    obj = _loads(path, data)
+    try:
+        start, end = int(obj["block_start"]), int(obj["block_end"])
+    except (KeyError, TypeError, ValueError) as err:
+        raise ZnodeError(path, f"block_start/block_end are not integers ({err})", data) from err
+    if not 0 <= start <= end:
+        raise ZnodeError(path, f"block {start}..{end} is not a block of producer ids", data)
+    return ProducerIdBlock(_int(path, obj, "broker"), start, end)
 
 
 # -- /admin/delete_topics/<t> -----------------------------------------------------------

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NamedTuple
 
@@ -54,7 +53,6 @@ class ReplicaManager:
         # watermark); None standalone, where the high watermark is the log end.
         self.isr = isr
         self.partitions: dict[TopicPartition, Partition] = {}
-        self._next_producer_id = (int(time.time()) & 0x7FFFFFFF) << 16
 
     # ---- taking partitions on and letting them go ----
 
@@ -68,14 +66,15 @@ class ReplicaManager:
         """Take on every log of `d` (just opened or re-admitted); returns the partitions
         that live in another dir too and were left alone (the caller decides)."""
         assert d.logdir is not None
-        hws = await self.storage.run(d, _take_on, d.logdir.logs, self.leadership)
+        taken = await self.storage.run(d, _take_on, d.logdir.logs, self.leadership)
         clashes = []
         for tp, lg in d.logdir.logs.items():
             other = self.partitions.get(tp)
             if other is not None and other.dir is not d:
                 clashes.append(tp)
                 continue
-            self.partitions[tp] = Partition(tp, lg, d, hws[tp])
+            hw, producers = taken[tp]
+            self.partitions[tp] = Partition(tp, lg, d, hw, producers=producers)
         d.partitions = set(d.logdir.logs) - set(clashes)
         return clashes
 
@@ -206,10 +205,6 @@ class ReplicaManager:
         p = self.partitions[tp]
         return await self.storage.run(p.dir, fn, *args)
 
-    def new_producer_id(self) -> int:
-        self._next_producer_id += 1
-        return self._next_producer_id
-
 
 def _dir_of(item: tuple[Any, ...]) -> ManagedDir:
     return item[0].dir
@@ -228,12 +223,14 @@ def _failed_read(err: BaseException, p: Partition) -> ReadResult:
 # ---- functions that run on a dir's worker ----
 
 
-def _take_on(logs: dict[TopicPartition, Any], leadership: Standalone) -> dict[TopicPartition, int]:
-    """Set each log's high watermark as its leadership says; returns them."""
+def _take_on(logs: dict[TopicPartition, Any], leadership: Standalone
+             ) -> dict[TopicPartition, tuple[int, dict[int, producer.ProducerState]]]:
+    """Set each log's high watermark as its leadership says; returns them with each
+    log's producer state, rebuilt from its tail."""
     out = {}
     for tp, lg in logs.items():
         lg.high_watermark = leadership.high_watermark(lg)
-        out[tp] = lg.high_watermark
+        out[tp] = (lg.high_watermark, producer.from_log(lg))
     return out
 
 

@@ -2,12 +2,19 @@
 
 Kafka's check for one batch (ProducerStateManager): a lower epoch is fenced
 (INVALID_PRODUCER_EPOCH), a batch already appended is answered with its first offset
-and not written again, and a sequence that does not follow the last one is
-OUT_OF_ORDER_SEQUENCE_NUMBER. A follower records the batches it replicates the same way
+and not written again, and a sequence that does not follow the last one, or a higher
+epoch that does not start at sequence 0, is OUT_OF_ORDER_SEQUENCE_NUMBER. A producer
+this partition knows nothing of may start at any sequence (its state may have gone
+with retention or a restart). A follower records the batches it replicates the same way
 (`record_replicated`), so a new leader after a failover still answers a producer's
 retry of a batch the old leader had written as a duplicate; a truncation forgets the
-batches cut (`truncate`). The window lives in memory only: after a restart every
-producer starts fresh, as with a Kafka broker that lost its producer snapshots.
+batches cut (`truncate`). The window lives in memory; when a partition is taken on
+(start-up, a dir re-admitted) it is rebuilt from the batches of the log's last
+`TAIL_BYTES` (`from_log`), so a broker restarted after a kill -9 still knows the recent
+batches it holds: without that, a producer retrying a batch that broker had written
+before the kill had it written twice once the broker led again. A producer whose last
+batch lies further back is unknown and may start at any sequence, as in Kafka after
+its state expired.
 
 Runs on the partition's dir worker only (the state is the partition's, see
 daemon.replica.partition): not thread-safe.
@@ -18,11 +25,13 @@ from __future__ import annotations
 import collections
 from dataclasses import dataclass, field
 
+from logstore import Log
 from logstore.records import HEADER, HEADER_SIZE, LOG_OVERHEAD, PRODUCER, PRODUCER_AT, batch_producer
 
 from ..api.errors import INVALID_PRODUCER_EPOCH, NONE, OUT_OF_ORDER_SEQUENCE_NUMBER
 
 WINDOW = 5  # Kafka keeps the metadata of the last 5 batches per producer
+TAIL_BYTES = 1 << 20  # how much of a log's end `from_log` reads
 
 
 @dataclass
@@ -61,6 +70,8 @@ def check(producers: dict[int, ProducerState], records: bytes) -> Check:
     if state is not None:
         if epoch < state.epoch:
             return Check(INVALID_PRODUCER_EPOCH)
+        if epoch > state.epoch and base_seq != 0:
+            return Check(OUT_OF_ORDER_SEQUENCE_NUMBER)  # a new epoch starts at sequence 0
         if epoch == state.epoch and state.batches:
             for meta in state.batches:
                 if meta.first_seq == base_seq and meta.last_seq == last_seq:
@@ -94,6 +105,16 @@ def record_replicated(producers: dict[int, ProducerState], records: bytes | memo
         if pid >= 0 and base_seq >= 0 and count > 0:
             record(producers, (pid, epoch, base_seq, (base_seq + count - 1) % 2**31), base_offset)
         pos += LOG_OVERHEAD + batch_length
+
+
+def from_log(log: Log, tail_bytes: int = TAIL_BYTES) -> dict[int, ProducerState]:
+    """The producer state of the last `tail_bytes` of `log`, rebuilt from its batch
+    headers when the partition is taken on (start-up, a dir re-admitted), as Kafka
+    replays the log's tail when it has no producer snapshot."""
+    producers: dict[int, ProducerState] = {}
+    for chunk in log.read_tail(tail_bytes):
+        record_replicated(producers, chunk)
+    return producers
 
 
 def truncate(producers: dict[int, ProducerState], offset: int) -> None:

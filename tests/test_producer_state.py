@@ -1,0 +1,99 @@
+"""The idempotent-producer check a leader runs before appending (daemon.replica.producer),
+on batches encoded as clients send them: duplicates are answered with the offset they were
+written at, gaps and stale epochs are refused, and a follower's replicated batches and a
+truncation keep the same state a new leader then checks against."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from daemon.api import errors
+from daemon.replica import producer
+from logstore import FailureChannel, IoGuard, Log, LogConfig
+from logstore.records import build_batch
+
+
+def batch(pid: int, epoch: int, seq: int, count: int = 2, base_offset: int = 0) -> bytes:
+    return build_batch([(None, b"v%d" % i) for i in range(count)], base_offset=base_offset,
+                       producer_id=pid, producer_epoch=epoch, base_sequence=seq)
+
+
+def append(state: dict, records: bytes, offset: int) -> producer.Check:
+    got = producer.check(state, records)
+    if got.error == errors.NONE and got.duplicate_of is None:
+        producer.record(state, got.token, offset)
+    return got
+
+
+def test_a_retried_batch_is_answered_with_its_first_offset_and_not_written_again() -> None:
+    state: dict = {}
+    assert append(state, batch(7, 0, 0), 100).token is not None
+    assert append(state, batch(7, 0, 2), 102).token is not None
+    retry = producer.check(state, batch(7, 0, 0))
+    assert (retry.error, retry.duplicate_of) == (errors.NONE, 100)
+    assert producer.check(state, batch(7, 0, 2)).duplicate_of == 102
+
+
+def test_a_gap_in_sequences_is_out_of_order_and_records_nothing() -> None:
+    state: dict = {}
+    append(state, batch(7, 0, 0), 0)
+    assert producer.check(state, batch(7, 0, 5)).error == errors.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert append(state, batch(7, 0, 2), 2).error == errors.NONE
+
+
+def test_a_lower_epoch_is_fenced_and_a_higher_one_must_start_at_sequence_0() -> None:
+    state: dict = {}
+    append(state, batch(7, 1, 0), 0)
+    assert producer.check(state, batch(7, 0, 2)).error == errors.INVALID_PRODUCER_EPOCH
+    assert producer.check(state, batch(7, 2, 2)).error == errors.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert append(state, batch(7, 2, 0), 2).error == errors.NONE
+    assert producer.check(state, batch(7, 1, 2)).error == errors.INVALID_PRODUCER_EPOCH
+
+
+def test_an_unknown_producer_may_start_at_any_sequence() -> None:
+    assert producer.check({}, batch(9, 0, 4000)).error == errors.NONE
+
+
+def test_two_producers_with_the_same_sequences_do_not_see_each_others_batches() -> None:
+    state: dict = {}
+    append(state, batch(7, 0, 0), 0)
+    other = producer.check(state, batch(8, 0, 0))
+    assert (other.error, other.duplicate_of) == (errors.NONE, None)
+
+
+def test_a_follower_knows_the_leaders_batches_and_forgets_what_a_truncation_cut() -> None:
+    state: dict = {}
+    producer.record_replicated(state, batch(7, 0, 0, base_offset=10)
+                               + batch(7, 0, 2, base_offset=12))
+    assert producer.check(state, batch(7, 0, 2)).duplicate_of == 12
+    producer.truncate(state, 12)
+    assert producer.check(state, batch(7, 0, 2)).duplicate_of is None
+    assert producer.check(state, batch(7, 0, 0)).duplicate_of == 10
+
+
+def test_a_restarted_broker_knows_the_producers_of_its_logs_tail(tmp_path: Path) -> None:
+    """A broker killed and restarted rebuilds producer state from the batches at its
+    logs' end (Kafka replays the tail without a snapshot): a producer's retry of a batch
+    written before the kill is a duplicate, not a second copy. Over several segments, and
+    only as far back as the tail it reads."""
+    root = tmp_path / "dir"
+    root.mkdir()
+    guard = IoGuard(root, FailureChannel())
+    lg = Log.open(root / "t-0", LogConfig(segment_bytes=2000), guard=guard)
+    early = lg.append(batch(9, 0, 0), leader_epoch=0).base_offset
+    offsets = {}
+    for seq in range(0, 200, 2):  # 100 batches of 2 records over many segments
+        offsets[seq] = lg.append(batch(7, 0, seq), leader_epoch=0).base_offset
+    lg.append(batch(8, 3, 50), leader_epoch=0)
+    lg.close()
+    lg = Log.open(root / "t-0", LogConfig(segment_bytes=2000), guard=guard)
+    assert lg.segment_count >= 5
+    state = producer.from_log(lg)
+    assert producer.check(state, batch(7, 0, 198)).duplicate_of == offsets[198]
+    assert producer.check(state, batch(7, 0, 190)).duplicate_of == offsets[190]
+    assert producer.check(state, batch(7, 0, 202)).error == errors.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert producer.check(state, batch(8, 2, 52)).error == errors.INVALID_PRODUCER_EPOCH
+    assert producer.check(state, batch(9, 0, 0)).duplicate_of == early
+    near = producer.from_log(lg, tail_bytes=500)  # the last segment: no batch of pid 9
+    assert 9 not in near and near[8].epoch == 3
+    lg.close()
