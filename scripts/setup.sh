@@ -38,7 +38,7 @@ fi
 if [ "$mode" = test ]; then
   # ZooKeeper server (real, for the cluster tests), FUSE, systemd-analyze,
   # mkfs.ext4 and losetup (real faults), Java for ZooKeeper and PySpark.
-  for pkg in zookeeper fuse3 systemd e2fsprogs mount kmod; do
+  for pkg in zookeeper fuse3 systemd e2fsprogs mount kmod kcat; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
   done
   command -v java >/dev/null || need_apt+=(openjdk-17-jre-headless)
