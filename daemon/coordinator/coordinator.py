@@ -350,6 +350,8 @@ class GroupCoordinator:
 
     async def _add_and_wait(self, g: Group, member: Member, now: float) -> JoinResult:
         member.heartbeat_deadline = now + member.session_timeout_ms / 1000
+        if g.is_empty:
+            g.protocol_type = member.protocol_type  # the first member sets the group's type
         g.members[member.member_id] = member
         if member.group_instance_id:
             g.static_members[member.group_instance_id] = member.member_id
@@ -626,9 +628,7 @@ class GroupCoordinator:
             return errors.INVALID_GROUP_ID, {}
         g = self.groups.get(group_id)
         if generation < 0 and not member_id:
-            if g is None:
-                g = self.groups[group_id] = Group(group_id, p)
-            elif not g.is_empty:
+            if g is not None and not g.is_empty:
                 return errors.ILLEGAL_GENERATION, {}
         else:
             if g is None or member_id not in g.members:
@@ -657,6 +657,8 @@ class GroupCoordinator:
             code = await self.log.append(p, batch, self.settings.commit_timeout_ms)
             code = _coordinator_error(code, offsets=True)
             live = self.groups.get(group_id)
+            if live is None and not code:  # a commit from outside any membership
+                live = self.groups[group_id] = Group(group_id, p)
             for tp, v in written:
                 out[tp] = code
                 if not code and live is not None:
