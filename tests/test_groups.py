@@ -423,3 +423,97 @@ def test_bad_group_requests_get_kafkas_errors_and_change_nothing(tmp_path: Path)
             assert ka.list_group_offsets("g")["g"] == {}
         finally:
             ka.close()
+
+
+# ---- a cluster: the coordinator's broker dies, then its disk ----
+
+
+def consume_new(bootstrap: str, topic: str, group: str, n: int) -> list[bytes]:
+    """A confluent consumer in `group` reads what follows the group's commits: exactly
+    `n` records (one more second shows nothing older follows), commits, closes."""
+    c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                     "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                     "session.timeout.ms": 6000})
+    c.subscribe([topic])
+    got: list[bytes] = []
+    try:
+        deadline = time.monotonic() + 90
+        settle = None
+        while time.monotonic() < deadline:
+            m = c.poll(0.2)
+            if m is not None and not m.error():
+                got.append(m.value())
+            if len(got) >= n:
+                settle = settle or time.monotonic() + 1.0
+                if time.monotonic() >= settle:
+                    break
+        c.commit(asynchronous=False)
+    finally:
+        c.close()
+    return got
+
+
+def coordinator_of(cl: Any, group: str) -> int:
+    """The leader of the group's __consumer_offsets partition (one partition here), as
+    the first live broker that knows one answers."""
+    assert partition_for(group, 1) == 0
+    tp = ("__consumer_offsets", 0)
+
+    def leader() -> int | None:
+        for b in cl.alive():
+            v = cl.metadata(b, [tp[0]])["partitions"].get(tp)
+            if v is not None and v[0] > 0:
+                return v[0]
+        return None
+    return wait_for(leader, 60, "a coordinator for the group")
+
+
+def test_commits_survive_the_coordinators_broker_killed_and_then_its_disk_failing(
+        tmp_path: Path) -> None:
+    """3 brokers, __consumer_offsets with RF 3 on loop-mounted ext4 dirs. The group's
+    coordinator is killed with SIGKILL: another broker leads its partition, loads it, and
+    a new consumer resumes exactly after the last commit. Then that new coordinator's
+    disk fails (EIO): the partition moves again through the log_dir_event, its broker
+    stays up, and the next consumer again resumes exactly after the last commit."""
+    from .cluster_helpers import Cluster
+    from .test_replication import create
+
+    topic, group = "payments", "ledger"
+    extra = {**GROUP_KEYS, "offsets.topic.num.partitions": 1,
+             "offsets.topic.replication.factor": 3}
+    with faults.loop_ext4(64) as m1, faults.loop_ext4(64) as m2, faults.loop_ext4(64) as m3:
+        loops = {1: m1, 2: m2, 3: m3}
+        dirs = {b: [m / "d", tmp_path / f"b{b}-other"] for b, m in loops.items()}
+        with Cluster(tmp_path, log_dirs=dirs, extra=extra) as cl:
+            for b, d in cl.brokers.items():  # everything on the loop dirs
+                assert d.admin("log-dirs/cordon", dirs[b][1])[0] == 200
+            create(cl, topic, 1, min_isr=2)
+            bootstrap = ",".join(d.bootstrap for d in cl.brokers.values())
+            produce(bootstrap, topic, 100, partitions=1)
+            assert sorted(consume_new(bootstrap, topic, group, 100)) == sorted(
+                b"v%d" % i for i in range(100))
+            first = coordinator_of(cl, group)
+            assert (dirs[first][0] / "__consumer_offsets-0").is_dir()
+
+            cl.brokers[first].kill()
+            second = wait_for(lambda: (c := coordinator_of(cl, group)) != first and c, 60,
+                              "another coordinator after the kill")
+            produce(bootstrap, topic, 50, start=100, partitions=1)
+            assert sorted(consume_new(bootstrap, topic, group, 50)) == sorted(
+                b"v%d" % i for i in range(100, 150))
+            cl.brokers[first].start()
+
+            faults.shutdown_fs(loops[second])
+            third = wait_for(lambda: (c := coordinator_of(cl, group)) != second and c, 60,
+                             "the coordinator to move off the dead disk")
+            produce(bootstrap, topic, 50, start=150, partitions=1)
+            assert sorted(consume_new(bootstrap, topic, group, 50)) == sorted(
+                b"v%d" % i for i in range(150, 200))
+            assert cl.brokers[second].proc.poll() is None, "the broker with the dead disk died"
+            ka = KafkaAdminClient(bootstrap_servers=bootstrap)
+            try:
+                offsets = ka.list_group_offsets(group)[group]
+            finally:
+                ka.close()
+            assert {tp.partition: om.offset for tp, om in offsets.items()} == {0: 200}
+            assert third != second
