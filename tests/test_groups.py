@@ -517,3 +517,64 @@ def test_commits_survive_the_coordinators_broker_killed_and_then_its_disk_failin
                 ka.close()
             assert {tp.partition: om.offset for tp, om in offsets.items()} == {0: 200}
             assert third != second
+
+
+MEMBER_SCRIPT = """
+import sys, time
+from kafka import KafkaConsumer
+c = KafkaConsumer(sys.argv[2], bootstrap_servers=sys.argv[1], group_id=sys.argv[3],
+                  session_timeout_ms=3000, heartbeat_interval_ms=300,
+                  auto_offset_reset="earliest")
+while True:
+    c.poll(timeout_ms=200)
+    print(sorted(tp.partition for tp in c.assignment()), flush=True)
+"""
+
+
+def test_a_member_killed_without_leaving_is_dropped_after_its_session_timeout(
+        tmp_path: Path) -> None:
+    """A consumer process killed with SIGKILL sends no LeaveGroup: once its session
+    timeout (3 s) passes without a heartbeat the coordinator removes it and the other
+    member gets its partitions. A static member (group.instance.id) closing and coming
+    back replaces its old member id without the group going through a rebalance."""
+    topic, group = "jobs", "workers"
+    with daemon(tmp_path) as d:
+        create_topic(d.bootstrap, topic, 2)
+        proc = subprocess.Popen([sys.executable, "-c", MEMBER_SCRIPT, d.bootstrap, topic, group],
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        a = Member(d.bootstrap, topic, group)
+        try:
+            a.start()
+            wait_for(lambda: len(a.assigned) == 1, 60, "one partition each")
+            proc.kill()
+            killed = time.monotonic()
+            wait_for(lambda: a.assigned == {0, 1}, 60, "the survivor to take both partitions")
+            assert time.monotonic() - killed > 2.0  # not before the session timeout
+        finally:
+            proc.kill()
+            proc.wait()
+            a.leave()
+
+        conf = {"bootstrap.servers": d.bootstrap, "group.id": "static",
+                "group.instance.id": "worker-1", "session.timeout.ms": 30000,
+                "auto.offset.reset": "earliest"}
+        ka = KafkaAdminClient(bootstrap_servers=d.bootstrap)
+        try:
+            def members() -> list[Any]:
+                g = ka.describe_groups(["static"])["static"]
+                return g["members"] if g["group_state"] == "Stable" else []
+
+            for round_ in range(2):
+                c = ck.Consumer(conf)
+                c.subscribe([topic])
+                wait_for(lambda c=c: c.poll(0.1) is None and len(c.assignment()) == 2, 60,
+                         "the static member to hold both partitions")
+                [m] = wait_for(members, 30, "the group Stable with its one member")
+                assert m["group_instance_id"] == "worker-1"
+                if round_ == 0:
+                    first_id = m["member_id"]
+                else:
+                    assert m["member_id"] != first_id  # replaced, not added
+                c.close()  # a static member does not leave on close
+        finally:
+            ka.close()
