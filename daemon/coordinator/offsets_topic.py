@@ -19,7 +19,6 @@ from logstore.records import LegacyMessage, Record, iter_batches
 from ..api import errors
 from ..replica.manager import ReplicaManager
 from ..replica.partition import AppendResult, Partition
-from ..storage.dirstate import DirState
 
 READ_CHUNK = 1 << 20
 
@@ -37,7 +36,10 @@ class OffsetsTopic:
 
     def led_epoch(self, partition: int) -> int | None:
         p = self.replicas.get(OFFSETS_TOPIC, partition)
-        if p is None or p.offline or p.deleted or p.dir.state is not DirState.ONLINE:
+        # A SATURATED dir still coordinates: heartbeats and fetches of committed offsets
+        # need no room, and a commit fails there as any write does (56 -> NOT_COORDINATOR).
+        # In a cluster the controller moves the leadership off the full disk anyway.
+        if p is None or p.offline or p.deleted:
             return None
         if not self.replicas.leadership.is_leader(p):
             return None
