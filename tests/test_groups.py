@@ -578,3 +578,32 @@ def test_a_member_killed_without_leaving_is_dropped_after_its_session_timeout(
                 c.close()  # a static member does not leave on close
         finally:
             ka.close()
+
+
+def test_a_nodejs_kafkajs_consumer_group_consumes_commits_and_resumes(tmp_path: Path) -> None:
+    """kafkajs (tests/node, pinned) only consumes through a group: it reads what was
+    produced, commits on disconnect, and the next run reads only what came after."""
+    node = shutil.which("node")
+    script = REPO / "tests" / "node" / "group_consumer.js"
+    if node is None or not (REPO / "tests" / "node" / "node_modules" / "kafkajs").is_dir():
+        if faults.in_ci():
+            raise AssertionError("node or kafkajs is missing (make test installs both)")
+        pytest.skip("node and tests/node's kafkajs are needed (make test installs them)")
+    topic = "web"
+    with daemon(tmp_path) as d:
+        create_topic(d.bootstrap, topic, 2)
+        produce(d.bootstrap, topic, 30, partitions=2)
+
+        def run(count: int) -> dict[str, Any]:
+            done = subprocess.run([node, str(script), d.bootstrap, topic, "node-app", str(count)],
+                                  capture_output=True, text=True, timeout=120)
+            assert done.returncode == 0, done.stderr[-2000:]
+            return json.loads(done.stdout.strip().splitlines()[-1])
+
+        first = run(30)
+        assert sorted(first["values"]) == sorted(f"v{i}" for i in range(30))
+        [committed] = first["offsets"]
+        assert {p["partition"]: p["offset"] for p in committed["partitions"]} == {0: "15", 1: "15"}
+        produce(d.bootstrap, topic, 10, start=30, partitions=2)
+        second = run(10)
+        assert sorted(second["values"]) == sorted(f"v{i}" for i in range(30, 40))
