@@ -109,7 +109,9 @@ class Server:
                 max_session_timeout_ms=config["group.max.session.timeout.ms"],
                 max_size=config["group.max.size"],
                 max_metadata_bytes=config["offset.metadata.max.bytes"],
-                commit_timeout_ms=config["offsets.commit.timeout.ms"]))
+                commit_timeout_ms=config["offsets.commit.timeout.ms"],
+                offsets_retention_ms=config["offsets.retention.minutes"] * 60000,
+                retention_check_interval_ms=config["offsets.retention.check.interval.ms"]))
         self.handlers.register(GroupApis(self.coordinator, self._coordinator_node,
                                          self._ensure_offsets_topic).dispatch())
         self.handlers.check_served()

@@ -200,6 +200,8 @@ offsets.topic.replication.factor = 2
 offsets.topic.segment.bytes = 5000000
 offsets.commit.timeout.ms = 4000
 offset.metadata.max.bytes = 100
+offsets.retention.minutes = 60
+offsets.retention.check.interval.ms = 1000
 group.initial.rebalance.delay.ms = 10
 group.min.session.timeout.ms = 1000
 group.max.session.timeout.ms = 60000
@@ -232,7 +234,9 @@ def test_every_key_is_read(tmp_path: Path) -> None:
                              "offsets.topic.segment.bytes", "offsets.commit.timeout.ms",
                              "offset.metadata.max.bytes", "group.initial.rebalance.delay.ms",
                              "group.min.session.timeout.ms", "group.max.session.timeout.ms",
-                             "group.max.size")] == [7, 2, 5000000, 4000, 100, 10, 1000, 60000, 9]
+                             "group.max.size", "offsets.retention.minutes",
+                             "offsets.retention.check.interval.ms")] == [
+        7, 2, 5000000, 4000, 100, 10, 1000, 60000, 9, 60, 1000]
     assert cfg.source == str(path)
     lc = cfg.log_config()
     assert (lc.segment_bytes, lc.segment_ms, lc.retention_ms, lc.retention_bytes,

@@ -607,3 +607,75 @@ def test_a_nodejs_kafkajs_consumer_group_consumes_commits_and_resumes(tmp_path: 
         produce(d.bootstrap, topic, 10, start=30, partitions=2)
         second = run(10)
         assert sorted(second["values"]) == sorted(f"v{i}" for i in range(30, 40))
+
+
+class LogBackedOffsets:
+    """The coordinator's `OffsetsLog` over one real `Log` in this process (one partition,
+    led here at epoch 0): the coordinator's own logic, writes and reads on a real log,
+    with the clock in the test's hands."""
+
+    def __init__(self, path: Path):
+        from logstore import Log, LogConfig
+        self.log = Log.open(path, LogConfig())
+
+    def partition_count(self) -> int:
+        return 1
+
+    def led_epoch(self, partition: int) -> int:
+        return 0
+
+    async def append(self, partition: int, batch: bytes, timeout_ms: int) -> int:
+        self.log.append(batch, leader_epoch=0)
+        return 0
+
+    async def read_all(self, partition: int) -> list[Any]:
+        from daemon.coordinator.offsets_topic import _read_records
+        return _read_records(self.log)
+
+
+def test_an_empty_groups_offsets_expire_after_the_retention_and_stay_expired(
+        tmp_path: Path) -> None:
+    """offsets.retention.minutes (KIP-211): a consumer group Empty for longer than the
+    retention loses its offsets and itself; a commit from outside any membership
+    expires that long after it was made; a group with members keeps its offsets. The
+    tombstones are on the log: a coordinator loading it again finds nothing expired."""
+    from daemon.coordinator.coordinator import GroupCoordinator, GroupSettings, OffsetCommit
+
+    retention = 60_000
+    settings = GroupSettings(initial_rebalance_delay_ms=0, min_session_timeout_ms=1000,
+                             offsets_retention_ms=retention)
+    tp = TopicPartition("t", 0)
+    path = tmp_path / "__consumer_offsets-0"
+
+    async def scenario() -> tuple[list[str], list[str], int, int]:
+        coord = GroupCoordinator(LogBackedOffsets(path), settings)
+        assert coord._owner("x")[0] == errors.COORDINATOR_LOAD_IN_PROGRESS
+        await coord._loading[0][1]
+        start = int(time.time() * 1000)
+        code, _ = await coord.commit("simple", -1, "", None, [OffsetCommit(tp, 5, -1, "")])
+        assert code == errors.NONE
+        for gid in ("left", "stays"):
+            joined = await coord.join(gid, "", None, "c", "/h", 10000, 10000, "consumer",
+                                      [("range", b"m")], require_known_member_id=False)
+            assert joined.error == errors.NONE
+            code, _ = await coord.sync(gid, joined.generation, joined.member_id, None, None,
+                                       None, {joined.member_id: b"a"})
+            assert code == errors.NONE
+            code, per = await coord.commit(gid, joined.generation, joined.member_id, None,
+                                           [OffsetCommit(tp, 9, 0, "m")])
+            assert (code, per[tp]) == (errors.NONE, errors.NONE)
+            if gid == "left":
+                assert coord.leave(gid, [(joined.member_id, None)])[0] == errors.NONE
+        assert await coord.expire_offsets(start + retention - 5000) == 0
+        expired = await coord.expire_offsets(start + retention + 5000)
+        after = sorted(coord.groups)
+        kept = coord.fetch_offsets("stays", [tp])[1][tp]
+        reloaded = GroupCoordinator(LogBackedOffsets(path), settings)
+        reloaded._owner("x")
+        await reloaded._loading[0][1]
+        return after, sorted(reloaded.groups), expired, kept.offset if kept else -1
+
+    after, reloaded, expired, kept = asyncio.run(scenario())
+    assert expired == 2
+    assert after == reloaded == ["stays"]
+    assert kept == 9

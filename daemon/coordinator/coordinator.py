@@ -72,6 +72,8 @@ class GroupSettings:
     max_size: int = 2**31 - 1
     max_metadata_bytes: int = 4096
     commit_timeout_ms: int = 5000
+    offsets_retention_ms: int = 7 * 24 * 3600 * 1000
+    retention_check_interval_ms: int = 600000
 
 
 @dataclass(frozen=True)
@@ -128,6 +130,7 @@ class GroupCoordinator:
 
     async def _sweep_forever(self) -> None:
         rounds = 0
+        next_expiry = time.monotonic() + self.settings.retention_check_interval_ms / 1000
         while True:
             await asyncio.sleep(SWEEP_S)
             rounds += 1
@@ -135,6 +138,9 @@ class GroupCoordinator:
                 self.sweep()
                 if rounds % 10 == 0:  # a dir back online, a leadership the hooks missed
                     self.leadership_changed()
+                if time.monotonic() >= next_expiry:
+                    next_expiry = time.monotonic() + self.settings.retention_check_interval_ms / 1000
+                    await self.expire_offsets(_now_ms())
             except Exception:  # noqa: BLE001 - a bug must not stop every group's timers
                 log.exception("group coordinator sweep failed")
 
@@ -677,6 +683,49 @@ class GroupCoordinator:
         if tps is None:
             return errors.NONE, dict(have)
         return errors.NONE, {tp: have.get(tp) for tp in tps}
+
+    async def expire_offsets(self, now_ms: int) -> int:
+        """Kafka's offsets retention (KIP-211): a consumer group that has been Empty for
+        `offsets.retention.minutes` loses its committed offsets, and then the group
+        itself; a group that never had members (commits from outside any membership)
+        loses each offset that long after it was committed (or at its expire timestamp,
+        when the commit set one). Groups with members keep theirs. Tombstones are
+        written first; the cache forgets only what was written. Returns how many
+        offsets expired."""
+        retention = self.settings.offsets_retention_ms
+        expired_total = 0
+        for g in list(self.groups.values()):
+            if g.partition not in self.loaded or not g.is_(GroupState.EMPTY):
+                continue
+            if g.protocol_type:  # a consumer group: from when it became Empty
+                drop_group = 0 <= g.state_timestamp <= now_ms - retention
+                gone = list(g.offsets) if drop_group else []
+            else:
+                gone = [tp for tp, c in g.offsets.items()
+                        if (c.expire_timestamp >= 0 and c.expire_timestamp <= now_ms)
+                        or (c.expire_timestamp < 0 and c.commit_timestamp <= now_ms - retention)]
+                drop_group = len(gone) == len(g.offsets)
+            if not gone and not drop_group:
+                continue
+            tombstones = [Record(records.offset_key(g.group_id, tp), None) for tp in gone]
+            if drop_group:
+                tombstones.append(Record(records.group_key(g.group_id), None))
+            code = await self.log.append(g.partition, build_batch(tombstones),
+                                         self.settings.commit_timeout_ms)
+            if code:
+                log.warning("group %s: expiring %d offsets failed: %s", g.group_id, len(gone),
+                            errors.name_of(code))
+                continue
+            for tp in gone:
+                g.offsets.pop(tp, None)
+            expired_total += len(gone)
+            if drop_group and g.is_(GroupState.EMPTY) and not g.offsets \
+                    and self.groups.get(g.group_id) is g:
+                self._transition(g, GroupState.DEAD)
+                del self.groups[g.group_id]
+            log.info("group %s: %d committed offsets expired (offsets.retention.minutes)%s",
+                     g.group_id, len(gone), "; group removed" if drop_group else "")
+        return expired_total
 
     # ---- ListGroups, DescribeGroups, DeleteGroups ----
 
