@@ -133,6 +133,10 @@ def test_controller_failover_and_a_paused_zombie_is_fenced(tmp_path: Path) -> No
             second = wait_for(lambda: (c := cl.controller()) not in (first, -1) and c, 30,
                               "a new controller")
             assert int(zc.get("/controller_epoch")[0]) == epoch1 + 1
+            # kafka-python's admin client gives up on ECONNREFUSED from a broker that
+            # Metadata still lists: wait for the new controller's UpdateMetadata to drop it.
+            wait_for(lambda: first not in cl.metadata(second)["brokers"], 30,
+                     "the killed broker gone from the metadata")
             _admin_create(cl.brokers[second].bootstrap, "after", 1, 2)
             wait_for(lambda: cl.agreed("after", 1), 20, "after agreed")
 
