@@ -41,11 +41,13 @@ except ImportError as err:  # pragma: no cover - only on a tree that was never b
     ) from err
 
 __all__ = [
-    "CRC32C_IMPLS", "AppendStatus", "Appender", "BatchInfo", "IndexEntry", "ScanResult",
-    "ScanStatus", "Space", "assign_offsets",
+    "CRC32C_IMPLS", "INDEX_ADDED", "INDEX_FULL", "INDEX_PENDING_BYTES", "INDEX_SKIPPED",
+    "ROLL_BASE_UNKNOWN", "AppendStatus", "Appender", "BatchInfo", "ScanResult", "ScanStatus",
+    "Space", "assign_offsets",
     "availability_probe", "crc32c", "crc32c_active", "crc32c_calibration", "crc32c_force",
     "crc32c_supported", "crc32c_using",
-    "fallocate", "fdatasync", "pread", "pread_into", "pwrite_all", "scan_batches",
+    "fallocate", "fdatasync", "index_add", "index_flush", "index_pending", "index_truncate",
+    "new_index", "new_segment", "pread", "pread_into", "pwrite_all", "scan_batches",
     "space_probe", "write_all",
 ]
 
@@ -404,110 +406,130 @@ class AppendStatus(enum.IntEnum):
 
 
 _APPEND_STATUSES = tuple(AppendStatus)  # by value: a tuple index is cheaper than a call
-NO_ROLL_TIMESTAMP = 2**63 - 1
+ROLL_BASE_UNKNOWN = _lib.LK_ROLL_BASE_UNKNOWN
 
 
-class IndexEntry(NamedTuple):
-    last_offset: int
-    position: int
-    max_timestamp: int  # the segment's largest timestamp once this batch is in
-    offset_of_max_timestamp: int
+# ---- Segment indexes ----------------------------------------------------------------
+
+INDEX_PENDING_BYTES = _lib.LK_INDEX_PENDING_BYTES
+INDEX_SKIPPED = _lib.LK_INDEX_SKIPPED  # the entry breaks the index's order: not added
+INDEX_ADDED = _lib.LK_INDEX_ADDED
+INDEX_FULL = _lib.LK_INDEX_FULL  # the entry would be added, but the index is full
+
+
+def new_index(fd: int, entry_size: int, base_offset: int, max_entries: int,
+              entries: int) -> Any:
+    """The C state (`struct lk_index`) of an index file whose first `entries` entries are
+    written; entry_size 8 is an offset index, 12 a time index. The caller keeps fd open."""
+    if entry_size not in (_lib.LK_INDEX_OFFSET, _lib.LK_INDEX_TIME):
+        raise ValueError(f"index entry size must be 8 or 12, got {entry_size}")
+    ix = _ffi.new("struct lk_index *")
+    ix.fd = fd
+    ix.entry_size = entry_size
+    ix.base_offset = base_offset
+    ix.max_entries = max_entries
+    ix.entries = ix.flushed = entries
+    return ix
+
+
+def index_pending(ix: Any) -> Any:
+    """A view of the index's pending entries (entries flushed.. of `ix`), for reading."""
+    return _ffi.buffer(ix.pending)
+
+
+def index_add(ix: Any, a: int, b: int, *, reserve_last: bool = False,
+              path: PathArg = None) -> int:
+    """Add (offset, position) to an offset index or (timestamp, offset) to a time index by
+    Kafka's rules (fastpath.h: lk_index_add); returns INDEX_SKIPPED, INDEX_ADDED or
+    INDEX_FULL. An OSError from writing the pending entries leaves the entry in the index."""
+    rc = _lib.lk_index_add(ix, a, b, reserve_last)
+    if rc < 0:
+        raise _oserror(rc, "index write", path)
+    return rc
+
+
+def index_flush(ix: Any, *, path: PathArg = None) -> None:
+    """Write the index's pending entries, in one pwrite. Does not sync."""
+    rc = _lib.lk_index_flush(ix)
+    if rc < 0:
+        raise _oserror(rc, "index write", path)
+
+
+def index_truncate(ix: Any, n: int) -> None:
+    """Keep the index's first n entries (n <= its entries)."""
+    rc = _lib.lk_index_truncate(ix, n)
+    if rc < 0:
+        raise _oserror(rc, f"index truncate to {n} of {ix.entries} entries")
+
+
+# ---- The append path ----------------------------------------------------------------
+
+
+def new_segment(fd: int, base_offset: int, index_interval: int, offset_index: Any,
+                time_index: Any) -> Any:
+    """The C state (`struct lk_segment`) of a segment's .log at fd with its two indexes'
+    states (new_index), empty; the caller fills size and the running state. The caller
+    keeps the fd and the index states alive as long as this."""
+    s = _ffi.new("struct lk_segment *")
+    s.fd = fd
+    s.base_offset = base_offset
+    s.index_interval = index_interval
+    s.offset_index = offset_index
+    s.time_index = time_index
+    s.next_offset = -1
+    s.max_timestamp = -1
+    s.offset_of_max_timestamp = base_offset
+    s.roll_base_timestamp = ROLL_BASE_UNKNOWN
+    return s
 
 
 class Appender:
-    """One C call per append (`lk_append_batches`): validate, fit, assign, write.
+    """One C call per append (`lk_segment_append`): validate, fit, assign, write, index.
 
     Holds its C structs and arrays between calls, so an append allocates nothing in the
-    common case. Not thread-safe: one per log (whose calls are serialised anyway). The
-    results (`status`, `batches`, `index_entries`, the running state fields) describe
-    the last call until the next one.
+    common case. Not thread-safe: one per log (whose calls are serialised anyway).
+    `result` (struct lk_append's out fields: status, batches, position, bytes_written,
+    first_offset, last_offset, records, append_max_timestamp, epoch_runs, first_epoch,
+    error_batch) describes the last call until the next one.
     """
 
-    __slots__ = ("_a", "_infos", "_index", "_cap", "_data")
+    __slots__ = ("result", "_infos", "_cap", "_data")
 
-    def __init__(self) -> None:
-        self._a = _ffi.new("struct lk_append *")
+    def __init__(self, *, segment_bytes: int, segment_ms: int, max_batch_size: int) -> None:
+        self.result: Any = _ffi.new("struct lk_append *")
         self._cap = 0
         self._infos: Any = None
-        self._index: Any = None
         self._data: Any = None
+        self.configure(segment_bytes=segment_bytes, segment_ms=segment_ms,
+                       max_batch_size=max_batch_size)
 
-    def append(self, fd: int, data: Buffer, *, position: int, segment_base: int,
-               next_offset: int, bytes_since_index: int, max_timestamp: int,
-               offset_of_max_timestamp: int, index_interval: int, index_room: int,
-               max_batch_size: int, leader_epoch: int, assign_offsets: bool,
-               verify_crc: bool = True, roll_after_ts: int = NO_ROLL_TIMESTAMP,
-               path: PathArg = None) -> AppendStatus:
-        """Append what fits of `data` at `position` of fd; see fastpath.h. An OSError
-        from the write is raised (part of the data may then be in the file)."""
-        cdata, size = _cbuf(data)
-        cap = size // BATCH_HEADER_SIZE + 1
-        if cap > self._cap:
-            self._cap = max(cap, 16)
-            self._infos = _alloc_uncleared("struct lk_batch_info[]", self._cap)
-            self._index = _alloc_uncleared("struct lk_index_entry[]", self._cap)
-        a = self._a
-        a.position = position
-        a.segment_base = segment_base
-        a.roll_after_ts = roll_after_ts
-        a.index_interval = index_interval
-        a.index_room = index_room
+    def configure(self, *, segment_bytes: int, segment_ms: int, max_batch_size: int) -> None:
+        """The log's settings every append checks (segment.bytes, segment.ms,
+        max.message.bytes)."""
+        a = self.result
+        a.segment_bytes = segment_bytes
+        a.segment_ms = segment_ms
         a.max_batch_size = max_batch_size
-        a.leader_epoch = leader_epoch
-        a.assign_offsets = 1 if assign_offsets else 0
-        a.verify_crc = 1 if verify_crc else 0
-        a.next_offset = next_offset
-        a.bytes_since_index = bytes_since_index
-        a.max_timestamp = max_timestamp
-        a.offset_of_max_timestamp = offset_of_max_timestamp
+
+    def append(self, segment: Any, data: Buffer, leader_epoch: int, assign_offsets: bool,
+               verify_crc: bool = True, path: PathArg = None) -> AppendStatus:
+        """Append what fits of `data` to the segment (`new_segment`'s state, moved forward
+        by what is written); see fastpath.h. An OSError from a write is raised (part of
+        the data may then be in the .log past the segment's size)."""
+        if type(data) is bytes:
+            cdata, size = data, len(data)
+        else:
+            cdata = _ffi.from_buffer(data)
+            size = len(cdata)
+        if size // BATCH_HEADER_SIZE >= self._cap:
+            self._cap = max(size // BATCH_HEADER_SIZE + 1, 16)
+            self._infos = _alloc_uncleared("struct lk_batch_info[]", self._cap)
         self._data = data
-        rc = _lib.lk_append_batches(fd, cdata, size, a, self._infos, self._cap, self._index,
-                                    self._cap)
+        rc = _lib.lk_segment_append(segment, cdata, size, self.result, leader_epoch,
+                                    assign_offsets, verify_crc, self._infos, self._cap)
         if rc < 0:
             raise _oserror(rc, "append", path)
-        return _APPEND_STATUSES[a.status]
-
-    # ---- what the last call did ----
-
-    @property
-    def batches(self) -> int:
-        return self._a.batches
-
-    @property
-    def bytes_written(self) -> int:
-        return self._a.bytes_written
-
-    @property
-    def next_offset(self) -> int:
-        return self._a.next_offset
-
-    @property
-    def bytes_since_index(self) -> int:
-        return self._a.bytes_since_index
-
-    @property
-    def max_timestamp(self) -> int:
-        return self._a.max_timestamp
-
-    @property
-    def offset_of_max_timestamp(self) -> int:
-        return self._a.offset_of_max_timestamp
-
-    @property
-    def append_max_timestamp(self) -> int:
-        return self._a.append_max_timestamp
-
-    @property
-    def error_batch(self) -> int:
-        return self._a.error_batch
-
-    def index_entries(self) -> list[IndexEntry]:
-        out = []
-        for i in range(self._a.index_entries):
-            e = self._index[i]
-            out.append(_new_tuple(IndexEntry, (e.last_offset, e.position, e.max_timestamp,
-                                               e.offset_of_max_timestamp)))
-        return out
+        return _APPEND_STATUSES[self.result.status]
 
     def batch(self, i: int) -> BatchInfo:
         """Batch i of the last call's buffer as validated (offsets and epoch as they are
@@ -516,16 +538,10 @@ class Appender:
         view = _ffi.buffer(self._infos + i, _INFO_SIZE)
         return _new_tuple(BatchInfo, _TO_BATCH(_INFO_STRUCT.unpack_from(view)))
 
-    def written(self) -> ScanResult:
-        """The batches written by the last call, as a scan result."""
-        n = self._a.batches
-        return ScanResult(ScanStatus.OK, self._a.bytes_written, n,
-                          base_position=self._a.position, infos=self._infos)
-
     def scan(self) -> ScanResult:
         """The validation scan of the last call (why INVALID refused the buffer), with
         positions relative to the buffer."""
-        res = self._a.scan
+        res = self.result.scan
         status = _STATUSES[res.status]
         data = self._data
         size = len(memoryview(data).cast("B")) if data is not None else 0

@@ -1,0 +1,118 @@
+/*
+ * A segment's sparse indexes (.index and .timeindex, docs/formats.md) as the append path
+ * writes them: new entries wait in memory and reach the file in one pwrite every
+ * LK_INDEX_PENDING_BYTES (and on the caller's flush), so an append costs no syscall per
+ * entry. Kafka's ordering rules live here once, for the append in C and for Python's
+ * index classes (logstore/index.py), which read the same struct.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdint.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+/* The last entry into ix->last_a/last_b, from pending or the file. 0 or -errno. */
+static int lk_index_load_last(struct lk_index *ix)
+{
+    uint8_t raw[LK_INDEX_TIME];
+    const uint8_t *e;
+    int32_t i = ix->entries - 1;
+
+    if (ix->last_known || ix->entries == 0)
+        return 0;
+    if (i >= ix->flushed) {
+        e = ix->pending + (size_t)(i - ix->flushed) * (size_t)ix->entry_size;
+    } else {
+        int64_t got = lk_pread_full(ix->fd, raw, (size_t)ix->entry_size,
+                                    (int64_t)i * ix->entry_size);
+        if (got < 0)
+            return (int)got;
+        if (got != ix->entry_size)
+            return -EIO; /* the file lost an entry it was known to hold */
+        e = raw;
+    }
+    if (ix->entry_size == LK_INDEX_OFFSET) {
+        ix->last_a = (int32_t)lk_be32(e);
+        ix->last_b = (int32_t)lk_be32(e + 4);
+    } else {
+        ix->last_a = (int64_t)lk_be64(e);
+        ix->last_b = (int32_t)lk_be32(e + 8);
+    }
+    ix->last_known = 1;
+    return 0;
+}
+
+int lk_index_flush(struct lk_index *ix)
+{
+    size_t bytes;
+    int64_t rc;
+
+    if (ix == NULL)
+        return -EINVAL;
+    bytes = (size_t)(ix->entries - ix->flushed) * (size_t)ix->entry_size;
+    if (bytes == 0)
+        return 0;
+    rc = lk_pwrite_all(ix->fd, ix->pending, bytes, (int64_t)ix->flushed * ix->entry_size);
+    if (rc < 0)
+        return (int)rc;
+    ix->flushed = ix->entries;
+    return 0;
+}
+
+int lk_index_add(struct lk_index *ix, int64_t a, int64_t b, int reserve_last)
+{
+    int rc;
+    int64_t rel;
+    uint8_t *e;
+
+    if (ix == NULL || (ix->entry_size != LK_INDEX_OFFSET && ix->entry_size != LK_INDEX_TIME))
+        return -EINVAL;
+    rc = lk_index_load_last(ix);
+    if (rc < 0)
+        return rc;
+    if (ix->entry_size == LK_INDEX_OFFSET) {
+        rel = a - ix->base_offset;
+        if (ix->entries && (rel <= ix->last_a || b <= ix->last_b))
+            return LK_INDEX_SKIPPED; /* Kafka keeps entries strictly increasing */
+        if (ix->entries >= ix->max_entries)
+            return LK_INDEX_FULL;
+        e = ix->pending + (size_t)(ix->entries - ix->flushed) * LK_INDEX_OFFSET;
+        lk_put_be32(e, (uint32_t)rel);
+        lk_put_be32(e + 4, (uint32_t)b);
+        ix->last_a = rel;
+        ix->last_b = b;
+    } else {
+        rel = b - ix->base_offset;
+        if (ix->entries && (a <= ix->last_a || rel < ix->last_b))
+            return LK_INDEX_SKIPPED; /* the timestamp must grow, the offset not go back */
+        if (a < 0)
+            return LK_INDEX_SKIPPED;
+        if (ix->entries >= ix->max_entries - (reserve_last ? 1 : 0))
+            return LK_INDEX_FULL;
+        e = ix->pending + (size_t)(ix->entries - ix->flushed) * LK_INDEX_TIME;
+        lk_put_be64(e, (uint64_t)a);
+        lk_put_be32(e + 8, (uint32_t)rel);
+        ix->last_a = a;
+        ix->last_b = rel;
+    }
+    ix->entries++;
+    ix->last_known = 1;
+    if ((size_t)(ix->entries - ix->flushed) * (size_t)ix->entry_size >= LK_INDEX_PENDING_BYTES) {
+        rc = lk_index_flush(ix);
+        if (rc < 0)
+            return rc;
+    }
+    return LK_INDEX_ADDED;
+}
+
+int lk_index_truncate(struct lk_index *ix, int32_t n)
+{
+    if (ix == NULL || n < 0 || n > ix->entries)
+        return -EINVAL;
+    if (n < ix->flushed)
+        ix->flushed = n; /* every pending entry lies past n */
+    ix->entries = n;
+    ix->last_known = 0;
+    return 0;
+}
