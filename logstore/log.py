@@ -158,23 +158,18 @@ class Log:
         The common case is one C call (`native.Appender`): validate framing and CRC,
         assign offsets and the leader epoch in the written copy (the caller's bytes are
         neither copied nor changed), write, add the index entries and move the active
-        segment's state forward. The roll decisions stay here: the wall clock's
-        segment.ms before the call, and a roll whenever the call stops because the rest
-        needs a new segment (segment.bytes, full indexes, the incoming timestamps under
-        segment.ms, index room or relative offsets); then `_append_after_roll` goes on.
+        segment's state forward. The call says when the rest needs a new segment
+        (segment.bytes, full indexes, segment.ms by the wall clock or the incoming
+        timestamps, index room, relative offsets); the roll itself, and the errors, are
+        decided here, in `_append_after_roll`.
         """
         guard = self.guard
         if guard.verdict is not _ONLINE:
             guard.check_usable("append", writing=True)
         seg = self._segments.active
-        c = seg.c
-        if c.size and c.roll_base_timestamp < 0 and seg.open_too_long(self.config.segment_ms):
-            self._roll_for_append()
-            seg = self._segments.active
-            c = seg.c
         appender = self._appender
         try:
-            status = appender.append(c, batch_bytes, leader_epoch, assign_offsets, True,
+            status = appender.append(seg.c, batch_bytes, leader_epoch, assign_offsets, True,
                                      seg._log_path_str)
         except OSError as err:  # the hot path: IoGuard.translate without a context manager
             seg.cut_back_failed_append()

@@ -58,7 +58,8 @@ class LogSegment:
         # next offset (-1 until known), bytes since the last index entry, the largest
         # timestamp and its offset, the first batch's timestamp (segment.ms).
         self.c = native.new_segment(self.fd, base_offset, index_interval_bytes,
-                                    self.offset_index.c, self.time_index.c)
+                                    self.offset_index.c, self.time_index.c,
+                                    int(time.time() * 1000))
         self.c.size = size
         self.active = active
         self.max_timestamp, self.offset_of_max_timestamp = self.time_index.last_entry()
@@ -66,7 +67,6 @@ class LogSegment:
             self.c.next_offset = base_offset
         # (base offset, position) of the batch where the last read stopped (batches_end).
         self._next_read: tuple[int, int] | None = None
-        self._created_ms = int(time.time() * 1000)
 
     # ---- state ----
 
@@ -125,24 +125,6 @@ class LogSegment:
         scan_file(self.fd, start=start, end=self.size, verify_crc=False, on_batches=keep_last,
                   path=str(self.log_path))
         self.c.next_offset = last[0].last_offset + 1 if last else self.base_offset
-
-    def roll_base_timestamp(self) -> int:
-        """The first batch's max timestamp, from which Kafka's segment.ms roll counts
-        (the incoming batches' largest timestamp minus this); -1 when it has none. The
-        append sets it when it writes a first batch."""
-        if self.c.roll_base_timestamp == native.ROLL_BASE_UNKNOWN:
-            ts = -1
-            if self.size >= 61:
-                header = native.pread(self.fd, 61, 0, path=str(self.log_path))
-                ts = int.from_bytes(header[35:43], "big", signed=True)
-            self.c.roll_base_timestamp = ts
-        return self.c.roll_base_timestamp
-
-    def open_too_long(self, segment_ms: int) -> bool:
-        """segment.ms by the wall clock, for a segment whose first batch has no timestamp
-        (the timestamp case is decided with the incoming batches, in the append)."""
-        return (self.roll_base_timestamp() < 0
-                and int(time.time() * 1000) - self._created_ms > segment_ms)
 
     @property
     def is_empty(self) -> bool:

@@ -466,11 +466,12 @@ def index_truncate(ix: Any, n: int) -> None:
 
 
 def new_segment(fd: int, base_offset: int, index_interval: int, offset_index: Any,
-                time_index: Any) -> Any:
+                time_index: Any, created_ms: int) -> Any:
     """The C state (`struct lk_segment`) of a segment's .log at fd with its two indexes'
     states (new_index), empty; the caller fills size and the running state. The caller
     keeps the fd and the index states alive as long as this."""
     s = _ffi.new("struct lk_segment *")
+    s.created_ms = created_ms
     s.fd = fd
     s.base_offset = base_offset
     s.index_interval = index_interval
@@ -500,6 +501,7 @@ class Appender:
         self._cap = 0
         self._infos: Any = None
         self._data: Any = None
+        self._grow(0)
         self.configure(segment_bytes=segment_bytes, segment_ms=segment_ms,
                        max_batch_size=max_batch_size)
 
@@ -522,14 +524,19 @@ class Appender:
             cdata = _ffi.from_buffer(data)
             size = len(cdata)
         if size // BATCH_HEADER_SIZE >= self._cap:
-            self._cap = max(size // BATCH_HEADER_SIZE + 1, 16)
-            self._infos = _alloc_uncleared("struct lk_batch_info[]", self._cap)
+            self._grow(size)
         self._data = data
         rc = _lib.lk_segment_append(segment, cdata, size, self.result, leader_epoch,
-                                    assign_offsets, verify_crc, self._infos, self._cap)
+                                    assign_offsets, verify_crc)
         if rc < 0:
             raise _oserror(rc, "append", path)
         return _APPEND_STATUSES[self.result.status]
+
+    def _grow(self, size: int) -> None:
+        self._cap = max(size // BATCH_HEADER_SIZE + 1, 16)  # every batch is at least a header
+        self._infos = _alloc_uncleared("struct lk_batch_info[]", self._cap)
+        self.result.infos = self._infos
+        self.result.infos_cap = self._cap
 
     def batch(self, i: int) -> BatchInfo:
         """Batch i of the last call's buffer as validated (offsets and epoch as they are

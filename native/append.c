@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -87,16 +88,61 @@ static int32_t lk_index_room(const struct lk_segment *s)
     return room > 0 ? room : 0;
 }
 
+/* The first batch's max timestamp into s->roll_base_timestamp (-1 when the .log is
+ * shorter than a batch header). 0 or -errno. */
+static int lk_read_roll_base(struct lk_segment *s)
+{
+    uint8_t ts[8];
+    int64_t got;
+
+    s->roll_base_timestamp = -1;
+    if (s->size < LK_HEADER_SIZE)
+        return 0;
+    got = lk_pread_full(s->fd, ts, sizeof(ts), LK_OFF_MAX_TIMESTAMP);
+    if (got < 0) {
+        s->roll_base_timestamp = LK_ROLL_BASE_UNKNOWN;
+        return (int)got;
+    }
+    if (got == (int64_t)sizeof(ts))
+        s->roll_base_timestamp = (int64_t)lk_be64(ts);
+    return 0;
+}
+
+/* Kafka's roll before an append (LogSegment.shouldRoll): by size, full indexes, and
+ * segment.ms by the wall clock when the first batch has no timestamp (by timestamps it
+ * is decided with the incoming batches). 1 to roll, 0 not, or -errno. */
+static int lk_should_roll(struct lk_segment *s, size_t len, const struct lk_append *a)
+{
+    struct timespec now;
+
+    if (s->size == 0)
+        return 0;
+    if ((int64_t)len > a->segment_bytes - s->size ||
+        s->offset_index->entries >= s->offset_index->max_entries ||
+        s->time_index->entries >= s->time_index->max_entries - 1)
+        return 1;
+    if (s->roll_base_timestamp == LK_ROLL_BASE_UNKNOWN) {
+        int rc = lk_read_roll_base(s);
+        if (rc < 0)
+            return rc;
+    }
+    if (s->roll_base_timestamp >= 0)
+        return 0;
+    clock_gettime(CLOCK_REALTIME, &now);
+    return (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000 - s->created_ms > a->segment_ms;
+}
+
 int64_t lk_segment_append(struct lk_segment *s, const uint8_t *buf, size_t len,
                           struct lk_append *a, int32_t leader_epoch, int assign_offsets,
-                          int verify_crc, struct lk_batch_info *infos, size_t infos_cap)
+                          int verify_crc)
 {
     int64_t rc = 0;
     int64_t n, fit = 0;
     int32_t saved_offset_entries, saved_time_entries;
+    struct lk_batch_info *infos;
 
     if (a == NULL || s == NULL || s->offset_index == NULL || s->time_index == NULL ||
-        s->fd < 0 || (buf == NULL && len) || infos == NULL || s->size < 0 ||
+        s->fd < 0 || (buf == NULL && len) || a->infos == NULL || s->size < 0 ||
         s->next_offset < 0 || s->index_interval < 0 || a->max_batch_size <= 0) {
         rc = -EINVAL;
         goto out;
@@ -113,17 +159,21 @@ int64_t lk_segment_append(struct lk_segment *s, const uint8_t *buf, size_t len,
     a->records = 0;
     a->append_max_timestamp = -1;
     memset(&a->scan, 0, sizeof(a->scan));
+    infos = a->infos;
 
-    /* 1. Kafka's roll before the append: by size and by full indexes. */
-    if (s->size > 0 && ((int64_t)len > a->segment_bytes - s->size ||
-                        s->offset_index->entries >= s->offset_index->max_entries ||
-                        s->time_index->entries >= s->time_index->max_entries - 1)) {
+    /* 1. Kafka's roll before the append. */
+    rc = lk_should_roll(s, len, a);
+    if (rc < 0)
+        goto out;
+    if (rc) {
+        rc = 0;
         a->status = LK_APPEND_ROLL;
         goto out;
     }
 
     /* 2. Validate everything before anything is written. */
-    n = lk_scan_batches(buf, len, s->size, INT32_MAX, verify_crc, infos, infos_cap, &a->scan);
+    n = lk_scan_batches(buf, len, s->size, INT32_MAX, verify_crc, infos, (size_t)a->infos_cap,
+                        &a->scan);
     if (n < 0) {
         rc = n;
         goto out;

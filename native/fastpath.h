@@ -188,14 +188,19 @@ struct lk_segment {
     int64_t max_timestamp;     /* the largest batch max timestamp, -1 if none */
     int64_t offset_of_max_timestamp;
     int64_t roll_base_timestamp; /* the first batch's max timestamp, -1 if none, or
-                                  * LK_ROLL_BASE_UNKNOWN; segment.ms counts from it */
+                                  * LK_ROLL_BASE_UNKNOWN (read from the .log when needed);
+                                  * segment.ms counts from it */
+    int64_t created_ms;        /* when the segment was opened (wall clock, ms): segment.ms
+                                * counts from it when the first batch has no timestamp */
     int32_t fd;                /* the .log */
     int32_t index_interval;    /* index.interval.bytes */
 };
 struct lk_append {
-    /* in: the log's settings */
+    /* in: the log's settings, and room for the batches' headers */
     int64_t segment_bytes;     /* segment.bytes */
     int64_t segment_ms;        /* segment.ms */
+    struct lk_batch_info *infos; /* gets every batch's header as validated */
+    int64_t infos_cap;         /* at least len / 61 + 1 for a buffer of len bytes */
     int32_t max_batch_size;    /* max.message.bytes */
     /* out */
     int32_t status;            /* LK_APPEND_* */
@@ -212,8 +217,10 @@ struct lk_append {
     struct lk_scan_result scan;   /* the validation scan (LK_APPEND_INVALID says why) */
 };
 /* Append the leading batches of buf that fit segment s, in one call:
- * 1. a non-empty segment that the whole buf would take past segment_bytes, or whose
- *    offset or time index is full, takes none (status ROLL, nothing validated);
+ * 1. a non-empty segment takes none (status ROLL, nothing validated) when the whole buf
+ *    would take it past segment_bytes, when its offset or time index is full, or when
+ *    its first batch has no timestamp and it was created over segment_ms ago (the
+ *    first batch's timestamp is read from the .log when s does not know it yet);
  * 2. validate every batch (framing, magic 2, CRC-32C unless verify_crc is 0, sizes,
  *    counts; a follower's offsets against s->next_offset); any refusal writes nothing;
  * 3. a non-empty segment takes none when the batches' max timestamp is past
@@ -224,14 +231,14 @@ struct lk_append {
  *    (leader_epoch) assigned in the written copy when assign_offsets (buf is not
  *    modified), then add the index entries Kafka's index.interval.bytes rule asks for
  *    (lk_index_add) and move s forward.
- * infos gets every batch's header as validated (infos_cap >= len / 61 + 1). Returns the
- * batches written (status OK or ROLL), 0 with a refusal status, or -errno from a write:
- * then the indexes and s are as before the call, and part of the data may be in the
- * .log past s->size (the caller cuts it back). Thread-safe on distinct segments and
- * buffers; does not sync. */
+ * a->infos gets every batch's header as validated. Returns the batches written (status OK
+ * or ROLL), 0 with a refusal status, or -errno from a read or write: then the indexes
+ * and s are as before the call, and part of the data may be in the .log past s->size
+ * (the caller cuts it back). Thread-safe on distinct segments and buffers; does not
+ * sync. */
 int64_t lk_segment_append(struct lk_segment *s, const uint8_t *buf, size_t len,
                           struct lk_append *a, int32_t leader_epoch, int assign_offsets,
-                          int verify_crc, struct lk_batch_info *infos, size_t infos_cap);
+                          int verify_crc);
 /* CDEF-END */
 
 #endif

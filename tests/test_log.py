@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import struct
+import time
 
 import pytest
 from kafka.record import MemoryRecords
@@ -364,3 +365,66 @@ def test_incoming_timestamps_past_segment_ms_roll_the_whole_append(pdir):
     log.append(batch(1, ts=1_700_000_000_500) + batch(1, ts=1_700_000_002_000))
     assert [s.base_offset for s in log.segments] == [0, 1]
     log.close()
+
+
+def test_a_reopened_segment_rolls_by_its_first_batchs_timestamp(pdir):
+    """The segment.ms base of a segment opened from disk is its first batch's timestamp,
+    read from the .log by the append (nothing in memory knows it after a restart)."""
+    log = Log.open(pdir, LogConfig(segment_ms=1000))
+    log.append(batch(1, ts=1_700_000_000_000))
+    log.close()
+    log = Log.open(pdir, LogConfig(segment_ms=1000))
+    log.append(batch(1, ts=1_700_000_000_900))
+    assert log.segment_count == 1
+    log.append(batch(1, ts=1_700_000_001_500))
+    assert [s.base_offset for s in log.segments] == [0, 2]
+    log.close()
+
+
+def test_a_segment_without_timestamps_rolls_by_the_wall_clock(pdir):
+    """A first batch without a timestamp (-1): segment.ms counts from the segment's
+    creation by the wall clock, as Kafka's rollingBasedTimestamp falls back to."""
+    log = Log.open(pdir, LogConfig(segment_ms=50))
+    log.append(batch(1, ts=-1))
+    log.append(batch(1, ts=-1))
+    assert log.segment_count == 1
+    time.sleep(0.1)
+    log.append(batch(1, ts=-1))
+    assert [s.base_offset for s in log.segments] == [0, 2]
+    log.close()
+
+
+def test_a_failed_index_write_leaves_the_segment_as_it_was(tmp_path):
+    """An index write that fails in the middle of an append (here its fd is swapped for a
+    read-only one): the append raises the dir's storage error, the .log is cut back,
+    the index entries it added are dropped, and files and state are as before; with the
+    fd back, appends go on from the same log end."""
+    from logstore import IoGuard, LogDirOfflineError
+
+    part = tmp_path / "t-0"
+    lg = Log.open(part, LogConfig(index_interval_bytes=0), guard=IoGuard(tmp_path))
+    lg.append(_batches_at(1_700_000_000_000, 3))
+    seg = lg.active_segment
+    before = (snapshot(part), lg.log_end_offset, seg.size, seg.offset_index.entries,
+              seg.time_index.entries, seg.max_timestamp, seg.bytes_since_index)
+    index_fd = seg.time_index._fd
+    saved = os.dup(index_fd)
+    readonly = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(readonly, index_fd)
+    try:
+        # Over 4 KiB of new time-index entries: written in the middle of the call.
+        with pytest.raises(LogDirOfflineError, match="append"):
+            lg.append(_batches_at(1_700_000_001_000, 400))
+    finally:
+        os.dup2(saved, index_fd)
+        os.close(saved)
+        os.close(readonly)
+    assert (snapshot(part), lg.log_end_offset, seg.size, seg.offset_index.entries,
+            seg.time_index.entries, seg.max_timestamp, seg.bytes_since_index) == before
+    info = lg.append(_batches_at(1_700_000_002_000, 400))
+    assert (info.base_offset, info.last_offset) == (3, 402)
+    lg.close()
+    again = Log.open(part, LogConfig(index_interval_bytes=0))
+    assert again.log_end_offset == 403 and again.recovery.bytes_truncated == 0
+    assert again.offset_for_timestamp(1_700_000_002_000 + 17)[0] == 20
+    again.close()
