@@ -35,7 +35,6 @@ from .segments import LogSegments, open_segment
 
 MAX_RELATIVE_OFFSET = 2**31 - 1
 _ONLINE = Verdict.NONE  # IoGuard.verdict of a dir that takes appends
-_APPEND_OK = native.AppendStatus.OK
 _new_tuple = tuple.__new__
 
 
@@ -167,25 +166,20 @@ class Log:
         if guard.verdict is not _ONLINE:
             guard.check_usable("append", writing=True)
         seg = self._segments.active
-        appender = self._appender
         try:
-            status = appender.append(seg.c, batch_bytes, leader_epoch, assign_offsets, True,
-                                     seg._log_path_str)
+            out = self._appender.append(seg.c, batch_bytes, leader_epoch, assign_offsets, True,
+                                        seg._log_path_str)
         except OSError as err:  # the hot path: IoGuard.translate without a context manager
             seg.cut_back_failed_append()
             raise guard.translate(err, "append", seg.log_path) from err
-        r = appender.result
-        if status is not _APPEND_OK:
-            return self._append_after_roll(status, batch_bytes, leader_epoch, assign_offsets)
-        if r.first_epoch >= 0 or r.epoch_runs > 1:
-            self._assign_epochs(r)
-        return _new_tuple(AppendInfo, (r.first_offset, r.last_offset, r.records,
-                                       r.append_max_timestamp, -1, r.position,
-                                       r.bytes_written))
+        if out[7]:  # not AppendStatus.OK
+            return self._append_after_roll(out[7], batch_bytes, leader_epoch, assign_offsets)
+        if out[9] >= 0 or out[8] > 1:  # leader epochs to record
+            self._assign_epochs(self._appender.result)
+        return _new_tuple(AppendInfo, out[:7])
 
-    def _append_after_roll(self, status: native.AppendStatus,
-                           data: bytes | bytearray | memoryview, leader_epoch: int,
-                           assign_offsets: bool) -> AppendInfo:
+    def _append_after_roll(self, status: int, data: bytes | bytearray | memoryview,
+                           leader_epoch: int, assign_offsets: bool) -> AppendInfo:
         """The rest of an append whose first call refused the data or stopped for a roll:
         refuse, or roll and append the rest, for as long as it takes."""
         appender = self._appender
@@ -195,7 +189,7 @@ class Log:
         max_timestamp = -1
         while True:
             if status > native.AppendStatus.ROLL:
-                self._refuse(status, data, r.position)
+                self._refuse(native.AppendStatus(status), data, r.position)
             if r.batches:
                 if first_offset < 0:
                     first_offset, position = r.first_offset, r.position
@@ -205,7 +199,7 @@ class Log:
                 max_timestamp = max(max_timestamp, r.append_max_timestamp)
                 if r.first_epoch >= 0 or r.epoch_runs > 1:
                     self._assign_epochs(r)
-            if status is _APPEND_OK:
+            if status == native.AppendStatus.OK:
                 break
             verify = r.batches == 0  # a call that wrote validated the whole buffer
             data = memoryview(data)[r.bytes_written:]
@@ -251,7 +245,7 @@ class Log:
         where = f"append to {self.dir.name}"
         appender = self._appender
         if status is native.AppendStatus.INVALID:
-            scan = appender.scan()
+            scan = appender.scan(data)
             raise CorruptRecordError(f"{where}: {scan.detail}", position=scan.error_position,
                                      reason=scan.status.name.lower())
         if status is native.AppendStatus.EMPTY:

@@ -133,12 +133,11 @@ class LogSegment:
     # ---- appends ----
 
     def append(self, appender: native.Appender, data: memoryview | bytes, *,
-               leader_epoch: int, assign_offsets: bool,
-               verify_crc: bool = True) -> native.AppendStatus:
+               leader_epoch: int, assign_offsets: bool, verify_crc: bool = True) -> int:
         """Validate `data` and write the leading batches that fit here, with their index
         entries, in one C call (`native.Appender`). Invalid data writes nothing; the
-        appender says what was written and why it stopped. `Log.append` makes the same
-        call inline (the hot path); this is it for one segment.
+        appender's `result` says what was written; the status (an AppendStatus value)
+        why it stopped. `Log.append` makes the same call inline (the hot path).
 
         On an OSError the segment is put back as it was before the call (the C call
         restores the indexes and the state; the .log is cut back here) and the error
@@ -146,7 +145,7 @@ class LogSegment:
         """
         try:
             return appender.append(self.c, data, leader_epoch, assign_offsets, verify_crc,
-                                   self._log_path_str)
+                                   self._log_path_str)[7]
         except OSError:
             self.cut_back_failed_append()
             raise

@@ -405,7 +405,6 @@ class AppendStatus(enum.IntEnum):
     EMPTY = 6  # nothing written: no batch at all
 
 
-_APPEND_STATUSES = tuple(AppendStatus)  # by value: a tuple index is cheaper than a call
 ROLL_BASE_UNKNOWN = _lib.LK_ROLL_BASE_UNKNOWN
 
 
@@ -484,23 +483,43 @@ def new_segment(fd: int, base_offset: int, index_interval: int, offset_index: An
     return s
 
 
+# struct lk_append's leading out fields, as one unpack reads them (checked against cffi's
+# layout below): the seven of Log.append's answer, then status, epoch_runs, first_epoch.
+_APPEND_FIELDS = ("first_offset", "last_offset", "records", "append_max_timestamp",
+                  "log_append_time", "position", "bytes_written", "status", "epoch_runs",
+                  "first_epoch")
+_APPEND_OUT = struct.Struct("=7q3i")
+
+
+def _check_append_layout() -> None:
+    pos = 0
+    for name, code in zip(_APPEND_FIELDS, "qqqqqqqiii", strict=True):
+        if _ffi.offsetof("struct lk_append", name) != pos:
+            raise ImportError(f"struct lk_append: field {name} is not at offset {pos}")
+        pos += struct.calcsize("=" + code)
+
+
+_check_append_layout()
+
+
 class Appender:
-    """One C call per append (`lk_segment_append`): validate, fit, assign, write, index.
+    """One C call per append (`lk_segment_append`): roll check, validate, fit, assign,
+    write, index.
 
     Holds its C structs and arrays between calls, so an append allocates nothing in the
     common case. Not thread-safe: one per log (whose calls are serialised anyway).
-    `result` (struct lk_append's out fields: status, batches, position, bytes_written,
-    first_offset, last_offset, records, append_max_timestamp, epoch_runs, first_epoch,
-    error_batch) describes the last call until the next one.
+    `result` (struct lk_append: status, batches, position, bytes_written, first_offset,
+    last_offset, records, append_max_timestamp, epoch_runs, first_epoch, error_batch,
+    scan) describes the last call until the next one.
     """
 
-    __slots__ = ("result", "_infos", "_cap", "_data")
+    __slots__ = ("result", "_infos", "_cap", "_out")
 
     def __init__(self, *, segment_bytes: int, segment_ms: int, max_batch_size: int) -> None:
         self.result: Any = _ffi.new("struct lk_append *")
+        self._out = _ffi.buffer(self.result, _APPEND_OUT.size)
         self._cap = 0
         self._infos: Any = None
-        self._data: Any = None
         self._grow(0)
         self.configure(segment_bytes=segment_bytes, segment_ms=segment_ms,
                        max_batch_size=max_batch_size)
@@ -514,10 +533,13 @@ class Appender:
         a.max_batch_size = max_batch_size
 
     def append(self, segment: Any, data: Buffer, leader_epoch: int, assign_offsets: bool,
-               verify_crc: bool = True, path: PathArg = None) -> AppendStatus:
+               verify_crc: bool = True, path: PathArg = None) -> tuple[int, ...]:
         """Append what fits of `data` to the segment (`new_segment`'s state, moved forward
-        by what is written); see fastpath.h. An OSError from a write is raised (part of
-        the data may then be in the .log past the segment's size)."""
+        by what is written); see fastpath.h. Returns the leading out fields of `result`
+        in one tuple: first_offset, last_offset, records, append_max_timestamp,
+        log_append_time, position, bytes_written (Log.append's AppendInfo), then status
+        (an AppendStatus value), epoch_runs, first_epoch. An OSError from a read or write
+        is raised (part of the data may then be in the .log past the segment's size)."""
         if type(data) is bytes:
             cdata, size = data, len(data)
         else:
@@ -525,12 +547,11 @@ class Appender:
             size = len(cdata)
         if size // BATCH_HEADER_SIZE >= self._cap:
             self._grow(size)
-        self._data = data
         rc = _lib.lk_segment_append(segment, cdata, size, self.result, leader_epoch,
                                     assign_offsets, verify_crc)
         if rc < 0:
             raise _oserror(rc, "append", path)
-        return _APPEND_STATUSES[self.result.status]
+        return _APPEND_OUT.unpack_from(self._out)
 
     def _grow(self, size: int) -> None:
         self._cap = max(size // BATCH_HEADER_SIZE + 1, 16)  # every batch is at least a header
@@ -545,13 +566,12 @@ class Appender:
         view = _ffi.buffer(self._infos + i, _INFO_SIZE)
         return _new_tuple(BatchInfo, _TO_BATCH(_INFO_STRUCT.unpack_from(view)))
 
-    def scan(self) -> ScanResult:
-        """The validation scan of the last call (why INVALID refused the buffer), with
-        positions relative to the buffer."""
+    def scan(self, data: Buffer) -> ScanResult:
+        """The validation scan of the last call, whose buffer was `data` (why INVALID
+        refused it), with positions relative to the buffer."""
         res = self.result.scan
         status = _STATUSES[res.status]
-        data = self._data
-        size = len(memoryview(data).cast("B")) if data is not None else 0
+        size = len(memoryview(data).cast("B"))
         detail = None
         if status is not ScanStatus.OK and status is not ScanStatus.FULL:
             detail = _error_detail(status, data, size, res.valid_bytes, 0, res.bad_value,

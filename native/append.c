@@ -148,6 +148,7 @@ int64_t lk_segment_append(struct lk_segment *s, const uint8_t *buf, size_t len,
         goto out;
     }
     a->status = LK_APPEND_OK;
+    a->log_append_time = -1;
     a->batches = 0;
     a->error_batch = -1;
     a->epoch_runs = 0;
@@ -326,7 +327,6 @@ int64_t lk_segment_append(struct lk_segment *s, const uint8_t *buf, size_t len,
     s->bytes_since_index = since;
     s->max_timestamp = seg_max_ts;
     s->offset_of_max_timestamp = seg_max_ts_offset;
-    rc = fit;
 out:
-    return rc;
+    return rc < 0 ? rc : a->status;
 }

@@ -196,25 +196,27 @@ struct lk_segment {
     int32_t index_interval;    /* index.interval.bytes */
 };
 struct lk_append {
-    /* in: the log's settings, and room for the batches' headers */
-    int64_t segment_bytes;     /* segment.bytes */
-    int64_t segment_ms;        /* segment.ms */
-    struct lk_batch_info *infos; /* gets every batch's header as validated */
-    int64_t infos_cap;         /* at least len / 61 + 1 for a buffer of len bytes */
-    int32_t max_batch_size;    /* max.message.bytes */
-    /* out */
-    int32_t status;            /* LK_APPEND_* */
-    int32_t batches;           /* whole batches written, from the start of buf */
-    int32_t error_batch;       /* the refused batch, for BAD_COUNT/BAD_OFFSET/TOO_LARGE */
-    int32_t epoch_runs;        /* runs of equal partitionLeaderEpoch among the written batches */
-    int32_t first_epoch;       /* the first written batch's partitionLeaderEpoch */
-    int64_t position;          /* where the first written batch starts in the .log */
-    int64_t bytes_written;
+    /* out, in this order: what Log.append answers (Kafka's LogAppendInfo, in part), read
+     * with one unpack; then why the call stopped */
     int64_t first_offset;      /* the first written batch's base offset */
     int64_t last_offset;       /* the last written batch's last offset */
     int64_t records;           /* recordsCount summed over the written batches */
     int64_t append_max_timestamp; /* the largest max timestamp of the batches written */
-    struct lk_scan_result scan;   /* the validation scan (LK_APPEND_INVALID says why) */
+    int64_t log_append_time;   /* -1: batches keep their CreateTime */
+    int64_t position;          /* where the first written batch starts in the .log */
+    int64_t bytes_written;
+    int32_t status;            /* LK_APPEND_* (also the return value) */
+    int32_t epoch_runs;        /* runs of equal partitionLeaderEpoch among the written batches */
+    int32_t first_epoch;       /* the first written batch's partitionLeaderEpoch */
+    int32_t batches;           /* whole batches written, from the start of buf */
+    int32_t error_batch;       /* the refused batch, for BAD_COUNT/BAD_OFFSET/TOO_LARGE */
+    /* in: the log's settings, and room for the batches' headers */
+    int32_t max_batch_size;    /* max.message.bytes */
+    int64_t segment_bytes;     /* segment.bytes */
+    int64_t segment_ms;        /* segment.ms */
+    struct lk_batch_info *infos; /* gets every batch's header as validated */
+    int64_t infos_cap;         /* at least len / 61 + 1 for a buffer of len bytes */
+    struct lk_scan_result scan;   /* out: the validation scan (LK_APPEND_INVALID says why) */
 };
 /* Append the leading batches of buf that fit segment s, in one call:
  * 1. a non-empty segment takes none (status ROLL, nothing validated) when the whole buf
@@ -231,11 +233,10 @@ struct lk_append {
  *    (leader_epoch) assigned in the written copy when assign_offsets (buf is not
  *    modified), then add the index entries Kafka's index.interval.bytes rule asks for
  *    (lk_index_add) and move s forward.
- * a->infos gets every batch's header as validated. Returns the batches written (status OK
- * or ROLL), 0 with a refusal status, or -errno from a read or write: then the indexes
- * and s are as before the call, and part of the data may be in the .log past s->size
- * (the caller cuts it back). Thread-safe on distinct segments and buffers; does not
- * sync. */
+ * a->infos gets every batch's header as validated. Returns the status (LK_APPEND_*; the
+ * batches written are a->batches), or -errno from a read or write: then the indexes and
+ * s are as before the call, and part of the data may be in the .log past s->size (the
+ * caller cuts it back). Thread-safe on distinct segments and buffers; does not sync. */
 int64_t lk_segment_append(struct lk_segment *s, const uint8_t *buf, size_t len,
                           struct lk_append *a, int32_t leader_epoch, int assign_offsets,
                           int verify_crc);
