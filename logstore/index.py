@@ -55,6 +55,7 @@ class _Index(abc.ABC):
         # Read-write even when inactive: a rebuild after recovery rewrites any index.
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         self._map: mmap.mmap | None = None
+        self._map_handle: Any = None
         self._path_str = str(self.path)
         try:
             length = os.fstat(self._fd).st_size
@@ -83,9 +84,14 @@ class _Index(abc.ABC):
         self._length = length
         if length > 0:
             self._map = mmap.mmap(self._fd, length, prot=mmap.PROT_READ)
+            # C's searches read through it too; released before it closes.
+            self._map_handle = native.index_map(self.c, self._map)
 
     def _close_map(self) -> None:
         if self._map is not None:
+            if self._map_handle is not None:
+                native.index_unmap(self.c, self._map_handle)
+                self._map_handle = None
             self._map.close()
             self._map = None
 
@@ -185,19 +191,8 @@ class _Index(abc.ABC):
         return [self._read_entry(i) for i in range(self.entries)]
 
     def _search(self, key: int, field: int) -> int:
-        """Index of the greatest entry whose `field` <= key, or -1."""
-        lo, hi = 0, self.entries - 1
-        found = -1
-        while lo <= hi:
-            mid = (lo + hi) // 2
-            if self._read_entry(mid)[field] <= key:
-                found = mid
-                lo = mid + 1
-            else:
-                hi = mid - 1
-        return found
-
-
+        """Index of the greatest entry whose `field` <= key, or -1 (a binary search in C)."""
+        return native.index_search(self.c, field, key, path=self._path_str)
 
 
 class OffsetIndex(_Index):

@@ -46,7 +46,8 @@ __all__ = [
     "Space", "assign_offsets",
     "availability_probe", "crc32c", "crc32c_active", "crc32c_calibration", "crc32c_force",
     "crc32c_supported", "crc32c_using",
-    "fallocate", "fdatasync", "index_add", "index_flush", "index_pending", "index_truncate",
+    "fallocate", "fdatasync", "index_add", "index_flush", "index_map", "index_pending",
+    "index_search", "index_truncate", "index_unmap",
     "new_index", "new_segment", "pread", "pread_into", "pwrite_all", "scan_batches",
     "space_probe", "write_all",
 ]
@@ -434,6 +435,30 @@ def new_index(fd: int, entry_size: int, base_offset: int, max_entries: int,
 def index_pending(ix: Any) -> Any:
     """A view of the index's pending entries (entries flushed.. of `ix`), for reading."""
     return _ffi.buffer(ix.pending)
+
+
+def index_map(ix: Any, mapping: Buffer) -> Any:
+    """Let `ix`'s searches read the file through `mapping` (a read-only mmap of it).
+    Returns the handle to give `index_unmap` before the mapping is closed."""
+    handle = _ffi.from_buffer(mapping)
+    ix.map = _ffi.cast("const uint8_t *", handle)
+    ix.map_len = len(handle)
+    return handle
+
+
+def index_unmap(ix: Any, handle: Any) -> None:
+    """Stop reading through the mapping `index_map` gave `handle` for (before it closes)."""
+    ix.map = _ffi.NULL
+    ix.map_len = 0
+    _ffi.release(handle)
+
+
+def index_search(ix: Any, field: int, key: int, *, path: PathArg = None) -> int:
+    """The number of the greatest entry whose field (0 or 1, as stored) is <= key, or -1."""
+    rc = _lib.lk_index_search(ix, field, key)
+    if rc < 0:
+        raise _oserror(rc, "index read", path)
+    return rc - 1
 
 
 def index_add(ix: Any, a: int, b: int, *, reserve_last: bool = False,

@@ -148,6 +148,8 @@ struct lk_index {
     int32_t last_known;        /* 1 when last_a/last_b hold entry entries - 1 */
     int64_t last_a;            /* the last entry: relative offset (offset index) or timestamp */
     int64_t last_b;            /* and position (offset index) or relative offset (time index) */
+    const uint8_t *map;        /* the caller's read-only mapping of the file, or NULL */
+    int64_t map_len;           /* its length: entries past it are read with pread */
     uint8_t pending[4112];     /* entries flushed..entries, big-endian: LK_INDEX_PENDING_BYTES
                                 * and room for one more */
 };
@@ -158,6 +160,11 @@ struct lk_index {
  * written with one pwrite once LK_INDEX_PENDING_BYTES are pending. Returns LK_INDEX_*, or
  * -errno (then the entry is in the index but not yet in the file). Not thread-safe. */
 int lk_index_add(struct lk_index *ix, int64_t a, int64_t b, int reserve_last);
+/* The greatest entry whose field (0: the first as stored, relative offset or timestamp;
+ * 1: the second, position or relative offset) is <= key, by binary search over the
+ * mapping, the pending entries and (past the mapping) pread. Returns 1 + its number
+ * (0 when there is none), or -errno. Not thread-safe (against adds); no writes. */
+int64_t lk_index_search(struct lk_index *ix, int field, int64_t key);
 /* Write the pending entries with one pwrite. Returns 0 or -errno. Not thread-safe; no sync. */
 int lk_index_flush(struct lk_index *ix);
 /* Keep the first n entries (n <= entries): pending ones past n are dropped, and when n is

@@ -12,20 +12,20 @@
 
 #include "internal.h"
 
-/* The last entry into ix->last_a/last_b, from pending or the file. 0 or -errno. */
-static int lk_index_load_last(struct lk_index *ix)
+/* Entry i's two fields, from pending, the mapping or the file. 0 or -errno. */
+static int lk_index_entry(const struct lk_index *ix, int32_t i, int64_t *fa, int64_t *fb)
 {
     uint8_t raw[LK_INDEX_TIME];
     const uint8_t *e;
-    int32_t i = ix->entries - 1;
+    int64_t at = (int64_t)i * ix->entry_size;
 
-    if (ix->last_known || ix->entries == 0)
-        return 0;
     if (i >= ix->flushed) {
         e = ix->pending + (size_t)(i - ix->flushed) * (size_t)ix->entry_size;
+    } else if (ix->map != NULL && at + ix->entry_size <= ix->map_len) {
+        e = ix->map + at;
     } else {
-        int64_t got = lk_pread_full(ix->fd, raw, (size_t)ix->entry_size,
-                                    (int64_t)i * ix->entry_size);
+        /* An inactive index being rebuilt grows past its (trimmed) mapping. */
+        int64_t got = lk_pread_full(ix->fd, raw, (size_t)ix->entry_size, at);
         if (got < 0)
             return (int)got;
         if (got != ix->entry_size)
@@ -33,14 +33,50 @@ static int lk_index_load_last(struct lk_index *ix)
         e = raw;
     }
     if (ix->entry_size == LK_INDEX_OFFSET) {
-        ix->last_a = (int32_t)lk_be32(e);
-        ix->last_b = (int32_t)lk_be32(e + 4);
+        *fa = (int32_t)lk_be32(e);
+        *fb = (int32_t)lk_be32(e + 4);
     } else {
-        ix->last_a = (int64_t)lk_be64(e);
-        ix->last_b = (int32_t)lk_be32(e + 8);
+        *fa = (int64_t)lk_be64(e);
+        *fb = (int32_t)lk_be32(e + 8);
     }
+    return 0;
+}
+
+/* The last entry into ix->last_a/last_b. 0 or -errno. */
+static int lk_index_load_last(struct lk_index *ix)
+{
+    int rc;
+
+    if (ix->last_known || ix->entries == 0)
+        return 0;
+    rc = lk_index_entry(ix, ix->entries - 1, &ix->last_a, &ix->last_b);
+    if (rc < 0)
+        return rc;
     ix->last_known = 1;
     return 0;
+}
+
+int64_t lk_index_search(struct lk_index *ix, int field, int64_t key)
+{
+    int32_t lo = 0, hi, found = -1;
+
+    if (ix == NULL || (field != 0 && field != 1))
+        return -EINVAL;
+    hi = ix->entries - 1;
+    while (lo <= hi) {
+        int32_t mid = lo + (hi - lo) / 2;
+        int64_t fa, fb;
+        int rc = lk_index_entry(ix, mid, &fa, &fb);
+        if (rc < 0)
+            return rc;
+        if ((field == 0 ? fa : fb) <= key) {
+            found = mid;
+            lo = mid + 1;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    return found + 1;
 }
 
 int lk_index_flush(struct lk_index *ix)
