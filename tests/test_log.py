@@ -428,3 +428,67 @@ def test_a_failed_index_write_leaves_the_segment_as_it_was(tmp_path):
     assert again.log_end_offset == 403 and again.recovery.bytes_truncated == 0
     assert again.offset_for_timestamp(1_700_000_002_000 + 17)[0] == 20
     again.close()
+
+
+def test_index_entries_wait_in_memory_and_are_written_a_page_at_a_time(tmp_path):
+    """An offset index's new entries reach the file in one write per 4 KiB (512 entries),
+    and lookups see them before and after; entries that do not grow are skipped, and
+    after a truncation below what was written the index goes on from there."""
+    from bisect import bisect_right
+
+    from logstore.index import OffsetIndex
+
+    idx = OffsetIndex(tmp_path / "0.index", 1000, 1 << 20, writable=True)
+    added = [(1000 + 2 * i + 1, 100 * (i + 1)) for i in range(600)]
+    for n, (offset, position) in enumerate(added, 1):
+        idx.append(offset, position)
+        idx.append(offset, position)  # a repeat: skipped
+        on_disk = os.pread(idx._fd, 8, (n - 1) * 8) != bytes(8)
+        assert on_disk == (n == 512), n  # the first 512 go with the 512th, the rest wait
+
+    def expect(offset):
+        i = bisect_right([o for o, _ in kept], offset) - 1
+        return kept[i] if i >= 0 else (1000, 0)
+
+    kept = added
+    assert idx.entries == 600 and os.pread(idx._fd, 8, 0) != bytes(8)
+    for probe in (999, 1000, 1001, 1002, 2023, 2024, 2025, 2200, 5000):
+        assert idx.lookup(probe) == expect(probe), probe
+        assert idx.position_floor(probe * 10) == _floor_position(kept, probe * 10)
+    idx.truncate_entries(300)
+    kept = added[:300]
+    assert idx.entries == 300 and idx.last_entry() == kept[-1]
+    for probe in (1500, 1599, 1600, 1601, 3000):
+        assert idx.lookup(probe) == expect(probe), probe
+    idx.append(1601, 100)  # below the last entry now: skipped
+    idx.append(5000, 90_000)
+    assert idx.last_entry() == (5000, 90_000) and idx.entries == 301
+    idx.close()
+    assert read_index_entries(tmp_path / "0.index", "offset")[-1] == (4000, 90_000)
+    assert len(read_index_entries(tmp_path / "0.index", "offset")) == 301
+
+
+def _floor_position(entries, position):
+    """The greatest indexed position <= position (0 when none), as position_floor."""
+    found = [p for _, p in entries if p <= position]
+    return found[-1] if found else 0
+
+
+def test_a_time_index_keeps_its_last_slot_for_the_roll(tmp_path):
+    from logstore.errors import IndexFullError
+    from logstore.index import TimeIndex
+
+    idx = TimeIndex(tmp_path / "0.timeindex", 10, 36, writable=True)  # 3 slots
+    idx.maybe_append(-1, 10)  # no timestamp: never indexed
+    idx.maybe_append(100, 11)
+    idx.maybe_append(100, 12)  # the timestamp does not grow: skipped
+    idx.maybe_append(200, 11)
+    assert idx.entries_absolute() == [(100, 11), (200, 11)] and idx.is_full
+    with pytest.raises(IndexFullError):
+        idx.maybe_append(300, 13)
+    idx.maybe_append(300, 13, at_roll=True)
+    with pytest.raises(IndexFullError):
+        idx.maybe_append(400, 14, at_roll=True)
+    assert idx.lookup(250) == (200, 11) and idx.lookup(99) == (-1, 10)
+    idx.close()
+    assert read_index_entries(tmp_path / "0.timeindex", "time") == [(100, 1), (200, 1), (300, 3)]
