@@ -306,24 +306,16 @@ class Log:
             raise guard.translate(err, "read", self.dir) from err
 
     def _read(self, offset: int, max_bytes: int, max_offset: int | None) -> bytes:
-        i = self._segments.floor_index(offset)
-        while i < len(self._segments):
-            seg = self._segments[i]
-            batch = seg.find_batch(offset)
-            if batch is not None:
-                break
+        segments = self._segments
+        i = segments.floor_index(offset)
+        while i < len(segments):
+            seg = segments[i]
+            found = seg.read_range(offset, max_bytes, max_offset)
+            if found is not None:
+                start, end = found
+                return seg.read_exact(start, end - start) if end > start else b""
             i += 1
-        else:
-            return b""
-        if max_offset is not None and batch.base_offset >= max_offset:
-            return b""
-        end = seg.batches_end(batch.position, batch.position + max(max_bytes, batch.size))
-        if max_offset is not None and max_offset < seg.next_offset:
-            stop = seg.find_batch(max_offset, start_position=batch.position)
-            if stop is not None:
-                end = min(end, stop.position if stop.base_offset >= max_offset
-                          else stop.position + stop.size)
-        return seg.read_exact(batch.position, end - batch.position)
+        return b""
 
     def read_tail(self, max_bytes: int) -> list[bytes]:
         """The whole batches of about the last `max_bytes` of the log, oldest first, one

@@ -14,7 +14,6 @@ which runs segment calls inside its log dir's IoGuard.
 from __future__ import annotations
 
 import os
-import struct
 import time
 from pathlib import Path
 
@@ -25,11 +24,8 @@ from . import names
 from .epochs import LeaderEpochCache
 from .errors import LogStoreError
 from .index import OffsetIndex, TimeIndex
-from .records import HEADER as _HEADER
 from .records import parse_batch_header
 from .scan import FileScan, scan_file
-
-_OFFSET_LENGTH = struct.Struct(">qi")  # baseOffset, batchLength: every batch's first 12 bytes
 
 
 class LogSegment:
@@ -65,8 +61,6 @@ class LogSegment:
         self.max_timestamp, self.offset_of_max_timestamp = self.time_index.last_entry()
         if size == 0:
             self.c.next_offset = base_offset
-        # (base offset, position) of the batch where the last read stopped (batches_end).
-        self._next_read: tuple[int, int] | None = None
 
     # ---- state ----
 
@@ -179,55 +173,30 @@ class LogSegment:
     def batches_end(self, start: int, limit: int) -> int:
         """End of the last whole batch that starts at or after `start` and ends at or
         before `limit`; at least the end of the batch at `start` (Kafka's
-        minOneMessage). From the offset index's nearest entry, a header or two is read.
+        minOneMessage). From the offset index's nearest entry, a header or two is read
+        (in C, which remembers where a read that stops there goes on).
         """
-        if limit >= self.size:
-            return self.size  # only whole, validated batches are ever written here
-        pos = max(start, self.offset_index.position_floor(limit))
-        first = True
-        while pos + 12 <= self.size:
-            base, length = _OFFSET_LENGTH.unpack(
-                native.pread(self.fd, 12, pos, path=self._log_path_str))
-            if length < 49:
-                break  # not a batch: never written here; stop at what is known good
-            end = pos + length + 12
-            if end > limit and not (first and pos == start):
-                # A consumer's next read starts here: find_batch skips the index search.
-                self._next_read = (base, pos)
-                break
-            pos, first = end, False
-        return pos
+        return native.batches_end(self.c, start, limit, path=self._log_path_str)
 
     def find_batch(self, offset: int, *, start_position: int | None = None) -> BatchInfo | None:
         """The first batch whose last offset >= `offset`, or None past the end.
 
-        Walks batch headers from the offset index's entry: with an entry every
-        index.interval.bytes that is one or two small reads.
+        Walks batch headers from `start_position`, or else from where the last read
+        stopped (when that is `offset`) or the offset index's entry: with an entry every
+        index.interval.bytes that is one or two small reads (in C).
         """
-        if start_position is None:
-            hint = self._next_read
-            if hint is not None and hint[0] == offset:
-                found = self._batch_at(hint[1])
-                if found is not None and found.base_offset == offset:
-                    return found  # still there, unchanged: no index search needed
-            _, start_position = self.offset_index.lookup(offset)
-        pos = start_position
-        while (info := self._batch_at(pos)) is not None:
-            if info.last_offset >= offset:
-                return info
-            pos += info.size
-        return None
+        return native.find_batch(self.c, offset, start_position, path=self._log_path_str)
 
-    def _batch_at(self, pos: int) -> BatchInfo | None:
-        """The batch whose header is at `pos`, or None (past the end, or not a batch)."""
-        if pos + _HEADER.size > self.size:
-            return None
-        fields = _HEADER.unpack(native.pread(self.fd, _HEADER.size, pos, path=self._log_path_str))
-        if fields[1] < 49 or fields[3] != 2:
-            return None  # not a batch: only validated bytes are ever written here
-        return BatchInfo(pos, fields[0], fields[1] + 12, fields[2], fields[6], fields[12],
-                         fields[7], fields[8], fields[9], fields[10], fields[5], fields[11],
-                         fields[4])
+    def read_range(self, offset: int, max_bytes: int,
+                   max_offset: int | None = None) -> tuple[int, int] | None:
+        """Where a fetch from `offset` reads here: (start, end) of whole batches from the
+        one holding it, up to `max_bytes` (at least that batch), none at or past
+        `max_offset`; equal when there is nothing to read; None when no batch here holds
+        `offset` or a later one. One C call (`find_batch` and `batches_end` in one)."""
+        if max_offset is not None and self.c.next_offset < 0:
+            self._load_tail()
+        return native.read_range(self.c, offset, max_bytes, max_offset,
+                                 path=self._log_path_str)
 
     def find_timestamp(self, timestamp: int, *, min_offset: int) -> tuple[int, int] | None:
         """The first record with timestamp >= `timestamp` and offset >= min_offset."""

@@ -44,8 +44,8 @@ __all__ = [
     "CRC32C_IMPLS", "INDEX_ADDED", "INDEX_FULL", "INDEX_PENDING_BYTES", "INDEX_SKIPPED",
     "ROLL_BASE_UNKNOWN", "AppendStatus", "Appender", "BatchInfo", "ScanResult", "ScanStatus",
     "Space", "assign_offsets",
-    "availability_probe", "crc32c", "crc32c_active", "crc32c_calibration", "crc32c_force",
-    "crc32c_supported", "crc32c_using",
+    "availability_probe", "batches_end", "crc32c", "crc32c_active", "crc32c_calibration",
+    "crc32c_force", "crc32c_supported", "crc32c_using", "find_batch", "read_range",
     "fallocate", "fdatasync", "index_add", "index_flush", "index_map", "index_pending",
     "index_search", "index_truncate", "index_unmap",
     "new_index", "new_segment", "pread", "pread_into", "pwrite_all", "scan_batches",
@@ -505,7 +505,45 @@ def new_segment(fd: int, base_offset: int, index_interval: int, offset_index: An
     s.max_timestamp = -1
     s.offset_of_max_timestamp = base_offset
     s.roll_base_timestamp = ROLL_BASE_UNKNOWN
+    s.next_read_offset = s.next_read_position = -1
     return s
+
+
+def find_batch(segment: Any, offset: int, start_position: int | None = None, *,
+               path: PathArg = None) -> BatchInfo | None:
+    """The first batch of the segment whose last offset is >= offset, or None (see
+    fastpath.h: lk_segment_find_batch); its header is read from the .log."""
+    rc = _lib.lk_segment_find_batch(segment, offset,
+                                    -1 if start_position is None else start_position)
+    if rc < 0:
+        raise _oserror(rc, "read", path)
+    if not rc:
+        return None
+    view = _ffi.buffer(_ffi.addressof(segment, "found"), _INFO_SIZE)
+    return _new_tuple(BatchInfo, _TO_BATCH(_INFO_STRUCT.unpack_from(view)))
+
+
+def batches_end(segment: Any, start: int, limit: int, *, path: PathArg = None) -> int:
+    """The end of the last whole batch from `start` that ends by `limit` (at least the
+    batch at start's); see fastpath.h: lk_segment_batches_end."""
+    rc = _lib.lk_segment_batches_end(segment, start, limit)
+    if rc < 0:
+        raise _oserror(rc, "read", path)
+    return rc
+
+
+def read_range(segment: Any, offset: int, max_bytes: int, max_offset: int | None, *,
+               path: PathArg = None) -> tuple[int, int] | None:
+    """Where a fetch from `offset` reads in the segment: (start, end) of whole batches
+    (equal when there is nothing to read), or None when the segment holds no batch at or
+    past offset; see fastpath.h: lk_segment_read_range."""
+    if max_offset is None:
+        rc = _lib.lk_segment_read_range(segment, offset, max_bytes, 0, 0)
+    else:
+        rc = _lib.lk_segment_read_range(segment, offset, max_bytes, 1, max_offset)
+    if rc < 0:
+        raise _oserror(rc, "read", path)
+    return (segment.range_start, segment.range_end) if rc else None
 
 
 # struct lk_append's leading out fields, as one unpack reads them (checked against cffi's

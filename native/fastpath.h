@@ -199,6 +199,12 @@ struct lk_segment {
                                   * segment.ms counts from it */
     int64_t created_ms;        /* when the segment was opened (wall clock, ms): segment.ms
                                 * counts from it when the first batch has no timestamp */
+    int64_t next_read_offset;  /* the base offset of the batch where the last read stopped */
+    int64_t next_read_position; /* and its position: a consumer's next read starts there
+                                 * (-1: none); checked against the .log before use */
+    struct lk_batch_info found; /* lk_segment_find_batch's answer */
+    int64_t range_start;       /* lk_segment_read_range's answer: the bytes to read */
+    int64_t range_end;
     int32_t fd;                /* the .log */
     int32_t index_interval;    /* index.interval.bytes */
 };
@@ -247,6 +253,26 @@ struct lk_append {
 int64_t lk_segment_append(struct lk_segment *s, const uint8_t *buf, size_t len,
                           struct lk_append *a, int32_t leader_epoch, int assign_offsets,
                           int verify_crc);
+/* ---- Finding batches in a segment for reads (Kafka's LogSegment.translateOffset) ---- */
+/* The first batch of s whose last offset is >= offset, into s->found: from
+ * start_position, or with start_position = -1 from where the last read stopped (when it
+ * stopped at offset) or else the offset index's entry; then batch headers are read
+ * (pread) until one ends at or past offset. Returns 1 found, 0 none (past the end, or
+ * bytes that are not a batch), or -errno. Not thread-safe (per segment); no writes. */
+int lk_segment_find_batch(struct lk_segment *s, int64_t offset, int64_t start_position);
+/* The end of the last whole batch that starts at or after start and ends at or before
+ * limit, and at least the end of the batch at start (Kafka's minOneMessage), from the
+ * offset index's nearest entry and a header or two; remembers where a read that stops
+ * there would go on (next_read_*). Returns the end (>= 0) or -errno. Not thread-safe
+ * (per segment); no writes. */
+int64_t lk_segment_batches_end(struct lk_segment *s, int64_t start, int64_t limit);
+/* A fetch's range in s: whole batches from the one holding offset, up to max_bytes (at
+ * least that batch), none at or past max_offset when has_max_offset (s->next_offset
+ * must then be known). s->range_start and s->range_end get the range (equal: nothing to
+ * read). Returns 1, 0 when s holds no batch at or past offset, or -errno.
+ * Not thread-safe (per segment); no writes. */
+int lk_segment_read_range(struct lk_segment *s, int64_t offset, int64_t max_bytes,
+                          int has_max_offset, int64_t max_offset);
 /* CDEF-END */
 
 #endif

@@ -12,8 +12,7 @@
 
 #include "internal.h"
 
-/* Entry i's two fields, from pending, the mapping or the file. 0 or -errno. */
-static int lk_index_entry(const struct lk_index *ix, int32_t i, int64_t *fa, int64_t *fb)
+int lk_index_entry(const struct lk_index *ix, int32_t i, int64_t *fa, int64_t *fb)
 {
     uint8_t raw[LK_INDEX_TIME];
     const uint8_t *e;
