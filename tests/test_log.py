@@ -491,3 +491,61 @@ def test_a_time_index_keeps_its_last_slot_for_the_roll(tmp_path):
     assert idx.lookup(250) == (200, 11) and idx.lookup(99) == (-1, 10)
     idx.close()
     assert read_index_entries(tmp_path / "0.timeindex", "time") == [(100, 1), (200, 1), (300, 3)]
+
+
+def test_reads_match_a_scan_of_the_segments(pdir):
+    """Log.read against a reference built from a plain scan of every segment: offsets in
+    the middle of batches, byte limits above and below a batch, max_offset inside and at
+    the start of a batch, sequential reads (which start where the last one stopped), and
+    a truncation and new appends under that remembered place."""
+    import random
+
+    rng = random.Random(13)
+    log = Log.open(pdir, LogConfig(segment_bytes=6000, index_interval_bytes=700))
+    for _ in range(60):
+        log.append(batch(rng.randint(1, 5), size=rng.randint(10, 400)))
+
+    def reference(offset, max_bytes, max_offset):
+        for seg in log.segments:
+            data = seg.read_exact(0, seg.size)
+            batches = list(native.scan_batches(data))
+            at = [b for b in batches if b.last_offset >= offset]
+            if not at:
+                continue
+            first = at[0]
+            if max_offset is not None and first.base_offset >= max_offset:
+                return []
+            limit = first.position + max(max_bytes, first.size)
+            out = [first]
+            for b in at[1:]:
+                if b.position + b.size > limit or (max_offset is not None
+                                                   and b.base_offset >= max_offset):
+                    break
+                out.append(b)
+            return [(b.base_offset, b.last_offset) for b in out]
+        return []
+
+    def got(offset, max_bytes, max_offset=None):
+        data = log.read(offset, max_bytes, max_offset=max_offset)
+        return [(b.base_offset, b.last_offset) for b in native.scan_batches(data)]
+
+    end = log.log_end_offset
+    for _ in range(300):
+        offset = rng.randint(0, end)
+        max_bytes = rng.choice([0, 1, 100, 500, 1500, 5000, 1 << 20])
+        max_offset = rng.choice([None, offset, offset + 1, rng.randint(0, end + 3)])
+        assert got(offset, max_bytes, max_offset) == reference(offset, max_bytes, max_offset), \
+            (offset, max_bytes, max_offset)
+    offset, seen = 0, []
+    while offset < end:  # a consumer: each read starts where the last one stopped
+        part = got(offset, 700)
+        assert part == reference(offset, 700, None)
+        seen += part
+        offset = part[-1][1] + 1
+    assert [b for b, _ in seen] == sorted({b for b, _ in seen}) and seen[-1][1] == end - 1
+    got(20, 300)  # remembers where a read from 20 would go on
+    log.truncate_to(18)
+    log.append(batch(7, size=50))
+    assert got(18, 1 << 20) == reference(18, 1 << 20, None)
+    assert got(21, 300) == reference(21, 300, None)
+    log.close()
