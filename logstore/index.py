@@ -14,6 +14,11 @@ loading, `verify` (dump-log, the Spark audit) and dump-log's index listing read 
 Entries are written with pwrite, not through the mapping: on a full disk a store into
 a mapped sparse page kills the process with SIGBUS, while pwrite returns ENOSPC,
 which the log dir's IoGuard turns into SATURATED. Lookups read a read-only mapping.
+An index's entry count, last entry and new (pending) entries live in C (`struct
+lk_index`, native/index.c), where Kafka's ordering rules and the binary search are
+written once: the append path adds entries there without Python, and the classes here
+add, search and truncate through the same functions. A full index is IndexFullError,
+never an OSError.
 An index is not thread-safe: its segment's log serialises access. OSErrors propagate
 to the caller (the segment's log runs these calls inside its IoGuard).
 """

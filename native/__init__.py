@@ -1,6 +1,8 @@
-"""The C fast path of logkeeper: CRC-32C, record batch scans, whole-transfer file IO and
-log-directory probes, wrapped for Python. This module is the only importer of the
-compiled `native._fastpath` (built by native/build_fastpath.py from native/fastpath.h).
+"""The C fast path of logkeeper: CRC-32C, record batch scans, the append path (one call
+per append: `Appender`) and the segment state and indexes it keeps in C structs,
+segment lookups for reads, whole-transfer file IO and log-directory probes, wrapped for
+Python. This module is the only importer of the compiled `native._fastpath` (built by
+native/build_fastpath.py from native/fastpath.h).
 
 Errors: every C function returns -errno on failure; `_oserror` turns that into
 `OSError(errno, "<strerror> (from <op>)", path)`, so Python picks the subclass
@@ -18,7 +20,9 @@ Buffers go to C without copying: `bytes` directly, anything else with the buffer
 protocol (bytearray, memoryview, mmap) through `ffi.from_buffer`. cffi releases the
 GIL around every C call (crc32c, below 16 KiB, holds it: see native/crc32c_py.c), so
 all functions here may be called from several threads;
-the ones that take a buffer must not see it resized or written concurrently.
+the ones that take a buffer must not see it resized or written concurrently. The
+segment and index states (`new_segment`, `new_index`) and an `Appender` belong to one
+log, whose calls are serialised: they are not thread-safe.
 """
 
 from __future__ import annotations
