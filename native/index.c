@@ -106,6 +106,11 @@ int lk_index_add(struct lk_index *ix, int64_t a, int64_t b, int reserve_last)
     rc = lk_index_load_last(ix);
     if (rc < 0)
         return rc;
+    if ((size_t)(ix->entries - ix->flushed + 1) * (size_t)ix->entry_size > sizeof(ix->pending)) {
+        rc = lk_index_flush(ix); /* only after an earlier flush failed */
+        if (rc < 0)
+            return rc;
+    }
     if (ix->entry_size == LK_INDEX_OFFSET) {
         rel = a - ix->base_offset;
         if (ix->entries && (rel <= ix->last_a || b <= ix->last_b))
