@@ -167,8 +167,8 @@ class Log:
             guard.check_usable("append", writing=True)
         seg = self._segments.active
         try:
-            out = self._appender.append(seg.c, batch_bytes, leader_epoch, assign_offsets, True,
-                                        seg._log_path_str)
+            out = self._appender.append(seg.c_address, batch_bytes, leader_epoch,
+                                        assign_offsets, True, seg._log_path_str)
         except OSError as err:  # the hot path: IoGuard.translate without a context manager
             seg.cut_back_failed_append()
             raise guard.translate(err, "append", seg.log_path) from err

@@ -56,6 +56,7 @@ class LogSegment:
         self.c = native.new_segment(self.fd, base_offset, index_interval_bytes,
                                     self.offset_index.c, self.time_index.c,
                                     int(time.time() * 1000))
+        self.c_address = native.address_of(self.c)  # what Appender.append takes
         self.c.size = size
         self.active = active
         self.max_timestamp, self.offset_of_max_timestamp = self.time_index.last_entry()
@@ -138,8 +139,8 @@ class LogSegment:
         re-raised.
         """
         try:
-            return appender.append(self.c, data, leader_epoch, assign_offsets, verify_crc,
-                                   self._log_path_str)[7]
+            return appender.append(self.c_address, data, leader_epoch, assign_offsets,
+                                   verify_crc, self._log_path_str)[7]
         except OSError:
             self.cut_back_failed_append()
             raise

@@ -35,6 +35,7 @@ from operator import itemgetter
 from typing import Any, NamedTuple, overload
 
 try:
+    from native import _append as _append_ext
     from native import _crc32c as _crc32c_ext
     from native._fastpath import ffi as _ffi
     from native._fastpath import lib as _lib
@@ -47,7 +48,7 @@ except ImportError as err:  # pragma: no cover - only on a tree that was never b
 __all__ = [
     "CRC32C_IMPLS", "INDEX_ADDED", "INDEX_FULL", "INDEX_PENDING_BYTES", "INDEX_SKIPPED",
     "ROLL_BASE_UNKNOWN", "AppendStatus", "Appender", "BatchInfo", "ScanResult", "ScanStatus",
-    "Space", "assign_offsets",
+    "Space", "address_of", "assign_offsets",
     "availability_probe", "batches_end", "crc32c", "crc32c_active", "crc32c_calibration",
     "crc32c_force", "crc32c_supported", "crc32c_using", "find_batch", "read_range",
     "fallocate", "fdatasync", "index_add", "index_flush", "index_map", "index_pending",
@@ -115,6 +116,7 @@ def _impl_index(impl: str) -> int:
 # The hottest call in the package goes through a METH_FASTCALL function bound to the cffi
 # module's lk_crc32c: a cffi call's own cost (~0.2 us) lost to the crc32c package at 1 KiB.
 _crc32c_ext.bind(int(_ffi.cast("uintptr_t", _ffi.addressof(_lib, "lk_crc32c"))))
+_append_ext.bind(int(_ffi.cast("uintptr_t", _ffi.addressof(_lib, "lk_segment_append"))))
 crc32c = _crc32c_ext.crc32c
 
 
@@ -493,6 +495,12 @@ def index_truncate(ix: Any, n: int) -> None:
 # ---- The append path ----------------------------------------------------------------
 
 
+def address_of(cdata: Any) -> int:
+    """The address of a struct cffi allocated, for native._append (the caller keeps the
+    cdata alive as long as the address is used)."""
+    return int(_ffi.cast("uintptr_t", cdata))
+
+
 def new_segment(fd: int, base_offset: int, index_interval: int, offset_index: Any,
                 time_index: Any, created_ms: int) -> Any:
     """The C state (`struct lk_segment`) of a segment's .log at fd with its two indexes'
@@ -550,25 +558,6 @@ def read_range(segment: Any, offset: int, max_bytes: int, max_offset: int | None
     return (segment.range_start, segment.range_end) if rc else None
 
 
-# struct lk_append's leading out fields, as one unpack reads them (checked against cffi's
-# layout below): the seven of Log.append's answer, then status, epoch_runs, first_epoch.
-_APPEND_FIELDS = ("first_offset", "last_offset", "records", "append_max_timestamp",
-                  "log_append_time", "position", "bytes_written", "status", "epoch_runs",
-                  "first_epoch")
-_APPEND_OUT = struct.Struct("=7q3i")
-
-
-def _check_append_layout() -> None:
-    pos = 0
-    for name, code in zip(_APPEND_FIELDS, "qqqqqqqiii", strict=True):
-        if _ffi.offsetof("struct lk_append", name) != pos:
-            raise ImportError(f"struct lk_append: field {name} is not at offset {pos}")
-        pos += struct.calcsize("=" + code)
-
-
-_check_append_layout()
-
-
 class Appender:
     """One C call per append (`lk_segment_append`): roll check, validate, fit, assign,
     write, index.
@@ -580,11 +569,11 @@ class Appender:
     scan) describes the last call until the next one.
     """
 
-    __slots__ = ("result", "_infos", "_cap", "_out")
+    __slots__ = ("result", "_infos", "_cap", "_address")
 
     def __init__(self, *, segment_bytes: int, segment_ms: int, max_batch_size: int) -> None:
         self.result: Any = _ffi.new("struct lk_append *")
-        self._out = _ffi.buffer(self.result, _APPEND_OUT.size)
+        self._address = address_of(self.result)
         self._cap = 0
         self._infos: Any = None
         self._grow(0)
@@ -599,26 +588,24 @@ class Appender:
         a.segment_ms = segment_ms
         a.max_batch_size = max_batch_size
 
-    def append(self, segment: Any, data: Buffer, leader_epoch: int, assign_offsets: bool,
+    def append(self, segment: int, data: Buffer, leader_epoch: int, assign_offsets: bool,
                verify_crc: bool = True, path: PathArg = None) -> tuple[int, ...]:
-        """Append what fits of `data` to the segment (`new_segment`'s state, moved forward
-        by what is written); see fastpath.h. Returns the leading out fields of `result`
-        in one tuple: first_offset, last_offset, records, append_max_timestamp,
-        log_append_time, position, bytes_written (Log.append's AppendInfo), then status
-        (an AppendStatus value), epoch_runs, first_epoch. An OSError from a read or write
-        is raised (part of the data may then be in the .log past the segment's size)."""
-        if type(data) is bytes:
-            cdata, size = data, len(data)
-        else:
-            cdata = _ffi.from_buffer(data)
-            size = len(cdata)
+        """Append what fits of `data` to the segment at address `segment` (`address_of` a
+        `new_segment` state, moved forward by what is written); see fastpath.h. Returns
+        the leading out fields of `result` in one tuple: first_offset, last_offset,
+        records, append_max_timestamp, log_append_time, position, bytes_written
+        (Log.append's AppendInfo), then status (an AppendStatus value), epoch_runs,
+        first_epoch. An OSError from a read or write is raised (part of the data may
+        then be in the .log past the segment's size). The call goes through
+        native._append (native/append_py.c), not cffi: see there why."""
+        size = len(data) if type(data) is bytes else memoryview(data).nbytes
         if size // BATCH_HEADER_SIZE >= self._cap:
             self._grow(size)
-        rc = _lib.lk_segment_append(segment, cdata, size, self.result, leader_epoch,
-                                    assign_offsets, verify_crc)
-        if rc < 0:
-            raise _oserror(rc, "append", path)
-        return _APPEND_OUT.unpack_from(self._out)
+        out = _append_ext.append(segment, self._address, data, leader_epoch, assign_offsets,
+                                 verify_crc)
+        if type(out) is int:
+            raise _oserror(out, "append", path)
+        return out
 
     def _grow(self, size: int) -> None:
         self._cap = max(size // BATCH_HEADER_SIZE + 1, 16)  # every batch is at least a header

@@ -209,8 +209,8 @@ struct lk_segment {
     int32_t index_interval;    /* index.interval.bytes */
 };
 struct lk_append {
-    /* out, in this order: what Log.append answers (Kafka's LogAppendInfo, in part), read
-     * with one unpack; then why the call stopped */
+    /* out: what Log.append answers (Kafka's LogAppendInfo, in part), then why the call
+     * stopped (native/append_py.c hands the first ten back as one tuple) */
     int64_t first_offset;      /* the first written batch's base offset */
     int64_t last_offset;       /* the last written batch's last offset */
     int64_t records;           /* recordsCount summed over the written batches */
