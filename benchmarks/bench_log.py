@@ -1,9 +1,17 @@
 """The log layer against the raw file calls it stands on, timed in the same run.
 
 - Log.append of 16 KiB batches (validation, offsets, indexes; page cache, no fsync) vs
-  an os.write loop of the same bytes to a plain file: target >= 0.8.
+  an os.write loop of the same bytes to a plain file: target >= 0.8 (issue #13).
 - Sequential Log.read (1 MiB fetches, whole batches) vs os.pread of the same ranges:
-  target >= 0.8.
+  target >= 0.9 (issue #13).
+
+Like with like: both sides of a pair move the same bytes (the appended batches are as
+long as the written ones; the reads cover the same ranges of the same file), on the
+same file system (the test's tmp_path), through the page cache with no fsync on either
+side, and every timed batch of appends starts from an empty log and an empty file
+alike (setup). What only ours pays is its own work: validation and CRC-32C, offsets,
+index entries (a 4 KiB index write every 512 appends), and a read's batch-boundary
+lookups (an index search and two header reads).
 """
 
 from __future__ import annotations
@@ -72,15 +80,18 @@ def test_log_read_vs_pread(ratio, tmp_path: Path) -> None:
             got = log.read(offset, chunk)
             offset += len(got) // len(data)
 
+    # The same ranges as `ours` reads: the whole batches that fit in a chunk.
+    whole = chunk // len(data) * len(data)
+
     def baseline() -> None:
         # Held while the next read runs, as in `ours` (a consumer keeps what it got
         # until it is done with it): both pay the same for the allocator's reuse.
         pos = 0
         while pos < size:
-            got = os.pread(fd, chunk, pos)
+            got = os.pread(fd, whole, pos)
             pos += len(got)
 
-    ratio("Log.read 1 MiB sequential", ours, baseline, target=0.8, unit_bytes=size,
+    ratio("Log.read 1 MiB sequential", ours, baseline, target=0.9, unit_bytes=size,
           baseline_label="os.pread", rounds=15)
     os.close(fd)
     log.close()

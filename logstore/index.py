@@ -14,6 +14,11 @@ loading, `verify` (dump-log, the Spark audit) and dump-log's index listing read 
 Entries are written with pwrite, not through the mapping: on a full disk a store into
 a mapped sparse page kills the process with SIGBUS, while pwrite returns ENOSPC,
 which the log dir's IoGuard turns into SATURATED. Lookups read a read-only mapping.
+An index's entry count, last entry and new (pending) entries live in C (`struct
+lk_index`, native/index.c), where Kafka's ordering rules and the binary search are
+written once: the append path adds entries there without Python, and the classes here
+add, search and truncate through the same functions. A full index is IndexFullError,
+never an OSError.
 An index is not thread-safe: its segment's log serialises access. OSErrors propagate
 to the caller (the segment's log runs these calls inside its IoGuard).
 """
@@ -27,7 +32,9 @@ import os
 import re
 import struct
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
+
+import native
 
 from .errors import IndexFullError
 
@@ -38,7 +45,7 @@ OFFSET_ENTRY = struct.Struct(">ii")
 TIME_ENTRY = struct.Struct(">qi")
 _NONZERO = re.compile(rb"[^\x00]")
 _READ_CHUNK = 1 << 16  # bytes read at a time
-PENDING_BYTES = 4096  # new entries kept in memory before one pwrite writes them
+PENDING_BYTES = native.INDEX_PENDING_BYTES  # new entries kept before one pwrite writes them
 
 
 class _Index(abc.ABC):
@@ -53,16 +60,19 @@ class _Index(abc.ABC):
         # Read-write even when inactive: a rebuild after recovery rewrites any index.
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         self._map: mmap.mmap | None = None
-        # New entries wait here and reach the file in one pwrite (every PENDING_BYTES,
-        # and on flush, trim and close), not one syscall each; reads see them here.
-        # Entries lost in a crash are rebuilt by recovery, which starts at or below the
-        # recovery point, and a flush of the log writes them before that point moves.
-        self._pending = bytearray()
+        self._map_handle: Any = None
+        self._path_str = str(self.path)
         try:
             length = os.fstat(self._fd).st_size
-            self._entries = self._count_valid(length)
-            self._flushed = self._entries  # entries on disk; the rest are in _pending
-            self._last: tuple[int, int] | None = None
+            # The entry count, the last entry and the new entries live in C
+            # (native/index.c), which the append path adds to: new entries wait in
+            # memory and reach the file in one pwrite (every PENDING_BYTES, and on flush,
+            # trim and close), not one syscall each; reads see them in `_pending`.
+            # Entries lost in a crash are rebuilt by recovery, which starts at or below
+            # the recovery point, and a flush of the log writes them before that moves.
+            self.c: Any = native.new_index(self._fd, self.entry_size, base_offset,
+                                           self.max_entries, self._count_valid(length))
+            self._pending = native.index_pending(self.c)
             if writable:
                 self._resize(self.max_entries * self.entry_size)
             else:
@@ -79,9 +89,14 @@ class _Index(abc.ABC):
         self._length = length
         if length > 0:
             self._map = mmap.mmap(self._fd, length, prot=mmap.PROT_READ)
+            # C's searches read through it too; released before it closes.
+            self._map_handle = native.index_map(self.c, self._map)
 
     def _close_map(self) -> None:
         if self._map is not None:
+            if self._map_handle is not None:
+                native.index_unmap(self.c, self._map_handle)
+                self._map_handle = None
             self._map.close()
             self._map = None
 
@@ -108,52 +123,32 @@ class _Index(abc.ABC):
 
     @property
     def entries(self) -> int:
-        return self._entries
+        return self.c.entries
 
     @entries.setter
     def entries(self, n: int) -> None:
-        if n < self._flushed:
-            self._flushed = n
-            self._pending.clear()
-        else:
-            del self._pending[(n - self._flushed) * self.entry_size:]
-        self._entries = n
-        self._last = None
+        native.index_truncate(self.c, n)
 
     def _last_raw(self) -> tuple[int, int]:
-        """The last entry's stored fields (cached: appends ask for it every time)."""
-        if self._last is None:
-            self._last = self._read_entry(self._entries - 1)
-        return self._last
+        """The last entry's stored fields (C keeps them: appends ask every time)."""
+        c = self.c
+        if c.last_known:
+            return c.last_a, c.last_b
+        return self._read_entry(c.entries - 1)
 
     def _read_entry(self, i: int) -> tuple[int, int]:
-        if i >= self._flushed:
-            return self.entry.unpack_from(self._pending, (i - self._flushed) * self.entry_size)
+        flushed = self.c.flushed
+        if i >= flushed:
+            return self.entry.unpack_from(self._pending, (i - flushed) * self.entry_size)
         pos = i * self.entry_size
         if self._map is not None and pos + self.entry_size <= self._length:
             return self.entry.unpack_from(self._map, pos)
         # An inactive index being rebuilt grows past its (trimmed) mapping.
         return self.entry.unpack(os.pread(self._fd, self.entry_size, pos))
 
-    def _write_entry(self, *fields: int) -> None:
-        if self.entries >= self.max_entries:
-            raise IndexFullError(f"{self.path}: index full at {self.entries} entries")
-        self._pending += self.entry.pack(*fields)
-        self._entries += 1
-        self._last = fields
-        if len(self._pending) >= PENDING_BYTES:
-            self.flush_pending()
-
     def flush_pending(self) -> None:
         """Write the entries still in memory, in one pwrite (an OSError propagates)."""
-        if not self._pending:
-            return
-        data = bytes(self._pending)
-        written = os.pwrite(self._fd, data, self._flushed * self.entry_size)
-        if written != len(data):
-            raise OSError(28, "short write to index", str(self.path))
-        self._flushed = self._entries
-        self._pending.clear()
+        native.index_flush(self.c, path=self._path_str)
 
     @property
     def room(self) -> int:
@@ -201,19 +196,8 @@ class _Index(abc.ABC):
         return [self._read_entry(i) for i in range(self.entries)]
 
     def _search(self, key: int, field: int) -> int:
-        """Index of the greatest entry whose `field` <= key, or -1."""
-        lo, hi = 0, self.entries - 1
-        found = -1
-        while lo <= hi:
-            mid = (lo + hi) // 2
-            if self._read_entry(mid)[field] <= key:
-                found = mid
-                lo = mid + 1
-            else:
-                hi = mid - 1
-        return found
-
-
+        """Index of the greatest entry whose `field` <= key, or -1 (a binary search in C)."""
+        return native.index_search(self.c, field, key, path=self._path_str)
 
 
 class OffsetIndex(_Index):
@@ -230,16 +214,14 @@ class OffsetIndex(_Index):
         return n
 
     def append(self, offset: int, position: int) -> None:
-        rel = offset - self.base_offset
-        if self._entries:
-            last_rel, last_pos = self._last_raw()
-            if rel <= last_rel or position <= last_pos:
-                return  # Kafka keeps entries strictly increasing; a repeat is skipped
-        self._write_entry(rel, position)
+        """Add an entry unless it breaks the order (Kafka keeps entries strictly
+        increasing; a repeat is skipped); IndexFullError when there is no slot."""
+        if native.index_add(self.c, offset, position, path=self._path_str) == native.INDEX_FULL:
+            raise IndexFullError(f"{self.path}: index full at {self.entries} entries")
 
     def last_entry(self) -> tuple[int, int]:
         """(absolute offset, position) of the last entry, or (base, 0)."""
-        if not self._entries:
+        if not self.c.entries:
             return self.base_offset, 0
         rel, pos = self._last_raw()
         return self.base_offset + rel, pos
@@ -282,7 +264,7 @@ class TimeIndex(_Index):
 
     def last_entry(self) -> tuple[int, int]:
         """(timestamp, absolute offset) of the last entry, or (-1, base)."""
-        if not self._entries:
+        if not self.c.entries:
             return -1, self.base_offset
         ts, rel = self._last_raw()
         return ts, self.base_offset + rel
@@ -296,15 +278,11 @@ class TimeIndex(_Index):
         """Append only when the timestamp grows past the last entry (Kafka's rule).
 
         `at_roll` may take the slot kept back for the roll's (or close's) final entry.
+        A timestamp below 0 is never indexed; IndexFullError when there is no slot.
         """
-        last_ts, last_off = self.last_entry()
-        if self.entries and (timestamp <= last_ts or offset < last_off):
-            return
-        if timestamp < 0:
-            return
-        if self.is_full and not at_roll:
+        if native.index_add(self.c, timestamp, offset, reserve_last=not at_roll,
+                            path=self._path_str) == native.INDEX_FULL:
             raise IndexFullError(f"{self.path}: time index full at {self.entries} entries")
-        self._write_entry(timestamp, offset - self.base_offset)
 
     def lookup(self, timestamp: int) -> tuple[int, int]:
         """Greatest entry with timestamp <= target as (timestamp, offset); (-1, base) if none."""

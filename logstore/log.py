@@ -20,20 +20,22 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import native
 
 from . import names
 from .config import LogConfig
 from .epochs import LeaderEpochCache
-from .errors import CorruptRecordError, OffsetOutOfRangeError, RecordTooLargeError
+from .errors import CorruptRecordError, OffsetOutOfRangeError, RecordTooLargeError, Verdict
 from .failure import IoGuard
 from .loader import LogLoader, RecoveryResult
 from .segment import LogSegment
 from .segments import LogSegments, open_segment
 
 MAX_RELATIVE_OFFSET = 2**31 - 1
+_ONLINE = Verdict.NONE  # IoGuard.verdict of a dir that takes appends
+_new_tuple = tuple.__new__
 
 
 class AppendInfo(NamedTuple):
@@ -57,7 +59,9 @@ class Log:
         self.recovery_point = 0
         self._high_watermark = 0
         self.epochs = LeaderEpochCache(self.dir / names.LEADER_EPOCH_CHECKPOINT)
-        self._appender = native.Appender()
+        self._appender = native.Appender(segment_bytes=config.segment_bytes,
+                                          segment_ms=config.segment_ms,
+                                          max_batch_size=config.max_message_bytes)
         self.recovery = RecoveryResult(self.topic_partition)
 
     # ---- opening ----
@@ -140,6 +144,9 @@ class Log:
 
     def update_config(self, config: LogConfig) -> None:
         self.config = config
+        self._appender.configure(segment_bytes=config.segment_bytes,
+                                 segment_ms=config.segment_ms,
+                                 max_batch_size=config.max_message_bytes)
 
     # ---- append ----
 
@@ -149,66 +156,79 @@ class Log:
 
         The common case is one C call (`native.Appender`): validate framing and CRC,
         assign offsets and the leader epoch in the written copy (the caller's bytes are
-        neither copied nor changed), write, and compute the index entries. The roll
-        decisions stay here: before the call (size, full indexes, the wall clock), and
-        whenever the call stops early because the rest needs a new segment (the
-        incoming timestamps under segment.ms, index room or relative offsets).
+        neither copied nor changed), write, add the index entries and move the active
+        segment's state forward. The call says when the rest needs a new segment
+        (segment.bytes, full indexes, segment.ms by the wall clock or the incoming
+        timestamps, index room, relative offsets); the roll itself, and the errors, are
+        decided here, in `_append_after_roll`.
         """
-        self.guard.check_usable("append", writing=True)
-        data = batch_bytes
+        guard = self.guard
+        if guard.verdict is not _ONLINE:
+            guard.check_usable("append", writing=True)
+        seg = self._segments.active
+        try:
+            out = self._appender.append(seg.c_address, batch_bytes, leader_epoch,
+                                        assign_offsets, True, seg._log_path_str)
+        except OSError as err:  # the hot path: IoGuard.translate without a context manager
+            seg.cut_back_failed_append()
+            raise guard.translate(err, "append", seg.log_path) from err
+        if out[7]:  # not AppendStatus.OK
+            return self._append_after_roll(out[7], batch_bytes, leader_epoch, assign_offsets)
+        if out[9] >= 0 or out[8] > 1:  # leader epochs to record
+            self._assign_epochs(self._appender.result)
+        return _new_tuple(AppendInfo, out[:7])
+
+    def _append_after_roll(self, status: int, data: bytes | bytearray | memoryview,
+                           leader_epoch: int, assign_offsets: bool) -> AppendInfo:
+        """The rest of an append whose first call refused the data or stopped for a roll:
+        refuse, or roll and append the rest, for as long as it takes."""
         appender = self._appender
-        first: native.BatchInfo | None = None
-        last: native.BatchInfo | None = None
-        records = 0
+        r = appender.result
+        first_offset = last_offset = position = -1
+        records = size = 0
         max_timestamp = -1
-        size = 0
-        position = -1
-        verify = True
-        new_epoch = False
-        config = self.config
         while True:
-            seg = self._segments.active
-            if seg.size and (seg.size + len(data) > config.segment_bytes
-                             or seg.offset_index.is_full or seg.time_index.is_full
-                             or seg.open_too_long(config.segment_ms)):
-                self._roll_for_append()
-                seg = self._segments.active
-            try:
-                status = seg.append(appender, data, next_offset=self.log_end_offset,
-                                    assign_offsets=assign_offsets, leader_epoch=leader_epoch,
-                                    max_batch_size=config.max_message_bytes,
-                                    segment_ms=config.segment_ms, verify_crc=verify)
-            except OSError as err:  # the hot path: IoGuard.translate without a context manager
-                raise self.guard.translate(err, "append", seg.log_path) from err
             if status > native.AppendStatus.ROLL:
-                self._refuse(status, data, seg.size)
-            written = appender.batches
-            if written:
-                b = appender.batch(0)
-                if first is None:
-                    first, position = b, b.position
-                for i in range(written):
-                    if i:
-                        b = appender.batch(i)
-                    records += b.records_count
-                    # A follower's batches keep their leaders' epochs: one entry per new
-                    # epoch; a leader's all carry its own.
-                    new_epoch |= self.epochs.assign(b.partition_leader_epoch, b.base_offset)
-                last = b
-                max_timestamp = max(max_timestamp, appender.append_max_timestamp)
-                size += appender.bytes_written
-            if status is native.AppendStatus.OK:
+                self._refuse(native.AppendStatus(status), data, r.position)
+            if r.batches:
+                if first_offset < 0:
+                    first_offset, position = r.first_offset, r.position
+                last_offset = r.last_offset
+                records += r.records
+                size += r.bytes_written
+                max_timestamp = max(max_timestamp, r.append_max_timestamp)
+                if r.first_epoch >= 0 or r.epoch_runs > 1:
+                    self._assign_epochs(r)
+            if status == native.AppendStatus.OK:
                 break
-            data = memoryview(data)[appender.bytes_written:]
-            verify = False  # validated whole by the first call
+            verify = r.batches == 0  # a call that wrote validated the whole buffer
+            data = memoryview(data)[r.bytes_written:]
             self._roll_for_append()
-        assert first is not None and last is not None
-        if new_epoch:  # written at once, as Kafka does: a kill -9 must not lose it
+            seg = self._segments.active
+            try:
+                status = seg.append(appender, data, leader_epoch=leader_epoch,
+                                    assign_offsets=assign_offsets, verify_crc=verify)
+            except OSError as err:
+                raise self.guard.translate(err, "append", seg.log_path) from err
+        return _new_tuple(AppendInfo, (first_offset, last_offset, records, max_timestamp, -1,
+                                       position, size))
+
+    def _assign_epochs(self, r: Any) -> None:
+        """The leader epochs of the batches the last C call wrote, into the epoch cache:
+        a follower's batches keep their leaders' epochs (one entry per new epoch), a
+        leader's all carry its own. A new entry is checkpointed at once, as Kafka does:
+        a kill -9 must not lose it."""
+        epochs = self.epochs
+        if r.epoch_runs == 1:
+            changed = epochs.assign(r.first_epoch, r.first_offset)
+        else:
+            changed = False
+            for i in range(r.batches):
+                b = self._appender.batch(i)
+                changed |= epochs.assign(b.partition_leader_epoch, b.base_offset)
+        if changed:
             with self.guard.io("write leader epochs", self.dir):
-                self.epochs.write()
-        return AppendInfo(
-            base_offset=first.base_offset, last_offset=last.last_offset, record_count=records,
-            max_timestamp=max_timestamp, log_append_time=-1, position=position, size=size)
+                epochs.write()
 
     def start_leader_epoch(self, epoch: int) -> int:
         """Become leader at `epoch` (Kafka's makeLeader): the epoch starts at the log end,
@@ -225,12 +245,12 @@ class Log:
         where = f"append to {self.dir.name}"
         appender = self._appender
         if status is native.AppendStatus.INVALID:
-            scan = appender.scan()
+            scan = appender.scan(data)
             raise CorruptRecordError(f"{where}: {scan.detail}", position=scan.error_position,
                                      reason=scan.status.name.lower())
         if status is native.AppendStatus.EMPTY:
             raise CorruptRecordError(f"{where}: no record batch in {len(data)} bytes")
-        b = appender.batch(appender.error_batch)
+        b = appender.batch(appender.result.error_batch)
         at = b.position - position  # within the request's data
         if status is native.AppendStatus.TOO_LARGE:
             raise RecordTooLargeError(
@@ -277,25 +297,25 @@ class Log:
         header or two), so the bytes are read once, straight into the result.
         """
         self._check_offset(offset)
-        with self.guard.io("read", self.dir, writing=False):
-            i = self._segments.floor_index(offset)
-            while i < len(self._segments):
-                seg = self._segments[i]
-                batch = seg.find_batch(offset)
-                if batch is not None:
-                    break
-                i += 1
-            else:
-                return b""
-            if max_offset is not None and batch.base_offset >= max_offset:
-                return b""
-            end = seg.batches_end(batch.position, batch.position + max(max_bytes, batch.size))
-            if max_offset is not None and max_offset < seg.next_offset:
-                stop = seg.find_batch(max_offset, start_position=batch.position)
-                if stop is not None:
-                    end = min(end, stop.position if stop.base_offset >= max_offset
-                              else stop.position + stop.size)
-            return seg.read_exact(batch.position, end - batch.position)
+        guard = self.guard
+        if guard.verdict is not _ONLINE:
+            guard.check_usable("read", writing=False)
+        try:  # IoGuard.io without a context manager: a fetch reads on every call
+            return self._read(offset, max_bytes, max_offset)
+        except OSError as err:
+            raise guard.translate(err, "read", self.dir) from err
+
+    def _read(self, offset: int, max_bytes: int, max_offset: int | None) -> bytes:
+        segments = self._segments
+        i = segments.floor_index(offset)
+        while i < len(segments):
+            seg = segments[i]
+            found = seg.read_range(offset, max_bytes, max_offset)
+            if found is not None:
+                start, end = found
+                return seg.read_exact(start, end - start) if end > start else b""
+            i += 1
+        return b""
 
     def read_tail(self, max_bytes: int) -> list[bytes]:
         """The whole batches of about the last `max_bytes` of the log, oldest first, one

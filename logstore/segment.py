@@ -14,7 +14,6 @@ which runs segment calls inside its log dir's IoGuard.
 from __future__ import annotations
 
 import os
-import struct
 import time
 from pathlib import Path
 
@@ -25,11 +24,8 @@ from . import names
 from .epochs import LeaderEpochCache
 from .errors import LogStoreError
 from .index import OffsetIndex, TimeIndex
-from .records import HEADER as _HEADER
 from .records import parse_batch_header
 from .scan import FileScan, scan_file
-
-_OFFSET_LENGTH = struct.Struct(">qi")  # baseOffset, batchLength: every batch's first 12 bytes
 
 
 class LogSegment:
@@ -46,7 +42,7 @@ class LogSegment:
         self.indexes_missing = not (self.index_path.exists() and self.time_index_path.exists())
         self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            self.size = os.fstat(self.fd).st_size
+            size = os.fstat(self.fd).st_size
             self.offset_index = OffsetIndex(self.index_path, base_offset, max_index_bytes,
                                             writable=active)
             self.time_index = TimeIndex(self.time_index_path, base_offset, max_index_bytes,
@@ -54,24 +50,61 @@ class LogSegment:
         except BaseException:
             os.close(self.fd)
             raise
+        # The running state an append moves forward, in C (struct lk_segment): size,
+        # next offset (-1 until known), bytes since the last index entry, the largest
+        # timestamp and its offset, the first batch's timestamp (segment.ms).
+        self.c = native.new_segment(self.fd, base_offset, index_interval_bytes,
+                                    self.offset_index.c, self.time_index.c,
+                                    int(time.time() * 1000))
+        self.c_address = native.address_of(self.c)  # what Appender.append takes
+        self.c.size = size
         self.active = active
-        self.bytes_since_index = 0
         self.max_timestamp, self.offset_of_max_timestamp = self.time_index.last_entry()
-        self._next_offset: int | None = base_offset if self.size == 0 else None
-        # (base offset, position) of the batch where the last read stopped (batches_end).
-        self._next_read: tuple[int, int] | None = None
-        self._roll_base_ms: int | None = None  # first batch's max timestamp, -1 if none
-        self._created_ms = int(time.time() * 1000)
+        if size == 0:
+            self.c.next_offset = base_offset
 
     # ---- state ----
 
     @property
+    def size(self) -> int:
+        """Bytes in the .log: whole batches only, except after a crash until recovery."""
+        return self.c.size
+
+    @size.setter
+    def size(self, value: int) -> None:
+        self.c.size = value
+
+    @property
+    def bytes_since_index(self) -> int:
+        return self.c.bytes_since_index
+
+    @bytes_since_index.setter
+    def bytes_since_index(self, value: int) -> None:
+        self.c.bytes_since_index = value
+
+    @property
+    def max_timestamp(self) -> int:
+        """The largest batch max timestamp here, -1 if none."""
+        return self.c.max_timestamp
+
+    @max_timestamp.setter
+    def max_timestamp(self, value: int) -> None:
+        self.c.max_timestamp = value
+
+    @property
+    def offset_of_max_timestamp(self) -> int:
+        return self.c.offset_of_max_timestamp
+
+    @offset_of_max_timestamp.setter
+    def offset_of_max_timestamp(self, value: int) -> None:
+        self.c.offset_of_max_timestamp = value
+
+    @property
     def next_offset(self) -> int:
         """Offset after this segment's last batch (its base offset when empty)."""
-        if self._next_offset is None:
+        if self.c.next_offset < 0:
             self._load_tail()
-        assert self._next_offset is not None
-        return self._next_offset
+        return self.c.next_offset
 
     def _load_tail(self) -> None:
         """Find the last batch by scanning from the last index entry to the end."""
@@ -86,24 +119,7 @@ class LogSegment:
 
         scan_file(self.fd, start=start, end=self.size, verify_crc=False, on_batches=keep_last,
                   path=str(self.log_path))
-        self._next_offset = last[0].last_offset + 1 if last else self.base_offset
-
-    def roll_base_timestamp(self) -> int:
-        """The first batch's max timestamp, from which Kafka's segment.ms roll counts
-        (the incoming batches' largest timestamp minus this); -1 when it has none."""
-        if self._roll_base_ms is None:
-            ts = -1
-            if self.size >= 61:
-                header = native.pread(self.fd, 61, 0, path=str(self.log_path))
-                ts = int.from_bytes(header[35:43], "big", signed=True)
-            self._roll_base_ms = ts
-        return self._roll_base_ms
-
-    def open_too_long(self, segment_ms: int) -> bool:
-        """segment.ms by the wall clock, for a segment whose first batch has no timestamp
-        (the timestamp case is decided with the incoming batches, in the append)."""
-        return (self.roll_base_timestamp() < 0
-                and int(time.time() * 1000) - self._created_ms > segment_ms)
+        self.c.next_offset = last[0].last_offset + 1 if last else self.base_offset
 
     @property
     def is_empty(self) -> bool:
@@ -111,53 +127,30 @@ class LogSegment:
 
     # ---- appends ----
 
-    def append(self, appender: native.Appender, data: memoryview | bytes, *, next_offset: int,
-               assign_offsets: bool, leader_epoch: int, max_batch_size: int,
-               segment_ms: int, verify_crc: bool = True) -> native.AppendStatus:
-        """Validate `data` and write the leading batches that fit here, in one C call
-        (`native.Appender`), then add the index entries it computed. Invalid data
-        writes nothing; the appender says what was written and why it stopped.
+    def append(self, appender: native.Appender, data: memoryview | bytes, *,
+               leader_epoch: int, assign_offsets: bool, verify_crc: bool = True) -> int:
+        """Validate `data` and write the leading batches that fit here, with their index
+        entries, in one C call (`native.Appender`). Invalid data writes nothing; the
+        appender's `result` says what was written; the status (an AppendStatus value)
+        why it stopped. `Log.append` makes the same call inline (the hot path).
 
-        On an OSError the segment is put back as it was before the call (the .log cut
-        back, index entries dropped) and the error re-raised.
+        On an OSError the segment is put back as it was before the call (the C call
+        restores the indexes and the state; the .log is cut back here) and the error
+        re-raised.
         """
-        position = self.size
-        saved_entries = (self.offset_index.entries, self.time_index.entries)
-        room = min(self.offset_index.room, self.time_index.room)
-        roll_base = self.roll_base_timestamp()
         try:
-            status = appender.append(
-                self.fd, data, position=position, segment_base=self.base_offset,
-                next_offset=next_offset, bytes_since_index=self.bytes_since_index,
-                max_timestamp=self.max_timestamp,
-                offset_of_max_timestamp=self.offset_of_max_timestamp,
-                index_interval=self.index_interval_bytes, index_room=max(room, 0),
-                max_batch_size=max_batch_size, leader_epoch=leader_epoch,
-                assign_offsets=assign_offsets, verify_crc=verify_crc,
-                roll_after_ts=(roll_base + segment_ms if roll_base >= 0
-                               else native.NO_ROLL_TIMESTAMP),
-                path=self._log_path_str)
-            if appender.batches:
-                for e in appender.index_entries():
-                    self.offset_index.append(e.last_offset, e.position)
-                    self.time_index.maybe_append(e.max_timestamp, e.offset_of_max_timestamp)
+            return appender.append(self.c_address, data, leader_epoch, assign_offsets,
+                                   verify_crc, self._log_path_str)[7]
         except OSError:
-            self.offset_index.truncate_entries(saved_entries[0])
-            self.time_index.truncate_entries(saved_entries[1])
-            try:
-                os.ftruncate(self.fd, position)
-            except OSError:
-                pass  # the caller's error already marks the dir; the loader cuts a torn tail
+            self.cut_back_failed_append()
             raise
-        if appender.batches:
-            if position == 0:
-                self._roll_base_ms = appender.batch(0).max_timestamp
-            self.size = position + appender.bytes_written
-            self._next_offset = appender.next_offset
-            self.bytes_since_index = appender.bytes_since_index
-            self.max_timestamp = appender.max_timestamp
-            self.offset_of_max_timestamp = appender.offset_of_max_timestamp
-        return status
+
+    def cut_back_failed_append(self) -> None:
+        """Cut the .log back to the segment's size after a write that failed halfway."""
+        try:
+            os.ftruncate(self.fd, self.size)
+        except OSError:
+            pass  # the caller's error already marks the dir; the loader cuts a torn tail
 
     def _index_batch(self, last_offset: int, position: int) -> None:
         """Index one batch: an offset entry, and a time entry when the max timestamp grew.
@@ -181,55 +174,30 @@ class LogSegment:
     def batches_end(self, start: int, limit: int) -> int:
         """End of the last whole batch that starts at or after `start` and ends at or
         before `limit`; at least the end of the batch at `start` (Kafka's
-        minOneMessage). From the offset index's nearest entry, a header or two is read.
+        minOneMessage). From the offset index's nearest entry, a header or two is read
+        (in C, which remembers where a read that stops there goes on).
         """
-        if limit >= self.size:
-            return self.size  # only whole, validated batches are ever written here
-        pos = max(start, self.offset_index.position_floor(limit))
-        first = True
-        while pos + 12 <= self.size:
-            base, length = _OFFSET_LENGTH.unpack(
-                native.pread(self.fd, 12, pos, path=self._log_path_str))
-            if length < 49:
-                break  # not a batch: never written here; stop at what is known good
-            end = pos + length + 12
-            if end > limit and not (first and pos == start):
-                # A consumer's next read starts here: find_batch skips the index search.
-                self._next_read = (base, pos)
-                break
-            pos, first = end, False
-        return pos
+        return native.batches_end(self.c, start, limit, path=self._log_path_str)
 
     def find_batch(self, offset: int, *, start_position: int | None = None) -> BatchInfo | None:
         """The first batch whose last offset >= `offset`, or None past the end.
 
-        Walks batch headers from the offset index's entry: with an entry every
-        index.interval.bytes that is one or two small reads.
+        Walks batch headers from `start_position`, or else from where the last read
+        stopped (when that is `offset`) or the offset index's entry: with an entry every
+        index.interval.bytes that is one or two small reads (in C).
         """
-        if start_position is None:
-            hint = self._next_read
-            if hint is not None and hint[0] == offset:
-                found = self._batch_at(hint[1])
-                if found is not None and found.base_offset == offset:
-                    return found  # still there, unchanged: no index search needed
-            _, start_position = self.offset_index.lookup(offset)
-        pos = start_position
-        while (info := self._batch_at(pos)) is not None:
-            if info.last_offset >= offset:
-                return info
-            pos += info.size
-        return None
+        return native.find_batch(self.c, offset, start_position, path=self._log_path_str)
 
-    def _batch_at(self, pos: int) -> BatchInfo | None:
-        """The batch whose header is at `pos`, or None (past the end, or not a batch)."""
-        if pos + _HEADER.size > self.size:
-            return None
-        fields = _HEADER.unpack(native.pread(self.fd, _HEADER.size, pos, path=self._log_path_str))
-        if fields[1] < 49 or fields[3] != 2:
-            return None  # not a batch: only validated bytes are ever written here
-        return BatchInfo(pos, fields[0], fields[1] + 12, fields[2], fields[6], fields[12],
-                         fields[7], fields[8], fields[9], fields[10], fields[5], fields[11],
-                         fields[4])
+    def read_range(self, offset: int, max_bytes: int,
+                   max_offset: int | None = None) -> tuple[int, int] | None:
+        """Where a fetch from `offset` reads here: (start, end) of whole batches from the
+        one holding it, up to `max_bytes` (at least that batch), none at or past
+        `max_offset`; equal when there is nothing to read; None when no batch here holds
+        `offset` or a later one. One C call (`find_batch` and `batches_end` in one)."""
+        if max_offset is not None and self.c.next_offset < 0:
+            self._load_tail()
+        return native.read_range(self.c, offset, max_bytes, max_offset,
+                                 path=self._log_path_str)
 
     def find_timestamp(self, timestamp: int, *, min_offset: int) -> tuple[int, int] | None:
         """The first record with timestamp >= `timestamp` and offset >= min_offset."""
@@ -298,7 +266,7 @@ class LogSegment:
             os.ftruncate(self.fd, scan.valid_end)
             self.size = scan.valid_end
         self.bytes_since_index = self.size - state["last_indexed"]
-        self._next_offset = state["next"]
+        self.c.next_offset = state["next"]
         if not self.active:
             self.close_indexes_for_roll()
         self.indexes_missing = False
@@ -327,7 +295,7 @@ class LogSegment:
         self.size = position
         self.max_timestamp, self.offset_of_max_timestamp = self.time_index.last_entry()
         self.bytes_since_index = 0
-        self._next_offset = batch.base_offset if position else self.base_offset
+        self.c.next_offset = batch.base_offset if position else self.base_offset
         return cut
 
     def close_indexes_for_roll(self) -> None:

@@ -42,6 +42,12 @@ class LogSegments:
     def __init__(self) -> None:
         self._segments: list[LogSegment] = []
         self._bases: list[int] = []  # _segments[i].base_offset, for bisect
+        # The newest segment, the one appends go to (None when there is none): a plain
+        # attribute, kept by every change below, since each append reads it.
+        self.active: LogSegment = None  # type: ignore[assignment]
+
+    def _changed(self) -> None:
+        self.active = self._segments[-1] if self._segments else None  # type: ignore[assignment]
 
     # ---- adding ----
 
@@ -49,13 +55,9 @@ class LogSegments:
         """Add `seg` as the newest segment (its base offset is above every other's)."""
         self._segments.append(seg)
         self._bases.append(seg.base_offset)
+        self._changed()
 
     # ---- access ----
-
-    @property
-    def active(self) -> LogSegment:
-        """The newest segment, the one appends go to."""
-        return self._segments[-1]
 
     @property
     def first(self) -> LogSegment:
@@ -94,19 +96,23 @@ class LogSegments:
         """Drop the `count` oldest segments."""
         del self._segments[:count]
         del self._bases[:count]
+        self._changed()
 
     def remove_after(self, index: int) -> None:
         """Drop every segment after the one at `index`."""
         del self._segments[index + 1:]
         del self._bases[index + 1:]
+        self._changed()
 
     def remove_last(self) -> LogSegment:
         """Drop the newest segment and return it."""
         seg = self._segments.pop()
         self._bases.pop()
+        self._changed()
         return seg
 
     def clear(self) -> None:
         """Drop every segment."""
         self._segments.clear()
         self._bases.clear()
+        self._changed()

@@ -1,6 +1,8 @@
-"""The C fast path of logkeeper: CRC-32C, record batch scans, whole-transfer file IO and
-log-directory probes, wrapped for Python. This module is the only importer of the
-compiled `native._fastpath` (built by native/build_fastpath.py from native/fastpath.h).
+"""The C fast path of logkeeper: CRC-32C, record batch scans, the append path (one call
+per append: `Appender`) and the segment state and indexes it keeps in C structs,
+segment lookups for reads, whole-transfer file IO and log-directory probes, wrapped for
+Python. This module is the only importer of the compiled `native._fastpath` (built by
+native/build_fastpath.py from native/fastpath.h).
 
 Errors: every C function returns -errno on failure; `_oserror` turns that into
 `OSError(errno, "<strerror> (from <op>)", path)`, so Python picks the subclass
@@ -18,7 +20,9 @@ Buffers go to C without copying: `bytes` directly, anything else with the buffer
 protocol (bytearray, memoryview, mmap) through `ffi.from_buffer`. cffi releases the
 GIL around every C call (crc32c, below 16 KiB, holds it: see native/crc32c_py.c), so
 all functions here may be called from several threads;
-the ones that take a buffer must not see it resized or written concurrently.
+the ones that take a buffer must not see it resized or written concurrently. The
+segment and index states (`new_segment`, `new_index`) and an `Appender` belong to one
+log, whose calls are serialised: they are not thread-safe.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from operator import itemgetter
 from typing import Any, NamedTuple, overload
 
 try:
+    from native import _append as _append_ext
     from native import _crc32c as _crc32c_ext
     from native._fastpath import ffi as _ffi
     from native._fastpath import lib as _lib
@@ -41,11 +46,14 @@ except ImportError as err:  # pragma: no cover - only on a tree that was never b
     ) from err
 
 __all__ = [
-    "CRC32C_IMPLS", "AppendStatus", "Appender", "BatchInfo", "IndexEntry", "ScanResult",
-    "ScanStatus", "Space", "assign_offsets",
-    "availability_probe", "crc32c", "crc32c_active", "crc32c_calibration", "crc32c_force",
-    "crc32c_supported", "crc32c_using",
-    "fallocate", "fdatasync", "pread", "pread_into", "pwrite_all", "scan_batches",
+    "CRC32C_IMPLS", "INDEX_ADDED", "INDEX_FULL", "INDEX_PENDING_BYTES", "INDEX_SKIPPED",
+    "ROLL_BASE_UNKNOWN", "AppendStatus", "Appender", "BatchInfo", "ScanResult", "ScanStatus",
+    "Space", "address_of", "assign_offsets",
+    "availability_probe", "batches_end", "crc32c", "crc32c_active", "crc32c_calibration",
+    "crc32c_force", "crc32c_supported", "crc32c_using", "find_batch", "read_range",
+    "fallocate", "fdatasync", "index_add", "index_flush", "index_map", "index_pending",
+    "index_search", "index_truncate", "index_unmap",
+    "new_index", "new_segment", "pread", "pread_into", "pwrite_all", "scan_batches",
     "space_probe", "write_all",
 ]
 
@@ -108,6 +116,7 @@ def _impl_index(impl: str) -> int:
 # The hottest call in the package goes through a METH_FASTCALL function bound to the cffi
 # module's lk_crc32c: a cffi call's own cost (~0.2 us) lost to the crc32c package at 1 KiB.
 _crc32c_ext.bind(int(_ffi.cast("uintptr_t", _ffi.addressof(_lib, "lk_crc32c"))))
+_append_ext.bind(int(_ffi.cast("uintptr_t", _ffi.addressof(_lib, "lk_segment_append"))))
 crc32c = _crc32c_ext.crc32c
 
 
@@ -403,111 +412,206 @@ class AppendStatus(enum.IntEnum):
     EMPTY = 6  # nothing written: no batch at all
 
 
-_APPEND_STATUSES = tuple(AppendStatus)  # by value: a tuple index is cheaper than a call
-NO_ROLL_TIMESTAMP = 2**63 - 1
+ROLL_BASE_UNKNOWN = _lib.LK_ROLL_BASE_UNKNOWN
 
 
-class IndexEntry(NamedTuple):
-    last_offset: int
-    position: int
-    max_timestamp: int  # the segment's largest timestamp once this batch is in
-    offset_of_max_timestamp: int
+# ---- Segment indexes ----------------------------------------------------------------
+
+INDEX_PENDING_BYTES = _lib.LK_INDEX_PENDING_BYTES
+INDEX_SKIPPED = _lib.LK_INDEX_SKIPPED  # the entry breaks the index's order: not added
+INDEX_ADDED = _lib.LK_INDEX_ADDED
+INDEX_FULL = _lib.LK_INDEX_FULL  # the entry would be added, but the index is full
+
+
+def new_index(fd: int, entry_size: int, base_offset: int, max_entries: int,
+              entries: int) -> Any:
+    """The C state (`struct lk_index`) of an index file whose first `entries` entries are
+    written; entry_size 8 is an offset index, 12 a time index. The caller keeps fd open."""
+    if entry_size not in (_lib.LK_INDEX_OFFSET, _lib.LK_INDEX_TIME):
+        raise ValueError(f"index entry size must be 8 or 12, got {entry_size}")
+    ix = _ffi.new("struct lk_index *")
+    ix.fd = fd
+    ix.entry_size = entry_size
+    ix.base_offset = base_offset
+    ix.max_entries = max_entries
+    ix.entries = ix.flushed = entries
+    return ix
+
+
+def index_pending(ix: Any) -> Any:
+    """A view of the index's pending entries (entries flushed.. of `ix`), for reading."""
+    return _ffi.buffer(ix.pending)
+
+
+def index_map(ix: Any, mapping: Buffer) -> Any:
+    """Let `ix`'s searches read the file through `mapping` (a read-only mmap of it).
+    Returns the handle to give `index_unmap` before the mapping is closed."""
+    handle = _ffi.from_buffer(mapping)
+    ix.map = _ffi.cast("const uint8_t *", handle)
+    ix.map_len = len(handle)
+    return handle
+
+
+def index_unmap(ix: Any, handle: Any) -> None:
+    """Stop reading through the mapping `index_map` gave `handle` for (before it closes)."""
+    ix.map = _ffi.NULL
+    ix.map_len = 0
+    _ffi.release(handle)
+
+
+def index_search(ix: Any, field: int, key: int, *, path: PathArg = None) -> int:
+    """The number of the greatest entry whose field (0 or 1, as stored) is <= key, or -1."""
+    rc = _lib.lk_index_search(ix, field, key)
+    if rc < 0:
+        raise _oserror(rc, "index read", path)
+    return rc - 1
+
+
+def index_add(ix: Any, a: int, b: int, *, reserve_last: bool = False,
+              path: PathArg = None) -> int:
+    """Add (offset, position) to an offset index or (timestamp, offset) to a time index by
+    Kafka's rules (fastpath.h: lk_index_add); returns INDEX_SKIPPED, INDEX_ADDED or
+    INDEX_FULL. An OSError from writing the pending entries leaves the entry in the index."""
+    rc = _lib.lk_index_add(ix, a, b, reserve_last)
+    if rc < 0:
+        raise _oserror(rc, "index write", path)
+    return rc
+
+
+def index_flush(ix: Any, *, path: PathArg = None) -> None:
+    """Write the index's pending entries, in one pwrite. Does not sync."""
+    rc = _lib.lk_index_flush(ix)
+    if rc < 0:
+        raise _oserror(rc, "index write", path)
+
+
+def index_truncate(ix: Any, n: int) -> None:
+    """Keep the index's first n entries (n <= its entries)."""
+    rc = _lib.lk_index_truncate(ix, n)
+    if rc < 0:
+        raise _oserror(rc, f"index truncate to {n} of {ix.entries} entries")
+
+
+# ---- The append path ----------------------------------------------------------------
+
+
+def address_of(cdata: Any) -> int:
+    """The address of a struct cffi allocated, for native._append (the caller keeps the
+    cdata alive as long as the address is used)."""
+    return int(_ffi.cast("uintptr_t", cdata))
+
+
+def new_segment(fd: int, base_offset: int, index_interval: int, offset_index: Any,
+                time_index: Any, created_ms: int) -> Any:
+    """The C state (`struct lk_segment`) of a segment's .log at fd with its two indexes'
+    states (new_index), empty; the caller fills size and the running state. The caller
+    keeps the fd and the index states alive as long as this."""
+    s = _ffi.new("struct lk_segment *")
+    s.created_ms = created_ms
+    s.fd = fd
+    s.base_offset = base_offset
+    s.index_interval = index_interval
+    s.offset_index = offset_index
+    s.time_index = time_index
+    s.next_offset = -1
+    s.max_timestamp = -1
+    s.offset_of_max_timestamp = base_offset
+    s.roll_base_timestamp = ROLL_BASE_UNKNOWN
+    s.next_read_offset = s.next_read_position = -1
+    return s
+
+
+def find_batch(segment: Any, offset: int, start_position: int | None = None, *,
+               path: PathArg = None) -> BatchInfo | None:
+    """The first batch of the segment whose last offset is >= offset, or None (see
+    fastpath.h: lk_segment_find_batch); its header is read from the .log."""
+    rc = _lib.lk_segment_find_batch(segment, offset,
+                                    -1 if start_position is None else start_position)
+    if rc < 0:
+        raise _oserror(rc, "read", path)
+    if not rc:
+        return None
+    view = _ffi.buffer(_ffi.addressof(segment, "found"), _INFO_SIZE)
+    return _new_tuple(BatchInfo, _TO_BATCH(_INFO_STRUCT.unpack_from(view)))
+
+
+def batches_end(segment: Any, start: int, limit: int, *, path: PathArg = None) -> int:
+    """The end of the last whole batch from `start` that ends by `limit` (at least the
+    batch at start's); see fastpath.h: lk_segment_batches_end."""
+    rc = _lib.lk_segment_batches_end(segment, start, limit)
+    if rc < 0:
+        raise _oserror(rc, "read", path)
+    return rc
+
+
+def read_range(segment: Any, offset: int, max_bytes: int, max_offset: int | None, *,
+               path: PathArg = None) -> tuple[int, int] | None:
+    """Where a fetch from `offset` reads in the segment: (start, end) of whole batches
+    (equal when there is nothing to read), or None when the segment holds no batch at or
+    past offset; see fastpath.h: lk_segment_read_range."""
+    if max_offset is None:
+        rc = _lib.lk_segment_read_range(segment, offset, max_bytes, 0, 0)
+    else:
+        rc = _lib.lk_segment_read_range(segment, offset, max_bytes, 1, max_offset)
+    if rc < 0:
+        raise _oserror(rc, "read", path)
+    return (segment.range_start, segment.range_end) if rc else None
 
 
 class Appender:
-    """One C call per append (`lk_append_batches`): validate, fit, assign, write.
+    """One C call per append (`lk_segment_append`): roll check, validate, fit, assign,
+    write, index.
 
     Holds its C structs and arrays between calls, so an append allocates nothing in the
-    common case. Not thread-safe: one per log (whose calls are serialised anyway). The
-    results (`status`, `batches`, `index_entries`, the running state fields) describe
-    the last call until the next one.
+    common case. Not thread-safe: one per log (whose calls are serialised anyway).
+    `result` (struct lk_append: status, batches, position, bytes_written, first_offset,
+    last_offset, records, append_max_timestamp, epoch_runs, first_epoch, error_batch,
+    scan) describes the last call until the next one.
     """
 
-    __slots__ = ("_a", "_infos", "_index", "_cap", "_data")
+    __slots__ = ("result", "_infos", "_cap", "_address")
 
-    def __init__(self) -> None:
-        self._a = _ffi.new("struct lk_append *")
+    def __init__(self, *, segment_bytes: int, segment_ms: int, max_batch_size: int) -> None:
+        self.result: Any = _ffi.new("struct lk_append *")
+        self._address = address_of(self.result)
         self._cap = 0
         self._infos: Any = None
-        self._index: Any = None
-        self._data: Any = None
+        self._grow(0)
+        self.configure(segment_bytes=segment_bytes, segment_ms=segment_ms,
+                       max_batch_size=max_batch_size)
 
-    def append(self, fd: int, data: Buffer, *, position: int, segment_base: int,
-               next_offset: int, bytes_since_index: int, max_timestamp: int,
-               offset_of_max_timestamp: int, index_interval: int, index_room: int,
-               max_batch_size: int, leader_epoch: int, assign_offsets: bool,
-               verify_crc: bool = True, roll_after_ts: int = NO_ROLL_TIMESTAMP,
-               path: PathArg = None) -> AppendStatus:
-        """Append what fits of `data` at `position` of fd; see fastpath.h. An OSError
-        from the write is raised (part of the data may then be in the file)."""
-        cdata, size = _cbuf(data)
-        cap = size // BATCH_HEADER_SIZE + 1
-        if cap > self._cap:
-            self._cap = max(cap, 16)
-            self._infos = _alloc_uncleared("struct lk_batch_info[]", self._cap)
-            self._index = _alloc_uncleared("struct lk_index_entry[]", self._cap)
-        a = self._a
-        a.position = position
-        a.segment_base = segment_base
-        a.roll_after_ts = roll_after_ts
-        a.index_interval = index_interval
-        a.index_room = index_room
+    def configure(self, *, segment_bytes: int, segment_ms: int, max_batch_size: int) -> None:
+        """The log's settings every append checks (segment.bytes, segment.ms,
+        max.message.bytes)."""
+        a = self.result
+        a.segment_bytes = segment_bytes
+        a.segment_ms = segment_ms
         a.max_batch_size = max_batch_size
-        a.leader_epoch = leader_epoch
-        a.assign_offsets = 1 if assign_offsets else 0
-        a.verify_crc = 1 if verify_crc else 0
-        a.next_offset = next_offset
-        a.bytes_since_index = bytes_since_index
-        a.max_timestamp = max_timestamp
-        a.offset_of_max_timestamp = offset_of_max_timestamp
-        self._data = data
-        rc = _lib.lk_append_batches(fd, cdata, size, a, self._infos, self._cap, self._index,
-                                    self._cap)
-        if rc < 0:
-            raise _oserror(rc, "append", path)
-        return _APPEND_STATUSES[a.status]
 
-    # ---- what the last call did ----
-
-    @property
-    def batches(self) -> int:
-        return self._a.batches
-
-    @property
-    def bytes_written(self) -> int:
-        return self._a.bytes_written
-
-    @property
-    def next_offset(self) -> int:
-        return self._a.next_offset
-
-    @property
-    def bytes_since_index(self) -> int:
-        return self._a.bytes_since_index
-
-    @property
-    def max_timestamp(self) -> int:
-        return self._a.max_timestamp
-
-    @property
-    def offset_of_max_timestamp(self) -> int:
-        return self._a.offset_of_max_timestamp
-
-    @property
-    def append_max_timestamp(self) -> int:
-        return self._a.append_max_timestamp
-
-    @property
-    def error_batch(self) -> int:
-        return self._a.error_batch
-
-    def index_entries(self) -> list[IndexEntry]:
-        out = []
-        for i in range(self._a.index_entries):
-            e = self._index[i]
-            out.append(_new_tuple(IndexEntry, (e.last_offset, e.position, e.max_timestamp,
-                                               e.offset_of_max_timestamp)))
+    def append(self, segment: int, data: Buffer, leader_epoch: int, assign_offsets: bool,
+               verify_crc: bool = True, path: PathArg = None) -> tuple[int, ...]:
+        """Append what fits of `data` to the segment at address `segment` (`address_of` a
+        `new_segment` state, moved forward by what is written); see fastpath.h. Returns
+        the leading out fields of `result` in one tuple: first_offset, last_offset,
+        records, append_max_timestamp, log_append_time, position, bytes_written
+        (Log.append's AppendInfo), then status (an AppendStatus value), epoch_runs,
+        first_epoch. An OSError from a read or write is raised (part of the data may
+        then be in the .log past the segment's size). The call goes through
+        native._append (native/append_py.c), not cffi: see there why."""
+        size = len(data) if type(data) is bytes else memoryview(data).nbytes
+        if size // BATCH_HEADER_SIZE >= self._cap:
+            self._grow(size)
+        out = _append_ext.append(segment, self._address, data, leader_epoch, assign_offsets,
+                                 verify_crc)
+        if type(out) is int:
+            raise _oserror(out, "append", path)
         return out
+
+    def _grow(self, size: int) -> None:
+        self._cap = max(size // BATCH_HEADER_SIZE + 1, 16)  # every batch is at least a header
+        self._infos = _alloc_uncleared("struct lk_batch_info[]", self._cap)
+        self.result.infos = self._infos
+        self.result.infos_cap = self._cap
 
     def batch(self, i: int) -> BatchInfo:
         """Batch i of the last call's buffer as validated (offsets and epoch as they are
@@ -516,19 +620,12 @@ class Appender:
         view = _ffi.buffer(self._infos + i, _INFO_SIZE)
         return _new_tuple(BatchInfo, _TO_BATCH(_INFO_STRUCT.unpack_from(view)))
 
-    def written(self) -> ScanResult:
-        """The batches written by the last call, as a scan result."""
-        n = self._a.batches
-        return ScanResult(ScanStatus.OK, self._a.bytes_written, n,
-                          base_position=self._a.position, infos=self._infos)
-
-    def scan(self) -> ScanResult:
-        """The validation scan of the last call (why INVALID refused the buffer), with
-        positions relative to the buffer."""
-        res = self._a.scan
+    def scan(self, data: Buffer) -> ScanResult:
+        """The validation scan of the last call, whose buffer was `data` (why INVALID
+        refused it), with positions relative to the buffer."""
+        res = self.result.scan
         status = _STATUSES[res.status]
-        data = self._data
-        size = len(memoryview(data).cast("B")) if data is not None else 0
+        size = len(memoryview(data).cast("B"))
         detail = None
         if status is not ScanStatus.OK and status is not ScanStatus.FULL:
             detail = _error_detail(status, data, size, res.valid_bytes, 0, res.bad_value,

@@ -2,15 +2,18 @@
  * The append path in one call (docs/architecture.md, "The append path"): validate a
  * request's record batches, decide how many fit the active segment, write them with
  * one pwritev (baseOffset and partitionLeaderEpoch assigned in the written copy, so
- * the caller's buffer, often the request's own bytes, is never copied or changed), and
- * hand back what the indexes and the producer checks need. Python keeps the decisions
- * (when to roll, what an error means); C does the per-batch and per-byte work.
+ * the caller's buffer, often the request's own bytes, is never copied or changed), add
+ * the index entries (native/index.c: in memory, written a page at a time), move the
+ * segment's state forward, and hand back what the log's reply and its leader-epoch
+ * cache need. Python keeps the decisions (when to roll, what an error means); C does
+ * the per-batch and per-byte work.
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -76,29 +79,101 @@ static int lk_write_assigned(int fd, const uint8_t *buf, const struct lk_batch_i
     return 0;
 }
 
-int64_t lk_append_batches(int fd, const uint8_t *buf, size_t len, struct lk_append *a,
-                          struct lk_batch_info *infos, size_t infos_cap,
-                          struct lk_index_entry *index_out, size_t index_cap)
+/* Index room both indexes share: the time index keeps its last slot for a roll. */
+static int32_t lk_index_room(const struct lk_segment *s)
+{
+    int32_t off = s->offset_index->max_entries - s->offset_index->entries;
+    int32_t ts = s->time_index->max_entries - 1 - s->time_index->entries;
+    int32_t room = off < ts ? off : ts;
+    return room > 0 ? room : 0;
+}
+
+/* The first batch's max timestamp into s->roll_base_timestamp (-1 when the .log is
+ * shorter than a batch header). 0 or -errno. */
+static int lk_read_roll_base(struct lk_segment *s)
+{
+    uint8_t ts[8];
+    int64_t got;
+
+    s->roll_base_timestamp = -1;
+    if (s->size < LK_HEADER_SIZE)
+        return 0;
+    got = lk_pread_full(s->fd, ts, sizeof(ts), LK_OFF_MAX_TIMESTAMP);
+    if (got < 0) {
+        s->roll_base_timestamp = LK_ROLL_BASE_UNKNOWN;
+        return (int)got;
+    }
+    if (got == (int64_t)sizeof(ts))
+        s->roll_base_timestamp = (int64_t)lk_be64(ts);
+    return 0;
+}
+
+/* Kafka's roll before an append (LogSegment.shouldRoll): by size, full indexes, and
+ * segment.ms by the wall clock when the first batch has no timestamp (by timestamps it
+ * is decided with the incoming batches). 1 to roll, 0 not, or -errno. */
+static int lk_should_roll(struct lk_segment *s, size_t len, const struct lk_append *a)
+{
+    struct timespec now;
+
+    if (s->size == 0)
+        return 0;
+    if ((int64_t)len > a->segment_bytes - s->size ||
+        s->offset_index->entries >= s->offset_index->max_entries ||
+        s->time_index->entries >= s->time_index->max_entries - 1)
+        return 1;
+    if (s->roll_base_timestamp == LK_ROLL_BASE_UNKNOWN) {
+        int rc = lk_read_roll_base(s);
+        if (rc < 0)
+            return rc;
+    }
+    if (s->roll_base_timestamp >= 0)
+        return 0;
+    clock_gettime(CLOCK_REALTIME, &now);
+    return (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000 - s->created_ms > a->segment_ms;
+}
+
+int64_t lk_segment_append(struct lk_segment *s, const uint8_t *buf, size_t len,
+                          struct lk_append *a, int32_t leader_epoch, int assign_offsets,
+                          int verify_crc)
 {
     int64_t rc = 0;
     int64_t n, fit = 0;
-    int32_t entries = 0;
+    int32_t saved_offset_entries, saved_time_entries;
+    struct lk_batch_info *infos;
 
-    if (a == NULL || fd < 0 || (buf == NULL && len) || infos == NULL || index_out == NULL ||
-        index_cap < infos_cap || a->position < 0 || a->index_interval < 0 ||
-        a->max_batch_size <= 0) {
+    if (a == NULL || s == NULL || s->offset_index == NULL || s->time_index == NULL ||
+        s->fd < 0 || (buf == NULL && len) || a->infos == NULL || s->size < 0 ||
+        s->next_offset < 0 || s->index_interval < 0 || a->max_batch_size <= 0) {
         rc = -EINVAL;
         goto out;
     }
     a->status = LK_APPEND_OK;
+    a->log_append_time = -1;
     a->batches = 0;
-    a->index_entries = 0;
     a->error_batch = -1;
+    a->epoch_runs = 0;
+    a->first_epoch = -1;
+    a->position = s->size;
     a->bytes_written = 0;
+    a->first_offset = -1;
+    a->last_offset = -1;
+    a->records = 0;
     a->append_max_timestamp = -1;
+    memset(&a->scan, 0, sizeof(a->scan));
+    infos = a->infos;
 
-    /* 1. Validate everything before anything is written. */
-    n = lk_scan_batches(buf, len, a->position, INT32_MAX, a->verify_crc, infos, infos_cap,
+    /* 1. Kafka's roll before the append. */
+    rc = lk_should_roll(s, len, a);
+    if (rc < 0)
+        goto out;
+    if (rc) {
+        rc = 0;
+        a->status = LK_APPEND_ROLL;
+        goto out;
+    }
+
+    /* 2. Validate everything before anything is written. */
+    n = lk_scan_batches(buf, len, s->size, INT32_MAX, verify_crc, infos, (size_t)a->infos_cap,
                         &a->scan);
     if (n < 0) {
         rc = n;
@@ -116,7 +191,7 @@ int64_t lk_append_batches(int fd, const uint8_t *buf, size_t len, struct lk_appe
         a->status = LK_APPEND_EMPTY;
         goto out;
     }
-    int64_t expected = a->next_offset;
+    int64_t expected = s->next_offset;
     int64_t max_ts = -1;
     for (int64_t i = 0; i < n; i++) {
         const struct lk_batch_info *b = &infos[i];
@@ -130,7 +205,7 @@ int64_t lk_append_batches(int fd, const uint8_t *buf, size_t len, struct lk_appe
             a->error_batch = (int32_t)i;
             goto out;
         }
-        if (!a->assign_offsets) {
+        if (!assign_offsets) {
             if (b->base_offset < expected || b->base_offset > INT64_MAX - b->last_offset_delta - 1) {
                 a->status = LK_APPEND_BAD_OFFSET;
                 a->error_batch = (int32_t)i;
@@ -142,9 +217,9 @@ int64_t lk_append_batches(int fd, const uint8_t *buf, size_t len, struct lk_appe
             max_ts = b->max_timestamp;
     }
 
-    /* 2. Offsets and the leader epoch, as they will be written. */
-    if (a->assign_offsets) {
-        int64_t offset = a->next_offset;
+    /* 3. Offsets and the leader epoch, as they will be written. */
+    if (assign_offsets) {
+        int64_t offset = s->next_offset;
         for (int64_t i = 0; i < n; i++) {
             if (offset > INT64_MAX - infos[i].last_offset_delta - 1) {
                 a->status = LK_APPEND_BAD_OFFSET;
@@ -152,51 +227,36 @@ int64_t lk_append_batches(int fd, const uint8_t *buf, size_t len, struct lk_appe
                 goto out;
             }
             infos[i].base_offset = offset;
-            infos[i].partition_leader_epoch = a->leader_epoch;
+            infos[i].partition_leader_epoch = leader_epoch;
             offset += (int64_t)infos[i].last_offset_delta + 1;
         }
     }
 
-    /* 3. What fits this segment, and the index entries for it (Kafka's rule: an entry
-     * for a batch once more than index.interval.bytes were appended since the last). */
-    if (a->position > 0 && max_ts > a->roll_after_ts) {
-        a->status = LK_APPEND_ROLL; /* segment.ms by timestamps: all of it to a new one */
+    /* 4. What fits this segment (Kafka's segment.ms by timestamps: all of it to a new
+     * one), and how many index entries it takes (an entry for a batch once more than
+     * index.interval.bytes were appended since the last). */
+    if (s->size > 0 && s->roll_base_timestamp >= 0 && a->segment_ms >= 0 &&
+        s->roll_base_timestamp <= INT64_MAX - a->segment_ms &&
+        max_ts > s->roll_base_timestamp + a->segment_ms) {
+        a->status = LK_APPEND_ROLL;
         goto out;
     }
-    int64_t since = a->bytes_since_index;
-    int64_t seg_max_ts = a->max_timestamp, seg_max_ts_offset = a->offset_of_max_timestamp;
-    int64_t written_max_ts = -1;
-    int32_t room = a->index_room;
+    int64_t since = s->bytes_since_index;
+    int32_t room = lk_index_room(s);
     for (int64_t i = 0; i < n; i++) {
         const struct lk_batch_info *b = &infos[i];
-        int64_t last = b->base_offset + b->last_offset_delta;
-        int take_anyway = i == 0 && a->position == 0; /* an empty segment takes one */
-        if (last - a->segment_base > LK_MAX_RELATIVE_OFFSET && !take_anyway)
+        int take_anyway = i == 0 && s->size == 0; /* an empty segment takes one */
+        if (b->base_offset + b->last_offset_delta - s->base_offset > LK_MAX_RELATIVE_OFFSET &&
+            !take_anyway)
             break;
-        int64_t ts = seg_max_ts, ts_offset = seg_max_ts_offset;
-        if (b->max_timestamp > ts) {
-            ts = b->max_timestamp;
-            ts_offset = last;
-        }
-        int64_t next_since = since;
-        if (since > a->index_interval) {
-            if (room > 0) {
-                struct lk_index_entry *e = &index_out[entries++];
-                e->last_offset = last;
-                e->position = b->position;
-                e->max_timestamp = ts;
-                e->offset_of_max_timestamp = ts_offset;
+        if (since > s->index_interval) {
+            if (room > 0)
                 room--;
-            } else if (!take_anyway) {
+            else if (!take_anyway)
                 break; /* no room for its entry: it goes to the next segment */
-            }
-            next_since = 0;
+            since = 0;
         }
-        since = next_since + b->size;
-        seg_max_ts = ts;
-        seg_max_ts_offset = ts_offset;
-        if (b->max_timestamp > written_max_ts)
-            written_max_ts = b->max_timestamp;
+        since += b->size;
         fit++;
     }
     if (fit == 0) {
@@ -204,26 +264,69 @@ int64_t lk_append_batches(int fd, const uint8_t *buf, size_t len, struct lk_appe
         goto out;
     }
 
-    /* 4. One write. */
-    int64_t bytes = infos[fit - 1].position + infos[fit - 1].size - a->position;
-    if (a->assign_offsets) {
-        rc = lk_write_assigned(fd, buf, infos, fit, a->position);
+    /* 5. One write, then the index entries (kept in memory, written a page at a time). */
+    int64_t bytes = infos[fit - 1].position + infos[fit - 1].size - s->size;
+    if (assign_offsets) {
+        rc = lk_write_assigned(s->fd, buf, infos, fit, s->size);
     } else {
-        rc = lk_pwrite_all(fd, buf, (size_t)bytes, a->position);
+        rc = lk_pwrite_all(s->fd, buf, (size_t)bytes, s->size);
         rc = rc < 0 ? rc : 0;
     }
     if (rc < 0)
         goto out;
+    saved_offset_entries = s->offset_index->entries;
+    saved_time_entries = s->time_index->entries;
+    since = s->bytes_since_index;
+    room = lk_index_room(s);
+    int64_t seg_max_ts = s->max_timestamp, seg_max_ts_offset = s->offset_of_max_timestamp;
+    int64_t written_max_ts = -1, records = 0;
+    int32_t runs = 0, prev_epoch = 0;
+    for (int64_t i = 0; i < fit; i++) {
+        const struct lk_batch_info *b = &infos[i];
+        int64_t last = b->base_offset + b->last_offset_delta;
+        if (b->max_timestamp > seg_max_ts) {
+            seg_max_ts = b->max_timestamp;
+            seg_max_ts_offset = last;
+        }
+        if (since > s->index_interval) {
+            if (room > 0) { /* as planned above: an empty segment's first batch may have none */
+                int64_t r = lk_index_add(s->offset_index, last, b->position, 0);
+                if (r >= 0)
+                    r = lk_index_add(s->time_index, seg_max_ts, seg_max_ts_offset, 1);
+                if (r < 0) {
+                    lk_index_truncate(s->offset_index, saved_offset_entries);
+                    lk_index_truncate(s->time_index, saved_time_entries);
+                    rc = r;
+                    goto out;
+                }
+                room--;
+            }
+            since = 0;
+        }
+        since += b->size;
+        if (b->max_timestamp > written_max_ts)
+            written_max_ts = b->max_timestamp;
+        records += b->records_count;
+        if (i == 0 || b->partition_leader_epoch != prev_epoch)
+            runs++;
+        prev_epoch = b->partition_leader_epoch;
+    }
+    if (s->size == 0)
+        s->roll_base_timestamp = infos[0].max_timestamp;
     a->status = fit == n ? LK_APPEND_OK : LK_APPEND_ROLL;
     a->batches = (int32_t)fit;
-    a->index_entries = entries;
     a->bytes_written = bytes;
-    a->next_offset = infos[fit - 1].base_offset + infos[fit - 1].last_offset_delta + 1;
-    a->bytes_since_index = since;
-    a->max_timestamp = seg_max_ts;
-    a->offset_of_max_timestamp = seg_max_ts_offset;
+    a->epoch_runs = runs;
+    a->first_epoch = infos[0].partition_leader_epoch;
+    a->first_offset = infos[0].base_offset;
+    a->last_offset = infos[fit - 1].base_offset + infos[fit - 1].last_offset_delta;
+    a->records = records;
     a->append_max_timestamp = written_max_ts;
-    rc = fit;
+    s->size += bytes;
+    s->next_offset = a->last_offset + 1;
+    s->bytes_since_index = since;
+    s->max_timestamp = seg_max_ts;
+    s->offset_of_max_timestamp = seg_max_ts_offset;
 out:
-    return rc;
+    return rc < 0 ? rc : a->status;
 }

@@ -131,6 +131,47 @@ int lk_space_probe(const char *path, struct lk_space *out);
  * -errno of the failing call. Thread-safe for distinct dirs; syncs. */
 int lk_availability_probe(const char *dir, size_t block_size, int64_t *latency_ns);
 
+/* ---- Segment indexes (.index, .timeindex): entries kept, then written together ---- */
+#define LK_INDEX_OFFSET 8         /* entry_size of an offset index: int32 relative offset, int32 position */
+#define LK_INDEX_TIME 12          /* entry_size of a time index: int64 timestamp, int32 relative offset */
+#define LK_INDEX_PENDING_BYTES 4096 /* new entries kept in memory before one pwrite writes them */
+#define LK_INDEX_SKIPPED 0        /* lk_index_add: the entry breaks the index's order: not added */
+#define LK_INDEX_ADDED 1          /* lk_index_add: added (and maybe written) */
+#define LK_INDEX_FULL 2           /* lk_index_add: it would be added, but the index is full */
+struct lk_index {
+    int32_t fd;
+    int32_t entry_size;        /* LK_INDEX_OFFSET or LK_INDEX_TIME */
+    int64_t base_offset;
+    int32_t max_entries;       /* slots in the file (a time index keeps the last for a roll) */
+    int32_t entries;           /* entries in the index: flushed ones and pending ones */
+    int32_t flushed;           /* entries in the file; entries - flushed wait in pending */
+    int32_t last_known;        /* 1 when last_a/last_b hold entry entries - 1 */
+    int64_t last_a;            /* the last entry: relative offset (offset index) or timestamp */
+    int64_t last_b;            /* and position (offset index) or relative offset (time index) */
+    const uint8_t *map;        /* the caller's read-only mapping of the file, or NULL */
+    int64_t map_len;           /* its length: entries past it are read with pread */
+    uint8_t pending[4112];     /* entries flushed..entries, big-endian: LK_INDEX_PENDING_BYTES
+                                * and room for one more */
+};
+/* Add an entry by Kafka's rules: an offset index takes (offset, position) only when both
+ * grow past its last entry; a time index takes (timestamp, offset) only when the
+ * timestamp grows, the offset does not go back and the timestamp is >= 0, and keeps its
+ * last slot for the entry forced at a roll (reserve_last = 0 may take it). Entries are
+ * written with one pwrite once LK_INDEX_PENDING_BYTES are pending. Returns LK_INDEX_*, or
+ * -errno (then the entry is in the index but not yet in the file). Not thread-safe. */
+int lk_index_add(struct lk_index *ix, int64_t a, int64_t b, int reserve_last);
+/* The greatest entry whose field (0: the first as stored, relative offset or timestamp;
+ * 1: the second, position or relative offset) is <= key, by binary search over the
+ * mapping, the pending entries and (past the mapping) pread. Returns 1 + its number
+ * (0 when there is none), or -errno. Not thread-safe (against adds); no writes. */
+int64_t lk_index_search(struct lk_index *ix, int field, int64_t key);
+/* Write the pending entries with one pwrite. Returns 0 or -errno. Not thread-safe; no sync. */
+int lk_index_flush(struct lk_index *ix);
+/* Keep the first n entries (n <= entries): pending ones past n are dropped, and when n is
+ * below the flushed entries the pending ones go too (the file keeps stale entries past
+ * n until they are written over). Returns 0 or -EINVAL. Not thread-safe; no IO. */
+int lk_index_truncate(struct lk_index *ix, int32_t n);
+
 /* ---- Appending batches to a segment: one call per append ---- */
 #define LK_APPEND_OK 0          /* every batch written */
 #define LK_APPEND_ROLL 1        /* `batches` written (maybe 0); the rest needs a new segment */
@@ -138,55 +179,100 @@ int lk_availability_probe(const char *dir, size_t block_size, int64_t *latency_n
 #define LK_APPEND_BAD_COUNT 3   /* nothing written: recordsCount <= 0, or lastOffsetDelta
                                  * below recordsCount - 1, in batch a->error_batch */
 #define LK_APPEND_BAD_OFFSET 4  /* nothing written: a follower batch starts below the
-                                 * expected offset (a->next_offset, then each batch's end) */
+                                 * expected offset (s->next_offset, then each batch's end) */
 #define LK_APPEND_TOO_LARGE 5   /* nothing written: batch a->error_batch over max_batch_size */
 #define LK_APPEND_EMPTY 6       /* nothing written: no batch in the buffer */
-struct lk_index_entry {
-    int64_t last_offset;       /* the indexed batch's last offset */
-    int64_t position;          /* the batch's position in the .log */
-    int64_t max_timestamp;     /* the segment's largest timestamp after this batch */
+#define LK_ROLL_BASE_UNKNOWN -9223372036854775807 /* lk_segment.roll_base_timestamp not read yet */
+/* The active segment's state, kept between appends (the Python LogSegment reads its
+ * fields); an append moves it forward only when it writes. */
+struct lk_segment {
+    struct lk_index *offset_index;
+    struct lk_index *time_index;
+    int64_t base_offset;
+    int64_t size;              /* the .log's size: where the next batch goes */
+    int64_t next_offset;       /* the offset after the last batch; -1 when not known yet */
+    int64_t bytes_since_index; /* bytes appended since the last index entry */
+    int64_t max_timestamp;     /* the largest batch max timestamp, -1 if none */
     int64_t offset_of_max_timestamp;
+    int64_t roll_base_timestamp; /* the first batch's max timestamp, -1 if none, or
+                                  * LK_ROLL_BASE_UNKNOWN (read from the .log when needed);
+                                  * segment.ms counts from it */
+    int64_t created_ms;        /* when the segment was opened (wall clock, ms): segment.ms
+                                * counts from it when the first batch has no timestamp */
+    int64_t next_read_offset;  /* the base offset of the batch where the last read stopped */
+    int64_t next_read_position; /* and its position: a consumer's next read starts there
+                                 * (-1: none); checked against the .log before use */
+    struct lk_batch_info found; /* lk_segment_find_batch's answer */
+    int64_t range_start;       /* lk_segment_read_range's answer: the bytes to read */
+    int64_t range_end;
+    int32_t fd;                /* the .log */
+    int32_t index_interval;    /* index.interval.bytes */
 };
 struct lk_append {
-    /* in */
-    int64_t position;          /* the segment's .log size: where the batches go */
-    int64_t segment_base;      /* the segment's base offset */
-    int64_t roll_after_ts;     /* a non-empty segment rolls first when the append's max
-                                * timestamp is above this (INT64_MAX: never) */
-    int32_t index_interval;    /* index.interval.bytes */
-    int32_t index_room;        /* entries both indexes can still take */
-    int32_t max_batch_size;    /* max.message.bytes */
-    int32_t leader_epoch;      /* written into every batch when assign_offsets */
-    int32_t assign_offsets;    /* 1: a leader's append; 0: a follower's, offsets kept */
-    int32_t verify_crc;        /* 0 only for batches this call already validated */
-    /* in and out: the segment's running state */
-    int64_t next_offset;       /* the log end offset; after the call, past the last batch */
-    int64_t bytes_since_index; /* bytes appended since the last index entry */
-    int64_t max_timestamp;     /* the segment's largest batch max timestamp, -1 if none */
-    int64_t offset_of_max_timestamp;
-    /* out */
-    int32_t status;            /* LK_APPEND_* */
-    int32_t batches;           /* whole batches written, from the start of buf */
-    int32_t index_entries;     /* entries filled in index_out */
-    int32_t error_batch;       /* the refused batch, for BAD_COUNT/BAD_OFFSET/TOO_LARGE */
-    int64_t bytes_written;
+    /* out: what Log.append answers (Kafka's LogAppendInfo, in part), then why the call
+     * stopped (native/append_py.c hands the first ten back as one tuple) */
+    int64_t first_offset;      /* the first written batch's base offset */
+    int64_t last_offset;       /* the last written batch's last offset */
+    int64_t records;           /* recordsCount summed over the written batches */
     int64_t append_max_timestamp; /* the largest max timestamp of the batches written */
-    struct lk_scan_result scan;   /* the validation scan (LK_APPEND_INVALID says why) */
+    int64_t log_append_time;   /* -1: batches keep their CreateTime */
+    int64_t position;          /* where the first written batch starts in the .log */
+    int64_t bytes_written;
+    int32_t status;            /* LK_APPEND_* (also the return value) */
+    int32_t epoch_runs;        /* runs of equal partitionLeaderEpoch among the written batches */
+    int32_t first_epoch;       /* the first written batch's partitionLeaderEpoch */
+    int32_t batches;           /* whole batches written, from the start of buf */
+    int32_t error_batch;       /* the refused batch, for BAD_COUNT/BAD_OFFSET/TOO_LARGE */
+    /* in: the log's settings, and room for the batches' headers */
+    int32_t max_batch_size;    /* max.message.bytes */
+    int64_t segment_bytes;     /* segment.bytes */
+    int64_t segment_ms;        /* segment.ms */
+    struct lk_batch_info *infos; /* gets every batch's header as validated */
+    int64_t infos_cap;         /* at least len / 61 + 1 for a buffer of len bytes */
+    struct lk_scan_result scan;   /* out: the validation scan (LK_APPEND_INVALID says why) */
 };
-/* Validate every batch of buf (framing, magic 2, CRC-32C, sizes, counts; a follower's
- * offsets), and only when all are valid write the leading ones that fit this segment
- * to fd at a->position with one pwritev: baseOffset and partitionLeaderEpoch assigned
- * in the written copy when assign_offsets (buf is not modified). A batch does not fit
- * when it needs an index entry beyond index_room or a relative offset over 2^31 - 1;
- * an empty segment (position 0) takes at least one. infos gets every batch's header as
- * written (infos_cap >= batches in buf: len / 61 + 1 is enough); index_out the entries
- * Kafka's index.interval.bytes rule asks for (index_cap >= infos_cap). Returns the
- * batches written (status OK or ROLL), 0 with a refusal status, or -errno from the write
- * (then part of the data may be in the file: the caller cuts it back). Thread-safe on
- * distinct fds and buffers; does not sync. */
-int64_t lk_append_batches(int fd, const uint8_t *buf, size_t len, struct lk_append *a,
-                          struct lk_batch_info *infos, size_t infos_cap,
-                          struct lk_index_entry *index_out, size_t index_cap);
+/* Append the leading batches of buf that fit segment s, in one call:
+ * 1. a non-empty segment takes none (status ROLL, nothing validated) when the whole buf
+ *    would take it past segment_bytes, when its offset or time index is full, or when
+ *    its first batch has no timestamp and it was created over segment_ms ago (the
+ *    first batch's timestamp is read from the .log when s does not know it yet);
+ * 2. validate every batch (framing, magic 2, CRC-32C unless verify_crc is 0, sizes,
+ *    counts; a follower's offsets against s->next_offset); any refusal writes nothing;
+ * 3. a non-empty segment takes none when the batches' max timestamp is past
+ *    roll_base_timestamp + segment_ms (status ROLL); otherwise a batch does not fit when
+ *    it needs an index entry beyond the indexes' room or a relative offset over
+ *    2^31 - 1 (an empty segment takes at least one);
+ * 4. write those with one pwritev at s->size, baseOffset and partitionLeaderEpoch
+ *    (leader_epoch) assigned in the written copy when assign_offsets (buf is not
+ *    modified), then add the index entries Kafka's index.interval.bytes rule asks for
+ *    (lk_index_add) and move s forward.
+ * a->infos gets every batch's header as validated. Returns the status (LK_APPEND_*; the
+ * batches written are a->batches), or -errno from a read or write: then the indexes and
+ * s are as before the call, and part of the data may be in the .log past s->size (the
+ * caller cuts it back). Thread-safe on distinct segments and buffers; does not sync. */
+int64_t lk_segment_append(struct lk_segment *s, const uint8_t *buf, size_t len,
+                          struct lk_append *a, int32_t leader_epoch, int assign_offsets,
+                          int verify_crc);
+/* ---- Finding batches in a segment for reads (Kafka's LogSegment.translateOffset) ---- */
+/* The first batch of s whose last offset is >= offset, into s->found: from
+ * start_position, or with start_position = -1 from where the last read stopped (when it
+ * stopped at offset) or else the offset index's entry; then batch headers are read
+ * (pread) until one ends at or past offset. Returns 1 found, 0 none (past the end, or
+ * bytes that are not a batch), or -errno. Not thread-safe (per segment); no writes. */
+int lk_segment_find_batch(struct lk_segment *s, int64_t offset, int64_t start_position);
+/* The end of the last whole batch that starts at or after start and ends at or before
+ * limit, and at least the end of the batch at start (Kafka's minOneMessage), from the
+ * offset index's nearest entry and a header or two; remembers where a read that stops
+ * there would go on (next_read_*). Returns the end (>= 0) or -errno. Not thread-safe
+ * (per segment); no writes. */
+int64_t lk_segment_batches_end(struct lk_segment *s, int64_t start, int64_t limit);
+/* A fetch's range in s: whole batches from the one holding offset, up to max_bytes (at
+ * least that batch), none at or past max_offset when has_max_offset (s->next_offset
+ * must then be known). s->range_start and s->range_end get the range (equal: nothing to
+ * read). Returns 1, 0 when s holds no batch at or past offset, or -errno.
+ * Not thread-safe (per segment); no writes. */
+int lk_segment_read_range(struct lk_segment *s, int64_t offset, int64_t max_bytes,
+                          int has_max_offset, int64_t max_offset);
 /* CDEF-END */
 
 #endif

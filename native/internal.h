@@ -89,4 +89,11 @@ static inline void lk_put_be64(uint8_t *p, uint64_t v)
     lk_put_be32(p + 4, (uint32_t)v);
 }
 
+/* A magic-2 batch header at b (LK_HEADER_SIZE bytes) into *info (native/scan.c). */
+void lk_decode_header(const uint8_t *b, int64_t position, int32_t size,
+                      struct lk_batch_info *info);
+/* Entry i's two fields as stored, from pending, the mapping or the file
+ * (native/index.c). 0 or -errno. */
+int lk_index_entry(const struct lk_index *ix, int32_t i, int64_t *fa, int64_t *fb);
+
 #endif

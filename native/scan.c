@@ -14,8 +14,8 @@
 #define LK_LEGACY_MIN_LENGTH_V0 14
 #define LK_LEGACY_MIN_LENGTH_V1 22
 
-static void lk_decode_header(const uint8_t *b, int64_t position, int32_t size,
-                             struct lk_batch_info *info)
+void lk_decode_header(const uint8_t *b, int64_t position, int32_t size,
+                      struct lk_batch_info *info)
 {
     info->position = position;
     info->base_offset = (int64_t)lk_be64(b + LK_OFF_BASE_OFFSET);

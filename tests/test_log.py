@@ -364,3 +364,188 @@ def test_incoming_timestamps_past_segment_ms_roll_the_whole_append(pdir):
     log.append(batch(1, ts=1_700_000_000_500) + batch(1, ts=1_700_000_002_000))
     assert [s.base_offset for s in log.segments] == [0, 1]
     log.close()
+
+
+def test_a_reopened_segment_rolls_by_its_first_batchs_timestamp(pdir):
+    """The segment.ms base of a segment opened from disk is its first batch's timestamp,
+    read from the .log by the append (nothing in memory knows it after a restart)."""
+    log = Log.open(pdir, LogConfig(segment_ms=1000))
+    log.append(batch(1, ts=1_700_000_000_000))
+    log.close()
+    log = Log.open(pdir, LogConfig(segment_ms=1000))
+    log.append(batch(1, ts=1_700_000_000_900))
+    assert log.segment_count == 1
+    log.append(batch(1, ts=1_700_000_001_500))
+    assert [s.base_offset for s in log.segments] == [0, 2]
+    log.close()
+
+
+def test_a_segment_without_timestamps_rolls_by_the_wall_clock(pdir):
+    """A first batch without a timestamp (-1): segment.ms counts from the segment's
+    creation by the wall clock, as Kafka's rollingBasedTimestamp falls back to."""
+    log = Log.open(pdir, LogConfig(segment_ms=60_000))
+    log.append(batch(1, ts=-1))
+    log.append(batch(1, ts=-1))
+    assert log.segment_count == 1
+    log.active_segment.c.created_ms -= 61_000  # as if opened a minute ago
+    log.append(batch(1, ts=-1))
+    assert [s.base_offset for s in log.segments] == [0, 2]
+    log.close()
+
+
+def test_a_failed_index_write_leaves_the_segment_as_it_was(tmp_path):
+    """An index write that fails in the middle of an append (here its fd is swapped for a
+    read-only one): the append raises the dir's storage error, the .log is cut back,
+    the index entries it added are dropped, and files and state are as before; with the
+    fd back, appends go on from the same log end."""
+    from logstore import IoGuard, LogDirOfflineError
+
+    part = tmp_path / "t-0"
+    lg = Log.open(part, LogConfig(index_interval_bytes=0), guard=IoGuard(tmp_path))
+    lg.append(_batches_at(1_700_000_000_000, 3))
+    seg = lg.active_segment
+    before = (snapshot(part), lg.log_end_offset, seg.size, seg.offset_index.entries,
+              seg.time_index.entries, seg.max_timestamp, seg.bytes_since_index)
+    index_fd = seg.time_index._fd
+    saved = os.dup(index_fd)
+    readonly = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(readonly, index_fd)
+    try:
+        # Over 4 KiB of new time-index entries: written in the middle of the call.
+        with pytest.raises(LogDirOfflineError, match="append"):
+            lg.append(_batches_at(1_700_000_001_000, 400))
+    finally:
+        os.dup2(saved, index_fd)
+        os.close(saved)
+        os.close(readonly)
+    assert (snapshot(part), lg.log_end_offset, seg.size, seg.offset_index.entries,
+            seg.time_index.entries, seg.max_timestamp, seg.bytes_since_index) == before
+    info = lg.append(_batches_at(1_700_000_002_000, 400))
+    assert (info.base_offset, info.last_offset) == (3, 402)
+    lg.close()
+    again = Log.open(part, LogConfig(index_interval_bytes=0))
+    assert again.log_end_offset == 403 and again.recovery.bytes_truncated == 0
+    assert again.offset_for_timestamp(1_700_000_002_000 + 17)[0] == 20
+    again.close()
+
+
+def test_index_entries_wait_in_memory_and_are_written_a_page_at_a_time(tmp_path):
+    """An offset index's new entries reach the file in one write per 4 KiB (512 entries),
+    and lookups see them before and after; entries that do not grow are skipped, and
+    after a truncation below what was written the index goes on from there."""
+    from bisect import bisect_right
+
+    from logstore.index import OffsetIndex
+
+    idx = OffsetIndex(tmp_path / "0.index", 1000, 1 << 20, writable=True)
+    added = [(1000 + 2 * i + 1, 100 * (i + 1)) for i in range(600)]
+    for n, (offset, position) in enumerate(added, 1):
+        idx.append(offset, position)
+        idx.append(offset, position)  # a repeat: skipped
+        on_disk = os.pread(idx._fd, 8, (n - 1) * 8) != bytes(8)
+        assert on_disk == (n == 512), n  # the first 512 go with the 512th, the rest wait
+
+    def expect(offset):
+        i = bisect_right([o for o, _ in kept], offset) - 1
+        return kept[i] if i >= 0 else (1000, 0)
+
+    kept = added
+    assert idx.entries == 600 and os.pread(idx._fd, 8, 0) != bytes(8)
+    for probe in (999, 1000, 1001, 1002, 2023, 2024, 2025, 2200, 5000):
+        assert idx.lookup(probe) == expect(probe), probe
+        assert idx.position_floor(probe * 10) == _floor_position(kept, probe * 10)
+    idx.truncate_entries(300)
+    kept = added[:300]
+    assert idx.entries == 300 and idx.last_entry() == kept[-1]
+    for probe in (1500, 1599, 1600, 1601, 3000):
+        assert idx.lookup(probe) == expect(probe), probe
+    idx.append(1601, 100)  # below the last entry now: skipped
+    idx.append(5000, 90_000)
+    assert idx.last_entry() == (5000, 90_000) and idx.entries == 301
+    idx.close()
+    assert read_index_entries(tmp_path / "0.index", "offset")[-1] == (4000, 90_000)
+    assert len(read_index_entries(tmp_path / "0.index", "offset")) == 301
+
+
+def _floor_position(entries, position):
+    """The greatest indexed position <= position (0 when none), as position_floor."""
+    found = [p for _, p in entries if p <= position]
+    return found[-1] if found else 0
+
+
+def test_a_time_index_keeps_its_last_slot_for_the_roll(tmp_path):
+    from logstore.errors import IndexFullError
+    from logstore.index import TimeIndex
+
+    idx = TimeIndex(tmp_path / "0.timeindex", 10, 36, writable=True)  # 3 slots
+    idx.maybe_append(-1, 10)  # no timestamp: never indexed
+    idx.maybe_append(100, 11)
+    idx.maybe_append(100, 12)  # the timestamp does not grow: skipped
+    idx.maybe_append(200, 11)
+    assert idx.entries_absolute() == [(100, 11), (200, 11)] and idx.is_full
+    with pytest.raises(IndexFullError):
+        idx.maybe_append(300, 13)
+    idx.maybe_append(300, 13, at_roll=True)
+    with pytest.raises(IndexFullError):
+        idx.maybe_append(400, 14, at_roll=True)
+    assert idx.lookup(250) == (200, 11) and idx.lookup(99) == (-1, 10)
+    idx.close()
+    assert read_index_entries(tmp_path / "0.timeindex", "time") == [(100, 1), (200, 1), (300, 3)]
+
+
+def test_reads_match_a_scan_of_the_segments(pdir):
+    """Log.read against a reference built from a plain scan of every segment: offsets in
+    the middle of batches, byte limits above and below a batch, max_offset inside and at
+    the start of a batch, sequential reads (which start where the last one stopped), and
+    a truncation and new appends under that remembered place."""
+    import random
+
+    rng = random.Random(13)
+    log = Log.open(pdir, LogConfig(segment_bytes=6000, index_interval_bytes=700))
+    for _ in range(60):
+        log.append(batch(rng.randint(1, 5), size=rng.randint(10, 400)))
+
+    def reference(offset, max_bytes, max_offset):
+        for seg in log.segments:
+            data = seg.read_exact(0, seg.size)
+            batches = list(native.scan_batches(data))
+            at = [b for b in batches if b.last_offset >= offset]
+            if not at:
+                continue
+            first = at[0]
+            if max_offset is not None and first.base_offset >= max_offset:
+                return []
+            limit = first.position + max(max_bytes, first.size)
+            out = [first]
+            for b in at[1:]:
+                if b.position + b.size > limit or (max_offset is not None
+                                                   and b.base_offset >= max_offset):
+                    break
+                out.append(b)
+            return [(b.base_offset, b.last_offset) for b in out]
+        return []
+
+    def got(offset, max_bytes, max_offset=None):
+        data = log.read(offset, max_bytes, max_offset=max_offset)
+        return [(b.base_offset, b.last_offset) for b in native.scan_batches(data)]
+
+    end = log.log_end_offset
+    for _ in range(300):
+        offset = rng.randint(0, end)
+        max_bytes = rng.choice([0, 1, 100, 500, 1500, 5000, 1 << 20])
+        max_offset = rng.choice([None, offset, offset + 1, rng.randint(0, end + 3)])
+        assert got(offset, max_bytes, max_offset) == reference(offset, max_bytes, max_offset), \
+            (offset, max_bytes, max_offset)
+    offset, seen = 0, []
+    while offset < end:  # a consumer: each read starts where the last one stopped
+        part = got(offset, 700)
+        assert part == reference(offset, 700, None)
+        seen += part
+        offset = part[-1][1] + 1
+    assert [b for b, _ in seen] == sorted({b for b, _ in seen}) and seen[-1][1] == end - 1
+    got(20, 300)  # remembers where a read from 20 would go on
+    log.truncate_to(18)
+    log.append(batch(7, size=50))
+    assert got(18, 1 << 20) == reference(18, 1 << 20, None)
+    assert got(21, 300) == reference(21, 300, None)
+    log.close()
