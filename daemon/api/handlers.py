@@ -41,6 +41,7 @@ from ..replica.topics import TopicAdmin, TopicError
 from ..storage.log_manager import LogManager
 from ..wire import LeaderAndIsrResponse, StopReplicaResponse, UpdateMetadataResponse
 from . import errors, protocol
+from .configs import ConfigApis
 
 log = logging.getLogger("logkeeper.handlers")
 
@@ -89,17 +90,28 @@ class Handlers:
         # CreateTopics and DeleteTopics go to, and the metadata cache Metadata answers from.
         self.control: ControlRequests | None = None
         self.controller: Controller | None = None
+        # Topic and broker configs (set by the app): DescribeConfigs, AlterConfigs,
+        # IncrementalAlterConfigs are answered by daemon.api.configs.
+        self.config_apis: ConfigApis | None = None
         self._dispatch = {
             0: self.produce, 1: self.fetch, 2: self.list_offsets, 3: self.metadata,
             4: self.leader_and_isr, 5: self.stop_replica, 6: self.update_metadata,
             18: self.api_versions, 19: self.create_topics, 20: self.delete_topics,
             22: self.init_producer_id, 23: self.offset_for_leader_epoch,
             35: self.describe_log_dirs,
+            32: self._configs_api("describe_configs"), 33: self._configs_api("alter_configs"),
+            44: self._configs_api("incremental_alter_configs"),
         }
         assert set(self._dispatch) == set(protocol.SUPPORTED)
 
     async def handle(self, req: protocol.Request, conn: ConnInfo) -> Any:
         return await self._dispatch[req.api.key](req, conn)
+
+    def _configs_api(self, name: str) -> Any:
+        async def call(req: protocol.Request, conn: ConnInfo) -> Any:
+            assert self.config_apis is not None, "the app sets Handlers.config_apis"
+            return await getattr(self.config_apis, name)(req, conn)
+        return call
 
     # ---- ApiVersions ----
 
@@ -167,7 +179,9 @@ class Handlers:
         if p.offline:
             return None  # the append answers 56
         if self.replicas.isr is None:  # standalone: the ISR is this broker alone
-            isr, min_isr = 1, self.config["min.insync.replicas"]
+            isr = 1
+            min_isr = (self.config_apis.configs.min_isr(p.tp.topic) if self.config_apis
+                       else self.config["min.insync.replicas"])
         else:
             st = self.replicas.isr.state(p.tp)
             if st is None:
@@ -487,10 +501,6 @@ class Handlers:
                 if t.name in seen:
                     raise TopicError(errors.INVALID_REQUEST, f"{t.name} appears twice in the request")
                 seen.add(t.name)
-                if t.configs:
-                    raise TopicError(errors.INVALID_CONFIG, f"{t.name}: topic configs "
-                                     f"({', '.join(c.name for c in t.configs)}) are not "
-                                     "supported; the broker's log.* settings apply")
                 partitions, rf = t.num_partitions, t.replication_factor
                 if t.assignments:
                     if partitions != -1 or rf != -1:
@@ -504,8 +514,9 @@ class Handlers:
                                          f"{t.name}: assignments must name partitions 0..n-1 "
                                          f"each on broker {self.leadership.broker_id} only")
                     partitions, rf = len(indexes), 1
-                await self.topic_admin.create_topic(t.name, partitions, rf,
-                                               validate_only=body.validate_only)
+                await self.topic_admin.create_topic(
+                    t.name, partitions, rf, validate_only=body.validate_only,
+                    configs={c.name: c.value for c in t.configs or []})
             except TopicError as err:
                 code, message = err.code, str(err)
                 self.metrics.errors.labels("CreateTopics", str(code)).inc()

@@ -23,12 +23,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from kafka.protocol.admin import (
+    AlterConfigsRequest,
+    AlterConfigsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
     DescribeLogDirsRequest,
     DescribeLogDirsResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
 )
 from kafka.protocol.api_key import ApiKey
 from kafka.protocol.consumer import (
@@ -139,6 +145,10 @@ SUPPORTED: dict[int, Api] = {a.key: a for a in (
     _api(InitProducerIdRequest, InitProducerIdResponse, 0, 4),
     _api(DescribeLogDirsRequest, DescribeLogDirsResponse, 0, 4),
     _api(OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, 2, 4),
+    # Topic and broker configs (daemon/api/configs.py).
+    _api(DescribeConfigsRequest, DescribeConfigsResponse, 0, 4),
+    _api(AlterConfigsRequest, AlterConfigsResponse, 0, 2),
+    _api(IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, 0, 1),
     # The controller's requests (docs/cluster.md): every version a ZooKeeper-mode
     # Kafka 3.x controller sends.
     _api(LeaderAndIsrRequest, LeaderAndIsrResponse, 0, 7),

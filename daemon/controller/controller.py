@@ -37,6 +37,7 @@ from kazoo.exceptions import NodeExistsError
 from kazoo.protocol.states import EventType
 
 from daemon.cluster import znodes
+from daemon.replica.topic_config import ConfigValueError, validate_topic_configs
 from daemon.wire import LeaderAndIsrRequest, StopReplicaRequest, UpdateMetadataRequest, views
 from logstore import TopicPartition
 from logstore.names import InvalidTopicError, validate_topic
@@ -606,8 +607,7 @@ class Controller:
             n = len(brokers)
             assignment = round_robin_assignment(brokers, partitions, rf, self.rng.randrange(n),
                                                 self.rng.randrange(n))
-        configs = dict(spec.configs)
-        self._validate_configs(name, configs)
+        configs = self._validate_configs(name, dict(spec.configs))
         rf = len(next(iter(assignment.values())))
         result = TopicResult(NONE, None, len(assignment), rf, configs)
         if validate_only:
@@ -631,18 +631,12 @@ class Controller:
         return result
 
     @staticmethod
-    def _validate_configs(name: str, configs: dict[str, str]) -> None:
-        for k, v in configs.items():
-            if not isinstance(v, str):
-                raise _TopicError(INVALID_CONFIG, f"{name}: config {k} must be a string, got {v!r}")
-        mir = configs.get("min.insync.replicas")
-        if mir is not None and (not mir.strip().isdigit() or int(mir) < 1):
-            raise _TopicError(INVALID_CONFIG, f"{name}: min.insync.replicas={mir!r} is not an "
-                              "integer >= 1")
-        unclean = configs.get("unclean.leader.election.enable")
-        if unclean is not None and unclean.strip().lower() not in ("true", "false"):
-            raise _TopicError(INVALID_CONFIG, f"{name}: unclean.leader.election.enable={unclean!r} "
-                              "is not true or false")
+    def _validate_configs(name: str, configs: dict[str, str]) -> dict[str, str]:
+        """Kafka's LogConfig.validate, through daemon.replica.topic_config's one table."""
+        try:
+            return validate_topic_configs(configs)
+        except ConfigValueError as err:
+            raise _TopicError(INVALID_CONFIG, f"{name}: {err}") from err
 
     def _finish_creations(self) -> None:
         still = []
