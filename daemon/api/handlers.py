@@ -42,6 +42,7 @@ from ..storage.log_manager import LogManager
 from ..wire import LeaderAndIsrResponse, StopReplicaResponse, UpdateMetadataResponse
 from . import errors, protocol
 from .configs import ConfigApis
+from .partitions import PartitionApis
 
 log = logging.getLogger("logkeeper.handlers")
 
@@ -93,6 +94,10 @@ class Handlers:
         # Topic and broker configs (set by the app): DescribeConfigs, AlterConfigs,
         # IncrementalAlterConfigs are answered by daemon.api.configs.
         self.config_apis: ConfigApis | None = None
+        # DeleteRecords and CreatePartitions: daemon.api.partitions.
+        self.partition_apis = PartitionApis(
+            replicas, topic_admin, controller=lambda: self.controller,
+            wait_for_partitions=self._wait_for_partitions, topic_error=_topic_error)
         self._dispatch = {
             0: self.produce, 1: self.fetch, 2: self.list_offsets, 3: self.metadata,
             4: self.leader_and_isr, 5: self.stop_replica, 6: self.update_metadata,
@@ -101,6 +106,7 @@ class Handlers:
             35: self.describe_log_dirs,
             32: self._configs_api("describe_configs"), 33: self._configs_api("alter_configs"),
             44: self._configs_api("incremental_alter_configs"),
+            21: self.partition_apis.delete_records, 37: self.partition_apis.create_partitions,
         }
         assert set(self._dispatch) == set(protocol.SUPPORTED)
 
@@ -475,6 +481,18 @@ class Handlers:
                 break
             await asyncio.sleep(0.05)
         return waiting
+
+    async def _wait_for_partitions(self, topic: str, count: int, deadline: float) -> bool:
+        """Whether this broker's metadata shows `count` partitions of `topic`, each with
+        a leader, by `deadline` (CreatePartitions in a cluster)."""
+        while not self.stopping.is_set():
+            parts = self.leadership.metadata_topics(self.replicas.topics()).get(topic, [])
+            if len(parts) >= count and all(s.leader >= 0 for _, s in parts):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.05)
+        return False
 
     async def _wait_for_removal(self, topics: list[str], deadline: float) -> set[str]:
         assert self.control is not None

@@ -25,8 +25,12 @@ from typing import Any
 from kafka.protocol.admin import (
     AlterConfigsRequest,
     AlterConfigsResponse,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
     DescribeConfigsRequest,
@@ -149,6 +153,9 @@ SUPPORTED: dict[int, Api] = {a.key: a for a in (
     _api(DescribeConfigsRequest, DescribeConfigsResponse, 0, 4),
     _api(AlterConfigsRequest, AlterConfigsResponse, 0, 2),
     _api(IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, 0, 1),
+    # DeleteRecords and CreatePartitions (daemon/api/partitions.py).
+    _api(DeleteRecordsRequest, DeleteRecordsResponse, 0, 2),
+    _api(CreatePartitionsRequest, CreatePartitionsResponse, 0, 3),
     # The controller's requests (docs/cluster.md): every version a ZooKeeper-mode
     # Kafka 3.x controller sends.
     _api(LeaderAndIsrRequest, LeaderAndIsrResponse, 0, 7),

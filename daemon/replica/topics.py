@@ -21,6 +21,7 @@ from logstore.errors import InvalidTopicError
 from ..api.errors import (
     INVALID_CONFIG,
     INVALID_PARTITIONS,
+    INVALID_REPLICA_ASSIGNMENT,
     INVALID_REPLICATION_FACTOR,
     INVALID_TOPIC_EXCEPTION,
     KAFKA_STORAGE_ERROR,
@@ -118,6 +119,54 @@ class TopicAdmin:
                 raise TopicError(code, f"creating {topic}: {msg}")
             log.info("created topic %s with %d partitions on %s", topic, num_partitions,
                      ", ".join(sorted({str(d.path) for d in placed})))
+
+    async def create_partitions(self, topic: str, count: int,
+                                assignments: list[list[int]] | None = None, *,
+                                validate_only: bool = False) -> None:
+        """Grow `topic` to `count` partitions (CreatePartitions); TopicError on refusal."""
+        async with self._lock:
+            parts = self.replicas.topics().get(topic)
+            if not parts:
+                raise TopicError(UNKNOWN_TOPIC_OR_PARTITION,
+                                 f"The topic '{topic}' does not exist.")
+            current = len(parts)
+            if count < current:
+                raise TopicError(INVALID_PARTITIONS, f"Topic currently has {current} "
+                                 f"partitions, which is higher than the requested {count}.")
+            if count == current:
+                raise TopicError(INVALID_PARTITIONS, f"Topic already has {current} partitions.")
+            me = self.replicas.leadership.broker_id
+            if assignments is not None:
+                if len(assignments) != count - current:
+                    raise TopicError(INVALID_REPLICA_ASSIGNMENT, (
+                        f"Increasing the number of partitions by {count - current} but "
+                        f"{len(assignments)} assignments provided."))
+                if any(list(a) != [me] for a in assignments):
+                    raise TopicError(INVALID_REPLICA_ASSIGNMENT, f"{topic}: each new partition "
+                                     f"must be on broker {me} only (standalone)")
+            if validate_only:
+                return
+            try:
+                placed = await self.storage.place(count - current)
+            except StorageError as err:
+                raise TopicError(KAFKA_STORAGE_ERROR, str(err)) from err
+            cfg = self.topic_configs.log_config(topic) if self.topic_configs else None
+            futures = [self.storage.submit(d, d.logdir.create_log, topic, current + i,  # type: ignore[union-attr]
+                                           cfg)
+                       for i, d in enumerate(placed)]
+            done = await asyncio.gather(*futures, return_exceptions=True)
+            failed = None
+            for i, (d, res) in enumerate(zip(placed, done, strict=True)):
+                if isinstance(res, BaseException):
+                    failed = failed or res
+                    continue
+                self.replicas.add(Partition(TopicPartition(topic, current + i), res, d, 0))
+            self.on_change()
+            await self.storage.write_placement()
+            if failed is not None:
+                code, msg = error_of(failed, f"add partitions to {topic}")
+                raise TopicError(code, f"adding partitions to {topic}: {msg}")
+            log.info("topic %s: %d partitions now", topic, count)
 
     async def delete_topic(self, topic: str) -> None:
         async with self._lock:
