@@ -113,3 +113,52 @@ def test_lowering_retention_frees_segments_on_every_replica(tmp_path: Path) -> N
         low, high = c.get_watermark_offsets(ck.TopicPartition("r", 0), timeout=10)
         c.close()
         assert high == 3000 and low > 0
+
+
+def test_delete_records_moves_every_replica_and_partitions_are_added(tmp_path: Path) -> None:
+    """DeleteRecords on the leader: every replica drops the segments below the new log
+    start (followers from their Fetch answers). CreatePartitions through the controller:
+    every broker lists the new partitions with a leader, and they take writes."""
+    from kafka import TopicPartition as KTP
+
+    with Cluster(tmp_path, extra={"log.segment.bytes": 64 * 1024}) as cl:
+        create(cl, "d", 1, min_isr=1)
+        p = ck.Producer({"bootstrap.servers": cl.brokers[1].bootstrap, "acks": "all",
+                         "linger.ms": 5, "batch.size": 16384})
+        for i in range(2000):
+            p.produce("d", value=b"%06d" % i + b"x" * 200, partition=0)
+        assert p.flush(60) == 0
+        wait_for(lambda: all(log_bytes(cl, b, "d") >= 400_000 for b in cl.brokers), 30,
+                 "every replica holds the records")
+        a = KafkaAdminClient(bootstrap_servers=cl.brokers[1].bootstrap)
+        try:
+            got = a.delete_records({KTP("d", 0): 1800})
+            assert got[KTP("d", 0)]["low_watermark"] == 1800, got
+        finally:
+            a.close()
+        wait_for(lambda: all(log_bytes(cl, b, "d") <= 200 * 206 + 64 * 1024 for b in cl.brokers),
+                 30, lambda: f"segments below 1800 gone: {[log_bytes(cl, b, 'd') for b in cl.brokers]}")
+        c = ck.Consumer({"bootstrap.servers": cl.brokers[2].bootstrap, "group.id": "g"})
+        assert c.get_watermark_offsets(ck.TopicPartition("d", 0), timeout=10) == (1800, 2000)
+
+        admin = ca.AdminClient({"bootstrap.servers": cl.brokers[cl.controller()].bootstrap})
+        [f] = admin.create_partitions([ca.NewPartitions("d", 3)], request_timeout=30).values()
+        f.result(30)
+        for b in cl.brokers:
+            wait_for(lambda b=b: cl.agreed("d", 3), 30, f"broker {b} lists 3 partitions with leaders")
+        parts = cl.agreed("d", 3)["partitions"]
+        assert all(len(parts[("d", i)][2]) == 3 for i in range(3))  # the topic's RF
+        leader = parts[("d", 2)][0]
+        r = RawClient(cl.brokers[leader].port)
+        try:
+            assert produce_raw(r, "d", 2, [b"in a new partition"]) == (0, 0)
+        finally:
+            r.close()
+        [f] = admin.create_partitions([ca.NewPartitions("d", 2)], request_timeout=30).values()
+        try:
+            f.result(30)
+            raised = None
+        except ck.KafkaException as err:
+            raised = str(err)
+        assert raised is not None and "INVALID_PARTITIONS" in raised
+        c.close()

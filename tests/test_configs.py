@@ -249,3 +249,49 @@ def test_lowering_retention_with_the_command_brings_a_saturated_dir_back(
                 c.close()
             shown = cli("describe", "--bootstrap-server", d.bootstrap, "--topic", "big")
             assert "retention.ms=1000" in shown.stdout
+
+
+def test_delete_records_and_create_partitions(daemon: Daemon) -> None:
+    """DeleteRecords moves the log start (ListOffsets EARLIEST answers it, whole segments
+    below go); CreatePartitions adds partitions that take writes; bad requests are
+    refused with Kafka's codes and change nothing."""
+    from kafka import TopicPartition as KTP
+    from kafka.admin import NewPartitions
+
+    a = ca.AdminClient({"bootstrap.servers": daemon.bootstrap})
+    [f] = a.create_topics([ca.NewTopic("dr", 1, 1)]).values()
+    f.result(30)
+    p = ck.Producer({"bootstrap.servers": daemon.bootstrap, "linger.ms": 5, "batch.size": 16384})
+    for _ in range(2000):
+        p.produce("dr", value=b"z" * 200, partition=0)
+    assert p.flush(30) == 0
+    before = segments(daemon, "dr")
+    [f] = a.delete_records([ck.TopicPartition("dr", 0, 1500)]).values()
+    assert f.result(30).low_watermark == 1500
+    assert len(segments(daemon, "dr")) < len(before)
+    c = ck.Consumer({"bootstrap.servers": daemon.bootstrap, "group.id": "g"})
+    assert c.get_watermark_offsets(ck.TopicPartition("dr", 0), timeout=10) == (1500, 2000)
+    [f] = a.delete_records([ck.TopicPartition("dr", 0, 2001)]).values()
+    with pytest.raises(ck.KafkaException, match="OFFSET_OUT_OF_RANGE"):
+        f.result(30)
+    k = KafkaAdminClient(bootstrap_servers=daemon.bootstrap)
+    try:
+        got = k.delete_records({KTP("dr", 0): -1})  # -1: up to the high watermark
+        assert got[KTP("dr", 0)]["low_watermark"] == 2000
+        k.create_partitions({"dr": NewPartitions(3)})
+    finally:
+        k.close()
+    [f] = a.create_partitions([ca.NewPartitions("dr", 2)]).values()
+    with pytest.raises(ck.KafkaException, match="INVALID_PARTITIONS"):
+        f.result(30)
+    [f] = a.create_partitions([ca.NewPartitions("nope", 2)]).values()
+    with pytest.raises(ck.KafkaException, match="UNKNOWN_TOPIC_OR_PART"):
+        f.result(30)
+    assert sorted(c.list_topics("dr", timeout=10).topics["dr"].partitions) == [0, 1, 2]
+    r = RawClient(daemon.port)
+    try:
+        assert produce_raw(r, "dr", 2, [b"new partition"]) == (0, 0)
+    finally:
+        r.close()
+    assert c.get_watermark_offsets(ck.TopicPartition("dr", 0), timeout=10) == (2000, 2000)
+    c.close()
