@@ -8,10 +8,13 @@ frees segments on every replica (docs/cluster.md "Topic and broker configs")."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import confluent_kafka as ck
 import confluent_kafka.admin as ca
+import pytest
 from kafka.admin import AlterConfigOp, ConfigResource, ConfigResourceType, KafkaAdminClient
 from kazoo.client import KazooClient
 
@@ -20,11 +23,19 @@ from .daemon_helpers import RawClient
 from .sick_helpers import produce_raw
 from .test_replication import create, isr_of
 
+REPO = Path(__file__).resolve().parent.parent
+
 
 def describe_on(cl: Cluster, broker: int, topic: str) -> dict[str, str]:
     a = ca.AdminClient({"bootstrap.servers": cl.brokers[broker].bootstrap})
     [f] = a.describe_configs([ca.ConfigResource("topic", topic)]).values()
     return {n: e.value for n, e in f.result(30).items()}
+
+
+def describe_sources_on(cl: Cluster, broker: int, topic: str) -> dict[str, tuple[str, int]]:
+    a = ca.AdminClient({"bootstrap.servers": cl.brokers[broker].bootstrap})
+    [f] = a.describe_configs([ca.ConfigResource("topic", topic)]).values()
+    return {n: (e.value, e.source) for n, e in f.result(30).items()}
 
 
 def log_bytes(cl: Cluster, broker: int, topic: str) -> int:
@@ -42,6 +53,26 @@ def test_topic_configs_change_at_runtime_on_every_broker(tmp_path: Path) -> None
         try:
             data, _ = zc.get("/config/topics/c")
             assert json.loads(data) == {"version": 1, "config": {"min.insync.replicas": "2"}}
+            bad = ca.AdminClient({"bootstrap.servers": cl.brokers[cl.controller()].bootstrap})
+            [f] = bad.create_topics([ca.NewTopic("bad", 1, 3, config={
+                "retention.ms": "soon"})]).values()
+            with pytest.raises(ck.KafkaException, match="INVALID_CONFIG"):
+                f.result(30)
+            assert not zc.exists("/config/topics/bad") and not zc.exists("/brokers/topics/bad")
+
+            # The cluster's dynamic default, through the command: every broker applies it.
+            done = subprocess.run(
+                [sys.executable, "-m", "daemon.cli", "configs", "alter", "--bootstrap-server",
+                 cl.brokers[leader].bootstrap, "--broker-defaults", "--add-config",
+                 "log.retention.bytes=5000000"], cwd=REPO, capture_output=True, text=True,
+                timeout=60)
+            assert done.returncode == 0, done.stderr
+            assert json.loads(zc.get("/config/brokers/<default>")[0]) == {
+                "version": 1, "config": {"log.retention.bytes": "5000000"}}
+            for b in cl.brokers:
+                wait_for(lambda b=b: describe_sources_on(cl, b, "c")["retention.bytes"]
+                         == ("5000000", ca.ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value),
+                         20, f"broker {b} applies the dynamic default")
 
             # kafka-python, through a follower: the leader learns it from the notification.
             a = KafkaAdminClient(bootstrap_servers=cl.brokers[followers[0]].bootstrap)

@@ -295,3 +295,44 @@ def test_delete_records_and_create_partitions(daemon: Daemon) -> None:
         r.close()
     assert c.get_watermark_offsets(ck.TopicPartition("dr", 0), timeout=10) == (2000, 2000)
     c.close()
+
+
+def test_dynamic_broker_config_applies_to_topics_without_their_own(tmp_path: Path) -> None:
+    """A broker's log.retention.bytes changed at runtime (`logkeeper configs alter
+    --broker`) applies at once to every topic that has no retention.bytes of its own,
+    is described with source DYNAMIC_BROKER_CONFIG, and outlives a restart; a key that
+    cannot change at runtime is refused with 40. Deleting a topic forgets its configs."""
+    d = Daemon(tmp_path, {"log.segment.bytes": 64 * 1024, "auto.create.topics.enable": False})
+    with d:
+        a = ca.AdminClient({"bootstrap.servers": d.bootstrap})
+        for f in a.create_topics([ca.NewTopic("plain", 1, 1), ca.NewTopic("own", 1, 1, config={
+                "retention.bytes": "-1"})]).values():
+            f.result(30)
+        p = ck.Producer({"bootstrap.servers": d.bootstrap, "linger.ms": 5, "batch.size": 16384})
+        for _ in range(2000):
+            p.produce("plain", value=b"p" * 200, partition=0)
+            p.produce("own", value=b"o" * 200, partition=0)
+        assert p.flush(30) == 0
+        own_before = len(segments(d, "own"))
+        done = cli("alter", "--bootstrap-server", d.bootstrap, "--broker", "1",
+                   "--add-config", "log.retention.bytes=100000")
+        assert done.returncode == 0, done.stderr
+        assert sum(s.stat().st_size for s in segments(d, "plain")) <= 100000 + 64 * 1024
+        assert len(segments(d, "own")) == own_before  # its own -1 wins
+        e = describe(d, "plain")["retention.bytes"]
+        assert (e.value, e.source) == ("100000", ca.ConfigSource.DYNAMIC_BROKER_CONFIG.value)
+        refused = cli("alter", "--bootstrap-server", d.bootstrap, "--broker", "1",
+                      "--add-config", "log.dirs=/elsewhere")
+        assert refused.returncode == 1 and "Cannot update these configs dynamically" in \
+            refused.stderr
+        shown = cli("describe", "--bootstrap-server", d.bootstrap, "--broker", "1")
+        assert "log.retention.bytes=100000 sensitive=false synonyms={DYNAMIC_BROKER_CONFIG:" \
+            in shown.stdout
+        [f] = a.delete_topics(["own"], operation_timeout=30).values()
+        f.result(30)
+        [f] = a.create_topics([ca.NewTopic("own", 1, 1)]).values()
+        f.result(30)
+        assert describe(d, "own")["retention.bytes"].value == "100000"
+        assert d.stop() == 0
+        d.start()
+        assert describe(d, "plain")["retention.bytes"].value == "100000"
