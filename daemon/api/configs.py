@@ -13,7 +13,8 @@ Errors, per resource, each changing nothing: an unknown topic 3 (UNKNOWN_TOPIC_O
 an unknown config name, a bad value, a static broker key 40 (INVALID_CONFIG); a resource
 named twice, a config named twice in one resource, an unsupported resource type, a topic
 resource without a name, another broker's id 42 (INVALID_REQUEST); no ONLINE dir to
-store a standalone change 56 (KAFKA_STORAGE_ERROR).
+store a standalone change 56 (KAFKA_STORAGE_ERROR); ZooKeeper unreachable -1
+(UNKNOWN_SERVER_ERROR) with the reason, logged (daemon.api.errors.error_of).
 """
 
 from __future__ import annotations
@@ -29,8 +30,6 @@ from kafka.protocol.admin import (
     DescribeConfigsResponse,
     IncrementalAlterConfigsResponse,
 )
-
-from logstore import LogStoreError
 
 from ..cluster.config_store import BROKERS, TOPICS, ZkConfigStore
 from ..replica import topic_config as tc
@@ -82,6 +81,11 @@ class ConfigApis:
                              configs=[_entry(e, req.version, body) for e in entries]))
             except RequestError as err:
                 out.append(R(error_code=err.code, error_message=str(err),
+                             resource_type=res.resource_type, resource_name=res.resource_name,
+                             configs=[]))
+            except Exception as err:  # noqa: BLE001 - ZooKeeper away, a bad znode, a bug
+                code, msg = errors.error_of(err, f"describe configs of {res.resource_name}")
+                out.append(R(error_code=code, error_message=msg,
                              resource_type=res.resource_type, resource_name=res.resource_name,
                              configs=[]))
         return DescribeConfigsResponse(throttle_time_ms=0, results=out)
@@ -169,7 +173,7 @@ class ConfigApis:
             msg = f"Invalid config value for resource {_resource(rtype, name)}: {err}"
             log.info("%s", msg)
             return errors.INVALID_CONFIG, msg
-        except LogStoreError as err:
+        except Exception as err:  # noqa: BLE001 - a full dir (56), ZooKeeper away, a bug
             return errors.error_of(err, f"store configs of {name}")
         return errors.NONE, None
 

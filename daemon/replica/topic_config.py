@@ -31,7 +31,8 @@ from typing import Any
 
 from logstore import LogConfig
 
-from ..config import Config
+from ..config import KEYS, Config
+from ..kafka_keys import KAFKA_BROKER_KEYS
 
 log = logging.getLogger("logkeeper.configs")
 
@@ -203,7 +204,7 @@ def validate_broker_configs(configs: Mapping[str, str | None], static: Config) -
     for name, value in configs.items():
         key = DYNAMIC_BROKER_KEYS.get(name)
         if key is None:
-            if name in static.values or name in _all_broker_keys():
+            if name in static.values or name in KAFKA_BROKER_KEYS:
                 raise ConfigValueError(f"Cannot update these configs dynamically: [{name}]")
             raise ConfigValueError(f"Unknown broker config name: {name}")
         if not isinstance(value, str):
@@ -212,12 +213,6 @@ def validate_broker_configs(configs: Mapping[str, str | None], static: Config) -
         key.parse(name, value)
         out[name] = value.strip()
     return out
-
-
-def _all_broker_keys() -> frozenset[str]:
-    from ..kafka_keys import KAFKA_BROKER_KEYS
-
-    return frozenset(KAFKA_BROKER_KEYS)
 
 
 # ---- what applies ----
@@ -294,8 +289,6 @@ def _static_text(name: str, value: Any) -> str | None:
 def _static_default(static: Config, name: str) -> str | None:
     """Kafka's default for broker key `name` as text (None: it has none, e.g. the
     minutes of log.retention.minutes)."""
-    from ..config import KEYS
-
     k = KEYS.get(name)
     if k is not None:
         return _static_text(name, k.default)
@@ -349,8 +342,6 @@ def log_config(base: LogConfig, values: Mapping[str, Any]) -> LogConfig:
 def broker_entries(layers: Layers) -> list[Entry]:
     """The broker's effective config, as DescribeConfigs for BROKER shows it: every key
     logkeeper reads (config.KEYS), read-only unless it may change at runtime."""
-    from ..config import KEYS
-
     out = []
     for name in KEYS:
         chain = layers.broker_chain(name)
