@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import confluent_kafka as ck
@@ -197,3 +198,45 @@ def test_delete_records_moves_every_replica_and_partitions_are_added(tmp_path: P
             raised = str(err)
         assert raised is not None and "INVALID_PARTITIONS" in raised
         c.close()
+
+
+def test_lowering_retention_with_the_command_frees_a_saturated_replica(tmp_path: Path) -> None:
+    """Issue #11 section 4 in a cluster: broker 1's dir holding f-0 (it leads it) falls
+    under its free-space floor; leadership moves off it. The operator lowers f's
+    retention.ms with `logkeeper configs alter`: every replica deletes its expired
+    segments, the full one too (it is not served but still retained), its dir returns
+    ONLINE by itself and broker 1 rejoins the ISR, no restart."""
+    from .test_cluster_disks import create_on, saturable
+
+    with saturable(tmp_path) as (cl, small, dirs):
+        b1 = cl.brokers[1]
+        a = ca.AdminClient({"bootstrap.servers": cl.brokers[cl.controller()].bootstrap})
+        create_on(cl, dirs[0], "f", [[1, 2, 3]], min_isr=1)
+        [f] = a.incremental_alter_configs([ca.ConfigResource(
+            "topic", "f", incremental_configs=[ca.ConfigEntry(
+                "segment.bytes", str(256 * 1024),
+                incremental_operation=ca.AlterConfigOpType.SET)])]).values()
+        f.result(30)
+        c = RawClient(b1.port)
+        try:
+            for i in range(50):
+                assert produce_raw(c, "f", 0, [b"%03d" % i + b"v" * 100_000]) == (0, i)
+        finally:
+            c.close()
+        wait_for(lambda: all(log_bytes(cl, b, "f") >= 5_000_000 for b in cl.brokers), 30,
+                 "replicated")
+        (small / "ballast").write_bytes(b"\0" * (5 << 20))
+        wait_for(lambda: b1.log_dir_states()[str(dirs[0])] == "saturated", 10, "SATURATED")
+        wait_for(lambda: cl.metadata(2, ["f"])["partitions"][("f", 0)][0] not in (1, -1), 20,
+                 "leadership off the saturated dir")
+        time.sleep(1.1)  # every record is older than the retention about to be set
+        done = subprocess.run(
+            [sys.executable, "-m", "daemon.cli", "configs", "alter", "--config",
+             str(b1.config), "--topic", "f", "--add-config", "retention.ms=1000"],
+            cwd=REPO, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        wait_for(lambda: all(log_bytes(cl, b, "f") == 0 for b in cl.brokers), 30,
+                 lambda: f"segments deleted: {[log_bytes(cl, b, 'f') for b in cl.brokers]}")
+        wait_for(lambda: b1.log_dir_states()[str(dirs[0])] == "online", 10, "ONLINE again")
+        wait_for(lambda: all(sorted(cl.metadata(b, ["f"])["partitions"][("f", 0)][3]) == [1, 2, 3]
+                             for b in cl.brokers), 30, "broker 1 back in the ISR")
