@@ -53,7 +53,8 @@ def test_log_config_carries_the_topic_values() -> None:
     ({"cleanup.policy": "shred"}, "String must be one of: compact, delete"),
     ({"min.cleanable.dirty.ratio": "1.5"}, "between 0 and 1"),
     ({"no.such": "1"}, "Unknown topic config name: no.such"),
-    ({"compression.type": "zstd"}, "not supported by logkeeper"),
+    ({"compression.type": "zstd"}, "only \"producer\" is supported"),
+    ({"preallocate": "true"}, "not supported by logkeeper"),
 ])
 def test_bad_topic_configs_are_refused_naming_them(configs: dict[str, str], message: str) -> None:
     with pytest.raises(tc.ConfigValueError, match=message):

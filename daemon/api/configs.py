@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from kafka.protocol.admin import (
@@ -63,6 +63,10 @@ class ConfigApis:
         self.zk = zk
         self.files = files
         self._lock = asyncio.Lock()  # one change at a time: read, modify, write
+
+    def dispatch(self) -> dict[int, Callable[..., Awaitable[Any]]]:
+        return {32: self.describe_configs, 33: self.alter_configs,
+                44: self.incremental_alter_configs}
 
     # ---- DescribeConfigs ----
 

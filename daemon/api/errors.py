@@ -13,7 +13,8 @@ import logging
 
 import kafka.errors as ke
 
-from logstore import LogStoreError
+from logstore import LogStoreError, names
+from logstore.errors import InvalidTopicError
 
 log = logging.getLogger("logkeeper.errors")
 
@@ -51,6 +52,23 @@ NOT_ENOUGH_REPLICAS_AFTER_APPEND = ke.NotEnoughReplicasAfterAppendError.errno
 STALE_CONTROLLER_EPOCH = ke.StaleControllerEpochError.errno
 NOT_CONTROLLER = ke.NotControllerError.errno
 STALE_BROKER_EPOCH = ke.StaleBrokerEpochError.errno
+RECORD_LIST_TOO_LARGE = ke.RecordListTooLargeError.errno
+# Consumer groups and committed offsets (daemon.coordinator).
+OFFSET_METADATA_TOO_LARGE = ke.OffsetMetadataTooLargeError.errno
+COORDINATOR_LOAD_IN_PROGRESS = ke.CoordinatorLoadInProgressError.errno
+NOT_COORDINATOR = ke.NotCoordinatorError.errno
+ILLEGAL_GENERATION = ke.IllegalGenerationError.errno
+INCONSISTENT_GROUP_PROTOCOL = ke.InconsistentGroupProtocolError.errno
+INVALID_GROUP_ID = ke.InvalidGroupIdError.errno
+UNKNOWN_MEMBER_ID = ke.UnknownMemberIdError.errno
+INVALID_SESSION_TIMEOUT = ke.InvalidSessionTimeoutError.errno
+REBALANCE_IN_PROGRESS = ke.RebalanceInProgressError.errno
+INVALID_COMMIT_OFFSET_SIZE = ke.InvalidCommitOffsetSizeError.errno
+NON_EMPTY_GROUP = ke.NonEmptyGroupError.errno
+GROUP_ID_NOT_FOUND = ke.GroupIdNotFoundError.errno
+MEMBER_ID_REQUIRED = ke.MemberIdRequiredError.errno
+GROUP_MAX_SIZE_REACHED = ke.GroupMaxSizeReachedError.errno
+FENCED_INSTANCE_ID = ke.FencedInstanceIdError.errno
 
 # The Java exception names Kafka's own tools print for a code (kafka-log-dirs.sh's JSON
 # "error" field); kafka-python's class names differ, so the few we report are listed.
@@ -62,6 +80,15 @@ JAVA_NAMES = {
     KAFKA_STORAGE_ERROR: "KafkaStorageException",
     LOG_DIR_NOT_FOUND: "LogDirNotFoundException",
 }
+
+
+def unknown_topic_code(topic: str) -> int:
+    """What Kafka answers for a topic it does not hold: 17 for an illegal name, else 3."""
+    try:
+        names.validate_topic(topic)
+    except InvalidTopicError:
+        return INVALID_TOPIC_EXCEPTION
+    return UNKNOWN_TOPIC_OR_PARTITION
 
 
 def java_name(code: int) -> str | None:

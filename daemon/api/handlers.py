@@ -37,12 +37,11 @@ from ..replica.control import ControlRequests
 from ..replica.manager import ReadSpec, ReplicaManager
 from ..replica.partition import AppendResult, Partition
 from ..replica.producer_ids import ProducerIds
+from ..replica.topic_config import TopicConfigs
 from ..replica.topics import TopicAdmin, TopicError
 from ..storage.log_manager import LogManager
 from ..wire import LeaderAndIsrResponse, StopReplicaResponse, UpdateMetadataResponse
 from . import errors, protocol
-from .configs import ConfigApis
-from .partitions import PartitionApis
 
 log = logging.getLogger("logkeeper.handlers")
 
@@ -58,12 +57,7 @@ class ConnInfo:
     peer: str
 
 
-def _topic_error(topic: str) -> int:
-    try:
-        names.validate_topic(topic)
-    except InvalidTopicError:
-        return errors.INVALID_TOPIC_EXCEPTION
-    return errors.UNKNOWN_TOPIC_OR_PARTITION
+_topic_error = errors.unknown_topic_code
 
 
 def _partition_metadata(index: int, s: Any) -> Any:
@@ -91,33 +85,28 @@ class Handlers:
         # CreateTopics and DeleteTopics go to, and the metadata cache Metadata answers from.
         self.control: ControlRequests | None = None
         self.controller: Controller | None = None
-        # Topic and broker configs (set by the app): DescribeConfigs, AlterConfigs,
-        # IncrementalAlterConfigs are answered by daemon.api.configs.
-        self.config_apis: ConfigApis | None = None
-        # DeleteRecords and CreatePartitions: daemon.api.partitions.
-        self.partition_apis = PartitionApis(
-            replicas, topic_admin, controller=lambda: self.controller,
-            wait_for_partitions=self._wait_for_partitions, topic_error=_topic_error)
+        # The topic configs (set by the app): a standalone acks=all checks the topic's
+        # min.insync.replicas (daemon.replica.topic_config).
+        self.topic_configs: TopicConfigs | None = None
         self._dispatch = {
             0: self.produce, 1: self.fetch, 2: self.list_offsets, 3: self.metadata,
             4: self.leader_and_isr, 5: self.stop_replica, 6: self.update_metadata,
             18: self.api_versions, 19: self.create_topics, 20: self.delete_topics,
             22: self.init_producer_id, 23: self.offset_for_leader_epoch,
             35: self.describe_log_dirs,
-            32: self._configs_api("describe_configs"), 33: self._configs_api("alter_configs"),
-            44: self._configs_api("incremental_alter_configs"),
-            21: self.partition_apis.delete_records, 37: self.partition_apis.create_partitions,
         }
-        assert set(self._dispatch) == set(protocol.SUPPORTED)
+
+    def register(self, apis: dict[int, Any]) -> None:
+        """Add the handlers of another API family (daemon/api/groups.py)."""
+        self._dispatch.update(apis)
+
+    def check_served(self) -> None:
+        """Every API advertised has a handler (called once the families are in)."""
+        missing = set(protocol.SUPPORTED) - set(self._dispatch)
+        assert not missing, f"APIs advertised without a handler: {sorted(missing)}"
 
     async def handle(self, req: protocol.Request, conn: ConnInfo) -> Any:
         return await self._dispatch[req.api.key](req, conn)
-
-    def _configs_api(self, name: str) -> Any:
-        async def call(req: protocol.Request, conn: ConnInfo) -> Any:
-            assert self.config_apis is not None, "the app sets Handlers.config_apis"
-            return await getattr(self.config_apis, name)(req, conn)
-        return call
 
     # ---- ApiVersions ----
 
@@ -137,7 +126,11 @@ class Handlers:
                     slots.append((t.name, pd.index, AppendResult(errors.INVALID_REQUIRED_ACKS)))
                     continue
                 p = self.replicas.get(t.name, pd.index)
-                if p is None:
+                if names.is_internal(t.name):
+                    slots.append((t.name, pd.index, AppendResult(
+                        errors.INVALID_TOPIC_EXCEPTION,
+                        message=f"cannot append to internal topic {t.name}")))
+                elif p is None:
                     slots.append((t.name, pd.index, AppendResult(_topic_error(t.name))))
                 elif not self.leadership.is_leader(p):
                     slots.append((t.name, pd.index, AppendResult(errors.NOT_LEADER_OR_FOLLOWER)))
@@ -179,6 +172,21 @@ class Handlers:
             responses=[R(name=t, partition_responses=ps) for t, ps in by_topic.items()],
             throttle_time_ms=0)
 
+    async def append_replicated(self, p: Partition, records: bytes,
+                                timeout_ms: int) -> AppendResult:
+        """Append `records` to `p` as its leader with acks=all, as a Produce would (the
+        group coordinator's writes to __consumer_offsets)."""
+        if not self.leadership.is_leader(p):
+            return AppendResult(errors.NOT_LEADER_OR_FOLLOWER)
+        refusal = self._under_min_isr(p)
+        if refusal is not None:
+            return refusal
+        items = [(p, records)]
+        results = await self.replicas.append(items)
+        if self.replicas.isr is not None:
+            await self._await_replication(items, results, timeout_ms)
+        return results[0]
+
     def _under_min_isr(self, p: Partition) -> AppendResult | None:
         """acks=all before the append: NOT_ENOUGH_REPLICAS (19) while the ISR is smaller
         than the topic's min.insync.replicas; None to go on."""
@@ -186,7 +194,7 @@ class Handlers:
             return None  # the append answers 56
         if self.replicas.isr is None:  # standalone: the ISR is this broker alone
             isr = 1
-            min_isr = (self.config_apis.configs.min_isr(p.tp.topic) if self.config_apis
+            min_isr = (self.topic_configs.min_isr(p.tp.topic) if self.topic_configs
                        else self.config["min.insync.replicas"])
         else:
             st = self.replicas.isr.state(p.tp)
@@ -427,14 +435,15 @@ class Handlers:
                     known = self.leadership.metadata_topics(self.replicas.topics())
                     if name not in known:  # cluster: the controller is electing leaders
                         out.append(R(error_code=errors.LEADER_NOT_AVAILABLE, name=name,
-                                     is_internal=False, partitions=[]))
+                                     is_internal=names.is_internal(name), partitions=[]))
                         continue
             parts = known.get(name)
             if parts is None:
-                out.append(R(error_code=_topic_error(name), name=name, is_internal=False,
+                out.append(R(error_code=_topic_error(name), name=name,
+                             is_internal=names.is_internal(name),
                              partitions=[]))
                 continue
-            out.append(R(error_code=0, name=name, is_internal=False, partitions=[
+            out.append(R(error_code=0, name=name, is_internal=names.is_internal(name), partitions=[
                 _partition_metadata(i, s) for i, s in parts]))
         B = MetadataResponse.MetadataResponseBroker
         me = self.advertised or (conn.local_host, conn.local_port)
@@ -481,18 +490,6 @@ class Handlers:
                 break
             await asyncio.sleep(0.05)
         return waiting
-
-    async def _wait_for_partitions(self, topic: str, count: int, deadline: float) -> bool:
-        """Whether this broker's metadata shows `count` partitions of `topic`, each with
-        a leader, by `deadline` (CreatePartitions in a cluster)."""
-        while not self.stopping.is_set():
-            parts = self.leadership.metadata_topics(self.replicas.topics()).get(topic, [])
-            if len(parts) >= count and all(s.leader >= 0 for _, s in parts):
-                return True
-            if time.monotonic() >= deadline:
-                return False
-            await asyncio.sleep(0.05)
-        return False
 
     async def _wait_for_removal(self, topics: list[str], deadline: float) -> set[str]:
         assert self.control is not None

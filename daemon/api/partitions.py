@@ -25,7 +25,7 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from kafka.protocol.admin import CreatePartitionsResponse, DeleteRecordsResponse
@@ -40,19 +40,19 @@ log = logging.getLogger("logkeeper.handlers")
 
 class PartitionApis:
     """Event loop only. `controller()` is the cluster's controller on this broker (None
-    standalone); `wait_for_partitions(topic, count, deadline)` waits for this broker's
-    metadata to show `count` partitions of `topic`, each with a leader."""
+    standalone); `stopping` ends the waits when the daemon stops."""
 
     def __init__(self, replicas: ReplicaManager, topic_admin: TopicAdmin, *,
                  controller: Callable[[], Any] | None = None,
-                 wait_for_partitions: Callable[[str, int, float], Any] | None = None,
-                 topic_error: Callable[[str], int] = lambda _t: errors.UNKNOWN_TOPIC_OR_PARTITION):
+                 stopping: asyncio.Event | None = None):
         self.replicas = replicas
         self.leadership = replicas.leadership
         self.topic_admin = topic_admin
         self.controller = controller or (lambda: None)
-        self.wait_for_partitions = wait_for_partitions
-        self.topic_error = topic_error
+        self.stopping = stopping or asyncio.Event()
+
+    def dispatch(self) -> dict[int, Callable[..., Awaitable[Any]]]:
+        return {21: self.delete_records, 37: self.create_partitions}
 
     # ---- DeleteRecords ----
 
@@ -66,7 +66,8 @@ class PartitionApis:
             for part in t.partitions:
                 p = self.replicas.get(t.name, part.partition_index)
                 if p is None:
-                    slots.append((t.name, part.partition_index, (self.topic_error(t.name), -1)))
+                    slots.append((t.name, part.partition_index,
+                                  (errors.unknown_topic_code(t.name), -1)))
                 elif not self.leadership.is_leader(p):
                     slots.append((t.name, part.partition_index,
                                   (errors.NOT_LEADER_OR_FOLLOWER, -1)))
@@ -128,7 +129,18 @@ class PartitionApis:
             raise TopicError(*errors.error_of(err, f"add partitions to {topic}")) from err
         if code:
             raise TopicError(code, message)
-        if not validate_only and self.wait_for_partitions is not None:
-            if not await self.wait_for_partitions(topic, count, deadline):
-                raise TopicError(errors.REQUEST_TIMED_OUT,
-                                 f"{topic}: the new partitions have no leader yet")
+        if not validate_only and not await self._wait_for_partitions(topic, count, deadline):
+            raise TopicError(errors.REQUEST_TIMED_OUT,
+                             f"{topic}: the new partitions have no leader yet")
+
+    async def _wait_for_partitions(self, topic: str, count: int, deadline: float) -> bool:
+        """Whether this broker's metadata shows `count` partitions of `topic`, each with
+        a leader, by `deadline`."""
+        while not self.stopping.is_set():
+            parts = self.leadership.metadata_topics(self.replicas.topics()).get(topic, [])
+            if len(parts) >= count and all(s.leader >= 0 for _, s in parts):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.05)
+        return False

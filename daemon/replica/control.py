@@ -61,7 +61,8 @@ class ControlRequests:
                  fetchers: ReplicaFetchers | None = None,
                  isr: IsrManager | None = None,
                  min_isr_of: Callable[[str], Awaitable[int]] | None = None,
-                 log_config_of: Callable[[str], Awaitable[LogConfig]] | None = None):
+                 log_config_of: Callable[[str], Awaitable[LogConfig]] | None = None,
+                 on_leadership: Callable[[], None] = lambda: None):
         self.replicas = replicas
         self.storage: LogManager = replicas.storage
         self.leadership = leadership
@@ -73,6 +74,7 @@ class ControlRequests:
         self.min_isr_of = min_isr_of  # a topic's min.insync.replicas
         # A topic's LogConfig, read again from `/config/topics/<t>` (its new logs get it).
         self.log_config_of = log_config_of
+        self.on_leadership = on_leadership  # what this broker leads may have changed
         self.controller_epoch = -1  # the newest controller epoch seen
         self._lock = asyncio.Lock()
 
@@ -113,6 +115,7 @@ class ControlRequests:
         if changed:
             await self.storage.write_placement()
             self.on_change()
+        self.on_leadership()
         led = sorted(f"{t}-{p}" for (t, p), c in out.items() if c == 0)
         if led:
             log.info("LeaderAndIsr (controller %d, epoch %d) applied for %s", req.controller_id,
@@ -202,6 +205,7 @@ class ControlRequests:
         if deleted:
             await self.storage.write_placement()
             self.on_change()
+        self.on_leadership()
         return views.stop_replica_response(version, out)
 
     async def _stop(self, s: views.StopReplicaPartition) -> tuple[int, bool]:

@@ -98,6 +98,15 @@ def _parse_policy(name: str, text: str) -> tuple[str, ...]:
     return tuple(sorted(set(items)))
 
 
+def _parse_compression(name: str, text: str) -> str:
+    s = text.strip()
+    if s != "producer":
+        raise ConfigValueError(f"Invalid value {text} for configuration {name}: logkeeper "
+                               "keeps batches as the producer compressed them; only "
+                               "\"producer\" is supported")
+    return s
+
+
 @dataclass(frozen=True)
 class TopicKey:
     """One topic config: its type, its broker synonyms with their unit in ms (or 1),
@@ -139,6 +148,9 @@ TOPIC_CONFIGS: dict[str, TopicKey] = {k.name: k for k in (
              (("unclean.leader.election.enable", 1),), _parse_bool, False, None),
     TopicKey("index.interval.bytes", TYPE_INT, (("log.index.interval.bytes", 1),),
              _int_key(0, _INT_MAX), 4096, "index_interval_bytes"),
+    # Batches are kept as the producer wrote them: "producer" is the one value served.
+    TopicKey("compression.type", TYPE_STRING, (("compression.type", 1),), _parse_compression,
+             "producer", None),
     # Kept, described and handed to LogConfig when it has the field: the log cleaner's.
     TopicKey("delete.retention.ms", TYPE_LONG, (("log.cleaner.delete.retention.ms", 1),),
              _int_key(0, _LONG_MAX), 24 * _H, "delete_retention_ms"),
@@ -152,7 +164,7 @@ TOPIC_CONFIGS: dict[str, TopicKey] = {k.name: k for k in (
 # Kafka topic configs logkeeper knows but does not apply: refused with a clear message
 # rather than stored and silently ignored.
 UNSUPPORTED_TOPIC_CONFIGS = frozenset({
-    "compression.type", "compression.gzip.level", "compression.lz4.level",
+    "compression.gzip.level", "compression.lz4.level",
     "compression.zstd.level", "file.delete.delay.ms", "flush.messages", "flush.ms",
     "follower.replication.throttled.replicas", "leader.replication.throttled.replicas",
     "local.retention.bytes", "local.retention.ms", "max.compaction.lag.ms",
