@@ -104,8 +104,8 @@ def test_topic_configs_change_at_runtime_on_every_broker(tmp_path: Path) -> None
                 # LeaderAndIsr took it out of the ISR and before its UpdateMetadata says
                 # it is gone: the leader adds it back, and the write waits for it (7)
                 # until replica.lag.time.max.ms (30 s) removes it again. A replication
-                # bug (Kafka fences it with the broker epoch, KIP-903), not a config one;
-                # see the issue note. So the answer is awaited past that.
+                # bug (Kafka fences it with the broker epoch, KIP-903), not a config one,
+                # so the answer is awaited past that.
                 wait_for(lambda: produce_raw(c, "c", 0, [b"two in sync"])[0] == 19, 60,
                          "acks=all refused with min.insync.replicas=3 and two in sync")
 
