@@ -40,9 +40,12 @@ from logstore.names import OFFSETS_TOPIC
 
 from . import config as config_mod
 from .api import errors
+from .api.configs import ConfigApis
 from .api.connections import Connections
 from .api.groups import GroupApis
 from .api.handlers import Handlers
+from .api.partitions import PartitionApis
+from .cluster.config_store import BROKERS, TOPICS, ZkConfigStore
 from .cluster.link import ClusterLink, cluster_id_from_zookeeper
 from .cluster.metadata_cache import MetadataCache
 from .cluster.znodes import ProducerIdBlock
@@ -62,7 +65,9 @@ from .replica.isr import IsrManager
 from .replica.leadership import ClusterLeadership, Standalone
 from .replica.manager import ReplicaManager
 from .replica.producer_ids import ProducerIds
+from .replica.topic_config import TopicConfigs
 from .replica.topics import TopicAdmin, TopicError
+from .storage.config_store import FileConfigStore
 from .storage.dirstate import DirState
 from .storage.log_manager import LogManager, new_cluster_id
 
@@ -94,8 +99,17 @@ class Server:
                 controller_id=lambda: self.controller.active_id if self.controller else -1)
             self.isr = self._isr_manager(self.metadata_cache)
         self.replicas = ReplicaManager(self.storage, leadership, self.isr)
+        # Topic and broker configs: ZooKeeper's /config in a cluster (the store is made
+        # with the link), the dirs' config file standalone.
+        self.topic_configs = TopicConfigs(
+            config, hosted=self._hosted, run=self.storage.run,
+            set_min_isr=self.isr.set_min_isr if self.isr is not None else None)
+        self.config_files = FileConfigStore(self.storage) if config.standalone else None
+        self.config_zk: ZkConfigStore | None = None
         self.topic_admin = TopicAdmin(config, self.replicas,
-                                      on_change=self._partitions_changed)
+                                      on_change=self._partitions_changed,
+                                      topic_configs=self.topic_configs,
+                                      config_store=self.config_files)
         producer_ids = (ProducerIds.standalone(config.broker_id) if config.standalone
                         else ProducerIds(self._claim_producer_id_block))
         self.handlers = Handlers(self.replicas, self.topic_admin, self.storage, self.metrics,
@@ -114,8 +128,16 @@ class Server:
                 retention_check_interval_ms=config["offsets.retention.check.interval.ms"]))
         self.handlers.register(GroupApis(self.coordinator, self._coordinator_node,
                                          self._ensure_offsets_topic).dispatch())
-        self.handlers.check_served()
         self._offsets_topic_asked = 0.0  # when this broker last wrote __consumer_offsets' znodes
+        self.handlers.topic_configs = self.topic_configs
+        self.handlers.register(ConfigApis(
+            self.topic_configs, files=self.config_files,
+            topics=lambda: set(self.replicas.leadership.metadata_topics(self.replicas.topics())),
+            zk=None if config.standalone else lambda: self.config_zk).dispatch())
+        self.handlers.register(PartitionApis(
+            self.replicas, self.topic_admin, controller=lambda: self.controller,
+            stopping=self.handlers.stopping).dispatch())
+        self.handlers.check_served()
         self.fetchers: ReplicaFetchers | None = None
         if isinstance(leadership, ClusterLeadership):
             cache = self.metadata_cache
@@ -134,7 +156,7 @@ class Server:
                 self.replicas, leadership, cache,
                 broker_epoch=lambda: self.cluster.broker_epoch if self.cluster else -1,
                 on_change=self._partitions_changed, fetchers=self.fetchers, isr=self.isr,
-                min_isr_of=self._min_isr_of,
+                min_isr_of=self._min_isr_of, log_config_of=self._log_config_of,
                 on_leadership=self.coordinator.leadership_changed)
         self.stop_event = asyncio.Event()
         self.connections = Connections(self.handlers, self.metrics,
@@ -246,17 +268,64 @@ class Server:
 
     async def _min_isr_of(self, topic: str) -> int:
         """The topic's min.insync.replicas (`/config/topics/<t>`), else the broker's."""
-        default = self.config["min.insync.replicas"]
-        if self.cluster is None:
-            return default
+        await self._refresh_topic_config(topic)
+        return self.topic_configs.min_isr(topic)
+
+    async def _log_config_of(self, topic: str) -> Any:
+        """The LogConfig of `topic`'s new logs here, read again from ZooKeeper."""
+        await self._refresh_topic_config(topic)
+        return self.topic_configs.log_config(topic)
+
+    async def _refresh_topic_config(self, topic: str) -> None:
+        """Read `/config/topics/<t>` (Kafka reads it when it makes a partition's log);
+        ZooKeeper away or a bad znode: what this broker knew stays."""
+        if self.config_zk is None:
+            return
         try:
-            overrides = await asyncio.to_thread(self.cluster.topic_config, topic)
-            value = overrides.get("min.insync.replicas")
-            return int(value) if value is not None else default
-        except Exception as err:  # noqa: BLE001 - ZooKeeper away, a bad value: the default
-            log.warning("reading %s's min.insync.replicas failed (%s: %s); using the broker's "
-                        "(%d)", topic, type(err).__name__, err, default)
-            return default
+            await self.topic_configs.set_topic(
+                topic, await asyncio.to_thread(self.config_zk.read, TOPICS, topic))
+        except Exception as err:  # noqa: BLE001 - logged; the config known here applies
+            log.warning("reading %s's config from ZooKeeper failed (%s: %s); using what this "
+                        "broker knew", topic, type(err).__name__, err)
+
+    def _hosted(self, topic: str | None) -> list[Any]:
+        return [p for p in self.replicas.partitions.values()
+                if topic is None or p.tp.topic == topic]
+
+    async def _load_configs_from_zookeeper(self) -> None:
+        """Once registered: watch `/config/changes`, then read every topic and broker
+        config (Kafka's ZkConfigManager.startup) and apply them."""
+        assert self.cluster is not None
+        if self.config_zk is None:
+            self.config_zk = ZkConfigStore(self.cluster.client,
+                                           request_timeout=self.cluster.request_timeout)
+        zk = self.config_zk
+        try:
+            await asyncio.to_thread(zk.watch, asyncio.get_running_loop(), self._on_config_change)
+            topics = await asyncio.to_thread(zk.read_all, TOPICS)
+            brokers = await asyncio.to_thread(zk.read_all, BROKERS)
+        except Exception as err:  # noqa: BLE001 - retried at the next registration
+            log.warning("loading topic and broker configs from ZooKeeper failed (%s: %s)",
+                        type(err).__name__, err)
+            return
+        self.topic_configs.load(topics, brokers)
+        await self.topic_configs.apply(None)
+        log.info("configs loaded from ZooKeeper: %d topics with overrides, dynamic broker "
+                 "configs %s", len(self.topic_configs.topics), sorted(brokers))
+
+    async def _on_config_change(self, entity_type: str, name: str) -> None:
+        zk = self.config_zk
+        assert zk is not None
+        if entity_type == TOPICS:
+            await self.topic_configs.set_topic(name, await asyncio.to_thread(zk.read, TOPICS, name))
+        elif entity_type == BROKERS:
+            await self.topic_configs.set_broker(name, await asyncio.to_thread(zk.read, BROKERS, name))
+
+    async def _load_configs_from_files(self) -> None:
+        assert self.config_files is not None
+        topics, brokers = await self.config_files.load()
+        self.topic_configs.load(topics, brokers)
+        await self.topic_configs.apply(None)
 
     def _replication_snapshot(self) -> ReplicationSnapshot:
         """For the metrics, at scrape time (on the HTTP endpoint's loop: this one)."""
@@ -368,6 +437,8 @@ class Server:
             self.replicas.load(placement)
             self._partitions_changed()
             await self.storage.write_placement()
+            if self.config_files is not None:
+                await self._load_configs_from_files()
         except (LogStoreError, OSError) as err:
             log.error("start-up failed: %s", err)
             await self._stop_background()
@@ -436,7 +507,7 @@ class Server:
     def _join_cluster(self) -> None:
         assert self.advertised is not None  # called once the listener is bound
         host, port = self.advertised
-        loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
         session_timeout = self.config["zookeeper.session.timeout.ms"] / 1000
         self.cluster = ClusterLink(self.config["zookeeper.connect"], self.config.broker_id,
                                    host, port, session_timeout=session_timeout,
@@ -448,7 +519,8 @@ class Server:
         self.controller = Controller(
             self.config.broker_id, client=self.cluster.client, session_timeout=session_timeout,
             default_num_partitions=self.config["num.partitions"],
-            default_replication_factor=self.config["default.replication.factor"])
+            default_replication_factor=self.config["default.replication.factor"],
+            unclean_leader_election=self.config["unclean.leader.election.enable"])
         self.handlers.controller = self.controller
         self._controller_started = False
         self.monitor.cluster = self.transitions.cluster = self.cluster
@@ -473,6 +545,8 @@ class Server:
 
     def _on_registered(self, broker_epoch: int) -> None:
         """On the ZooKeeper link's thread, after each registration of /brokers/ids/<id>."""
+        self._loop.call_soon_threadsafe(
+            lambda: asyncio.ensure_future(self._load_configs_from_zookeeper()))
         if self.controller is not None and not self._controller_started:
             self._controller_started = True
             self.controller.start()

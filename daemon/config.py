@@ -264,6 +264,9 @@ KEYS: dict[str, Key] = {k.name: k for k in (
         "replication of auto-created topics"),
     Key("min.insync.replicas", int, 1, _int(1, 32767),
         "acks=all needs this many in-sync replicas (a topic's own value overrides it)"),
+    Key("unclean.leader.election.enable", bool, False, _bool,
+        "elect an out-of-sync replica when no in-sync one is left (data loss); a topic's "
+        "own value overrides it"),
     Key("replica.lag.time.max.ms", int, 30000, _int(1),
         "a follower that has not caught up for this long leaves the ISR"),
     Key("replica.high.watermark.checkpoint.interval.ms", int, 5000, _int(1),

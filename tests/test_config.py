@@ -193,6 +193,7 @@ log.dir.slow.action = "offline"
 log.dir.slow.min.ms = 20
 log.dir.slow.factor = 3
 min.insync.replicas = 2
+unclean.leader.election.enable = true
 replica.lag.time.max.ms = 10000
 replica.high.watermark.checkpoint.interval.ms = 2000
 offsets.topic.num.partitions = 7
@@ -229,6 +230,7 @@ def test_every_key_is_read(tmp_path: Path) -> None:
     assert cfg["log.dir.slow.action"] == "offline"
     assert (cfg["log.dir.slow.min.ms"], cfg["log.dir.slow.factor"]) == (20, 3)
     assert (cfg["min.insync.replicas"], cfg["replica.lag.time.max.ms"]) == (2, 10000)
+    assert cfg["unclean.leader.election.enable"] is True
     assert cfg["replica.high.watermark.checkpoint.interval.ms"] == 2000
     assert [cfg[k] for k in ("offsets.topic.num.partitions", "offsets.topic.replication.factor",
                              "offsets.topic.segment.bytes", "offsets.commit.timeout.ms",

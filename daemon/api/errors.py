@@ -13,7 +13,8 @@ import logging
 
 import kafka.errors as ke
 
-from logstore import LogStoreError
+from logstore import LogStoreError, names
+from logstore.errors import InvalidTopicError
 
 log = logging.getLogger("logkeeper.errors")
 
@@ -79,6 +80,15 @@ JAVA_NAMES = {
     KAFKA_STORAGE_ERROR: "KafkaStorageException",
     LOG_DIR_NOT_FOUND: "LogDirNotFoundException",
 }
+
+
+def unknown_topic_code(topic: str) -> int:
+    """What Kafka answers for a topic it does not hold: 17 for an illegal name, else 3."""
+    try:
+        names.validate_topic(topic)
+    except InvalidTopicError:
+        return INVALID_TOPIC_EXCEPTION
+    return UNKNOWN_TOPIC_OR_PARTITION
 
 
 def java_name(code: int) -> str | None:

@@ -37,6 +37,7 @@ from ..replica.control import ControlRequests
 from ..replica.manager import ReadSpec, ReplicaManager
 from ..replica.partition import AppendResult, Partition
 from ..replica.producer_ids import ProducerIds
+from ..replica.topic_config import TopicConfigs
 from ..replica.topics import TopicAdmin, TopicError
 from ..storage.log_manager import LogManager
 from ..wire import LeaderAndIsrResponse, StopReplicaResponse, UpdateMetadataResponse
@@ -56,12 +57,7 @@ class ConnInfo:
     peer: str
 
 
-def _topic_error(topic: str) -> int:
-    try:
-        names.validate_topic(topic)
-    except InvalidTopicError:
-        return errors.INVALID_TOPIC_EXCEPTION
-    return errors.UNKNOWN_TOPIC_OR_PARTITION
+_topic_error = errors.unknown_topic_code
 
 
 def _partition_metadata(index: int, s: Any) -> Any:
@@ -89,6 +85,9 @@ class Handlers:
         # CreateTopics and DeleteTopics go to, and the metadata cache Metadata answers from.
         self.control: ControlRequests | None = None
         self.controller: Controller | None = None
+        # The topic configs (set by the app): a standalone acks=all checks the topic's
+        # min.insync.replicas (daemon.replica.topic_config).
+        self.topic_configs: TopicConfigs | None = None
         self._dispatch = {
             0: self.produce, 1: self.fetch, 2: self.list_offsets, 3: self.metadata,
             4: self.leader_and_isr, 5: self.stop_replica, 6: self.update_metadata,
@@ -194,7 +193,9 @@ class Handlers:
         if p.offline:
             return None  # the append answers 56
         if self.replicas.isr is None:  # standalone: the ISR is this broker alone
-            isr, min_isr = 1, self.config["min.insync.replicas"]
+            isr = 1
+            min_isr = (self.topic_configs.min_isr(p.tp.topic) if self.topic_configs
+                       else self.config["min.insync.replicas"])
         else:
             st = self.replicas.isr.state(p.tp)
             if st is None:
@@ -515,10 +516,6 @@ class Handlers:
                 if t.name in seen:
                     raise TopicError(errors.INVALID_REQUEST, f"{t.name} appears twice in the request")
                 seen.add(t.name)
-                if t.configs:
-                    raise TopicError(errors.INVALID_CONFIG, f"{t.name}: topic configs "
-                                     f"({', '.join(c.name for c in t.configs)}) are not "
-                                     "supported; the broker's log.* settings apply")
                 partitions, rf = t.num_partitions, t.replication_factor
                 if t.assignments:
                     if partitions != -1 or rf != -1:
@@ -532,8 +529,9 @@ class Handlers:
                                          f"{t.name}: assignments must name partitions 0..n-1 "
                                          f"each on broker {self.leadership.broker_id} only")
                     partitions, rf = len(indexes), 1
-                await self.topic_admin.create_topic(t.name, partitions, rf,
-                                               validate_only=body.validate_only)
+                await self.topic_admin.create_topic(
+                    t.name, partitions, rf, validate_only=body.validate_only,
+                    configs={c.name: c.value for c in t.configs or []})
             except TopicError as err:
                 code, message = err.code, str(err)
                 self.metrics.errors.labels("CreateTopics", str(code)).inc()

@@ -23,16 +23,26 @@ from dataclasses import dataclass
 from typing import Any
 
 from kafka.protocol.admin import (
+    AlterConfigsRequest,
+    AlterConfigsResponse,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
     DeleteGroupsRequest,
     DeleteGroupsResponse,
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
     DescribeGroupsRequest,
     DescribeGroupsResponse,
     DescribeLogDirsRequest,
     DescribeLogDirsResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
     ListGroupsRequest,
     ListGroupsResponse,
 )
@@ -171,6 +181,13 @@ SUPPORTED: dict[int, Api] = {a.key: a for a in (
     _api(DescribeGroupsRequest, DescribeGroupsResponse, 0, 5),
     _api(ListGroupsRequest, ListGroupsResponse, 0, 5),
     _api(DeleteGroupsRequest, DeleteGroupsResponse, 0, 2),
+    # Topic and broker configs (daemon/api/configs.py).
+    _api(DescribeConfigsRequest, DescribeConfigsResponse, 0, 4),
+    _api(AlterConfigsRequest, AlterConfigsResponse, 0, 2),
+    _api(IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, 0, 1),
+    # DeleteRecords and CreatePartitions (daemon/api/partitions.py).
+    _api(DeleteRecordsRequest, DeleteRecordsResponse, 0, 2),
+    _api(CreatePartitionsRequest, CreatePartitionsResponse, 0, 3),
     # The controller's requests (docs/cluster.md): every version a ZooKeeper-mode
     # Kafka 3.x controller sends.
     _api(LeaderAndIsrRequest, LeaderAndIsrResponse, 0, 7),

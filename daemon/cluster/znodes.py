@@ -36,6 +36,10 @@ CONTROLLER = "/controller"
 CONTROLLER_EPOCH = "/controller_epoch"
 CONFIG = "/config"
 CONFIG_TOPICS = "/config/topics"
+CONFIG_BROKERS = "/config/brokers"
+CONFIG_CHANGES = "/config/changes"
+CONFIG_CHANGE_PREFIX = "config_change_"
+DEFAULT_BROKER_ENTITY = "<default>"  # Kafka's ZooKeeperInternals.DEFAULT_STRING
 ADMIN = "/admin"
 DELETE_TOPICS = "/admin/delete_topics"
 ISR_CHANGE_NOTIFICATION = "/isr_change_notification"
@@ -79,6 +83,16 @@ def topic_config_path(topic: str) -> str:
     return f"{CONFIG_TOPICS}/{topic}"
 
 
+def broker_config_path(entity: str) -> str:
+    """`/config/brokers/<id>`, or `/config/brokers/<default>` for the cluster default."""
+    return f"{CONFIG_BROKERS}/{entity}"
+
+
+def config_change_path(sequence: str = "") -> str:
+    """With no sequence: the prefix to create a sequential node with."""
+    return f"{CONFIG_CHANGES}/{CONFIG_CHANGE_PREFIX}{sequence}"
+
+
 def delete_topic_path(topic: str) -> str:
     return f"{DELETE_TOPICS}/{topic}"
 
@@ -96,7 +110,7 @@ def log_dir_event_path(sequence: str = "") -> str:
 def sequence_number(path_or_name: str) -> str:
     """The ZooKeeper sequence suffix of a notification node (`0000000042`), as Kafka
     keeps it: a string, so that it rebuilds the exact path."""
-    for prefix in (ISR_CHANGE_PREFIX, LOG_DIR_EVENT_PREFIX):
+    for prefix in (ISR_CHANGE_PREFIX, LOG_DIR_EVENT_PREFIX, CONFIG_CHANGE_PREFIX):
         i = path_or_name.rfind(prefix)
         if i >= 0:
             return path_or_name[i + len(prefix):]
@@ -434,6 +448,44 @@ def decode_topic_config(topic: str, data: bytes | None) -> dict[str, str]:
         if not isinstance(v, str):
             raise ZnodeError(path, f"config {k!r} is {v!r}, not a string", data)
     return dict(config)
+
+
+def encode_entity_config(config: Mapping[str, str]) -> bytes:
+    """`/config/brokers/<id>` (and any config entity): the layout of `/config/topics/<t>`."""
+    return encode_topic_config(config)
+
+
+def decode_entity_config(path: str, data: bytes | None) -> dict[str, str]:
+    if not data:
+        return {}
+    obj = _loads(path, data)
+    config = _object(path, obj, "config", required=False)
+    for k, v in config.items():
+        if not isinstance(v, str):
+            raise ZnodeError(path, f"config {k!r} is {v!r}, not a string", data)
+    return dict(config)
+
+
+# -- /config/changes/config_change_<seq> ------------------------------------------------
+
+def encode_config_change(entity_type: str, entity_name: str) -> bytes:
+    """Version 2 (Kafka 1.1+): `{"version":2,"entity_path":"topics/<t>"}`."""
+    return _dumps({"version": 2, "entity_path": f"{entity_type}/{entity_name}"})
+
+
+def decode_config_change(path: str, data: bytes) -> tuple[str, str]:
+    """(entity type, entity name) of a version 2 notification; version 1's
+    `{"version":1,"entity_type":..,"entity_name":..}` is read too."""
+    obj = _loads(path, data)
+    version = _int(path, obj, "version")
+    if version == 1:
+        return _str(path, obj, "entity_type"), _str(path, obj, "entity_name")
+    if version != 2:
+        raise ZnodeError(path, f"unsupported version {version}", data)
+    entity_type, sep, name = _str(path, obj, "entity_path").partition("/")
+    if not sep or not name:
+        raise ZnodeError(path, "entity_path is not <type>/<name>", data)
+    return entity_type, name
 
 
 # -- /cluster/id -------------------------------------------------------------------------

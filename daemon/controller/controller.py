@@ -37,6 +37,7 @@ from kazoo.exceptions import NodeExistsError
 from kazoo.protocol.states import EventType
 
 from daemon.cluster import znodes
+from daemon.replica.topic_config import ConfigValueError, validate_topic_configs
 from daemon.wire import LeaderAndIsrRequest, StopReplicaRequest, UpdateMetadataRequest, views
 from logstore import TopicPartition
 from logstore.names import InvalidTopicError, validate_topic
@@ -182,6 +183,13 @@ class Controller:
     def delete_topics(self, topics: Iterable[str]) -> Future:
         """Future of {name: error code}."""
         return self._put(ev.DeleteTopics(tuple(topics))).future
+
+    def create_partitions(self, topic: str, count: int, assignments: Sequence[Sequence[int]] | None,
+                          validate_only: bool = False) -> Future:
+        """Future of (error code, message): grow `topic` to `count` partitions by
+        writing the longer assignment to `/brokers/topics/<t>` (Kafka's
+        AdminZkClient.addPartitions); the partition watch then brings them online."""
+        return self.call(lambda: self._create_partitions(topic, count, assignments, validate_only))
 
     def call(self, fn) -> Future:
         """Run `fn()` on the event thread (a consistent view of the context)."""
@@ -606,8 +614,7 @@ class Controller:
             n = len(brokers)
             assignment = round_robin_assignment(brokers, partitions, rf, self.rng.randrange(n),
                                                 self.rng.randrange(n))
-        configs = dict(spec.configs)
-        self._validate_configs(name, configs)
+        configs = self._validate_configs(name, dict(spec.configs))
         rf = len(next(iter(assignment.values())))
         result = TopicResult(NONE, None, len(assignment), rf, configs)
         if validate_only:
@@ -631,18 +638,68 @@ class Controller:
         return result
 
     @staticmethod
-    def _validate_configs(name: str, configs: dict[str, str]) -> None:
-        for k, v in configs.items():
-            if not isinstance(v, str):
-                raise _TopicError(INVALID_CONFIG, f"{name}: config {k} must be a string, got {v!r}")
-        mir = configs.get("min.insync.replicas")
-        if mir is not None and (not mir.strip().isdigit() or int(mir) < 1):
-            raise _TopicError(INVALID_CONFIG, f"{name}: min.insync.replicas={mir!r} is not an "
-                              "integer >= 1")
-        unclean = configs.get("unclean.leader.election.enable")
-        if unclean is not None and unclean.strip().lower() not in ("true", "false"):
-            raise _TopicError(INVALID_CONFIG, f"{name}: unclean.leader.election.enable={unclean!r} "
-                              "is not true or false")
+    def _validate_configs(name: str, configs: dict[str, str]) -> dict[str, str]:
+        """Kafka's LogConfig.validate, through daemon.replica.topic_config's one table."""
+        try:
+            return validate_topic_configs(configs)
+        except ConfigValueError as err:
+            raise _TopicError(INVALID_CONFIG, f"{name}: {err}") from err
+
+    def _create_partitions(self, topic: str, count: int,
+                           assignments: Sequence[Sequence[int]] | None,
+                           validate_only: bool) -> tuple[int, str | None]:
+        """On the event thread; docs/cluster.md "Deleting records and adding partitions"."""
+        if not self.is_active:
+            return NOT_CONTROLLER, "this broker is not the controller"
+        if topic not in self.ctx.all_topics:
+            return UNKNOWN_TOPIC, f"The topic '{topic}' does not exist."
+        if self.ctx.is_topic_queued_for_deletion(topic):
+            return INVALID_TOPIC, f"The topic '{topic}' is queued for deletion."
+        existing = dict(self.ctx.assignments.get(topic, {}))
+        current = len(existing)
+        if count < current:
+            return INVALID_PARTITIONS, (f"Topic currently has {current} partitions, which is "
+                                        f"higher than the requested {count}.")
+        if count == current:
+            return INVALID_PARTITIONS, f"Topic already has {current} partitions."
+        rf = len(existing[0]) if existing else 1
+        brokers = self.ctx.live_broker_ids
+        if assignments is not None:
+            new = {current + i: tuple(r) for i, r in enumerate(assignments)}
+            if len(new) != count - current:
+                return INVALID_REPLICA_ASSIGNMENT, (
+                    f"Increasing the number of partitions by {count - current} but "
+                    f"{len(new)} assignments provided.")
+            bad = sorted(p for p, r in new.items() if len(r) != rf or len(set(r)) != len(r))
+            if bad:
+                return INVALID_REPLICA_ASSIGNMENT, (
+                    f"Inconsistent replication factor between partitions, partition 0 has "
+                    f"{rf} while partitions {bad} have other replication factors or repeat "
+                    "a broker.")
+            unknown = sorted({b for r in new.values() for b in r} - set(brokers))
+            if unknown:
+                return INVALID_REPLICA_ASSIGNMENT, f"Unknown broker(s) in replica assignment: {unknown}"
+        else:
+            if rf > len(brokers):
+                return INVALID_REPLICATION_FACTOR, (f"Replication factor: {rf} larger than "
+                                                    f"available brokers: {len(brokers)}.")
+            ids = sorted(brokers)
+            first = existing.get(0, (ids[0],))[0]
+            start = ids.index(first) if first in ids else self.rng.randrange(len(ids))
+            whole = round_robin_assignment(brokers, count, rf, start,
+                                           self.rng.randrange(len(ids)))
+            new = {p: r for p, r in whole.items() if p >= current}
+        if validate_only:
+            return NONE, None
+        got = self.zk.topic_assignment(topic)
+        if got is None:
+            return UNKNOWN_TOPIC, f"The topic '{topic}' does not exist."
+        assignment, version = got
+        updated = replace(assignment, partitions={**assignment.partitions, **new})
+        self.zk.set_data(znodes.topic_path(topic), znodes.encode_topic(updated), version)
+        log.info("controller: topic %s grows to %d partitions, new %s", topic, count, new)
+        self.events.put(ev.PartitionModifications(topic))  # the watch fires too
+        return NONE, None
 
     def _finish_creations(self) -> None:
         still = []

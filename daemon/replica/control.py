@@ -33,7 +33,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from logstore import StorageError, TopicPartition
+from logstore import LogConfig, StorageError, TopicPartition
 
 from ..api import errors
 from ..cluster.metadata_cache import MetadataCache
@@ -61,6 +61,7 @@ class ControlRequests:
                  fetchers: ReplicaFetchers | None = None,
                  isr: IsrManager | None = None,
                  min_isr_of: Callable[[str], Awaitable[int]] | None = None,
+                 log_config_of: Callable[[str], Awaitable[LogConfig]] | None = None,
                  on_leadership: Callable[[], None] = lambda: None):
         self.replicas = replicas
         self.storage: LogManager = replicas.storage
@@ -71,6 +72,8 @@ class ControlRequests:
         self.fetchers = fetchers  # a follower's replication from its leaders
         self.isr = isr  # a leader's follower state, ISR and high watermark
         self.min_isr_of = min_isr_of  # a topic's min.insync.replicas
+        # A topic's LogConfig, read again from `/config/topics/<t>` (its new logs get it).
+        self.log_config_of = log_config_of
         self.on_leadership = on_leadership  # what this broker leads may have changed
         self.controller_epoch = -1  # the newest controller epoch seen
         self._lock = asyncio.Lock()
@@ -139,8 +142,10 @@ class ControlRequests:
                             "created (KIP-112)", tp)
                 return errors.KAFKA_STORAGE_ERROR, False
             try:
+                cfg = await self.log_config_of(tp.topic) if self.log_config_of else None
                 [d] = await self.storage.place(1)
-                lg = await self.storage.run(d, d.logdir.create_log, tp.topic, tp.partition)  # type: ignore[union-attr]
+                lg = await self.storage.run(d, d.logdir.create_log, tp.topic, tp.partition,  # type: ignore[union-attr]
+                                            cfg)
             except (StorageError, OSError) as err:
                 log.warning("cannot create %s for the controller: %s; answered 56", tp, err)
                 return errors.KAFKA_STORAGE_ERROR, False

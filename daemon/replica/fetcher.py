@@ -59,6 +59,10 @@ class FollowerStorage(Protocol):
         """Append a leader's batches as they are; the new log end offset."""
         ...
 
+    async def follow_log_start(self, tp: TopicPartition, offset: int) -> None:
+        """Move the log start offset up to the leader's."""
+        ...
+
     async def truncate(self, tp: TopicPartition, offset: int) -> int:
         """Cut the log to end at or below `offset`; the new log end offset."""
         ...
@@ -214,6 +218,11 @@ class Fetcher:
                 state.last_fetched_epoch = await self.storage.last_fetched_epoch(tp)
             leader_hw = part.high_watermark  # type: ignore[attr-defined]
             self.storage.set_high_watermark(tp, min(leader_hw, state.fetch_offset))
+            leader_start = getattr(part, "log_start_offset", -1)
+            if leader_start > 0:
+                # Kafka's maybeIncrementLogStartOffset: DeleteRecords and retention on
+                # the leader move the follower's log start too.
+                await self.storage.follow_log_start(tp, leader_start)
             state.lag = max(0, leader_hw - state.fetch_offset)
         except asyncio.CancelledError:
             raise
@@ -289,6 +298,13 @@ class LogFollowerStorage:
             return lg.log_end_offset
 
         return await self.run(tp, truncate)
+
+    async def follow_log_start(self, tp: TopicPartition, offset: int) -> None:
+        """Move the log start up to the leader's (never past our log end)."""
+        lg = self.logs[tp]
+        target = min(offset, lg.log_end_offset)
+        if target > lg.log_start_offset:
+            await self.run(tp, lg.delete_records, target)
 
     def set_high_watermark(self, tp: TopicPartition, hw: int) -> None:
         lg = self.logs[tp]

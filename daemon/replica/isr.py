@@ -171,6 +171,16 @@ class IsrManager:
         if st is not None:
             st.partition.notify()
 
+    def set_min_isr(self, tp: TopicPartition, min_isr: int) -> None:
+        """The topic's min.insync.replicas changed (daemon.replica.topic_config): the
+        high watermark may move now, and waiting acks=all produces look again."""
+        st = self.leaders.get(tp)
+        if st is None or st.min_isr == max(min_isr, 1):
+            return
+        st.min_isr = max(min_isr, 1)
+        self._advance_high_watermark(st.partition)
+        st.partition.notify()
+
     # ---- what the produce and fetch paths ask and tell ----
 
     def state(self, tp: TopicPartition) -> LeaderState | None:

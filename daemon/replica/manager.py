@@ -190,6 +190,15 @@ class ReplicaManager:
             items, _dir_of, _list_offsets,
             on_error=lambda item, err: (error_of(err, "list offsets")[0], -1, -1))
 
+    async def delete_records(self, items: list[tuple[Partition, int]]) -> list[tuple[int, int]]:
+        """(error, low watermark) per (partition, offset): DeleteRecords on a partition
+        led here moves its log start offset up to `offset` (-1: the high watermark) and
+        deletes the segments wholly below it. Followers follow from the log start
+        offset in their Fetch answers; ListOffsets EARLIEST answers it."""
+        return await self.storage.fan_out(
+            items, _dir_of, _delete_records,
+            on_error=lambda item, err: (error_of(err, f"delete records of {item[0].tp}")[0], -1))
+
     async def end_offsets_for(self, items: list[tuple[Partition, int]]) -> list[tuple[int, int, int]]:
         """(error, epoch, end offset) per (partition, leader epoch): OffsetForLeaderEpoch."""
         return await self.storage.fan_out(
@@ -360,6 +369,29 @@ def _end_offsets_for(items: list[tuple[Partition, int]]) -> list[tuple[int, int,
             out.append((NONE, found_epoch, end))
         except Exception as err:  # noqa: BLE001 - per-partition isolation
             out.append((error_of(err, f"offset for leader epoch of {p.tp}")[0], -1, -1))
+    return out
+
+
+def _delete_records(items: list[tuple[Partition, int]]) -> list[tuple[int, int]]:
+    """(error, new log start offset) per (partition, offset); Kafka's rules: -1 is the
+    high watermark, an offset past it is OFFSET_OUT_OF_RANGE, one below the log start
+    changes nothing."""
+    out = []
+    for p, offset in items:
+        try:
+            lg = p.log
+            if p.deleted or lg is None:
+                out.append((UNKNOWN_TOPIC_OR_PARTITION, -1))
+                continue
+            target = lg.high_watermark if offset == -1 else offset
+            if target < 0 or target > lg.high_watermark:
+                out.append((OFFSET_OUT_OF_RANGE, -1))
+                continue
+            if target > lg.log_start_offset:
+                lg.delete_records(target)
+            out.append((NONE, lg.log_start_offset))
+        except Exception as err:  # noqa: BLE001 - per-partition isolation
+            out.append((error_of(err, f"delete records of {p.tp}")[0], -1))
     return out
 
 

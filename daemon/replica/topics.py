@@ -15,11 +15,13 @@ import asyncio
 import logging
 from collections.abc import Callable, Iterable
 
-from logstore import StorageError, TopicPartition, names
+from logstore import LogConfig, StorageError, TopicPartition, names
 from logstore.errors import InvalidTopicError
 
 from ..api.errors import (
+    INVALID_CONFIG,
     INVALID_PARTITIONS,
+    INVALID_REPLICA_ASSIGNMENT,
     INVALID_REPLICATION_FACTOR,
     INVALID_TOPIC_EXCEPTION,
     KAFKA_STORAGE_ERROR,
@@ -28,8 +30,10 @@ from ..api.errors import (
     error_of,
 )
 from ..config import Config
+from ..storage.config_store import FileConfigStore
 from .manager import ReplicaManager
 from .partition import Partition
+from .topic_config import DEFAULT_BROKER, ConfigValueError, TopicConfigs, validate_topic_configs
 
 log = logging.getLogger("logkeeper.broker")
 
@@ -44,20 +48,32 @@ class TopicAdmin:
     """Event loop only; one change at a time."""
 
     def __init__(self, config: Config, replicas: ReplicaManager, *,
-                 on_change: Callable[[], None] = lambda: None):
+                 on_change: Callable[[], None] = lambda: None,
+                 topic_configs: TopicConfigs | None = None,
+                 config_store: FileConfigStore | None = None):
         self.config = config
         self.replicas = replicas
+        # Topic configs given at creation are stored (standalone: the dirs' config file)
+        # before the logs are made with them, and forgotten with the topic.
+        self.topic_configs = topic_configs
+        self.config_store = config_store
         self.storage = replicas.storage
         self.on_change = on_change  # partitions were added or removed (metrics)
         self._lock = asyncio.Lock()
 
     async def create_topic(self, topic: str, num_partitions: int, replication_factor: int, *,
-                           validate_only: bool = False) -> None:
-        """Create `topic` with partitions placed by free space; TopicError on refusal."""
+                           validate_only: bool = False,
+                           configs: dict[str, str | None] | None = None) -> None:
+        """Create `topic` with partitions placed by free space and `configs` as its
+        overrides; TopicError on refusal."""
         try:
             names.validate_topic(topic)
         except InvalidTopicError as err:
             raise TopicError(INVALID_TOPIC_EXCEPTION, str(err)) from err
+        try:
+            overrides = validate_topic_configs(configs or {})
+        except ConfigValueError as err:
+            raise TopicError(INVALID_CONFIG, f"{topic}: {err}") from err
         if num_partitions == -1:
             num_partitions = self.config["num.partitions"]
         if replication_factor == -1:
@@ -83,9 +99,11 @@ class TopicAdmin:
                 return
             try:
                 placed = await self.storage.place(num_partitions)
+                log_config = await self._store_configs(topic, overrides)
             except StorageError as err:
                 raise TopicError(KAFKA_STORAGE_ERROR, str(err)) from err
-            futures = [self.storage.submit(d, d.logdir.create_log, topic, i)  # type: ignore[union-attr]
+            futures = [self.storage.submit(d, d.logdir.create_log, topic, i,  # type: ignore[union-attr]
+                                           log_config)
                        for i, d in enumerate(placed)]
             done = await asyncio.gather(*futures, return_exceptions=True)
             failed = None
@@ -102,6 +120,54 @@ class TopicAdmin:
             log.info("created topic %s with %d partitions on %s", topic, num_partitions,
                      ", ".join(sorted({str(d.path) for d in placed})))
 
+    async def create_partitions(self, topic: str, count: int,
+                                assignments: list[list[int]] | None = None, *,
+                                validate_only: bool = False) -> None:
+        """Grow `topic` to `count` partitions (CreatePartitions); TopicError on refusal."""
+        async with self._lock:
+            parts = self.replicas.topics().get(topic)
+            if not parts:
+                raise TopicError(UNKNOWN_TOPIC_OR_PARTITION,
+                                 f"The topic '{topic}' does not exist.")
+            current = len(parts)
+            if count < current:
+                raise TopicError(INVALID_PARTITIONS, f"Topic currently has {current} "
+                                 f"partitions, which is higher than the requested {count}.")
+            if count == current:
+                raise TopicError(INVALID_PARTITIONS, f"Topic already has {current} partitions.")
+            me = self.replicas.leadership.broker_id
+            if assignments is not None:
+                if len(assignments) != count - current:
+                    raise TopicError(INVALID_REPLICA_ASSIGNMENT, (
+                        f"Increasing the number of partitions by {count - current} but "
+                        f"{len(assignments)} assignments provided."))
+                if any(list(a) != [me] for a in assignments):
+                    raise TopicError(INVALID_REPLICA_ASSIGNMENT, f"{topic}: each new partition "
+                                     f"must be on broker {me} only (standalone)")
+            if validate_only:
+                return
+            try:
+                placed = await self.storage.place(count - current)
+            except StorageError as err:
+                raise TopicError(KAFKA_STORAGE_ERROR, str(err)) from err
+            cfg = self.topic_configs.log_config(topic) if self.topic_configs else None
+            futures = [self.storage.submit(d, d.logdir.create_log, topic, current + i,  # type: ignore[union-attr]
+                                           cfg)
+                       for i, d in enumerate(placed)]
+            done = await asyncio.gather(*futures, return_exceptions=True)
+            failed = None
+            for i, (d, res) in enumerate(zip(placed, done, strict=True)):
+                if isinstance(res, BaseException):
+                    failed = failed or res
+                    continue
+                self.replicas.add(Partition(TopicPartition(topic, current + i), res, d, 0))
+            self.on_change()
+            await self.storage.write_placement()
+            if failed is not None:
+                code, msg = error_of(failed, f"add partitions to {topic}")
+                raise TopicError(code, f"adding partitions to {topic}: {msg}")
+            log.info("topic %s: %d partitions now", topic, count)
+
     async def delete_topic(self, topic: str) -> None:
         async with self._lock:
             parts = self.replicas.topics().get(topic)
@@ -113,6 +179,9 @@ class TopicAdmin:
                 raise TopicError(KAFKA_STORAGE_ERROR, (
                     f"topic {topic!r} has partitions in offline log dirs ({', '.join(offline)}); "
                     "nothing deleted: re-admit the dirs (logkeeper log-dirs readmit) first"))
+            if self.topic_configs is not None and self.topic_configs.overrides(topic):
+                self.topic_configs.forget(topic)
+                await self._write_configs()
             futures = []
             for p in parts:
                 self.replicas.remove(p)  # appends already queued on the worker see it
@@ -126,6 +195,27 @@ class TopicAdmin:
                 code, msg = error_of(errors[0], f"delete {topic}")
                 raise TopicError(code, f"deleting {topic}: {msg}")
             log.info("deleted topic %s (%d partitions)", topic, len(parts))
+
+
+    async def _store_configs(self, topic: str, overrides: dict[str, str]) -> LogConfig | None:
+        """Store a new topic's overrides; the LogConfig its logs get (None: the dirs')."""
+        if self.topic_configs is None:
+            return None
+        if overrides:
+            self.topic_configs.topics[topic] = overrides
+            try:
+                await self._write_configs()
+            except BaseException:
+                self.topic_configs.forget(topic)
+                raise
+        return self.topic_configs.log_config(topic)
+
+    async def _write_configs(self) -> None:
+        tcs = self.topic_configs
+        if self.config_store is None or tcs is None:
+            return
+        await self.config_store.write(tcs.topics, {
+            b: tcs.broker_dynamic(b) for b in (DEFAULT_BROKER, str(self.config.broker_id))})
 
 
 def _collision(topic: str, existing: Iterable[str]) -> str | None:

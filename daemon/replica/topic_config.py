@@ -1,0 +1,519 @@
+"""Topic configs and dynamic broker configs: names, validation, what applies, and
+applying a change at runtime (docs/cluster.md "Topic and broker configs").
+
+What applies to a topic is, per config, the first of (Kafka's ConfigHelper and
+LogConfig.fromProps): the topic's override (`/config/topics/<t>` with ZooKeeper, the
+config file of the log dirs standalone), this broker's dynamic config
+(`/config/brokers/<id>`), the cluster's dynamic default (`/config/brokers/<default>`),
+the broker's config file, Kafka's default. `TOPIC_CONFIGS` is the one table of the topic
+configs logkeeper applies, each with its broker synonyms; `DYNAMIC_BROKER_KEYS` the
+broker keys that may change without a restart.
+
+`TopicConfigs` holds the overrides this broker knows and applies them: each log of a
+topic gets its new `LogConfig` on its dir's worker, a leader's `min.insync.replicas`
+changes what acks=all answers at once, and a retention round runs on the topic's logs
+at once (a lowered retention frees a full dir without waiting for the next round).
+
+Errors: `validate_topic_configs` and `validate_broker_configs` raise `ConfigValueError`
+(answered INVALID_CONFIG, 40) naming the config and the value; nothing is stored or
+applied then. Applying a change to a log that fails (its dir went offline) is logged
+and left to the next change or restart: the stored config is the truth.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from logstore import LogConfig
+
+from ..config import KEYS, Config
+from ..kafka_keys import KAFKA_BROKER_KEYS
+
+log = logging.getLogger("logkeeper.configs")
+
+# DescribeConfigs' ConfigSource ids (Kafka's DescribeConfigsResponse.ConfigSource).
+SOURCE_TOPIC = 1
+SOURCE_DYNAMIC_BROKER = 2
+SOURCE_DYNAMIC_DEFAULT_BROKER = 3
+SOURCE_STATIC_BROKER = 4
+SOURCE_DEFAULT = 5
+# DescribeConfigs v3+ config types (Kafka's DescribeConfigsResponse.ConfigType).
+TYPE_BOOLEAN, TYPE_STRING, TYPE_INT, TYPE_LONG, TYPE_DOUBLE, TYPE_LIST = 1, 2, 3, 5, 6, 7
+
+DEFAULT_BROKER = "<default>"  # Kafka's ZooKeeperInternals.DEFAULT_STRING
+
+
+class ConfigValueError(ValueError):
+    """A config name or value that cannot be used (INVALID_CONFIG); names both."""
+
+
+# ---- values ----
+
+def _parse_int(name: str, text: str, lo: int | None, hi: int | None) -> int:
+    s = text.strip()
+    try:
+        value = int(s)
+    except ValueError:
+        raise ConfigValueError(f"Invalid value {text} for configuration {name}: "
+                               "Not a number") from None
+    if lo is not None and value < lo:
+        raise ConfigValueError(f"Invalid value {text} for configuration {name}: Value must "
+                               f"be at least {lo}")
+    if hi is not None and value > hi:
+        raise ConfigValueError(f"Invalid value {text} for configuration {name}: Value must "
+                               f"be no more than {hi}")
+    return value
+
+
+def _parse_bool(name: str, text: str) -> bool:
+    s = text.strip().lower()
+    if s not in ("true", "false"):
+        raise ConfigValueError(f"Invalid value {text} for configuration {name}: Expected "
+                               "value to be either true or false")
+    return s == "true"
+
+
+def _parse_ratio(name: str, text: str) -> float:
+    try:
+        value = float(text.strip())
+    except ValueError:
+        raise ConfigValueError(f"Invalid value {text} for configuration {name}: Not a "
+                               "number") from None
+    if not 0.0 <= value <= 1.0:
+        raise ConfigValueError(f"Invalid value {text} for configuration {name}: Value must "
+                               "be between 0 and 1")
+    return value
+
+
+def _parse_policy(name: str, text: str) -> tuple[str, ...]:
+    items = [v.strip() for v in text.split(",") if v.strip()]
+    if not items or any(v not in ("delete", "compact") for v in items):
+        raise ConfigValueError(f"Invalid value {text} for configuration {name}: String must "
+                               "be one of: compact, delete")
+    return tuple(sorted(set(items)))
+
+
+def _parse_compression(name: str, text: str) -> str:
+    s = text.strip()
+    if s != "producer":
+        raise ConfigValueError(f"Invalid value {text} for configuration {name}: logkeeper "
+                               "keeps batches as the producer compressed them; only "
+                               "\"producer\" is supported")
+    return s
+
+
+@dataclass(frozen=True)
+class TopicKey:
+    """One topic config: its type, its broker synonyms with their unit in ms (or 1),
+    how a string is checked, Kafka's default and the LogConfig field it sets."""
+
+    name: str
+    kind: int  # TYPE_*
+    synonyms: tuple[tuple[str, int], ...]
+    parse: Callable[[str, str], Any]
+    default: Any
+    field: str | None  # LogConfig field; None for configs read elsewhere
+
+
+def _int_key(lo: int | None, hi: int | None = None) -> Callable[[str, str], int]:
+    return lambda name, text: _parse_int(name, text, lo, hi)
+
+
+_H, _M = 3600 * 1000, 60 * 1000
+_INT_MAX = 2**31 - 1
+_LONG_MAX = 2**63 - 1
+
+TOPIC_CONFIGS: dict[str, TopicKey] = {k.name: k for k in (
+    TopicKey("cleanup.policy", TYPE_LIST, (("log.cleanup.policy", 1),), _parse_policy,
+             ("delete",), "compacted"),
+    TopicKey("retention.ms", TYPE_LONG, (("log.retention.ms", 1), ("log.retention.minutes", _M),
+                                         ("log.retention.hours", _H)),
+             _int_key(-1, _LONG_MAX), 7 * 24 * _H, "retention_ms"),
+    TopicKey("retention.bytes", TYPE_LONG, (("log.retention.bytes", 1),),
+             _int_key(-1, _LONG_MAX), -1, "retention_bytes"),
+    TopicKey("segment.bytes", TYPE_INT, (("log.segment.bytes", 1),), _int_key(14, _INT_MAX),
+             1 << 30, "segment_bytes"),
+    TopicKey("segment.ms", TYPE_LONG, (("log.roll.ms", 1), ("log.roll.hours", _H)),
+             _int_key(1, _LONG_MAX), 7 * 24 * _H, "segment_ms"),
+    TopicKey("min.insync.replicas", TYPE_INT, (("min.insync.replicas", 1),),
+             _int_key(1, _INT_MAX), 1, None),
+    TopicKey("max.message.bytes", TYPE_INT, (("message.max.bytes", 1),),
+             _int_key(0, _INT_MAX), 1024 * 1024 + 12, "max_message_bytes"),
+    TopicKey("unclean.leader.election.enable", TYPE_BOOLEAN,
+             (("unclean.leader.election.enable", 1),), _parse_bool, False, None),
+    TopicKey("index.interval.bytes", TYPE_INT, (("log.index.interval.bytes", 1),),
+             _int_key(0, _INT_MAX), 4096, "index_interval_bytes"),
+    # Batches are kept as the producer wrote them: "producer" is the one value served.
+    TopicKey("compression.type", TYPE_STRING, (("compression.type", 1),), _parse_compression,
+             "producer", None),
+    # Kept, described and handed to LogConfig when it has the field: the log cleaner's.
+    TopicKey("delete.retention.ms", TYPE_LONG, (("log.cleaner.delete.retention.ms", 1),),
+             _int_key(0, _LONG_MAX), 24 * _H, "delete_retention_ms"),
+    TopicKey("min.cleanable.dirty.ratio", TYPE_DOUBLE,
+             (("log.cleaner.min.cleanable.ratio", 1),), _parse_ratio, 0.5,
+             "min_cleanable_dirty_ratio"),
+    TopicKey("min.compaction.lag.ms", TYPE_LONG, (("log.cleaner.min.compaction.lag.ms", 1),),
+             _int_key(0, _LONG_MAX), 0, "min_compaction_lag_ms"),
+)}
+
+# Kafka topic configs logkeeper knows but does not apply: refused with a clear message
+# rather than stored and silently ignored.
+UNSUPPORTED_TOPIC_CONFIGS = frozenset({
+    "compression.gzip.level", "compression.lz4.level",
+    "compression.zstd.level", "file.delete.delay.ms", "flush.messages", "flush.ms",
+    "follower.replication.throttled.replicas", "leader.replication.throttled.replicas",
+    "local.retention.bytes", "local.retention.ms", "max.compaction.lag.ms",
+    "message.downconversion.enable", "message.format.version", "message.timestamp.type",
+    "message.timestamp.difference.max.ms", "message.timestamp.before.max.ms",
+    "message.timestamp.after.max.ms", "preallocate", "remote.storage.enable",
+    "segment.index.bytes", "segment.jitter.ms", "remote.log.copy.disable",
+    "remote.log.delete.on.disable",
+})
+
+# Broker keys that change without a restart (a subset of Kafka's
+# DynamicBrokerConfig.AllDynamicConfigs: the log defaults of the topic configs above).
+DYNAMIC_BROKER_KEYS: dict[str, TopicKey] = {
+    syn: k for k in TOPIC_CONFIGS.values() for syn, _ in k.synonyms}
+_BROKER_UNITS = {syn: unit for k in TOPIC_CONFIGS.values() for syn, unit in k.synonyms}
+
+
+def to_text(key: TopicKey, value: Any) -> str:
+    """A value as Kafka's ConfigDef.convertToString writes it."""
+    if key.kind == TYPE_BOOLEAN:
+        return "true" if value else "false"
+    if key.kind == TYPE_LIST:
+        return ",".join(value)
+    return str(value)
+
+
+def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, str]:
+    """Check a topic's overrides (Kafka's LogConfig.validate); the same mapping back,
+    each value trimmed. ConfigValueError names the first bad one."""
+    out = {}
+    for name, value in configs.items():
+        if name in UNSUPPORTED_TOPIC_CONFIGS:
+            raise ConfigValueError(f"Topic config {name} is not supported by logkeeper "
+                                   f"(supported: {', '.join(sorted(TOPIC_CONFIGS))})")
+        key = TOPIC_CONFIGS.get(name)
+        if key is None:
+            raise ConfigValueError(f"Unknown topic config name: {name}")
+        if not isinstance(value, str):
+            raise ConfigValueError(f"Invalid value {value} for configuration {name}: a "
+                                   "value is required")
+        key.parse(name, value)
+        out[name] = value.strip()
+    return out
+
+
+def validate_broker_configs(configs: Mapping[str, str | None], static: Config) -> dict[str, str]:
+    """Check dynamic broker configs (Kafka's DynamicBrokerConfig.validate)."""
+    out = {}
+    for name, value in configs.items():
+        key = DYNAMIC_BROKER_KEYS.get(name)
+        if key is None:
+            if name in static.values or name in KAFKA_BROKER_KEYS:
+                raise ConfigValueError(f"Cannot update these configs dynamically: [{name}]")
+            raise ConfigValueError(f"Unknown broker config name: {name}")
+        if not isinstance(value, str):
+            raise ConfigValueError(f"Invalid value {value} for configuration {name}: a "
+                                   "value is required")
+        key.parse(name, value)
+        out[name] = value.strip()
+    return out
+
+
+# ---- what applies ----
+
+@dataclass(frozen=True)
+class Entry:
+    """One described config: its value, where it came from, and the chain (synonyms)."""
+
+    name: str
+    value: str | None
+    source: int
+    kind: int
+    synonyms: tuple[tuple[str, str | None, int], ...]  # (name, value, source), first wins
+    read_only: bool = False
+
+    @property
+    def is_default(self) -> bool:
+        return self.source == SOURCE_DEFAULT
+
+
+class Layers:
+    """The dynamic broker configs (per broker and cluster default) over the static file."""
+
+    def __init__(self, static: Config, broker_id: int):
+        self.static = static
+        self.broker_id = broker_id
+        self.dynamic: dict[str, str] = {}  # /config/brokers/<id>
+        self.dynamic_default: dict[str, str] = {}  # /config/brokers/<default>
+
+    def broker_chain(self, name: str) -> list[tuple[str, str | None, int]]:
+        """(synonym, value, source) for broker key `name` and its synonyms, in the order
+        they win (Kafka's ConfigHelper.configSynonyms)."""
+        key = DYNAMIC_BROKER_KEYS.get(name)
+        names = [s for s, _ in key.synonyms] if key is not None else [name]
+        names = names[names.index(name):] if name in names else names
+        chain: list[tuple[str, str | None, int]] = []
+        for layer, source in ((self.dynamic, SOURCE_DYNAMIC_BROKER),
+                              (self.dynamic_default, SOURCE_DYNAMIC_DEFAULT_BROKER)):
+            chain += [(n, layer[n], source) for n in names if n in layer]
+        for n in names:
+            if n in self.static.given:
+                chain.append((n, _static_text(n, self.static.given[n]), SOURCE_STATIC_BROKER))
+        # Kafka lists the default of every synonym that has one.
+        for n in names:
+            default = _static_default(self.static, n)
+            if default is not None:
+                chain.append((n, default, SOURCE_DEFAULT))
+        return chain
+
+    def topic_value(self, key: TopicKey) -> tuple[Any, list[tuple[str, str | None, int]]]:
+        """The broker's value for topic config `key` and the chain it came from."""
+        chain = self.broker_chain(key.synonyms[0][0])
+        for n, text, _source in chain:
+            if text is None:
+                continue
+            unit = _BROKER_UNITS.get(n, 1)
+            if unit != 1:
+                return key.parse(n, text) * unit, chain
+            if key.synonyms[0][0] == n:
+                return key.parse(n, text), chain
+        return key.default, chain
+
+
+def _static_text(name: str, value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (tuple, list)):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def _static_default(static: Config, name: str) -> str | None:
+    """Kafka's default for broker key `name` as text (None: it has none, e.g. the
+    minutes of log.retention.minutes)."""
+    k = KEYS.get(name)
+    if k is not None:
+        return _static_text(name, k.default)
+    key = DYNAMIC_BROKER_KEYS.get(name)
+    if key is not None and key.synonyms[0][0] == name:
+        return to_text(key, key.default)
+    return None
+
+
+def effective(layers: Layers, overrides: Mapping[str, str]) -> dict[str, Entry]:
+    """Every topic config of a topic with `overrides`, as DescribeConfigs shows it."""
+    out = {}
+    for name, key in TOPIC_CONFIGS.items():
+        value, chain = layers.topic_value(key)
+        synonyms = list(chain)
+        if name in overrides:
+            value = key.parse(name, overrides[name])
+            synonyms.insert(0, (name, overrides[name], SOURCE_TOPIC))
+        source = synonyms[0][2] if synonyms else SOURCE_DEFAULT
+        out[name] = Entry(name, to_text(key, value), source, key.kind, tuple(synonyms))
+    return out
+
+
+def typed(layers: Layers, overrides: Mapping[str, str]) -> dict[str, Any]:
+    """Every topic config's value, typed."""
+    out = {}
+    for name, key in TOPIC_CONFIGS.items():
+        value, _ = layers.topic_value(key)
+        out[name] = key.parse(name, overrides[name]) if name in overrides else value
+    return out
+
+
+_LOG_FIELDS = {f.name for f in dataclasses.fields(LogConfig)}
+
+
+def log_config(base: LogConfig, values: Mapping[str, Any]) -> LogConfig:
+    """`base` with the typed topic configs that LogConfig carries."""
+    changes: dict[str, Any] = {}
+    for name, key in TOPIC_CONFIGS.items():
+        if key.field is None or key.field not in _LOG_FIELDS:
+            continue
+        value = values[name]
+        if key.field == "compacted":
+            value = "delete" not in value  # nothing compacts here: compact alone keeps all
+        elif key.field == "retention_ms" and value < 0:
+            value = -1
+        changes[key.field] = value
+    return dataclasses.replace(base, **changes)
+
+
+def broker_entries(layers: Layers) -> list[Entry]:
+    """The broker's effective config, as DescribeConfigs for BROKER shows it: every key
+    logkeeper reads (config.KEYS), read-only unless it may change at runtime."""
+    out = []
+    for name in KEYS:
+        chain = layers.broker_chain(name)
+        current = layers.static.values.get(name)
+        if name in DYNAMIC_BROKER_KEYS:
+            for n, text, source in chain:
+                if source in (SOURCE_DYNAMIC_BROKER, SOURCE_DYNAMIC_DEFAULT_BROKER) and n == name:
+                    current = text
+                    break
+        value = _static_text(name, current)
+        source = next((s for n, _, s in chain if n == name), SOURCE_DEFAULT)
+        key = DYNAMIC_BROKER_KEYS.get(name)
+        kind = key.kind if key is not None else _kind_of(KEYS[name].kind)
+        out.append(Entry(name, value, source, kind, tuple(chain),
+                         read_only=name not in DYNAMIC_BROKER_KEYS))
+    return out
+
+
+def _kind_of(kind: type) -> int:
+    return {int: TYPE_LONG, bool: TYPE_BOOLEAN, list: TYPE_LIST}.get(kind, TYPE_STRING)
+
+
+# ---- incremental changes (IncrementalAlterConfigs) ----
+
+OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
+
+
+def apply_ops(current: Mapping[str, str], ops: Iterable[tuple[str, int, str | None]],
+              kind_of: Callable[[str], int | None], defaults: Callable[[str], str]
+              ) -> dict[str, str]:
+    """Kafka's prepareIncrementalConfigs: SET, DELETE, and APPEND/SUBTRACT on list
+    configs (starting from the value that applies when the entity has none)."""
+    out = dict(current)
+    for name, op, value in ops:
+        if op == OP_SET:
+            if value is None:
+                raise ConfigValueError(f"Null value not supported for: {name}")
+            out[name] = value
+        elif op == OP_DELETE:
+            out.pop(name, None)
+        elif op in (OP_APPEND, OP_SUBTRACT):
+            if kind_of(name) != TYPE_LIST:
+                raise ConfigValueError(f"Config value append is not allowed for config key: "
+                                       f"{name}" if op == OP_APPEND else
+                                       f"Config value subtract is not allowed for config key: "
+                                       f"{name}")
+            items = [v for v in (out.get(name) or defaults(name)).split(",") if v]
+            given = [v.strip() for v in (value or "").split(",") if v.strip()]
+            if op == OP_APPEND:
+                items += [v for v in given if v not in items]
+            else:
+                items = [v for v in items if v not in given]
+            out[name] = ",".join(items)
+        else:
+            raise ConfigValueError(f"Unknown operation {op} for config {name}")
+    return out
+
+
+# ---- the runtime side ----
+
+class TopicConfigs:
+    """The overrides and dynamic broker configs this broker knows, and their application
+    to its logs. Event loop only.
+
+    `hosted(topic)` lists the partitions held here of a topic: objects with `tp`, `log`
+    and `dir`; `run(dir, fn, *args)` runs `fn` on a dir's worker; `set_min_isr(tp, n)`
+    tells a leader's ISR state (None standalone)."""
+
+    def __init__(self, static: Config, *,
+                 hosted: Callable[[str | None], list[Any]],
+                 run: Callable[..., Awaitable[Any]],
+                 set_min_isr: Callable[[Any, int], None] | None = None):
+        self.static = static
+        self.layers = Layers(static, static.broker_id)
+        self.base = static.log_config()
+        self.topics: dict[str, dict[str, str]] = {}
+        self.hosted = hosted
+        self.run = run
+        self.set_min_isr = set_min_isr
+
+    def overrides(self, topic: str) -> dict[str, str]:
+        return dict(self.topics.get(topic, {}))
+
+    def values(self, topic: str) -> dict[str, Any]:
+        return typed(self.layers, self.topics.get(topic, {}))
+
+    def log_config(self, topic: str) -> LogConfig:
+        return log_config(self.base, self.values(topic))
+
+    def min_isr(self, topic: str) -> int:
+        return int(self.values(topic)["min.insync.replicas"])
+
+    def unclean(self, topic: str) -> bool:
+        return bool(self.values(topic)["unclean.leader.election.enable"])
+
+    def describe(self, topic: str) -> dict[str, Entry]:
+        return effective(self.layers, self.topics.get(topic, {}))
+
+    def broker_dynamic(self, entity: str) -> dict[str, str]:
+        layer = self.layers.dynamic_default if entity == DEFAULT_BROKER else self.layers.dynamic
+        return dict(layer)
+
+    def load(self, topics: Mapping[str, Mapping[str, str]],
+             brokers: Mapping[str, Mapping[str, str]]) -> None:
+        """Everything stored (start-up); apply with `apply_all`."""
+        self.topics = {t: dict(c) for t, c in topics.items() if c}
+        self.layers.dynamic = dict(brokers.get(str(self.static.broker_id), {}))
+        self.layers.dynamic_default = dict(brokers.get(DEFAULT_BROKER, {}))
+
+    async def set_topic(self, topic: str, overrides: Mapping[str, str]) -> None:
+        """`topic`'s overrides are now `overrides`: apply them to its logs here (nothing
+        to do when they did not change)."""
+        before = self.topics.get(topic, {})
+        if dict(before) == dict(overrides):
+            return
+        if overrides:
+            self.topics[topic] = dict(overrides)
+        else:
+            self.topics.pop(topic, None)
+        log.info("topic %s: config overrides %s", topic, dict(overrides) or "none")
+        await self.apply(topic)
+
+    async def set_broker(self, entity: str, configs: Mapping[str, str]) -> None:
+        """This broker's (or the cluster default) dynamic config is now `configs`."""
+        if entity == DEFAULT_BROKER:
+            self.layers.dynamic_default = dict(configs)
+        elif entity == str(self.static.broker_id):
+            self.layers.dynamic = dict(configs)
+        else:
+            return
+        log.info("dynamic broker config %s: %s", entity, dict(configs) or "none")
+        await self.apply(None)
+
+    def forget(self, topic: str) -> None:
+        self.topics.pop(topic, None)
+
+    async def apply(self, topic: str | None) -> None:
+        """Give `topic`'s logs here (every topic's with None) the config that applies,
+        set each leader's min.insync.replicas, then run retention on them at once."""
+        now = int(time.time() * 1000)
+        for p in self.hosted(topic):
+            if p.log is None or p.dir.logdir is None:
+                continue
+            cfg = self.log_config(p.tp.topic)
+            try:
+                deleted = await self.run(p.dir, _apply_to_log, p.dir.logdir, p.log, p.tp.topic,
+                                         cfg, now)
+            except Exception as err:  # noqa: BLE001 - the stored config is the truth
+                log.warning("applying the config of %s failed: %s: %s", p.tp,
+                            type(err).__name__, err)
+                continue
+            if deleted:
+                log.info("%s: retention deleted %d segments after a config change", p.tp, deleted)
+            p.high_watermark = p.log.high_watermark
+            if self.set_min_isr is not None:
+                self.set_min_isr(p.tp, self.min_isr(p.tp.topic))
+
+
+def _apply_to_log(logdir: Any, lg: Any, topic: str, cfg: LogConfig, now: int) -> int:
+    """On the dir's worker: the log's new config, then a retention pass."""
+    logdir.topic_configs[topic] = cfg
+    lg.update_config(cfg)
+    return lg.apply_retention(now)

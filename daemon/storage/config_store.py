@@ -1,0 +1,101 @@
+"""Topic and broker configs of a standalone broker (no ZooKeeper), kept in its log dirs
+(docs/cluster.md "Topic and broker configs").
+
+`logkeeper-configs.json` sits beside the placement record at the root of every ONLINE
+dir, written atomically through the dir's `LogDir.write_root_file` (inside its IoGuard):
+
+    {"version": 1, "broker": 0, "generation": 7,
+     "topics": {"orders": {"retention.ms": "60000"}},
+     "brokers": {"<default>": {}, "0": {"log.retention.bytes": "1000000"}}}
+
+Values are strings, as in `/config/topics/<t>`. At start-up the record with the highest
+generation among the dirs wins, so a dir that missed a write (full, or offline then)
+does not bring old configs back.
+
+Errors: `write` raises `LogDirOfflineError` when no dir could take the record (every
+dir full or offline): the caller then changes nothing. A dir whose write fails is
+logged; the others hold the record.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from logstore import LogDirOfflineError
+
+from .dirstate import DirState
+from .log_manager import LogManager
+from .workers import ManagedDir
+
+log = logging.getLogger("logkeeper.configs")
+
+CONFIG_FILE = "logkeeper-configs.json"
+
+
+class FileConfigStore:
+    """Event loop only; the file work runs on each dir's worker."""
+
+    def __init__(self, storage: LogManager):
+        self.storage = storage
+        self.generation = 0
+
+    async def load(self) -> tuple[dict[str, dict[str, str]], dict[str, dict[str, str]]]:
+        """(topics, brokers) from the newest record among the dirs ({} and {} if none)."""
+        dirs = [d for d in self.storage.dirs if d.logdir is not None
+                and d.state is not DirState.OFFLINE]
+        records = [r for _, r in await self.storage.run_each(dirs, _read) if isinstance(r, dict)]
+        if not records:
+            return {}, {}
+        newest = max(records, key=lambda r: r.get("generation", 0))
+        self.generation = int(newest.get("generation", 0))
+        return _configs(newest.get("topics")), _configs(newest.get("brokers"))
+
+    async def write(self, topics: Mapping[str, Mapping[str, str]],
+                    brokers: Mapping[str, Mapping[str, str]]) -> None:
+        """Store the whole state in every ONLINE dir."""
+        self.generation += 1
+        record = {"version": 1, "broker": self.storage.broker_id, "generation": self.generation,
+                  "topics": {t: dict(c) for t, c in sorted(topics.items()) if c},
+                  "brokers": {b: dict(c) for b, c in sorted(brokers.items()) if c}}
+        data = json.dumps(record, indent=1, sort_keys=True).encode() + b"\n"
+        dirs = [d for d in self.storage.dirs if d.logdir is not None
+                and d.state is DirState.ONLINE]
+        written = 0
+        for d, r in await self.storage.run_each(dirs, _write, data):
+            if isinstance(r, BaseException):
+                log.warning("writing %s in %s failed: %s", CONFIG_FILE, d.path, r)
+            else:
+                written += 1
+        if not written:
+            states = ", ".join(f"{d.path}: {d.state.value}" for d in self.storage.dirs)
+            raise LogDirOfflineError(
+                f"no ONLINE log dir could store {CONFIG_FILE} ({states}); nothing changed",
+                log_dir="", op=f"write {CONFIG_FILE}", path="", errno=None)
+
+
+def _configs(obj: Any) -> dict[str, dict[str, str]]:
+    if not isinstance(obj, dict):
+        return {}
+    return {str(k): {str(n): str(v) for n, v in c.items()}
+            for k, c in obj.items() if isinstance(c, dict)}
+
+
+def _read(d: ManagedDir) -> dict[str, Any] | None:
+    assert d.logdir is not None
+    data = d.logdir.read_root_file(CONFIG_FILE)
+    if data is None:
+        return None
+    try:
+        record = json.loads(data)
+    except ValueError as err:
+        log.warning("%s: unreadable, ignored: %s", d.path / CONFIG_FILE, err)
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def _write(d: ManagedDir, data: bytes) -> None:
+    assert d.logdir is not None
+    d.logdir.write_root_file(CONFIG_FILE, data)

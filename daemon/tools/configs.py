@@ -1,0 +1,212 @@
+"""`logkeeper configs`: describe and alter topic and broker configs, as Kafka's
+`kafka-configs.sh` does, through the Kafka protocol (DescribeConfigs and
+IncrementalAlterConfigs).
+
+    logkeeper configs describe --topic T [--all] [--json]
+    logkeeper configs describe --broker N | --broker-defaults
+    logkeeper configs alter --topic T --add-config retention.ms=60000[,k=v...]
+                            [--delete-config k[,k...]]
+
+The broker asked is `--bootstrap-server`, else the listener of the daemon on this host
+(`--config FILE`, or the embedded defaults). A `--broker N` request goes to broker N
+itself (its address from Metadata), as Kafka's admin clients send it. Without `--all`,
+describe prints only what is set on the entity (the topic's overrides, the broker's
+dynamic configs), like kafka-configs.sh.
+
+Exit codes: 0 done; 1 the broker refused (the error code, its name and the broker's
+message are printed, and nothing changed); 2 a usage error, a bad config file, or no
+broker reachable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from kafka.protocol.admin import (
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
+)
+from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+
+from ..api.errors import name_of
+from .client import ClientError, Connection, connect_any
+
+TOPIC, BROKER = 2, 4
+SOURCES = {1: "DYNAMIC_TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG",
+           3: "DYNAMIC_DEFAULT_BROKER_CONFIG", 4: "STATIC_BROKER_CONFIG", 5: "DEFAULT_CONFIG"}
+SET, DELETE = 0, 1
+
+
+class Refused(Exception):
+    def __init__(self, code: int, message: str | None):
+        super().__init__(f"error {code} ({name_of(code)}): {message or 'no message'}")
+        self.code = code
+
+
+def parse_add_config(text: str) -> dict[str, str]:
+    """kafka-configs.sh's `k=v,k2=v2`; a list value goes in brackets: `k=[a,b]`."""
+    out: dict[str, str] = {}
+    i, n = 0, len(text)
+    while i < n:
+        eq = text.find("=", i)
+        if eq < 0:
+            raise ValueError(f"--add-config {text!r}: expected key=value at {text[i:]!r}")
+        key = text[i:eq].strip()
+        j = eq + 1
+        if j < n and text[j] == "[":
+            end = text.find("]", j)
+            if end < 0:
+                raise ValueError(f"--add-config {text!r}: unclosed [ in {key}")
+            value, i = text[j + 1:end], end + 1
+            if i < n and text[i] == ",":
+                i += 1
+        else:
+            end = text.find(",", j)
+            end = n if end < 0 else end
+            value, i = text[j:end], end + 1
+        if not key:
+            raise ValueError(f"--add-config {text!r}: empty key")
+        out[key] = value.strip()
+    return out
+
+
+def _resource(args: argparse.Namespace) -> tuple[int, str]:
+    if args.topic is not None:
+        return TOPIC, args.topic
+    if args.broker is not None:
+        return BROKER, str(args.broker)
+    return BROKER, ""
+
+
+def _connect(bootstrap: str, rtype: int, name: str) -> Connection:
+    """A connection to the broker that answers for the resource: any for a topic or
+    the broker defaults, broker N itself for `--broker N`."""
+    conn = connect_any(bootstrap)
+    if rtype != BROKER or name == "":
+        return conn
+    with conn:
+        meta = conn.call(MetadataRequest(topics=[], allow_auto_topic_creation=False),
+                         MetadataResponse, lo=1, hi=8)
+    for b in meta.brokers:
+        if str(b.node_id) == name:
+            return Connection(b.host, b.port)
+    raise ClientError(f"broker {name} is not in the cluster's metadata (brokers "
+                      f"{sorted(b.node_id for b in meta.brokers)})")
+
+
+def describe(bootstrap: str, rtype: int, name: str) -> list[dict[str, Any]]:
+    R = DescribeConfigsRequest.DescribeConfigsResource
+    with _connect(bootstrap, rtype, name) as conn:
+        resp = conn.call(DescribeConfigsRequest(
+            resources=[R(resource_type=rtype, resource_name=name, configuration_keys=None)],
+            include_synonyms=True, include_documentation=False), DescribeConfigsResponse,
+            lo=1, hi=4)
+    [res] = resp.results
+    if res.error_code:
+        raise Refused(res.error_code, res.error_message)
+    return [{"name": c.name, "value": c.value, "source": SOURCES.get(c.config_source, "UNKNOWN"),
+             "read_only": c.read_only, "sensitive": c.is_sensitive,
+             "synonyms": [{"name": s.name, "value": s.value,
+                           "source": SOURCES.get(s.source, "UNKNOWN")} for s in c.synonyms]}
+            for c in sorted(res.configs, key=lambda c: c.name)]
+
+
+def alter(bootstrap: str, rtype: int, name: str, add: dict[str, str], delete: list[str]) -> None:
+    R = IncrementalAlterConfigsRequest.AlterConfigsResource
+    C = R.AlterableConfig
+    configs = [C(name=k, config_operation=SET, value=v) for k, v in add.items()]
+    configs += [C(name=k, config_operation=DELETE, value=None) for k in delete]
+    with _connect(bootstrap, rtype, name) as conn:
+        resp = conn.call(IncrementalAlterConfigsRequest(
+            resources=[R(resource_type=rtype, resource_name=name, configs=configs)],
+            validate_only=False), IncrementalAlterConfigsResponse, lo=0, hi=1)
+    [res] = resp.responses
+    if res.error_code:
+        raise Refused(res.error_code, res.error_message)
+
+
+def _what(rtype: int, name: str) -> str:
+    if rtype == TOPIC:
+        return f"topic {name}"
+    return f"broker {name}" if name else "default brokers"
+
+
+def render(entries: list[dict[str, Any]], rtype: int, name: str, everything: bool) -> str:
+    dynamic = ("DYNAMIC_TOPIC_CONFIG", "DYNAMIC_BROKER_CONFIG", "DYNAMIC_DEFAULT_BROKER_CONFIG")
+    shown = entries if everything else [e for e in entries if e["source"] in dynamic]
+    head = "All configs" if everything else "Dynamic configs"
+    lines = [f"{head} for {_what(rtype, name)} are:"]
+    for e in shown:
+        syn = ", ".join(f"{s['source']}:{s['name']}={s['value']}" for s in e["synonyms"])
+        lines.append(f"  {e['name']}={e['value']} sensitive={str(e['sensitive']).lower()} "
+                     f"synonyms={{{syn}}}")
+    return "\n".join(lines)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="logkeeper configs",
+                                description="Describe or alter topic and broker configs.")
+    sub = p.add_subparsers(dest="action", required=True)
+    for action in ("describe", "alter"):
+        s = sub.add_parser(action, help=f"{action} the configs of a topic or broker")
+        where = s.add_mutually_exclusive_group()
+        where.add_argument("--bootstrap-server", metavar="HOST:PORT[,HOST:PORT]",
+                           help="default: the listener of --config, or of the embedded defaults")
+        where.add_argument("--config", metavar="FILE",
+                           help="the daemon's config, to find its listener")
+        what = s.add_mutually_exclusive_group(required=True)
+        what.add_argument("--topic", help="a topic")
+        what.add_argument("--broker", type=int, help="a broker id (its dynamic configs)")
+        what.add_argument("--broker-defaults", action="store_true",
+                          help="the cluster-wide dynamic broker defaults")
+        if action == "describe":
+            s.add_argument("--all", action="store_true",
+                           help="every config with the value that applies, not only those set")
+            s.add_argument("--json", action="store_true", help="print JSON")
+        else:
+            s.add_argument("--add-config", default="", metavar="K=V[,K=V]",
+                           help="configs to set (a list value in brackets: k=[a,b])")
+            s.add_argument("--delete-config", default="", metavar="K[,K]",
+                           help="configs to remove (the broker's value applies again)")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    rtype, name = _resource(args)
+    bootstrap = args.bootstrap_server
+    try:
+        if bootstrap is None:
+            from .. import config as config_mod
+
+            cfg = config_mod.load(args.config)
+            bootstrap = config_mod.local_address(cfg.listener.host, cfg.listener.port)
+        if args.action == "describe":
+            entries = describe(bootstrap, rtype, name)
+            print(json.dumps(entries, indent=2) if args.json
+                  else render(entries, rtype, name, args.all))
+            return 0
+        add = parse_add_config(args.add_config) if args.add_config else {}
+        delete = [k.strip() for k in args.delete_config.split(",") if k.strip()]
+        if not add and not delete:
+            print("logkeeper configs: alter needs --add-config or --delete-config",
+                  file=sys.stderr)
+            return 2
+        alter(bootstrap, rtype, name, add, delete)
+    except Refused as err:
+        print(f"logkeeper configs: {_what(rtype, name)}: {err}; nothing changed",
+              file=sys.stderr)
+        return 1
+    except (ClientError, ValueError) as err:  # ConfigError is a ValueError
+        print(f"logkeeper configs: {err}", file=sys.stderr)
+        return 2
+    print(f"Completed updating config for {_what(rtype, name)}.")
+    return 0

@@ -1,0 +1,104 @@
+"""What applies to a topic, and what is refused (daemon/replica/topic_config.py): the
+order Kafka's DescribeConfigs reports (topic override, dynamic broker, dynamic default,
+static file, default) with the synonyms' units, validation with Kafka's messages, and
+IncrementalAlterConfigs' operations. Plus the config znodes' JSON."""
+
+from __future__ import annotations
+
+import pytest
+
+from daemon import config
+from daemon.cluster import znodes
+from daemon.replica import topic_config as tc
+
+
+def layers(**given: object) -> tc.Layers:
+    return tc.Layers(config.from_mapping(given), 1)
+
+
+def test_sources_follow_kafkas_order_with_units() -> None:
+    lay = layers(**{"log.retention.hours": 2})
+    e = tc.effective(lay, {})["retention.ms"]
+    assert (e.value, e.source) == (str(2 * 3600 * 1000), tc.SOURCE_STATIC_BROKER)
+    assert e.synonyms[0] == ("log.retention.hours", "2", tc.SOURCE_STATIC_BROKER)
+    lay.dynamic_default = {"log.retention.minutes": "5"}
+    e = tc.effective(lay, {})["retention.ms"]
+    assert (e.value, e.source) == ("300000", tc.SOURCE_DYNAMIC_DEFAULT_BROKER)
+    lay.dynamic = {"log.retention.ms": "7000"}
+    assert tc.effective(lay, {})["retention.ms"].source == tc.SOURCE_DYNAMIC_BROKER
+    e = tc.effective(lay, {"retention.ms": "60000"})["retention.ms"]
+    assert (e.value, e.source) == ("60000", tc.SOURCE_TOPIC)
+    assert [s[2] for s in e.synonyms] == [tc.SOURCE_TOPIC, tc.SOURCE_DYNAMIC_BROKER,
+                                          tc.SOURCE_DYNAMIC_DEFAULT_BROKER,
+                                          tc.SOURCE_STATIC_BROKER, tc.SOURCE_DEFAULT]
+    d = tc.effective(layers(), {})["retention.ms"]
+    assert (d.value, d.source, d.is_default) == (str(168 * 3600 * 1000), tc.SOURCE_DEFAULT, True)
+
+
+def test_log_config_carries_the_topic_values() -> None:
+    lay = layers(**{"log.segment.bytes": 1 << 20})
+    values = tc.typed(lay, {"cleanup.policy": "compact", "retention.bytes": "500",
+                            "max.message.bytes": "2000"})
+    cfg = tc.log_config(config.from_mapping({}).log_config(), values)
+    assert (cfg.segment_bytes, cfg.retention_bytes, cfg.max_message_bytes, cfg.compacted) == \
+        (1 << 20, 500, 2000, True)
+
+
+@pytest.mark.parametrize(("configs", "message"), [
+    ({"retention.ms": "soon"}, "Invalid value soon for configuration retention.ms: Not a number"),
+    ({"retention.ms": "-2"}, "Value must be at least -1"),
+    ({"segment.bytes": "13"}, "Value must be at least 14"),
+    ({"min.insync.replicas": "0"}, "Value must be at least 1"),
+    ({"unclean.leader.election.enable": "yes"}, "either true or false"),
+    ({"cleanup.policy": "shred"}, "String must be one of: compact, delete"),
+    ({"min.cleanable.dirty.ratio": "1.5"}, "between 0 and 1"),
+    ({"no.such": "1"}, "Unknown topic config name: no.such"),
+    ({"compression.type": "zstd"}, "only \"producer\" is supported"),
+    ({"preallocate": "true"}, "not supported by logkeeper"),
+])
+def test_bad_topic_configs_are_refused_naming_them(configs: dict[str, str], message: str) -> None:
+    with pytest.raises(tc.ConfigValueError, match=message):
+        tc.validate_topic_configs(configs)
+
+
+def test_broker_configs_only_the_dynamic_ones() -> None:
+    static = config.from_mapping({})
+    assert tc.validate_broker_configs({"log.retention.bytes": " 100 "}, static) == {
+        "log.retention.bytes": "100"}
+    with pytest.raises(tc.ConfigValueError, match="Cannot update these configs dynamically"):
+        tc.validate_broker_configs({"log.dirs": "/x"}, static)
+    with pytest.raises(tc.ConfigValueError, match="Unknown broker config name"):
+        tc.validate_broker_configs({"log.nonsense": "1"}, static)
+
+
+def test_incremental_operations() -> None:
+    def kind(n: str) -> int | None:
+        return tc.TOPIC_CONFIGS[n].kind if n in tc.TOPIC_CONFIGS else None
+
+    def default(n: str) -> str:
+        return "delete" if n == "cleanup.policy" else ""
+
+    got = tc.apply_ops({"retention.ms": "1"}, [("cleanup.policy", tc.OP_APPEND, "compact"),
+                                               ("retention.ms", tc.OP_DELETE, None),
+                                               ("segment.ms", tc.OP_SET, "5")], kind, default)
+    assert got == {"cleanup.policy": "delete,compact", "segment.ms": "5"}
+    got = tc.apply_ops(got, [("cleanup.policy", tc.OP_SUBTRACT, "delete")], kind, default)
+    assert got["cleanup.policy"] == "compact"
+    with pytest.raises(tc.ConfigValueError, match="append is not allowed"):
+        tc.apply_ops({}, [("retention.ms", tc.OP_APPEND, "1")], kind, default)
+
+
+def test_config_znodes_are_kafkas() -> None:
+    assert znodes.encode_config_change("topics", "t") == b'{"version":2,"entity_path":"topics/t"}'
+    path = znodes.config_change_path("0000000007")
+    assert path == "/config/changes/config_change_0000000007"
+    assert znodes.sequence_number(path) == "0000000007"
+    assert znodes.decode_config_change(path, b'{"version":2,"entity_path":"brokers/<default>"}') \
+        == ("brokers", "<default>")
+    assert znodes.decode_config_change(
+        path, b'{"version":1,"entity_type":"topics","entity_name":"t"}') == ("topics", "t")
+    with pytest.raises(znodes.ZnodeError):
+        znodes.decode_config_change(path, b'{"version":2,"entity_path":"topics"}')
+    assert znodes.broker_config_path("<default>") == "/config/brokers/<default>"
+    assert znodes.decode_entity_config("/config/brokers/1", b'{"version":1,"config":{"a":"1"}}') \
+        == {"a": "1"}
