@@ -226,6 +226,12 @@ class Server:
             return errors.COORDINATOR_NOT_AVAILABLE, -1, "", -1
         return errors.NONE, b.broker_id, b.host, b.port
 
+    def _offsets_topic_configs(self) -> dict[str, str | None]:
+        """__consumer_offsets' own configs, as Kafka creates it: compacted, batches kept
+        as the coordinator wrote them, its own segment size."""
+        return {"cleanup.policy": "compact", "compression.type": "producer",
+                "segment.bytes": str(self.config["offsets.topic.segment.bytes"])}
+
     async def _ensure_offsets_topic(self) -> int:
         """Create __consumer_offsets (FindCoordinator's first lookup): standalone here and
         now; in a cluster through its znodes, as a Kafka broker does, and the controller
@@ -233,7 +239,8 @@ class Server:
         partitions = self.config["offsets.topic.num.partitions"]
         if self.metadata_cache is None:
             try:
-                await self.topic_admin.create_topic(OFFSETS_TOPIC, partitions, 1)
+                await self.topic_admin.create_topic(OFFSETS_TOPIC, partitions, 1,
+                                                    configs=self._offsets_topic_configs())
             except TopicError as err:
                 if err.code != errors.TOPIC_ALREADY_EXISTS:
                     log.warning("creating %s failed: %s", OFFSETS_TOPIC, err)
@@ -253,11 +260,9 @@ class Server:
         rng = random.Random()
         assignment = round_robin_assignment(brokers, partitions, rf, rng.randrange(len(brokers)),
                                             rng.randrange(len(brokers)))
-        configs = {"cleanup.policy": "compact", "compression.type": "producer",
-                   "segment.bytes": str(self.config["offsets.topic.segment.bytes"])}
         try:
             created = await asyncio.to_thread(self.cluster.create_topic, OFFSETS_TOPIC,
-                                              assignment, configs)
+                                              assignment, self._offsets_topic_configs())
         except Exception as err:  # noqa: BLE001 - ZooKeeper away: the client asks again
             log.warning("creating %s failed (%s: %s)", OFFSETS_TOPIC, type(err).__name__, err)
             return errors.COORDINATOR_NOT_AVAILABLE
