@@ -24,10 +24,15 @@ from typing import NamedTuple
 
 import native
 
-from . import names
+from . import checkpoint, names
 from .config import LogConfig
 from .epochs import LeaderEpochCache
-from .errors import CorruptRecordError, OffsetOutOfRangeError, RecordTooLargeError
+from .errors import (
+    CorruptRecordError,
+    LogStoreError,
+    OffsetOutOfRangeError,
+    RecordTooLargeError,
+)
 from .failure import IoGuard
 from .loader import LogLoader, RecoveryResult
 from .segment import LogSegment
@@ -59,6 +64,10 @@ class Log:
         self.epochs = LeaderEpochCache(self.dir / names.LEADER_EPOCH_CHECKPOINT)
         self._appender = native.Appender()
         self.recovery = RecoveryResult(self.topic_partition)
+        # Bumped whenever segments are removed or replaced (retention, truncation,
+        # DeleteRecords, a cleaner's swap, close): a clean in progress that sees it
+        # change gives up (logstore.cleaner).
+        self.generation = 0
 
     # ---- opening ----
 
@@ -336,6 +345,7 @@ class Log:
 
     def close(self) -> None:
         """Trim the active indexes, write the epoch checkpoint, close every file."""
+        self.generation += 1
         with self.guard.io("close", self.dir):
             self.epochs.write()
             for seg in self._segments:
@@ -343,6 +353,7 @@ class Log:
 
     def close_quietly(self) -> None:
         """Drop every fd without writing (the log dir is offline)."""
+        self.generation += 1
         for seg in self._segments:
             seg.close_quietly()
 
@@ -356,8 +367,8 @@ class Log:
         empty one is created after the deletes (what a saturated disk needs).
         Returns the number of segments deleted.
         """
-        if self.config.compacted:
-            return 0
+        if not self.config.retention_deletes:
+            return 0  # cleanup.policy=compact alone: the cleaner keeps it small
         now = int(time.time() * 1000) if now_ms is None else now_ms
         doomed = 0
         excess = (self.size_bytes - self.config.retention_bytes
@@ -377,6 +388,7 @@ class Log:
             return 0
         with self.guard.io("delete segments", self.dir, writing=False):
             if doomed == len(self._segments):
+                self.generation += 1
                 # Delete first, then create the new active segment: on a full disk the
                 # space must be won back before a new file can be made.
                 end = self.log_end_offset
@@ -391,7 +403,39 @@ class Log:
                 self._delete_oldest(doomed)
         return doomed
 
+    # ---- compaction (logstore.cleaner) ----
+
+    def replace_segments(self, old: list[LogSegment]) -> LogSegment:
+        """Swap in the cleaned segment whose `.cleaned` files (at old[0]'s base, written
+        and synced by the cleaner) replace the consecutive segments `old`, as Kafka's
+        replaceSegments does, so a crash at any point leaves a log the loader completes
+        (docs/formats.md "Recovery"): the `.cleaned` files are renamed `.swap` (the
+        `.log` last: its `.swap` means the clean is whole), the old segments deleted,
+        the `.swap` files renamed to their final names. Returns the new segment.
+        """
+        base = old[0].base_offset
+        i = self._segments.floor_index(base)
+        if self._segments[i:i + len(old)] != old:
+            raise LogStoreError(f"{self.dir.name}: segments from {base} changed under the cleaner")
+        self.generation += 1
+        stem = names.offset_file_stem(base)
+        order = (names.INDEX_SUFFIX, names.TIME_INDEX_SUFFIX, names.LOG_SUFFIX)
+        with self.guard.io("swap in cleaned segment", self.dir / (stem + names.LOG_SUFFIX)):
+            for suffix in order:
+                os.replace(self.dir / (stem + suffix + names.CLEANED_SUFFIX),
+                           self.dir / (stem + suffix + names.SWAP_SUFFIX))
+            checkpoint.sync_dir(self.dir)
+            for seg in old[1:] + old[:1]:
+                seg.delete()
+            for suffix in order:
+                os.replace(self.dir / (stem + suffix + names.SWAP_SUFFIX), self.dir / (stem + suffix))
+            checkpoint.sync_dir(self.dir)
+            new = open_segment(self.dir, base, self.config, active=False)
+        self._segments.replace(i, len(old), new)
+        return new
+
     def _delete_oldest(self, count: int) -> None:
+        self.generation += 1
         for seg in self._segments[:count]:
             seg.delete()
         self._segments.remove_first(count)
@@ -422,6 +466,7 @@ class Log:
         """Cut the log so its end is at or below `offset` (a follower's truncation)."""
         if offset >= self.log_end_offset:
             return
+        self.generation += 1
         with self.guard.io("truncate", self.dir, writing=False):
             if offset <= self._segments.first.base_offset:
                 for seg in self._segments:

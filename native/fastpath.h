@@ -135,7 +135,8 @@ int lk_availability_probe(const char *dir, size_t block_size, int64_t *latency_n
 #define LK_APPEND_OK 0          /* every batch written */
 #define LK_APPEND_ROLL 1        /* `batches` written (maybe 0); the rest needs a new segment */
 #define LK_APPEND_INVALID 2     /* nothing written: the scan refused the buffer (a->scan) */
-#define LK_APPEND_BAD_COUNT 3   /* nothing written: recordsCount <= 0, or lastOffsetDelta
+#define LK_APPEND_BAD_COUNT 3   /* nothing written: recordsCount <= 0 (< 0 for a follower's
+                                  * append: compaction leaves empty batches), or lastOffsetDelta
                                  * below recordsCount - 1, in batch a->error_batch */
 #define LK_APPEND_BAD_OFFSET 4  /* nothing written: a follower batch starts below the
                                  * expected offset (a->next_offset, then each batch's end) */

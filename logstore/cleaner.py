@@ -1,0 +1,703 @@
+"""Log compaction, as Kafka's log cleaner does it (cleanup.policy=compact).
+
+A compacted log keeps at least the latest record of every key. Its segments below the
+first dirty offset (the `cleaner-offset-checkpoint` of its log dir) are clean; those
+from there up to the first uncleanable offset (the active segment, the high
+watermark, and any segment newer than `min.compaction.lag.ms`) are dirty. A log is
+cleaned when its dirty bytes are over `min.cleanable.dirty.ratio` of its cleanable
+bytes, the filthiest first (`grab_filthiest`). A clean (`Cleaner.steps`):
+
+1. builds the key map (`OffsetMap`, Kafka's SkimpyOffsetMap: a 16-byte MD5 of each key
+   -> its latest offset, as many keys as `log.cleaner.dedupe.buffer.size` holds at 24
+   bytes each times the 0.9 load factor) over the dirty segments; a full map ends the
+   clean where it stopped;
+2. groups every segment below that end into runs that fit one segment (size, index
+   sizes, 31-bit relative offsets), and copies each run into `<base>.log.cleaned` with
+   its indexes, keeping a record when it is the latest of its key (or past the map),
+   dropping records without a key, and keeping a tombstone (a null value) until its
+   batch's delete horizon: the first clean that keeps a tombstone stamps its batch
+   with `now + delete.retention.ms` (attribute bit 6, the horizon in baseTimestamp,
+   timestamp deltas rewritten so every record keeps its timestamp) and a clean after
+   that drops it. Batches keep their base offset, last offset delta, producer fields
+   and leader epoch, so offsets removed are gaps that readers step over;
+3. swaps each run's cleaned segment in (`Log.replace_segments`: `.cleaned` -> `.swap`,
+   old segments deleted, `.swap` -> final, each step one the loader completes after a
+   crash), and returns the new first dirty offset for the checkpoint.
+
+A batch whose every record goes is dropped, except the last batch of each run, which
+stays as an empty header (records count 0, its offsets and producer fields): so a
+cleaned segment ends at the offset the run it replaces ended at, and a crash's `.swap`
+says exactly which segments it replaces. Kafka keeps that header for the last batch
+of a whole clean (and of each active producer); keeping it per run closes the case
+where a crash leaves an old segment beside the swapped one, whose stale values a
+later clean would keep once their tombstones expire. Followers accept empty batches,
+as Kafka's do. Control batches are kept as they are (logkeeper writes none; Kafka's
+transaction markers in a copied log stay readable).
+
+The work is a generator, so the daemon can run it on the log dir's worker one bounded
+step at a time between appends (docs/architecture.md "Threads and workers"). A step
+that finds the log changed under it (retention, truncation, close: `Log.generation`)
+gives up; so does closing the generator. Either way its `.cleaned` files are removed.
+
+Errors: every filesystem call runs in the log dir's IoGuard, so ENOSPC while writing a
+`.cleaned` file is the SATURATED verdict (never OFFLINE) and raises
+`LogDirSaturatedError` after the partial files are removed; `NoRoomToCleanError` says
+a clean did not start a run because the disk has less free space than the run's size.
+A batch that does not decode raises `CorruptRecordError`: the daemon stops cleaning that
+log. Not thread-safe: the log's owner runs every step.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import struct
+import time
+from collections.abc import Generator, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import native
+from native import BatchInfo, ScanStatus
+
+from . import names
+from .errors import CorruptRecordError, LogStoreError
+from .index import OffsetIndex, TimeIndex
+from .log import Log
+from .names import TopicPartition
+from .records import (
+    ATTR_CODEC_MASK,
+    ATTR_CONTROL,
+    ATTR_DELETE_HORIZON,
+    ATTR_LOG_APPEND_TIME,
+    CRC_START,
+    HEADER,
+    HEADER_SIZE,
+    Codec,
+    _compress,
+    _decompress,
+    read_varint,
+    write_varint,
+)
+from .segment import LogSegment
+
+if TYPE_CHECKING:
+    from .logdir import LogDir
+
+DEFAULT_DEDUPE_BUFFER_BYTES = 128 * 1024 * 1024  # log.cleaner.dedupe.buffer.size
+DEFAULT_IO_BUFFER_BYTES = 1024 * 1024  # log.cleaner.io.buffer.size (Kafka: 512 KiB x 2)
+LOAD_FACTOR = 0.9  # log.cleaner.io.buffer.load.factor
+MAP_ENTRY_BYTES = 24  # a 16-byte MD5 and an 8-byte offset, as Kafka counts
+STEP_BYTES = 4 * 1024 * 1024  # bytes read between two yields of a clean
+MAX_RELATIVE = 2**31 - 1
+
+
+class NoRoomToCleanError(LogStoreError):
+    """The disk lacks the free space a run's cleaned copy may need: not a disk fault."""
+
+
+class CleanAbortedError(LogStoreError):
+    """The log changed under a clean (retention, truncation, close); nothing was swapped."""
+
+
+# ---- the key map ----------------------------------------------------------------------
+
+
+class OffsetMap:
+    """Key -> latest offset, bounded like Kafka's SkimpyOffsetMap: keys are kept as their
+    16-byte MD5, and the map takes `slots * LOAD_FACTOR` keys, where `slots` is the
+    buffer size over 24 bytes. A hash collision can only make the cleaner keep an old
+    record it could have dropped... or drop one: the odds are MD5's, as in Kafka."""
+
+    def __init__(self, buffer_bytes: int = DEFAULT_DEDUPE_BUFFER_BYTES,
+                 load_factor: float = LOAD_FACTOR):
+        self.slots = max(buffer_bytes // MAP_ENTRY_BYTES, 1)
+        self.capacity = max(int(self.slots * load_factor), 1)
+        self._map: dict[bytes, int] = {}
+        self.latest_offset = -1
+
+    @staticmethod
+    def _hash(key: bytes) -> bytes:
+        return hashlib.md5(key, usedforsecurity=False).digest()
+
+    def clear(self) -> None:
+        self._map.clear()
+        self.latest_offset = -1
+
+    @property
+    def size(self) -> int:
+        return len(self._map)
+
+    @property
+    def full(self) -> bool:
+        return len(self._map) >= self.capacity
+
+    @property
+    def utilization(self) -> float:
+        return len(self._map) / self.slots
+
+    def put(self, key: bytes, offset: int) -> None:
+        self._map[self._hash(key)] = offset
+        if offset > self.latest_offset:
+            self.latest_offset = offset
+
+    def get(self, key: bytes) -> int:
+        """The latest offset of `key`, or -1 when the map has not seen it."""
+        return self._map.get(self._hash(key), -1)
+
+
+# ---- records inside a batch -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Rec:
+    start: int  # the record's first byte (its length varint) in the payload
+    ts_at: int  # where its timestampDelta starts (after the attributes byte)
+    after_ts: int  # where its offsetDelta starts
+    end: int
+    offset_delta: int
+    ts_delta: int
+    key: bytes | None
+    tombstone: bool
+
+
+def _records(payload: bytes | memoryview, count: int, where: str) -> list[_Rec]:
+    """The records of a batch's uncompressed payload, with where their fields lie."""
+    out = []
+    pos = 0
+    for _ in range(count):
+        start = pos
+        length, pos = read_varint(payload, pos)
+        end = pos + length
+        if length < 0 or end > len(payload):
+            raise CorruptRecordError(f"{where}: record of {length} bytes runs past the batch")
+        ts_at = pos + 1  # attributes (int8)
+        ts_delta, after_ts = read_varint(payload, ts_at)
+        offset_delta, pos = read_varint(payload, after_ts)
+        klen, pos = read_varint(payload, pos)
+        key = None
+        if klen >= 0:
+            key = bytes(payload[pos:pos + klen])
+            pos += klen
+        vlen, pos = read_varint(payload, pos)
+        out.append(_Rec(start, ts_at, after_ts, end, offset_delta, ts_delta, key, vlen < 0))
+        pos = end
+    return out
+
+
+def _payload(batch: memoryview, info: BatchInfo, where: str) -> bytes | memoryview:
+    codec = info.attributes & ATTR_CODEC_MASK
+    if not codec:
+        return batch[HEADER_SIZE:]
+    try:
+        return _decompress(Codec(codec), batch[HEADER_SIZE:])
+    except ValueError as err:
+        raise CorruptRecordError(f"{where}: unknown codec {codec}") from err
+
+
+# ---- what to clean --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LogToClean:
+    """A compacted log's clean and dirty extents (Kafka's LogToClean)."""
+
+    topic_partition: TopicPartition
+    log: Log
+    first_dirty: int
+    first_uncleanable: int  # a segment's base offset: the clean stops below it
+    clean_bytes: int
+    cleanable_bytes: int
+    reset_checkpoint: bool = False  # the checkpointed offset was outside the log
+    overdue: bool = False  # max.compaction.lag.ms passed for a dirty segment
+
+    @property
+    def total_bytes(self) -> int:
+        return self.clean_bytes + self.cleanable_bytes
+
+    @property
+    def ratio(self) -> float:
+        return self.cleanable_bytes / self.total_bytes if self.total_bytes else 0.0
+
+    @property
+    def due(self) -> bool:
+        """Over min.cleanable.dirty.ratio, or overdue by max.compaction.lag.ms."""
+        if self.cleanable_bytes <= 0:
+            return False
+        return self.overdue or self.ratio > self.log.config.min_cleanable_dirty_ratio
+
+
+def cleanable(tp: TopicPartition, log: Log, checkpointed: int | None, now_ms: int) -> LogToClean:
+    """Where `log`'s dirty section starts and ends (Kafka's cleanableOffsets)."""
+    segments = log.segments
+    start = log.log_start_offset
+    first_dirty = start if checkpointed is None else checkpointed
+    reset = first_dirty < start or first_dirty > log.log_end_offset
+    if reset:
+        first_dirty = start
+    bound = min(log.active_segment.base_offset, log.high_watermark)
+    lag = log.config.min_compaction_lag_ms
+    overdue = False
+    for seg in segments[:-1]:
+        if seg.base_offset < first_dirty and seg.next_offset <= first_dirty:
+            continue
+        if lag > 0 and seg.max_timestamp > now_ms - lag:
+            bound = min(bound, seg.base_offset)
+        first_ts = seg.roll_base_timestamp()
+        if first_ts >= 0 and now_ms - first_ts > log.config.max_compaction_lag_ms:
+            overdue = True
+    bound = max(first_dirty, bound)
+    # Whole segments only: the one holding `bound` is the first not cleaned.
+    first_uncleanable = log.active_segment.base_offset
+    if bound < first_uncleanable:
+        first_uncleanable = next(s.base_offset for s in reversed(segments)
+                                 if s.base_offset <= bound or s is segments[0])
+    clean = sum(s.size for s in segments if s.next_offset <= first_dirty)
+    dirty = sum(s.size for s in segments
+                if s.next_offset > first_dirty and s.base_offset < first_uncleanable)
+    return LogToClean(tp, log, first_dirty, first_uncleanable, clean, dirty, reset, overdue)
+
+
+def grab_filthiest(logs: Mapping[TopicPartition, Log], checkpoints: Mapping[TopicPartition, int],
+                   now_ms: int, skip: Iterable[TopicPartition] = ()) -> LogToClean | None:
+    """The compacted log with the highest dirty ratio among those due, or None."""
+    skip = set(skip)
+    due = [c for tp, log in logs.items() if log.config.compacted and tp not in skip
+           and (c := cleanable(tp, log, checkpoints.get(tp), now_ms)).due]
+    return max(due, key=lambda c: c.ratio, default=None)
+
+
+# ---- the clean ------------------------------------------------------------------------
+
+
+@dataclass
+class CleanerStats:
+    bytes_read: int = 0
+    bytes_written: int = 0
+    records_read: int = 0
+    records_kept: int = 0
+    map_records: int = 0
+    map_bytes: int = 0
+    segments_cleaned: int = 0
+    groups: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def seconds(self) -> float:
+        return time.monotonic() - self.started
+
+
+class Cleaner:
+    """Cleans one log at a time with its key map (Kafka's Cleaner). Not thread-safe."""
+
+    def __init__(self, offset_map: OffsetMap | None = None, *,
+                 io_buffer_bytes: int = DEFAULT_IO_BUFFER_BYTES, step_bytes: int = STEP_BYTES,
+                 check_space: bool = True):
+        self.map = offset_map or OffsetMap()
+        self.io_buffer_bytes = io_buffer_bytes
+        self.step_bytes = step_bytes
+        self.check_space = check_space
+        self.stats = CleanerStats()
+
+    def clean(self, job: LogToClean, now_ms: int | None = None) -> int:
+        """The whole clean in one call; returns the new first dirty offset."""
+        gen = self.steps(job, now_ms)
+        while True:
+            try:
+                next(gen)
+            except StopIteration as done:
+                return done.value
+
+    def steps(self, job: LogToClean, now_ms: int | None = None) -> Generator[None, None, int]:
+        """The clean, yielding after every `step_bytes` read; its return value is the new
+        first dirty offset. `now_ms` decides the tombstones (default: the clock)."""
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        log = job.log
+        self.stats = CleanerStats()
+        generation = log.generation
+        yield from self._build_map(job, generation)
+        end = self.map.latest_offset + 1
+        segments = [s for s in log.segments[:-1] if s.base_offset < end]
+        for group in _groups(segments, log.config.segment_bytes, log.config.max_index_bytes,
+                             job.first_uncleanable):
+            self._check(log, generation)
+            if not any(s.size for s in group):
+                continue
+            yield from self._clean_group(log, group, now, generation)
+            generation = log.generation
+        return end
+
+    @staticmethod
+    def _check(log: Log, generation: int) -> None:
+        if log.generation != generation:
+            raise CleanAbortedError(f"{log.dir.name} changed during a clean (retention, "
+                                    "truncation or close); cleaning again later")
+
+    def _batches(self, log: Log, seg: LogSegment, start: int, generation: int
+                 ) -> Generator[None | tuple[memoryview, list[BatchInfo]], None, None]:
+        """Chunks of `seg`'s batches from file position `start`; yields None between steps."""
+        pos = start
+        size = self.io_buffer_bytes
+        since_step = 0
+        while pos < seg.size:
+            self._check(log, generation)
+            want = min(size, seg.size - pos)
+            with log.guard.io("clean: read", seg.log_path, writing=False):
+                data = memoryview(seg.read_exact(pos, want))
+            res = native.scan_batches(data, base_position=pos)
+            if res.status not in (ScanStatus.OK, ScanStatus.TORN) or (
+                    res.status is ScanStatus.TORN and not len(res) and want == seg.size - pos):
+                raise CorruptRecordError(f"{seg.log_path}: {res.detail} (cleaner)")
+            if not len(res):  # a batch bigger than the buffer: read it whole
+                size = int.from_bytes(data[8:12], "big") + 12
+                continue
+            yield data, list(res)
+            pos += res.valid_bytes
+            since_step += res.valid_bytes
+            if since_step >= self.step_bytes:
+                since_step = 0
+                yield None
+
+    def _build_map(self, job: LogToClean, generation: int) -> Generator[None, None, None]:
+        """Map every key of the dirty section to its latest offset (Kafka's buildOffsetMap)."""
+        m = self.map
+        m.clear()
+        log = job.log
+        start, stop = job.first_dirty, job.first_uncleanable
+        dirty = [s for s in log.segments[:-1] if s.next_offset > start and s.base_offset < stop]
+        for i, seg in enumerate(dirty):
+            position = seg.offset_index.lookup(start)[1] if seg.base_offset < start else 0
+            for chunk in self._batches(log, seg, position, generation):
+                if chunk is None:
+                    yield
+                    continue
+                data, infos = chunk
+                for info in infos:
+                    if info.last_offset < start or info.attributes & ATTR_CONTROL:
+                        continue
+                    if info.base_offset >= stop:
+                        break
+                    at = info.position - infos[0].position
+                    batch = data[at:at + info.size]
+                    where = f"{seg.log_path} batch at {info.position}"
+                    for rec in _records(_payload(batch, info, where), info.records_count, where):
+                        offset = info.base_offset + rec.offset_delta
+                        if rec.key is not None and offset >= start:
+                            if m.full:
+                                return  # the map ends the clean here
+                            m.put(rec.key, offset)
+                        self.stats.map_records += 1
+                    m.latest_offset = max(m.latest_offset, info.last_offset)
+                    self.stats.map_bytes += info.size
+            # Gaps at a segment's end belong to it: the next clean starts at the next one.
+            nxt = dirty[i + 1].base_offset if i + 1 < len(dirty) else stop
+            m.latest_offset = max(m.latest_offset, nxt - 1)
+
+    def _clean_group(self, log: Log, group: list[LogSegment], now: int, generation: int
+                     ) -> Generator[None, None, None]:
+        """Copy what survives of `group` into `<base>.*.cleaned` and swap it in."""
+        base = group[0].base_offset
+        need = sum(s.size + s.offset_index.size_bytes + s.time_index.size_bytes for s in group)
+        if self.check_space:
+            space = log.guard.io("clean: space probe", log.dir, writing=True)
+            with space:
+                avail = native.space_probe(str(log.dir)).avail_bytes
+            if avail < need:
+                raise NoRoomToCleanError(
+                    f"{log.dir.name}: cleaning segments from {base} needs up to {need} bytes, "
+                    f"{avail} free in {log.guard.log_dir}")
+        out = _CleanedSegment(log, base, self.io_buffer_bytes)
+        try:
+            out.open()
+            last_seg = [s for s in group if s.size][-1]
+            for seg in group:
+                for chunk in self._batches(log, seg, 0, generation):
+                    if chunk is None:
+                        yield
+                        continue
+                    data, infos = chunk
+                    for info in infos:
+                        at = info.position - infos[0].position
+                        batch = data[at:at + info.size]
+                        last = seg is last_seg and info.position + info.size == seg.size
+                        kept = self._filter(batch, info, now, log.config.delete_retention_ms,
+                                            f"{seg.log_path} batch at {info.position}")
+                        if kept is None and last:
+                            kept = _empty_batch(info)  # the run's end survives (module doc)
+                        if kept is not None:
+                            out.append(kept)
+                        self.stats.bytes_read += info.size
+                self.stats.segments_cleaned += 1
+            self._check(log, generation)
+            out.finish()
+            log.replace_segments(group)
+            self.stats.groups += 1
+            self.stats.bytes_written += out.position
+        finally:
+            out.discard()
+
+    def _filter(self, batch: memoryview, info: BatchInfo, now: int, delete_retention_ms: int,
+                where: str) -> memoryview | bytes | None:
+        """The batch as it survives the clean: itself, rewritten, or None (all gone)."""
+        attrs = info.attributes
+        if attrs & ATTR_CONTROL:
+            return batch
+        m = self.map
+        horizon_set = bool(attrs & ATTR_DELETE_HORIZON)
+        keep_tombstones = not horizon_set or now < info.base_timestamp
+        payload = _payload(batch, info, where)
+        recs = _records(payload, info.records_count, where)
+        kept = []
+        tombstones = False
+        for rec in recs:
+            offset = info.base_offset + rec.offset_delta
+            if offset > m.latest_offset:
+                keep = True
+            elif rec.key is None:
+                keep = False  # Kafka's cleaner drops records without a key
+            else:
+                keep = offset >= m.get(rec.key) and (not rec.tombstone or keep_tombstones)
+            if keep:
+                kept.append(rec)
+                tombstones |= rec.tombstone
+        self.stats.records_read += len(recs)
+        self.stats.records_kept += len(kept)
+        if not kept:
+            return None
+        stamp = tombstones and not horizon_set
+        if len(kept) == len(recs) and not stamp:
+            return batch
+        base_ts = info.base_timestamp
+        new_base_ts = now + delete_retention_ms if stamp else base_ts
+        body = bytearray()
+        for rec in kept:
+            if new_base_ts == base_ts:
+                body += payload[rec.start:rec.end]
+            else:
+                rest = bytearray(payload[rec.ts_at - 1:rec.ts_at])  # attributes
+                write_varint(rest, base_ts + rec.ts_delta - new_base_ts)
+                rest += payload[rec.after_ts:rec.end]
+                write_varint(body, len(rest))
+                body += rest
+        if attrs & ATTR_LOG_APPEND_TIME:
+            max_ts = info.max_timestamp
+        else:
+            max_ts = max(base_ts + rec.ts_delta for rec in kept)
+        codec = attrs & ATTR_CODEC_MASK
+        data = _compress(Codec(codec), bytes(body)) if codec else body
+        new_attrs = attrs | ATTR_DELETE_HORIZON if stamp else attrs
+        out = bytearray(HEADER_SIZE) + data
+        HEADER.pack_into(out, 0, info.base_offset, len(out) - 12, info.partition_leader_epoch,
+                         2, 0, new_attrs, info.last_offset_delta, new_base_ts, max_ts,
+                         info.producer_id, info.producer_epoch, info.base_sequence, len(kept))
+        struct.pack_into(">I", out, 17, native.crc32c(memoryview(out)[CRC_START:]))
+        return out
+
+
+def _empty_batch(info: BatchInfo) -> bytearray:
+    """The header alone of a batch whose records all went (Kafka's writeEmptyHeader):
+    its offsets, producer fields and epoch, both timestamps its max, no records."""
+    keep = ATTR_LOG_APPEND_TIME | ATTR_CONTROL | 0x10  # timestamp type, control, transactional
+    out = bytearray(HEADER_SIZE)
+    HEADER.pack_into(out, 0, info.base_offset, HEADER_SIZE - 12, info.partition_leader_epoch, 2,
+                     0, info.attributes & keep, info.last_offset_delta, info.max_timestamp,
+                     info.max_timestamp, info.producer_id, info.producer_epoch,
+                     info.base_sequence, 0)
+    struct.pack_into(">I", out, 17, native.crc32c(memoryview(out)[CRC_START:]))
+    return out
+
+
+def _groups(segments: list[LogSegment], max_bytes: int, max_index_bytes: int,
+            first_uncleanable: int) -> Iterator[list[LogSegment]]:
+    """Runs of consecutive segments that fit one segment (Kafka's groupSegmentsBySize)."""
+    i = 0
+    while i < len(segments):
+        group = [segments[i]]
+        size = segments[i].size
+        index = segments[i].offset_index.size_bytes
+        tindex = segments[i].time_index.size_bytes
+        i += 1
+        while i < len(segments):
+            seg = segments[i]
+            end = segments[i + 1].base_offset - 1 if i + 1 < len(segments) else first_uncleanable - 1
+            if (size + seg.size > max_bytes or index + seg.offset_index.size_bytes > max_index_bytes
+                    or tindex + seg.time_index.size_bytes > max_index_bytes
+                    or end - group[0].base_offset > MAX_RELATIVE):
+                break
+            group.append(seg)
+            size += seg.size
+            index += seg.offset_index.size_bytes
+            tindex += seg.time_index.size_bytes
+            i += 1
+        yield group
+
+
+class _CleanedSegment:
+    """`<base>.log.cleaned` and its indexes, written as the segment's own appends would
+    index them (docs/formats.md "Segment files"), then synced (`finish`)."""
+
+    def __init__(self, log: Log, base: int, write_bytes: int):
+        self.log = log
+        self.write_bytes = write_bytes
+        self.base = base
+        stem = names.offset_file_stem(base)
+        cleaned = names.CLEANED_SUFFIX
+        self.paths = [log.dir / (stem + s + cleaned)
+                      for s in (names.LOG_SUFFIX, names.INDEX_SUFFIX, names.TIME_INDEX_SUFFIX)]
+        self.guard = log.guard
+        self.fd = -1
+        self.offset_index: OffsetIndex | None = None
+        self.time_index: TimeIndex | None = None
+        self.position = 0
+        self.pending = bytearray()
+        self.last_indexed = 0
+        self.max_ts = -1
+        self.offset_of_max_ts = base
+        self.interval = log.config.index_interval_bytes
+
+    def open(self) -> None:
+        with self.guard.io("clean: create", self.paths[0], writing=True):
+            self.fd = os.open(self.paths[0], os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+            max_index = self.log.config.max_index_bytes
+            self.offset_index = OffsetIndex(self.paths[1], self.base, max_index, writable=True)
+            self.time_index = TimeIndex(self.paths[2], self.base, max_index, writable=True)
+
+    def append(self, batch: bytes | bytearray | memoryview) -> None:
+        info = native.scan_batches(batch, verify_crc=False, max_batches=1)[0]
+        pos = self.position + len(self.pending)
+        if info.max_timestamp > self.max_ts:
+            self.max_ts, self.offset_of_max_ts = info.max_timestamp, info.last_offset
+        assert self.offset_index is not None and self.time_index is not None
+        if pos - self.last_indexed > self.interval and not (
+                self.offset_index.is_full or self.time_index.is_full):
+            with self.guard.io("clean: index", self.paths[1], writing=True):
+                self.offset_index.append(info.last_offset, pos)
+                self.time_index.maybe_append(self.max_ts, self.offset_of_max_ts)
+            self.last_indexed = pos
+        self.pending += batch
+        if len(self.pending) >= self.write_bytes:
+            self._write()
+
+    def _write(self) -> None:
+        if self.pending:
+            with self.guard.io("clean: write", self.paths[0], writing=True):
+                native.pwrite_all(self.fd, self.pending, self.position, path=str(self.paths[0]))
+            self.position += len(self.pending)
+            self.pending.clear()
+
+    def finish(self) -> None:
+        """Write what is buffered, close the indexes as a roll does, sync everything."""
+        self._write()
+        assert self.offset_index is not None and self.time_index is not None
+        with self.guard.io("clean: sync", self.paths[0], writing=True):
+            if self.position:
+                self.time_index.maybe_append(self.max_ts, self.offset_of_max_ts, at_roll=True)
+            self.offset_index.trim()
+            self.time_index.trim()
+            self.offset_index.sync()
+            self.time_index.sync()
+            native.fdatasync(self.fd, path=str(self.paths[0]))
+        self._close()
+
+    def _close(self) -> None:
+        for close in (lambda: self.offset_index and self.offset_index.close(trim=False, write=False),
+                      lambda: self.time_index and self.time_index.close(trim=False, write=False),
+                      lambda: self.fd >= 0 and os.close(self.fd)):
+            try:
+                close()
+            except OSError:
+                pass
+        self.offset_index = self.time_index = None
+        self.fd = -1
+
+    def discard(self) -> None:
+        """Close and remove whatever `.cleaned` files are left (after a swap, none)."""
+        self._close()
+        for path in self.paths:
+            try:
+                with self.guard.io("clean: remove .cleaned", path):
+                    path.unlink(missing_ok=True)
+            except LogStoreError:
+                pass  # the guard has reported it; the loader removes it at the next start
+
+
+# ---- a log dir's cleaning -------------------------------------------------------------
+
+
+class LogDirCleaner:
+    """The cleaning of one log dir's compacted logs, one bounded step per `step` call
+    (the daemon runs each on the dir's worker, between appends). Keeps the dir's
+    `cleaner-offset-checkpoint` (`LogDir.cleaner_offsets`) and the logs it gave up on
+    (`uncleanable`: a batch that does not decode). Not thread-safe."""
+
+    def __init__(self, logdir: LogDir, cleaner: Cleaner | None = None):
+        self.logdir = logdir
+        self.cleaner = cleaner or Cleaner()
+        self.uncleanable: dict[TopicPartition, str] = {}
+        self.job: LogToClean | None = None
+        self._gen: Generator[None, None, int] | None = None
+        self.cleaned: list[tuple[TopicPartition, int, CleanerStats]] = []  # the latest last
+
+    @property
+    def busy(self) -> bool:
+        return self._gen is not None
+
+    def step(self, now_ms: int | None = None) -> bool:
+        """Start a clean of the filthiest log that is due, or run the next step of the
+        one under way. True while there is work (call again), False when none is due.
+        On a dir its guard knows to be SATURATED or OFFLINE the clean under way is
+        given up and the guard's error raised, without touching the disk.
+
+        A clean the log changed under is dropped (`CleanAbortedError` is not raised); any
+        other error ends the clean (its `.cleaned` files removed) and is raised.
+        """
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        try:
+            # A SATURATED (or OFFLINE) dir cleans nothing: a clean needs room for new
+            # files, and the one under way gives its `.cleaned` files' space back.
+            self.logdir.guard.check_usable("clean", writing=True)
+        except LogStoreError:
+            self.abort()
+            raise
+        if self._gen is None:
+            ld = self.logdir
+            job = grab_filthiest(ld.logs, ld.cleaner_offsets, now, skip=self.uncleanable)
+            if job is None:
+                return False
+            self.job, self._gen = job, self.cleaner.steps(job, now)
+        assert self.job is not None and self._gen is not None
+        job = self.job
+        try:
+            next(self._gen)
+        except StopIteration as done:
+            self._reset()
+            self.logdir.cleaner_offsets[job.topic_partition] = done.value
+            self.logdir.write_cleaner_checkpoint()
+            self.cleaned.append((job.topic_partition, done.value, self.cleaner.stats))
+            del self.cleaned[:-100]
+        except CleanAbortedError:
+            self._reset()
+        except CorruptRecordError as err:
+            self._reset()
+            self.uncleanable[job.topic_partition] = str(err)
+            raise
+        except BaseException:
+            self._reset()
+            raise
+        return True
+
+    def _reset(self) -> None:
+        self.job = self._gen = None
+
+    def abort(self) -> None:
+        """Give up the clean under way (its `.cleaned` files are removed)."""
+        gen, self._gen, self.job = self._gen, None, None
+        if gen is not None:
+            gen.close()
+
+    def run(self, now_ms: int | None = None) -> int:
+        """Clean until nothing is due; returns the number of cleans completed."""
+        before = len(self.cleaned)
+        while self.step(now_ms):
+            pass
+        return len(self.cleaned) - before
