@@ -56,6 +56,7 @@ from .replica.leadership import ClusterLeadership, Standalone
 from .replica.manager import ReplicaManager
 from .replica.producer_ids import ProducerIds
 from .replica.topics import TopicAdmin
+from .storage.cleaner import LogCleanerService
 from .storage.dirstate import DirState
 from .storage.log_manager import LogManager, new_cluster_id
 
@@ -116,6 +117,11 @@ class Server:
         self.connections = Connections(self.handlers, self.metrics,
                                        max_frame=config["socket.request.max.bytes"],
                                        stopping=self.stop_event)
+        self.cleaner = LogCleanerService(
+            self.storage, enabled=config["log.cleaner.enable"],
+            backoff_ms=config["log.cleaner.backoff.ms"],
+            dedupe_buffer_bytes=config["log.cleaner.dedupe.buffer.size"],
+            io_buffer_bytes=config["log.cleaner.io.buffer.size"])
         self.monitor = LogDirMonitor(self.storage, self.replicas, self.metrics, config)
         self.transitions = TransitionHandler(self.storage, self.replicas, self.monitor,
                                              reserve_bytes=config["log.dir.reserve.bytes"],
@@ -312,6 +318,7 @@ class Server:
                  self.advertised[0], self.advertised[1], self.config.broker_id,
                  len(self.replicas.partitions), len(self.storage.dirs))
         self.notifier.ready(f"serving on {self.bound[0]}:{self.bound[1]}")
+        self.cleaner.start()
         self._background += [
             asyncio.ensure_future(self._periodic(
                 self.config["log.retention.check.interval.ms"] / 1000,
@@ -429,6 +436,7 @@ class Server:
         if self.isr is not None:
             await self.isr.stop()
         self.replicas.stop()
+        await self.cleaner.stop()
         failures, self.stuck_workers = await self.storage.stop()
         for d, err in failures:
             log.error("closing log dir %s failed: %s", d.path, err)

@@ -1,0 +1,117 @@
+"""The running daemon compacts a compacted topic (log.cleanup.policy=compact), and real
+Kafka clients read the latest value of every key across the gaps it leaves; a dir that
+fills pauses its cleaner (SATURATED, never OFFLINE) until it is ONLINE again."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+from logstore import checkpoint, names
+
+from .daemon_helpers import running
+from .faults import tmpfs
+from .sick_helpers import wait_for
+
+KEYS = 50
+ROUNDS = 20
+COMPACTED = {"log.cleanup.policy": "compact", "log.segment.bytes": 16384,
+             "log.cleaner.backoff.ms": 200, "num.partitions": 1}
+
+
+def produce(bootstrap: str, topic: str, rounds: int = ROUNDS) -> dict[bytes, bytes]:
+    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
+    expected = {}
+    for r in range(rounds):
+        for k in range(KEYS):
+            key, value = f"key-{k}".encode(), f"value-{k}-{r};".encode() * 20
+            producer.send(topic, key=key, value=value, partition=0)
+            expected[key] = value
+    producer.flush()
+    producer.close()
+    return expected
+
+
+def consume(bootstrap: str, topic: str) -> list[tuple[int, bytes, bytes]]:
+    tp = TopicPartition(topic, 0)
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                             consumer_timeout_ms=10000)
+    consumer.assign([tp])
+    consumer.seek_to_beginning(tp)
+    end = consumer.end_offsets([tp])[tp]
+    out = []
+    for msg in consumer:
+        out.append((msg.offset, msg.key, msg.value))
+        if msg.offset >= end - 1:
+            break
+    consumer.close()
+    return out
+
+
+def cleaned_to(log_dir: Path, topic: str) -> int | None:
+    path = log_dir / names.CLEANER_OFFSET_CHECKPOINT
+    if not path.exists():
+        return None
+    return checkpoint.read_offset_checkpoint(path).get(names.TopicPartition(topic, 0))
+
+
+def test_a_compacted_topic_is_cleaned_and_consumers_read_the_latest_values(tmp_path: Path) -> None:
+    with running(tmp_path, COMPACTED, dirs=1) as d:
+        expected = produce(d.bootstrap, "state")
+        wait_for(lambda: cleaned_to(d.log_dirs[0], "state"), 30, "the cleaner's checkpoint")
+        records = consume(d.bootstrap, "state")
+        latest = {k: v for _, k, v in records}
+        assert latest == expected
+        assert len(records) < KEYS * ROUNDS / 3, "compaction removed the older values"
+        offsets = [o for o, _, _ in records]
+        assert offsets == sorted(offsets) and offsets[-1] == KEYS * ROUNDS - 1
+        assert "cleaned state-0" in d.stderr()
+        assert d.stop() == 0
+    assert not list((tmp_path / "disk0" / "state-0").glob("*.cleaned"))
+
+
+def fill(path: Path) -> None:
+    with open(path, "wb") as f:
+        try:
+            while True:
+                f.write(b"x" * 65536)
+        except OSError as err:
+            assert err.errno == 28, err
+
+
+def settled(log_dir: Path, topic: str) -> bool:
+    """The cleaner has checkpointed `topic` and, a few backoffs later, no further."""
+    before = cleaned_to(log_dir, topic)
+    time.sleep(1)
+    return before is not None and cleaned_to(log_dir, topic) == before
+
+
+def test_a_saturated_dir_pauses_the_cleaner_until_it_is_online(tmp_path: Path) -> None:
+    """Updates that become due (min.compaction.lag.ms) while the dir is SATURATED are
+    not cleaned then; once space is back and the dir ONLINE they are. The dir is never
+    OFFLINE on the way."""
+    with tmpfs("8m") as mnt:
+        disk = mnt / "disk0"
+        extra = {**COMPACTED, "log.dirs": [str(disk)], "log.dir.reserve.bytes": 1 << 20,
+                 "log.dir.probe.interval.ms": 100, "log.cleaner.min.compaction.lag.ms": 3000}
+        with running(tmp_path, extra, dirs=1) as d:
+            expected = produce(d.bootstrap, "state")
+            time.sleep(3.5)  # the lag passes for all of it
+            wait_for(lambda: settled(disk, "state"), 30, "the first cleans")
+            first = cleaned_to(disk, "state")
+            expected.update(produce(d.bootstrap, "state"))
+            fill(disk.parent / "filler")  # before the lag has passed: nothing is due yet
+            wait_for(lambda: d.log_dir_states()[str(disk)] == "saturated", 20, "SATURATED")
+            time.sleep(5)  # the updates are due now; the cleaner waits for room
+            assert cleaned_to(disk, "state") == first
+            assert d.log_dir_states()[str(disk)] == "saturated"
+            assert "cleaning paused: the dir is saturated" in d.stderr()
+            assert not list((disk / "state-0").glob("*.cleaned"))
+            (disk.parent / "filler").unlink()
+            wait_for(lambda: d.log_dir_states()[str(disk)] == "online", 20, "ONLINE again")
+            wait_for(lambda: (cleaned_to(disk, "state") or 0) > first, 30, "a clean once ONLINE")
+            assert {k: v for _, k, v in consume(d.bootstrap, "state")} == expected
+            assert d.log_dir_states()[str(disk)] == "online"
+            assert "-> offline" not in d.stderr()
