@@ -29,12 +29,14 @@ from .config import LogConfig
 from .epochs import LeaderEpochCache
 from .errors import (
     CorruptRecordError,
+    InvalidRecordError,
     LogStoreError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
 )
 from .failure import IoGuard
 from .loader import LogLoader, RecoveryResult
+from .records import first_keyless
 from .segment import LogSegment
 from .segments import LogSegments, open_segment
 
@@ -164,6 +166,8 @@ class Log:
         incoming timestamps under segment.ms, index room or relative offsets).
         """
         self.guard.check_usable("append", writing=True)
+        if self.config.compacted and assign_offsets:
+            self._require_keys(batch_bytes)
         data = batch_bytes
         appender = self._appender
         first: native.BatchInfo | None = None
@@ -218,6 +222,17 @@ class Log:
         return AppendInfo(
             base_offset=first.base_offset, last_offset=last.last_offset, record_count=records,
             max_timestamp=max_timestamp, log_append_time=-1, position=position, size=size)
+
+    def _require_keys(self, data: bytes | bytearray | memoryview) -> None:
+        """A compacted log takes only records with keys (Kafka's LogValidator): the
+        cleaner could never keep a record without one."""
+        if native.scan_batches(data).status is not native.ScanStatus.OK:
+            return  # the append's own validation names the fault
+        at = first_keyless(data)
+        if at is not None:
+            raise InvalidRecordError(
+                f"append to {self.dir.name}: the batch at {at} has a record without a key; "
+                "a compacted topic cannot accept records without keys")
 
     def start_leader_epoch(self, epoch: int) -> int:
         """Become leader at `epoch` (Kafka's makeLeader): the epoch starts at the log end,

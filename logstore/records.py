@@ -463,3 +463,16 @@ def iter_batches(buf: bytes | memoryview, *, base_position: int = 0,
                                      reason="crc")
         yield batch
         pos += batch.size
+
+
+def first_keyless(buf: bytes | memoryview) -> int | None:
+    """The position of the first batch in `buf` holding a record without a key (None
+    when every record has one); control batches are skipped. Framing errors raise
+    CorruptRecordError, as the decoder does."""
+    for batch in iter_batches(buf, verify_crc=False):
+        if isinstance(batch, LegacyMessage):
+            if batch.key is None:
+                return batch.position
+        elif not batch.is_control and any(r.key is None for r in batch.records()):
+            return batch.position
+    return None

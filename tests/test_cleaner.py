@@ -9,7 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from logstore import FailureChannel, LogConfig, LogDir, LogDirSaturatedError, Verdict, names, verify
+from logstore import (
+    FailureChannel,
+    InvalidRecordError,
+    LogConfig,
+    LogDir,
+    LogDirSaturatedError,
+    Verdict,
+    names,
+    verify,
+)
 from logstore.cleaner import Cleaner, LogDirCleaner, NoRoomToCleanError, OffsetMap
 from logstore.records import ATTR_DELETE_HORIZON, Record, build_batch, iter_batches
 
@@ -155,15 +164,44 @@ def test_tombstones_stay_for_delete_retention_then_go(tmp_path: Path) -> None:
     ld.close()
 
 
-def test_records_without_keys_are_removed_as_kafka_does(tmp_path: Path) -> None:
+def test_records_without_keys_are_refused_and_cleaned_away_as_kafka_does(tmp_path: Path) -> None:
     ld = open_dir(tmp_path / "d")
     log = ld.create_log("state", 0)
-    produce(log, [(None, b"no key")] * 8 + history(rounds=2) + [(None, b"no key")] * 8)
+    produce(log, history(rounds=1))
+    # A leader refuses them (Kafka's LogValidator: INVALID_RECORD), writing nothing.
+    end = log.log_end_offset
+    with pytest.raises(InvalidRecordError, match="without a key"):
+        log.append(build_batch([Record(b"k", b"v"), Record(None, b"no key")]))
+    assert log.log_end_offset == end
+    # A copy of a log that has them (a follower's append) takes them; the cleaner
+    # drops them, as Kafka's does.
+    for _ in range(4):
+        log.append(build_batch([Record(None, b"no key")] * 4, base_offset=log.log_end_offset),
+                   assign_offsets=False)
+    produce(log, history(rounds=1))
     log.roll()
     log.high_watermark = log.log_end_offset
     LogDirCleaner(ld).run(NOW)
     left = read_all(log)
     assert all(r.key is not None for r in left) and len(left) == 20
+    ld.close()
+
+
+def test_a_follower_copies_a_cleaned_log_with_its_gaps_and_empty_batches(tmp_path: Path) -> None:
+    ld = open_dir(tmp_path / "d")
+    log = ld.create_log("state", 0)
+    produce(log, history())
+    log.roll()
+    log.high_watermark = log.log_end_offset
+    LogDirCleaner(ld).run(NOW)
+    copied = [b for seg in log.segments for b in iter_batches(seg.read_exact(0, seg.size))]
+    assert any(b.records_count == 0 for b in copied), "a run's last batch, emptied"
+    follower = ld.create_log("state", 1)
+    for b in copied:
+        follower.append(bytes(b.data), b.partition_leader_epoch, assign_offsets=False)
+    assert [(r.offset, r.key, r.value) for r in read_all(follower)] == [
+        (r.offset, r.key, r.value) for r in read_all(log)]
+    assert follower.log_end_offset == log.log_end_offset
     ld.close()
 
 

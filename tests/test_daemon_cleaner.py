@@ -7,6 +7,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import kafka.errors as KafkaErrors
+import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from logstore import checkpoint, names
@@ -68,6 +70,11 @@ def test_a_compacted_topic_is_cleaned_and_consumers_read_the_latest_values(tmp_p
         offsets = [o for o, _, _ in records]
         assert offsets == sorted(offsets) and offsets[-1] == KEYS * ROUNDS - 1
         assert "cleaned state-0" in d.stderr()
+        # A record without a key is refused, as Kafka refuses it on a compacted topic.
+        producer = KafkaProducer(bootstrap_servers=d.bootstrap, retries=0)
+        with pytest.raises(KafkaErrors.InvalidRecordError):
+            producer.send("state", value=b"no key", partition=0).get(timeout=10)
+        producer.close()
         assert d.stop() == 0
     assert not list((tmp_path / "disk0" / "state-0").glob("*.cleaned"))
 
