@@ -76,7 +76,6 @@ from .records import (
     Codec,
     _compress,
     _decompress,
-    read_varint,
     write_varint,
 )
 from .segment import LogSegment
@@ -84,6 +83,7 @@ from .segment import LogSegment
 if TYPE_CHECKING:
     from .logdir import LogDir
 
+_md5 = hashlib.md5
 DEFAULT_DEDUPE_BUFFER_BYTES = 128 * 1024 * 1024  # log.cleaner.dedupe.buffer.size
 DEFAULT_IO_BUFFER_BYTES = 1024 * 1024  # log.cleaner.io.buffer.size (Kafka: 512 KiB x 2)
 LOAD_FACTOR = 0.9  # log.cleaner.io.buffer.load.factor
@@ -104,10 +104,11 @@ class CleanAbortedError(LogStoreError):
 
 
 class OffsetMap:
-    """Key -> latest offset, bounded like Kafka's SkimpyOffsetMap: keys are kept as their
-    16-byte MD5, and the map takes `slots * LOAD_FACTOR` keys, where `slots` is the
-    buffer size over 24 bytes. A hash collision can only make the cleaner keep an old
-    record it could have dropped... or drop one: the odds are MD5's, as in Kafka."""
+    """Key -> latest offset, bounded like Kafka's SkimpyOffsetMap: a key is kept as its
+    16-byte MD5 (one shorter than that as itself), and the map takes
+    `slots * LOAD_FACTOR` keys, `slots` being the buffer size over 24 bytes. Two long
+    keys with one MD5 would make the cleaner drop the older key's latest record: the
+    odds are MD5's, as in Kafka."""
 
     def __init__(self, buffer_bytes: int = DEFAULT_DEDUPE_BUFFER_BYTES,
                  load_factor: float = LOAD_FACTOR):
@@ -118,7 +119,9 @@ class OffsetMap:
 
     @staticmethod
     def _hash(key: bytes) -> bytes:
-        return hashlib.md5(key, usedforsecurity=False).digest()
+        # Keys under 16 bytes stand for themselves: they cannot collide with a digest
+        # (16 bytes), nor with each other; longer ones go by their MD5, as in Kafka.
+        return key if len(key) < 16 else _md5(key, usedforsecurity=False).digest()
 
     def clear(self) -> None:
         self._map.clear()
@@ -149,40 +152,17 @@ class OffsetMap:
 # ---- records inside a batch -----------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Rec:
-    start: int  # the record's first byte (its length varint) in the payload
-    ts_at: int  # where its timestampDelta starts (after the attributes byte)
-    after_ts: int  # where its offsetDelta starts
-    end: int
-    offset_delta: int
-    ts_delta: int
-    key: bytes | None
-    tombstone: bool
+# A record as native.parse_records gives it: (offset_delta, timestamp_delta, start,
+# ts_at, after_ts, end, key_at, key_len, value_len, 0); positions in the records area.
+_OFFSET, _TS, _START, _TS_AT, _AFTER_TS, _END, _KEY_AT, _KEY_LEN, _VALUE_LEN = range(9)
 
 
-def _records(payload: bytes | memoryview, count: int, where: str) -> list[_Rec]:
-    """The records of a batch's uncompressed payload, with where their fields lie."""
-    out = []
-    pos = 0
-    for _ in range(count):
-        start = pos
-        length, pos = read_varint(payload, pos)
-        end = pos + length
-        if length < 0 or end > len(payload):
-            raise CorruptRecordError(f"{where}: record of {length} bytes runs past the batch")
-        ts_at = pos + 1  # attributes (int8)
-        ts_delta, after_ts = read_varint(payload, ts_at)
-        offset_delta, pos = read_varint(payload, after_ts)
-        klen, pos = read_varint(payload, pos)
-        key = None
-        if klen >= 0:
-            key = bytes(payload[pos:pos + klen])
-            pos += klen
-        vlen, pos = read_varint(payload, pos)
-        out.append(_Rec(start, ts_at, after_ts, end, offset_delta, ts_delta, key, vlen < 0))
-        pos = end
-    return out
+def _records(payload: bytes | memoryview, count: int, where: str) -> list[tuple[int, ...]]:
+    """The records of a batch's uncompressed payload (the C decoder, native/records.c)."""
+    recs = native.parse_records(payload, count)
+    if recs is None:
+        raise CorruptRecordError(f"{where}: its records do not decode")
+    return recs
 
 
 def _payload(batch: memoryview, info: BatchInfo, where: str) -> bytes | memoryview:
@@ -380,13 +360,16 @@ class Cleaner:
                     at = info.position - infos[0].position
                     batch = data[at:at + info.size]
                     where = f"{seg.log_path} batch at {info.position}"
-                    for rec in _records(_payload(batch, info, where), info.records_count, where):
-                        offset = info.base_offset + rec.offset_delta
-                        if rec.key is not None and offset >= start:
+                    payload = _payload(batch, info, where)
+                    base = info.base_offset
+                    for rec in _records(payload, info.records_count, where):
+                        offset = base + rec[_OFFSET]
+                        if rec[_KEY_AT] >= 0 and offset >= start:
                             if m.full:
                                 return  # the map ends the clean here
-                            m.put(rec.key, offset)
-                        self.stats.map_records += 1
+                            at = rec[_KEY_AT]
+                            m.put(payload[at:at + rec[_KEY_LEN]], offset)
+                    self.stats.map_records += info.records_count
                     m.latest_offset = max(m.latest_offset, info.last_offset)
                     self.stats.map_bytes += info.size
             # Gaps at a segment's end belong to it: the next clean starts at the next one.
@@ -449,17 +432,22 @@ class Cleaner:
         recs = _records(payload, info.records_count, where)
         kept = []
         tombstones = False
+        base = info.base_offset
+        latest = m.latest_offset
         for rec in recs:
-            offset = info.base_offset + rec.offset_delta
-            if offset > m.latest_offset:
+            offset = base + rec[_OFFSET]
+            tombstone = rec[_VALUE_LEN] < 0
+            if offset > latest:
                 keep = True
-            elif rec.key is None:
+            elif rec[_KEY_AT] < 0:
                 keep = False  # Kafka's cleaner drops records without a key
             else:
-                keep = offset >= m.get(rec.key) and (not rec.tombstone or keep_tombstones)
+                at = rec[_KEY_AT]
+                keep = (offset >= m.get(payload[at:at + rec[_KEY_LEN]])
+                        and (not tombstone or keep_tombstones))
             if keep:
                 kept.append(rec)
-                tombstones |= rec.tombstone
+                tombstones |= tombstone
         self.stats.records_read += len(recs)
         self.stats.records_kept += len(kept)
         if not kept:
@@ -472,17 +460,17 @@ class Cleaner:
         body = bytearray()
         for rec in kept:
             if new_base_ts == base_ts:
-                body += payload[rec.start:rec.end]
+                body += payload[rec[_START]:rec[_END]]
             else:
-                rest = bytearray(payload[rec.ts_at - 1:rec.ts_at])  # attributes
-                write_varint(rest, base_ts + rec.ts_delta - new_base_ts)
-                rest += payload[rec.after_ts:rec.end]
+                rest = bytearray(payload[rec[_TS_AT] - 1:rec[_TS_AT]])  # attributes
+                write_varint(rest, base_ts + rec[_TS] - new_base_ts)
+                rest += payload[rec[_AFTER_TS]:rec[_END]]
                 write_varint(body, len(rest))
                 body += rest
         if attrs & ATTR_LOG_APPEND_TIME:
             max_ts = info.max_timestamp
         else:
-            max_ts = max(base_ts + rec.ts_delta for rec in kept)
+            max_ts = max(base_ts + rec[_TS] for rec in kept)
         codec = attrs & ATTR_CODEC_MASK
         data = _compress(Codec(codec), bytes(body)) if codec else body
         new_attrs = attrs | ATTR_DELETE_HORIZON if stamp else attrs

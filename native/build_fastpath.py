@@ -21,7 +21,8 @@ from cffi import FFI
 
 HERE = Path(__file__).resolve().parent
 HEADER = HERE / "fastpath.h"
-SOURCES = ("crc32c.c", "crc32c_x86.c", "scan.c", "append.c", "io.c", "probe.c")
+SOURCES = ("crc32c.c", "crc32c_x86.c", "scan.c", "append.c", "io.c", "probe.c",
+           "records.c")
 
 
 def read_cdef(header: Path = HEADER) -> str:

@@ -433,3 +433,18 @@ def test_a_clean_without_room_for_its_copy_waits_without_a_verdict(tmp_path: Pat
         assert LogDirCleaner(ld).run(NOW) == 1
         assert len(read_all(ld.get_log("state", 0))) == 1500
         ld.close()
+
+
+def test_the_record_decoder_finds_keys_values_and_deltas() -> None:
+    import native
+
+    data = build_batch([Record(b"k1", b"v", [], NOW), Record(None, None, [], NOW + 5),
+                        Record(b"key3", b"value3", [("h", b"x")], NOW + 9)])[61:]
+    recs = native.parse_records(data, 3)
+    assert [(r[0], r[1]) for r in recs] == [(0, 0), (1, 5), (2, 9)]
+    assert [data[r[6]:r[6] + r[7]] if r[6] >= 0 else None for r in recs] == [b"k1", None, b"key3"]
+    assert [r[8] for r in recs] == [1, -1, 6]
+    assert recs[-1][5] == len(data) and recs[1][2] == recs[0][5]
+    for cut in (1, 5, len(data) - 1):
+        assert native.parse_records(data[:cut], 3) is None
+    assert native.parse_records(data, 4) is None
