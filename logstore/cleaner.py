@@ -649,6 +649,7 @@ class LogDirCleaner:
             raise
         if self._gen is None:
             ld = self.logdir
+            self._follow_truncations()
             job = grab_filthiest(ld.logs, ld.cleaner_offsets, now, skip=self.uncleanable)
             if job is None:
                 return False
@@ -676,6 +677,18 @@ class LogDirCleaner:
 
     def _reset(self) -> None:
         self.job = self._gen = None
+
+    def _follow_truncations(self) -> None:
+        """A log truncated below its checkpointed offset is dirty from there (Kafka's
+        maybeTruncateCheckpoint): records appended after the cut were never cleaned."""
+        changed = False
+        for tp, log in self.logdir.logs.items():
+            cut, log.truncated_to = log.truncated_to, None
+            if cut is not None and self.logdir.cleaner_offsets.get(tp, -1) > cut:
+                self.logdir.cleaner_offsets[tp] = cut
+                changed = True
+        if changed:
+            self.logdir.write_cleaner_checkpoint()
 
     def abort(self) -> None:
         """Give up the clean under way (its `.cleaned` files are removed)."""

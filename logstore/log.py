@@ -70,6 +70,9 @@ class Log:
         # DeleteRecords, a cleaner's swap, close): a clean in progress that sees it
         # change gives up (logstore.cleaner).
         self.generation = 0
+        # The lowest offset a truncation cut to since the cleaner last looked: a
+        # cleaner-offset-checkpoint above it would call new records clean.
+        self.truncated_to: int | None = None
 
     # ---- opening ----
 
@@ -482,6 +485,7 @@ class Log:
         if offset >= self.log_end_offset:
             return
         self.generation += 1
+        self.truncated_to = offset if self.truncated_to is None else min(offset, self.truncated_to)
         with self.guard.io("truncate", self.dir, writing=False):
             if offset <= self._segments.first.base_offset:
                 for seg in self._segments:

@@ -327,7 +327,9 @@ class LogSegment:
         self.size = position
         self.max_timestamp, self.offset_of_max_timestamp = self.time_index.last_entry()
         self.bytes_since_index = 0
-        self._next_offset = batch.base_offset if position else self.base_offset
+        # Offsets a cleaner removed may lie before the batch cut: the end is `offset`
+        # then, as Kafka sets it, not the next batch's base.
+        self._next_offset = max(self.base_offset, min(batch.base_offset, offset))
         return cut
 
     def close_indexes_for_roll(self) -> None:

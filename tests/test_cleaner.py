@@ -448,3 +448,25 @@ def test_the_record_decoder_finds_keys_values_and_deltas() -> None:
     for cut in (1, 5, len(data) - 1):
         assert native.parse_records(data[:cut], 3) is None
     assert native.parse_records(data, 4) is None
+
+
+def test_a_follower_truncates_into_a_cleaned_log_and_cleans_what_came_after(tmp_path: Path) -> None:
+    ld = open_dir(tmp_path / "d")
+    log = ld.create_log("state", 0)
+    produce(log, history())
+    log.roll()
+    log.high_watermark = log.log_end_offset
+    LogDirCleaner(ld).run(NOW)
+    gone = next(o for o in range(1, 200) if not any(r.offset == o for r in read_all(log)))
+    log.truncate_to(gone)  # an offset the cleaner removed: the log ends there
+    assert log.log_end_offset == gone
+    for i in range(10):  # a new leader's records from there, the same keys again
+        log.append(build_batch([Record(f"key-{k}".encode(), f"new-{i}".encode(), [], NOW + i)
+                                for k in range(20)], base_offset=log.log_end_offset),
+                   assign_offsets=False)
+    log.roll()
+    log.high_watermark = log.log_end_offset
+    expected = latest(read_all(log))
+    assert LogDirCleaner(ld).run(NOW) == 1
+    assert latest(read_all(log)) == expected and len(read_all(log)) == 20
+    ld.close()
