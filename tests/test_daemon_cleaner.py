@@ -18,6 +18,7 @@ from .faults import tmpfs
 from .sick_helpers import wait_for
 
 KEYS = 50
+LAG_MS = 15000  # long enough for a loaded machine to fill the disk inside it
 ROUNDS = 20
 COMPACTED = {"log.cleanup.policy": "compact", "log.segment.bytes": 16384,
              "log.cleaner.backoff.ms": 200, "num.partitions": 1}
@@ -102,16 +103,20 @@ def test_a_saturated_dir_pauses_the_cleaner_until_it_is_online(tmp_path: Path) -
     with tmpfs("8m") as mnt:
         disk = mnt / "disk0"
         extra = {**COMPACTED, "log.dirs": [str(disk)], "log.dir.reserve.bytes": 1 << 20,
-                 "log.dir.probe.interval.ms": 100, "log.cleaner.min.compaction.lag.ms": 3000}
+                 "log.dir.probe.interval.ms": 100, "log.cleaner.min.compaction.lag.ms": LAG_MS}
         with running(tmp_path, extra, dirs=1) as d:
             expected = produce(d.bootstrap, "state")
-            time.sleep(3.5)  # the lag passes for all of it
+            time.sleep(LAG_MS / 1000 + 0.5)  # the lag passes for all of it
             wait_for(lambda: settled(disk, "state"), 30, "the first cleans")
-            first = cleaned_to(disk, "state")
             expected.update(produce(d.bootstrap, "state"))
-            fill(disk.parent / "filler")  # before the lag has passed: nothing is due yet
+            started = time.monotonic()
+            # What was due of the first updates (a segment that was active) is cleaned.
+            wait_for(lambda: settled(disk, "state"), 30, "the cleans of what is due")
+            first = cleaned_to(disk, "state")
+            fill(disk.parent / "filler")
             wait_for(lambda: d.log_dir_states()[str(disk)] == "saturated", 20, "SATURATED")
-            time.sleep(5)  # the updates are due now; the cleaner waits for room
+            assert time.monotonic() - started < LAG_MS / 1000, "the new updates are not due yet"
+            time.sleep(LAG_MS / 1000 + 1)  # they are due now; the cleaner waits for room
             assert cleaned_to(disk, "state") == first
             assert d.log_dir_states()[str(disk)] == "saturated"
             assert "cleaning paused: the dir is saturated" in d.stderr()
