@@ -133,7 +133,8 @@ class Server:
         self.notifier = notifier or Notifier.from_environment()
         self.metrics.watch_replication(self._replication_snapshot)
         self.http = HttpEndpoint(self.metrics, self.health, admin=self._admin,
-                                 views={"/log-dirs": self.monitor.describe})
+                                 views={"/log-dirs": self.monitor.describe,
+                                        "/cleaner": self.cleaner.describe})
         self.fatal: str | None = None  # why the daemon stops on its own
         self.stuck_workers = False  # a hung disk's worker: exit without joining it
         self.state = "starting"

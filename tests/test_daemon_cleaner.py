@@ -4,6 +4,7 @@ fills pauses its cleaner (SATURATED, never OFFLINE) until it is ONLINE again."""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -71,6 +72,10 @@ def test_a_compacted_topic_is_cleaned_and_consumers_read_the_latest_values(tmp_p
         offsets = [o for o, _, _ in records]
         assert offsets == sorted(offsets) and offsets[-1] == KEYS * ROUNDS - 1
         assert "cleaned state-0" in d.stderr()
+        # /cleaner says what each dir's cleaner does, as JSON.
+        _, body = d.http("/cleaner")
+        assert json.loads(body) == {str(d.log_dirs[0]): {
+            "cleaning": None, "uncleanable": [], "paused": None}}
         # A record without a key is refused, as Kafka refuses it on a compacted topic.
         producer = KafkaProducer(bootstrap_servers=d.bootstrap, retries=0)
         with pytest.raises(KafkaErrors.InvalidRecordError):
