@@ -1,8 +1,10 @@
 """A partition's log: its segments (`LogSegments`) with one active segment at the end.
 
 The Log owns what happens to a loaded log: append and roll, reads, flush and close,
-retention, DeleteRecords and truncation, the log start offset, recovery point and high
-watermark. `Log.open` hands the start-up work to `logstore.loader` (docs/formats.md
+retention (unless cleanup.policy is compact alone), DeleteRecords and truncation, the
+swap of a cleaner's segment (`replace_segments`, logstore.cleaner), the log start
+offset, recovery point and high watermark. `Log.open` hands the start-up work to
+`logstore.loader` (docs/formats.md
 "Recovery"): it finishes interrupted deletes and swaps, rebuilds the indexes from the
 recovery point on, cuts a torn tail, and drops every segment after a corrupt batch,
 reporting how many bytes went (`RecoveryResult`). `append` validates a whole request's

@@ -3,7 +3,8 @@
 `LogDir.open` creates the directory if it is missing, takes `.lock` with an exclusive
 flock, checks or writes `meta.properties`, writes the space reserve (when asked) before
 any recovery, loads every partition (recovering them unless Kafka's clean-shutdown
-marker is there), finishes interrupted partition deletions, and removes the marker.
+marker is there) and the `cleaner-offset-checkpoint` (`cleaner_offsets`, kept by
+logstore.cleaner), finishes interrupted partition deletions, and removes the marker.
 `close(clean=True)` flushes, writes the checkpoints and the marker.
 
 Every filesystem call runs inside the dir's IoGuard (`self.guard`), the one place
