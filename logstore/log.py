@@ -4,12 +4,13 @@ The Log owns what happens to a loaded log: append and roll, reads, flush and clo
 retention (unless cleanup.policy is compact alone), DeleteRecords and truncation, the
 swap of a cleaner's segment (`replace_segments`, logstore.cleaner), the log start
 offset, recovery point and high watermark. `Log.open` hands the start-up work to
-`logstore.loader` (docs/formats.md
-"Recovery"): it finishes interrupted deletes and swaps, rebuilds the indexes from the
-recovery point on, cuts a torn tail, and drops every segment after a corrupt batch,
-reporting how many bytes went (`RecoveryResult`). `append` validates a whole request's
-batches (framing, magic 2, CRC-32C, size) before it writes a byte; invalid input
-raises `CorruptRecordError`/`RecordTooLargeError` and leaves the files unchanged.
+`logstore.loader` (docs/formats.md "Recovery"): it finishes interrupted deletes and
+swaps, rebuilds the indexes from the recovery point on, cuts a torn tail, and drops
+every segment after a corrupt batch, reporting how many bytes went (`RecoveryResult`).
+`append` validates a whole request's batches (framing, magic 2, CRC-32C, size) before
+it writes a byte; invalid input raises `CorruptRecordError`/`RecordTooLargeError` and
+leaves the files unchanged; a record without a key for a compacted log raises
+`InvalidRecordError` (Kafka's rule).
 
 Concurrency: a Log is not thread-safe. Every call for one log must come from one thread
 at a time (the daemon runs them on the log dir's worker). Every filesystem call runs
