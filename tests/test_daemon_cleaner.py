@@ -1,6 +1,7 @@
 """The running daemon compacts a compacted topic (log.cleanup.policy=compact), and real
 Kafka clients read the latest value of every key across the gaps it leaves; a dir that
-fills pauses its cleaner (SATURATED, never OFFLINE) until it is ONLINE again."""
+fills pauses its cleaner (SATURATED, never OFFLINE) until it is ONLINE again; a daemon
+killed mid-clean (kill -9) serves every key's latest value after its restart."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from logstore import checkpoint, names
 
-from .daemon_helpers import running
+from .daemon_helpers import Daemon, running
 from .faults import tmpfs
 from .sick_helpers import wait_for
 
@@ -132,3 +133,44 @@ def test_a_saturated_dir_pauses_the_cleaner_until_it_is_online(tmp_path: Path) -
             assert {k: v for _, k, v in consume(d.bootstrap, "state")} == expected
             assert d.log_dir_states()[str(disk)] == "online"
             assert "-> offline" not in d.stderr()
+
+
+def test_a_daemon_killed_mid_clean_serves_the_latest_values_after_restart(tmp_path: Path) -> None:
+    """kill -9 of the daemon while a `.cleaned` file is being written: the restart
+    removes it (or completes a swap), cleans again, and consumers read every key's
+    latest value."""
+    big = {**COMPACTED, "log.segment.bytes": 1 << 20, "log.cleaner.enable": False}
+    d = Daemon(tmp_path, big, dirs=1)
+    with d:
+        producer = KafkaProducer(bootstrap_servers=d.bootstrap, linger_ms=20,
+                                 batch_size=64 << 10)
+        expected = {}
+        for i in range(40_000):
+            key, value = f"key-{i % 2000}".encode(), f"{i};".encode() * 100
+            producer.send("state", key=key, value=value, partition=0)
+            expected[key] = value
+        producer.flush()
+        producer.close()
+        assert d.stop() == 0
+    pdir = d.log_dirs[0] / "state-0"
+    d.config.write_text(d.config.read_text().replace("log.cleaner.enable = false",
+                                                     "log.cleaner.enable = true"))
+    d.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not list(pdir.glob("*.cleaned")):
+            assert time.monotonic() < deadline, "no clean started"
+            time.sleep(0.005)
+    finally:
+        d.kill()
+    assert list(pdir.glob("*.cleaned")) or list(pdir.glob("*.swap"))
+    d.start()
+    try:
+        wait_for(lambda: cleaned_to(d.log_dirs[0], "state"), 60, "a clean after the crash")
+        assert not list(pdir.glob("*.cleaned")) and not list(pdir.glob("*.swap"))
+        records = consume(d.bootstrap, "state")
+        assert {k: v for _, k, v in records} == expected
+        assert len(records) < 40_000 / 4
+    finally:
+        d.stop()
+        d.kill()
