@@ -9,6 +9,7 @@ import json
 import time
 from pathlib import Path
 
+import confluent_kafka as ck
 import kafka.errors as KafkaErrors
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
@@ -55,6 +56,22 @@ def consume(bootstrap: str, topic: str) -> list[tuple[int, bytes, bytes]]:
     return out
 
 
+def consume_confluent(bootstrap: str, topic: str) -> list[tuple[int, bytes, bytes]]:
+    """The same with librdkafka (confluent-kafka), from offset 0 to the log end."""
+    consumer = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "unused",
+                            "enable.auto.commit": False})
+    _, end = consumer.get_watermark_offsets(ck.TopicPartition(topic, 0), timeout=10)
+    consumer.assign([ck.TopicPartition(topic, 0, 0)])
+    out: list[tuple[int, bytes, bytes]] = []
+    deadline = time.monotonic() + 30
+    while (not out or out[-1][0] < end - 1) and time.monotonic() < deadline:
+        for m in consumer.consume(1000, 1.0):
+            assert m.error() is None, m.error()
+            out.append((m.offset(), m.key(), m.value()))
+    consumer.close()
+    return out
+
+
 def cleaned_to(log_dir: Path, topic: str) -> int | None:
     path = log_dir / names.CLEANER_OFFSET_CHECKPOINT
     if not path.exists():
@@ -69,6 +86,7 @@ def test_a_compacted_topic_is_cleaned_and_consumers_read_the_latest_values(tmp_p
         records = consume(d.bootstrap, "state")
         latest = {k: v for _, k, v in records}
         assert latest == expected
+        assert consume_confluent(d.bootstrap, "state") == records
         assert len(records) < KEYS * ROUNDS / 3, "compaction removed the older values"
         offsets = [o for o, _, _ in records]
         assert offsets == sorted(offsets) and offsets[-1] == KEYS * ROUNDS - 1
