@@ -396,6 +396,9 @@ class Cleaner:
             for seg in group:
                 for chunk in self._batches(log, seg, 0, generation):
                     if chunk is None:
+                        # Synced step by step, so the swap's sync (on the dir's worker,
+                        # before appends waiting there) has little left to write.
+                        out.sync_data()
                         yield
                         continue
                     data, infos = chunk
@@ -572,6 +575,13 @@ class _CleanedSegment:
                 native.pwrite_all(self.fd, self.pending, self.position, path=str(self.paths[0]))
             self.position += len(self.pending)
             self.pending.clear()
+
+    def sync_data(self) -> None:
+        """Write what is buffered and fdatasync the `.cleaned` log written so far."""
+        self._write()
+        if self.position:
+            with self.guard.io("clean: sync", self.paths[0], writing=True):
+                native.fdatasync(self.fd, path=str(self.paths[0]))
 
     def finish(self) -> None:
         """Write what is buffered, close the indexes as a roll does, sync everything."""
