@@ -88,7 +88,7 @@ DEFAULT_DEDUPE_BUFFER_BYTES = 128 * 1024 * 1024  # log.cleaner.dedupe.buffer.siz
 DEFAULT_IO_BUFFER_BYTES = 1024 * 1024  # log.cleaner.io.buffer.size (Kafka: 512 KiB x 2)
 LOAD_FACTOR = 0.9  # log.cleaner.io.buffer.load.factor
 MAP_ENTRY_BYTES = 24  # a 16-byte MD5 and an 8-byte offset, as Kafka counts
-STEP_BYTES = 4 * 1024 * 1024  # bytes read between two yields of a clean
+STEP_BYTES = 1024 * 1024  # bytes read between two yields: ~30 ms of a worker (benchmarks)
 MAX_RELATIVE = 2**31 - 1
 
 
