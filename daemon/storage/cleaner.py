@@ -2,7 +2,7 @@
 log dir's own worker, one bounded step at a time.
 
 One asyncio task per log dir drives that dir's `logstore.cleaner.LogDirCleaner`: each
-step (a few MiB read, or a swap) is submitted to the dir's worker like any other call
+step (1 MiB read, or a swap) is submitted to the dir's worker like any other call
 on its logs, so appends and fetches queued there run between steps and a clean never
 touches a dir from another thread (docs/architecture.md "Threads and workers"). The
 key map's memory, `log.cleaner.dedupe.buffer.size`, is shared out between the dirs as
