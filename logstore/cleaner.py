@@ -7,10 +7,10 @@ watermark, and any segment newer than `min.compaction.lag.ms`) are dirty. A log 
 cleaned when its dirty bytes are over `min.cleanable.dirty.ratio` of its cleanable
 bytes, the filthiest first (`grab_filthiest`). A clean (`Cleaner.steps`):
 
-1. builds the key map (`OffsetMap`, Kafka's SkimpyOffsetMap: a 16-byte MD5 of each key
+1. builds the key map (`OffsetMap`, Kafka's SkimpyOffsetMap: each key's 16-byte MD5
    -> its latest offset, as many keys as `log.cleaner.dedupe.buffer.size` holds at 24
-   bytes each times the 0.9 load factor) over the dirty segments; a full map ends the
-   clean where it stopped;
+   bytes each times the 0.9 load factor) over the dirty segments, the records decoded
+   in C (`native.parse_records`); a full map ends the clean where it stopped;
 2. groups every segment below that end into runs that fit one segment (size, index
    sizes, 31-bit relative offsets), and copies each run into `<base>.log.cleaned` with
    its indexes, keeping a record when it is the latest of its key (or past the map),
@@ -74,8 +74,8 @@ from .records import (
     HEADER,
     HEADER_SIZE,
     Codec,
-    _compress,
-    _decompress,
+    compress,
+    decompress,
     write_varint,
 )
 from .segment import LogSegment
@@ -170,7 +170,7 @@ def _payload(batch: memoryview, info: BatchInfo, where: str) -> bytes | memoryvi
     if not codec:
         return batch[HEADER_SIZE:]
     try:
-        return _decompress(Codec(codec), batch[HEADER_SIZE:])
+        return decompress(Codec(codec), batch[HEADER_SIZE:])
     except ValueError as err:
         raise CorruptRecordError(f"{where}: unknown codec {codec}") from err
 
@@ -475,7 +475,7 @@ class Cleaner:
         else:
             max_ts = max(base_ts + rec[_TS] for rec in kept)
         codec = attrs & ATTR_CODEC_MASK
-        data = _compress(Codec(codec), bytes(body)) if codec else body
+        data = compress(Codec(codec), bytes(body)) if codec else body
         new_attrs = attrs | ATTR_DELETE_HORIZON if stamp else attrs
         out = bytearray(HEADER_SIZE) + data
         HEADER.pack_into(out, 0, info.base_offset, len(out) - 12, info.partition_leader_epoch,

@@ -189,6 +189,18 @@ def _decompress(codec: Codec, data: bytes | memoryview) -> bytes:
     raise UnsupportedCodecError(f"unknown codec id {int(codec)}")
 
 
+def compress(codec: Codec, data: bytes) -> bytes:
+    """A records area compressed with `codec` as producers write it (the log cleaner's
+    rewrite of a compressed batch); UnsupportedCodecError without the codec's library."""
+    return _compress(codec, data)
+
+
+def decompress(codec: Codec, data: bytes | memoryview) -> bytes:
+    """A batch's compressed records area, decompressed; CorruptRecordError if it is not
+    valid, UnsupportedCodecError without the codec's library."""
+    return _decompress(codec, data)
+
+
 # ---- encoding ----
 
 
