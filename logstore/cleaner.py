@@ -55,7 +55,7 @@ import struct
 import time
 from collections.abc import Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import native
 from native import BatchInfo, ScanStatus
@@ -83,7 +83,6 @@ from .segment import LogSegment
 if TYPE_CHECKING:
     from .logdir import LogDir
 
-_md5 = hashlib.md5
 DEFAULT_DEDUPE_BUFFER_BYTES = 128 * 1024 * 1024  # log.cleaner.dedupe.buffer.size
 DEFAULT_IO_BUFFER_BYTES = 1024 * 1024  # log.cleaner.io.buffer.size (Kafka: 512 KiB x 2)
 LOAD_FACTOR = 0.9  # log.cleaner.io.buffer.load.factor
@@ -103,6 +102,11 @@ class CleanAbortedError(LogStoreError):
 # ---- the key map ----------------------------------------------------------------------
 
 
+def _md5(data: bytes | memoryview) -> Any:
+    """The MD5 of a key longer than 15 bytes (the key map's hash, as Kafka's default)."""
+    return hashlib.md5(data, usedforsecurity=False)
+
+
 class OffsetMap:
     """Key -> latest offset, bounded like Kafka's SkimpyOffsetMap: a key is kept as its
     16-byte MD5 (one shorter than that as itself), and the map takes
@@ -114,39 +118,39 @@ class OffsetMap:
                  load_factor: float = LOAD_FACTOR):
         self.slots = max(buffer_bytes // MAP_ENTRY_BYTES, 1)
         self.capacity = max(int(self.slots * load_factor), 1)
-        self._map: dict[bytes, int] = {}
+        self.keys: dict[bytes, int] = {}  # _hash(key) -> offset
         self.latest_offset = -1
 
     @staticmethod
     def _hash(key: bytes) -> bytes:
         # Keys under 16 bytes stand for themselves: they cannot collide with a digest
         # (16 bytes), nor with each other; longer ones go by their MD5, as in Kafka.
-        return key if len(key) < 16 else _md5(key, usedforsecurity=False).digest()
+        return key if len(key) < 16 else _md5(key).digest()
 
     def clear(self) -> None:
-        self._map.clear()
+        self.keys.clear()
         self.latest_offset = -1
 
     @property
     def size(self) -> int:
-        return len(self._map)
+        return len(self.keys)
 
     @property
     def full(self) -> bool:
-        return len(self._map) >= self.capacity
+        return len(self.keys) >= self.capacity
 
     @property
     def utilization(self) -> float:
-        return len(self._map) / self.slots
+        return len(self.keys) / self.slots
 
     def put(self, key: bytes, offset: int) -> None:
-        self._map[self._hash(key)] = offset
+        self.keys[self._hash(key)] = offset
         if offset > self.latest_offset:
             self.latest_offset = offset
 
     def get(self, key: bytes) -> int:
         """The latest offset of `key`, or -1 when the map has not seen it."""
-        return self._map.get(self._hash(key), -1)
+        return self.keys.get(self._hash(key), -1)
 
 
 # ---- records inside a batch -----------------------------------------------------------
@@ -342,6 +346,7 @@ class Cleaner:
         """Map every key of the dirty section to its latest offset (Kafka's buildOffsetMap)."""
         m = self.map
         m.clear()
+        keys, capacity = m.keys, m.capacity
         log = job.log
         start, stop = job.first_dirty, job.first_uncleanable
         dirty = [s for s in log.segments[:-1] if s.next_offset > start and s.base_offset < stop]
@@ -362,13 +367,17 @@ class Cleaner:
                     where = f"{seg.log_path} batch at {info.position}"
                     payload = _payload(batch, info, where)
                     base = info.base_offset
+                    # OffsetMap.put, inlined: this loop is the map's hot path.
                     for rec in _records(payload, info.records_count, where):
+                        at = rec[_KEY_AT]
                         offset = base + rec[_OFFSET]
-                        if rec[_KEY_AT] >= 0 and offset >= start:
-                            if m.full:
+                        if at >= 0 and offset >= start:
+                            if len(keys) >= capacity:
                                 return  # the map ends the clean here
-                            at = rec[_KEY_AT]
-                            m.put(payload[at:at + rec[_KEY_LEN]], offset)
+                            key = bytes(payload[at:at + rec[_KEY_LEN]])
+                            keys[key if len(key) < 16 else _md5(key).digest()] = offset
+                            if offset > m.latest_offset:
+                                m.latest_offset = offset
                     self.stats.map_records += info.records_count
                     m.latest_offset = max(m.latest_offset, info.last_offset)
                     self.stats.map_bytes += info.size
@@ -437,17 +446,19 @@ class Cleaner:
         tombstones = False
         base = info.base_offset
         latest = m.latest_offset
+        keys = m.keys
         for rec in recs:
             offset = base + rec[_OFFSET]
             tombstone = rec[_VALUE_LEN] < 0
+            at = rec[_KEY_AT]
             if offset > latest:
                 keep = True
-            elif rec[_KEY_AT] < 0:
+            elif at < 0:
                 keep = False  # Kafka's cleaner drops records without a key
             else:
-                at = rec[_KEY_AT]
-                keep = (offset >= m.get(payload[at:at + rec[_KEY_LEN]])
-                        and (not tombstone or keep_tombstones))
+                key = payload[at:at + rec[_KEY_LEN]]  # OffsetMap.get, inlined
+                found = keys.get(bytes(key) if len(key) < 16 else _md5(key).digest(), -1)
+                keep = offset >= found and (not tombstone or keep_tombstones)
             if keep:
                 kept.append(rec)
                 tombstones |= tombstone
