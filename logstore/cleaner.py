@@ -671,7 +671,8 @@ class LogDirCleaner:
         if self._gen is None:
             ld = self.logdir
             self._follow_truncations()
-            job = grab_filthiest(ld.logs, ld.cleaner_offsets, now, skip=self.uncleanable)
+            with ld.guard.io("clean: choose a log", ld.path, writing=False):
+                job = grab_filthiest(ld.logs, ld.cleaner_offsets, now, skip=self.uncleanable)
             if job is None:
                 return False
             self.job, self._gen = job, self.cleaner.steps(job, now)
