@@ -11,9 +11,10 @@ bytes, the filthiest first (`grab_filthiest`). A clean (`Cleaner.steps`):
    -> its latest offset, as many keys as `log.cleaner.dedupe.buffer.size` holds at 24
    bytes each times the 0.9 load factor) over the dirty segments, the records decoded
    in C (`native.parse_records`); a full map ends the clean where it stopped;
-2. groups every segment below that end into runs that fit one segment (size, index
-   sizes, 31-bit relative offsets), and copies each run into `<base>.log.cleaned` with
-   its indexes, keeping a record when it is the latest of its key (or past the map),
+2. takes the segments below that end in runs whose kept records fit one segment
+   (size, index sizes, 31-bit relative offsets; `Cleaner._clean_run`), and copies each
+   run into `<base>.log.cleaned` with its indexes, keeping a record when it is the
+   latest of its key (or past the map),
    dropping records without a key, and keeping a tombstone (a null value) until its
    batch's delete horizon: the first clean that keeps a tombstone stamps its batch
    with `now + delete.retention.ms` (attribute bit 6, the horizon in baseTimestamp,
@@ -53,7 +54,7 @@ import hashlib
 import os
 import struct
 import time
-from collections.abc import Generator, Iterable, Iterator, Mapping
+from collections.abc import Generator, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -61,6 +62,7 @@ import native
 from native import BatchInfo, ScanStatus
 
 from . import names
+from .config import LogConfig
 from .errors import CorruptRecordError, LogStoreError
 from .index import OffsetIndex, TimeIndex
 from .log import Log
@@ -302,12 +304,12 @@ class Cleaner:
         yield from self._build_map(job, generation)
         end = self.map.latest_offset + 1
         segments = [s for s in log.segments[:-1] if s.base_offset < end]
-        for group in _groups(segments, log.config.segment_bytes, log.config.max_index_bytes,
-                             job.first_uncleanable):
+        i = 0
+        while i < len(segments):
             self._check(log, generation)
-            if not any(s.size for s in group):
-                continue
-            yield from self._clean_group(log, group, now, generation)
+            count = yield from self._clean_run(log, segments, i, job.first_uncleanable, now,
+                                               generation)
+            i += count
             generation = log.generation
         return end
 
@@ -385,24 +387,43 @@ class Cleaner:
             nxt = dirty[i + 1].base_offset if i + 1 < len(dirty) else stop
             m.latest_offset = max(m.latest_offset, nxt - 1)
 
-    def _clean_group(self, log: Log, group: list[LogSegment], now: int, generation: int
-                     ) -> Generator[None, None, None]:
-        """Copy what survives of `group` into `<base>.*.cleaned` and swap it in."""
-        base = group[0].base_offset
-        need = sum(s.size + s.offset_index.size_bytes + s.time_index.size_bytes for s in group)
+    def _clean_run(self, log: Log, segments: list[LogSegment], first: int,
+                   first_uncleanable: int, now: int, generation: int
+                   ) -> Generator[None, None, int]:
+        """Copy what survives of segments[first:] into `<base>.*.cleaned` for as long as
+        it fits one segment, and swap it in; returns how many segments it replaced.
+
+        A run grows while what it has kept so far plus the next segment, whole, fits
+        `segment.bytes` and its indexes, and its offsets stay within 31 bits of its
+        base (Kafka's groupSegmentsBySize counts the segments' sizes before cleaning;
+        counting what is kept merges more, so fewer, fuller segments come out, and
+        segments whose records all went do not each become a segment of one empty
+        batch: a consumer would fetch those one by one, and librdkafka takes ten such
+        fetches in a row for a message too large).
+        """
+        config = log.config
+        head = segments[first]
+        base = head.base_offset
         if self.check_space:
-            space = log.guard.io("clean: space probe", log.dir, writing=True)
-            with space:
+            # A run keeps at most a segment's worth (or its first segment, if bigger).
+            need = max(head.size, min(config.segment_bytes,
+                                      sum(s.size for s in segments[first:])))
+            with log.guard.io("clean: space probe", log.dir, writing=True):
                 avail = native.space_probe(str(log.dir)).avail_bytes
             if avail < need:
                 raise NoRoomToCleanError(
                     f"{log.dir.name}: cleaning segments from {base} needs up to {need} bytes, "
                     f"{avail} free in {log.guard.log_dir}")
         out = _CleanedSegment(log, base, self.io_buffer_bytes)
+        run: list[LogSegment] = []
+        last: BatchInfo | None = None  # the run's last batch, and whether it was kept
+        last_kept = False
         try:
             out.open()
-            last_seg = [s for s in group if s.size][-1]
-            for seg in group:
+            k = first
+            while True:
+                seg = segments[k]
+                run.append(seg)
                 for chunk in self._batches(log, seg, 0, generation):
                     if chunk is None:
                         # Synced step by step, so the swap's sync (on the dir's worker,
@@ -414,22 +435,44 @@ class Cleaner:
                     for info in infos:
                         at = info.position - infos[0].position
                         batch = data[at:at + info.size]
-                        last = seg is last_seg and info.position + info.size == seg.size
-                        kept = self._filter(batch, info, now, log.config.delete_retention_ms,
+                        kept = self._filter(batch, info, now, config.delete_retention_ms,
                                             f"{seg.log_path} batch at {info.position}")
-                        if kept is None and last:
-                            kept = _empty_batch(info)  # the run's end survives (module doc)
                         if kept is not None:
                             out.append(kept)
+                        last, last_kept = info, kept is not None
                         self.stats.bytes_read += info.size
                 self.stats.segments_cleaned += 1
+                nxt = segments[k + 1] if k + 1 < len(segments) else None
+                if nxt is None or not self._fits(out, nxt, segments, k, base,
+                                                 first_uncleanable, config):
+                    break
+                k += 1
+            if last is not None and not last_kept:
+                out.append(_empty_batch(last))  # the run's end survives (module doc)
+            if not out.written:
+                return len(run)  # only empty segments: nothing to swap in
             self._check(log, generation)
             out.finish()
-            log.replace_segments(group)
+            log.replace_segments(run)
             self.stats.groups += 1
             self.stats.bytes_written += out.position
+            return len(run)
         finally:
             out.discard()
+
+    @staticmethod
+    def _fits(out: _CleanedSegment, nxt: LogSegment, segments: list[LogSegment], k: int,
+              base: int, first_uncleanable: int, config: LogConfig) -> bool:
+        """Whether `nxt` joins the run: what the run kept so far and `nxt` whole fit one
+        segment and its indexes, and the offsets fit 31 bits of the run's base."""
+        assert out.offset_index is not None and out.time_index is not None
+        last = segments[k + 2].base_offset - 1 if k + 2 < len(segments) else first_uncleanable - 1
+        return (out.size + nxt.size <= config.segment_bytes
+                and out.offset_index.size_bytes + nxt.offset_index.size_bytes
+                <= config.max_index_bytes
+                and out.time_index.size_bytes + nxt.time_index.size_bytes
+                <= config.max_index_bytes
+                and last - base <= MAX_RELATIVE)
 
     def _filter(self, batch: memoryview, info: BatchInfo, now: int, delete_retention_ms: int,
                 where: str) -> memoryview | bytes | None:
@@ -509,31 +552,6 @@ def _empty_batch(info: BatchInfo) -> bytearray:
     return out
 
 
-def _groups(segments: list[LogSegment], max_bytes: int, max_index_bytes: int,
-            first_uncleanable: int) -> Iterator[list[LogSegment]]:
-    """Runs of consecutive segments that fit one segment (Kafka's groupSegmentsBySize)."""
-    i = 0
-    while i < len(segments):
-        group = [segments[i]]
-        size = segments[i].size
-        index = segments[i].offset_index.size_bytes
-        tindex = segments[i].time_index.size_bytes
-        i += 1
-        while i < len(segments):
-            seg = segments[i]
-            end = segments[i + 1].base_offset - 1 if i + 1 < len(segments) else first_uncleanable - 1
-            if (size + seg.size > max_bytes or index + seg.offset_index.size_bytes > max_index_bytes
-                    or tindex + seg.time_index.size_bytes > max_index_bytes
-                    or end - group[0].base_offset > MAX_RELATIVE):
-                break
-            group.append(seg)
-            size += seg.size
-            index += seg.offset_index.size_bytes
-            tindex += seg.time_index.size_bytes
-            i += 1
-        yield group
-
-
 class _CleanedSegment:
     """`<base>.log.cleaned` and its indexes, written as the segment's own appends would
     index them (docs/formats.md "Segment files"), then synced (`finish`)."""
@@ -556,6 +574,15 @@ class _CleanedSegment:
         self.max_ts = -1
         self.offset_of_max_ts = base
         self.interval = log.config.index_interval_bytes
+
+    @property
+    def size(self) -> int:
+        """Bytes of batches taken so far (written or buffered)."""
+        return self.position + len(self.pending)
+
+    @property
+    def written(self) -> bool:
+        return self.size > 0
 
     def open(self) -> None:
         with self.guard.io("clean: create", self.paths[0], writing=True):

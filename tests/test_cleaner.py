@@ -84,6 +84,8 @@ def test_the_latest_value_of_every_key_survives_at_its_offset(tmp_path: Path) ->
     at = {r.offset: r.value for r in before}
     assert all(at[r.offset] == r.value for r in after)
     assert log.size_bytes < size_before / 3
+    # What is kept fits one segment: the cleaned segments became one (and the active).
+    assert len(log.segments) == 2 and log.segments[0].base_offset == 0
     assert log.log_end_offset == 200 and read_all(log)[-1].offset == 199
     # Reading from an offset that compaction removed gives the next one present.
     data = log.read(5, 1 << 16)
@@ -191,7 +193,13 @@ def test_a_follower_copies_a_cleaned_log_with_its_gaps_and_empty_batches(tmp_pat
     ld = open_dir(tmp_path / "d")
     log = ld.create_log("state", 0)
     produce(log, history())
-    log.roll()
+    # Segments of keys that stay, with an update of one key between them that a later
+    # one supersedes: a run ends on that update, kept as an empty batch.
+    for part in ("a", "b"):
+        produce(log, [(f"{part}-{k}".encode(), bytes(150)) for k in range(20)], per_batch=5)
+        log.roll()
+        produce(log, [(b"key-0", f"in {part}".encode())])
+        log.roll()
     log.high_watermark = log.log_end_offset
     LogDirCleaner(ld).run(NOW)
     copied = [b for seg in log.segments for b in iter_batches(seg.read_exact(0, seg.size))]
