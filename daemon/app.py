@@ -26,6 +26,7 @@ import asyncio
 import faulthandler
 import logging
 import os
+import random
 import resource
 import signal
 import socket
@@ -35,14 +36,20 @@ from typing import Any
 
 import native
 from logstore import LogStoreError
+from logstore.names import OFFSETS_TOPIC
 
 from . import config as config_mod
+from .api import errors
 from .api.connections import Connections
+from .api.groups import GroupApis
 from .api.handlers import Handlers
 from .cluster.link import ClusterLink, cluster_id_from_zookeeper
 from .cluster.metadata_cache import MetadataCache
 from .cluster.znodes import ProducerIdBlock
 from .controller.controller import Controller
+from .controller.leader_election import round_robin_assignment
+from .coordinator.coordinator import GroupCoordinator, GroupSettings
+from .coordinator.offsets_topic import OffsetsTopic
 from .health.commands import AdminError, OperatorCommands
 from .health.monitor import LogDirMonitor
 from .health.transitions import TransitionHandler
@@ -55,7 +62,7 @@ from .replica.isr import IsrManager
 from .replica.leadership import ClusterLeadership, Standalone
 from .replica.manager import ReplicaManager
 from .replica.producer_ids import ProducerIds
-from .replica.topics import TopicAdmin
+from .replica.topics import TopicAdmin, TopicError
 from .storage.cleaner import LogCleanerService
 from .storage.dirstate import DirState
 from .storage.log_manager import LogManager, new_cluster_id
@@ -94,6 +101,22 @@ class Server:
                         else ProducerIds(self._claim_producer_id_block))
         self.handlers = Handlers(self.replicas, self.topic_admin, self.storage, self.metrics,
                                  producer_ids)
+        self.coordinator = GroupCoordinator(
+            OffsetsTopic(self.replicas, self.handlers.append_replicated,
+                         self._offsets_partition_count),
+            GroupSettings(
+                initial_rebalance_delay_ms=config["group.initial.rebalance.delay.ms"],
+                min_session_timeout_ms=config["group.min.session.timeout.ms"],
+                max_session_timeout_ms=config["group.max.session.timeout.ms"],
+                max_size=config["group.max.size"],
+                max_metadata_bytes=config["offset.metadata.max.bytes"],
+                commit_timeout_ms=config["offsets.commit.timeout.ms"],
+                offsets_retention_ms=config["offsets.retention.minutes"] * 60000,
+                retention_check_interval_ms=config["offsets.retention.check.interval.ms"]))
+        self.handlers.register(GroupApis(self.coordinator, self._coordinator_node,
+                                         self._ensure_offsets_topic).dispatch())
+        self.handlers.check_served()
+        self._offsets_topic_asked = 0.0  # when this broker last wrote __consumer_offsets' znodes
         self.fetchers: ReplicaFetchers | None = None
         if isinstance(leadership, ClusterLeadership):
             cache = self.metadata_cache
@@ -112,7 +135,8 @@ class Server:
                 self.replicas, leadership, cache,
                 broker_epoch=lambda: self.cluster.broker_epoch if self.cluster else -1,
                 on_change=self._partitions_changed, fetchers=self.fetchers, isr=self.isr,
-                min_isr_of=self._min_isr_of)
+                min_isr_of=self._min_isr_of,
+                on_leadership=self.coordinator.leadership_changed)
         self.stop_event = asyncio.Event()
         self.connections = Connections(self.handlers, self.metrics,
                                        max_frame=config["socket.request.max.bytes"],
@@ -166,6 +190,66 @@ class Server:
         if self.cluster is None:
             raise RuntimeError("not connected to ZooKeeper yet")
         return await asyncio.to_thread(self.cluster.claim_producer_id_block)
+
+    # ---- consumer groups: __consumer_offsets ----
+
+    def _offsets_partition_count(self) -> int | None:
+        if self.metadata_cache is not None:
+            return len(self.metadata_cache.partitions.get(OFFSETS_TOPIC, {})) or None
+        return sum(1 for tp in self.replicas.partitions if tp.topic == OFFSETS_TOPIC) or None
+
+    def _coordinator_node(self, partition: int) -> tuple[int, int, str, int]:
+        """(error, broker id, host, port) of the leader of __consumer_offsets-`partition`."""
+        if self.metadata_cache is None:
+            p = self.replicas.get(OFFSETS_TOPIC, partition)
+            if p is None or p.offline or self.advertised is None:
+                return errors.COORDINATOR_NOT_AVAILABLE, -1, "", -1
+            return errors.NONE, self.config.broker_id, self.advertised[0], self.advertised[1]
+        m = self.metadata_cache.partition(OFFSETS_TOPIC, partition)
+        b = self.metadata_cache.brokers.get(m.leader) if m is not None else None
+        if b is None:
+            return errors.COORDINATOR_NOT_AVAILABLE, -1, "", -1
+        return errors.NONE, b.broker_id, b.host, b.port
+
+    async def _ensure_offsets_topic(self) -> int:
+        """Create __consumer_offsets (FindCoordinator's first lookup): standalone here and
+        now; in a cluster through its znodes, as a Kafka broker does, and the controller
+        does the rest (the client asks again meanwhile). An error code, or NONE."""
+        partitions = self.config["offsets.topic.num.partitions"]
+        if self.metadata_cache is None:
+            try:
+                await self.topic_admin.create_topic(OFFSETS_TOPIC, partitions, 1)
+            except TopicError as err:
+                if err.code != errors.TOPIC_ALREADY_EXISTS:
+                    log.warning("creating %s failed: %s", OFFSETS_TOPIC, err)
+                    return errors.COORDINATOR_NOT_AVAILABLE
+            self.coordinator.leadership_changed()
+            return errors.NONE
+        now = time.monotonic()
+        if self.cluster is None or now - self._offsets_topic_asked < 5.0:
+            return errors.COORDINATOR_NOT_AVAILABLE
+        self._offsets_topic_asked = now
+        rf = self.config["offsets.topic.replication.factor"]
+        brokers = sorted(self.metadata_cache.brokers)
+        if len(brokers) < rf:
+            log.warning("cannot create %s yet: offsets.topic.replication.factor is %d and %d "
+                        "brokers are alive", OFFSETS_TOPIC, rf, len(brokers))
+            return errors.COORDINATOR_NOT_AVAILABLE
+        rng = random.Random()
+        assignment = round_robin_assignment(brokers, partitions, rf, rng.randrange(len(brokers)),
+                                            rng.randrange(len(brokers)))
+        configs = {"cleanup.policy": "compact", "compression.type": "producer",
+                   "segment.bytes": str(self.config["offsets.topic.segment.bytes"])}
+        try:
+            created = await asyncio.to_thread(self.cluster.create_topic, OFFSETS_TOPIC,
+                                              assignment, configs)
+        except Exception as err:  # noqa: BLE001 - ZooKeeper away: the client asks again
+            log.warning("creating %s failed (%s: %s)", OFFSETS_TOPIC, type(err).__name__, err)
+            return errors.COORDINATOR_NOT_AVAILABLE
+        if created:
+            log.info("created %s: %d partitions, replication factor %d", OFFSETS_TOPIC,
+                     partitions, rf)
+        return errors.COORDINATOR_NOT_AVAILABLE
 
     async def _min_isr_of(self, topic: str) -> int:
         """The topic's min.insync.replicas (`/config/topics/<t>`), else the broker's."""
@@ -320,6 +404,8 @@ class Server:
                  len(self.replicas.partitions), len(self.storage.dirs))
         self.notifier.ready(f"serving on {self.bound[0]}:{self.bound[1]}")
         self.cleaner.start()
+        self.coordinator.start()
+        self.coordinator.leadership_changed()
         self._background += [
             asyncio.ensure_future(self._periodic(
                 self.config["log.retention.check.interval.ms"] / 1000,
@@ -429,6 +515,7 @@ class Server:
             # flushes (its requests to brokers stop here).
             await asyncio.to_thread(self.controller.stop)
         await self._stop_background()
+        await self.coordinator.stop()
         await self.monitor.stop()
         await self.transitions.stop()
         await self.connections.close()

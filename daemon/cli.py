@@ -15,7 +15,7 @@ import signal
 import sys
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "dump-log": ("logstore.dump", "print and verify Kafka log segments and indexes"),
+    "dump-log": ("daemon.tools.dump_log", "print and verify Kafka log segments and indexes"),
     "serve": ("daemon.app", "run the storage daemon"),
     "log-dirs": ("daemon.tools.log_dirs", "describe, readmit, cordon or uncordon log dirs"),
     "topics": ("daemon.tools.topics", "describe topics through the Metadata API"),

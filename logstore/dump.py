@@ -1,14 +1,15 @@
 """`logkeeper dump-log`: print and verify Kafka log segments, like kafka-dump-log.sh.
 
-    logkeeper dump-log [--verify-index] [--deep] [--json] PATH...
+    logkeeper dump-log [--verify-index] [--deep] [--offsets-decoder] [--json] PATH...
 
 PATH is a `.log`, `.index` or `.timeindex` file, or a directory (every `.log` below
 it). Per batch: offsets, position, size, record count, timestamps, CRC verdict;
-`--deep` decodes records; `--verify-index` checks `.index`/`.timeindex` against the
-log. As Kafka's tool does, a batch whose CRC fails is listed (`isvalid: false`) and the
-listing goes on while the framing holds, and an index is read up to its zero-filled
-(preallocated) tail. Exit status: 0 all valid, 1 problems found, 2 usage or IO error (the message
-names the path and the operation).
+`--deep` decodes records; `--offsets-decoder` decodes `__consumer_offsets` records
+(committed offsets, group metadata) as kafka-dump-log.sh's does; `--verify-index`
+checks `.index`/`.timeindex` against the log. As Kafka's tool does, a batch whose CRC
+fails is listed (`isvalid: false`) and the listing goes on while the framing holds, and
+an index is read up to its zero-filled (preallocated) tail. Exit status: 0 all valid, 1
+problems found, 2 usage or IO error (the message names the path and the operation).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -29,6 +31,10 @@ from .records import Codec, parse_batch_header
 from .verify import SegmentReport, verify_segment
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_ERROR = 0, 1, 2
+
+# (key, value) -> {"key": ..., "payload": ...}: how a record of __consumer_offsets reads.
+# logstore knows no group records; `logkeeper dump-log` passes the coordinator's.
+RecordDecoder = Callable[[bytes | None, bytes | None], dict[str, Any]]
 
 
 def _batch_fields(b: native.BatchInfo) -> dict[str, Any]:
@@ -49,10 +55,20 @@ def _batch_fields(b: native.BatchInfo) -> dict[str, Any]:
     }
 
 
-def _records(fd: int, b: native.BatchInfo, path: str) -> list[dict[str, Any]]:
+def _records(fd: int, b: native.BatchInfo, path: str,
+             decoder: RecordDecoder | None = None) -> list[dict[str, Any]]:
     batch = parse_batch_header(native.pread(fd, b.size, b.position, path=path), 0, b.position)
     out = []
     for rec in batch.records():
+        if decoder is not None and not batch.is_control:
+            try:
+                decoded = decoder(rec.key, rec.value)
+            except ValueError as err:
+                raise LogStoreError(f"offset {rec.offset}: {err}") from err
+            out.append({"offset": rec.offset, "timestamp": rec.timestamp,
+                        "key": json.dumps(decoded["key"], separators=(",", ":")),
+                        "payload": json.dumps(decoded["payload"], separators=(",", ":"))})
+            continue
         out.append({
             "offset": rec.offset, "timestamp": rec.timestamp,
             "keySize": -1 if rec.key is None else len(rec.key),
@@ -71,7 +87,8 @@ def _text_batch(fields: dict[str, Any]) -> str:
 
 
 def dump_segment(path: Path, *, verify_index: bool, deep: bool, as_json: bool,
-                 out: TextIO) -> tuple[dict[str, Any], SegmentReport]:
+                 out: TextIO, decoder: RecordDecoder | None = None
+                 ) -> tuple[dict[str, Any], SegmentReport]:
     doc: dict[str, Any] = {"file": str(path), "batches": []}
     if not as_json:
         print(f"Dumping {path}", file=out)
@@ -83,7 +100,7 @@ def dump_segment(path: Path, *, verify_index: bool, deep: bool, as_json: bool,
             fields["isvalid"] = valid
             if deep:
                 try:
-                    fields["records"] = _records(fd, b, str(path))
+                    fields["records"] = _records(fd, b, str(path), decoder)
                 except LogStoreError as err:
                     fields["records_error"] = str(err)
                     deep_problems.append(f"batch at {b.position}: {err}")
@@ -152,18 +169,28 @@ def _expand(paths: list[str]) -> list[Path]:
     return out
 
 
-def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
+def main(argv: list[str] | None = None, out: TextIO | None = None, *,
+         offsets_decoder: RecordDecoder | None = None) -> int:
     out = out or sys.stdout
     parser = argparse.ArgumentParser(prog="logkeeper dump-log", description=__doc__.split("\n")[0])
     parser.add_argument("--verify-index", action="store_true",
                         help="check .index and .timeindex against the log")
     parser.add_argument("--deep", action="store_true", help="decode every record")
+    parser.add_argument("--offsets-decoder", action="store_true",
+                        help="decode __consumer_offsets records (implies --deep)")
     parser.add_argument("--json", action="store_true", help="one JSON document on stdout")
     parser.add_argument("paths", nargs="+", metavar="PATH")
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:
         return EXIT_OK if exc.code == 0 else EXIT_ERROR
+    decoder = None
+    if args.offsets_decoder:
+        if offsets_decoder is None:
+            print("logkeeper dump-log: --offsets-decoder needs the daemon package "
+                  "(run it as `logkeeper dump-log`)", file=sys.stderr)
+            return EXIT_ERROR
+        decoder = offsets_decoder
     docs: list[dict[str, Any]] = []
     valid = True
     try:
@@ -175,8 +202,9 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
                 print(f"logkeeper dump-log: {path}: not a .log, .index or .timeindex file",
                       file=sys.stderr)
                 return EXIT_ERROR
-            doc, _ = dump_segment(path, verify_index=args.verify_index, deep=args.deep,
-                                  as_json=args.json, out=out)
+            doc, _ = dump_segment(path, verify_index=args.verify_index,
+                                  deep=args.deep or decoder is not None, as_json=args.json,
+                                  out=out, decoder=decoder)
             docs.append(doc)
             valid = valid and doc["valid"]
     except BrokenPipeError:

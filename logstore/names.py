@@ -46,6 +46,15 @@ class TopicPartition(NamedTuple):
         return f"{self.topic}-{self.partition}"
 
 
+OFFSETS_TOPIC = "__consumer_offsets"
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})  # Kafka's Topic.isInternal
+
+
+def is_internal(topic: str) -> bool:
+    """Whether `topic` is one of Kafka's internal topics (clients may not produce to it)."""
+    return topic in INTERNAL_TOPICS
+
+
 def validate_topic(topic: str) -> str:
     """Return `topic` if Kafka allows it as a topic name, else raise InvalidTopicError."""
     if not isinstance(topic, str) or not topic:

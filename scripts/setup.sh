@@ -38,10 +38,13 @@ fi
 if [ "$mode" = test ]; then
   # ZooKeeper server (real, for the cluster tests), FUSE, systemd-analyze,
   # mkfs.ext4 and losetup (real faults), Java for ZooKeeper and PySpark.
-  for pkg in zookeeper fuse3 systemd e2fsprogs mount kmod; do
+  for pkg in zookeeper fuse3 systemd e2fsprogs mount kmod kcat; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
   done
   command -v java >/dev/null || need_apt+=(openjdk-17-jre-headless)
+  # Node.js and npm for the Node.js Kafka client the group tests run (tests/node).
+  command -v node >/dev/null || need_apt+=(nodejs)
+  command -v npm >/dev/null || need_apt+=(npm)
 fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
@@ -97,5 +100,15 @@ if [ "$have" != "$want" ] && ! { [ "$mode" = run ] && [ "$have" = "$(stamp_of)-t
     || { say "the native fast path did not build (see the pip output above)"; exit 1; }
   echo "$want" > "$stamp_file"
   say "done"
+fi
+# The Node.js clients of the tests, at the versions tests/node/package-lock.json pins.
+if [ "$mode" = test ]; then
+  node_stamp=tests/node/node_modules/.lk-installed
+  node_want=$(cat tests/node/package.json tests/node/package-lock.json | sha256sum | cut -c1-32)
+  if [ "$(cat "$node_stamp" 2>/dev/null)" != "$node_want" ]; then
+    say "installing the Node.js test clients (npm ci in tests/node)"
+    npm ci --prefix tests/node --no-audit --no-fund --loglevel=error >&2
+    echo "$node_want" > "$node_stamp"
+  fi
 fi
 echo "$VPY"

@@ -284,6 +284,26 @@ def test_dev_cluster_starts_describes_and_stops_cleanly(tmp_path: Path) -> None:
         for p in (0, 1):
             line = next(x for x in out.splitlines() if f"Partition: {p}\t" in x)
             assert "Replicas: " in line and "Isr: " in line and "Offline: " in line
+        # A consumer group works on a dev cluster of two (its offsets topic has 2 replicas).
+        import confluent_kafka as ck
+        prod = ck.Producer({"bootstrap.servers": bootstrap})
+        for i in range(10):
+            prod.produce("dev", value=b"%d" % i, partition=i % 2)
+        assert prod.flush(30) == 0
+        cons = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "dev-app",
+                            "auto.offset.reset": "earliest", "enable.auto.commit": False})
+        cons.subscribe(["dev"])
+        read = []
+        deadline = time.monotonic() + 60
+        while len(read) < 10 and time.monotonic() < deadline:
+            m = cons.poll(0.2)
+            if m is not None and not m.error():
+                read.append(m.value())
+        assert sorted(read) == sorted(b"%d" % i for i in range(10))
+        cons.commit(asynchronous=False)
+        committed = cons.committed([ck.TopicPartition("dev", 0), ck.TopicPartition("dev", 1)], 30)
+        assert [c.offset for c in committed] == [5, 5]
+        cons.close()
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(90) == 0, proc.stderr.read()
         assert not zookeeper.ruok(zk_port)

@@ -203,6 +203,17 @@ log.dir.slow.factor = 3
 min.insync.replicas = 2
 replica.lag.time.max.ms = 10000
 replica.high.watermark.checkpoint.interval.ms = 2000
+offsets.topic.num.partitions = 7
+offsets.topic.replication.factor = 2
+offsets.topic.segment.bytes = 5000000
+offsets.commit.timeout.ms = 4000
+offset.metadata.max.bytes = 100
+offsets.retention.minutes = 60
+offsets.retention.check.interval.ms = 1000
+group.initial.rebalance.delay.ms = 10
+group.min.session.timeout.ms = 1000
+group.max.session.timeout.ms = 60000
+group.max.size = 9
 """
 
 
@@ -233,6 +244,13 @@ def test_every_key_is_read(tmp_path: Path) -> None:
     assert (cfg.log_config().min_cleanable_dirty_ratio, cfg.log_config().delete_retention_ms,
             cfg.log_config().min_compaction_lag_ms, cfg.log_config().max_compaction_lag_ms) == (
         0.3, 60000, 10, 600000)
+    assert [cfg[k] for k in ("offsets.topic.num.partitions", "offsets.topic.replication.factor",
+                             "offsets.topic.segment.bytes", "offsets.commit.timeout.ms",
+                             "offset.metadata.max.bytes", "group.initial.rebalance.delay.ms",
+                             "group.min.session.timeout.ms", "group.max.session.timeout.ms",
+                             "group.max.size", "offsets.retention.minutes",
+                             "offsets.retention.check.interval.ms")] == [
+        7, 2, 5000000, 4000, 100, 10, 1000, 60000, 9, 60, 1000]
     assert cfg.source == str(path)
     lc = cfg.log_config()
     assert (lc.segment_bytes, lc.segment_ms, lc.retention_ms, lc.retention_bytes,
@@ -420,11 +438,11 @@ def test_a_listener_on_any_address_needs_advertised_listeners(tmp_path: Path, ho
 
 def test_kafka_keys_logkeeper_does_not_use_make_one_sorted_warning(tmp_path: Path) -> None:
     cfg = load_props(tmp_path, "num.network.threads=3\nbroker.id=1\n"
-                               "offsets.topic.replication.factor=1\nnum.io.threads=8\n")
+                               "transaction.state.log.min.isr=1\nnum.io.threads=8\n")
     assert cfg.broker_id == 1
     assert len(cfg.warnings) == 1
     assert cfg.warnings[0].endswith(
-        ": num.io.threads, num.network.threads, offsets.topic.replication.factor")
+        ": num.io.threads, num.network.threads, transaction.state.log.min.isr")
     assert str(tmp_path / "server.properties") in cfg.warnings[0]
     # the same in TOML
     cfg = load_text(tmp_path, "num.network.threads = 3\n")

@@ -303,7 +303,10 @@ def test_metrics_and_healthz(tmp_path: Path) -> None:
                        'kafka_network_requestmetrics_total_time_seconds_bucket{le="0.001",'
                        'request="Produce"}',
                        "kafka_log_logdir_free_bytes", "kafka_log_logdir_partition_count",
-                       "kafka_server_replicamanager_partitioncount 1.0"):
+                       # m-0, and __consumer_offsets once the group.id consumer looked
+                       # its coordinator up, as with Kafka
+                       "kafka_server_replicamanager_partitioncount "
+                       f"{1 + sum(len(list(ld.glob('__consumer_offsets-*'))) for ld in d.log_dirs)}.0"):
             assert needle in text, needle
         for p in d.log_dirs:
             assert f'kafka_log_logdir_size_bytes{{log_dir="{p}"}}' in text

@@ -65,8 +65,8 @@ http.listen=127.0.0.1:{http_port}
 log.dir.reserve.bytes=1048576
 """
 
-UNUSED = ("group.initial.rebalance.delay.ms, num.io.threads, num.network.threads, "
-          "num.recovery.threads.per.data.dir, offsets.topic.replication.factor, "
+UNUSED = ("num.io.threads, num.network.threads, "
+          "num.recovery.threads.per.data.dir, "
           "socket.receive.buffer.bytes, socket.send.buffer.bytes, "
           "transaction.state.log.min.isr, transaction.state.log.replication.factor, "
           "zookeeper.connection.timeout.ms")

@@ -51,6 +51,23 @@ NOT_ENOUGH_REPLICAS_AFTER_APPEND = ke.NotEnoughReplicasAfterAppendError.errno
 STALE_CONTROLLER_EPOCH = ke.StaleControllerEpochError.errno
 NOT_CONTROLLER = ke.NotControllerError.errno
 STALE_BROKER_EPOCH = ke.StaleBrokerEpochError.errno
+RECORD_LIST_TOO_LARGE = ke.RecordListTooLargeError.errno
+# Consumer groups and committed offsets (daemon.coordinator).
+OFFSET_METADATA_TOO_LARGE = ke.OffsetMetadataTooLargeError.errno
+COORDINATOR_LOAD_IN_PROGRESS = ke.CoordinatorLoadInProgressError.errno
+NOT_COORDINATOR = ke.NotCoordinatorError.errno
+ILLEGAL_GENERATION = ke.IllegalGenerationError.errno
+INCONSISTENT_GROUP_PROTOCOL = ke.InconsistentGroupProtocolError.errno
+INVALID_GROUP_ID = ke.InvalidGroupIdError.errno
+UNKNOWN_MEMBER_ID = ke.UnknownMemberIdError.errno
+INVALID_SESSION_TIMEOUT = ke.InvalidSessionTimeoutError.errno
+REBALANCE_IN_PROGRESS = ke.RebalanceInProgressError.errno
+INVALID_COMMIT_OFFSET_SIZE = ke.InvalidCommitOffsetSizeError.errno
+NON_EMPTY_GROUP = ke.NonEmptyGroupError.errno
+GROUP_ID_NOT_FOUND = ke.GroupIdNotFoundError.errno
+MEMBER_ID_REQUIRED = ke.MemberIdRequiredError.errno
+GROUP_MAX_SIZE_REACHED = ke.GroupMaxSizeReachedError.errno
+FENCED_INSTANCE_ID = ke.FencedInstanceIdError.errno
 
 # The Java exception names Kafka's own tools print for a code (kafka-log-dirs.sh's JSON
 # "error" field); kafka-python's class names differ, so the few we report are listed.

@@ -96,7 +96,15 @@ class Handlers:
             22: self.init_producer_id, 23: self.offset_for_leader_epoch,
             35: self.describe_log_dirs,
         }
-        assert set(self._dispatch) == set(protocol.SUPPORTED)
+
+    def register(self, apis: dict[int, Any]) -> None:
+        """Add the handlers of another API family (daemon/api/groups.py)."""
+        self._dispatch.update(apis)
+
+    def check_served(self) -> None:
+        """Every API advertised has a handler (called once the families are in)."""
+        missing = set(protocol.SUPPORTED) - set(self._dispatch)
+        assert not missing, f"APIs advertised without a handler: {sorted(missing)}"
 
     async def handle(self, req: protocol.Request, conn: ConnInfo) -> Any:
         return await self._dispatch[req.api.key](req, conn)
@@ -119,7 +127,11 @@ class Handlers:
                     slots.append((t.name, pd.index, AppendResult(errors.INVALID_REQUIRED_ACKS)))
                     continue
                 p = self.replicas.get(t.name, pd.index)
-                if p is None:
+                if names.is_internal(t.name):
+                    slots.append((t.name, pd.index, AppendResult(
+                        errors.INVALID_TOPIC_EXCEPTION,
+                        message=f"cannot append to internal topic {t.name}")))
+                elif p is None:
                     slots.append((t.name, pd.index, AppendResult(_topic_error(t.name))))
                 elif not self.leadership.is_leader(p):
                     slots.append((t.name, pd.index, AppendResult(errors.NOT_LEADER_OR_FOLLOWER)))
@@ -160,6 +172,21 @@ class Handlers:
         return ProduceResponse(
             responses=[R(name=t, partition_responses=ps) for t, ps in by_topic.items()],
             throttle_time_ms=0)
+
+    async def append_replicated(self, p: Partition, records: bytes,
+                                timeout_ms: int) -> AppendResult:
+        """Append `records` to `p` as its leader with acks=all, as a Produce would (the
+        group coordinator's writes to __consumer_offsets)."""
+        if not self.leadership.is_leader(p):
+            return AppendResult(errors.NOT_LEADER_OR_FOLLOWER)
+        refusal = self._under_min_isr(p)
+        if refusal is not None:
+            return refusal
+        items = [(p, records)]
+        results = await self.replicas.append(items)
+        if self.replicas.isr is not None:
+            await self._await_replication(items, results, timeout_ms)
+        return results[0]
 
     def _under_min_isr(self, p: Partition) -> AppendResult | None:
         """acks=all before the append: NOT_ENOUGH_REPLICAS (19) while the ISR is smaller
@@ -407,14 +434,15 @@ class Handlers:
                     known = self.leadership.metadata_topics(self.replicas.topics())
                     if name not in known:  # cluster: the controller is electing leaders
                         out.append(R(error_code=errors.LEADER_NOT_AVAILABLE, name=name,
-                                     is_internal=False, partitions=[]))
+                                     is_internal=names.is_internal(name), partitions=[]))
                         continue
             parts = known.get(name)
             if parts is None:
-                out.append(R(error_code=_topic_error(name), name=name, is_internal=False,
+                out.append(R(error_code=_topic_error(name), name=name,
+                             is_internal=names.is_internal(name),
                              partitions=[]))
                 continue
-            out.append(R(error_code=0, name=name, is_internal=False, partitions=[
+            out.append(R(error_code=0, name=name, is_internal=names.is_internal(name), partitions=[
                 _partition_metadata(i, s) for i, s in parts]))
         B = MetadataResponse.MetadataResponseBroker
         me = self.advertised or (conn.local_host, conn.local_port)

@@ -25,23 +25,43 @@ from typing import Any
 from kafka.protocol.admin import (
     CreateTopicsRequest,
     CreateTopicsResponse,
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
     DescribeLogDirsRequest,
     DescribeLogDirsResponse,
+    ListGroupsRequest,
+    ListGroupsResponse,
 )
 from kafka.protocol.api_key import ApiKey
 from kafka.protocol.consumer import (
     FetchRequest,
     FetchResponse,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
     ListOffsetsRequest,
     ListOffsetsResponse,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
     OffsetForLeaderEpochRequest,
     OffsetForLeaderEpochResponse,
+    SyncGroupRequest,
+    SyncGroupResponse,
 )
 from kafka.protocol.metadata import (
     ApiVersionsRequest,
     ApiVersionsResponse,
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
     MetadataRequest,
     MetadataResponse,
 )
@@ -139,6 +159,18 @@ SUPPORTED: dict[int, Api] = {a.key: a for a in (
     _api(InitProducerIdRequest, InitProducerIdResponse, 0, 4),
     _api(DescribeLogDirsRequest, DescribeLogDirsResponse, 0, 4),
     _api(OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, 2, 4),
+    # Consumer groups and committed offsets (daemon/api/groups.py), the classic
+    # protocol: up to the versions before KIP-848's member epochs and topic ids.
+    _api(OffsetCommitRequest, OffsetCommitResponse, 2, 8),
+    _api(OffsetFetchRequest, OffsetFetchResponse, 1, 8),
+    _api(FindCoordinatorRequest, FindCoordinatorResponse, 0, 4),
+    _api(JoinGroupRequest, JoinGroupResponse, 0, 9),
+    _api(HeartbeatRequest, HeartbeatResponse, 0, 4),
+    _api(LeaveGroupRequest, LeaveGroupResponse, 0, 5),
+    _api(SyncGroupRequest, SyncGroupResponse, 0, 5),
+    _api(DescribeGroupsRequest, DescribeGroupsResponse, 0, 5),
+    _api(ListGroupsRequest, ListGroupsResponse, 0, 5),
+    _api(DeleteGroupsRequest, DeleteGroupsResponse, 0, 2),
     # The controller's requests (docs/cluster.md): every version a ZooKeeper-mode
     # Kafka 3.x controller sends.
     _api(LeaderAndIsrRequest, LeaderAndIsrResponse, 0, 7),

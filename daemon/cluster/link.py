@@ -33,6 +33,7 @@ import json
 import logging
 import threading
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -229,6 +230,25 @@ class ClusterLink:
         except NoNodeError:
             return {}
         return znodes.decode_topic_config(topic, data)
+
+    def create_topic(self, topic: str, assignment: dict[int, tuple[int, ...]],
+                     configs: dict[str, str]) -> bool:
+        """Write a new topic's `/config/topics/<t>` then `/brokers/topics/<t>`, as a
+        ZooKeeper-mode Kafka broker creates an internal topic (AdminZkClient): the
+        controller's watch on /brokers/topics does the rest. False when the topic
+        exists already."""
+        config_path = znodes.topic_config_path(topic)
+        data = znodes.encode_topic_config(configs)
+        try:
+            self._wait(self.client.create_async(config_path, data, makepath=True))
+        except NodeExistsError:
+            self._wait(self.client.set_async(config_path, data))
+        payload = znodes.encode_topic(znodes.TopicAssignment(assignment, uuid.uuid4()))
+        try:
+            self._wait(self.client.create_async(znodes.topic_path(topic), payload, makepath=True))
+        except NodeExistsError:
+            return False
+        return True
 
     def claim_producer_id_block(self) -> znodes.ProducerIdBlock:
         """The next block of producer ids, claimed for this broker in

@@ -60,7 +60,8 @@ class ControlRequests:
                  on_change: Callable[[], None] = lambda: None,
                  fetchers: ReplicaFetchers | None = None,
                  isr: IsrManager | None = None,
-                 min_isr_of: Callable[[str], Awaitable[int]] | None = None):
+                 min_isr_of: Callable[[str], Awaitable[int]] | None = None,
+                 on_leadership: Callable[[], None] = lambda: None):
         self.replicas = replicas
         self.storage: LogManager = replicas.storage
         self.leadership = leadership
@@ -70,6 +71,7 @@ class ControlRequests:
         self.fetchers = fetchers  # a follower's replication from its leaders
         self.isr = isr  # a leader's follower state, ISR and high watermark
         self.min_isr_of = min_isr_of  # a topic's min.insync.replicas
+        self.on_leadership = on_leadership  # what this broker leads may have changed
         self.controller_epoch = -1  # the newest controller epoch seen
         self._lock = asyncio.Lock()
 
@@ -110,6 +112,7 @@ class ControlRequests:
         if changed:
             await self.storage.write_placement()
             self.on_change()
+        self.on_leadership()
         led = sorted(f"{t}-{p}" for (t, p), c in out.items() if c == 0)
         if led:
             log.info("LeaderAndIsr (controller %d, epoch %d) applied for %s", req.controller_id,
@@ -197,6 +200,7 @@ class ControlRequests:
         if deleted:
             await self.storage.write_placement()
             self.on_change()
+        self.on_leadership()
         return views.stop_replica_response(version, out)
 
     async def _stop(self, s: views.StopReplicaPartition) -> tuple[int, bool]:

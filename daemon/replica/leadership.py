@@ -61,6 +61,10 @@ class Standalone:
         """Whether produce and consumer fetch requests for `p` are served here."""
         return True
 
+    def leader_epoch(self, tp: TopicPartition) -> int:
+        """Standalone, every partition is led at epoch 0 (a Kafka broker's first)."""
+        return 0
+
     def state(self, p: Partition) -> LeaderAndIsr:
         me = [self.broker_id]
         if p.offline:

@@ -33,7 +33,7 @@ STOP_TIMEOUT_S = 30.0
 
 
 class Broker:
-    def __init__(self, base: Path, broker_id: int, dirs: int, zk_hosts: str):
+    def __init__(self, base: Path, broker_id: int, dirs: int, zk_hosts: str, brokers: int = 3):
         self.id = broker_id
         self.root = base / f"broker{broker_id}"
         self.root.mkdir(parents=True, exist_ok=True)
@@ -48,7 +48,12 @@ class Broker:
             f"http.listen=127.0.0.1:{self.http_port}\n"
             f"zookeeper.connect={zk_hosts}\n"
             # Small reserve files: a dev cluster shares one disk among all its dirs.
-            "log.dir.reserve.bytes=1048576\n")
+            "log.dir.reserve.bytes=1048576\n"
+            # Consumer groups on a cluster smaller than Kafka's 3 offsets replicas, and
+            # no wait for more members before a group's first rebalance, as Kafka's
+            # example server.properties has it for development.
+            f"offsets.topic.replication.factor={min(3, brokers)}\n"
+            "group.initial.rebalance.delay.ms=0\n")
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -98,7 +103,7 @@ def run(brokers: int, dirs: int, base: Path, *, ready_timeout: float = 60.0,
         zk.start()
         print(f"ZooKeeper: {zk.hosts} (log {zk.log_path})", flush=True)
         for b in range(1, brokers + 1):
-            broker = Broker(base, b, dirs, zk.hosts)
+            broker = Broker(base, b, dirs, zk.hosts, brokers)
             broker.start()
             started.append(broker)
         deadline = time.monotonic() + ready_timeout

@@ -1,0 +1,256 @@
+"""The Kafka APIs of consumer groups and committed offsets: FindCoordinator, JoinGroup,
+SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, ListGroups, DescribeGroups
+and DeleteGroups (docs/groups.md).
+
+Requests are decoded into calls on the group coordinator (daemon.coordinator) and its
+answers encoded back at the request's version; nothing here decides group state. A
+group request that reaches a broker which does not coordinate the group is answered
+NOT_COORDINATOR (16), or COORDINATOR_LOAD_IN_PROGRESS (14) while its partition of
+`__consumer_offsets` is read, and the client looks the coordinator up again.
+FindCoordinator creates `__consumer_offsets` the first time it is asked (Kafka does),
+and answers COORDINATOR_NOT_AVAILABLE (15) until that partition has a leader.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from kafka.protocol.admin import (
+    DeleteGroupsResponse,
+    DescribeGroupsResponse,
+    ListGroupsResponse,
+)
+from kafka.protocol.consumer import (
+    HeartbeatResponse,
+    JoinGroupResponse,
+    LeaveGroupResponse,
+    OffsetCommitResponse,
+    OffsetFetchResponse,
+    SyncGroupResponse,
+)
+from kafka.protocol.metadata import FindCoordinatorResponse
+
+from logstore import TopicPartition
+
+from ..coordinator.coordinator import GroupCoordinator, OffsetCommit
+from ..coordinator.group import GroupState
+from . import errors, protocol
+
+log = logging.getLogger("logkeeper.groups")
+
+KEY_TYPE_GROUP = 0
+
+
+class GroupApis:
+    """The handlers; `coordinator_of` answers (error, node id, host, port) for a
+    partition of __consumer_offsets, `ensure_offsets_topic` creates the topic."""
+
+    def __init__(self, coordinator: GroupCoordinator,
+                 coordinator_node: Callable[[int], tuple[int, int, str, int]],
+                 ensure_offsets_topic: Callable[[], Awaitable[int]]):
+        self.coordinator = coordinator
+        self.coordinator_node = coordinator_node
+        self.ensure_offsets_topic = ensure_offsets_topic
+
+    def dispatch(self) -> dict[int, Callable[..., Awaitable[Any]]]:
+        return {8: self.offset_commit, 9: self.offset_fetch, 10: self.find_coordinator,
+                11: self.join_group, 12: self.heartbeat, 13: self.leave_group,
+                14: self.sync_group, 15: self.describe_groups, 16: self.list_groups,
+                42: self.delete_groups}
+
+    # ---- FindCoordinator ----
+
+    async def find_coordinator(self, req: protocol.Request, conn: Any) -> Any:
+        body = req.body
+        keys = list(body.coordinator_keys) if req.version >= 4 else [body.key]
+        key_type = body.key_type if req.version >= 1 else KEY_TYPE_GROUP
+        answers = [await self._coordinator_for(k, key_type) for k in keys]
+        if req.version >= 4:
+            C = FindCoordinatorResponse.Coordinator
+            return FindCoordinatorResponse(throttle_time_ms=0, coordinators=[
+                C(key=k, node_id=n, host=h, port=p, error_code=e, error_message=m)
+                for k, (e, m, n, h, p) in zip(keys, answers, strict=True)])
+        e, m, n, h, p = answers[0]
+        return FindCoordinatorResponse(throttle_time_ms=0, error_code=e, error_message=m,
+                                       node_id=n, host=h, port=p)
+
+    async def _coordinator_for(self, key: str, key_type: int
+                               ) -> tuple[int, str | None, int, str, int]:
+        if key_type != KEY_TYPE_GROUP:
+            return (errors.INVALID_REQUEST, "only group coordinators (key type 0) are served: "
+                    "transactions are not", -1, "", -1)
+        if not key:
+            return errors.INVALID_REQUEST, "an empty group id", -1, "", -1
+        p = self.coordinator.partition_of(key)
+        if p is None:
+            code = await self.ensure_offsets_topic()
+            p = self.coordinator.partition_of(key)
+            if p is None:
+                return (code or errors.COORDINATOR_NOT_AVAILABLE,
+                        "the __consumer_offsets topic is being created", -1, "", -1)
+        code, node, host, port = self.coordinator_node(p)
+        if code:
+            return code, "the group's __consumer_offsets partition has no leader", -1, "", -1
+        return errors.NONE, None, node, host, port
+
+    # ---- membership ----
+
+    async def join_group(self, req: protocol.Request, conn: Any) -> Any:
+        b = req.body
+        v = req.version
+        res = await self.coordinator.join(
+            b.group_id, b.member_id, b.group_instance_id if v >= 5 else None,
+            req.client_id or "", _host(conn), b.session_timeout_ms,
+            b.rebalance_timeout_ms if v >= 1 else b.session_timeout_ms, b.protocol_type,
+            [(p.name, bytes(p.metadata)) for p in b.protocols],
+            require_known_member_id=v >= 4)
+        M = JoinGroupResponse.JoinGroupResponseMember
+        return JoinGroupResponse(
+            throttle_time_ms=0, error_code=res.error, generation_id=res.generation,
+            protocol_type=res.protocol_type, protocol_name=res.protocol_name
+            if res.protocol_name is not None or v >= 7 else "",
+            leader=res.leader, skip_assignment=False, member_id=res.member_id,
+            members=[M(member_id=mid, group_instance_id=iid, metadata=meta)
+                     for mid, iid, meta in res.members])
+
+    async def sync_group(self, req: protocol.Request, conn: Any) -> Any:
+        b = req.body
+        v = req.version
+        code, assignment = await self.coordinator.sync(
+            b.group_id, b.generation_id, b.member_id, b.group_instance_id if v >= 3 else None,
+            b.protocol_type if v >= 5 else None, b.protocol_name if v >= 5 else None,
+            {a.member_id: bytes(a.assignment) for a in b.assignments})
+        g = self.coordinator.groups.get(b.group_id)
+        return SyncGroupResponse(
+            throttle_time_ms=0, error_code=code,
+            protocol_type=g.protocol_type if g is not None and not code else None,
+            protocol_name=g.protocol_name if g is not None and not code else None,
+            assignment=assignment)
+
+    async def heartbeat(self, req: protocol.Request, conn: Any) -> Any:
+        b = req.body
+        code = self.coordinator.heartbeat(b.group_id, b.generation_id, b.member_id,
+                                          b.group_instance_id if req.version >= 3 else None)
+        return HeartbeatResponse(throttle_time_ms=0, error_code=code)
+
+    async def leave_group(self, req: protocol.Request, conn: Any) -> Any:
+        b = req.body
+        if req.version >= 3:
+            who = [(m.member_id, m.group_instance_id) for m in b.members]
+        else:
+            who = [(b.member_id, None)]
+        code, results = self.coordinator.leave(b.group_id, who)
+        if req.version < 3 and not code and results:
+            code = results[0][2]
+        R = LeaveGroupResponse.MemberResponse
+        return LeaveGroupResponse(throttle_time_ms=0, error_code=code, members=[
+            R(member_id=m, group_instance_id=i, error_code=e) for m, i, e in results])
+
+    # ---- offsets ----
+
+    async def offset_commit(self, req: protocol.Request, conn: Any) -> Any:
+        b = req.body
+        v = req.version
+        commits = [OffsetCommit(TopicPartition(t.name, p.partition_index), p.committed_offset,
+                                p.committed_leader_epoch if v >= 6 else -1,
+                                p.committed_metadata)
+                   for t in b.topics for p in t.partitions]
+        code, per_partition = await self.coordinator.commit(
+            b.group_id, b.generation_id_or_member_epoch, b.member_id,
+            b.group_instance_id if v >= 7 else None, commits)
+        T = OffsetCommitResponse.OffsetCommitResponseTopic
+        P = T.OffsetCommitResponsePartition
+        out: dict[str, list[Any]] = {}
+        for c in commits:
+            e = code or per_partition.get(c.tp, errors.NONE)
+            out.setdefault(c.tp.topic, []).append(P(partition_index=c.tp.partition, error_code=e))
+        return OffsetCommitResponse(throttle_time_ms=0, topics=[
+            T(name=t, partitions=ps) for t, ps in out.items()])
+
+    async def offset_fetch(self, req: protocol.Request, conn: Any) -> Any:
+        b = req.body
+        v = req.version
+        if v >= 8:
+            G = OffsetFetchResponse.OffsetFetchResponseGroup
+            T = G.OffsetFetchResponseTopics
+            P = T.OffsetFetchResponsePartitions
+            groups = []
+            for grp in b.groups:
+                code, topics = self._fetch(grp.group_id, grp.topics, T, P, v)
+                groups.append(G(group_id=grp.group_id, topics=topics, error_code=code))
+            return OffsetFetchResponse(throttle_time_ms=0, groups=groups)
+        T = OffsetFetchResponse.OffsetFetchResponseTopic
+        P = T.OffsetFetchResponsePartition
+        code, topics = self._fetch(b.group_id, b.topics, T, P, v)
+        if v < 2 and code:
+            # v0-1 have no group error: every partition asked for carries it.
+            for t in topics:
+                for p in t.partitions:
+                    p.error_code = code
+        return OffsetFetchResponse(throttle_time_ms=0, topics=topics, error_code=code)
+
+    def _fetch(self, group_id: str, asked: Any, T: Any, P: Any, v: int) -> tuple[int, list[Any]]:
+        tps = None if asked is None else [TopicPartition(t.name, i)
+                                          for t in asked for i in t.partition_indexes]
+        code, got = self.coordinator.fetch_offsets(group_id, tps)
+        if code:
+            got = {tp: None for tp in tps or []}
+        out: dict[str, list[Any]] = {}
+        for tp in sorted(got):
+            c = got[tp]
+            out.setdefault(tp.topic, []).append(P(
+                partition_index=tp.partition, committed_offset=c.offset if c else -1,
+                committed_leader_epoch=c.leader_epoch if c else -1,
+                metadata=c.metadata if c else "", error_code=errors.NONE))
+        return code, [T(name=t, partitions=ps) for t, ps in out.items()]
+
+    # ---- admin ----
+
+    async def list_groups(self, req: protocol.Request, conn: Any) -> Any:
+        b = req.body
+        states = {s.lower() for s in b.states_filter} if req.version >= 4 else set()
+        types = {t.lower() for t in b.types_filter} if req.version >= 5 else set()
+        G = ListGroupsResponse.ListedGroup
+        groups = [G(group_id=g.group_id, protocol_type=g.protocol_type or "",
+                    group_state=g.state.value, group_type="classic")
+                  for g in self.coordinator.list_groups()
+                  if (not states or g.state.value.lower() in states)
+                  and (not types or "classic" in types)]
+        code = errors.COORDINATOR_LOAD_IN_PROGRESS if self.coordinator.loading() else errors.NONE
+        return ListGroupsResponse(throttle_time_ms=0, error_code=code, groups=groups)
+
+    async def describe_groups(self, req: protocol.Request, conn: Any) -> Any:
+        D = DescribeGroupsResponse.DescribedGroup
+        M = D.DescribedGroupMember
+        out = []
+        for gid in req.body.groups:
+            code, g = self.coordinator.describe(gid)
+            if code or g is None:
+                out.append(D(error_code=code, group_id=gid,
+                             group_state=GroupState.DEAD.value if not code else "",
+                             protocol_type="", protocol_data="", members=[]))
+                continue
+            view = g.describe()
+            out.append(D(error_code=errors.NONE, group_id=gid, group_state=view["state"],
+                         protocol_type=view["protocol_type"], protocol_data=view["protocol"],
+                         members=[M(member_id=mid, group_instance_id=iid, client_id=cid,
+                                    client_host=host, member_metadata=meta,
+                                    member_assignment=assignment)
+                                  for mid, iid, cid, host, meta, assignment in view["members"]]))
+        return DescribeGroupsResponse(throttle_time_ms=0, groups=out)
+
+    async def delete_groups(self, req: protocol.Request, conn: Any) -> Any:
+        R = DeleteGroupsResponse.DeletableGroupResult
+        results = []
+        for gid in req.body.groups_names:
+            results.append(R(group_id=gid, error_code=await self.coordinator.delete(gid)))
+        return DeleteGroupsResponse(throttle_time_ms=0, results=results)
+
+
+def _host(conn: Any) -> str:
+    """The client's address as Kafka reports it ("/127.0.0.1")."""
+    peer = getattr(conn, "peer", "") or ""
+    host = peer.rsplit(":", 1)[0] if ":" in peer else peer
+    return f"/{host.strip('[]')}"

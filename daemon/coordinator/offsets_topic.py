@@ -1,0 +1,77 @@
+"""`__consumer_offsets` as the group coordinator sees it (daemon.coordinator.coordinator's
+`OffsetsLog`): its partitions held here, whether this broker leads one and at which
+leader epoch, appends as its leader with acks=all, and reading one whole when its
+groups are loaded. The topic is created the first time a coordinator is looked up, with
+`offsets.topic.num.partitions` partitions and `offsets.topic.replication.factor`
+replicas (standalone: one), compacted as Kafka's is.
+
+Event loop only; the log work runs on the partitions' dir workers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from logstore import Log
+from logstore.names import OFFSETS_TOPIC
+from logstore.records import LegacyMessage, Record, iter_batches
+
+from ..api import errors
+from ..replica.manager import ReplicaManager
+from ..replica.partition import AppendResult, Partition
+
+READ_CHUNK = 1 << 20
+
+
+class OffsetsTopic:
+    def __init__(self, replicas: ReplicaManager,
+                 append_replicated: Callable[[Partition, bytes, int], Awaitable[AppendResult]],
+                 partition_count: Callable[[], int | None]):
+        self.replicas = replicas
+        self._append = append_replicated
+        self._partition_count = partition_count
+
+    def partition_count(self) -> int | None:
+        return self._partition_count()
+
+    def led_epoch(self, partition: int) -> int | None:
+        p = self.replicas.get(OFFSETS_TOPIC, partition)
+        # A SATURATED dir still coordinates: heartbeats and fetches of committed offsets
+        # need no room, and a commit fails there as any write does (56 -> NOT_COORDINATOR).
+        # In a cluster the controller moves the leadership off the full disk anyway.
+        if p is None or p.offline or p.deleted:
+            return None
+        if not self.replicas.leadership.is_leader(p):
+            return None
+        return self.replicas.leadership.leader_epoch(p.tp)
+
+    async def append(self, partition: int, batch: bytes, timeout_ms: int) -> int:
+        p = self.replicas.get(OFFSETS_TOPIC, partition)
+        if p is None:
+            return errors.NOT_LEADER_OR_FOLLOWER
+        return (await self._append(p, batch, timeout_ms)).error
+
+    async def read_all(self, partition: int) -> list[Record]:
+        p = self.replicas.get(OFFSETS_TOPIC, partition)
+        if p is None or p.log is None:
+            raise LookupError(f"{OFFSETS_TOPIC}-{partition} is not held here")
+        return await self.replicas.storage.run(p.dir, _read_records, p.log)
+
+
+def _read_records(log: Log) -> list[Record]:
+    """Every record of `log` from its start to its end (on its dir's worker); control
+    batches carry no group records and are skipped."""
+    out: list[Record] = []
+    offset, end = log.log_start_offset, log.log_end_offset
+    while offset < end:
+        data = log.read(offset, READ_CHUNK)
+        if not data:
+            break
+        for b in iter_batches(data):
+            if isinstance(b, LegacyMessage):
+                offset = max(offset, b.offset + 1)
+                continue
+            if not b.is_control:
+                out.extend(r for r in b.records() if r.offset is None or r.offset >= offset)
+            offset = max(offset, b.next_offset)
+    return out

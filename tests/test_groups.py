@@ -1,0 +1,681 @@
+"""Consumer groups and committed offsets (docs/groups.md) as users meet them: real
+clients (kafka-python, confluent-kafka, aiokafka, Debian's kcat) subscribe with a
+group.id against a real daemon, split partitions, hand them over when a member leaves,
+and resume from committed offsets after the daemon restarts; the admin clients list,
+describe and delete groups; `__consumer_offsets` holds Kafka's own records (read from
+real Kafka brokers' fixtures, and written by us the same way).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import confluent_kafka as ck
+import pytest
+from confluent_kafka.admin import AdminClient
+from kafka import KafkaConsumer, KafkaProducer
+from kafka import TopicPartition as KTP
+from kafka.admin import KafkaAdminClient, NewTopic
+from kafka.protocol.consumer import JoinGroupRequest, OffsetCommitRequest
+from kafka.protocol.metadata import FindCoordinatorRequest
+from kafka.protocol.producer import ProduceRequest
+
+from daemon.api import errors
+from daemon.coordinator import records
+from daemon.coordinator.group import partition_for
+from logstore import TopicPartition
+from logstore.records import build_batch, iter_batches
+from tests import faults
+
+from .daemon_helpers import Daemon, RawClient
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = REPO / "tests" / "fixtures" / "kafka"
+GROUP_KEYS = {"group.initial.rebalance.delay.ms": 0, "offsets.topic.num.partitions": 5,
+              "group.min.session.timeout.ms": 1000}
+
+
+def fixture_partitions() -> list[Path]:
+    return sorted(FIXTURES.glob("kafka-*/__consumer_offsets-*"))
+
+
+def fixture_records(partition_dir: Path) -> list[Any]:
+    out = []
+    for seg in sorted(partition_dir.glob("*.log")):
+        for b in iter_batches(seg.read_bytes()):
+            out.extend(b.records())
+    return out
+
+
+# ---- the records and the partition of a group, against Kafka's own bytes ----
+
+
+def test_kafkas_group_records_decode_and_ours_encode_to_the_same_bytes() -> None:
+    """Every record of the Kafka 2.7 and 3.0 fixtures' __consumer_offsets decodes, and
+    encoding what was decoded gives Kafka's bytes back, key and value."""
+    seen = {"offset": 0, "group": 0, "tombstone": 0}
+    for d in fixture_partitions():
+        for rec in fixture_records(d):
+            entry = records.decode(rec.key, rec.value)
+            if isinstance(entry, records.OffsetEntry):
+                assert records.offset_key(entry.group, entry.tp) == rec.key
+            else:
+                assert records.group_key(entry.group) == rec.key
+            if entry.value is None:
+                seen["tombstone"] += 1
+                continue
+            version = int.from_bytes(rec.value[:2], "big")
+            if isinstance(entry, records.OffsetEntry):
+                seen["offset"] += 1
+                if version in (records.OFFSET_VALUE_VERSION,
+                               records.OFFSET_VALUE_VERSION_WITH_EXPIRY):
+                    assert records.offset_value(entry.value) == rec.value
+            else:
+                seen["group"] += 1
+                if version == records.GROUP_VALUE_VERSION:
+                    assert records.group_value(entry.value) == rec.value
+    assert seen["offset"] > 3000 and seen["group"] > 20 and seen["tombstone"] > 0, seen
+
+
+def test_a_group_lives_in_the_partition_kafka_puts_it_in() -> None:
+    """Kafka put each group of the fixtures in abs(hashCode(group)) % 50; so do we."""
+    checked = 0
+    for d in fixture_partitions():
+        partition = int(d.name.rsplit("-", 1)[1])
+        for rec in fixture_records(d):
+            entry = records.decode(rec.key, rec.value)
+            assert partition_for(entry.group, 50) == partition, (entry.group, d)
+            checked += 1
+    assert checked > 3000
+    assert partition_for("my-first-app", 50) == 13
+
+
+def test_a_record_that_is_not_a_group_record_is_refused_with_its_reason() -> None:
+    with pytest.raises(records.GroupRecordError, match="key version 7"):
+        records.decode(b"\x00\x07abc", b"")
+    with pytest.raises(records.GroupRecordError, match="without a key"):
+        records.decode(None, b"\x00\x03")
+    with pytest.raises(records.GroupRecordError, match="does not parse"):
+        records.decode(records.offset_key("g", TopicPartition("t", 0)), b"\x00\x03\x00")
+
+
+def test_dump_log_decodes_consumer_offsets_as_kafkas_tool_does() -> None:
+    part = FIXTURES / "kafka-2.7.1" / "__consumer_offsets-39"
+    run = subprocess.run([sys.executable, "-m", "daemon.cli", "dump-log", "--offsets-decoder",
+                          "--json", str(part)], capture_output=True, text=True, timeout=60,
+                         cwd=REPO)
+    assert run.returncode == 0, run.stderr
+    recs = [r for f in json.loads(run.stdout)["files"] for b in f["batches"]
+            for r in b["records"]]
+    commit = next(json.loads(r["payload"]) for r in recs
+                  if json.loads(r["key"])["type"] == "offset_commit" and r["payload"] != "null")
+    assert commit["offset"] == 9 and commit["metadata"] == ""
+    assert any(r["payload"] == "null" for r in recs)  # tombstones print as null
+
+
+# ---- a standalone daemon and real clients ----
+
+
+def produce(bootstrap: str, topic: str, n: int, start: int = 0, partitions: int = 4) -> None:
+    p = KafkaProducer(bootstrap_servers=bootstrap)
+    for i in range(start, start + n):
+        p.send(topic, key=b"k%d" % i, value=b"v%d" % i, partition=i % partitions)
+    p.flush()
+    p.close()
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    a = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        a.create_topics([NewTopic(topic, partitions, 1)])
+    finally:
+        a.close()
+
+
+class Member(threading.Thread):
+    """A kafka-python KafkaConsumer in a group, polling in its own thread; records what
+    it is assigned and what it read."""
+
+    def __init__(self, bootstrap: str, topic: str, group: str):
+        super().__init__(daemon=True)
+        self.consumer = KafkaConsumer(
+            topic, bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="earliest",
+            enable_auto_commit=False, session_timeout_ms=6000, heartbeat_interval_ms=500,
+            max_poll_interval_ms=30000)
+        self.read: list[bytes] = []
+        self.assigned: set[int] = set()
+        self.stop_now = threading.Event()
+        self.lock = threading.Lock()
+
+    def run(self) -> None:
+        while not self.stop_now.is_set():
+            batches = self.consumer.poll(timeout_ms=200)
+            with self.lock:
+                for recs in batches.values():
+                    self.read.extend(r.value for r in recs)
+                self.assigned = {tp.partition for tp in self.consumer.assignment()}
+                if batches:
+                    self.consumer.commit()
+        self.consumer.close()  # leaves the group
+
+    def leave(self) -> None:
+        self.stop_now.set()
+        self.join(30)
+
+
+def wait_for(pred: Any, timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = pred()
+        if got:
+            return got
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@contextmanager
+def daemon(tmp_path: Path, **extra: Any) -> Iterator[Daemon]:
+    with Daemon(tmp_path / "broker", {**GROUP_KEYS, **extra}, dirs=2) as d:
+        yield d
+
+
+def test_two_kafka_python_members_split_partitions_one_leaves_and_commits_survive_a_restart(
+        tmp_path: Path) -> None:
+    topic, group = "orders", "billing"
+    with daemon(tmp_path) as d:
+        create_topic(d.bootstrap, topic, 4)
+        produce(d.bootstrap, topic, 200)
+        a, b = Member(d.bootstrap, topic, group), Member(d.bootstrap, topic, group)
+        a.start()
+        b.start()
+        wait_for(lambda: len(a.assigned) == 2 and len(b.assigned) == 2
+                 and a.assigned | b.assigned == {0, 1, 2, 3}, 60, "the partitions split 2 + 2")
+        wait_for(lambda: len(a.read) + len(b.read) >= 200, 60, "200 records read")
+        b.leave()
+        wait_for(lambda: a.assigned == {0, 1, 2, 3}, 60, "the remaining member to take all 4")
+        produce(d.bootstrap, topic, 100, start=200)
+        wait_for(lambda: len(a.read) + len(b.read) >= 300, 60, "300 records read")
+        assert sorted(set(a.read) | set(b.read)) == sorted(b"v%d" % i for i in range(300))
+        a.leave()
+        admin = KafkaAdminClient(bootstrap_servers=d.bootstrap)
+        committed = admin.list_group_offsets(group)[group]
+        admin.close()
+        assert {tp.partition: om.offset for tp, om in committed.items()} == {
+            p: 75 for p in range(4)}
+        d.stop()
+        d.start()
+        produce(d.bootstrap, topic, 40, start=300)
+        c = Member(d.bootstrap, topic, group)
+        c.start()
+        try:
+            wait_for(lambda: len(c.read) >= 40, 60, "the records after the commits")
+            time.sleep(1.0)  # nothing older may follow
+            assert sorted(c.read) == sorted(b"v%d" % i for i in range(300, 340))
+        finally:
+            c.leave()
+
+
+def test_confluent_members_split_and_take_over_and_lz4_batches_stay_lz4_on_disk(
+        tmp_path: Path) -> None:
+    """librdkafka ties its lz4 support to FindCoordinator being served: its batches now
+    reach the disk lz4-compressed; two confluent consumers split the partitions, one
+    closes, the other takes them all, and close() returns at once."""
+    topic, group = "events", "cg"
+    with daemon(tmp_path) as d:
+        create_topic(d.bootstrap, topic, 2)
+        p = ck.Producer({"bootstrap.servers": d.bootstrap, "compression.type": "lz4",
+                         "linger.ms": 5})
+        for i in range(200):
+            p.produce(topic, key=b"k%d" % i, value=b"payload-%d " % i * 8, partition=i % 2)
+        assert p.flush(30) == 0
+        dump = subprocess.run([sys.executable, "-m", "daemon.cli", "dump-log", "--json",
+                               *(str(ld / f"{topic}-{i}") for i in range(2)
+                                 for ld in d.log_dirs if (ld / f"{topic}-{i}").is_dir())],
+                              capture_output=True, text=True, timeout=60, cwd=REPO)
+        codecs = {b["compresscodec"] for f in json.loads(dump.stdout)["files"]
+                  for b in f["batches"]}
+        assert codecs == {"lz4"}, codecs
+
+        conf = {"bootstrap.servers": d.bootstrap, "group.id": group,
+                "auto.offset.reset": "earliest", "session.timeout.ms": 6000,
+                "heartbeat.interval.ms": 500}
+        c1, c2 = ck.Consumer(conf), ck.Consumer(conf)
+        got: dict[str, list[bytes]] = {"c1": [], "c2": []}
+        c1.subscribe([topic])
+        c2.subscribe([topic])
+
+        def poll_both() -> bool:
+            for name, c in (("c1", c1), ("c2", c2)):
+                m = c.poll(0.1)
+                if m is not None and not m.error():
+                    got[name].append(m.value())
+            return len(c1.assignment()) == 1 and len(c2.assignment()) == 1
+        wait_for(poll_both, 60, "one partition each")
+        wait_for(lambda: poll_both() and len(got["c1"]) + len(got["c2"]) >= 200
+                 or len(got["c1"]) + len(got["c2"]) >= 200, 60, "200 records")
+        c2.commit(asynchronous=False)
+        started = time.monotonic()
+        c2.close()
+        assert time.monotonic() - started < 10  # it blocked 46 s before groups were served
+
+        def c1_has_both() -> bool:
+            m = c1.poll(0.1)
+            if m is not None and not m.error():
+                got["c1"].append(m.value())
+            return len(c1.assignment()) == 2
+        wait_for(c1_has_both, 60, "c1 to take both partitions")
+        assert len(set(got["c1"]) | set(got["c2"])) == 200
+        c1.close()
+
+
+def test_aiokafka_and_kcat_consume_as_groups_and_resume_from_their_commits(
+        tmp_path: Path) -> None:
+    aiokafka = pytest.importorskip("aiokafka")
+    kcat = shutil.which("kcat")
+    if kcat is None:
+        if faults.in_ci():
+            raise AssertionError("kcat is missing (Debian package kcat; make test installs it)")
+        pytest.skip("kcat is not installed (apt-get install kcat)")
+    topic = "clicks"
+    with daemon(tmp_path) as d:
+        create_topic(d.bootstrap, topic, 2)
+        produce(d.bootstrap, topic, 60, partitions=2)
+
+        async def aio(n: int) -> list[bytes]:
+            c = aiokafka.AIOKafkaConsumer(topic, bootstrap_servers=d.bootstrap, group_id="aio",
+                                          auto_offset_reset="earliest",
+                                          enable_auto_commit=False)
+            await c.start()
+            out: list[bytes] = []
+            try:
+                while len(out) < n:
+                    batches = await c.getmany(timeout_ms=500)
+                    for recs in batches.values():
+                        out.extend(r.value for r in recs)
+                await c.commit()
+            finally:
+                await c.stop()
+            return out
+
+        first = asyncio.run(asyncio.wait_for(aio(60), 60))
+        assert sorted(first) == sorted(b"v%d" % i for i in range(60))
+
+        def kcat_group() -> list[str]:
+            # Not `-o beginning`: that is an absolute start, whatever was committed.
+            run = subprocess.run([kcat, "-b", d.bootstrap, "-G", "kg", topic, "-e", "-q",
+                                  "-f", "%s\\n", "-X", "auto.offset.reset=earliest",
+                                  "-X", "session.timeout.ms=6000"],
+                                 capture_output=True, text=True, timeout=60)
+            assert run.returncode == 0, run.stderr
+            return [line for line in run.stdout.splitlines() if line]
+
+        assert sorted(kcat_group()) == sorted(f"v{i}" for i in range(60))
+        produce(d.bootstrap, topic, 20, start=60, partitions=2)
+        d.stop()
+        d.start()
+        second = asyncio.run(asyncio.wait_for(aio(20), 60))
+        assert sorted(second) == sorted(b"v%d" % i for i in range(60, 80))
+        assert sorted(kcat_group()) == sorted(f"v{i}" for i in range(60, 80))
+
+
+def test_admin_clients_list_describe_and_delete_groups(tmp_path: Path) -> None:
+    topic = "audit"
+    with daemon(tmp_path) as d:
+        create_topic(d.bootstrap, topic, 1)
+        produce(d.bootstrap, topic, 10, partitions=1)
+        m = Member(d.bootstrap, topic, "live")
+        m.start()
+        wait_for(lambda: len(m.read) == 10, 60, "the member to read")
+        c = ck.Consumer({"bootstrap.servers": d.bootstrap, "group.id": "done",
+                         "enable.auto.commit": False})
+        c.commit(offsets=[ck.TopicPartition(topic, 0, 7)], asynchronous=False)
+        c.close()
+        ka = KafkaAdminClient(bootstrap_servers=d.bootstrap)
+        ca = AdminClient({"bootstrap.servers": d.bootstrap})
+        try:
+            # A member may rejoin now and then (kafka-python's leader does when metadata
+            # changes): Stable is waited for, not caught at one instant.
+            wait_for(lambda: {g["group_id"]: g["group_state"] for g in ka.list_groups()}
+                     == {"live": "Stable", "done": "Empty"}, 30, "live Stable, done Empty")
+
+            def described_stable() -> Any:
+                live = ca.describe_consumer_groups(["live"])["live"].result(30)
+                return live if live.state == ck.ConsumerGroupState.STABLE else None
+            live = wait_for(described_stable, 30, "DescribeGroups to show live Stable")
+            assert [len(x.assignment.topic_partitions) for x in live.members] == [1]
+            assert ka.describe_groups(["nobody"])["nobody"]["group_state"] == "Dead"
+            assert ka.list_group_offsets("done")["done"][KTP(topic, 0)].offset == 7
+            res = ca.delete_consumer_groups(["live", "done"], request_timeout=30)
+            with pytest.raises(ck.KafkaException, match="NON_EMPTY_GROUP"):
+                res["live"].result(30)
+            res["done"].result(30)
+        finally:
+            m.leave()
+            ka.close()
+        d.stop()
+        d.start()
+        ka = KafkaAdminClient(bootstrap_servers=d.bootstrap)
+        try:
+            wait_for(lambda: {g["group_id"] for g in ka.list_groups()} == {"live"}, 30,
+                     "the deleted group to stay deleted after a restart")
+            assert ka.list_group_offsets("done")["done"] == {}
+        finally:
+            ka.close()
+
+
+def test_bad_group_requests_get_kafkas_errors_and_change_nothing(tmp_path: Path) -> None:
+    with daemon(tmp_path) as d:
+        create_topic(d.bootstrap, "t", 1)
+        c = RawClient(d.port)
+        try:
+            find = FindCoordinatorRequest[1](key="g", key_type=0)
+            wait_for(lambda: c.request(find, 1).error_code == errors.NONE, 30,
+                     "FindCoordinator to make __consumer_offsets and name this broker")
+            P = JoinGroupRequest[5].JoinGroupRequestProtocol
+            join = JoinGroupRequest[5](group_id="g", session_timeout_ms=10, rebalance_timeout_ms=1000,
+                                       member_id="", group_instance_id=None,
+                                       protocol_type="consumer",
+                                       protocols=[P(name="range", metadata=b"")])
+            coordinator_ready = wait_for(
+                lambda: (r := c.request(join, 5)).error_code
+                != errors.COORDINATOR_LOAD_IN_PROGRESS and r, 30, "the coordinator to load")
+            assert coordinator_ready.error_code == errors.INVALID_SESSION_TIMEOUT
+            T = OffsetCommitRequest[8].OffsetCommitRequestTopic
+            commit = OffsetCommitRequest[8](
+                group_id="g", generation_id_or_member_epoch=3, member_id="nobody",
+                group_instance_id=None, topics=[T(name="t", partitions=[
+                    T.OffsetCommitRequestPartition(partition_index=0, committed_offset=5,
+                                                   committed_leader_epoch=-1,
+                                                   committed_metadata="")])])
+            resp = c.request(commit, 8)
+            assert resp.topics[0].partitions[0].error_code == errors.UNKNOWN_MEMBER_ID
+            big = OffsetCommitRequest[8](
+                group_id="g", generation_id_or_member_epoch=-1, member_id="",
+                group_instance_id=None, topics=[T(name="t", partitions=[
+                    T.OffsetCommitRequestPartition(partition_index=0, committed_offset=5,
+                                                   committed_leader_epoch=-1,
+                                                   committed_metadata="x" * 5000)])])
+            resp = c.request(big, 8)
+            assert resp.topics[0].partitions[0].error_code == errors.OFFSET_METADATA_TOO_LARGE
+            PT = ProduceRequest[8].TopicProduceData
+            produce_req = ProduceRequest[8](transactional_id=None, acks=1, timeout_ms=1000,
+                                            topic_data=[PT(name="__consumer_offsets", partition_data=[
+                                                PT.PartitionProduceData(
+                                                    index=0, records=build_batch([(b"k", b"v")]))])])
+            resp = c.request(produce_req, 8)
+            assert resp.responses[0].partition_responses[0].error_code == \
+                errors.INVALID_TOPIC_EXCEPTION
+        finally:
+            c.close()
+        ka = KafkaAdminClient(bootstrap_servers=d.bootstrap)
+        try:
+            assert ka.list_groups() == []
+            assert ka.list_group_offsets("g")["g"] == {}
+        finally:
+            ka.close()
+
+
+# ---- a cluster: the coordinator's broker dies, then its disk ----
+
+
+def consume_new(bootstrap: str, topic: str, group: str, n: int) -> list[bytes]:
+    """A confluent consumer in `group` reads what follows the group's commits: exactly
+    `n` records (one more second shows nothing older follows), commits, closes."""
+    c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                     "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                     "session.timeout.ms": 6000})
+    c.subscribe([topic])
+    got: list[bytes] = []
+    try:
+        deadline = time.monotonic() + 90
+        settle = None
+        while time.monotonic() < deadline:
+            m = c.poll(0.2)
+            if m is not None and not m.error():
+                got.append(m.value())
+            if len(got) >= n:
+                settle = settle or time.monotonic() + 1.0
+                if time.monotonic() >= settle:
+                    break
+        c.commit(asynchronous=False)
+    finally:
+        c.close()
+    return got
+
+
+def coordinator_of(cl: Any, group: str) -> int:
+    """The leader of the group's __consumer_offsets partition (one partition here), as
+    the first live broker that knows one answers."""
+    assert partition_for(group, 1) == 0
+    tp = ("__consumer_offsets", 0)
+
+    def leader() -> int | None:
+        for b in cl.alive():
+            v = cl.metadata(b, [tp[0]])["partitions"].get(tp)
+            if v is not None and v[0] > 0:
+                return v[0]
+        return None
+    return wait_for(leader, 60, "a coordinator for the group")
+
+
+def test_commits_survive_the_coordinators_broker_killed_and_then_its_disk_failing(
+        tmp_path: Path) -> None:
+    """3 brokers, __consumer_offsets with RF 3 on loop-mounted ext4 dirs. The group's
+    coordinator is killed with SIGKILL: another broker leads its partition, loads it, and
+    a new consumer resumes exactly after the last commit. Then that new coordinator's
+    disk fails (EIO): the partition moves again through the log_dir_event, its broker
+    stays up, and the next consumer again resumes exactly after the last commit."""
+    from .cluster_helpers import Cluster
+    from .test_replication import create
+
+    topic, group = "payments", "ledger"
+    extra = {**GROUP_KEYS, "offsets.topic.num.partitions": 1,
+             "offsets.topic.replication.factor": 3}
+    with faults.loop_ext4(64) as m1, faults.loop_ext4(64) as m2, faults.loop_ext4(64) as m3:
+        loops = {1: m1, 2: m2, 3: m3}
+        dirs = {b: [m / "d", tmp_path / f"b{b}-other"] for b, m in loops.items()}
+        with Cluster(tmp_path, log_dirs=dirs, extra=extra) as cl:
+            for b, d in cl.brokers.items():  # everything on the loop dirs
+                assert d.admin("log-dirs/cordon", dirs[b][1])[0] == 200
+            create(cl, topic, 1, min_isr=2)
+            bootstrap = ",".join(d.bootstrap for d in cl.brokers.values())
+            produce(bootstrap, topic, 100, partitions=1)
+            assert sorted(consume_new(bootstrap, topic, group, 100)) == sorted(
+                b"v%d" % i for i in range(100))
+            first = coordinator_of(cl, group)
+            assert (dirs[first][0] / "__consumer_offsets-0").is_dir()
+
+            cl.brokers[first].kill()
+            second = wait_for(lambda: (c := coordinator_of(cl, group)) != first and c, 60,
+                              "another coordinator after the kill")
+            produce(bootstrap, topic, 50, start=100, partitions=1)
+            assert sorted(consume_new(bootstrap, topic, group, 50)) == sorted(
+                b"v%d" % i for i in range(100, 150))
+            cl.brokers[first].start()
+
+            faults.shutdown_fs(loops[second])
+            third = wait_for(lambda: (c := coordinator_of(cl, group)) != second and c, 60,
+                             "the coordinator to move off the dead disk")
+            produce(bootstrap, topic, 50, start=150, partitions=1)
+            assert sorted(consume_new(bootstrap, topic, group, 50)) == sorted(
+                b"v%d" % i for i in range(150, 200))
+            assert cl.brokers[second].proc.poll() is None, "the broker with the dead disk died"
+            ka = KafkaAdminClient(bootstrap_servers=bootstrap)
+            try:
+                offsets = ka.list_group_offsets(group)[group]
+            finally:
+                ka.close()
+            assert {tp.partition: om.offset for tp, om in offsets.items()} == {0: 200}
+            assert third != second
+
+
+MEMBER_SCRIPT = """
+import sys, time
+from kafka import KafkaConsumer
+c = KafkaConsumer(sys.argv[2], bootstrap_servers=sys.argv[1], group_id=sys.argv[3],
+                  session_timeout_ms=3000, heartbeat_interval_ms=300,
+                  auto_offset_reset="earliest")
+while True:
+    c.poll(timeout_ms=200)
+    print(sorted(tp.partition for tp in c.assignment()), flush=True)
+"""
+
+
+def test_a_member_killed_without_leaving_is_dropped_after_its_session_timeout(
+        tmp_path: Path) -> None:
+    """A consumer process killed with SIGKILL sends no LeaveGroup: once its session
+    timeout (3 s) passes without a heartbeat the coordinator removes it and the other
+    member gets its partitions. A static member (group.instance.id) closing and coming
+    back replaces its old member id without the group going through a rebalance."""
+    topic, group = "jobs", "workers"
+    with daemon(tmp_path) as d:
+        create_topic(d.bootstrap, topic, 2)
+        proc = subprocess.Popen([sys.executable, "-c", MEMBER_SCRIPT, d.bootstrap, topic, group],
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        a = Member(d.bootstrap, topic, group)
+        try:
+            a.start()
+            wait_for(lambda: len(a.assigned) == 1, 60, "one partition each")
+            proc.kill()
+            killed = time.monotonic()
+            wait_for(lambda: a.assigned == {0, 1}, 60, "the survivor to take both partitions")
+            assert time.monotonic() - killed > 2.0  # not before the session timeout
+        finally:
+            proc.kill()
+            proc.wait()
+            a.leave()
+
+        conf = {"bootstrap.servers": d.bootstrap, "group.id": "static",
+                "group.instance.id": "worker-1", "session.timeout.ms": 30000,
+                "auto.offset.reset": "earliest"}
+        ka = KafkaAdminClient(bootstrap_servers=d.bootstrap)
+        try:
+            def members() -> list[Any]:
+                g = ka.describe_groups(["static"])["static"]
+                return g["members"] if g["group_state"] == "Stable" else []
+
+            for round_ in range(2):
+                c = ck.Consumer(conf)
+                c.subscribe([topic])
+                wait_for(lambda c=c: c.poll(0.1) is None and len(c.assignment()) == 2, 60,
+                         "the static member to hold both partitions")
+                [m] = wait_for(members, 30, "the group Stable with its one member")
+                assert m["group_instance_id"] == "worker-1"
+                if round_ == 0:
+                    first_id = m["member_id"]
+                else:
+                    assert m["member_id"] != first_id  # replaced, not added
+                c.close()  # a static member does not leave on close
+        finally:
+            ka.close()
+
+
+def test_a_nodejs_kafkajs_consumer_group_consumes_commits_and_resumes(tmp_path: Path) -> None:
+    """kafkajs (tests/node, pinned) only consumes through a group: it reads what was
+    produced, commits on disconnect, and the next run reads only what came after."""
+    node = shutil.which("node")
+    script = REPO / "tests" / "node" / "group_consumer.js"
+    if node is None or not (REPO / "tests" / "node" / "node_modules" / "kafkajs").is_dir():
+        if faults.in_ci():
+            raise AssertionError("node or kafkajs is missing (make test installs both)")
+        pytest.skip("node and tests/node's kafkajs are needed (make test installs them)")
+    topic = "web"
+    with daemon(tmp_path) as d:
+        create_topic(d.bootstrap, topic, 2)
+        produce(d.bootstrap, topic, 30, partitions=2)
+
+        def run(count: int) -> dict[str, Any]:
+            done = subprocess.run([node, str(script), d.bootstrap, topic, "node-app", str(count)],
+                                  capture_output=True, text=True, timeout=120)
+            assert done.returncode == 0, done.stderr[-2000:]
+            return json.loads(done.stdout.strip().splitlines()[-1])
+
+        first = run(30)
+        assert sorted(first["values"]) == sorted(f"v{i}" for i in range(30))
+        [committed] = first["offsets"]
+        assert {p["partition"]: p["offset"] for p in committed["partitions"]} == {0: "15", 1: "15"}
+        produce(d.bootstrap, topic, 10, start=30, partitions=2)
+        second = run(10)
+        assert sorted(second["values"]) == sorted(f"v{i}" for i in range(30, 40))
+
+
+class LogBackedOffsets:
+    """The coordinator's `OffsetsLog` over one real `Log` in this process (one partition,
+    led here at epoch 0): the coordinator's own logic, writes and reads on a real log,
+    with the clock in the test's hands."""
+
+    def __init__(self, path: Path):
+        from logstore import Log, LogConfig
+        self.log = Log.open(path, LogConfig())
+
+    def partition_count(self) -> int:
+        return 1
+
+    def led_epoch(self, partition: int) -> int:
+        return 0
+
+    async def append(self, partition: int, batch: bytes, timeout_ms: int) -> int:
+        self.log.append(batch, leader_epoch=0)
+        return 0
+
+    async def read_all(self, partition: int) -> list[Any]:
+        from daemon.coordinator.offsets_topic import _read_records
+        return _read_records(self.log)
+
+
+def test_an_empty_groups_offsets_expire_after_the_retention_and_stay_expired(
+        tmp_path: Path) -> None:
+    """offsets.retention.minutes (KIP-211): a consumer group Empty for longer than the
+    retention loses its offsets and itself; a commit from outside any membership
+    expires that long after it was made; a group with members keeps its offsets. The
+    tombstones are on the log: a coordinator loading it again finds nothing expired."""
+    from daemon.coordinator.coordinator import GroupCoordinator, GroupSettings, OffsetCommit
+
+    retention = 60_000
+    settings = GroupSettings(initial_rebalance_delay_ms=0, min_session_timeout_ms=1000,
+                             offsets_retention_ms=retention)
+    tp = TopicPartition("t", 0)
+    path = tmp_path / "__consumer_offsets-0"
+
+    async def scenario() -> tuple[list[str], list[str], int, int]:
+        coord = GroupCoordinator(LogBackedOffsets(path), settings)
+        assert coord._owner("x")[0] == errors.COORDINATOR_LOAD_IN_PROGRESS
+        await coord._loading[0][1]
+        start = int(time.time() * 1000)
+        code, _ = await coord.commit("simple", -1, "", None, [OffsetCommit(tp, 5, -1, "")])
+        assert code == errors.NONE
+        for gid in ("left", "stays"):
+            joined = await coord.join(gid, "", None, "c", "/h", 10000, 10000, "consumer",
+                                      [("range", b"m")], require_known_member_id=False)
+            assert joined.error == errors.NONE
+            code, _ = await coord.sync(gid, joined.generation, joined.member_id, None, None,
+                                       None, {joined.member_id: b"a"})
+            assert code == errors.NONE
+            code, per = await coord.commit(gid, joined.generation, joined.member_id, None,
+                                           [OffsetCommit(tp, 9, 0, "m")])
+            assert (code, per[tp]) == (errors.NONE, errors.NONE)
+            if gid == "left":
+                assert coord.leave(gid, [(joined.member_id, None)])[0] == errors.NONE
+        assert await coord.expire_offsets(start + retention - 5000) == 0
+        expired = await coord.expire_offsets(start + retention + 5000)
+        after = sorted(coord.groups)
+        kept = coord.fetch_offsets("stays", [tp])[1][tp]
+        reloaded = GroupCoordinator(LogBackedOffsets(path), settings)
+        reloaded._owner("x")
+        await reloaded._loading[0][1]
+        return after, sorted(reloaded.groups), expired, kept.offset if kept else -1
+
+    after, reloaded, expired, kept = asyncio.run(scenario())
+    assert expired == 2
+    assert after == reloaded == ["stays"]
+    assert kept == 9
