@@ -478,3 +478,29 @@ def test_a_follower_truncates_into_a_cleaned_log_and_cleans_what_came_after(tmp_
     assert LogDirCleaner(ld).run(NOW) == 1
     assert latest(read_all(log)) == expected and len(read_all(log)) == 20
     ld.close()
+
+
+def test_a_clean_the_log_changed_under_is_dropped_and_done_again(tmp_path: Path) -> None:
+    """compact,delete: retention deletes segments while a clean is between two steps;
+    the clean gives up (its .cleaned files removed, nothing swapped) and the next one
+    cleans what is left."""
+    ld = open_dir(tmp_path / "d")
+    config = CONFIG.replace(compact_delete=True, retention_ms=60_000)
+    log = ld.create_log("state", 0, config)
+    produce(log, history(), ts=NOW)
+    produce(log, history(), ts=NOW + 120_000)
+    log.roll()
+    log.high_watermark = log.log_end_offset
+    cleaner = LogDirCleaner(ld, Cleaner(io_buffer_bytes=1024, step_bytes=1024))
+    while not list(log.dir.glob("*.cleaned")):
+        assert cleaner.step(NOW + 120_000)
+    assert log.apply_retention(NOW + 150_000) > 0  # the first history is past retention
+    while cleaner.busy:
+        cleaner.step(NOW + 120_000)
+    assert not list(log.dir.glob("*.cleaned")) and not cleaner.cleaned
+    assert cleaner.run(NOW + 120_000) == 1
+    left = read_all(log)
+    assert len(left) == 20 and all(r.offset >= log.log_start_offset for r in left)
+    assert latest(left) == {f"key-{k}".encode(): f"value-{k}-round-9".encode() * 8
+                            for k in range(20)}
+    ld.close()
