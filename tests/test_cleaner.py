@@ -504,3 +504,16 @@ def test_a_clean_the_log_changed_under_is_dropped_and_done_again(tmp_path: Path)
     assert latest(left) == {f"key-{k}".encode(): f"value-{k}-round-9".encode() * 8
                             for k in range(20)}
     ld.close()
+
+
+def test_max_compaction_lag_cleans_a_log_under_the_dirty_ratio(tmp_path: Path) -> None:
+    ld = open_dir(tmp_path / "d")
+    log = ld.create_log("state", 0, CONFIG.replace(min_cleanable_dirty_ratio=1.0,
+                                                  max_compaction_lag_ms=60_000))
+    produce(log, history())
+    log.roll()
+    log.high_watermark = log.log_end_offset
+    assert LogDirCleaner(ld).run(NOW + 30_000) == 0  # under the ratio, not overdue yet
+    assert LogDirCleaner(ld).run(NOW + 90_000) == 1  # a dirty segment older than the lag
+    assert len(read_all(log)) == 20
+    ld.close()
