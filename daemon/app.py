@@ -67,6 +67,7 @@ from .replica.manager import ReplicaManager
 from .replica.producer_ids import ProducerIds
 from .replica.topic_config import TopicConfigs
 from .replica.topics import TopicAdmin, TopicError
+from .storage.cleaner import LogCleanerService
 from .storage.config_store import FileConfigStore
 from .storage.dirstate import DirState
 from .storage.log_manager import LogManager, new_cluster_id
@@ -162,6 +163,11 @@ class Server:
         self.connections = Connections(self.handlers, self.metrics,
                                        max_frame=config["socket.request.max.bytes"],
                                        stopping=self.stop_event)
+        self.cleaner = LogCleanerService(
+            self.storage, enabled=config["log.cleaner.enable"],
+            backoff_ms=config["log.cleaner.backoff.ms"],
+            dedupe_buffer_bytes=config["log.cleaner.dedupe.buffer.size"],
+            io_buffer_bytes=config["log.cleaner.io.buffer.size"])
         self.monitor = LogDirMonitor(self.storage, self.replicas, self.metrics, config)
         self.transitions = TransitionHandler(self.storage, self.replicas, self.monitor,
                                              reserve_bytes=config["log.dir.reserve.bytes"],
@@ -173,7 +179,8 @@ class Server:
         self.notifier = notifier or Notifier.from_environment()
         self.metrics.watch_replication(self._replication_snapshot)
         self.http = HttpEndpoint(self.metrics, self.health, admin=self._admin,
-                                 views={"/log-dirs": self.monitor.describe})
+                                 views={"/log-dirs": self.monitor.describe,
+                                        "/cleaner": self.cleaner.describe})
         self.fatal: str | None = None  # why the daemon stops on its own
         self.stuck_workers = False  # a hung disk's worker: exit without joining it
         self.state = "starting"
@@ -472,6 +479,7 @@ class Server:
                  self.advertised[0], self.advertised[1], self.config.broker_id,
                  len(self.replicas.partitions), len(self.storage.dirs))
         self.notifier.ready(f"serving on {self.bound[0]}:{self.bound[1]}")
+        self.cleaner.start()
         self.coordinator.start()
         self.coordinator.leadership_changed()
         self._background += [
@@ -595,6 +603,7 @@ class Server:
         if self.isr is not None:
             await self.isr.stop()
         self.replicas.stop()
+        await self.cleaner.stop()
         failures, self.stuck_workers = await self.storage.stop()
         for d, err in failures:
             log.error("closing log dir %s failed: %s", d.path, err)

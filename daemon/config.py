@@ -74,6 +74,17 @@ def _int(minimum: int | None = None, maximum: int | None = None) -> Callable[[An
     return check
 
 
+def _ratio(value: Any) -> float:
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            raise ValueError(f"expected a number from 0 to 1, got {value!r}") from None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise ValueError(f"expected a number from 0 to 1, got {value!r}")
+    return float(value)
+
+
 def _bool(value: Any) -> bool:
     if isinstance(value, bool):
         return value
@@ -254,7 +265,23 @@ KEYS: dict[str, Key] = {k.name: k for k in (
     Key("log.retention.bytes", int, -1, _int(-1), "per partition; -1 = no limit"),
     Key("log.retention.check.interval.ms", int, 300000, _int(1), "how often retention runs"),
     Key("log.cleanup.policy", list, ("delete",), _cleanup_policy,
-        "delete and/or compact; logkeeper never compacts: with compact alone nothing is deleted"),
+        "delete (retention), compact (the log cleaner keeps the latest record per key) or both"),
+    # The log cleaner (logstore.cleaner, daemon.storage.cleaner), Kafka's keys and defaults.
+    Key("log.cleaner.enable", bool, True, _bool, "run the log cleaner on compacted topics"),
+    Key("log.cleaner.backoff.ms", int, 15000, _int(0),
+        "how long a dir's cleaner sleeps when no log is due"),
+    Key("log.cleaner.dedupe.buffer.size", int, 128 * 1024 * 1024, _int(1024),
+        "key-map memory (24 bytes a key), shared by the dirs' cleaners"),
+    Key("log.cleaner.io.buffer.size", int, 512 * 1024, _int(1024),
+        "read and write buffer of a cleaner"),
+    Key("log.cleaner.min.cleanable.ratio", str, 0.5, _ratio,
+        "dirty bytes over total bytes above which a compacted log is cleaned"),
+    Key("log.cleaner.delete.retention.ms", int, 24 * _HOUR_MS, _int(0),
+        "how long a tombstone stays after the clean that first kept it"),
+    Key("log.cleaner.min.compaction.lag.ms", int, 0, _int(0),
+        "a record stays uncompacted at least this long"),
+    Key("log.cleaner.max.compaction.lag.ms", int, 2**63 - 1, _int(1),
+        "a dirty segment older than this is cleaned whatever the dirty ratio"),
     Key("log.index.interval.bytes", int, 4096, _int(0, 2**31 - 1),
         "bytes between index entries"),
     Key("message.max.bytes", int, 1024 * 1024 + 12, _int(0, 2**31 - 1),
@@ -370,8 +397,11 @@ class Config:
             retention_ms=self["log.retention.ms"],
             retention_bytes=self["log.retention.bytes"],
             max_message_bytes=self["message.max.bytes"],
-            # Nothing compacts here: a compact-only policy keeps every segment.
-            compacted="delete" not in self["log.cleanup.policy"],
+            delete_retention_ms=self["log.cleaner.delete.retention.ms"],
+            min_cleanable_dirty_ratio=self["log.cleaner.min.cleanable.ratio"],
+            min_compaction_lag_ms=self["log.cleaner.min.compaction.lag.ms"],
+            max_compaction_lag_ms=self["log.cleaner.max.compaction.lag.ms"],
+            **LogConfig.policy_fields(self["log.cleanup.policy"]),
         )
 
     def replace(self, **changes: Any) -> Config:
@@ -468,9 +498,9 @@ def _validate(flat: Mapping[str, Any], origin: _Origin, *, text: bool = False,
             f"not set (Kafka refuses this too): set advertised.listeners to "
             f"PLAINTEXT://<this host's name>:{lst.port}, or bind PLAINTEXT://:{lst.port} to "
             "advertise this host's name")
-    if "compact" in values["log.cleanup.policy"] and "delete" not in values["log.cleanup.policy"]:
-        warnings.append(f"{source}: log.cleanup.policy = compact: logkeeper does not compact, "
-                        "so no segment is ever deleted (retention is off)")
+    if "compact" in values["log.cleanup.policy"] and not values["log.cleaner.enable"]:
+        warnings.append(f"{source}: log.cleanup.policy has compact but log.cleaner.enable = "
+                        "false: compacted logs are neither cleaned nor deleted by retention")
     if values["log.dir.resume.free.bytes"] is None:
         values["log.dir.resume.free.bytes"] = max(2 * values["log.dir.reserve.bytes"],
                                                   2 * values["log.dir.min.free.bytes"])

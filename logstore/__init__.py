@@ -18,6 +18,7 @@ from .config import LogConfig
 from .errors import (
     CheckpointError,
     CorruptRecordError,
+    InvalidRecordError,
     InvalidTopicError,
     LogDirLockedError,
     LogDirOfflineError,
@@ -34,7 +35,8 @@ from .logdir import LogDir
 from .names import TopicPartition
 
 __all__ = [
-    "AppendInfo", "CheckpointError", "CorruptRecordError", "FailureChannel", "InvalidTopicError",
+    "AppendInfo", "CheckpointError", "CorruptRecordError", "FailureChannel", "InvalidRecordError",
+    "InvalidTopicError",
     "IoGuard", "Log", "LogConfig", "LogDir", "LogDirFailure", "LogDirLockedError",
     "LogDirOfflineError", "LogDirSaturatedError",
     "LogStoreError", "OffsetOutOfRangeError", "RecordTooLargeError", "RecoveryResult",

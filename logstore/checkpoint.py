@@ -40,7 +40,12 @@ def write_atomically(path: str | os.PathLike[str], data: bytes) -> None:
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    sync_dir(path.parent)
+
+
+def sync_dir(path: str | os.PathLike[str]) -> None:
+    """fsync a directory, so the renames and creations in it are durable."""
+    dir_fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(dir_fd)
     finally:

@@ -1,8 +1,15 @@
-"""Per-log settings, with Apache Kafka's defaults (topic-level names in comments)."""
+"""Per-log settings, with Apache Kafka's defaults (topic-level names in comments).
+
+`cleanup.policy` is two fields: `compacted` (the policy names compact: the log cleaner
+keeps the latest record per key, logstore.cleaner) and `compact_delete` (it names
+delete as well: retention still deletes old segments of a compacted log). A policy of
+delete alone is `compacted=False`; `LogConfig.policy_fields` maps Kafka's value to them.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 
@@ -16,7 +23,12 @@ class LogConfig:
     retention_bytes: int = -1  # retention.bytes; -1 = no limit
     max_message_bytes: int = 1024 * 1024 + 12  # max.message.bytes (1048588)
     file_delete_delay_ms: int = 60000  # file.delete.delay.ms
-    compacted: bool = False  # cleanup.policy=compact: retention does not delete
+    compacted: bool = False  # cleanup.policy has compact: the cleaner compacts this log
+    compact_delete: bool = False  # cleanup.policy=compact,delete: retention deletes too
+    delete_retention_ms: int = 24 * 3600 * 1000  # delete.retention.ms: tombstones kept
+    min_cleanable_dirty_ratio: float = 0.5  # min.cleanable.dirty.ratio
+    min_compaction_lag_ms: int = 0  # min.compaction.lag.ms
+    max_compaction_lag_ms: int = 2**63 - 1  # max.compaction.lag.ms
 
     def __post_init__(self) -> None:
         checks = {
@@ -27,10 +39,34 @@ class LogConfig:
             "retention_ms": self.retention_ms >= -1,
             "retention_bytes": self.retention_bytes >= -1,
             "max_message_bytes": self.max_message_bytes >= 0,
+            "delete_retention_ms": self.delete_retention_ms >= 0,
+            "min_cleanable_dirty_ratio": 0 <= self.min_cleanable_dirty_ratio <= 1,
+            "min_compaction_lag_ms": self.min_compaction_lag_ms >= 0,
+            "max_compaction_lag_ms": self.max_compaction_lag_ms >= 1,
         }
         for name, ok in checks.items():
             if not ok:
                 raise ValueError(f"LogConfig.{name}={getattr(self, name)!r} is out of range")
 
-    def replace(self, **changes: int) -> LogConfig:
+    def replace(self, **changes: int | float | bool) -> LogConfig:
         return dataclasses.replace(self, **changes)
+
+    @property
+    def retention_deletes(self) -> bool:
+        """Whether retention deletes old segments (the policy names delete)."""
+        return not self.compacted or self.compact_delete
+
+    @property
+    def cleanup_policy(self) -> str:
+        """Kafka's cleanup.policy value for these fields."""
+        if not self.compacted:
+            return "delete"
+        return "compact,delete" if self.compact_delete else "compact"
+
+    @staticmethod
+    def policy_fields(policy: str | Iterable[str]) -> dict[str, bool]:
+        """`compacted` and `compact_delete` for a cleanup.policy ("delete", "compact",
+        "compact,delete" or a list of those words)."""
+        words = {w.strip() for w in (policy.split(",") if isinstance(policy, str) else policy)}
+        compacted = "compact" in words
+        return {"compacted": compacted, "compact_delete": compacted and "delete" in words}

@@ -36,6 +36,13 @@ class CorruptRecordError(LogStoreError):
         self.reason = reason or message
 
 
+class InvalidRecordError(LogStoreError):
+    """A record the log refuses whole (a record without a key for a compacted topic);
+    nothing was written."""
+
+    error_code = 87  # INVALID_RECORD
+
+
 class UnsupportedCodecError(LogStoreError):
     """A compressed batch whose codec library is not installed."""
 

@@ -2,7 +2,8 @@
 
 `LogLoader.load` is the start-up work of `Log.open` (docs/formats.md "Recovery"): it
 finishes the operations a crash interrupted (`.deleted`/`.cleaned` files removed, a
-`.log.swap` renamed over its `.log`, a swapped index dropped), removes indexes with no
+cleaned `.log.swap` completed: the segments it replaces deleted, it and its indexes
+renamed), removes indexes with no
 `.log`, opens the segments in offset order, and then either recovers from the recovery
 point on (a dir without the clean-shutdown marker: indexes rebuilt, a torn tail cut,
 every segment after a corrupt batch deleted) or, after a clean shutdown, only rebuilds
@@ -21,11 +22,12 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from native import ScanStatus
+from native import ScanResult, ScanStatus
 
 from . import names
 from .config import LogConfig
 from .epochs import LeaderEpochCache
+from .scan import scan_file
 from .segment import LogSegment
 from .segments import LogSegments, open_segment
 
@@ -40,6 +42,7 @@ class RecoveryResult:
     bytes_truncated: int = 0
     segments_deleted: list[int] = field(default_factory=list)
     indexes_rebuilt: list[int] = field(default_factory=list)
+    swaps_completed: list[int] = field(default_factory=list)  # cleaned segments swapped in
     problem: str = ""
 
 
@@ -115,16 +118,49 @@ class LogLoader:
                          recovery_point=recovery_point, epochs=epochs, recovery=self.recovery)
 
     def _finish_interrupted_operations(self) -> None:
+        """Remove `.deleted` and `.cleaned` files and complete every swap a crash
+        interrupted (Kafka's LogLoader): a `.log.swap` is a whole cleaned segment, so the
+        segments it replaces go and it takes its final name; an index `.swap` whose
+        `.log` never reached `.swap` belonged to a clean that did not finish."""
+        swaps = []
         for name in os.listdir(self.dir):
-            path = self.dir / name
             if name.endswith(names.DELETED_SUFFIX) or name.endswith(names.CLEANED_SUFFIX):
-                path.unlink()
-            elif name.endswith(names.SWAP_SUFFIX):
-                target = path.with_name(name[: -len(names.SWAP_SUFFIX)])
-                if target.suffix == names.LOG_SUFFIX:
-                    os.replace(path, target)
-                else:
-                    path.unlink()  # a swapped index: rebuilt from its log below
+                (self.dir / name).unlink()
+            elif (parsed := names.parse_segment_file(name)) \
+                    and parsed[1] == names.LOG_SUFFIX + names.SWAP_SUFFIX:
+                swaps.append(parsed[0])
+        for base in sorted(swaps):
+            self._complete_swap(base)
+        for name in os.listdir(self.dir):
+            if name.endswith(names.SWAP_SUFFIX):
+                (self.dir / name).unlink()
+
+    def _complete_swap(self, base: int) -> None:
+        """Delete the segments the cleaned `<base>.log.swap` replaces (the one at its base
+        and every one that starts inside its offsets), then rename it and its indexes."""
+        stem = names.offset_file_stem(base)
+        swap = self.dir / (stem + names.LOG_SUFFIX + names.SWAP_SUFFIX)
+        end = base
+        fd = os.open(swap, os.O_RDONLY)
+        try:
+            def last(res: ScanResult) -> None:
+                nonlocal end
+                end = res[len(res) - 1].next_offset
+
+            scan_file(fd, verify_crc=False, on_batches=last, path=str(swap))
+        finally:
+            os.close(fd)
+        replaced = (names.LOG_SUFFIX, names.INDEX_SUFFIX, names.TIME_INDEX_SUFFIX,
+                    names.TXN_INDEX_SUFFIX)
+        for name in os.listdir(self.dir):
+            parsed = names.parse_segment_file(name)
+            if parsed and parsed[1] in replaced and base <= parsed[0] < max(end, base + 1):
+                (self.dir / name).unlink()
+        for suffix in (names.INDEX_SUFFIX, names.TIME_INDEX_SUFFIX, names.LOG_SUFFIX):
+            path = self.dir / (stem + suffix + names.SWAP_SUFFIX)
+            if path.exists():
+                os.replace(path, self.dir / (stem + suffix))
+        self.recovery.swaps_completed.append(base)
 
     def _remove_orphan_indexes(self, bases: set[int]) -> None:
         for name in os.listdir(self.dir):

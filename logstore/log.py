@@ -1,13 +1,16 @@
 """A partition's log: its segments (`LogSegments`) with one active segment at the end.
 
 The Log owns what happens to a loaded log: append and roll, reads, flush and close,
-retention, DeleteRecords and truncation, the log start offset, recovery point and high
-watermark. `Log.open` hands the start-up work to `logstore.loader` (docs/formats.md
-"Recovery"): it finishes interrupted deletes and swaps, rebuilds the indexes from the
-recovery point on, cuts a torn tail, and drops every segment after a corrupt batch,
-reporting how many bytes went (`RecoveryResult`). `append` validates a whole request's
-batches (framing, magic 2, CRC-32C, size) before it writes a byte; invalid input
-raises `CorruptRecordError`/`RecordTooLargeError` and leaves the files unchanged.
+retention (unless cleanup.policy is compact alone), DeleteRecords and truncation, the
+swap of a cleaner's segment (`replace_segments`, logstore.cleaner), the log start
+offset, recovery point and high watermark. `Log.open` hands the start-up work to
+`logstore.loader` (docs/formats.md "Recovery"): it finishes interrupted deletes and
+swaps, rebuilds the indexes from the recovery point on, cuts a torn tail, and drops
+every segment after a corrupt batch, reporting how many bytes went (`RecoveryResult`).
+`append` validates a whole request's batches (framing, magic 2, CRC-32C, size) before
+it writes a byte; invalid input raises `CorruptRecordError`/`RecordTooLargeError` and
+leaves the files unchanged; a record without a key for a compacted log raises
+`InvalidRecordError` (Kafka's rule).
 
 Concurrency: a Log is not thread-safe. Every call for one log must come from one thread
 at a time (the daemon runs them on the log dir's worker). Every filesystem call runs
@@ -24,12 +27,20 @@ from typing import Any, NamedTuple
 
 import native
 
-from . import names
+from . import checkpoint, names
 from .config import LogConfig
 from .epochs import LeaderEpochCache
-from .errors import CorruptRecordError, OffsetOutOfRangeError, RecordTooLargeError, Verdict
+from .errors import (
+    CorruptRecordError,
+    InvalidRecordError,
+    LogStoreError,
+    OffsetOutOfRangeError,
+    RecordTooLargeError,
+    Verdict,
+)
 from .failure import IoGuard
 from .loader import LogLoader, RecoveryResult
+from .records import first_keyless
 from .segment import LogSegment
 from .segments import LogSegments, open_segment
 
@@ -63,6 +74,13 @@ class Log:
                                           segment_ms=config.segment_ms,
                                           max_batch_size=config.max_message_bytes)
         self.recovery = RecoveryResult(self.topic_partition)
+        # Bumped whenever segments are removed or replaced (retention, truncation,
+        # DeleteRecords, a cleaner's swap, close): a clean in progress that sees it
+        # change gives up (logstore.cleaner).
+        self.generation = 0
+        # The lowest offset a truncation cut to since the cleaner last looked: a
+        # cleaner-offset-checkpoint above it would call new records clean.
+        self.truncated_to: int | None = None
 
     # ---- opening ----
 
@@ -165,6 +183,8 @@ class Log:
         guard = self.guard
         if guard.verdict is not _ONLINE:
             guard.check_usable("append", writing=True)
+        if self.config.compacted and assign_offsets:
+            self._require_keys(batch_bytes)
         seg = self._segments.active
         try:
             out = self._appender.append(seg.c_address, batch_bytes, leader_epoch,
@@ -229,6 +249,17 @@ class Log:
         if changed:
             with self.guard.io("write leader epochs", self.dir):
                 epochs.write()
+
+    def _require_keys(self, data: bytes | bytearray | memoryview) -> None:
+        """A compacted log takes only records with keys (Kafka's LogValidator): the
+        cleaner could never keep a record without one."""
+        if native.scan_batches(data).status is not native.ScanStatus.OK:
+            return  # the append's own validation names the fault
+        at = first_keyless(data)
+        if at is not None:
+            raise InvalidRecordError(
+                f"append to {self.dir.name}: the batch at {at} has a record without a key; "
+                "a compacted topic cannot accept records without keys")
 
     def start_leader_epoch(self, epoch: int) -> int:
         """Become leader at `epoch` (Kafka's makeLeader): the epoch starts at the log end,
@@ -356,6 +387,7 @@ class Log:
 
     def close(self) -> None:
         """Trim the active indexes, write the epoch checkpoint, close every file."""
+        self.generation += 1
         with self.guard.io("close", self.dir):
             self.epochs.write()
             for seg in self._segments:
@@ -363,6 +395,7 @@ class Log:
 
     def close_quietly(self) -> None:
         """Drop every fd without writing (the log dir is offline)."""
+        self.generation += 1
         for seg in self._segments:
             seg.close_quietly()
 
@@ -376,8 +409,8 @@ class Log:
         empty one is created after the deletes (what a saturated disk needs).
         Returns the number of segments deleted.
         """
-        if self.config.compacted:
-            return 0
+        if not self.config.retention_deletes:
+            return 0  # cleanup.policy=compact alone: the cleaner keeps it small
         now = int(time.time() * 1000) if now_ms is None else now_ms
         doomed = 0
         excess = (self.size_bytes - self.config.retention_bytes
@@ -397,6 +430,7 @@ class Log:
             return 0
         with self.guard.io("delete segments", self.dir, writing=False):
             if doomed == len(self._segments):
+                self.generation += 1
                 # Delete first, then create the new active segment: on a full disk the
                 # space must be won back before a new file can be made.
                 end = self.log_end_offset
@@ -411,7 +445,39 @@ class Log:
                 self._delete_oldest(doomed)
         return doomed
 
+    # ---- compaction (logstore.cleaner) ----
+
+    def replace_segments(self, old: list[LogSegment]) -> LogSegment:
+        """Swap in the cleaned segment whose `.cleaned` files (at old[0]'s base, written
+        and synced by the cleaner) replace the consecutive segments `old`, as Kafka's
+        replaceSegments does, so a crash at any point leaves a log the loader completes
+        (docs/formats.md "Recovery"): the `.cleaned` files are renamed `.swap` (the
+        `.log` last: its `.swap` means the clean is whole), the old segments deleted,
+        the `.swap` files renamed to their final names. Returns the new segment.
+        """
+        base = old[0].base_offset
+        i = self._segments.floor_index(base)
+        if self._segments[i:i + len(old)] != old:
+            raise LogStoreError(f"{self.dir.name}: segments from {base} changed under the cleaner")
+        self.generation += 1
+        stem = names.offset_file_stem(base)
+        order = (names.INDEX_SUFFIX, names.TIME_INDEX_SUFFIX, names.LOG_SUFFIX)
+        with self.guard.io("swap in cleaned segment", self.dir / (stem + names.LOG_SUFFIX)):
+            for suffix in order:
+                os.replace(self.dir / (stem + suffix + names.CLEANED_SUFFIX),
+                           self.dir / (stem + suffix + names.SWAP_SUFFIX))
+            checkpoint.sync_dir(self.dir)
+            for seg in old[1:] + old[:1]:
+                seg.delete()
+            for suffix in order:
+                os.replace(self.dir / (stem + suffix + names.SWAP_SUFFIX), self.dir / (stem + suffix))
+            checkpoint.sync_dir(self.dir)
+            new = open_segment(self.dir, base, self.config, active=False)
+        self._segments.replace(i, len(old), new)
+        return new
+
     def _delete_oldest(self, count: int) -> None:
+        self.generation += 1
         for seg in self._segments[:count]:
             seg.delete()
         self._segments.remove_first(count)
@@ -442,6 +508,8 @@ class Log:
         """Cut the log so its end is at or below `offset` (a follower's truncation)."""
         if offset >= self.log_end_offset:
             return
+        self.generation += 1
+        self.truncated_to = offset if self.truncated_to is None else min(offset, self.truncated_to)
         with self.guard.io("truncate", self.dir, writing=False):
             if offset <= self._segments.first.base_offset:
                 for seg in self._segments:

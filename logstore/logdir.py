@@ -3,7 +3,8 @@
 `LogDir.open` creates the directory if it is missing, takes `.lock` with an exclusive
 flock, checks or writes `meta.properties`, writes the space reserve (when asked) before
 any recovery, loads every partition (recovering them unless Kafka's clean-shutdown
-marker is there), finishes interrupted partition deletions, and removes the marker.
+marker is there) and the `cleaner-offset-checkpoint` (`cleaner_offsets`, kept by
+logstore.cleaner), finishes interrupted partition deletions, and removes the marker.
 `close(clean=True)` flushes, writes the checkpoints and the marker.
 
 Every filesystem call runs inside the dir's IoGuard (`self.guard`), the one place
@@ -44,6 +45,8 @@ class LogDir:
         self._lock_fd: int | None = None
         self.created = False  # no meta.properties was there: a new dir, not a crashed one
         self.topic_configs: dict[str, LogConfig] = {}
+        # cleaner-offset-checkpoint: each compacted log's first dirty offset.
+        self.cleaner_offsets: dict[TopicPartition, int] = {}
 
     @classmethod
     def open(
@@ -126,6 +129,8 @@ class LogDir:
             self.path / names.LOG_START_OFFSET_CHECKPOINT)
         watermarks = checkpoint.read_offset_checkpoint(
             self.path / names.REPLICATION_OFFSET_CHECKPOINT)
+        self.cleaner_offsets = checkpoint.read_offset_checkpoint(
+            self.path / names.CLEANER_OFFSET_CHECKPOINT)
         for entry in sorted(os.listdir(self.path)):
             full = self.path / entry
             if entry.endswith(names.DELETE_DIR_SUFFIX) and full.is_dir():
@@ -223,6 +228,8 @@ class LogDir:
         if log is None:
             return
         log.close_quietly()
+        if self.cleaner_offsets.pop(tp, None) is not None:
+            self.write_cleaner_checkpoint()
         src = self.path / names.partition_dir_name(topic, partition)
         doomed = self.path / f"{src.name}.{uuid.uuid4().hex}{names.DELETE_DIR_SUFFIX}"
         with self.guard.io("delete partition", src):
@@ -244,6 +251,13 @@ class LogDir:
             checkpoint.write_offset_checkpoint(
                 self.path / names.LOG_START_OFFSET_CHECKPOINT,
                 {tp: log.log_start_offset for tp, log in logs})
+
+    def write_cleaner_checkpoint(self) -> None:
+        """cleaner-offset-checkpoint: where each compacted log's dirty section starts."""
+        with self.guard.io("write cleaner checkpoint", self.path):
+            checkpoint.write_offset_checkpoint(
+                self.path / names.CLEANER_OFFSET_CHECKPOINT,
+                {tp: off for tp, off in sorted(self.cleaner_offsets.items()) if tp in self.logs})
 
     def write_high_watermarks(self) -> None:
         """The high watermarks alone (Kafka checkpoints them more often than it flushes)."""

@@ -189,6 +189,18 @@ def _decompress(codec: Codec, data: bytes | memoryview) -> bytes:
     raise UnsupportedCodecError(f"unknown codec id {int(codec)}")
 
 
+def compress(codec: Codec, data: bytes) -> bytes:
+    """A records area compressed with `codec` as producers write it (the log cleaner's
+    rewrite of a compressed batch); UnsupportedCodecError without the codec's library."""
+    return _compress(codec, data)
+
+
+def decompress(codec: Codec, data: bytes | memoryview) -> bytes:
+    """A batch's compressed records area, decompressed; CorruptRecordError if it is not
+    valid, UnsupportedCodecError without the codec's library."""
+    return _decompress(codec, data)
+
+
 # ---- encoding ----
 
 
@@ -463,3 +475,16 @@ def iter_batches(buf: bytes | memoryview, *, base_position: int = 0,
                                      reason="crc")
         yield batch
         pos += batch.size
+
+
+def first_keyless(buf: bytes | memoryview) -> int | None:
+    """The position of the first batch in `buf` holding a record without a key (None
+    when every record has one); control batches are skipped. Framing errors raise
+    CorruptRecordError, as the decoder does."""
+    for batch in iter_batches(buf, verify_crc=False):
+        if isinstance(batch, LegacyMessage):
+            if batch.key is None:
+                return batch.position
+        elif not batch.is_control and any(r.key is None for r in batch.records()):
+            return batch.position
+    return None

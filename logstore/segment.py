@@ -24,7 +24,7 @@ from . import names
 from .epochs import LeaderEpochCache
 from .errors import LogStoreError
 from .index import OffsetIndex, TimeIndex
-from .records import parse_batch_header
+from .records import HEADER_SIZE, parse_batch_header
 from .scan import FileScan, scan_file
 
 
@@ -120,6 +120,15 @@ class LogSegment:
         scan_file(self.fd, start=start, end=self.size, verify_crc=False, on_batches=keep_last,
                   path=str(self.log_path))
         self.c.next_offset = last[0].last_offset + 1 if last else self.base_offset
+
+    def roll_base_timestamp(self) -> int:
+        """The first batch's max timestamp, from which Kafka's segment.ms counts (the
+        cleaner's max.compaction.lag.ms too); -1 when the segment has none. The append
+        reads the same field in C for its own roll decision."""
+        if self.size < HEADER_SIZE:
+            return -1
+        header = native.pread(self.fd, HEADER_SIZE, 0, path=self._log_path_str)
+        return int.from_bytes(header[35:43], "big", signed=True)
 
     @property
     def is_empty(self) -> bool:
@@ -295,7 +304,9 @@ class LogSegment:
         self.size = position
         self.max_timestamp, self.offset_of_max_timestamp = self.time_index.last_entry()
         self.bytes_since_index = 0
-        self.c.next_offset = batch.base_offset if position else self.base_offset
+        # Offsets a cleaner removed may lie before the batch cut: the end is `offset`
+        # then, as Kafka sets it, not the next batch's base.
+        self.c.next_offset = max(self.base_offset, min(batch.base_offset, offset))
         return cut
 
     def close_indexes_for_roll(self) -> None:

@@ -36,7 +36,8 @@ class LogSegments:
 
     Segments are only ever added at the end (a roll, or the load in offset order) and
     removed from either end (retention and DeleteRecords from the front, truncation and
-    recovery from the back), so a list with its bases beside it is all it takes.
+    recovery from the back), or a run of them replaced by one cleaned segment at the
+    first one's base, so a list with its bases beside it is all it takes.
     """
 
     def __init__(self) -> None:
@@ -110,6 +111,12 @@ class LogSegments:
         self._bases.pop()
         self._changed()
         return seg
+
+    def replace(self, index: int, count: int, seg: LogSegment) -> None:
+        """Put `seg` in place of the `count` segments from `index` (a cleaner's swap;
+        `seg` has the first one's base offset)."""
+        self._segments[index:index + count] = [seg]
+        self._bases[index:index + count] = [seg.base_offset]
 
     def clear(self) -> None:
         """Drop every segment."""

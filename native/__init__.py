@@ -53,7 +53,7 @@ __all__ = [
     "crc32c_force", "crc32c_supported", "crc32c_using", "find_batch", "read_range",
     "fallocate", "fdatasync", "index_add", "index_flush", "index_map", "index_pending",
     "index_search", "index_truncate", "index_unmap",
-    "new_index", "new_segment", "pread", "pread_into", "pwrite_all", "scan_batches",
+    "new_index", "new_segment", "parse_records", "pread", "pread_into", "pwrite_all", "scan_batches",
     "space_probe", "write_all",
 ]
 
@@ -382,6 +382,30 @@ def scan_batches(data: Buffer, *, base_position: int = 0, max_batch_size: int = 
     return ScanResult(status, valid, count, bad_value=res.bad_value, stored_crc=res.stored_crc,
                       computed_crc=res.computed_crc, base_position=base_position,
                       max_batch_size=max_batch_size, infos=infos, detail=detail)
+
+
+# ---- Records inside a batch (the log cleaner) ----------------------------------------
+
+# struct lk_record_info: offset_delta, timestamp_delta, start, ts_at, after_ts, end,
+# key_at, key_len, value_len, reserved.
+_RECORD_STRUCT = struct.Struct("=2q8i")
+assert _RECORD_STRUCT.size == _ffi.sizeof("struct lk_record_info")
+
+
+def parse_records(records: Buffer, count: int) -> list[tuple[int, ...]] | None:
+    """The first `count` records of an uncompressed records area (a batch's bytes from
+    61 on), each as (offset_delta, timestamp_delta, start, ts_at, after_ts, end, key_at,
+    key_len, value_len, 0): positions in `records`, key_at -1 for a null key,
+    value_len -1 for a null value. None when the records do not decode (a result, as a
+    scan's corrupt batch is, not an exception)."""
+    if count < 0:
+        return None
+    cdata, size = _cbuf(records)
+    out = _alloc_uncleared("struct lk_record_info[]", max(count, 1))
+    n = _lib.lk_parse_records(cdata, size, count, out, count)
+    if n < 0:
+        return None
+    return list(_RECORD_STRUCT.iter_unpack(_ffi.buffer(out, n * _RECORD_STRUCT.size)))
 
 
 def assign_offsets(buf: Buffer, first_offset: int, leader_epoch: int) -> int:

@@ -200,7 +200,10 @@ int64_t lk_segment_append(struct lk_segment *s, const uint8_t *buf, size_t len,
             a->error_batch = (int32_t)i;
             goto out;
         }
-        if (b->records_count <= 0 || b->last_offset_delta < b->records_count - 1) {
+        /* A follower copies what its leader's cleaner left: a batch emptied by
+         * compaction keeps its header (records_count 0), as in Kafka. */
+        if (b->records_count < (assign_offsets ? 1 : 0)
+            || b->last_offset_delta < b->records_count - 1) {
             a->status = LK_APPEND_BAD_COUNT;
             a->error_batch = (int32_t)i;
             goto out;

@@ -93,6 +93,27 @@ int64_t lk_scan_batches(const uint8_t *buf, size_t len, int64_t base_position,
                         struct lk_batch_info *out, size_t out_cap,
                         struct lk_scan_result *res);
 
+/* One record of a magic-2 batch's uncompressed records area, as the log cleaner
+ * reads it: where its fields lie (positions in the records area) and its deltas. */
+struct lk_record_info {
+    int64_t offset_delta;
+    int64_t timestamp_delta;
+    int32_t start;             /* its length varint */
+    int32_t ts_at;             /* its timestampDelta varint (after the attributes) */
+    int32_t after_ts;          /* its offsetDelta varint */
+    int32_t end;               /* one past its last byte */
+    int32_t key_at;            /* -1 for a null key */
+    int32_t key_len;
+    int32_t value_len;         /* -1 for a null value (a tombstone) */
+    int32_t reserved;
+};
+
+/* Decode the first `count` records of an uncompressed records area into out (up to
+ * out_cap). Returns the number decoded (count), or -EINVAL when a record's varints or
+ * lengths run past its end or the area's. Thread-safe (on distinct buffers); no IO. */
+int64_t lk_parse_records(const uint8_t *buf, size_t len, int32_t count,
+                         struct lk_record_info *out, size_t out_cap);
+
 /* Write baseOffset (first_offset, then each following batch after the previous
  * one's last offset) and partitionLeaderEpoch into every batch of an already
  * validated buffer, in place; both fields lie outside the CRC. *next_offset gets
@@ -176,7 +197,8 @@ int lk_index_truncate(struct lk_index *ix, int32_t n);
 #define LK_APPEND_OK 0          /* every batch written */
 #define LK_APPEND_ROLL 1        /* `batches` written (maybe 0); the rest needs a new segment */
 #define LK_APPEND_INVALID 2     /* nothing written: the scan refused the buffer (a->scan) */
-#define LK_APPEND_BAD_COUNT 3   /* nothing written: recordsCount <= 0, or lastOffsetDelta
+#define LK_APPEND_BAD_COUNT 3   /* nothing written: recordsCount <= 0 (< 0 for a follower's
+                                  * append: compaction leaves empty batches), or lastOffsetDelta
                                  * below recordsCount - 1, in batch a->error_batch */
 #define LK_APPEND_BAD_OFFSET 4  /* nothing written: a follower batch starts below the
                                  * expected offset (s->next_offset, then each batch's end) */

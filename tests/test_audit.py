@@ -541,3 +541,42 @@ def test_spark_submit_runs_main_as_a_script(kafka_fixtures: Path, tmp_path: Path
                command=(submit,))
     # spark-submit passes the Python driver's stderr on through its stdout.
     assert done.returncode == 2 and "no such directory" in done.stdout + done.stderr
+
+
+# ---- logs compacted by logstore's cleaner --------------------------------------------
+
+
+def test_logs_compacted_by_our_cleaner_audit_clean(spark, tmp_path: Path):
+    """A compacted topic cleaned twice (gaps inside and between segments, tombstones
+    with their delete horizon, a run's emptied last batch) beside a plain topic: no
+    error, and the compacted topic is known as such from the cleaner-offset-checkpoint,
+    without --compacted."""
+    from logstore.cleaner import LogDirCleaner
+    from logstore.records import Record, build_batch
+
+    now = 1_700_000_000_000
+    root = tmp_path / "broker" / "disk0"
+    config = LogConfig(compacted=True, segment_bytes=4096, index_interval_bytes=256,
+                       min_cleanable_dirty_ratio=0.1)
+    ld = LogDir.open(root, config, broker_id=1)
+    log = ld.create_log("state", 0)
+    plain = ld.create_log("events", 0, LogConfig())
+    for round_ in range(3):
+        for i in range(0, 200, 4):
+            log.append(build_batch([Record(f"k{(i + j) % 30}".encode(),
+                                           None if round_ == 2 and (i + j) % 30 < 5
+                                           else b"v" * 80, [], now + i + j)
+                                    for j in range(4)]))
+            plain.append(make_batch("events", 0, i))
+        log.roll()
+        log.high_watermark = log.log_end_offset
+        plain.high_watermark = plain.log_end_offset
+        assert LogDirCleaner(ld).run(now) == 1
+    ld.close()
+    out = tmp_path / "out"
+    assert run_audit(["--out", str(out), f"b1={root}"]) == 0
+    findings, _, summary = read_out(spark, out)
+    assert summary["errors"] == 0
+    assert {r["kind"] for r in findings.collect()} <= {"offset-gap"}
+    assert "in a cleaner-offset-checkpoint" in summary["compacted_topics"].get("state", "")
+    assert "events" not in summary["compacted_topics"]

@@ -174,6 +174,14 @@ log.retention.ms = -1
 log.retention.minutes = 30
 log.retention.hours = 2
 log.cleanup.policy = "delete"
+log.cleaner.enable = false
+log.cleaner.backoff.ms = 100
+log.cleaner.dedupe.buffer.size = 1048576
+log.cleaner.io.buffer.size = 65536
+log.cleaner.min.cleanable.ratio = 0.3
+log.cleaner.delete.retention.ms = 60000
+log.cleaner.min.compaction.lag.ms = 10
+log.cleaner.max.compaction.lag.ms = 600000
 "log.dir" = "/srv/k/ignored"  # log.dirs wins
 log.retention.bytes = 10000000
 log.retention.check.interval.ms = 1000
@@ -232,6 +240,12 @@ def test_every_key_is_read(tmp_path: Path) -> None:
     assert (cfg["min.insync.replicas"], cfg["replica.lag.time.max.ms"]) == (2, 10000)
     assert cfg["unclean.leader.election.enable"] is True
     assert cfg["replica.high.watermark.checkpoint.interval.ms"] == 2000
+    assert (cfg["log.cleaner.enable"], cfg["log.cleaner.backoff.ms"],
+            cfg["log.cleaner.dedupe.buffer.size"], cfg["log.cleaner.io.buffer.size"]) == (
+        False, 100, 1048576, 65536)
+    assert (cfg.log_config().min_cleanable_dirty_ratio, cfg.log_config().delete_retention_ms,
+            cfg.log_config().min_compaction_lag_ms, cfg.log_config().max_compaction_lag_ms) == (
+        0.3, 60000, 10, 600000)
     assert [cfg[k] for k in ("offsets.topic.num.partitions", "offsets.topic.replication.factor",
                              "offsets.topic.segment.bytes", "offsets.commit.timeout.ms",
                              "offset.metadata.max.bytes", "group.initial.rebalance.delay.ms",
@@ -375,13 +389,33 @@ def test_log_dir_is_used_only_without_log_dirs(tmp_path: Path) -> None:
         "/k/a", "/k/b")
 
 
-def test_a_compact_only_policy_turns_deletion_off_with_a_warning(tmp_path: Path) -> None:
+def test_the_cleanup_policy_says_who_deletes(tmp_path: Path) -> None:
     cfg = load_props(tmp_path, "log.cleanup.policy=compact\n")
-    assert cfg.log_config().compacted
-    assert any("compact" in w for w in cfg.warnings)
-    for policy in ("delete", "compact,delete", "delete, compact"):
-        cfg = load_props(tmp_path, f"log.cleanup.policy={policy}\n")
-        assert not cfg.log_config().compacted and cfg.warnings == ()
+    lc = cfg.log_config()
+    assert lc.compacted and not lc.retention_deletes and cfg.warnings == ()
+    for policy in ("compact,delete", "delete, compact"):
+        lc = load_props(tmp_path, f"log.cleanup.policy={policy}\n").log_config()
+        assert lc.compacted and lc.retention_deletes and lc.cleanup_policy == "compact,delete"
+    lc = load_props(tmp_path, "log.cleanup.policy=delete\n").log_config()
+    assert not lc.compacted and lc.retention_deletes
+    # Compacted logs with no cleaner are neither cleaned nor deleted: say so.
+    cfg = load_props(tmp_path, "log.cleanup.policy=compact\nlog.cleaner.enable=false\n")
+    assert any("log.cleaner.enable" in w for w in cfg.warnings)
+
+
+def test_the_cleaner_keys_reach_the_log_config(tmp_path: Path) -> None:
+    cfg = load_props(tmp_path, "log.cleaner.min.cleanable.ratio=0.25\n"
+                               "log.cleaner.delete.retention.ms=1000\n"
+                               "log.cleaner.min.compaction.lag.ms=5\n"
+                               "log.cleaner.backoff.ms=100\n")
+    lc = cfg.log_config()
+    assert (lc.min_cleanable_dirty_ratio, lc.delete_retention_ms, lc.min_compaction_lag_ms) == (
+        0.25, 1000, 5)
+    assert cfg["log.cleaner.backoff.ms"] == 100 and cfg["log.cleaner.enable"] is True
+    assert load_text(tmp_path, "[log.cleaner]\nmin.cleanable.ratio = 0.75\n"
+                     ).log_config().min_cleanable_dirty_ratio == 0.75
+    with pytest.raises(ConfigError, match="log.cleaner.min.cleanable.ratio"):
+        load_props(tmp_path, "log.cleaner.min.cleanable.ratio=1.5\n")
 
 
 def test_advertised_listener_defaults_to_the_listener(tmp_path: Path) -> None:

@@ -1,0 +1,753 @@
+"""Log compaction, as Kafka's log cleaner does it (cleanup.policy=compact).
+
+A compacted log keeps at least the latest record of every key. Its segments below the
+first dirty offset (the `cleaner-offset-checkpoint` of its log dir) are clean; those
+from there up to the first uncleanable offset (the active segment, the high
+watermark, and any segment newer than `min.compaction.lag.ms`) are dirty. A log is
+cleaned when its dirty bytes are over `min.cleanable.dirty.ratio` of its cleanable
+bytes, the filthiest first (`grab_filthiest`). A clean (`Cleaner.steps`):
+
+1. builds the key map (`OffsetMap`, Kafka's SkimpyOffsetMap: each key's 16-byte MD5
+   -> its latest offset, as many keys as `log.cleaner.dedupe.buffer.size` holds at 24
+   bytes each times the 0.9 load factor) over the dirty segments, the records decoded
+   in C (`native.parse_records`); a full map ends the clean where it stopped;
+2. takes the segments below that end in runs whose kept records fit one segment
+   (size, index sizes, 31-bit relative offsets; `Cleaner._clean_run`), and copies each
+   run into `<base>.log.cleaned` with its indexes, keeping a record when it is the
+   latest of its key (or past the map),
+   dropping records without a key, and keeping a tombstone (a null value) until its
+   batch's delete horizon: the first clean that keeps a tombstone stamps its batch
+   with `now + delete.retention.ms` (attribute bit 6, the horizon in baseTimestamp,
+   timestamp deltas rewritten so every record keeps its timestamp) and a clean after
+   that drops it. Batches keep their base offset, last offset delta, producer fields
+   and leader epoch, so offsets removed are gaps that readers step over;
+3. swaps each run's cleaned segment in (`Log.replace_segments`: `.cleaned` -> `.swap`,
+   old segments deleted, `.swap` -> final, each step one the loader completes after a
+   crash), and returns the new first dirty offset for the checkpoint.
+
+A batch whose every record goes is dropped, except the last batch of each run, which
+stays as an empty header (records count 0, its offsets and producer fields): so a
+cleaned segment ends at the offset the run it replaces ended at, and a crash's `.swap`
+says exactly which segments it replaces. Kafka keeps that header for the last batch
+of a whole clean (and of each active producer); keeping it per run closes the case
+where a crash leaves an old segment beside the swapped one, whose stale values a
+later clean would keep once their tombstones expire. Followers accept empty batches,
+as Kafka's do. Control batches are kept as they are (logkeeper writes none; Kafka's
+transaction markers in a copied log stay readable).
+
+The work is a generator, so the daemon can run it on the log dir's worker one bounded
+step at a time between appends (docs/architecture.md "Threads and workers"). A step
+that finds the log changed under it (retention, truncation, close: `Log.generation`)
+gives up; so does closing the generator. Either way its `.cleaned` files are removed.
+
+Errors: every filesystem call runs in the log dir's IoGuard, so ENOSPC while writing a
+`.cleaned` file is the SATURATED verdict (never OFFLINE) and raises
+`LogDirSaturatedError` after the partial files are removed; `NoRoomToCleanError` says
+a clean did not start a run because the disk has less free space than the run's size.
+A batch that does not decode raises `CorruptRecordError`: the daemon stops cleaning that
+log. Not thread-safe: the log's owner runs every step.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import struct
+import time
+from collections.abc import Generator, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import native
+from native import BatchInfo, ScanStatus
+
+from . import names
+from .config import LogConfig
+from .errors import CorruptRecordError, LogStoreError
+from .index import OffsetIndex, TimeIndex
+from .log import Log
+from .names import TopicPartition
+from .records import (
+    ATTR_CODEC_MASK,
+    ATTR_CONTROL,
+    ATTR_DELETE_HORIZON,
+    ATTR_LOG_APPEND_TIME,
+    CRC_START,
+    HEADER,
+    HEADER_SIZE,
+    Codec,
+    compress,
+    decompress,
+    write_varint,
+)
+from .segment import LogSegment
+
+if TYPE_CHECKING:
+    from .logdir import LogDir
+
+DEFAULT_DEDUPE_BUFFER_BYTES = 128 * 1024 * 1024  # log.cleaner.dedupe.buffer.size
+DEFAULT_IO_BUFFER_BYTES = 1024 * 1024  # log.cleaner.io.buffer.size (Kafka: 512 KiB x 2)
+LOAD_FACTOR = 0.9  # log.cleaner.io.buffer.load.factor
+MAP_ENTRY_BYTES = 24  # a 16-byte MD5 and an 8-byte offset, as Kafka counts
+STEP_BYTES = 1024 * 1024  # bytes read between two yields: ~30 ms of a worker (benchmarks)
+MAX_RELATIVE = 2**31 - 1
+
+
+class NoRoomToCleanError(LogStoreError):
+    """The disk lacks the free space a run's cleaned copy may need: not a disk fault."""
+
+
+class CleanAbortedError(LogStoreError):
+    """The log changed under a clean (retention, truncation, close); nothing was swapped."""
+
+
+# ---- the key map ----------------------------------------------------------------------
+
+
+def _md5(data: bytes | memoryview) -> Any:
+    """The MD5 of a key longer than 15 bytes (the key map's hash, as Kafka's default)."""
+    return hashlib.md5(data, usedforsecurity=False)
+
+
+class OffsetMap:
+    """Key -> latest offset, bounded like Kafka's SkimpyOffsetMap: a key is kept as its
+    16-byte MD5 (one shorter than that as itself), and the map takes
+    `slots * LOAD_FACTOR` keys, `slots` being the buffer size over 24 bytes. Two long
+    keys with one MD5 would make the cleaner drop the older key's latest record: the
+    odds are MD5's, as in Kafka."""
+
+    def __init__(self, buffer_bytes: int = DEFAULT_DEDUPE_BUFFER_BYTES,
+                 load_factor: float = LOAD_FACTOR):
+        self.slots = max(buffer_bytes // MAP_ENTRY_BYTES, 1)
+        self.capacity = max(int(self.slots * load_factor), 1)
+        self.keys: dict[bytes, int] = {}  # _hash(key) -> offset
+        self.latest_offset = -1
+
+    @staticmethod
+    def _hash(key: bytes) -> bytes:
+        # Keys under 16 bytes stand for themselves: they cannot collide with a digest
+        # (16 bytes), nor with each other; longer ones go by their MD5, as in Kafka.
+        return key if len(key) < 16 else _md5(key).digest()
+
+    def clear(self) -> None:
+        self.keys.clear()
+        self.latest_offset = -1
+
+    @property
+    def size(self) -> int:
+        return len(self.keys)
+
+    @property
+    def full(self) -> bool:
+        return len(self.keys) >= self.capacity
+
+    @property
+    def utilization(self) -> float:
+        return len(self.keys) / self.slots
+
+    def put(self, key: bytes, offset: int) -> None:
+        self.keys[self._hash(key)] = offset
+        if offset > self.latest_offset:
+            self.latest_offset = offset
+
+    def get(self, key: bytes) -> int:
+        """The latest offset of `key`, or -1 when the map has not seen it."""
+        return self.keys.get(self._hash(key), -1)
+
+
+# ---- records inside a batch -----------------------------------------------------------
+
+
+# A record as native.parse_records gives it: (offset_delta, timestamp_delta, start,
+# ts_at, after_ts, end, key_at, key_len, value_len, 0); positions in the records area.
+_OFFSET, _TS, _START, _TS_AT, _AFTER_TS, _END, _KEY_AT, _KEY_LEN, _VALUE_LEN = range(9)
+
+
+def _records(payload: bytes | memoryview, count: int, where: str) -> list[tuple[int, ...]]:
+    """The records of a batch's uncompressed payload (the C decoder, native/records.c)."""
+    recs = native.parse_records(payload, count)
+    if recs is None:
+        raise CorruptRecordError(f"{where}: its records do not decode")
+    return recs
+
+
+def _payload(batch: memoryview, info: BatchInfo, where: str) -> bytes | memoryview:
+    codec = info.attributes & ATTR_CODEC_MASK
+    if not codec:
+        return batch[HEADER_SIZE:]
+    try:
+        return decompress(Codec(codec), batch[HEADER_SIZE:])
+    except ValueError as err:
+        raise CorruptRecordError(f"{where}: unknown codec {codec}") from err
+
+
+# ---- what to clean --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LogToClean:
+    """A compacted log's clean and dirty extents (Kafka's LogToClean)."""
+
+    topic_partition: TopicPartition
+    log: Log
+    first_dirty: int
+    first_uncleanable: int  # a segment's base offset: the clean stops below it
+    clean_bytes: int
+    cleanable_bytes: int
+    reset_checkpoint: bool = False  # the checkpointed offset was outside the log
+    overdue: bool = False  # max.compaction.lag.ms passed for a dirty segment
+
+    @property
+    def total_bytes(self) -> int:
+        return self.clean_bytes + self.cleanable_bytes
+
+    @property
+    def ratio(self) -> float:
+        return self.cleanable_bytes / self.total_bytes if self.total_bytes else 0.0
+
+    @property
+    def due(self) -> bool:
+        """Over min.cleanable.dirty.ratio, or overdue by max.compaction.lag.ms."""
+        if self.cleanable_bytes <= 0:
+            return False
+        return self.overdue or self.ratio > self.log.config.min_cleanable_dirty_ratio
+
+
+def cleanable(tp: TopicPartition, log: Log, checkpointed: int | None, now_ms: int) -> LogToClean:
+    """Where `log`'s dirty section starts and ends (Kafka's cleanableOffsets)."""
+    segments = log.segments
+    start = log.log_start_offset
+    first_dirty = start if checkpointed is None else checkpointed
+    reset = first_dirty < start or first_dirty > log.log_end_offset
+    if reset:
+        first_dirty = start
+    bound = min(log.active_segment.base_offset, log.high_watermark)
+    lag = log.config.min_compaction_lag_ms
+    overdue = False
+    for seg in segments[:-1]:
+        if seg.base_offset < first_dirty and seg.next_offset <= first_dirty:
+            continue
+        if lag > 0 and seg.max_timestamp > now_ms - lag:
+            bound = min(bound, seg.base_offset)
+        first_ts = seg.roll_base_timestamp()
+        if first_ts >= 0 and now_ms - first_ts > log.config.max_compaction_lag_ms:
+            overdue = True
+    bound = max(first_dirty, bound)
+    # Whole segments only: the one holding `bound` is the first not cleaned.
+    first_uncleanable = log.active_segment.base_offset
+    if bound < first_uncleanable:
+        first_uncleanable = next(s.base_offset for s in reversed(segments)
+                                 if s.base_offset <= bound or s is segments[0])
+    clean = sum(s.size for s in segments if s.next_offset <= first_dirty)
+    dirty = sum(s.size for s in segments
+                if s.next_offset > first_dirty and s.base_offset < first_uncleanable)
+    return LogToClean(tp, log, first_dirty, first_uncleanable, clean, dirty, reset, overdue)
+
+
+def grab_filthiest(logs: Mapping[TopicPartition, Log], checkpoints: Mapping[TopicPartition, int],
+                   now_ms: int, skip: Iterable[TopicPartition] = ()) -> LogToClean | None:
+    """The compacted log with the highest dirty ratio among those due, or None."""
+    skip = set(skip)
+    due = [c for tp, log in logs.items() if log.config.compacted and tp not in skip
+           and (c := cleanable(tp, log, checkpoints.get(tp), now_ms)).due]
+    return max(due, key=lambda c: c.ratio, default=None)
+
+
+# ---- the clean ------------------------------------------------------------------------
+
+
+@dataclass
+class CleanerStats:
+    bytes_read: int = 0
+    bytes_written: int = 0
+    records_read: int = 0
+    records_kept: int = 0
+    map_records: int = 0
+    map_bytes: int = 0
+    segments_cleaned: int = 0
+    groups: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def seconds(self) -> float:
+        return time.monotonic() - self.started
+
+
+class Cleaner:
+    """Cleans one log at a time with its key map (Kafka's Cleaner). Not thread-safe."""
+
+    def __init__(self, offset_map: OffsetMap | None = None, *,
+                 io_buffer_bytes: int = DEFAULT_IO_BUFFER_BYTES, step_bytes: int = STEP_BYTES,
+                 check_space: bool = True):
+        self.map = offset_map or OffsetMap()
+        self.io_buffer_bytes = io_buffer_bytes
+        self.step_bytes = step_bytes
+        self.check_space = check_space
+        self.stats = CleanerStats()
+
+    def clean(self, job: LogToClean, now_ms: int | None = None) -> int:
+        """The whole clean in one call; returns the new first dirty offset."""
+        gen = self.steps(job, now_ms)
+        while True:
+            try:
+                next(gen)
+            except StopIteration as done:
+                return done.value
+
+    def steps(self, job: LogToClean, now_ms: int | None = None) -> Generator[None, None, int]:
+        """The clean, yielding after every `step_bytes` read; its return value is the new
+        first dirty offset. `now_ms` decides the tombstones (default: the clock)."""
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        log = job.log
+        self.stats = CleanerStats()
+        generation = log.generation
+        yield from self._build_map(job, generation)
+        end = self.map.latest_offset + 1
+        segments = [s for s in log.segments[:-1] if s.base_offset < end]
+        i = 0
+        while i < len(segments):
+            self._check(log, generation)
+            count = yield from self._clean_run(log, segments, i, job.first_uncleanable, now,
+                                               generation)
+            i += count
+            generation = log.generation
+        return end
+
+    @staticmethod
+    def _check(log: Log, generation: int) -> None:
+        if log.generation != generation:
+            raise CleanAbortedError(f"{log.dir.name} changed during a clean (retention, "
+                                    "truncation or close); cleaning again later")
+
+    def _batches(self, log: Log, seg: LogSegment, start: int, generation: int
+                 ) -> Generator[None | tuple[memoryview, list[BatchInfo]], None, None]:
+        """Chunks of `seg`'s batches from file position `start`; yields None between steps."""
+        pos = start
+        size = self.io_buffer_bytes
+        since_step = 0
+        while pos < seg.size:
+            self._check(log, generation)
+            want = min(size, seg.size - pos)
+            with log.guard.io("clean: read", seg.log_path, writing=False):
+                data = memoryview(seg.read_exact(pos, want))
+            res = native.scan_batches(data, base_position=pos)
+            if res.status not in (ScanStatus.OK, ScanStatus.TORN) or (
+                    res.status is ScanStatus.TORN and not len(res) and want == seg.size - pos):
+                raise CorruptRecordError(f"{seg.log_path}: {res.detail} (cleaner)")
+            if not len(res):  # a batch bigger than the buffer: read it whole
+                size = int.from_bytes(data[8:12], "big") + 12
+                continue
+            yield data, list(res)
+            pos += res.valid_bytes
+            since_step += res.valid_bytes
+            if since_step >= self.step_bytes:
+                since_step = 0
+                yield None
+
+    def _build_map(self, job: LogToClean, generation: int) -> Generator[None, None, None]:
+        """Map every key of the dirty section to its latest offset (Kafka's buildOffsetMap)."""
+        m = self.map
+        m.clear()
+        keys, capacity = m.keys, m.capacity
+        log = job.log
+        start, stop = job.first_dirty, job.first_uncleanable
+        dirty = [s for s in log.segments[:-1] if s.next_offset > start and s.base_offset < stop]
+        for i, seg in enumerate(dirty):
+            position = seg.offset_index.lookup(start)[1] if seg.base_offset < start else 0
+            for chunk in self._batches(log, seg, position, generation):
+                if chunk is None:
+                    yield
+                    continue
+                data, infos = chunk
+                for info in infos:
+                    if info.last_offset < start or info.attributes & ATTR_CONTROL:
+                        continue
+                    if info.base_offset >= stop:
+                        break
+                    at = info.position - infos[0].position
+                    batch = data[at:at + info.size]
+                    where = f"{seg.log_path} batch at {info.position}"
+                    payload = _payload(batch, info, where)
+                    base = info.base_offset
+                    # OffsetMap.put, inlined: this loop is the map's hot path.
+                    for rec in _records(payload, info.records_count, where):
+                        at = rec[_KEY_AT]
+                        offset = base + rec[_OFFSET]
+                        if at >= 0 and offset >= start:
+                            if len(keys) >= capacity:
+                                return  # the map ends the clean here
+                            key = bytes(payload[at:at + rec[_KEY_LEN]])
+                            keys[key if len(key) < 16 else _md5(key).digest()] = offset
+                            if offset > m.latest_offset:
+                                m.latest_offset = offset
+                    self.stats.map_records += info.records_count
+                    m.latest_offset = max(m.latest_offset, info.last_offset)
+                    self.stats.map_bytes += info.size
+            # Gaps at a segment's end belong to it: the next clean starts at the next one.
+            nxt = dirty[i + 1].base_offset if i + 1 < len(dirty) else stop
+            m.latest_offset = max(m.latest_offset, nxt - 1)
+
+    def _clean_run(self, log: Log, segments: list[LogSegment], first: int,
+                   first_uncleanable: int, now: int, generation: int
+                   ) -> Generator[None, None, int]:
+        """Copy what survives of segments[first:] into `<base>.*.cleaned` for as long as
+        it fits one segment, and swap it in; returns how many segments it replaced.
+
+        A run grows while what it has kept so far plus the next segment, whole, fits
+        `segment.bytes` and its indexes, and its offsets stay within 31 bits of its
+        base (Kafka's groupSegmentsBySize counts the segments' sizes before cleaning;
+        counting what is kept merges more, so fewer, fuller segments come out, and
+        segments whose records all went do not each become a segment of one empty
+        batch: a consumer would fetch those one by one, and librdkafka takes ten such
+        fetches in a row for a message too large).
+        """
+        config = log.config
+        head = segments[first]
+        base = head.base_offset
+        if self.check_space:
+            # A run keeps at most a segment's worth (or its first segment, if bigger).
+            need = max(head.size, min(config.segment_bytes,
+                                      sum(s.size for s in segments[first:])))
+            with log.guard.io("clean: space probe", log.dir, writing=True):
+                avail = native.space_probe(str(log.dir)).avail_bytes
+            if avail < need:
+                raise NoRoomToCleanError(
+                    f"{log.dir.name}: cleaning segments from {base} needs up to {need} bytes, "
+                    f"{avail} free in {log.guard.log_dir}")
+        out = _CleanedSegment(log, base, self.io_buffer_bytes)
+        run: list[LogSegment] = []
+        last: BatchInfo | None = None  # the run's last batch, and whether it was kept
+        last_kept = False
+        try:
+            out.open()
+            k = first
+            while True:
+                seg = segments[k]
+                run.append(seg)
+                for chunk in self._batches(log, seg, 0, generation):
+                    if chunk is None:
+                        # Synced step by step, so the swap's sync (on the dir's worker,
+                        # before appends waiting there) has little left to write.
+                        out.sync_data()
+                        yield
+                        continue
+                    data, infos = chunk
+                    for info in infos:
+                        at = info.position - infos[0].position
+                        batch = data[at:at + info.size]
+                        kept = self._filter(batch, info, now, config.delete_retention_ms,
+                                            f"{seg.log_path} batch at {info.position}")
+                        if kept is not None:
+                            out.append(kept)
+                        last, last_kept = info, kept is not None
+                        self.stats.bytes_read += info.size
+                self.stats.segments_cleaned += 1
+                nxt = segments[k + 1] if k + 1 < len(segments) else None
+                if nxt is None or not self._fits(out, nxt, segments, k, base,
+                                                 first_uncleanable, config):
+                    break
+                k += 1
+            if last is not None and not last_kept:
+                out.append(_empty_batch(last))  # the run's end survives (module doc)
+            if not out.written:
+                return len(run)  # only empty segments: nothing to swap in
+            self._check(log, generation)
+            out.finish()
+            log.replace_segments(run)
+            self.stats.groups += 1
+            self.stats.bytes_written += out.position
+            return len(run)
+        finally:
+            out.discard()
+
+    @staticmethod
+    def _fits(out: _CleanedSegment, nxt: LogSegment, segments: list[LogSegment], k: int,
+              base: int, first_uncleanable: int, config: LogConfig) -> bool:
+        """Whether `nxt` joins the run: what the run kept so far and `nxt` whole fit one
+        segment and its indexes, and the offsets fit 31 bits of the run's base."""
+        assert out.offset_index is not None and out.time_index is not None
+        last = segments[k + 2].base_offset - 1 if k + 2 < len(segments) else first_uncleanable - 1
+        return (out.size + nxt.size <= config.segment_bytes
+                and out.offset_index.size_bytes + nxt.offset_index.size_bytes
+                <= config.max_index_bytes
+                and out.time_index.size_bytes + nxt.time_index.size_bytes
+                <= config.max_index_bytes
+                and last - base <= MAX_RELATIVE)
+
+    def _filter(self, batch: memoryview, info: BatchInfo, now: int, delete_retention_ms: int,
+                where: str) -> memoryview | bytes | None:
+        """The batch as it survives the clean: itself, rewritten, or None (all gone)."""
+        attrs = info.attributes
+        if attrs & ATTR_CONTROL:
+            return batch
+        m = self.map
+        horizon_set = bool(attrs & ATTR_DELETE_HORIZON)
+        keep_tombstones = not horizon_set or now < info.base_timestamp
+        payload = _payload(batch, info, where)
+        recs = _records(payload, info.records_count, where)
+        kept = []
+        tombstones = False
+        base = info.base_offset
+        latest = m.latest_offset
+        keys = m.keys
+        for rec in recs:
+            offset = base + rec[_OFFSET]
+            tombstone = rec[_VALUE_LEN] < 0
+            at = rec[_KEY_AT]
+            if offset > latest:
+                keep = True
+            elif at < 0:
+                keep = False  # Kafka's cleaner drops records without a key
+            else:
+                key = payload[at:at + rec[_KEY_LEN]]  # OffsetMap.get, inlined
+                found = keys.get(bytes(key) if len(key) < 16 else _md5(key).digest(), -1)
+                keep = offset >= found and (not tombstone or keep_tombstones)
+            if keep:
+                kept.append(rec)
+                tombstones |= tombstone
+        self.stats.records_read += len(recs)
+        self.stats.records_kept += len(kept)
+        if not kept:
+            return None
+        stamp = tombstones and not horizon_set
+        if len(kept) == len(recs) and not stamp:
+            return batch
+        base_ts = info.base_timestamp
+        new_base_ts = now + delete_retention_ms if stamp else base_ts
+        body = bytearray()
+        for rec in kept:
+            if new_base_ts == base_ts:
+                body += payload[rec[_START]:rec[_END]]
+            else:
+                rest = bytearray(payload[rec[_TS_AT] - 1:rec[_TS_AT]])  # attributes
+                write_varint(rest, base_ts + rec[_TS] - new_base_ts)
+                rest += payload[rec[_AFTER_TS]:rec[_END]]
+                write_varint(body, len(rest))
+                body += rest
+        if attrs & ATTR_LOG_APPEND_TIME:
+            max_ts = info.max_timestamp
+        else:
+            max_ts = max(base_ts + rec[_TS] for rec in kept)
+        codec = attrs & ATTR_CODEC_MASK
+        data = compress(Codec(codec), bytes(body)) if codec else body
+        new_attrs = attrs | ATTR_DELETE_HORIZON if stamp else attrs
+        out = bytearray(HEADER_SIZE) + data
+        HEADER.pack_into(out, 0, info.base_offset, len(out) - 12, info.partition_leader_epoch,
+                         2, 0, new_attrs, info.last_offset_delta, new_base_ts, max_ts,
+                         info.producer_id, info.producer_epoch, info.base_sequence, len(kept))
+        struct.pack_into(">I", out, 17, native.crc32c(memoryview(out)[CRC_START:]))
+        return out
+
+
+def _empty_batch(info: BatchInfo) -> bytearray:
+    """The header alone of a batch whose records all went (Kafka's writeEmptyHeader):
+    its offsets, producer fields and epoch, both timestamps its max, no records."""
+    keep = ATTR_LOG_APPEND_TIME | ATTR_CONTROL | 0x10  # timestamp type, control, transactional
+    out = bytearray(HEADER_SIZE)
+    HEADER.pack_into(out, 0, info.base_offset, HEADER_SIZE - 12, info.partition_leader_epoch, 2,
+                     0, info.attributes & keep, info.last_offset_delta, info.max_timestamp,
+                     info.max_timestamp, info.producer_id, info.producer_epoch,
+                     info.base_sequence, 0)
+    struct.pack_into(">I", out, 17, native.crc32c(memoryview(out)[CRC_START:]))
+    return out
+
+
+class _CleanedSegment:
+    """`<base>.log.cleaned` and its indexes, written as the segment's own appends would
+    index them (docs/formats.md "Segment files"), then synced (`finish`)."""
+
+    def __init__(self, log: Log, base: int, write_bytes: int):
+        self.log = log
+        self.write_bytes = write_bytes
+        self.base = base
+        stem = names.offset_file_stem(base)
+        cleaned = names.CLEANED_SUFFIX
+        self.paths = [log.dir / (stem + s + cleaned)
+                      for s in (names.LOG_SUFFIX, names.INDEX_SUFFIX, names.TIME_INDEX_SUFFIX)]
+        self.guard = log.guard
+        self.fd = -1
+        self.offset_index: OffsetIndex | None = None
+        self.time_index: TimeIndex | None = None
+        self.position = 0
+        self.pending = bytearray()
+        self.last_indexed = 0
+        self.max_ts = -1
+        self.offset_of_max_ts = base
+        self.interval = log.config.index_interval_bytes
+
+    @property
+    def size(self) -> int:
+        """Bytes of batches taken so far (written or buffered)."""
+        return self.position + len(self.pending)
+
+    @property
+    def written(self) -> bool:
+        return self.size > 0
+
+    def open(self) -> None:
+        with self.guard.io("clean: create", self.paths[0], writing=True):
+            self.fd = os.open(self.paths[0], os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+            max_index = self.log.config.max_index_bytes
+            self.offset_index = OffsetIndex(self.paths[1], self.base, max_index, writable=True)
+            self.time_index = TimeIndex(self.paths[2], self.base, max_index, writable=True)
+
+    def append(self, batch: bytes | bytearray | memoryview) -> None:
+        info = native.scan_batches(batch, verify_crc=False, max_batches=1)[0]
+        pos = self.position + len(self.pending)
+        if info.max_timestamp > self.max_ts:
+            self.max_ts, self.offset_of_max_ts = info.max_timestamp, info.last_offset
+        assert self.offset_index is not None and self.time_index is not None
+        if pos - self.last_indexed > self.interval and not (
+                self.offset_index.is_full or self.time_index.is_full):
+            with self.guard.io("clean: index", self.paths[1], writing=True):
+                self.offset_index.append(info.last_offset, pos)
+                self.time_index.maybe_append(self.max_ts, self.offset_of_max_ts)
+            self.last_indexed = pos
+        self.pending += batch
+        if len(self.pending) >= self.write_bytes:
+            self._write()
+
+    def _write(self) -> None:
+        if self.pending:
+            with self.guard.io("clean: write", self.paths[0], writing=True):
+                native.pwrite_all(self.fd, self.pending, self.position, path=str(self.paths[0]))
+            self.position += len(self.pending)
+            self.pending.clear()
+
+    def sync_data(self) -> None:
+        """Write what is buffered and fdatasync the `.cleaned` log written so far."""
+        self._write()
+        if self.position:
+            with self.guard.io("clean: sync", self.paths[0], writing=True):
+                native.fdatasync(self.fd, path=str(self.paths[0]))
+
+    def finish(self) -> None:
+        """Write what is buffered, close the indexes as a roll does, sync everything."""
+        self._write()
+        assert self.offset_index is not None and self.time_index is not None
+        with self.guard.io("clean: sync", self.paths[0], writing=True):
+            if self.position:
+                self.time_index.maybe_append(self.max_ts, self.offset_of_max_ts, at_roll=True)
+            self.offset_index.trim()
+            self.time_index.trim()
+            self.offset_index.sync()
+            self.time_index.sync()
+            native.fdatasync(self.fd, path=str(self.paths[0]))
+        self._close()
+
+    def _close(self) -> None:
+        for close in (lambda: self.offset_index and self.offset_index.close(trim=False, write=False),
+                      lambda: self.time_index and self.time_index.close(trim=False, write=False),
+                      lambda: self.fd >= 0 and os.close(self.fd)):
+            try:
+                close()
+            except OSError:
+                pass
+        self.offset_index = self.time_index = None
+        self.fd = -1
+
+    def discard(self) -> None:
+        """Close and remove whatever `.cleaned` files are left (after a swap, none)."""
+        self._close()
+        for path in self.paths:
+            try:
+                with self.guard.io("clean: remove .cleaned", path):
+                    path.unlink(missing_ok=True)
+            except LogStoreError:
+                pass  # the guard has reported it; the loader removes it at the next start
+
+
+# ---- a log dir's cleaning -------------------------------------------------------------
+
+
+class LogDirCleaner:
+    """The cleaning of one log dir's compacted logs, one bounded step per `step` call
+    (the daemon runs each on the dir's worker, between appends). Keeps the dir's
+    `cleaner-offset-checkpoint` (`LogDir.cleaner_offsets`) and the logs it gave up on
+    (`uncleanable`: a batch that does not decode). Not thread-safe."""
+
+    def __init__(self, logdir: LogDir, cleaner: Cleaner | None = None):
+        self.logdir = logdir
+        self.cleaner = cleaner or Cleaner()
+        self.uncleanable: dict[TopicPartition, str] = {}
+        self.job: LogToClean | None = None
+        self._gen: Generator[None, None, int] | None = None
+        self.cleaned: list[tuple[TopicPartition, int, CleanerStats]] = []  # the latest last
+
+    @property
+    def busy(self) -> bool:
+        return self._gen is not None
+
+    def step(self, now_ms: int | None = None) -> bool:
+        """Start a clean of the filthiest log that is due, or run the next step of the
+        one under way. True while there is work (call again), False when none is due.
+        On a dir its guard knows to be SATURATED or OFFLINE the clean under way is
+        given up and the guard's error raised, without touching the disk.
+
+        A clean the log changed under is dropped (`CleanAbortedError` is not raised); any
+        other error ends the clean (its `.cleaned` files removed) and is raised.
+        """
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        try:
+            # A SATURATED (or OFFLINE) dir cleans nothing: a clean needs room for new
+            # files, and the one under way gives its `.cleaned` files' space back.
+            self.logdir.guard.check_usable("clean", writing=True)
+        except LogStoreError:
+            self.abort()
+            raise
+        if self._gen is None:
+            ld = self.logdir
+            self._follow_truncations()
+            with ld.guard.io("clean: choose a log", ld.path, writing=False):
+                job = grab_filthiest(ld.logs, ld.cleaner_offsets, now, skip=self.uncleanable)
+            if job is None:
+                return False
+            self.job, self._gen = job, self.cleaner.steps(job, now)
+        assert self.job is not None and self._gen is not None
+        job = self.job
+        try:
+            next(self._gen)
+        except StopIteration as done:
+            self._reset()
+            self.logdir.cleaner_offsets[job.topic_partition] = done.value
+            self.logdir.write_cleaner_checkpoint()
+            self.cleaned.append((job.topic_partition, done.value, self.cleaner.stats))
+            del self.cleaned[:-100]
+        except CleanAbortedError:
+            self._reset()
+        except CorruptRecordError as err:
+            self._reset()
+            self.uncleanable[job.topic_partition] = str(err)
+            raise
+        except BaseException:
+            self._reset()
+            raise
+        return True
+
+    def _reset(self) -> None:
+        self.job = self._gen = None
+
+    def _follow_truncations(self) -> None:
+        """A log truncated below its checkpointed offset is dirty from there (Kafka's
+        maybeTruncateCheckpoint): records appended after the cut were never cleaned."""
+        changed = False
+        for tp, log in self.logdir.logs.items():
+            cut, log.truncated_to = log.truncated_to, None
+            if cut is not None and self.logdir.cleaner_offsets.get(tp, -1) > cut:
+                self.logdir.cleaner_offsets[tp] = cut
+                changed = True
+        if changed:
+            self.logdir.write_cleaner_checkpoint()
+
+    def abort(self) -> None:
+        """Give up the clean under way (its `.cleaned` files are removed)."""
+        gen, self._gen, self.job = self._gen, None, None
+        if gen is not None:
+            gen.close()
+
+    def run(self, now_ms: int | None = None) -> int:
+        """Clean until nothing is due; returns the number of cleans completed."""
+        before = len(self.cleaned)
+        while self.step(now_ms):
+            pass
+        return len(self.cleaned) - before
