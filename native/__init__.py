@@ -86,8 +86,8 @@ def _wbuf(buf: Buffer, op: str) -> tuple[Any, int]:
 
 # In fastpath.h's LK_CRC_* order: by CPU class, roughly slowest to fastest.
 CRC32C_IMPLS: tuple[str, ...] = (
-    "portable", "sse42", "sse42_clmul", "pclmul", "pclmul_sse42", "vpclmul256",
-    "vpclmul256_sse42", "vpclmul512", "vpclmul512_sse42",
+    "portable", "sse42", "sse42_clmul", "pclmul", "pclmul_sse42", "sse42_pclmul",
+    "vpclmul256", "vpclmul256_sse42", "sse42_vpclmul256", "vpclmul512", "vpclmul512_sse42",
 )
 assert len(CRC32C_IMPLS) == _lib.LK_CRC_COUNT
 # An operator's override of the calibrated choice, read once at import.

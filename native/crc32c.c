@@ -131,6 +131,7 @@ static void lk_detect_x86(void)
     lk_impls[LK_CRC_SSE42_CLMUL] = lk_crc_sse42_clmul_raw;
     lk_impls[LK_CRC_PCLMUL] = lk_crc_pclmul_raw;
     lk_impls[LK_CRC_PCLMUL_SSE42] = lk_crc_pclmul_sse42_raw;
+    lk_impls[LK_CRC_SSE42_PCLMUL] = lk_crc_sse42_pclmul_raw;
 
     /* VEX and EVEX code needs the CPU bits and the OS saving the registers: SSE and AVX
      * state (XCR0 bits 1, 2) for ymm, plus opmask and both zmm halves (bits 5, 6, 7)
@@ -150,6 +151,7 @@ static void lk_detect_x86(void)
     if (avx2) {
         lk_impls[LK_CRC_VPCLMUL256] = lk_crc_vpclmul256_raw;
         lk_impls[LK_CRC_VPCLMUL256_SSE42] = lk_crc_vpclmul256_sse42_raw;
+        lk_impls[LK_CRC_SSE42_VPCLMUL256] = lk_crc_sse42_vpclmul256_raw;
     }
     if (avx2 && avx512f && avx512vl && (xcr0 & 0xe6) == 0xe6) {
         lk_impls[LK_CRC_VPCLMUL512] = lk_crc_vpclmul512_raw;

@@ -6,8 +6,10 @@
  *   sse42_clmul       three streams of equal length joined by one carry-less multiply
  *                     each (the technique of ISA-L and the crc32c package)
  *   pclmul            PCLMULQDQ folding of 8 x 128-bit accumulators
- *   pclmul_sse42      PCLMULQDQ folding fused with three crc32 streams
+ *   pclmul_sse42      PCLMULQDQ folding fused with three crc32 streams, vector-led
+ *   sse42_pclmul      the same fusion, crc32-led (see "The fusions" for why both)
  *   vpclmul256(_sse42)  VPCLMULQDQ on ymm registers (AVX2, no AVX-512: Zen 3, Alder Lake)
+ *   sse42_vpclmul256  the ymm fusion, crc32-led
  *   vpclmul512(_sse42)  VPCLMULQDQ on zmm registers (AVX-512: Ice Lake and later, Zen 4)
  *
  * The "fused" ones keep the vector multiplier and the crc32 unit (different ports on
@@ -48,9 +50,6 @@
 #define LK_VPCLMUL256_MIN 256
 #define LK_VPCLMUL512_MIN 256
 #define LK_FUSED_MIN 2048
-/* The 256-bit fusion already beats vpclmul256 alone at 1 KiB (on Zen 3: 27 vs 25 GB/s), not
- * at 768 bytes. */
-#define LK_F256_MIN 1024
 /* Longest stream (in 8-byte words) of the clmul-joined paths; a longer buffer is done in
  * several chunks. The join table covers 1..3 stream lengths (the fused paths shift the
  * vector part over all three streams). */
@@ -293,39 +292,104 @@ static inline size_t lk_fused_iters(size_t n, size_t vstep, int q)
     return iters < cap ? iters : cap;
 }
 
-/* pclmul_sse42: 4 x 128-bit accumulators (8 clmuls an iteration) beside 3 streams of 3
- * words (9 crc32s): on CPUs where each unit does about 8 bytes a cycle, that is even. */
-#define LK_F128_Q 3
-LK_PCLMUL uint32_t lk_crc_pclmul_sse42_raw(uint32_t crc, const uint8_t *p, size_t n)
+/* ---- The fusions: vector folding beside three crc32 streams ----
+ *
+ * Which side should take the larger share depends on the core. On Intel's (Skylake to
+ * Sapphire Rapids) a 128-bit PCLMULQDQ, and on Ice Lake and later a ymm VPCLMULQDQ, issues
+ * every cycle: the vector side can take most of the bytes. On AMD Zen 2 and 3 either issues
+ * every other cycle, and each crc32 beside it costs the vector side about a third of a
+ * cycle more: the crc32 streams should. So each width comes in two mixes and the
+ * calibration keeps whichever runs faster here:
+ *
+ *   vector-led  (pclmul_sse42, vpclmul256_sse42): 4 accumulators beside 3 streams of 3
+ *               words an iteration
+ *   crc32-led   (sse42_pclmul, sse42_vpclmul256): 2 accumulators beside 3 streams of 4
+ *               words
+ *
+ * On a Zen 3 EPYC (a grid of 1 to 8 accumulators and 2 to 10 words on 3 to 6 streams),
+ * the crc32-led mixes ran at 32.7 (xmm) and 41.9 GB/s (ymm), the vector-led ones at 27.3
+ * and 37.4, crc32 alone at 25.5.
+ *
+ * Each fusion's loop sits in an out-of-line function behind a size check, so buffers too
+ * short for it skip its prologue (saved registers, constants: a tenth of the time at 512
+ * bytes) on their way to the plain path. */
+
+#define LK_FUSED_V_MAX 4
+/* The crc32-led mixes already beat their width's plain folding at 1 KiB (on Zen 3 ymm:
+ * 27 vs 25 GB/s), not at 768 bytes. */
+#define LK_CRC_LED_MIN 1024
+
+/* Whole fused chunks of p (v 128-bit accumulators folded by kv = v * 128 bits, q words a
+ * stream an iteration) while n >= min >= LK_FUSED_MIN's smallest; advances *pp, *np. */
+LK_PCLMUL LK_INLINE uint32_t lk_fused128(uint32_t crc, const uint8_t **pp, size_t *np,
+                                         const int v, const int q, const __m128i kv,
+                                         const size_t min)
+{
+    const __m128i k128 = _mm_set_epi64x(LK_FOLD128_K_HI, LK_FOLD128_K_LO);
+    const size_t vstep = 16 * (size_t)v;
+    const uint8_t *p = *pp;
+    size_t n = *np;
+    while (n >= min) {
+        size_t iters = lk_fused_iters(n, vstep, q);
+        size_t slen = iters * 8 * (size_t)q;
+        const uint8_t *s = p + iters * vstep;
+        uint64_t c[3] = {0, 0, 0};
+        __m128i x[LK_FUSED_V_MAX];
+#pragma GCC unroll 8
+        for (int j = 0; j < v; j++)
+            x[j] = lk_loadu128(p + 16 * j);
+        x[0] = _mm_xor_si128(x[0], _mm_cvtsi32_si128((int)crc));
+        lk_streams(c, s, slen, q);
+        for (size_t i = 1; i < iters; i++) {
+            p += vstep;
+            s += 8 * (size_t)q;
+#pragma GCC unroll 8
+            for (int j = 0; j < v; j++)
+                x[j] = lk_fold128(x[j], kv, lk_loadu128(p + 16 * j));
+            lk_streams(c, s, slen, q);
+        }
+        __m128i acc = x[0];
+#pragma GCC unroll 8
+        for (int j = 1; j < v; j++)
+            acc = lk_fold128(acc, k128, x[j]);
+        crc = lk_fused_join(lk_reduce128(acc), c, slen / 8);
+        p += vstep + 3 * slen;
+        n -= iters * vstep + 3 * slen;
+    }
+    *pp = p;
+    *np = n;
+    return crc;
+}
+
+LK_PCLMUL __attribute__((noinline)) static uint32_t
+lk_pclmul_sse42_long(uint32_t crc, const uint8_t *p, size_t n)
 {
     const __m128i k512 = _mm_set_epi64x(LK_FOLD512_K_HI, LK_FOLD512_K_LO);
-    const __m128i k128 = _mm_set_epi64x(LK_FOLD128_K_HI, LK_FOLD128_K_LO);
-    while (n >= LK_FUSED_MIN) {
-        size_t iters = lk_fused_iters(n, 64, LK_F128_Q);
-        size_t slen = iters * 8 * LK_F128_Q;
-        const uint8_t *s = p + iters * 64;
-        uint64_t c[3] = {0, 0, 0};
-        __m128i x0 = _mm_xor_si128(lk_loadu128(p), _mm_cvtsi32_si128((int)crc));
-        __m128i x1 = lk_loadu128(p + 16), x2 = lk_loadu128(p + 32);
-        __m128i x3 = lk_loadu128(p + 48);
-        lk_streams(c, s, slen, LK_F128_Q);
-        for (size_t i = 1; i < iters; i++) {
-            p += 64;
-            s += 8 * LK_F128_Q;
-            x0 = lk_fold128(x0, k512, lk_loadu128(p));
-            x1 = lk_fold128(x1, k512, lk_loadu128(p + 16));
-            x2 = lk_fold128(x2, k512, lk_loadu128(p + 32));
-            x3 = lk_fold128(x3, k512, lk_loadu128(p + 48));
-            lk_streams(c, s, slen, LK_F128_Q);
-        }
-        __m128i x = lk_fold128(x0, k128, x1);
-        x = lk_fold128(x, k128, x2);
-        x = lk_fold128(x, k128, x3);
-        crc = lk_fused_join(lk_reduce128(x), c, slen / 8);
-        p += 64 + 3 * slen;
-        n -= iters * 64 + 3 * slen;
-    }
+    crc = lk_fused128(crc, &p, &n, 4, 3, k512, LK_FUSED_MIN);
     return lk_crc_pclmul_raw(crc, p, n);
+}
+
+LK_PCLMUL uint32_t lk_crc_pclmul_sse42_raw(uint32_t crc, const uint8_t *p, size_t n)
+{
+    if (n < LK_FUSED_MIN)
+        return lk_crc_pclmul_raw(crc, p, n);
+    return lk_pclmul_sse42_long(crc, p, n);
+}
+
+LK_PCLMUL __attribute__((noinline)) static uint32_t
+lk_sse42_pclmul_long(uint32_t crc, const uint8_t *p, size_t n)
+{
+    const __m128i k256 = _mm_set_epi64x(LK_FOLD256_K_HI, LK_FOLD256_K_LO);
+    crc = lk_fused128(crc, &p, &n, 2, 4, k256, LK_CRC_LED_MIN);
+    /* Where this mix wins, folding alone is the slower of the plain paths. */
+    return lk_crc_sse42_clmul_raw(crc, p, n);
+}
+
+LK_PCLMUL uint32_t lk_crc_sse42_pclmul_raw(uint32_t crc, const uint8_t *p, size_t n)
+{
+    if (n < LK_CRC_LED_MIN)
+        return lk_crc_sse42_clmul_raw(crc, p, n);
+    return lk_sse42_pclmul_long(crc, p, n);
 }
 
 /* ---- vpclmul256: VPCLMULQDQ on ymm (AVX2) ---- */
@@ -397,58 +461,75 @@ LK_VPCLMUL256 uint32_t lk_crc_vpclmul256_raw(uint32_t crc, const uint8_t *p, siz
     return lk_finish128(lk_ymm_to_xmm(y), p, n);
 }
 
-/* vpclmul256_sse42: 2 ymm accumulators (64 bytes, 4 vpclmulqdqs) beside 3 streams of 4
- * words (96 bytes, 12 crc32s). On Zen 3 a ymm VPCLMULQDQ issues every other cycle and each
- * crc32 beside it costs the vector side about a third of a cycle, so the crc32 unit takes
- * the larger share: this mix ran at about 13 bytes a cycle there, the earlier 4 ymm + 3 x 3
- * words at under 12 (a grid of 1..8 accumulators and 2..8 words; see the commit). */
-#define LK_F256_V 2
-#define LK_F256_Q 4
-#define LK_F256_K_LO LK_FOLD512_K_LO /* a fold over the other accumulators: 64 bytes */
-#define LK_F256_K_HI LK_FOLD512_K_HI
-/* n >= LK_F256_MIN. Kept out of line so short buffers skip its prologue (six registers
- * saved and the constants loaded: a tenth of the time at 512 bytes). */
-LK_VPCLMUL256 __attribute__((noinline)) static uint32_t
-lk_vpclmul256_sse42_long(uint32_t crc, const uint8_t *p, size_t n)
+/* The 256-bit twin of lk_fused128: v ymm accumulators folded by kv = v * 256 bits. */
+LK_VPCLMUL256 LK_INLINE uint32_t lk_fused256(uint32_t crc, const uint8_t **pp, size_t *np,
+                                             const int v, const int q, const __m256i kv,
+                                             const size_t min)
 {
-    const __m256i kv = lk_k256(LK_F256_K_HI, LK_F256_K_LO);
     const __m256i k256 = lk_k256(LK_FOLD256_K_HI, LK_FOLD256_K_LO);
-    const size_t vstep = 32 * LK_F256_V;
-    while (n >= LK_F256_MIN) {
-        size_t iters = lk_fused_iters(n, vstep, LK_F256_Q);
-        size_t slen = iters * 8 * LK_F256_Q;
+    const size_t vstep = 32 * (size_t)v;
+    const uint8_t *p = *pp;
+    size_t n = *np;
+    while (n >= min) {
+        size_t iters = lk_fused_iters(n, vstep, q);
+        size_t slen = iters * 8 * (size_t)q;
         const uint8_t *s = p + iters * vstep;
         uint64_t c[3] = {0, 0, 0};
-        __m256i y[LK_F256_V];
+        __m256i y[LK_FUSED_V_MAX];
 #pragma GCC unroll 8
-        for (int v = 0; v < LK_F256_V; v++)
-            y[v] = lk_loadu256(p + 32 * v);
+        for (int j = 0; j < v; j++)
+            y[j] = lk_loadu256(p + 32 * j);
         y[0] = _mm256_xor_si256(y[0], _mm256_zextsi128_si256(_mm_cvtsi32_si128((int)crc)));
-        lk_streams(c, s, slen, LK_F256_Q);
+        lk_streams(c, s, slen, q);
         for (size_t i = 1; i < iters; i++) {
             p += vstep;
-            s += 8 * LK_F256_Q;
+            s += 8 * (size_t)q;
 #pragma GCC unroll 8
-            for (int v = 0; v < LK_F256_V; v++)
-                y[v] = lk_fold256(y[v], kv, lk_loadu256(p + 32 * v));
-            lk_streams(c, s, slen, LK_F256_Q);
+            for (int j = 0; j < v; j++)
+                y[j] = lk_fold256(y[j], kv, lk_loadu256(p + 32 * j));
+            lk_streams(c, s, slen, q);
         }
         __m256i acc = y[0];
 #pragma GCC unroll 8
-        for (int v = 1; v < LK_F256_V; v++)
-            acc = lk_fold256(acc, k256, y[v]);
+        for (int j = 1; j < v; j++)
+            acc = lk_fold256(acc, k256, y[j]);
         crc = lk_fused_join(lk_reduce128(lk_ymm_to_xmm(acc)), c, slen / 8);
         p += vstep + 3 * slen;
         n -= iters * vstep + 3 * slen;
     }
+    *pp = p;
+    *np = n;
+    return crc;
+}
+
+LK_VPCLMUL256 __attribute__((noinline)) static uint32_t
+lk_vpclmul256_sse42_long(uint32_t crc, const uint8_t *p, size_t n)
+{
+    crc = lk_fused256(crc, &p, &n, 4, 3, lk_k256(LK_FOLD1024_K_HI, LK_FOLD1024_K_LO),
+                      LK_FUSED_MIN);
     return lk_crc_vpclmul256_raw(crc, p, n);
 }
 
 LK_VPCLMUL256 uint32_t lk_crc_vpclmul256_sse42_raw(uint32_t crc, const uint8_t *p, size_t n)
 {
-    if (n < LK_F256_MIN)
+    if (n < LK_FUSED_MIN)
         return lk_crc_vpclmul256_raw(crc, p, n);
     return lk_vpclmul256_sse42_long(crc, p, n);
+}
+
+LK_VPCLMUL256 __attribute__((noinline)) static uint32_t
+lk_sse42_vpclmul256_long(uint32_t crc, const uint8_t *p, size_t n)
+{
+    crc = lk_fused256(crc, &p, &n, 2, 4, lk_k256(LK_FOLD512_K_HI, LK_FOLD512_K_LO),
+                      LK_CRC_LED_MIN);
+    return lk_crc_vpclmul256_raw(crc, p, n);
+}
+
+LK_VPCLMUL256 uint32_t lk_crc_sse42_vpclmul256_raw(uint32_t crc, const uint8_t *p, size_t n)
+{
+    if (n < LK_CRC_LED_MIN)
+        return lk_crc_vpclmul256_raw(crc, p, n);
+    return lk_sse42_vpclmul256_long(crc, p, n);
 }
 
 /* ---- vpclmul512: VPCLMULQDQ on zmm (AVX-512) ---- */

@@ -19,11 +19,13 @@
 #define LK_CRC_SSE42_CLMUL 2       /* crc32 instruction, 3 streams, clmul joins */
 #define LK_CRC_PCLMUL 3            /* PCLMULQDQ folding, 128-bit */
 #define LK_CRC_PCLMUL_SSE42 4      /* PCLMULQDQ folding fused with 3 crc32 streams */
-#define LK_CRC_VPCLMUL256 5        /* VPCLMULQDQ folding on ymm (AVX2) */
-#define LK_CRC_VPCLMUL256_SSE42 6  /* the same fused with 3 crc32 streams */
-#define LK_CRC_VPCLMUL512 7        /* VPCLMULQDQ folding on zmm (AVX-512) */
-#define LK_CRC_VPCLMUL512_SSE42 8  /* the same fused with 3 crc32 streams */
-#define LK_CRC_COUNT 9
+#define LK_CRC_SSE42_PCLMUL 5      /* the same fusion, crc32 streams taking more bytes */
+#define LK_CRC_VPCLMUL256 6        /* VPCLMULQDQ folding on ymm (AVX2) */
+#define LK_CRC_VPCLMUL256_SSE42 7  /* the same fused with 3 crc32 streams */
+#define LK_CRC_SSE42_VPCLMUL256 8  /* the ymm fusion, crc32 streams taking more bytes */
+#define LK_CRC_VPCLMUL512 9        /* VPCLMULQDQ folding on zmm (AVX-512) */
+#define LK_CRC_VPCLMUL512_SSE42 10 /* the same fused with 3 crc32 streams */
+#define LK_CRC_COUNT 11
 
 /* Running CRC as the crc32c package defines it: crc32c(b, crc32c(a)) == crc32c(a + b);
  * start from 0. The first call (from any thread) calibrates: it times every
