@@ -60,8 +60,11 @@ def crc_notes(note) -> None:
     for line in cpu_lines():
         note(line)
     timed = native.crc32c_calibration()
-    note(f"CRC-32C dispatch chose {native.crc32c_active()}; calibration GB/s at 16 KiB / "
-         f"128 KiB: " + ", ".join(f"{impl} {s:.1f}/{big:.1f}" for impl, (s, big) in timed.items()))
+    small, large = (f"{size >> 10} KiB" for size in native.CRC32C_CALIBRATION_SIZES)
+    note(f"CRC-32C dispatch chose {native.crc32c_active()}; calibration GB/s at {small} / "
+         f"{large} (score, 2.0 = fastest): " + ", ".join(
+             f"{impl} {c.small_gbps:.1f}/{c.large_gbps:.1f} ({c.score:.2f})"
+             for impl, c in timed.items()))
     unsupported = [impl for impl in native.CRC32C_IMPLS if not native.crc32c_supported(impl)]
     note(f"CRC-32C implementations this CPU lacks: {', '.join(unsupported) or 'none'}")
 
