@@ -83,17 +83,21 @@ def test_crc32c_vs_package(ratio, crc_notes, size: int) -> None:
           baseline_label="crc32c pkg")
 
 
+EACH_IMPL_SIZES = {1 << 10: "1 KiB", 16 << 10: "16 KiB", 1 << 20: "1 MiB"}
+
+
+@pytest.mark.parametrize("size", list(EACH_IMPL_SIZES), ids=list(EACH_IMPL_SIZES.values()))
 @pytest.mark.parametrize("impl", native.CRC32C_IMPLS)
-def test_crc32c_each_impl_16kib(ratio, crc_notes, impl: str) -> None:
+def test_crc32c_each_impl(ratio, crc_notes, impl: str, size: int) -> None:
     if not native.crc32c_supported(impl):
         pytest.skip(f"this CPU cannot run {impl}")
-    data = os.urandom(16 << 10)
+    data = os.urandom(size)
     # Forced, so the row times the same call path as the dispatch (crc32c_using would
     # add its own argument handling to every call).
     native.crc32c_force(impl)
     try:
         assert native.crc32c(data) == crc32c_pkg.crc32c(data)
-        ratio(f"crc32c 16 KiB forced {impl}", lambda: native.crc32c(data),
+        ratio(f"crc32c {EACH_IMPL_SIZES[size]} forced {impl}", lambda: native.crc32c(data),
               lambda: crc32c_pkg.crc32c(data), unit_bytes=len(data),
               baseline_label="crc32c pkg")
     finally:
