@@ -294,33 +294,36 @@ static inline size_t lk_fused_iters(size_t n, size_t vstep, int q)
 
 /* ---- The fusions: vector folding beside three crc32 streams ----
  *
- * Which side should take the larger share depends on the core. On Intel's (Skylake to
- * Sapphire Rapids) a 128-bit PCLMULQDQ, and on Ice Lake and later a ymm VPCLMULQDQ, issues
- * every cycle: the vector side can take most of the bytes. On AMD Zen 2 and 3 either issues
- * every other cycle, and each crc32 beside it costs the vector side about a third of a
- * cycle more: the crc32 streams should. So each width comes in two mixes and the
- * calibration keeps whichever runs faster here:
+ * Which side should take the larger share of the bytes depends on the core. Where a
+ * carry-less multiply issues every cycle (Intel from Skylake on, for 128 bits), the vector
+ * side can take most of them: the fusions corsix/fast-crc32 measured fastest on Intel
+ * give it half or more. On AMD Zen 3, measured here, a PCLMULQDQ or a ymm VPCLMULQDQ
+ * issues every other cycle and each crc32 beside it costs the vector side about a third
+ * of a cycle more, so the crc32 streams should take the larger share (corsix found the
+ * same on Zen 2 and 3 for 128 bits). So each width comes in two mixes and the calibration
+ * keeps whichever runs faster on the CPU at hand:
  *
  *   vector-led  (pclmul_sse42, vpclmul256_sse42): 4 accumulators beside 3 streams of 3
  *               words an iteration
  *   crc32-led   (sse42_pclmul, sse42_vpclmul256): 2 accumulators beside 3 streams of 4
  *               words
  *
- * On a Zen 3 EPYC (a grid of 1 to 8 accumulators and 2 to 10 words on 3 to 6 streams),
- * the crc32-led mixes ran at 32.7 (xmm) and 41.9 GB/s (ymm), the vector-led ones at 27.3
- * and 37.4, crc32 alone at 25.5.
+ * On a Zen 3 EPYC at 128 KiB (after a grid of 1 to 8 accumulators and 1 to 10 words on 3
+ * to 6 streams): crc32-led 33.8 (xmm) and 41.9 GB/s (ymm), vector-led 25.7 and 40.0,
+ * sse42_clmul 25.6, vpclmul256 25.9.
  *
  * Each fusion's loop sits in an out-of-line function behind a size check, so buffers too
- * short for it skip its prologue (saved registers, constants: a tenth of the time at 512
- * bytes) on their way to the plain path. */
+ * short for it skip its prologue (six registers saved, constants loaded: 8% of the time
+ * at 512 bytes) on their way to the plain path. */
 
 #define LK_FUSED_V_MAX 4
 /* The crc32-led mixes already beat their width's plain folding at 1 KiB (on Zen 3 ymm:
  * 27 vs 25 GB/s), not at 768 bytes. */
 #define LK_CRC_LED_MIN 1024
 
-/* Whole fused chunks of p (v 128-bit accumulators folded by kv = v * 128 bits, q words a
- * stream an iteration) while n >= min >= LK_FUSED_MIN's smallest; advances *pp, *np. */
+/* The CRC of whole fused chunks of p while n >= min (at least LK_CRC_LED_MIN, so every
+ * chunk runs at least one iteration): v 128-bit accumulators, folded by kv = x^(128v)
+ * constants, beside 3 streams of q words an iteration. Advances *pp and *np past them. */
 LK_PCLMUL LK_INLINE uint32_t lk_fused128(uint32_t crc, const uint8_t **pp, size_t *np,
                                          const int v, const int q, const __m128i kv,
                                          const size_t min)
@@ -461,7 +464,7 @@ LK_VPCLMUL256 uint32_t lk_crc_vpclmul256_raw(uint32_t crc, const uint8_t *p, siz
     return lk_finish128(lk_ymm_to_xmm(y), p, n);
 }
 
-/* The 256-bit twin of lk_fused128: v ymm accumulators folded by kv = v * 256 bits. */
+/* The 256-bit twin of lk_fused128: v ymm accumulators folded by kv = x^(256v). */
 LK_VPCLMUL256 LK_INLINE uint32_t lk_fused256(uint32_t crc, const uint8_t **pp, size_t *np,
                                              const int v, const int q, const __m256i kv,
                                              const size_t min)
