@@ -6,10 +6,11 @@
  * (a 256-bit VPCLMULQDQ is two 128-bit halves on some cores and whole on others; the
  * crc32 instruction's share of a fused loop varies), so the dispatch does not guess:
  * the first lk_crc32c (or lk_crc32c_active) call times every supported implementation
- * on 16 KiB and 64 KiB, eight rounds, and keeps the fastest (lk_calibrate says how). That runs once, under pthread_once, so
- * racing first callers wait for one calibration; afterwards the hot path is one atomic
- * load of a function pointer. Tables and the supported set are built by a load-time
- * constructor, so every exported function is thread-safe.
+ * on 16 KiB and 64 KiB, eight rounds, and keeps the fastest (lk_calibrate says how).
+ * That runs once, under pthread_once, so racing first callers wait for one calibration;
+ * afterwards the hot path is one atomic load of a function pointer. Tables and the
+ * supported set are built by a load-time constructor, so every exported function is
+ * thread-safe.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -217,7 +218,7 @@ static int lk_cmp_double(const void *a, const void *b)
  * compare implementations timed microseconds apart, so a busy neighbour slows all of one
  * round alike, and the median ignores the rounds a preemption hit: with the best time of
  * each instead, a loaded 2-core machine chose the second of two implementations 5% apart
- * in a tenth of its starts, and once one 40% slower. The choice is the latest
+ * in one start of seven, and once one 40% slower. The choice is the latest
  * implementation whose score is within LK_CALIB_TIE of the lowest. Without memory for the
  * buffer it keeps the last supported one: a guess, but a correct CRC either way. */
 static void lk_calibrate(void)
