@@ -60,8 +60,11 @@ def crc_notes(note) -> None:
     for line in cpu_lines():
         note(line)
     timed = native.crc32c_calibration()
-    note(f"CRC-32C dispatch chose {native.crc32c_active()}; calibration GB/s at 16 KiB / "
-         f"128 KiB: " + ", ".join(f"{impl} {s:.1f}/{big:.1f}" for impl, (s, big) in timed.items()))
+    small, large = (f"{size >> 10} KiB" for size in native.CRC32C_CALIBRATION_SIZES)
+    note(f"CRC-32C dispatch chose {native.crc32c_active()}; calibration GB/s at {small} / "
+         f"{large} (score, 2.0 = fastest): " + ", ".join(
+             f"{impl} {c.small_gbps:.1f}/{c.large_gbps:.1f} ({c.score:.2f})"
+             for impl, c in timed.items()))
     unsupported = [impl for impl in native.CRC32C_IMPLS if not native.crc32c_supported(impl)]
     note(f"CRC-32C implementations this CPU lacks: {', '.join(unsupported) or 'none'}")
 
@@ -80,17 +83,21 @@ def test_crc32c_vs_package(ratio, crc_notes, size: int) -> None:
           baseline_label="crc32c pkg")
 
 
+EACH_IMPL_SIZES = {1 << 10: "1 KiB", 16 << 10: "16 KiB", 1 << 20: "1 MiB"}
+
+
+@pytest.mark.parametrize("size", list(EACH_IMPL_SIZES), ids=list(EACH_IMPL_SIZES.values()))
 @pytest.mark.parametrize("impl", native.CRC32C_IMPLS)
-def test_crc32c_each_impl_16kib(ratio, crc_notes, impl: str) -> None:
+def test_crc32c_each_impl(ratio, crc_notes, impl: str, size: int) -> None:
     if not native.crc32c_supported(impl):
         pytest.skip(f"this CPU cannot run {impl}")
-    data = os.urandom(16 << 10)
+    data = os.urandom(size)
     # Forced, so the row times the same call path as the dispatch (crc32c_using would
     # add its own argument handling to every call).
     native.crc32c_force(impl)
     try:
         assert native.crc32c(data) == crc32c_pkg.crc32c(data)
-        ratio(f"crc32c 16 KiB forced {impl}", lambda: native.crc32c(data),
+        ratio(f"crc32c {EACH_IMPL_SIZES[size]} forced {impl}", lambda: native.crc32c(data),
               lambda: crc32c_pkg.crc32c(data), unit_bytes=len(data),
               baseline_label="crc32c pkg")
     finally:

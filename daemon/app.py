@@ -434,9 +434,15 @@ class Server:
             return 1
         self.notifier.status("opening log dirs")
         # Calibrates the CRC-32C dispatch here (a few hundred microseconds) rather than
-        # on the first produce, and says what it chose.
-        log.info("CRC-32C: %s (of %s this CPU runs)", native.crc32c_active(),
-                 ", ".join(i for i in native.CRC32C_IMPLS if native.crc32c_supported(i)))
+        # on the first produce, and says what it chose and what it measured.
+        calibration = sorted(native.crc32c_calibration().items(), key=lambda kv: kv[1].score)
+        log.info("CRC-32C: %s (%s); calibration GB/s at %s, fastest first: %s",
+                 native.crc32c_active(),
+                 f"forced by {native.CRC32C_ENV}" if os.environ.get(native.CRC32C_ENV)
+                 else "the calibration's choice",
+                 " / ".join(f"{size >> 10} KiB" for size in native.CRC32C_CALIBRATION_SIZES),
+                 ", ".join(f"{impl} {c.small_gbps:.1f}/{c.large_gbps:.1f}"
+                           for impl, c in calibration) or "none (portable only)")
         started = time.monotonic()
         self.transitions.attach()
         self.monitor.attach()

@@ -47,7 +47,8 @@ except ImportError as err:  # pragma: no cover - only on a tree that was never b
 
 __all__ = [
     "CRC32C_IMPLS", "INDEX_ADDED", "INDEX_FULL", "INDEX_PENDING_BYTES", "INDEX_SKIPPED",
-    "ROLL_BASE_UNKNOWN", "AppendStatus", "Appender", "BatchInfo", "ScanResult", "ScanStatus",
+    "ROLL_BASE_UNKNOWN", "AppendStatus", "Appender", "Crc32cCalibration", "BatchInfo",
+    "ScanResult", "ScanStatus",
     "Space", "address_of", "assign_offsets",
     "availability_probe", "batches_end", "crc32c", "crc32c_active", "crc32c_calibration",
     "crc32c_force", "crc32c_supported", "crc32c_using", "find_batch", "read_range",
@@ -94,14 +95,27 @@ def _wbuf(buf: Buffer, op: str) -> tuple[Any, int]:
 
 # In fastpath.h's LK_CRC_* order: by CPU class, roughly slowest to fastest.
 CRC32C_IMPLS: tuple[str, ...] = (
-    "portable", "sse42", "sse42_clmul", "pclmul", "pclmul_sse42", "vpclmul256",
-    "vpclmul256_sse42", "vpclmul512", "vpclmul512_sse42",
+    "portable", "sse42", "sse42_clmul", "pclmul", "pclmul_sse42", "sse42_pclmul",
+    "vpclmul256", "vpclmul256_sse42", "sse42_vpclmul256", "vpclmul512", "vpclmul512_sse42",
 )
 assert len(CRC32C_IMPLS) == _lib.LK_CRC_COUNT
 # An operator's override of the calibrated choice, read once at import.
 CRC32C_ENV = "LOGKEEPER_CRC32C"
 # Sizes the calibration times (fastpath.h: lk_crc32c_calibration).
-CRC32C_CALIBRATION_SIZES = (16 << 10, 128 << 10)
+CRC32C_CALIBRATION_SIZES = (16 << 10, 64 << 10)
+# Calibration scores within this factor of the lowest tie; the later implementation in
+# CRC32C_IMPLS wins a tie (native/crc32c.c: LK_CALIB_TIE).
+CRC32C_CALIBRATION_TIE = 1.02
+
+
+class Crc32cCalibration(NamedTuple):
+    """What the calibration measured of one implementation."""
+
+    small_gbps: float  # best of the rounds at CRC32C_CALIBRATION_SIZES[0]
+    large_gbps: float  # best of the rounds at CRC32C_CALIBRATION_SIZES[1]
+    # The median over the rounds of its time relative to the round's fastest, both sizes
+    # added: 2.0 is the fastest at both. The choice is made on this.
+    score: float
 
 
 def _impl_index(impl: str) -> int:
@@ -140,16 +154,17 @@ def crc32c_force(impl: str | None) -> None:
         raise _oserror(rc, f"crc32c_force({impl})")
 
 
-def crc32c_calibration() -> dict[str, tuple[float, float]]:
-    """What the calibration measured: GB/s at each of CRC32C_CALIBRATION_SIZES for each
-    implementation it timed (every supported one but the portable, when there is one)."""
-    out = _ffi.new("uint64_t[]", 2 * len(CRC32C_IMPLS))
+def crc32c_calibration() -> dict[str, Crc32cCalibration]:
+    """What the calibration measured (calibrating first if it never ran), for each
+    implementation it timed: every supported one but the portable, when there is one."""
+    out = _ffi.new("uint64_t[]", 3 * len(CRC32C_IMPLS))
     rc = _lib.lk_crc32c_calibration(out, len(out))
     if rc < 0:
         raise _oserror(rc, "crc32c_calibration")
     small, large = CRC32C_CALIBRATION_SIZES
-    return {impl: (small / out[2 * i], large / out[2 * i + 1])
-            for i, impl in enumerate(CRC32C_IMPLS) if out[2 * i]}
+    return {impl: Crc32cCalibration(small / out[3 * i], large / out[3 * i + 1],
+                                    out[3 * i + 2] / 1e6)
+            for i, impl in enumerate(CRC32C_IMPLS) if out[3 * i]}
 
 
 def crc32c_using(impl: str, data: Buffer, crc: int = 0) -> int:

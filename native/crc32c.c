@@ -6,10 +6,11 @@
  * (a 256-bit VPCLMULQDQ is two 128-bit halves on some cores and whole on others; the
  * crc32 instruction's share of a fused loop varies), so the dispatch does not guess:
  * the first lk_crc32c (or lk_crc32c_active) call times every supported implementation
- * on 16 KiB and 128 KiB and keeps the fastest. That runs once, under pthread_once, so
- * racing first callers wait for one calibration; afterwards the hot path is one atomic
- * load of a function pointer. Tables and the supported set are built by a load-time
- * constructor, so every exported function is thread-safe.
+ * on 16 KiB and 64 KiB, eight rounds, and keeps the fastest (lk_calibrate says how).
+ * That runs once, under pthread_once, so racing first callers wait for one calibration;
+ * afterwards the hot path is one atomic load of a function pointer. Tables and the
+ * supported set are built by a load-time constructor, so every exported function is
+ * thread-safe.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -36,7 +37,11 @@ static _Atomic(lk_crc_raw_fn) lk_dispatch;
 static pthread_once_t lk_calibrate_once = PTHREAD_ONCE_INIT;
 /* Written once inside lk_calibrate, read after pthread_once returns. */
 static int lk_calibrated = LK_CRC_PORTABLE;
-static uint64_t lk_calib_ns[LK_CRC_COUNT][2];
+/* What calibration measured, per implementation (zero for those it did not time). */
+static struct {
+    uint64_t small_ns, large_ns; /* best of the rounds */
+    double score;                /* median relative time, see lk_calibrate */
+} lk_calib[LK_CRC_COUNT];
 /* lk_forced (-1: none) and the store into lk_dispatch change together under the lock,
  * so a calibration finishing late never undoes a force. */
 static pthread_mutex_t lk_force_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -131,6 +136,7 @@ static void lk_detect_x86(void)
     lk_impls[LK_CRC_SSE42_CLMUL] = lk_crc_sse42_clmul_raw;
     lk_impls[LK_CRC_PCLMUL] = lk_crc_pclmul_raw;
     lk_impls[LK_CRC_PCLMUL_SSE42] = lk_crc_pclmul_sse42_raw;
+    lk_impls[LK_CRC_SSE42_PCLMUL] = lk_crc_sse42_pclmul_raw;
 
     /* VEX and EVEX code needs the CPU bits and the OS saving the registers: SSE and AVX
      * state (XCR0 bits 1, 2) for ymm, plus opmask and both zmm halves (bits 5, 6, 7)
@@ -150,6 +156,7 @@ static void lk_detect_x86(void)
     if (avx2) {
         lk_impls[LK_CRC_VPCLMUL256] = lk_crc_vpclmul256_raw;
         lk_impls[LK_CRC_VPCLMUL256_SSE42] = lk_crc_vpclmul256_sse42_raw;
+        lk_impls[LK_CRC_SSE42_VPCLMUL256] = lk_crc_sse42_vpclmul256_raw;
     }
     if (avx2 && avx512f && avx512vl && (xcr0 & 0xe6) == 0xe6) {
         lk_impls[LK_CRC_VPCLMUL512] = lk_crc_vpclmul512_raw;
@@ -171,10 +178,14 @@ __attribute__((constructor)) static void lk_crc32c_init(void)
 /* ---- Calibration ---- */
 
 #define LK_CALIB_SMALL (16u << 10)
-#define LK_CALIB_LARGE (128u << 10)
+#define LK_CALIB_LARGE (64u << 10)
 /* One untimed round (page faults, caches, the wider vector units powering up), then
- * the best of the rest: the minimum is what the code can do, the rest is noise. */
-#define LK_CALIB_ROUNDS 5
+ * eight timed ones: about 0.3 ms for eight implementations on a Zen 3. */
+#define LK_CALIB_ROUNDS 9
+/* Scores this close to the lowest count as a tie, and a tie goes to the later (wider,
+ * more fused) implementation: so the choice between near equals is the same from one
+ * start to the next, not whichever the noise favoured. */
+#define LK_CALIB_TIE 1.02
 
 static uint64_t lk_now_ns(void)
 {
@@ -194,13 +205,26 @@ static uint64_t lk_time_one(lk_crc_raw_fn fn, const uint8_t *buf, size_t len)
     return ns ? ns : 1;
 }
 
+static int lk_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
 /* Runs once (pthread_once). Every supported implementation but the portable one (the
- * slowest wherever anything else runs) is timed round-robin, so a frequency change hits
- * all alike; the score adds each size's time relative to that size's best, and ties go
- * to the later (wider) implementation. Without memory for the buffer it keeps the last
- * supported one: a guess, but a correct CRC either way. */
+ * slowest wherever anything else runs) is timed round-robin at both sizes. A round's
+ * score of an implementation adds its time at each size relative to that round's fastest
+ * at the size (2.0: fastest at both); its score is the median over the rounds. The rounds
+ * compare implementations timed microseconds apart, so a busy neighbour slows all of one
+ * round alike, and the median ignores the rounds a preemption hit: with the best time of
+ * each instead, a loaded 2-core machine chose the second of two implementations 5% apart
+ * in one start of seven, and once one 40% slower. The choice is the latest
+ * implementation whose score is within LK_CALIB_TIE of the lowest. Without memory for the
+ * buffer it keeps the last supported one: a guess, but a correct CRC either way. */
 static void lk_calibrate(void)
 {
+    enum { timed = LK_CALIB_ROUNDS - 1 };
+    static uint64_t ns[timed][LK_CRC_COUNT][2]; /* only ever touched under pthread_once */
     int best = LK_CRC_PORTABLE;
     for (int i = LK_CRC_COUNT - 1; i > LK_CRC_PORTABLE; i--)
         if (lk_impls[i]) {
@@ -213,9 +237,6 @@ static void lk_calibrate(void)
     /* The speed of every implementation is independent of the bytes; writing them
      * maps real pages (untouched malloc memory could all be one shared zero page). */
     memset(buf, 0x5a, LK_CALIB_LARGE);
-    uint64_t small[LK_CRC_COUNT], large[LK_CRC_COUNT];
-    for (int i = 0; i < LK_CRC_COUNT; i++)
-        small[i] = large[i] = UINT64_MAX;
     for (int round = 0; round < LK_CALIB_ROUNDS; round++)
         for (int i = LK_CRC_PORTABLE + 1; i < LK_CRC_COUNT; i++) {
             if (!lk_impls[i])
@@ -225,29 +246,41 @@ static void lk_calibrate(void)
             lk_time_one(lk_impls[i], buf, 4096);
             uint64_t s = lk_time_one(lk_impls[i], buf, LK_CALIB_SMALL);
             uint64_t l = lk_time_one(lk_impls[i], buf, LK_CALIB_LARGE);
-            if (round == 0)
-                continue;
-            small[i] = s < small[i] ? s : small[i];
-            large[i] = l < large[i] ? l : large[i];
+            if (round > 0) {
+                ns[round - 1][i][0] = s;
+                ns[round - 1][i][1] = l;
+            }
         }
-    uint64_t best_small = UINT64_MAX, best_large = UINT64_MAX;
-    for (int i = 0; i < LK_CRC_COUNT; i++) {
-        best_small = small[i] < best_small ? small[i] : best_small;
-        best_large = large[i] < best_large ? large[i] : best_large;
-    }
-    double best_score = 0;
-    for (int i = LK_CRC_COUNT - 1; i > LK_CRC_PORTABLE; i--) {
+    double low = 0;
+    for (int i = LK_CRC_PORTABLE + 1; i < LK_CRC_COUNT; i++) {
         if (!lk_impls[i])
             continue;
-        lk_calib_ns[i][0] = small[i];
-        lk_calib_ns[i][1] = large[i];
-        double score = (double)small[i] / (double)best_small +
-                       (double)large[i] / (double)best_large;
-        if (i == best || score < best_score) {
-            best = i;
-            best_score = score;
+        double rel[timed];
+        uint64_t min_s = UINT64_MAX, min_l = UINT64_MAX;
+        for (int r = 0; r < timed; r++) {
+            uint64_t fast_s = UINT64_MAX, fast_l = UINT64_MAX;
+            for (int j = LK_CRC_PORTABLE + 1; j < LK_CRC_COUNT; j++)
+                if (lk_impls[j]) {
+                    fast_s = ns[r][j][0] < fast_s ? ns[r][j][0] : fast_s;
+                    fast_l = ns[r][j][1] < fast_l ? ns[r][j][1] : fast_l;
+                }
+            rel[r] = (double)ns[r][i][0] / (double)fast_s +
+                     (double)ns[r][i][1] / (double)fast_l;
+            min_s = ns[r][i][0] < min_s ? ns[r][i][0] : min_s;
+            min_l = ns[r][i][1] < min_l ? ns[r][i][1] : min_l;
         }
+        qsort(rel, timed, sizeof rel[0], lk_cmp_double);
+        double score = (rel[(timed - 1) / 2] + rel[timed / 2]) / 2;
+        lk_calib[i].small_ns = min_s;
+        lk_calib[i].large_ns = min_l;
+        lk_calib[i].score = score;
+        low = low == 0 || score < low ? score : low;
     }
+    for (int i = LK_CRC_COUNT - 1; i > LK_CRC_PORTABLE; i--)
+        if (lk_impls[i] && lk_calib[i].score <= low * LK_CALIB_TIE) {
+            best = i;
+            break;
+        }
     free(buf);
 out:
     lk_calibrated = best;
@@ -338,17 +371,18 @@ out:
     return rc;
 }
 
-int lk_crc32c_calibration(uint64_t *out_ns, size_t cap)
+int lk_crc32c_calibration(uint64_t *out, size_t cap)
 {
     int rc;
-    if (out_ns == NULL || cap < 2 * LK_CRC_COUNT) {
+    if (out == NULL || cap < 3 * LK_CRC_COUNT) {
         rc = -EINVAL;
         goto out;
     }
     pthread_once(&lk_calibrate_once, lk_calibrate);
     for (int i = 0; i < LK_CRC_COUNT; i++) {
-        out_ns[2 * i] = lk_calib_ns[i][0];
-        out_ns[2 * i + 1] = lk_calib_ns[i][1];
+        out[3 * i] = lk_calib[i].small_ns;
+        out[3 * i + 1] = lk_calib[i].large_ns;
+        out[3 * i + 2] = (uint64_t)(lk_calib[i].score * 1e6 + 0.5);
     }
     rc = lk_calibrated;
 out:

@@ -19,15 +19,17 @@
 #define LK_CRC_SSE42_CLMUL 2       /* crc32 instruction, 3 streams, clmul joins */
 #define LK_CRC_PCLMUL 3            /* PCLMULQDQ folding, 128-bit */
 #define LK_CRC_PCLMUL_SSE42 4      /* PCLMULQDQ folding fused with 3 crc32 streams */
-#define LK_CRC_VPCLMUL256 5        /* VPCLMULQDQ folding on ymm (AVX2) */
-#define LK_CRC_VPCLMUL256_SSE42 6  /* the same fused with 3 crc32 streams */
-#define LK_CRC_VPCLMUL512 7        /* VPCLMULQDQ folding on zmm (AVX-512) */
-#define LK_CRC_VPCLMUL512_SSE42 8  /* the same fused with 3 crc32 streams */
-#define LK_CRC_COUNT 9
+#define LK_CRC_SSE42_PCLMUL 5      /* the same fusion, crc32 streams taking more bytes */
+#define LK_CRC_VPCLMUL256 6        /* VPCLMULQDQ folding on ymm (AVX2) */
+#define LK_CRC_VPCLMUL256_SSE42 7  /* the same fused with 3 crc32 streams */
+#define LK_CRC_SSE42_VPCLMUL256 8  /* the ymm fusion, crc32 streams taking more bytes */
+#define LK_CRC_VPCLMUL512 9        /* VPCLMULQDQ folding on zmm (AVX-512) */
+#define LK_CRC_VPCLMUL512_SSE42 10 /* the same fused with 3 crc32 streams */
+#define LK_CRC_COUNT 11
 
 /* Running CRC as the crc32c package defines it: crc32c(b, crc32c(a)) == crc32c(a + b);
  * start from 0. The first call (from any thread) calibrates: it times every
- * implementation the CPU supports at 16 KiB and 128 KiB (a few hundred microseconds)
+ * implementation the CPU supports at 16 KiB and 64 KiB (a few hundred microseconds)
  * and keeps the fastest; concurrent first callers wait for that one calibration.
  * Thread-safe; no IO. */
 uint32_t lk_crc32c(uint32_t crc, const uint8_t *buf, size_t len);
@@ -44,11 +46,14 @@ int lk_crc32c_active(void);
  * impl, -ENOTSUP when the CPU lacks it. Thread-safe: calls already running finish with
  * the implementation they started with. */
 int lk_crc32c_force(int impl);
-/* What calibration measured (calibrating first if it has not run): out_ns[2 * impl] and
- * out_ns[2 * impl + 1] get the best time of one 16 KiB and one 128 KiB CRC, 0 for an
- * impl not timed. cap is out_ns's length, at least 2 * LK_CRC_COUNT. Returns the
- * calibrated impl, or -EINVAL. Thread-safe. */
-int lk_crc32c_calibration(uint64_t *out_ns, size_t cap);
+/* What calibration measured (calibrating first if it has not run): out[3 * impl] and
+ * out[3 * impl + 1] get the best time in ns of one 16 KiB and one 64 KiB CRC, and
+ * out[3 * impl + 2] the score the choice was made on, in millionths: the median over
+ * the rounds of the two times relative to that round's fastest, added (2000000: the
+ * fastest at both sizes in the median round). All 0 for an impl not timed. cap is out's
+ * length, at least 3 * LK_CRC_COUNT. Returns the calibrated impl, or -EINVAL.
+ * Thread-safe. */
+int lk_crc32c_calibration(uint64_t *out, size_t cap);
 
 /* ---- Record batch scan (magic 2) ---- */
 #define LK_SCAN_OK 0          /* the buffer ends exactly at a batch boundary */

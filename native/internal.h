@@ -34,8 +34,10 @@ uint32_t lk_crc_sse42_raw(uint32_t crc, const uint8_t *buf, size_t len);
 uint32_t lk_crc_sse42_clmul_raw(uint32_t crc, const uint8_t *buf, size_t len);
 uint32_t lk_crc_pclmul_raw(uint32_t crc, const uint8_t *buf, size_t len);
 uint32_t lk_crc_pclmul_sse42_raw(uint32_t crc, const uint8_t *buf, size_t len);
+uint32_t lk_crc_sse42_pclmul_raw(uint32_t crc, const uint8_t *buf, size_t len);
 uint32_t lk_crc_vpclmul256_raw(uint32_t crc, const uint8_t *buf, size_t len);
 uint32_t lk_crc_vpclmul256_sse42_raw(uint32_t crc, const uint8_t *buf, size_t len);
+uint32_t lk_crc_sse42_vpclmul256_raw(uint32_t crc, const uint8_t *buf, size_t len);
 uint32_t lk_crc_vpclmul512_raw(uint32_t crc, const uint8_t *buf, size_t len);
 uint32_t lk_crc_vpclmul512_sse42_raw(uint32_t crc, const uint8_t *buf, size_t len);
 #endif

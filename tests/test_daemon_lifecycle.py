@@ -313,6 +313,18 @@ def test_metrics_and_healthz(tmp_path: Path) -> None:
         assert d.http("/nope")[0] == 404
 
 
+def test_startup_logs_the_crc32c_implementation_and_its_metric(tmp_path: Path) -> None:
+    # Forced, so the line and the metric are known in advance (the calibration's own
+    # choice depends on the CPU and on how busy it is).
+    with running(tmp_path, env={"LOGKEEPER_CRC32C": "portable"}) as d:
+        line = next(line for line in d.stderr().splitlines() if "CRC-32C: " in line)
+        assert "CRC-32C: portable (forced by LOGKEEPER_CRC32C); calibration GB/s at " \
+            "16 KiB / 64 KiB, fastest first: " in line, line
+        code, text = d.http("/metrics")
+        assert code == 200
+        assert 'logkeeper_crc32c_implementation{impl="portable"} 1.0' in text
+
+
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "daemon.cli", *args], cwd=REPO,
                           capture_output=True, text=True, timeout=60)
