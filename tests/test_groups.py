@@ -9,6 +9,7 @@ real Kafka brokers' fixtures, and written by us the same way).
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import shutil
 import subprocess
@@ -37,6 +38,7 @@ from logstore import TopicPartition
 from logstore.records import build_batch, iter_batches
 from tests import faults
 
+from .cluster_helpers import wait_for
 from .daemon_helpers import Daemon, RawClient
 
 REPO = Path(__file__).resolve().parent.parent
@@ -173,14 +175,12 @@ class Member(threading.Thread):
         self.join(30)
 
 
-def wait_for(pred: Any, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = pred()
-        if got:
-            return got
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
+def needs(present: bool, what: str) -> None:
+    """Skip without `what` (say how to get it); in CI its absence is a failure."""
+    if not present:
+        if faults.in_ci():
+            raise AssertionError(f"{what} is missing; make test installs it")
+        pytest.skip(f"{what} is not installed here; make test installs it")
 
 
 @contextmanager
@@ -280,12 +280,10 @@ def test_confluent_members_split_and_take_over_and_lz4_batches_stay_lz4_on_disk(
 
 def test_aiokafka_and_kcat_consume_as_groups_and_resume_from_their_commits(
         tmp_path: Path) -> None:
-    aiokafka = pytest.importorskip("aiokafka")
+    needs(importlib.util.find_spec("aiokafka") is not None, "aiokafka (a test extra)")
+    import aiokafka
     kcat = shutil.which("kcat")
-    if kcat is None:
-        if faults.in_ci():
-            raise AssertionError("kcat is missing (Debian package kcat; make test installs it)")
-        pytest.skip("kcat is not installed (apt-get install kcat)")
+    needs(kcat is not None, "kcat (Debian package kcat)")
     topic = "clicks"
     with daemon(tmp_path) as d:
         create_topic(d.bootstrap, topic, 2)
@@ -585,10 +583,8 @@ def test_a_nodejs_kafkajs_consumer_group_consumes_commits_and_resumes(tmp_path: 
     produced, commits on disconnect, and the next run reads only what came after."""
     node = shutil.which("node")
     script = REPO / "tests" / "node" / "group_consumer.js"
-    if node is None or not (REPO / "tests" / "node" / "node_modules" / "kafkajs").is_dir():
-        if faults.in_ci():
-            raise AssertionError("node or kafkajs is missing (make test installs both)")
-        pytest.skip("node and tests/node's kafkajs are needed (make test installs them)")
+    needs(node is not None and (REPO / "tests" / "node" / "node_modules" / "kafkajs").is_dir(),
+          "node with tests/node's kafkajs")
     topic = "web"
     with daemon(tmp_path) as d:
         create_topic(d.bootstrap, topic, 2)
