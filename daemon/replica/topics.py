@@ -31,6 +31,7 @@ from ..api.errors import (
 )
 from ..config import Config
 from ..storage.config_store import FileConfigStore
+from ..storage.workers import ManagedDir
 from .manager import ReplicaManager
 from .partition import Partition
 from .topic_config import DEFAULT_BROKER, ConfigValueError, TopicConfigs, validate_topic_configs
@@ -102,18 +103,7 @@ class TopicAdmin:
                 log_config = await self._store_configs(topic, overrides)
             except StorageError as err:
                 raise TopicError(KAFKA_STORAGE_ERROR, str(err)) from err
-            futures = [self.storage.submit(d, d.logdir.create_log, topic, i,  # type: ignore[union-attr]
-                                           log_config)
-                       for i, d in enumerate(placed)]
-            done = await asyncio.gather(*futures, return_exceptions=True)
-            failed = None
-            for i, (d, res) in enumerate(zip(placed, done, strict=True)):
-                if isinstance(res, BaseException):
-                    failed = failed or res
-                    continue
-                self.replicas.add(Partition(TopicPartition(topic, i), res, d, 0))
-            self.on_change()
-            await self.storage.write_placement()
+            failed = await self._create_logs(topic, 0, placed, log_config)
             if failed is not None:
                 code, msg = error_of(failed, f"create {topic}")
                 raise TopicError(code, f"creating {topic}: {msg}")
@@ -151,22 +141,29 @@ class TopicAdmin:
             except StorageError as err:
                 raise TopicError(KAFKA_STORAGE_ERROR, str(err)) from err
             cfg = self.topic_configs.log_config(topic) if self.topic_configs else None
-            futures = [self.storage.submit(d, d.logdir.create_log, topic, current + i,  # type: ignore[union-attr]
-                                           cfg)
-                       for i, d in enumerate(placed)]
-            done = await asyncio.gather(*futures, return_exceptions=True)
-            failed = None
-            for i, (d, res) in enumerate(zip(placed, done, strict=True)):
-                if isinstance(res, BaseException):
-                    failed = failed or res
-                    continue
-                self.replicas.add(Partition(TopicPartition(topic, current + i), res, d, 0))
-            self.on_change()
-            await self.storage.write_placement()
+            failed = await self._create_logs(topic, current, placed, cfg)
             if failed is not None:
                 code, msg = error_of(failed, f"add partitions to {topic}")
                 raise TopicError(code, f"adding partitions to {topic}: {msg}")
             log.info("topic %s: %d partitions now", topic, count)
+
+    async def _create_logs(self, topic: str, first: int, placed: list[ManagedDir],
+                           log_config: LogConfig | None) -> BaseException | None:
+        """Create partitions `first`, `first + 1`, ... of `topic` on the `placed` dirs'
+        workers, take on those made, and record the placement; the first failure, if any."""
+        futures = [self.storage.submit(d, d.logdir.create_log, topic, first + i,  # type: ignore[union-attr]
+                                       log_config)
+                   for i, d in enumerate(placed)]
+        done = await asyncio.gather(*futures, return_exceptions=True)
+        failed = None
+        for i, (d, res) in enumerate(zip(placed, done, strict=True)):
+            if isinstance(res, BaseException):
+                failed = failed or res
+                continue
+            self.replicas.add(Partition(TopicPartition(topic, first + i), res, d, 0))
+        self.on_change()
+        await self.storage.write_placement()
+        return failed
 
     async def delete_topic(self, topic: str) -> None:
         async with self._lock:
