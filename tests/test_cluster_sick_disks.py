@@ -1,8 +1,10 @@
 """Sick disks across the cluster, end to end, part two (docs/cluster.md, "A log dir
-fails"; CLUSTER.md section 5's list as docs/cluster.md cites it): a second dir failing
-on the same broker, the last good dir failing (the broker exits and the controller
-treats it as gone), and ZooKeeper down while a dir fails (the log_dir_event waits, and
-leadership moves once ZooKeeper is back). A real ZooKeeper, three broker processes,
+fails"): a second dir failing on the same broker, the last good dir failing (the broker
+exits and the controller treats it as gone), ZooKeeper down while a dir fails (the
+log_dir_event waits, and leadership moves once ZooKeeper is back), and the other ways a
+disk fails taken through the controller: `chmod 000` under a non-root broker (KIP-112's
+own system test), a hung disk (FUSE; OFFLINE after log.dir.probe.timeout.ms) and a slow
+one with log.dir.slow.action = "offline". A real ZooKeeper, three broker processes,
 real kernel faults (FS_IOC_SHUTDOWN on loop-mounted ext4), idempotent acks=all
 producers of both clients; each test checks that every acknowledged record is read
 back once, what every live broker's Metadata says, and that no log_dir_event znode is
@@ -11,15 +13,28 @@ left behind.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import pwd
+import shutil
+import sys
+import tempfile
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 from kazoo.client import KazooClient
 
 from tests import faults
+from tests.daemon_helpers import REPO, write_config
+from tests.fusefs import faulty_fuse
+from tests.test_sick_disks_fuse import PROBE_CANARY, _as_user
 
 from .cluster_helpers import Cluster, wait_for
+from .daemon_helpers import RawClient
+from .sick_helpers import KAFKA_STORAGE_ERROR, produce_raw
 from .test_cluster_disks import create_on, holding_dir
 from .test_replication import Load, assert_every_ack_read_once, start_producers
 
@@ -192,3 +207,110 @@ def test_zookeeper_down_while_a_dir_fails_moves_leadership_once_it_is_back(
             for t, n in parts.items():
                 assert_every_ack_read_once(cl, t, n, loads[t], unanswered[t])
             no_log_dir_event_left(cl)
+
+
+# ---- the other ways a disk fails, through the controller ----
+
+FAULTS = ("chmod-000-non-root", "hung-fuse", "slow-fuse-offline")
+
+
+@contextlib.contextmanager
+def broker1_with_a_faulty_dir(
+        tmp_path: Path, kind: str) -> Iterator[tuple[Cluster, Path, Path, Callable[[], None]]]:
+    """A started 3-broker cluster whose broker 1 has a dir that can be broken as `kind`
+    says, and a good one: (cluster, sick dir, good dir, break it). Undone on exit even
+    after a failure: a hang is released before the brokers stop (the kernel cannot reap
+    a process waiting on a FUSE request), mounts go, modes are restored."""
+    probe = {"log.dir.probe.interval.ms": 100, "log.dir.probe.timeout.ms": 1000}
+    with contextlib.ExitStack() as stack:
+        if kind == "chmod-000-non-root":
+            faults.require_root()
+            user = pwd.getpwnam("nobody")
+            # tmp_path sits under a 0700 dir the broker's user could not traverse.
+            root = Path(tempfile.mkdtemp(prefix="lk-nonroot-"))
+            stack.callback(shutil.rmtree, root, True)
+            root.chmod(0o755)
+            sick, good = root / "b1-d0", root / "b1-d1"
+            for x in (sick, good):
+                x.mkdir()
+                os.chown(x, user.pw_uid, user.pw_gid)
+            stack.callback(lambda: sick.chmod(0o755))
+            cl = Cluster(root, log_dirs={1: [sick, good]}, extra=probe)
+            b1 = cl.brokers[1]
+            ns = root / "ns"
+            ns.mkdir()
+            need = [os.path.realpath(sys.executable), sys.executable, sys.prefix,
+                    sys.base_prefix, str(REPO), *(p for p in sys.path if p and os.path.exists(p))]
+            b1.prefix = _as_user(user.pw_uid, user.pw_gid, need, ns)
+            b1.env = {"HOME": str(b1.root)}
+            fault: Callable[[], None] = lambda: sick.chmod(0o000)  # noqa: E731
+        else:
+            fs = stack.enter_context(faulty_fuse())
+            sick, good = fs.path / "d", tmp_path / "b1-d1"
+            slow = kind == "slow-fuse-offline"
+            cl = Cluster(tmp_path, log_dirs={1: [sick, good]}, extra=probe)
+            b1 = cl.brokers[1]
+            if slow:
+                # A slow probe has to come back to count as slow: a longer timeout.
+                b1.values.update({"log.dir.slow.action": "offline",
+                                  "log.dir.probe.timeout.ms": 5000})
+                write_config(b1.config, b1.values)
+                fault = lambda: fs.delay(0.1, ("write", "fsync", "read"), PROBE_CANARY)  # noqa: E731
+            else:
+                fault = fs.hang
+        stack.callback(cl.close)
+        if kind != "chmod-000-non-root":
+            def release() -> None:
+                try:
+                    fs.delay(0)
+                    fs.release()
+                except Exception:  # noqa: BLE001 - the server is gone or stuck: abort it
+                    fs.kill()
+            stack.callback(release)
+        cl.start()
+        if kind == "chmod-000-non-root":
+            with open(f"/proc/{cl.brokers[1].proc.pid}/status") as f:
+                uids = next(line for line in f if line.startswith("Uid:")).split()[1:]
+            assert uids == [str(pwd.getpwnam("nobody").pw_uid)] * 4
+        yield cl, sick, good, fault
+
+
+@pytest.mark.parametrize("kind", FAULTS)
+def test_a_dir_failing_without_eio_moves_leadership_through_the_controller(
+        tmp_path: Path, kind: str) -> None:
+    """KIP-112's flow for the faults that are not EIO: broker 1's dir A holds t-0 (led
+    by 1) and t-1 (followed), dir B holds h-0 (led by 1). Under idempotent acks=all
+    load on t, dir A is broken: `chmod 000` with broker 1 running as nobody (KIP-112's
+    own system test; inotify sees it), a FUSE disk that hangs (OFFLINE once a probe
+    outlasts log.dir.probe.timeout.ms), or one that turns slow with
+    log.dir.slow.action = "offline". Then, through the log_dir_event: t-0 gets another
+    leader, t-1 keeps its leader, broker 1 leaves both ISRs and is listed offline on
+    every broker, t-0 on broker 1 answers 56, h-0 stays led by broker 1 with a full ISR
+    and takes acks=all writes, no broker died, no log_dir_event znode is left, and every
+    acknowledged record is read back once."""
+    with broker1_with_a_faulty_dir(tmp_path, kind) as (cl, sick, good, fault):
+        b1 = cl.brokers[1]
+        create_on(cl, sick, "t", [[1, 2, 3], [2, 1, 3]])
+        create_on(cl, good, "h", [[1, 2, 3]])
+        loads = start_producers(cl, "t", 2)
+        try:
+            wait_progress(loads, 100)
+            fault()
+            wait_for(lambda: b1.log_dir_states()[str(sick)] == "offline", 30,
+                     f"dir A OFFLINE ({kind})")
+            moved: Want = {("t", 0): ({2, 3}, [2, 3], [1]), ("t", 1): ({2}, [2, 3], [1]),
+                           ("h", 0): ({1}, [1, 2, 3], [])}
+            wait_state(cl, moved, 30, f"leadership off broker 1's dir A ({kind})")
+            c = RawClient(b1.port)
+            try:
+                assert produce_raw(c, "t", 0, [b"refused"])[0] == KAFKA_STORAGE_ERROR
+                assert produce_raw(c, "h", 0, [b"h-after"])[0] == 0
+            finally:
+                c.close()
+            wait_progress(loads)
+        finally:
+            unanswered = [x.finish() for x in loads]
+        assert cl.alive() == [1, 2, 3], "a broker died"
+        assert b1.log_dir_states()[str(good)] == "online"
+        assert_every_ack_read_once(cl, "t", 2, loads, unanswered)
+        no_log_dir_event_left(cl)
