@@ -8,6 +8,8 @@ cluster; what is checked is each answer and what it did to the broker's log dirs
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 
 from kazoo.client import KazooClient
@@ -16,8 +18,9 @@ from daemon.wire import views
 
 from .cluster_helpers import Cluster, wait_for
 from .daemon_helpers import RawClient
-from .sick_helpers import remove_dir
+from .sick_helpers import produce_raw, remove_dir
 from .test_cluster_disks import create_on, holding_dir
+from .test_replication import create
 
 NONE, STALE_CONTROLLER_EPOCH, KAFKA_STORAGE_ERROR = 0, 11, 56
 FENCED_LEADER_EPOCH, STALE_BROKER_EPOCH = 74, 77
@@ -118,3 +121,71 @@ def test_stop_replica_matrix_and_leader_and_isr_that_cannot_create_a_log(tmp_pat
         finally:
             c.close()
         assert cl.alive() == [1, 2, 3]
+
+
+def follower_fetch(port: int, replica_id: int, topic: str, partition: int, offset: int,
+                   leader_epoch: int, max_wait_ms: int) -> tuple[int, float]:
+    """One Fetch v12 as follower `replica_id` would send it: (error code, seconds taken)."""
+    from kafka.protocol.consumer import FetchRequest
+
+    F = FetchRequest.FetchTopic
+    req = FetchRequest(
+        replica_id=replica_id, max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=1 << 20,
+        isolation_level=0, session_id=0, session_epoch=-1, topics=[F(topic=topic, partitions=[
+            F.FetchPartition(partition=partition, current_leader_epoch=leader_epoch,
+                             fetch_offset=offset, last_fetched_epoch=-1, log_start_offset=-1,
+                             partition_max_bytes=1 << 20)])],
+        forgotten_topics_data=[], rack_id="")
+    c = RawClient(port)
+    c.sock.settimeout(max_wait_ms / 1000 + 30)
+    try:
+        started = time.monotonic()
+        resp = c.request(req, 12)
+        return resp.responses[0].partitions[0].error_code, time.monotonic() - started
+    finally:
+        c.close()
+
+
+def test_a_fetch_from_before_an_epoch_change_does_not_put_a_dead_follower_back(
+        tmp_path: Path) -> None:
+    """A dead broker must stay out of the ISR once the controller took it out. Broker 1
+    leads h-0 (ISR [1, 2, 3], min.insync.replicas 1); a fetch as follower 3 at leader
+    epoch 0 waits at the log end (a long poll, as every idle follower's). Broker 3 is
+    killed; the controller takes it out of the ISR at leader epoch 1. The waiting fetch
+    answers 74 (FENCED_LEADER_EPOCH) when the LeaderAndIsr is applied, as Kafka checks a
+    fetch's epoch at every read, and does not count as follower 3 catching up: the ISR
+    stays [1, 2] on every broker and acks=all writes are answered at once.
+
+    Before the fix, the fetch's epoch was checked once when it arrived, and against the
+    metadata cache (which the controller's UpdateMetadata moves only after its
+    LeaderAndIsr): the late fetch put broker 3 back (ISR [1, 2, 3] with 3 dead) and
+    acks=all writes timed out (7) until replica.lag.time.max.ms dropped it again. The
+    end-to-end LogDirFailure test (tests/test_cluster_disks.py) met it when the other
+    brokers stopped."""
+    with Cluster(tmp_path, dirs=1) as cl:
+        create(cl, "h", 1, min_isr=1, assignment=[[1, 2, 3]])
+        c = RawClient(cl.brokers[1].port)
+        try:
+            assert produce_raw(c, "h", 0, [b"a", b"b"]) == (0, 0)
+        finally:
+            c.close()
+        got: list[tuple[int, float]] = []
+        waiting = threading.Thread(target=lambda: got.append(
+            follower_fetch(cl.brokers[1].port, 3, "h", 0, 2, 0, 20000)), daemon=True)
+        waiting.start()
+        time.sleep(0.5)
+        cl.brokers[3].kill()
+        waiting.join(60)
+        wait_for(lambda: all(cl.metadata(b, ["h"])["partitions"][("h", 0)][3] == [1, 2]
+                             for b in (1, 2)), 30, "broker 3 out of h-0's ISR")
+        code, took = got[0]
+        assert code == FENCED_LEADER_EPOCH, (code, took)
+        for _ in range(10):
+            for b in (1, 2):
+                assert sorted(cl.metadata(b, ["h"])["partitions"][("h", 0)][3]) == [1, 2]
+            time.sleep(0.2)
+        c = RawClient(cl.brokers[1].port)
+        try:
+            assert produce_raw(c, "h", 0, [b"c"]) == (0, 2)
+        finally:
+            c.close()

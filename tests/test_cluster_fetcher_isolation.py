@@ -13,11 +13,10 @@ replication append), and its fetcher marks just that partition failed (KIP-461's
 
 from __future__ import annotations
 
-import threading
 import time
 from pathlib import Path
 
-from .cluster_helpers import Cluster, wait_for
+from .cluster_helpers import Cluster, IsrWatch, wait_for
 from .daemon_helpers import RawClient, write_config
 from .sick_helpers import metric
 from .test_replication import (
@@ -39,37 +38,6 @@ def failed_count(cl: Cluster, broker: int) -> float | None:
 def warnings_for(cl: Cluster, broker: int, tp: str) -> list[str]:
     return [line for line in cl.brokers[broker].stderr().splitlines()
             if f"{tp}: fetching from broker" in line and "failed partition" in line]
-
-
-class IsrWatch:
-    """Samples every live broker's Metadata for `partitions` of `topic` until stopped,
-    keeping each sample whose ISR was not `want`."""
-
-    def __init__(self, cl: Cluster, topic: str, partitions: list[int], want: list[int]):
-        self.cl, self.topic, self.partitions, self.want = cl, topic, partitions, want
-        self.bad: list[tuple[int, int, list[int]]] = []
-        self.samples = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            for b in self.cl.alive():
-                try:
-                    parts = self.cl.metadata(b, [self.topic])["partitions"]
-                except OSError:
-                    continue
-                for p in self.partitions:
-                    isr = sorted(parts[(self.topic, p)][3])
-                    if isr != self.want:
-                        self.bad.append((b, p, isr))
-            self.samples += 1
-            self._stop.wait(0.2)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(30)
 
 
 def test_a_partition_its_follower_cannot_take_is_set_aside_and_the_others_keep_their_isr(
