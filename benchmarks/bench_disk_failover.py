@@ -104,6 +104,7 @@ def one_run(root: Path, sick_dir: Any) -> tuple[float, float]:
         return elected - started, first_ack - started
 
 
+@pytest.mark.timeout(3600)  # 20 fresh clusters take longer than the suite's 600 s
 @pytest.mark.parametrize("fault", sorted(KINDS))
 def test_sick_disk_to_new_leader(fault: str, note: Any, benchmark: Any) -> None:
     if benchmark.disabled:
@@ -114,6 +115,8 @@ def test_sick_disk_to_new_leader(fault: str, note: Any, benchmark: Any) -> None:
             e, a = one_run(Path(tmp) / f"r{run}", KINDS[fault])
         elections.append(e)
         acks.append(a)
+        print(f"{fault} run {run + 1}/{RUNS}: new leader {e * 1000:.0f} ms, first ack "
+              f"{a * 1000:.0f} ms", flush=True)
 
     def p99(xs: list[float]) -> float:
         s = sorted(xs)
