@@ -4,6 +4,7 @@ loopback, each with its own log dirs, plus raw Metadata and Produce helpers."""
 from __future__ import annotations
 
 import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -115,3 +116,34 @@ class Cluster:
         if any(v != first for v in views[1:]):
             return None
         return first
+
+
+class IsrWatch:
+    """Samples every live broker's Metadata for `partitions` of `topic` until stopped,
+    keeping each sample whose ISR was not `want`."""
+
+    def __init__(self, cl: Cluster, topic: str, partitions: list[int], want: list[int]):
+        self.cl, self.topic, self.partitions, self.want = cl, topic, partitions, want
+        self.bad: list[tuple[int, int, list[int]]] = []
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for b in self.cl.alive():
+                try:
+                    parts = self.cl.metadata(b, [self.topic])["partitions"]
+                except OSError:
+                    continue
+                for p in self.partitions:
+                    isr = sorted(parts[(self.topic, p)][3])
+                    if isr != self.want:
+                        self.bad.append((b, p, isr))
+            self.samples += 1
+            self._stop.wait(0.2)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)

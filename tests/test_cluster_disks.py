@@ -18,9 +18,9 @@ from kazoo.client import KazooClient
 
 from tests import faults
 
-from .cluster_helpers import Cluster, wait_for
+from .cluster_helpers import Cluster, IsrWatch, wait_for
 from .daemon_helpers import RawClient
-from .sick_helpers import produce_raw
+from .sick_helpers import KAFKA_STORAGE_ERROR, produce_raw
 from .test_replication import (
     assert_every_ack_read_once,
     consume_all,
@@ -28,6 +28,33 @@ from .test_replication import (
     replicas_identical,
     start_producers,
 )
+
+NOT_LEADER_OR_FOLLOWER = 6
+
+
+class NoRetries:
+    """A plain (not idempotent) acks=all producer with retries=0 writing to partition 0
+    (LogDirFailureTest's case 6), its metadata warmed up by one acknowledged record."""
+
+    def __init__(self, cl: Cluster, topic: str):
+        import confluent_kafka as ck
+
+        self.topic = topic
+        self.p = ck.Producer({"bootstrap.servers": ",".join(d.bootstrap for d in cl.brokers.values()),
+                              "acks": "all", "retries": 0, "enable.idempotence": False,
+                              "linger.ms": 0})
+        assert self.send() == 0
+
+    def send(self) -> int:
+        """The error code the one record's delivery report carried (0: acknowledged)."""
+        got: list[int] = []
+        self.p.produce(self.topic, b"no-retries", partition=0,
+                       on_delivery=lambda err, msg: got.append(err.code() if err else 0))
+        assert self.p.flush(60) == 0
+        return got[0]
+
+    def close(self) -> None:
+        self.p.flush(10)
 
 
 def holding_dir(d: Any, topic: str, partition: int) -> Path | None:
@@ -66,14 +93,21 @@ def saturable(tmp_path: Path) -> Iterator[tuple[Cluster, Path, list[Path]]]:
 
 def test_eio_on_a_dir_moves_its_leaders_drops_its_followers_and_loses_nothing(
         tmp_path: Path) -> None:
-    """KIP-112 cases 1 and 2 at once. On broker 1, dir A holds t-0 (broker 1 leads it)
-    and t-1 (broker 1 follows broker 2); dir B holds h-0 (broker 1 leads it). Dir A gets
-    EIO (FS_IOC_SHUTDOWN) while idempotent acks=all producers write to t. Through
-    the log_dir_event (not a ZooKeeper timeout): t-0 gets another leader, t-1 keeps its
-    leader; broker 1 leaves both ISRs and is listed in their offline replicas on every
-    broker; h-0 stays led by broker 1 with a full ISR and takes acks=all writes; broker 1
-    stays alive, no log_dir_event znode is left, every acknowledged record is read back
-    once."""
+    """KIP-112 cases 1 and 2 at once, with LogDirFailureTest's cases 6 and 7. On broker
+    1, dir A holds t-0 (broker 1 leads it) and t-1 (broker 1 follows broker 2); dir B
+    holds h-0 (broker 1 leads it, min.insync.replicas 1) and g-0 (broker 1 follows
+    broker 2, on the same fetcher as t-1). Dir A gets EIO (FS_IOC_SHUTDOWN) while
+    idempotent acks=all producers write to t. A producer with retries=0 writing to t-0
+    gets 56 or 6 (case 6). Through the log_dir_event (not a ZooKeeper timeout): t-0
+    gets another leader, t-1 keeps its leader; broker 1 leaves both ISRs and is listed
+    in their offline replicas on every broker; h-0 stays led by broker 1 with a full ISR
+    and takes acks=all writes; g-0 keeps broker 1 in its ISR in every sample taken
+    (case 7); broker 1 stays alive, no log_dir_event znode is left, every acknowledged
+    record is read back once.
+
+    Then the other two brokers stop (case 1's second half): broker 1 is the only ISR
+    member of h-0 and keeps serving it (acks=all writes, reads), while t-0, whose ISR
+    has no live member, has no leader."""
     topic = "t"
     with faults.loop_ext4(64) as m0, faults.loop_ext4(64) as m1:
         dirs = [m0 / "d", m1 / "d"]
@@ -81,14 +115,17 @@ def test_eio_on_a_dir_moves_its_leaders_drops_its_followers_and_loses_nothing(
             b1 = cl.brokers[1]
             sick, good = dirs
             create_on(cl, sick, topic, [[1, 2, 3], [2, 1, 3]])
-            create_on(cl, good, "h", [[1, 2, 3]])
+            create_on(cl, good, "h", [[1, 2, 3]], min_isr=1)
+            create_on(cl, good, "g", [[2, 1, 3]])
             on_sick = [0, 1]
             c = RawClient(b1.port)
             try:
                 assert produce_raw(c, "h", 0, [b"h-before"]) == (0, 0)
             finally:
                 c.close()
+            no_retries = NoRetries(cl, topic)
             loads = start_producers(cl, topic, 2)
+            g_isr = IsrWatch(cl, "g", [0], [1, 2, 3])
             try:
                 wait_for(lambda: all(len(x.acked) > 100 for x in loads), 60,
                          lambda: f"load running: acked {[len(x.acked) for x in loads]}, "
@@ -96,6 +133,7 @@ def test_eio_on_a_dir_moves_its_leaders_drops_its_followers_and_loses_nothing(
                 t1_leader = cl.metadata(2, [topic])["partitions"][(topic, 1)][0]
                 failed_at = time.monotonic()
                 faults.shutdown_fs(sick.parent)
+                assert no_retries.send() in (KAFKA_STORAGE_ERROR, NOT_LEADER_OR_FOLLOWER)
 
                 def moved() -> Any:
                     views = [cl.metadata(b, [topic])["partitions"] for b in cl.brokers]
@@ -124,9 +162,13 @@ def test_eio_on_a_dir_moves_its_leaders_drops_its_followers_and_loses_nothing(
                                  f"{before}, now {[len(x.acked) for x in loads]}")
             finally:
                 unanswered = [x.finish() for x in loads]
+                g_isr.stop()
+                no_retries.close()
             assert elapsed < 15, f"leadership moved only after {elapsed:.1f} s"
             assert b1.proc is not None and b1.proc.poll() is None, "broker 1 died"
             assert b1.log_dir_states()[str(sick)] == "offline"
+            assert g_isr.samples > 3 and not g_isr.bad, \
+                f"g-0's ISR left [1, 2, 3] ({g_isr.samples} samples): {g_isr.bad[:5]}"
             assert_every_ack_read_once(cl, topic, 2, loads, unanswered)
             zc = KazooClient(hosts=cl.zk.hosts)
             zc.start(15)
@@ -136,6 +178,21 @@ def test_eio_on_a_dir_moves_its_leaders_drops_its_followers_and_loses_nothing(
             finally:
                 zc.stop()
                 zc.close()
+            # Case 1, second half: the other brokers go; broker 1 alone serves h-0.
+            for b in (2, 3):
+                cl.brokers[b].stop()
+            wait_for(lambda: cl.metadata(1, ["h", topic])["partitions"][("h", 0)][:4:3]
+                     == (1, [1]), 30, lambda: "broker 1 the only ISR member of h-0; now "
+                     f"{cl.metadata(1, ['h', topic])['partitions']}")
+            assert cl.metadata(1, [topic])["partitions"][(topic, 0)][0] == -1
+            c = RawClient(b1.port)
+            try:
+                assert produce_raw(c, "h", 0, [b"h-alone"]) == (0, 2)
+            finally:
+                c.close()
+            assert [v for _, v in consume_all(cl, "h", 1)[0]] == [b"h-before", b"h-after",
+                                                                  b"h-alone"]
+            assert cl.alive() == [1]
 
 
 def test_a_saturated_leader_dir_hands_leadership_over_and_rejoins_when_space_returns(

@@ -273,13 +273,15 @@ class Handlers:
                                 p))
                 if p is None:
                     continue
-                code = self._epoch_fence(p, fp.current_leader_epoch if req.version >= 9 else -1)
+                epoch = fp.current_leader_epoch if req.version >= 9 else -1
+                code = self._epoch_fence(p, epoch)
                 if code:
                     fenced[(t.topic, fp.partition)] = code
                     continue
+                # The epoch is checked again at each read of a long poll (ReplicaManager).
                 items.append(ReadSpec(p, fp.fetch_offset, fp.partition_max_bytes,
                                       fp.last_fetched_epoch if req.version >= 12 else -1,
-                                      replica_id))
+                                      replica_id, epoch))
         deadline = time.monotonic() + max(body.max_wait_ms, 0) / 1000
         while True:
             results = await self.replicas.read(items, max_bytes) if items else []
@@ -328,7 +330,7 @@ class Handlers:
         follower at an older epoch than ours gets 74, one ahead of us 75; -1 skips it."""
         if current_leader_epoch < 0:
             return errors.NONE
-        ours = self.leadership.state(p).leader_epoch
+        ours = self.leadership.fencing_epoch(p)
         if current_leader_epoch < ours:
             return errors.FENCED_LEADER_EPOCH
         if current_leader_epoch > ours:

@@ -73,6 +73,10 @@ class Standalone:
             return LeaderAndIsr(-1, 0, me, me, me)
         return LeaderAndIsr(self.broker_id, 0, me, me, [])
 
+    def fencing_epoch(self, p: Partition) -> int:
+        """The leader epoch a Fetch or OffsetForLeaderEpoch is checked against."""
+        return 0
+
     def high_watermark(self, log: Log) -> int:
         """On `log`'s dir worker, after an append or when the log is taken on: the high
         watermark to set. Standalone: the ISR is this broker alone, so HW = LEO."""
@@ -155,6 +159,14 @@ class ClusterLeadership:
         if rec is None:
             return LeaderAndIsr(-1, -1, [], [], [])
         return LeaderAndIsr(rec.leader, rec.leader_epoch, list(rec.replicas), list(rec.isr), [])
+
+    def fencing_epoch(self, p: Partition) -> int:
+        """The leader epoch a Fetch or OffsetForLeaderEpoch is checked against: the one
+        the last LeaderAndIsr applied here set (Kafka's Partition.leaderEpoch), not the
+        metadata cache's, which the controller's UpdateMetadata brings only after its
+        LeaderAndIsr: a fetch from before an epoch change must not pass meanwhile."""
+        rec = self.records.get(p.tp)
+        return rec.leader_epoch if rec is not None else self.state(p).leader_epoch
 
     def _from_cache(self, m: views.MetadataPartition) -> LeaderAndIsr:
         leader = m.leader if m.leader in self.cache.brokers else -1

@@ -23,11 +23,13 @@ from logstore import Log, TopicPartition, names
 from logstore.records import ATTR_TRANSACTIONAL, batch_attributes, batch_producer
 
 from ..api.errors import (
+    FENCED_LEADER_EPOCH,
     INVALID_REQUEST,
     INVALID_TXN_STATE,
     NONE,
     NOT_LEADER_OR_FOLLOWER,
     OFFSET_OUT_OF_RANGE,
+    UNKNOWN_LEADER_EPOCH,
     UNKNOWN_TOPIC_OR_PARTITION,
     error_of,
 )
@@ -166,8 +168,8 @@ class ReplicaManager:
         reads only partitions led here, and so does a follower: the others answer
         NOT_LEADER_OR_FOLLOWER (6). A follower's read updates what the leader knows of
         it (daemon.replica.isr), which may move the ISR and the high watermark."""
-        served = [self.leadership.is_leader(spec.partition) for spec in items]
-        led = [spec for spec, ok in zip(items, served, strict=True) if ok]
+        refused = [self._refusal(spec) for spec in items]
+        led = [spec for spec, no in zip(items, refused, strict=True) if no is None]
         read = await self.storage.fan_out(
             led, _dir_of, _read_all, max_bytes,
             on_error=lambda item, err: _failed_read(err, item[0])) if led else []
@@ -179,10 +181,24 @@ class ReplicaManager:
         if len(led) == len(items):
             return list(read)
         results = iter(read)
-        return [next(results) if ok
-                else ReadResult(NOT_LEADER_OR_FOLLOWER, message=f"{spec.partition.tp} is not "
-                                                                "led here")
-                for spec, ok in zip(items, served, strict=True)]
+        return [next(results) if no is None else no for no in refused]
+
+    def _refusal(self, spec: ReadSpec) -> ReadResult | None:
+        """Why `spec` is not read, or None. The fetch's leader epoch is checked at every
+        read, as Kafka does, so a long poll that began at an older epoch answers 74 once
+        the leader moved on, and its follower's state is not updated: a follower the
+        controller just took out of the ISR (its broker gone) is not added back by a
+        fetch from before."""
+        p = spec.partition
+        if not self.leadership.is_leader(p):
+            return ReadResult(NOT_LEADER_OR_FOLLOWER, message=f"{p.tp} is not led here")
+        if spec.leader_epoch >= 0:
+            ours = self.leadership.fencing_epoch(p)
+            if spec.leader_epoch != ours:
+                code = FENCED_LEADER_EPOCH if spec.leader_epoch < ours else UNKNOWN_LEADER_EPOCH
+                return ReadResult(code, message=f"{p.tp}: fetch at leader epoch "
+                                                f"{spec.leader_epoch}, ours is {ours}")
+        return None
 
     async def list_offsets(self, items: list[tuple[Partition, int]]) -> list[tuple[int, int, int]]:
         """(error, timestamp, offset) per (partition, timestamp query)."""
@@ -293,6 +309,7 @@ class ReadSpec(NamedTuple):
     max_bytes: int
     last_fetched_epoch: int = -1  # Fetch v12: the epoch of the fetcher's last batch
     replica_id: int = -1  # a follower's broker id (it reads to the log end), or -1
+    leader_epoch: int = -1  # the fetch's current_leader_epoch (v9+), -1: not checked
 
 
 def _read_all(items: list[ReadSpec], budget: int) -> list[ReadResult]:
@@ -305,7 +322,7 @@ def _read_all(items: list[ReadSpec], budget: int) -> list[ReadResult]:
     """
     out = []
     total = 0
-    for p, offset, max_bytes, last_fetched_epoch, replica_id in items:
+    for p, offset, max_bytes, last_fetched_epoch, replica_id, _ in items:
         try:
             if p.deleted:
                 out.append(ReadResult(UNKNOWN_TOPIC_OR_PARTITION))
