@@ -114,11 +114,12 @@ def one_run(root: Path, sick_dir: Any) -> tuple[float, float]:
         return elected - started, first_ack - started
 
 
-def log_bytes(d: Any, topic: str, partition: int) -> int:
-    """The size of a replica's .log files, read from its dir (0 while it has none)."""
-    for ld in d.log_dirs:
+def log_bytes(dirs: list[Path], topic: str, partition: int) -> int:
+    """The size of a replica's .log files, read from the dir of `dirs` holding it (0
+    while none does). Never the sick dir: a stat there hangs with a hung disk."""
+    for ld in dirs:
         p = Path(ld) / f"{topic}-{partition}"
-        with contextlib.suppress(OSError):  # a failed dir, or a segment deleted meanwhile
+        with contextlib.suppress(OSError):  # a segment deleted meanwhile
             if p.is_dir():
                 return sum(f.stat().st_size for f in p.glob("*.log"))
     return 0
@@ -151,7 +152,8 @@ def lag_run(root: Path, sick_dir: Any) -> tuple[Lag, Lag]:
         def sample(until: float) -> Lag:
             behind, offsets = [], []
             while time.monotonic() < until:
-                behind.append(sum(log_bytes(d, "healthy", p) - log_bytes(b1, "healthy", p)
+                behind.append(sum(log_bytes(d.log_dirs, "healthy", p)
+                                  - log_bytes([good], "healthy", p)
                                   for p, d in leaders.items()))
                 offsets.append(sum(metric(b1, "kafka_server_fetcherlagmetrics_consumerlag",
                                           clientId="Replica", topic="healthy",
