@@ -1,7 +1,7 @@
 """A broker's answers to the controller's requests, at the request level, in a running
 cluster (docs/cluster.md, "Control messages"): Kafka's StopReplica matrix
-(ReplicaManagerTest, CLUSTER.md section 5 case 16) and LeaderAndIsr for a partition whose
-log cannot be created (case 17, with KIP-112's is_new rule). The requests are sent as
+(ReplicaManagerTest; case 16 of docs/cluster.md's test plan) and LeaderAndIsr for a
+partition whose log cannot be created (case 17, with KIP-112's is_new rule). The requests are sent as
 the controller would send them, with its id and epoch, to broker 1 of a real 3-broker
 cluster; what is checked is each answer and what it did to the broker's log dirs.
 """
