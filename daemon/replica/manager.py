@@ -35,6 +35,7 @@ from ..api.errors import (
 )
 from ..storage.dirstate import DirState
 from ..storage.log_manager import LogManager
+from ..storage.spliced import splice_range
 from ..storage.workers import ManagedDir
 from . import producer
 from .isr import IsrManager
@@ -347,7 +348,9 @@ def _read_all(items: list[ReadSpec], budget: int) -> list[ReadResult]:
             if offset >= upto or (limit <= 0 and total > 0):
                 out.append(ReadResult(NONE, b"", hw, lg.log_start_offset, log_end_offset=leo))
                 continue
-            data = lg.read(offset, max(limit, 1), max_offset=upto)
+            # The bytes go into pipes here, on the worker, and from there to the socket
+            # on the event loop without a copy (daemon.storage.spliced).
+            data = lg.read(offset, max(limit, 1), max_offset=upto, via=splice_range)
             total += len(data)
             out.append(ReadResult(NONE, data, hw, lg.log_start_offset, log_end_offset=leo))
         except Exception as err:  # noqa: BLE001 - per-partition isolation
