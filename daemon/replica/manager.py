@@ -144,24 +144,32 @@ class ReplicaManager:
 
     # ---- data path ----
 
-    def append(self, items: list[tuple[Partition, bytes]]) -> asyncio.Future[list[AppendResult]]:
+    def append(self, items: list[tuple[Partition, bytes | memoryview]]
+               ) -> asyncio.Future[list[AppendResult]]:
         """Queue the appends on their dirs' workers now (order kept per dir); the future
-        gives one AppendResult per item, in the order given."""
+        gives one AppendResult per item, in the order given, once the high watermarks
+        moved and the fetches waiting on those partitions were woken."""
         queued = self.storage.fan_out(
             items, _dir_of, _append_all, self.leadership,
             on_error=lambda item, err: _failed_append(err, item[0]))
 
-        async def collect() -> list[AppendResult]:
-            results = await queued
+        out: asyncio.Future[list[AppendResult]] = asyncio.get_running_loop().create_future()
+
+        def appended(done: asyncio.Future[list[AppendResult]]) -> None:
+            # `queued` is nobody else's, so never cancelled: the appends happened, and
+            # the high watermarks move even if the request that asked went away.
+            results = done.result()
             for (p, _), r in zip(items, results, strict=True):
                 if r.error == NONE and r.high_watermark >= 0:
                     p.high_watermark = r.high_watermark
                     p.notify()
                     if self.isr is not None:
                         self.isr.on_append(p)
-            return results
+            if not out.done():
+                out.set_result(results)
 
-        return asyncio.ensure_future(collect())
+        queued.add_done_callback(appended)
+        return out
 
     async def read(self, items: list[ReadSpec], max_bytes: int) -> list[ReadResult]:
         """Read each `ReadSpec` (a consumer's up to the high watermark, a follower's up
@@ -260,7 +268,8 @@ def _take_on(logs: dict[TopicPartition, Any], leadership: Standalone
     return out
 
 
-def _append_all(items: list[tuple[Partition, bytes]], leadership: Standalone) -> list[AppendResult]:
+def _append_all(items: list[tuple[Partition, bytes | memoryview]], leadership: Standalone
+                ) -> list[AppendResult]:
     """Append each partition's batches, in order; one partition's failure is its own."""
     out = []
     for p, records in items:
