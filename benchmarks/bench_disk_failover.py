@@ -12,6 +12,14 @@ naming another leader, and to the first record acknowledged after that. Median a
 p99 over RUNS runs per fault (`LK_DISK_FAILOVER_RUNS`, default 20); a fresh cluster each
 run, so every run starts alike. The target: under one second for EIO and ENOSPC, under
 the probe timeout plus one second (2 s) for a hang.
+
+And the healthy partitions' replication while the fault happens (section 7's "follower
+lag before vs after", target: no growth): broker 1 also follows `healthy` (leaders on
+brokers 2 and 3) from its good dir, on the same fetchers, under the same kind of load.
+Broker 1's lag is sampled every 50 ms for WINDOW_S before the fault and WINDOW_S after
+the new leader of t is elected: the bytes its copies are behind the leaders' (the .log
+files' sizes side by side), and Kafka's ConsumerLag metric (offsets behind the high
+watermark, clientId=Replica). Every acknowledged record of both topics is read back.
 """
 
 from __future__ import annotations
@@ -34,9 +42,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests import faults  # noqa: E402
 from tests.cluster_helpers import Cluster, wait_for  # noqa: E402
 from tests.fusefs import faulty_fuse  # noqa: E402
-from tests.test_replication import Load, create  # noqa: E402
+from tests.sick_helpers import metric  # noqa: E402
+from tests.test_replication import Load, assert_every_ack_read_once, create  # noqa: E402
 
 RUNS = int(os.environ.get("LK_DISK_FAILOVER_RUNS", "20"))
+WINDOW_S = 3.0
 FAST = {"log.dir.probe.interval.ms": 100, "log.dir.probe.timeout.ms": 1000}
 
 
@@ -100,8 +110,67 @@ def one_run(root: Path, sick_dir: Any) -> tuple[float, float]:
             elected = time.monotonic()
             wait_for(lambda: acked_at and acked_at[-1] > elected, 30, "an ack after")
             first_ack = next(t for t in acked_at if t > elected)
-        assert load.finish() == 0 and load.failed == []
+        assert_every_ack_read_once(cl, "t", 1, [load], [load.finish()])
         return elected - started, first_ack - started
+
+
+def log_bytes(d: Any, topic: str, partition: int) -> int:
+    """The size of a replica's .log files, read from its dir (0 while it has none)."""
+    for ld in d.log_dirs:
+        p = Path(ld) / f"{topic}-{partition}"
+        with contextlib.suppress(OSError):  # a failed dir, or a segment deleted meanwhile
+            if p.is_dir():
+                return sum(f.stat().st_size for f in p.glob("*.log"))
+    return 0
+
+
+Lag = tuple[list[int], list[float]]  # bytes behind the leaders, ConsumerLag (offsets)
+
+
+def lag_run(root: Path, sick_dir: Any) -> tuple[Lag, Lag]:
+    """Broker 1 leads t from the sick dir and follows healthy-0/1 (leaders 2 and 3) from
+    its good dir; both topics under acks=all load. Its lag on healthy, sampled for
+    WINDOW_S before the fault and WINDOW_S once t has a new leader."""
+    with sick_dir() as (sick, fault, extra, undo), contextlib.ExitStack() as stack:
+        good = root / "good"
+        cl = stack.enter_context(Cluster(root, dirs=1, log_dirs={1: [sick, good]},
+                                         extra={**FAST, **extra}))
+        stack.callback(undo)
+        b1 = cl.brokers[1]
+        assert b1.admin("log-dirs/cordon", good)[0] == 200
+        create(cl, "t", 1, assignment=[[1, 2, 3]])
+        assert b1.admin("log-dirs/uncordon", good)[0] == 200
+        assert b1.admin("log-dirs/cordon", sick)[0] == 200
+        create(cl, "healthy", 2, assignment=[[2, 1, 3], [3, 1, 2]])
+        assert b1.admin("log-dirs/uncordon", sick)[0] == 200
+        bootstrap = ",".join(d.bootstrap for d in cl.brokers.values())
+        loads = [Load(bootstrap, "t", 1, config={"retry.backoff.max.ms": 100}),
+                 Load(bootstrap, "healthy", 2, tag=b"h")]
+        leaders = {0: cl.brokers[2], 1: cl.brokers[3]}
+
+        def sample(until: float) -> Lag:
+            behind, offsets = [], []
+            while time.monotonic() < until:
+                behind.append(sum(log_bytes(d, "healthy", p) - log_bytes(b1, "healthy", p)
+                                  for p, d in leaders.items()))
+                offsets.append(sum(metric(b1, "kafka_server_fetcherlagmetrics_consumerlag",
+                                          clientId="Replica", topic="healthy",
+                                          partition=str(p)) or 0 for p in leaders))
+                time.sleep(0.05)
+            return behind, offsets
+
+        with loads[0], loads[1]:
+            wait_for(lambda: all(len(x.acked) > 50 for x in loads), 30, "load running")
+            before = sample(time.monotonic() + WINDOW_S)
+            fault()
+            while cl.metadata(2, ["t"])["partitions"][("t", 0)][0] in (1, -1):
+                time.sleep(0.01)
+            after = sample(time.monotonic() + WINDOW_S)
+            assert 1 in cl.metadata(2, ["healthy"])["partitions"][("healthy", 0)][3]
+        unanswered = [x.finish() for x in loads]
+        assert_every_ack_read_once(cl, "t", 1, loads[:1], unanswered[:1])
+        assert_every_ack_read_once(cl, "healthy", 2, loads[1:], unanswered[1:])
+        return before, after
 
 
 @pytest.mark.timeout(3600)  # 20 fresh clusters take longer than the suite's 600 s
@@ -128,3 +197,35 @@ def test_sick_disk_to_new_leader(fault: str, note: Any, benchmark: Any) -> None:
          f"(p99 {p99(acks) * 1000:.0f} ms); target < "
          f"{2000 if fault == 'HANG' else 1000} ms")
     benchmark.extra_info.update({f"{fault}_elected_s": elections, f"{fault}_first_ack_s": acks})
+
+
+@pytest.mark.timeout(3600)
+@pytest.mark.parametrize("fault", sorted(KINDS))
+def test_healthy_follower_lag_through_a_sick_disk(fault: str, note: Any, benchmark: Any) -> None:
+    if benchmark.disabled:
+        pytest.skip("a figure, not a test: run with --benchmark-enable")
+    runs = max(1, RUNS // 4)  # each run samples 2 x WINDOW_S
+    before: Lag = ([], [])
+    after: Lag = ([], [])
+    for run in range(runs):
+        with tempfile.TemporaryDirectory(prefix="lk-bench-lag-") as tmp:
+            b, a = lag_run(Path(tmp) / f"r{run}", KINDS[fault])
+        for into, got in ((before, b), (after, a)):
+            into[0].extend(got[0])
+            into[1].extend(got[1])
+        print(f"{fault} lag run {run + 1}/{runs}: bytes behind median "
+              f"{statistics.median(b[0])} -> {statistics.median(a[0])}, max {max(b[0])} -> "
+              f"{max(a[0])}", flush=True)
+
+    def p99(xs: list[Any]) -> Any:
+        s = sorted(xs)
+        return s[min(len(s) - 1, round(0.99 * (len(s) - 1)))]
+
+    note(f"{fault} on another dir of the follower ({runs} runs, {len(before[0])} + "
+         f"{len(after[0])} samples): healthy partitions' follower lag before -> after the "
+         f"fault: bytes behind median {statistics.median(before[0]):.0f} -> "
+         f"{statistics.median(after[0]):.0f} (p99 {p99(before[0])} -> {p99(after[0])}); "
+         f"ConsumerLag offsets median {statistics.median(before[1]):.0f} -> "
+         f"{statistics.median(after[1]):.0f} (p99 {p99(before[1]):.0f} -> "
+         f"{p99(after[1]):.0f}); every acknowledged record read back once; target: no growth")
+    benchmark.extra_info.update({f"{fault}_lag_before": before, f"{fault}_lag_after": after})

@@ -8,12 +8,15 @@ followers keep replicating everything else, and nothing acknowledged is lost
 
 from __future__ import annotations
 
+import os
+import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import confluent_kafka.admin as ck_admin
 from kazoo.client import KazooClient
 
 from tests import faults
@@ -283,3 +286,107 @@ def test_deleting_a_topic_with_a_replica_on_a_saturated_dir_completes_and_frees_
             wait_for(lambda b=b: ("gone", 0) not in cl.metadata(b)["partitions"], 20,
                      f"broker {b} no longer lists the topic")
         assert b1.proc is not None and b1.proc.poll() is None
+
+
+def test_a_readmitted_dir_rejoins_leads_its_leaderless_partitions_and_ends_a_queued_deletion(
+        tmp_path: Path) -> None:
+    """KIP-112 ends with a broker restart; we don't (the issue's section 5, and case 19's
+    second half). Broker 1's dir A (a loop ext4) holds t-0 (broker 1 leads, RF 3), solo-0
+    (RF 1: only broker 1 has it) and a follower of gone-0. Dir A gets EIO under acks=all
+    load on t: t-0 moves, solo-0 has no leader. Deleting gone then stays queued: brokers
+    2 and 3 delete their replicas, broker 1's answers 56 from the OFFLINE dir, and the
+    topic's znodes stay. The disk is repaired (unmounted and mounted again) and an
+    operator runs `log-dirs readmit`: broker 1 tells the controller, which completes the
+    deletion (gone-0's files leave dir A), gives solo-0 its leader back with its record,
+    and makes broker 1 a follower of t-0 again: it catches up and re-enters the ISR, all
+    without a restart. Every acknowledged record of t is read back once, and t-0's three
+    replicas end byte-identical."""
+    with faults.loop_ext4(64) as mnt:
+        sick, good = mnt / "d", tmp_path / "b1-good"
+        extra = {"log.dir.probe.interval.ms": 100, "log.dir.probe.timeout.ms": 1000}
+        with Cluster(tmp_path, log_dirs={1: [sick, good]}, extra=extra) as cl:
+            b1 = cl.brokers[1]
+            create_on(cl, sick, "t", [[1, 2, 3]])
+            create_on(cl, sick, "solo", [[1]], min_isr=1)
+            create_on(cl, sick, "gone", [[2, 1, 3]], min_isr=1)
+            c = RawClient(b1.port)
+            try:
+                assert produce_raw(c, "solo", 0, [b"solo-before"]) == (0, 0)
+            finally:
+                c.close()
+            wait_for(lambda: replicas_identical(cl, "gone", 1), 30, "gone-0 replicated")
+            os.sync()  # what the repaired disk will hold
+            loads = start_producers(cl, "t", 1)
+            try:
+                wait_for(lambda: all(len(x.acked) > 100 for x in loads), 60, "load running")
+                faults.shutdown_fs(mnt)
+
+                def parted() -> bool:
+                    for b in cl.brokers:
+                        parts = cl.metadata(b, ["t", "solo"])["partitions"]
+                        leader, _, _, isr, offline = parts[("t", 0)]
+                        if leader in (1, -1) or 1 in isr or offline != [1]:
+                            return False
+                        if parts[("solo", 0)][0] != -1:
+                            return False
+                    return True
+
+                wait_for(parted, 30, "t-0 led elsewhere and solo-0 leaderless on every broker")
+                a = ck_admin.AdminClient({"bootstrap.servers":
+                                          cl.brokers[cl.controller()].bootstrap})
+                a.delete_topics(["gone"], operation_timeout=0)
+                wait_for(lambda: holding_dir(cl.brokers[2], "gone", 0) is None
+                         and holding_dir(cl.brokers[3], "gone", 0) is None, 30,
+                         "brokers 2 and 3 deleting their replicas of gone-0")
+                zc = KazooClient(hosts=cl.zk.hosts)
+                zc.start(15)
+                try:
+                    time.sleep(2)  # the controller has broker 1's 56 by now; nothing completes
+                    assert zc.exists("/admin/delete_topics/gone")
+                    assert zc.exists("/brokers/topics/gone")
+
+                    # The repair, then the operator's readmit.
+                    subprocess.run(["umount", "-l", str(mnt)], check=True)
+                    subprocess.run(["mount", "-o", "loop", str(mnt.parent / "disk.img"),
+                                    str(mnt)], check=True)
+                    code, body = b1.admin("log-dirs/readmit", sick)
+                    assert code == 200, body
+                    assert b1.log_dir_states()[str(sick)] == "online"
+                    wait_for(lambda: not zc.exists("/brokers/topics/gone")
+                             and not zc.exists("/admin/delete_topics/gone"), 30,
+                             "the queued deletion completing after the readmit")
+                    wait_for(lambda: not zc.get_children("/log_dir_event_notification"), 10,
+                             "the log_dir_events consumed")
+                finally:
+                    zc.stop()
+                    zc.close()
+                wait_for(lambda: not (sick / "gone-0").exists(), 30, "gone-0 off dir A")
+
+                def healed() -> bool:
+                    for b in cl.brokers:
+                        parts = cl.metadata(b, ["t", "solo"])["partitions"]
+                        _, _, _, isr, offline = parts[("t", 0)]
+                        if sorted(isr) != [1, 2, 3] or offline != []:
+                            return False
+                        if parts[("solo", 0)][0] != 1:
+                            return False
+                    return True
+
+                wait_for(healed, 60, lambda: "broker 1 back in t-0's ISR and leading solo-0: "
+                         + str(cl.metadata(2, ["t", "solo"])["partitions"]))
+                before = [len(x.acked) for x in loads]
+                wait_for(lambda: all(len(x.acked) > n + 50
+                                     for x, n in zip(loads, before, strict=True)), 60,
+                         "acks=all writes after the readmit")
+            finally:
+                unanswered = [x.finish() for x in loads]
+            assert b1.proc is not None and b1.proc.poll() is None, "broker 1 died"
+            assert_every_ack_read_once(cl, "t", 1, loads, unanswered)
+            wait_for(lambda: replicas_identical(cl, "t", 1), 30, "t-0 byte-identical")
+            c = RawClient(b1.port)
+            try:
+                assert produce_raw(c, "solo", 0, [b"solo-after"]) == (0, 1)
+            finally:
+                c.close()
+            assert [v for _, v in consume_all(cl, "solo", 1)[0]] == [b"solo-before",
+                                                                     b"solo-after"]

@@ -48,6 +48,8 @@ def state_everywhere(cl: Cluster, want: Want) -> Any:
     views = {b: cl.metadata(b, topics)["partitions"] for b in cl.alive()}
     for v in views.values():
         for tp, (leaders, isr, offline) in want.items():
+            if tp not in v:  # a broker just started, before the controller's UpdateMetadata
+                return None
             leader, _, _, got_isr, got_offline = v[tp]
             if leader not in leaders or sorted(got_isr) != isr or sorted(got_offline) != offline:
                 return None
@@ -314,3 +316,73 @@ def test_a_dir_failing_without_eio_moves_leadership_through_the_controller(
         assert b1.log_dir_states()[str(good)] == "online"
         assert_every_ack_read_once(cl, "t", 2, loads, unanswered)
         no_log_dir_event_left(cl)
+
+
+@pytest.mark.parametrize("fails", ["roll", "checkpoint"])
+def test_a_failed_roll_or_checkpoint_moves_leadership_and_a_bounce_keeps_it_offline(
+        tmp_path: Path, fails: str) -> None:
+    """LogDirFailureTest's case 5 with real kernel errors, and KIP-112's case 4 (a
+    clean bounce after the failure). Broker 1 leads t-0 from its dir A (an ext4 loop
+    mount) and h-0 from dir B, under idempotent acks=all load on t. "roll": t-0's
+    directory is made immutable (`chattr +i`), so appending goes on until the next
+    segment roll (64 KiB segments) cannot create its files (EPERM). "checkpoint": as
+    LogDirFailureTest does, dir A's replication-offset-checkpoint is replaced by a
+    non-empty directory, so the next high-watermark checkpoint (every 200 ms) cannot
+    rename its new file into place. Either way dir A goes OFFLINE: t-0 gets another leader,
+    broker 1 is listed offline on every broker and leaves the ISR, no log_dir_event
+    znode is left, h-0 keeps its leader. Then (checkpoint, where the dir stays unreadable)
+    broker 1 is stopped and started: it comes back with dir A OFFLINE, t-0 stays led
+    elsewhere with broker 1 offline, and nothing of t is created on dir B. Every
+    acknowledged record is read back once."""
+    import subprocess
+
+    extra = {"log.segment.bytes": 64 << 10,
+             "replica.high.watermark.checkpoint.interval.ms": 200,
+             "log.dir.probe.interval.ms": 100, "log.dir.probe.timeout.ms": 1000}
+    with faults.loop_ext4(64) as mnt:
+        sick, good = mnt / "d", tmp_path / "b1-good"
+        immutable = sick / "t-0"
+        checkpoint = sick / "replication-offset-checkpoint"
+
+        def break_it() -> None:
+            if fails == "roll":
+                subprocess.run(["chattr", "+i", str(immutable)], check=True)
+            else:
+                checkpoint.unlink()
+                checkpoint.mkdir()
+                (checkpoint / "in-the-way").write_bytes(b"")
+        try:
+            with Cluster(tmp_path, log_dirs={1: [sick, good]}, extra=extra) as cl:
+                b1 = cl.brokers[1]
+                create_on(cl, sick, "t", [[1, 2, 3]])
+                create_on(cl, good, "h", [[1, 2, 3]])
+                loads = start_producers(cl, "t", 1)
+                try:
+                    wait_progress(loads, 100)
+                    break_it()
+                    wait_for(lambda: b1.log_dir_states()[str(sick)] == "offline", 60,
+                             f"dir A OFFLINE after a failed {fails}")
+                    moved: Want = {("t", 0): ({2, 3}, [2, 3], [1]),
+                                   ("h", 0): ({1}, [1, 2, 3], [])}
+                    wait_state(cl, moved, 30, f"leadership off dir A ({fails})")
+                    op = "roll on" if fails == "roll" else "write high watermarks on"
+                    assert f"online -> offline ({op} {sick}" in b1.stderr()
+                    wait_progress(loads)
+                    no_log_dir_event_left(cl)
+                    if fails == "checkpoint":
+                        b1.stop()
+                        b1.start()
+                        wait_for(lambda: b1.log_dir_states()[str(sick)] == "offline", 30,
+                                 "dir A OFFLINE at start-up")
+                        # h-0's leadership moved while broker 1 was down, and stays.
+                        bounced: Want = {**moved, ("h", 0): ({1, 2, 3}, [1, 2, 3], [])}
+                        wait_state(cl, bounced, 30, "t-0 still led elsewhere after the bounce")
+                        wait_progress(loads)
+                        assert holding_dir(b1, "t", 0) in (None, sick)
+                        assert not (good / "t-0").exists()
+                finally:
+                    unanswered = [x.finish() for x in loads]
+                assert cl.alive() == [1, 2, 3], "a broker died"
+                assert_every_ack_read_once(cl, "t", 1, loads, unanswered)
+        finally:
+            subprocess.run(["chattr", "-i", str(immutable)], capture_output=True)

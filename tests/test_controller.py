@@ -349,6 +349,23 @@ def test_deletion_waits_for_a_broker_that_is_away_and_completes_when_it_register
     assert "t" not in c.ctx.all_topics
 
 
+def test_a_deletion_whose_caller_stopped_waiting_completes_and_the_controller_stays(cluster, admin):
+    """DeleteTopics answers 7 once its timeout_ms runs out and cancels what it waited
+    on; the deletion goes on and completes later. That must not take the controller
+    down: it stays active, on the same epoch, and serves the next request."""
+    c, b = _cluster_with_topic(cluster, {"t": {0: [1, 2]}, "u": {0: [1, 2]}}, brokers=(1, 2))
+    epoch = c.ctx.epoch
+    b[2].offline.add(("t", 0))  # its dir is OFFLINE: StopReplica answers 56
+    gave_up = c.delete_topics(["t"])
+    assert wait_for(lambda: c.call(lambda: "t" in c.ctx.topics_ineligible_for_deletion).result(5))
+    assert gave_up.cancel()  # the request's timeout_ms ran out
+    b[2].offline.clear()
+    b[2].announce_log_dir_event()
+    assert wait_for(lambda: admin.exists("/brokers/topics/t") is None)
+    assert c.delete_topics(["u"]).result(timeout=15) == {"u": 0}
+    assert c.is_active and c.ctx.epoch == epoch
+
+
 def test_deletion_of_a_replica_on_an_offline_dir_completes_after_its_log_dir_event(cluster, admin):
     c, b = _cluster_with_topic(cluster, {"t": {0: [1, 2]}}, brokers=(1, 2))
     b[2].offline.add(("t", 0))  # its dir is OFFLINE: StopReplica answers 56

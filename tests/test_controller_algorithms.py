@@ -199,6 +199,24 @@ def test_events_run_in_order_on_one_thread_and_an_error_does_not_stop_it():
     assert pending.future.cancelled()
 
 
+def test_the_event_thread_outlives_a_failing_error_handler():
+    """An event fails, and so does the handling of that failure: the thread goes on with
+    the next event (a dead event thread is a controller that silently does nothing)."""
+    done = threading.Event()
+
+    def on_error(event, err):
+        raise RuntimeError("the handler itself failed")
+
+    mgr = ControllerEventManager(lambda event: event.fn(), on_error, name="test-events")
+    mgr.start()
+    try:
+        mgr.put(Call(lambda: 1 / 0))
+        mgr.put(Call(done.set))
+        assert done.wait(5)
+    finally:
+        mgr.close()
+
+
 # -- the sender -------------------------------------------------------------------------------
 
 def test_a_sender_retries_until_the_broker_listens_and_keeps_fifo_order():

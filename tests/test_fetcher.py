@@ -10,6 +10,7 @@ diverging epoch out); the wiring into the daemon comes with the cluster's data p
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -248,3 +249,128 @@ def test_offset_for_leader_epoch_and_epoch_fencing(tmp_path: Path) -> None:
                 assert resp.responses[0].partitions[0].error_code == code
         finally:
             c.close()
+
+
+@pytest.mark.fault
+def test_a_partition_whose_truncation_fails_is_set_aside_and_the_others_keep_replicating(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """KIP-461's second case with a real fault: the follower's copy of partition 0 holds
+    an uncommitted tail, so the leader answers with a diverging epoch, and the files of
+    that copy are immutable (`chattr +i` on ext4: ftruncate fails with EPERM). The
+    truncation fails, partition 0 is set aside once (the IO error goes to its dir's
+    failure channel), and partitions 1 and 2 on the same fetcher keep replicating new
+    data. The mark is logged once and not retried in a loop; a higher leader epoch
+    clears it."""
+    import subprocess
+
+    with Daemon(tmp_path / "leader") as d, faults.loop_ext4(32) as disk:
+        create_topic(d, TOPIC, 3)
+        produce(d, 300, 3)
+        channel = FailureChannel()
+        follower = Follower(d, {0: disk / "f0", 1: tmp_path / "f1", 2: tmp_path / "f2"},
+                            channel)
+        sick = TopicPartition(TOPIC, 0)
+        lg = follower.logs[sick]
+        pdir = disk / "f0" / f"{TOPIC}-0"
+
+        def chattr(flag: str) -> None:
+            subprocess.run(["chattr", flag, *map(str, pdir.iterdir())], check=True)
+
+        async def main() -> None:
+            f = follower.fetcher
+            await f.add_partitions({tp: 0 for tp in follower.logs})
+            f.start()
+            await _until(lambda: all(follower_bytes(x) == leader_bytes(d, tp.partition)
+                                     for tp, x in follower.logs.items()), 60)
+            await f.stop()
+            committed = lg.log_end_offset
+            for i in range(5):
+                lg.append(build_batch([Record(b"stale", b"x%d" % i, [], 1)]), leader_epoch=0)
+            chattr("+i")
+            f2 = Fetcher(2, 1, Peer("127.0.0.1", d.port), follower.storage, max_wait_ms=100,
+                         backoff=0.2)
+            await f2.add_partitions({tp: 0 for tp in follower.logs})
+            f2.start()
+            try:
+                await _until(lambda: sick in f2.failed, 30)
+                healthy = [tp for tp in follower.logs if tp != sick]
+                produce(d, 600, 3, start=300)
+                await _until(lambda: all(
+                    follower_bytes(follower.logs[tp]) == leader_bytes(d, tp.partition)
+                    for tp in healthy), 60)
+                assert sick in f2.failed and sick not in f2.partitions
+                assert lg.log_end_offset == committed + 5  # never retried in a loop
+                assert [r.message for r in caplog.records].count(
+                    next(r.message for r in caplog.records if "failed partition" in r.message)) == 1
+                # A higher leader epoch clears the mark (its dir, OFFLINE now, waits for a
+                # readmit before anything is written there again).
+                await f2.add_partitions({sick: 1})
+                assert sick not in f2.failed and sick in f2.partitions
+            finally:
+                await f2.stop()
+
+        try:
+            asyncio.run(main())
+            failure = channel.get(timeout=1)
+            assert failure is not None and failure.verdict.value == "offline"
+        finally:
+            with contextlib.suppress(subprocess.CalledProcessError, FileNotFoundError):
+                subprocess.run(["chattr", "-R", "-i", str(disk)], check=True,
+                               capture_output=True)
+            follower.close()
+
+
+def test_corrupt_data_from_the_leader_is_retried_not_set_aside(tmp_path: Path) -> None:
+    """KIP-461's rule for corrupt fetched data: retried, not failed. One byte of a
+    record the follower has not fetched yet is flipped in the leader's segment file (the
+    leader serves bytes as stored): the follower's CRC check refuses the batch, the
+    partition stays on the fetcher (not in its failed set) and keeps its log where it
+    was, the other partition keeps replicating, and once the leader's byte is put back
+    the partition catches up byte-identical."""
+    with Daemon(tmp_path / "leader") as d:
+        create_topic(d, TOPIC, 2)
+        produce(d, 200, 2)
+        follower = Follower(d, {p: tmp_path / f"f{p}" for p in range(2)}, FailureChannel())
+        bad = TopicPartition(TOPIC, 0)
+        lg = follower.logs[bad]
+
+        async def main() -> None:
+            f = follower.fetcher
+            await f.add_partitions({tp: 0 for tp in follower.logs})
+            f.start()
+            try:
+                await _until(lambda: all(follower_bytes(x) == leader_bytes(d, tp.partition)
+                                         for tp, x in follower.logs.items()), 60)
+            finally:
+                await f.stop()
+            end = lg.log_end_offset
+            seg = sorted((placement(d, TOPIC)[0] / f"{TOPIC}-0").glob("*.log"))[-1]
+            produce(d, 1, 2, start=10_000)  # partition 0 only (i % 2 == 0)
+            at = seg.stat().st_size - 3  # a byte of that record's value
+            with open(seg, "r+b") as fh:
+                fh.seek(at)
+                good = fh.read(1)
+                fh.seek(at)
+                fh.write(bytes([good[0] ^ 0xFF]))
+            produce(d, 200, 2, start=200)
+            f = Fetcher(2, 1, Peer("127.0.0.1", d.port), follower.storage, max_wait_ms=100,
+                        backoff=0.2)
+            await f.add_partitions({tp: 0 for tp in follower.logs})
+            f.start()
+            try:
+                await _until(lambda: follower_bytes(follower.logs[TopicPartition(TOPIC, 1)])
+                             == leader_bytes(d, 1), 60)
+                assert bad not in f.failed and bad in f.partitions
+                assert lg.log_end_offset == end  # the corrupt batch was not taken
+                with open(seg, "r+b") as fh:
+                    fh.seek(at)
+                    fh.write(good)
+                await _until(lambda: follower_bytes(lg) == leader_bytes(d, 0), 60)
+            finally:
+                await f.stop()
+            assert not f.failed
+
+        try:
+            asyncio.run(main())
+        finally:
+            follower.close()

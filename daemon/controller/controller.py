@@ -103,6 +103,14 @@ class _Parked:
     waiting: set[str]
 
 
+def _answer(future: Future, result: Any) -> None:
+    """Hand a caller its result, unless it stopped waiting: the API layer cancels the
+    future of a CreateTopics or DeleteTopics whose timeout_ms ran out, while the work
+    goes on here (a deletion waiting for a broker or a dir to return)."""
+    if not future.done():
+        future.set_result(result)
+
+
 class Controller:
     """Start with `start()`, stop with `stop()`. `client`: a KazooClient the caller owns
     (started or not); without it one is made from `hosts` and owned here."""
@@ -268,9 +276,12 @@ class Controller:
                 self._maybe_resign()
             case ev.Call(fn=fn, future=fut):
                 try:
-                    fut.set_result(fn())
+                    result = fn()
                 except Exception as err:  # noqa: BLE001 - handed to the caller
-                    fut.set_exception(err)
+                    if not fut.done():
+                        fut.set_exception(err)
+                else:
+                    _answer(fut, result)
             case ev.CreateTopics():
                 self._process_create_topics(event)
             case ev.DeleteTopics():
@@ -305,9 +316,9 @@ class Controller:
         fut = getattr(event, "future", None)
         if fut is not None and not fut.done():
             if isinstance(event, ev.CreateTopics):
-                fut.set_result({t.name: TopicResult(NOT_CONTROLLER, str(err)) for t in event.topics})
+                _answer(fut, {t.name: TopicResult(NOT_CONTROLLER, str(err)) for t in event.topics})
             elif isinstance(event, ev.DeleteTopics):
-                fut.set_result({t: NOT_CONTROLLER for t in event.topics})
+                _answer(fut, {t: NOT_CONTROLLER for t in event.topics})
             else:
                 fut.set_exception(err)
         was_active = self.is_active
@@ -443,10 +454,10 @@ class Controller:
         self.zk = ControllerZk(self.client, -1, request_timeout=self.session_timeout,
                                deadline=self.session_timeout)
         for parked in self._creations:
-            parked.future.set_result({**parked.results, **{
+            _answer(parked.future, {**parked.results, **{
                 t: TopicResult(NOT_CONTROLLER, "the controller moved") for t in parked.waiting}})
         for parked in self._deletions:
-            parked.future.set_result({**parked.results, **{t: NOT_CONTROLLER for t in parked.waiting}})
+            _answer(parked.future, {**parked.results, **{t: NOT_CONTROLLER for t in parked.waiting}})
         self._creations, self._deletions = [], []
         self._update_metrics()
 
@@ -552,7 +563,7 @@ class Controller:
 
     def _process_create_topics(self, event: ev.CreateTopics) -> None:
         if not self.is_active:
-            event.future.set_result({t.name: TopicResult(NOT_CONTROLLER, "this broker is not the controller")
+            _answer(event.future, {t.name: TopicResult(NOT_CONTROLLER, "this broker is not the controller")
                                      for t in event.topics})
             return
         results: dict[str, TopicResult] = {}
@@ -569,7 +580,7 @@ class Controller:
             except _TopicError as err:
                 results[spec.name] = TopicResult(err.code, str(err))
         if not waiting:
-            event.future.set_result(results)
+            _answer(event.future, results)
             return
         self._creations.append(_Parked(event.future, results, waiting))
         self.events.put(ev.TopicChange())  # the watch fires too; this one makes sure
@@ -708,17 +719,17 @@ class Controller:
             if parked.waiting:
                 still.append(parked)
             else:
-                parked.future.set_result(parked.results)
+                _answer(parked.future, parked.results)
         self._creations = still
 
     # -- deletion -------------------------------------------------------------------------
 
     def _process_delete_topics(self, event: ev.DeleteTopics) -> None:
         if not self.is_active:
-            event.future.set_result({t: NOT_CONTROLLER for t in event.topics})
+            _answer(event.future, {t: NOT_CONTROLLER for t in event.topics})
             return
         if not self.delete_topic_enable:
-            event.future.set_result({t: TOPIC_DELETION_DISABLED for t in event.topics})
+            _answer(event.future, {t: TOPIC_DELETION_DISABLED for t in event.topics})
             return
         results: dict[str, int] = {}
         waiting = set()
@@ -730,7 +741,7 @@ class Controller:
             results[name] = NONE
             waiting.add(name)
         if not waiting:
-            event.future.set_result(results)
+            _answer(event.future, results)
             return
         self._deletions.append(_Parked(event.future, results, waiting))
         self.events.put(ev.TopicDeletion())
@@ -757,7 +768,7 @@ class Controller:
             if parked.waiting:
                 still.append(parked)
             else:
-                parked.future.set_result(parked.results)
+                _answer(parked.future, parked.results)
         self._deletions = still
 
     def _process_stop_replica_response(self, event: ev.StopReplicaResponseReceived) -> None:

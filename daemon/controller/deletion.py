@@ -113,6 +113,9 @@ class TopicDeletionManager:
         batch = RequestBatch()
         batch.add_update_metadata(self.ctx.live_broker_ids, partitions)  # leader -2: drop it
         self.c.send(batch)
+        # A retried deletion (a replica was ineligible) finds its partitions gone already.
+        partitions = [tp for tp in partitions
+                      if self.c.partition_sm.state(tp) is not P.NON_EXISTENT]
         batch = RequestBatch()
         self.c.partition_sm.handle_state_changes(partitions, P.OFFLINE, batch)
         self.c.partition_sm.handle_state_changes(partitions, P.NON_EXISTENT, batch)

@@ -177,7 +177,11 @@ class ControllerEventManager:
             try:
                 self._process(event)
             except Exception as err:  # noqa: BLE001 - one event's failure must not end the thread
-                self._on_error(event, err)
+                try:
+                    self._on_error(event, err)
+                except Exception:  # noqa: BLE001 - nor may the handling of that failure
+                    log.critical("controller event thread: handling the failure of %s failed",
+                                 type(event).__name__, exc_info=True)
             finally:
                 self.current = None
                 self.processed += 1
