@@ -4,7 +4,12 @@
   vs `Log.append` of the same bytes in 64 KiB batches, in-process. Target >= 0.5.
 - Fetch: a confluent-kafka consumer reading a partition from offset 0 vs `Log.read`
   over a log holding the same batches. Target >= 0.5. A raw-socket Fetch loop (no
-  client decoding) is reported beside it to show the protocol's own cost.
+  client decoding) is reported beside it to show the protocol's own cost. The daemon
+  splices the records from the segment into pipes on the dir worker and from the pipes
+  into the socket on the event loop (docs/architecture.md "The fetch path"); the
+  baseline copies them into Python bytes, which the fetch never does.
+- Follower replication against the leader's `Log.append` is in bench_cluster.py (it
+  needs ZooKeeper and three brokers).
 - Resident memory (RSS, not virtual size) of a daemon holding 1,000 partitions over 3
   log dirs, printed and attached to the pytest-benchmark record (not a timing pair).
 

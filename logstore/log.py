@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import native
 
@@ -47,6 +48,7 @@ from .segments import LogSegments, open_segment
 MAX_RELATIVE_OFFSET = 2**31 - 1
 _ONLINE = Verdict.NONE  # IoGuard.verdict of a dir that takes appends
 _new_tuple = tuple.__new__
+T = TypeVar("T")
 
 
 class AppendInfo(NamedTuple):
@@ -320,23 +322,29 @@ class Log:
                 f"offset {offset} of {self.dir.name} is outside "
                 f"[{self.log_start_offset}, {self.log_end_offset}]")
 
-    def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None) -> bytes:
+    def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None,
+             via: Callable[[int, int, int, str], T] | None = None) -> bytes | T:
         """Whole batches from the one holding `offset`, up to `max_bytes` (at least one
         batch when any exists), none at or past `max_offset`; empty at the log end.
 
         The end is found before reading, as Kafka does (offset index, then a batch
-        header or two), so the bytes are read once, straight into the result.
+        header or two), so the bytes are read once, straight into the result. With
+        `via`, the bytes are not read here: `via(fd, position, size, path)` gets the
+        segment file's range and its result is returned (the daemon splices the range
+        into pipes: daemon.storage.spliced); it runs inside the IoGuard like the read,
+        and only when there is something to read (b"" otherwise).
         """
         self._check_offset(offset)
         guard = self.guard
         if guard.verdict is not _ONLINE:
             guard.check_usable("read", writing=False)
         try:  # IoGuard.io without a context manager: a fetch reads on every call
-            return self._read(offset, max_bytes, max_offset)
+            return self._read(offset, max_bytes, max_offset, via)
         except OSError as err:
             raise guard.translate(err, "read", self.dir) from err
 
-    def _read(self, offset: int, max_bytes: int, max_offset: int | None) -> bytes:
+    def _read(self, offset: int, max_bytes: int, max_offset: int | None,
+              via: Callable[[int, int, int, str], T] | None) -> bytes | T:
         segments = self._segments
         i = segments.floor_index(offset)
         while i < len(segments):
@@ -344,7 +352,11 @@ class Log:
             found = seg.read_range(offset, max_bytes, max_offset)
             if found is not None:
                 start, end = found
-                return seg.read_exact(start, end - start) if end > start else b""
+                if end <= start:
+                    return b""
+                if via is not None:
+                    return via(seg.fd, start, end - start, seg._log_path_str)
+                return seg.read_exact(start, end - start)
             i += 1
         return b""
 

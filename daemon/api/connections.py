@@ -12,18 +12,51 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from typing import Any
 
 from ..ops.metrics import Metrics
+from ..storage.spliced import SplicedRecords
 from . import protocol
 from .handlers import CLOSE, ConnInfo, Handlers
+from .record_messages import FetchAnswer
 
 log = logging.getLogger("logkeeper.server")
 
 STOP_GRACE_S = 10.0  # in-flight requests get this long to finish at shutdown
 STREAM_LIMIT = 1 << 20
 MAX_PIPELINED = 16  # Produce requests in flight per connection
+
+
+class _SpliceTarget:
+    """Where a connection's spliced records go: a duplicate of its socket's fd, which
+    the loop can watch for room (asyncio lets nobody but the transport watch the
+    transport's own fd); fd -1 when the connection cannot take a splice (not a plain
+    socket). The transport is made to empty its buffer on each drain, so a splice never
+    overtakes bytes written before it."""
+
+    def __init__(self, writer: asyncio.StreamWriter):
+        self.fd = -1
+        sock = writer.get_extra_info("socket")
+        if sock is None or writer.get_extra_info("sslcontext") is not None:
+            return
+        self.fd = os.dup(sock.fileno())
+        writer.transport.set_write_buffer_limits(high=0)
+
+    async def writable(self) -> None:
+        loop = asyncio.get_running_loop()
+        room: asyncio.Future[None] = loop.create_future()
+        loop.add_writer(self.fd, lambda: room.done() or room.set_result(None))
+        try:
+            await room
+        finally:
+            loop.remove_writer(self.fd)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
 
 
 class Connections:
@@ -150,6 +183,7 @@ class Connections:
 
     async def _write_responses(self, outq: asyncio.Queue[Any], writer: asyncio.StreamWriter,
                                conn: ConnInfo) -> None:
+        out = _SpliceTarget(writer)
         try:
             while True:
                 item = await outq.get()
@@ -166,8 +200,11 @@ class Connections:
                     writer.close()
                     return
                 if response is not None:
-                    writer.write(protocol.encode_response(req, response))
-                    await writer.drain()
+                    try:
+                        await self._send(writer, protocol.encode_response(req, response), out)
+                    finally:
+                        if isinstance(response, FetchAnswer):
+                            response.release()  # whatever was not sent (an error)
                 self.metrics.requests.labels(req.name, str(req.version)).inc()
                 self.metrics.request_bytes.labels(req.name).inc(req.size)
                 self.metrics.request_time.labels(req.name).observe(time.perf_counter() - started)
@@ -177,3 +214,30 @@ class Connections:
             self.metrics.bad_frames.labels("server_error").inc()
             log.exception("closing %s after an unexpected error", conn.peer)
             writer.close()
+        finally:
+            out.close()
+
+    async def _send(self, writer: asyncio.StreamWriter, parts: list[Any],
+                    out: _SpliceTarget) -> None:
+        """Write one response's parts in order: bytes through the transport, spliced
+        records from their pipes straight into the socket (or, where the connection
+        cannot take a splice, copied out of the pipes and written as bytes)."""
+        for part in parts:
+            if not isinstance(part, SplicedRecords):
+                writer.write(part)
+                continue
+            if out.fd < 0:
+                writer.write(part.to_bytes())
+                continue
+            # The transport's buffer empties first (its high-water mark is 0 here), so
+            # the socket sees the bytes in order.
+            await writer.drain()
+            if writer.transport.get_write_buffer_size() or writer.is_closing():
+                raise ConnectionResetError("the connection closed while a response was sent")
+            while True:
+                try:
+                    part.send_to(out.fd)
+                    break
+                except BlockingIOError:
+                    await out.writable()
+        await writer.drain()

@@ -24,7 +24,7 @@ from kafka.protocol.admin import (
     DeleteTopicsResponse,
     DescribeLogDirsResponse,
 )
-from kafka.protocol.consumer import FetchResponse, ListOffsetsResponse, OffsetForLeaderEpochResponse
+from kafka.protocol.consumer import ListOffsetsResponse, OffsetForLeaderEpochResponse
 from kafka.protocol.metadata import MetadataResponse
 from kafka.protocol.producer import InitProducerIdResponse, ProduceResponse
 
@@ -42,6 +42,7 @@ from ..replica.topics import TopicAdmin, TopicError
 from ..storage.log_manager import LogManager
 from ..wire import LeaderAndIsrResponse, StopReplicaResponse, UpdateMetadataResponse
 from . import errors, protocol
+from .record_messages import FetchAnswer, FetchPartition
 
 log = logging.getLogger("logkeeper.handlers")
 
@@ -253,13 +254,10 @@ class Handlers:
 
     async def fetch(self, req: protocol.Request, conn: ConnInfo) -> Any:
         body = req.body
-        R = FetchResponse.FetchableTopicResponse
-        P = R.PartitionData
         if req.version >= 7 and body.session_id != 0:
             # Fetch sessions are not kept: every answer carries session_id 0, so a client
             # only sends a nonzero id by mistake; Kafka answers this code then.
-            return FetchResponse(throttle_time_ms=0, error_code=errors.FETCH_SESSION_ID_NOT_FOUND,
-                                 session_id=0, responses=[])
+            return FetchAnswer(error_code=errors.FETCH_SESSION_ID_NOT_FOUND)
         max_bytes = body.max_bytes if req.version >= 3 else 2**31 - 1
         # A follower (replica_id >= 0) reads to the log end; a consumer to the HW.
         replica_id = body.replica_id if body.replica_id >= 0 else -1
@@ -292,38 +290,32 @@ class Handlers:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
+            for r in results:  # read again after the wait: these are not sent
+                r.release()
             await self._wait_for_data([spec.partition for spec in items], remaining)
-        out: dict[str, list[Any]] = {}
+        out: dict[str, list[FetchPartition]] = {}
         it = iter(results)
         sent = 0
         for topic, index, _off, _pmax, p in entries:
             code = _topic_error(topic) if p is None else fenced.get((topic, index))
             if code:
-                out.setdefault(topic, []).append(P(
-                    partition_index=index, error_code=code, high_watermark=-1,
-                    last_stable_offset=-1, log_start_offset=-1, aborted_transactions=None,
-                    preferred_read_replica=-1, records=b""))
+                out.setdefault(topic, []).append(FetchPartition(index, code))
                 continue
             r = next(it)
             records = r.records
             if sent and sent + len(records) > max_bytes:
-                records = b""  # past the response budget: the client asks again
+                r.release()  # past the response budget: the client asks again
+                records = b""
             sent += len(records)
             if records:
                 self.metrics.bytes_out.labels(topic).inc(len(records))
             if r.error:
                 self.metrics.failed_fetch.labels(str(r.error)).inc()
                 self.metrics.errors.labels("Fetch", str(r.error)).inc()
-            part = P(
-                partition_index=index, error_code=r.error, high_watermark=r.high_watermark,
-                last_stable_offset=r.high_watermark, log_start_offset=r.log_start_offset,
-                aborted_transactions=None, preferred_read_replica=-1, records=records)
-            if r.diverging_epoch is not None:
-                part.diverging_epoch = P.EpochEndOffset(epoch=r.diverging_epoch[0],
-                                                        end_offset=r.diverging_epoch[1])
-            out.setdefault(topic, []).append(part)
-        return FetchResponse(throttle_time_ms=0, error_code=0, session_id=0,
-                             responses=[R(topic=t, partitions=ps) for t, ps in out.items()])
+            out.setdefault(topic, []).append(FetchPartition(
+                index, r.error, r.high_watermark, r.high_watermark, r.log_start_offset,
+                records, r.diverging_epoch))
+        return FetchAnswer(topics=list(out.items()))
 
     def _epoch_fence(self, p: Partition, current_leader_epoch: int) -> int:
         """Kafka's leader-epoch fencing of Fetch and OffsetForLeaderEpoch: a client or

@@ -90,7 +90,7 @@ from ..wire.messages import (
     UpdateMetadataRequest,
     UpdateMetadataResponse,
 )
-from . import errors
+from . import errors, record_messages
 
 # api_key(2) + api_version(2) + correlation_id(4) + client_id length(2)
 MIN_REQUEST_SIZE = 10
@@ -251,6 +251,10 @@ def decode_request(frame: bytes) -> Request:
     if not api.min_version <= version <= api.max_version:
         raise UnsupportedVersion(api_key, version, correlation_id)
     try:
+        if api_key == 0:  # Produce: by hand, its records not copied (record_messages)
+            client_id, body_at = _client_id(frame)
+            body = record_messages.decode_produce(frame, body_at)
+            return Request(api, version, correlation_id, client_id, body, len(frame))
         body = api.request.decode(frame, version=version, header=True)
     except Exception as err:  # noqa: BLE001 - the decoder raises many types on bad bytes
         # struct.error, ValueError, UnicodeDecodeError, IndexError...: all mean "not a
@@ -262,13 +266,29 @@ def decode_request(frame: bytes) -> Request:
     return Request(api, version, correlation_id, header.client_id, body, len(frame))
 
 
-def encode_response(request: Request, response: Any) -> bytes | bytearray:
-    """Frame `response` for `request`: size prefix, response header, body."""
+def _client_id(frame: bytes) -> tuple[str | None, int]:
+    """The client id of a request header v1 (what non-flexible requests carry), and where
+    the body starts."""
+    at = _PEEK.size + 2
+    (n,) = struct.unpack_from(">h", frame, _PEEK.size)
+    if n < 0:
+        return None, at
+    if at + n > len(frame):
+        raise ValueError(f"client id of {n} bytes runs past the {len(frame)}-byte frame")
+    return frame[at:at + n].decode(), at + n
+
+
+def encode_response(request: Request, response: Any) -> list[Any]:
+    """Frame `response` for `request` (size prefix, response header, body) as the parts
+    to send in order: one bytearray, or for a Fetch (`record_messages.FetchAnswer`) the
+    framing around each partition's records, which are not copied."""
+    if isinstance(response, record_messages.FetchAnswer):
+        return record_messages.encode_fetch(response, request.version, request.correlation_id)
     # Version first: kafka-python's version setter assumes a request header once a
     # header is attached.
     response.API_VERSION = request.version
     response.with_header(correlation_id=request.correlation_id)
-    return response.encode(header=True, framed=True)  # a fresh bytearray: no extra copy
+    return [response.encode(header=True, framed=True)]  # a fresh bytearray: no extra copy
 
 
 def api_versions_response(version: int, error_code: int = 0) -> Any:

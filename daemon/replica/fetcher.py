@@ -55,7 +55,7 @@ class FollowerStorage(Protocol):
 
     async def end_offset_for(self, tp: TopicPartition, epoch: int) -> tuple[int, int]: ...
 
-    async def append(self, tp: TopicPartition, records: bytes) -> int:
+    async def append(self, tp: TopicPartition, records: bytes | memoryview) -> int:
         """Append a leader's batches as they are; the new log end offset."""
         ...
 
@@ -80,7 +80,7 @@ class FetchState:
     errors: int = 0  # consecutive error answers, for the backoff
 
 
-def whole_batches(records: bytes) -> bytes:
+def whole_batches(records: bytes | memoryview) -> bytes | memoryview:
     """The leading whole batches of a fetched chunk (a leader may cut the last one)."""
     if not records:
         return b""
@@ -207,12 +207,12 @@ class Fetcher:
             return
         state.errors = 0
         try:
-            diverging = getattr(part, "diverging_epoch", None)
-            if diverging is not None and getattr(diverging, "epoch", -1) >= 0:
-                await self._truncate_on_divergence(tp, state, diverging.epoch,
-                                                   diverging.end_offset)
+            diverging = part.diverging_epoch  # type: ignore[attr-defined]
+            if diverging is not None:
+                await self._truncate_on_divergence(tp, state, *diverging)
                 return
-            records = whole_batches(bytes(part.records or b""))  # type: ignore[attr-defined]
+            # A slice of the response frame, appended as it is (no copy).
+            records = whole_batches(part.records or b"")  # type: ignore[attr-defined]
             if records:
                 state.fetch_offset = await self.storage.append(tp, records)
                 state.last_fetched_epoch = await self.storage.last_fetched_epoch(tp)
@@ -277,7 +277,7 @@ class LogFollowerStorage:
         lg = self.logs[tp]
         return await self.run(tp, lg.epochs.end_offset_for, epoch, lg.log_end_offset)
 
-    async def append(self, tp: TopicPartition, records: bytes) -> int:
+    async def append(self, tp: TopicPartition, records: bytes | memoryview) -> int:
         lg = self.logs[tp]
 
         def append() -> int:

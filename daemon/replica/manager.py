@@ -35,6 +35,7 @@ from ..api.errors import (
 )
 from ..storage.dirstate import DirState
 from ..storage.log_manager import LogManager
+from ..storage.spliced import splice_range
 from ..storage.workers import ManagedDir
 from . import producer
 from .isr import IsrManager
@@ -143,24 +144,32 @@ class ReplicaManager:
 
     # ---- data path ----
 
-    def append(self, items: list[tuple[Partition, bytes]]) -> asyncio.Future[list[AppendResult]]:
+    def append(self, items: list[tuple[Partition, bytes | memoryview]]
+               ) -> asyncio.Future[list[AppendResult]]:
         """Queue the appends on their dirs' workers now (order kept per dir); the future
-        gives one AppendResult per item, in the order given."""
+        gives one AppendResult per item, in the order given, once the high watermarks
+        moved and the fetches waiting on those partitions were woken."""
         queued = self.storage.fan_out(
             items, _dir_of, _append_all, self.leadership,
             on_error=lambda item, err: _failed_append(err, item[0]))
 
-        async def collect() -> list[AppendResult]:
-            results = await queued
+        out: asyncio.Future[list[AppendResult]] = asyncio.get_running_loop().create_future()
+
+        def appended(done: asyncio.Future[list[AppendResult]]) -> None:
+            # `queued` is nobody else's, so never cancelled: the appends happened, and
+            # the high watermarks move even if the request that asked went away.
+            results = done.result()
             for (p, _), r in zip(items, results, strict=True):
                 if r.error == NONE and r.high_watermark >= 0:
                     p.high_watermark = r.high_watermark
                     p.notify()
                     if self.isr is not None:
                         self.isr.on_append(p)
-            return results
+            if not out.done():
+                out.set_result(results)
 
-        return asyncio.ensure_future(collect())
+        queued.add_done_callback(appended)
+        return out
 
     async def read(self, items: list[ReadSpec], max_bytes: int) -> list[ReadResult]:
         """Read each `ReadSpec` (a consumer's up to the high watermark, a follower's up
@@ -259,7 +268,8 @@ def _take_on(logs: dict[TopicPartition, Any], leadership: Standalone
     return out
 
 
-def _append_all(items: list[tuple[Partition, bytes]], leadership: Standalone) -> list[AppendResult]:
+def _append_all(items: list[tuple[Partition, bytes | memoryview]], leadership: Standalone
+                ) -> list[AppendResult]:
     """Append each partition's batches, in order; one partition's failure is its own."""
     out = []
     for p, records in items:
@@ -347,7 +357,9 @@ def _read_all(items: list[ReadSpec], budget: int) -> list[ReadResult]:
             if offset >= upto or (limit <= 0 and total > 0):
                 out.append(ReadResult(NONE, b"", hw, lg.log_start_offset, log_end_offset=leo))
                 continue
-            data = lg.read(offset, max(limit, 1), max_offset=upto)
+            # The bytes go into pipes here, on the worker, and from there to the socket
+            # on the event loop without a copy (daemon.storage.spliced).
+            data = lg.read(offset, max(limit, 1), max_offset=upto, via=splice_range)
             total += len(data)
             out.append(ReadResult(NONE, data, hw, lg.log_start_offset, log_end_offset=leo))
         except Exception as err:  # noqa: BLE001 - per-partition isolation

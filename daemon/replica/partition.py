@@ -14,6 +14,7 @@ from logstore import Log, TopicPartition
 
 from ..api.errors import NONE
 from ..storage.dirstate import DirState
+from ..storage.spliced import SplicedRecords
 from ..storage.workers import ManagedDir
 from .producer import ProducerState
 
@@ -61,10 +62,16 @@ class AppendResult:
 @dataclass
 class ReadResult:
     error: int = NONE
-    records: bytes = b""
+    # b"", or the range read, spliced into pipes on the dir worker (daemon.storage.spliced)
+    records: bytes | SplicedRecords = b""
     high_watermark: int = -1
     log_start_offset: int = -1
     message: str | None = None
     log_end_offset: int = -1  # the log's end when it was read (a follower's fetch is held to it)
     # (epoch, end offset) where a fetcher's log left this one (Fetch v12), else None.
     diverging_epoch: tuple[int, int] | None = None
+
+    def release(self) -> None:
+        """Close the records' pipes: they will not be sent."""
+        if isinstance(self.records, SplicedRecords):
+            self.records.close()

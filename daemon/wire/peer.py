@@ -3,7 +3,8 @@
 `Peer` frames requests with `daemon.api.protocol.encode_request`, sends one at a time
 (Kafka's inter-broker clients keep one request in flight per connection, which keeps
 answers in order), checks that each answer carries the correlation id it waits for, and
-decodes it with the request's response class at the request's version.
+decodes it with the request's response class at the request's version (a Fetch
+response with `daemon.api.record_messages.decode_fetch`, its records left in the frame).
 
 Errors: a connection that cannot be made or breaks raises `PeerError` (an OSError
 subclass: the caller backs off and tries again, as Kafka's fetchers do after
@@ -19,10 +20,11 @@ import itertools
 import struct
 from typing import Any
 
-from daemon.api import protocol
+from daemon.api import protocol, record_messages
 
 _SIZE = struct.Struct(">i")
 _CORRELATION = struct.Struct(">i")
+FETCH = 1
 
 
 class PeerError(OSError):
@@ -83,6 +85,9 @@ class Peer:
         (got,) = _CORRELATION.unpack_from(frame)
         if got != correlation_id:
             raise PeerError(f"{self}: answer for correlation id {got}, expected {correlation_id}")
+        if body.API_KEY == FETCH:
+            # A follower's fetch: its records stay slices of the frame, not copies.
+            return record_messages.decode_fetch(frame, version)
         response_cls = _response_class(body)
         return protocol.decode_response(response_cls, frame, version)
 

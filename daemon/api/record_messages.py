@@ -1,0 +1,320 @@
+"""The two messages that carry record bytes, coded by hand so the records are never copied.
+
+Every other message goes through kafka-python's classes (daemon.api.protocol). These two
+carry the bulk of the bytes, and kafka-python copies records at each step (a slice when
+decoding, a join and a bytearray when encoding), so:
+
+- `decode_produce` reads a Produce request (v3-v8) with each partition's records as a
+  memoryview slice of the request frame, handed as it is to the log's append.
+- `encode_fetch` writes a Fetch response (v4-v12) as a list of parts: bytes for the
+  header and each partition's framing, and each partition's records as they came from
+  the read (bytes, or `SplicedRecords` that daemon.api.connections splices from pipes to
+  the socket). It is the one Fetch response encoder, for consumers and followers alike.
+- `decode_fetch` reads a Fetch response (a follower's fetcher) with each partition's
+  records as a memoryview slice of the response frame.
+
+The layouts are Kafka's FetchResponse.json and ProduceRequest.json at the versions
+`protocol.SUPPORTED` serves (Fetch v12 is flexible: compact strings and arrays, tagged
+fields; topic ids, v13+, are not served); tests/test_protocol.py checks them byte for
+byte against kafka-python's encoder and decoder.
+
+Errors: the decoders raise ValueError (or struct.error, IndexError) on bytes that do not
+decode; daemon.api.protocol turns that into ProtocolError, which closes only the
+connection it came on.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from ..storage.spliced import SplicedRecords
+
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_PARTITION_V4 = struct.Struct(">ihqq")  # index, error, high watermark, last stable offset
+_I64 = struct.Struct(">q")
+_EPOCH_END = struct.Struct(">iq")
+
+Records = bytes | memoryview | SplicedRecords
+
+
+# ---- Produce requests ----
+
+
+class ProducePartition(NamedTuple):
+    index: int
+    records: memoryview | None
+
+
+class ProduceTopic(NamedTuple):
+    name: str
+    partition_data: list[ProducePartition]
+
+
+@dataclass
+class ProduceBody:
+    """What a Produce request says (the names are kafka-python's, which handlers read)."""
+
+    transactional_id: str | None
+    acks: int
+    timeout_ms: int
+    topic_data: list[ProduceTopic]
+
+
+class _Reader:
+    __slots__ = ("buf", "pos")
+
+    def __init__(self, buf: memoryview, pos: int = 0):
+        self.buf = buf
+        self.pos = pos
+
+    def int16(self) -> int:
+        (v,) = _I16.unpack_from(self.buf, self.pos)
+        self.pos += 2
+        return v
+
+    def int32(self) -> int:
+        (v,) = _I32.unpack_from(self.buf, self.pos)
+        self.pos += 4
+        return v
+
+    def int64(self) -> int:
+        (v,) = _I64.unpack_from(self.buf, self.pos)
+        self.pos += 8
+        return v
+
+    def uvarint(self) -> int:
+        value = shift = 0
+        while True:
+            b = self.buf[self.pos]
+            self.pos += 1
+            value |= (b & 0x7F) << shift
+            if not b & 0x80:
+                return value
+            shift += 7
+            if shift > 28:
+                raise ValueError("varint longer than 5 bytes")
+
+    def take(self, n: int) -> memoryview:
+        if n < 0 or self.pos + n > len(self.buf):
+            raise ValueError(f"{n} bytes at {self.pos} run past the {len(self.buf)}-byte frame")
+        v = self.buf[self.pos:self.pos + n]
+        self.pos += n
+        return v
+
+    def string(self, compact: bool = False) -> str | None:
+        n = self.uvarint() - 1 if compact else self.int16()
+        if n < 0:
+            return None
+        return str(self.take(n), "utf-8")
+
+    def nbytes(self, compact: bool = False) -> memoryview | None:
+        n = self.uvarint() - 1 if compact else self.int32()
+        return None if n < 0 else self.take(n)
+
+    def array_len(self, compact: bool = False) -> int:
+        n = self.uvarint() - 1 if compact else self.int32()
+        if n > len(self.buf) - self.pos:
+            raise ValueError(f"array of {n} entries in a {len(self.buf)}-byte frame")
+        return n
+
+    def skip_tags(self) -> dict[int, memoryview]:
+        tags = {}
+        for _ in range(self.uvarint()):
+            tag = self.uvarint()
+            tags[tag] = self.take(self.uvarint())
+        return tags
+
+
+def decode_produce(frame: bytes, body_at: int) -> ProduceBody:
+    """A Produce request v3-v8 whose body starts at `body_at` (past the header)."""
+    r = _Reader(memoryview(frame), body_at)
+    transactional_id = r.string()
+    acks = r.int16()
+    timeout_ms = r.int32()
+    topics = []
+    for _ in range(max(r.array_len(), 0)):
+        name = r.string()
+        if name is None:
+            raise ValueError("a null topic name")
+        parts = [ProducePartition(r.int32(), r.nbytes()) for _ in range(max(r.array_len(), 0))]
+        topics.append(ProduceTopic(name, parts))
+    return ProduceBody(transactional_id, acks, timeout_ms, topics)
+
+
+# ---- Fetch responses ----
+
+
+@dataclass
+class FetchPartition:
+    """One partition of a Fetch response (the names are Kafka's schema's)."""
+
+    partition_index: int
+    error_code: int = 0
+    high_watermark: int = -1
+    last_stable_offset: int = -1
+    log_start_offset: int = -1
+    records: Records = b""
+    diverging_epoch: tuple[int, int] | None = None  # (epoch, end offset), v12
+
+    def release(self) -> None:
+        """Close spliced records that will not be sent."""
+        if isinstance(self.records, SplicedRecords):
+            self.records.close()
+
+
+@dataclass
+class FetchAnswer:
+    """A whole Fetch response; `encode_fetch` writes it, `release` drops its pipes."""
+
+    error_code: int = 0
+    session_id: int = 0
+    throttle_time_ms: int = 0
+    topics: list[tuple[str, list[FetchPartition]]] = field(default_factory=list)
+
+    def release(self) -> None:
+        for _, parts in self.topics:
+            for p in parts:
+                p.release()
+
+
+def _uvarint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def encode_fetch(answer: FetchAnswer, version: int, correlation_id: int) -> list[Any]:
+    """The framed response (size prefix, header, body) as parts to send in order: bytes
+    and bytearrays, and the records objects themselves (never copied here)."""
+    flexible = version >= 12
+    parts: list[Any] = []
+    buf = bytearray(4)  # the size prefix, filled in at the end
+    buf += _I32.pack(correlation_id)
+    if flexible:
+        buf.append(0)  # response header v1: no tagged fields
+    buf += _I32.pack(answer.throttle_time_ms)
+    if version >= 7:
+        buf += _I16.pack(answer.error_code)
+        buf += _I32.pack(answer.session_id)
+    if flexible:
+        buf += _uvarint(len(answer.topics) + 1)
+    else:
+        buf += _I32.pack(len(answer.topics))
+    total = 0
+    for topic, partitions in answer.topics:
+        name = topic.encode()
+        if flexible:
+            buf += _uvarint(len(name) + 1)
+            buf += name
+            buf += _uvarint(len(partitions) + 1)
+        else:
+            buf += _I16.pack(len(name))
+            buf += name
+            buf += _I32.pack(len(partitions))
+        for p in partitions:
+            buf += _PARTITION_V4.pack(p.partition_index, p.error_code, p.high_watermark,
+                                      p.last_stable_offset)
+            if version >= 5:
+                buf += _I64.pack(p.log_start_offset)
+            # aborted_transactions: always null (transactions are not served)
+            buf += b"\x00" if flexible else b"\xff\xff\xff\xff"
+            if version >= 11:
+                buf += b"\xff\xff\xff\xff"  # preferred_read_replica -1
+            records = p.records
+            size = len(records)
+            buf += _uvarint(size + 1) if flexible else _I32.pack(size)
+            if size:
+                if isinstance(records, SplicedRecords) or size > 4096:
+                    parts.append(buf)
+                    total += len(buf)
+                    parts.append(records)
+                    total += size
+                    buf = bytearray()
+                else:
+                    buf += records
+            if flexible:
+                if p.diverging_epoch is not None:
+                    # one tagged field, tag 0: EpochEndOffset {epoch, end offset, no tags}
+                    buf += b"\x01\x00\x0d"
+                    buf += _EPOCH_END.pack(*p.diverging_epoch)
+                    buf += b"\x00"
+                else:
+                    buf.append(0)
+        if flexible:
+            buf.append(0)  # topic tagged fields
+    if flexible:
+        buf.append(0)  # response tagged fields
+    parts.append(buf)
+    total += len(buf)
+    struct.pack_into(">i", parts[0], 0, total - 4)
+    return parts
+
+
+class _DecodedPartition(NamedTuple):
+    partition_index: int
+    error_code: int
+    high_watermark: int
+    last_stable_offset: int
+    log_start_offset: int
+    records: memoryview | None
+    diverging_epoch: tuple[int, int] | None
+
+
+class _DecodedTopic(NamedTuple):
+    topic: str
+    partitions: list[_DecodedPartition]
+
+
+class DecodedFetch(NamedTuple):
+    error_code: int
+    session_id: int
+    responses: list[_DecodedTopic]
+
+
+def decode_fetch(frame: bytes, version: int) -> DecodedFetch:
+    """A Fetch response frame (without its size prefix, with its header) at `version`
+    (4-12); records are memoryview slices of `frame`."""
+    flexible = version >= 12
+    r = _Reader(memoryview(frame))
+    r.int32()  # correlation id: the caller checked it
+    if flexible:
+        r.skip_tags()
+    r.int32()  # throttle time
+    error_code = session_id = 0
+    if version >= 7:
+        error_code = r.int16()
+        session_id = r.int32()
+    topics = []
+    for _ in range(max(r.array_len(flexible), 0)):
+        name = r.string(flexible) or ""
+        partitions = []
+        for _ in range(max(r.array_len(flexible), 0)):
+            index, code, hw, lso = _PARTITION_V4.unpack_from(r.buf, r.pos)
+            r.pos += _PARTITION_V4.size
+            log_start = r.int64() if version >= 5 else -1
+            for _ in range(max(r.array_len(flexible), 0)):  # aborted transactions
+                r.take(16)
+                if flexible:
+                    r.skip_tags()
+            if version >= 11:
+                r.int32()  # preferred read replica
+            records = r.nbytes(flexible)
+            diverging = None
+            if flexible:
+                tags = r.skip_tags()
+                if 0 in tags:
+                    epoch, end = _EPOCH_END.unpack_from(tags[0])
+                    if epoch >= 0:
+                        diverging = (epoch, end)
+            partitions.append(_DecodedPartition(index, code, hw, lso, log_start, records,
+                                                diverging))
+        if flexible:
+            r.skip_tags()
+        topics.append(_DecodedTopic(name, partitions))
+    return DecodedFetch(error_code, session_id, topics)
