@@ -7,13 +7,20 @@ fingerprints are emitted and compared) of one 256 MiB segment made of 64 KiB bat
 (64 records each), with a `.index` entry per batch and a `.timeindex`; generated once
 per session into a temporary dir and deleted afterwards.
 
-Two pairs are reported:
+Three pairs are reported:
 - "scan": listing, task planning and the distributed scan (every byte through
   logstore.verify and the native CRC, rows cached in Spark): the part whose cost grows
   with the data;
 - "end to end": the whole `logkeeper audit` run minus starting the JVM: the scan plus
   the DataFrame steps and the reports, whose fixed cost (a few seconds of Spark jobs
-  on a 2-core machine) does not grow with the data.
+  on a 2-core machine) does not grow with the data;
+- "50 partitions, preallocated indexes": a Kafka 3.x broker's log dir as a running (or
+  crashed) broker leaves it: 50 partitions, each with two rolled segments and an active
+  one whose `.index` and `.timeindex` are still preallocated to 10 MiB (sparse, zero
+  past the written entries); the whole `logkeeper audit` against one process running
+  logstore.verify over every segment. Issue 13's target is the audit's wall time
+  (under a minute on local[2]); the ratio says what Spark's fixed cost is against the
+  same checks in one process. The number of Spark jobs of one audit is noted.
 """
 
 from __future__ import annotations
@@ -94,6 +101,7 @@ def spark() -> Iterator[object]:
                # As `logkeeper audit` configures its own local session (spark_audit.main).
                .config("spark.sql.shuffle.partitions", "4")
                .config("spark.sql.adaptive.enabled", "false")
+               .config("spark.sql.autoBroadcastJoinThreshold", "-1")  # as spark_audit.main
                .config("spark.executorEnv.PYTHONPATH", str(REPO))
                .config("spark.pyspark.python", sys.executable)
                .getOrCreate())
@@ -155,3 +163,46 @@ def test_audit_end_to_end_2gib_local2_vs_crc32c_pass(ratio, spark, fleet, tmp_pa
           unit_bytes=total, rounds=5, ours_label="logkeeper audit",
           baseline_label="1 process: read + crc32c pkg")
 
+
+
+KAFKA_PARTITIONS = 50
+
+
+@pytest.fixture(scope="module")
+def kafka_dir() -> Iterator[tuple[Path, list[Path]]]:
+    sys.path.insert(0, str(REPO))  # tests.kafka_dirs writes dirs as Kafka brokers leave them
+    from tests.kafka_dirs import kafka_log_dir, live_partition
+
+    root = Path(tempfile.mkdtemp(prefix="lk-bench-audit-kafka-"))
+    try:
+        log_dir = kafka_log_dir(root / "kafka-logs", empty_checkpoints=False)
+        segments = []
+        for p in range(KAFKA_PARTITIONS):
+            segments += live_partition(log_dir, "events", p, 60, roll_every=20)
+        yield log_dir, segments
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_audit_50_partitions_preallocated_indexes_local2(ratio, note, spark, kafka_dir,
+                                                         tmp_path) -> None:
+    from logstore import verify
+    from spark_audit import main
+
+    log_dir, segments = kafka_dir
+    assert os.path.getsize(segments[-1].with_suffix(names.INDEX_SUFFIX)) == 10 * 1024 * 1024 // 8 * 8
+    args = main.parse_args(["--quiet", "--out", str(tmp_path / "out"), f"b0={log_dir}"])
+    resolved = main.resolve_roots(args)
+    jobs = spark.sparkContext.statusTracker()
+    before = set(jobs.getJobIdsForGroup(None))
+    assert main.run(spark, args, resolved) == 0
+    note(f"audit of {KAFKA_PARTITIONS} partitions with preallocated indexes: "
+         f"{len(set(jobs.getJobIdsForGroup(None)) - before)} Spark jobs")
+
+    def verify_all() -> None:
+        for path in segments:
+            assert verify.verify_segment(path).ok
+
+    ratio(f"audit {KAFKA_PARTITIONS} partitions, preallocated 10 MiB indexes, local[2]",
+          lambda: main.run(spark, args, resolved), verify_all, rounds=3,
+          ours_label="logkeeper audit", baseline_label="1 process: logstore.verify each")

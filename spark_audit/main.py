@@ -78,13 +78,16 @@ def build_session(master: str | None):
         builder = builder.master(master)
     elif SparkSession.getActiveSession() is None and not SparkConf().contains("spark.master"):
         # One machine: a few shuffle partitions per core, not the cluster default of 200,
-        # and static plans (adaptive re-planning adds jobs and saves nothing on one host).
+        # static plans (adaptive re-planning adds jobs and saves nothing on one host),
+        # and no broadcast joins: each broadcast is a Spark job of its own (the findings
+        # pass was 11 jobs with them, 1 without), where a shuffle is only a stage.
         # Workers run this interpreter (a venv's, say), not whatever `python3` is first
         # on PATH.
         builder = (builder.master("local[*]").config("spark.ui.enabled", "false")
                    .config("spark.pyspark.python", sys.executable)
                    .config("spark.ui.showConsoleProgress", "false")
                    .config("spark.sql.adaptive.enabled", "false")
+                   .config("spark.sql.autoBroadcastJoinThreshold", "-1")
                    .config("spark.sql.shuffle.partitions", str(2 * (os.cpu_count() or 1))))
         spark = builder.getOrCreate()
         spark.sparkContext.setLogLevel("WARN")
@@ -120,13 +123,20 @@ def run(spark, args: argparse.Namespace, roots: list) -> int:
             print(f"logkeeper audit: raw tables of {len(roots)} log dirs written to "
                   f"{args.out}/raw")
             return EXIT_OK
-        # Tables read by several steps are materialised once (lineage cut, so later
-        # plans stay small). Lost with their executor: the audit then fails (exit 2).
+        # The findings pass runs once: its one action writes the findings (or, without
+        # --out, cuts their lineage), and everything after reads that table. Lost with
+        # their executor: the audit then fails (exit 2).
+        if args.out:
+            def materialise(df):
+                return report.write_findings(df, args.out)
+        else:
+            def materialise(df):
+                return df.localCheckpoint()
         result = transforms.audit(**raw.tables(), compacted_names=args.compacted,
-                                  reuse=lambda df: df.localCheckpoint())
+                                  reuse=materialise)
         if args.out:
             summary = report.write_outputs(result, args.out, roots=len(roots) or None,
-                                           started=started)
+                                           started=started, findings_written=True)
         else:
             summary = report.summarize(result, roots=len(roots) or None)
         if not args.quiet:

@@ -10,6 +10,7 @@ propagate (the audit then exits 2).
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import json
 import os
@@ -18,9 +19,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import functions as F
+from pyspark.sql import DataFrame
 
-from .schema import ERROR, WARNING
+from . import transforms
+from .schema import ERROR, FINDING_COLUMNS, FINDINGS, HEALTH, TOTALS, WARNING
 from .transforms import AuditResult
 
 MAX_LISTED = 2000
@@ -28,35 +30,37 @@ MAX_LISTED = 2000
 
 def summarize(result: AuditResult, *, roots: int | None = None,
               max_listed: int = MAX_LISTED) -> dict[str, Any]:
-    """Counts of everything, the health grid and the first findings (errors first)."""
-    counts = result.findings.groupBy("host", "severity", "kind").count().collect()
-    totals = result.segments.agg(
-        F.count("*").alias("segments"), F.coalesce(F.sum("file_size"), F.lit(0)).alias("bytes"),
-        F.coalesce(F.sum("batch_count"), F.lit(0)).alias("batches"),
-        F.coalesce(F.sum("record_count"), F.lit(0)).alias("records"),
-        F.countDistinct("host").alias("hosts"),
-        F.countDistinct("host", "dir").alias("dirs_with_segments"),
-        F.countDistinct("host", "dir", "topic", "partition").alias("logs"),
-    ).first().asDict()
-    health = [r.asDict() for r in result.health.orderBy("host", "dir").collect()]
+    """Counts of everything, the health grid and the first findings (errors first),
+    collected by one Spark action (transforms.summary_rows)."""
+    sections: dict[str, list[tuple[int, dict[str, Any]]]] = {}
+    for r in transforms.summary_rows(result, max_listed=max_listed).collect():
+        sections.setdefault(r["section"], []).append((r["n"], json.loads(r["json"])))
+
+    def rows(section: str, columns: list[str]) -> list[dict[str, Any]]:
+        # to_json leaves null fields out: put them back, in the table's column order.
+        return [{c: d.get(c) for c in columns}
+                for _n, d in sorted(sections.get(section, []), key=lambda nd: nd[0])]
+
+    (totals,) = rows("totals", TOTALS) or [dict.fromkeys(TOTALS, 0)]
+    health = sorted(rows("health", HEALTH.fieldNames()), key=lambda h: (h["host"], h["dir"]))
     severity = Counter()
     kinds: dict[str, dict[str, int]] = {ERROR: {}, WARNING: {}}
     hosts: dict[str, dict[str, int]] = {}
-    for r in counts:
+    for r in rows("counts", ["host", "severity", "kind", "count"]):
         severity[r["severity"]] += r["count"]
         by_kind = kinds.setdefault(r["severity"], {})
         by_kind[r["kind"]] = by_kind.get(r["kind"], 0) + r["count"]
         host = hosts.setdefault(r["host"] or "-", {ERROR: 0, WARNING: 0})
         host[r["severity"]] += r["count"]
-    order = ["severity", "host", "dir", "topic", "partition", "file", "offset_start", "kind"]
-    listed = [r.asDict() for r in result.findings.orderBy(*order).limit(max_listed).collect()]
+    listed = rows("listed", FINDING_COLUMNS)
     return {
         "errors": severity[ERROR], "warnings": severity[WARNING],
         "exit_code": 1 if severity[ERROR] else 0,
         "roots": roots if roots is not None else len(health), **totals,
         "findings_by_kind": kinds, "findings_by_host": hosts,
         "health": health, "listed": listed,
-        "compacted_topics": {r["topic"]: r["reason"] for r in result.compacted.collect()},
+        "compacted_topics": {r["topic"]: r["reason"]
+                             for r in rows("compacted", ["topic", "reason"])},
     }
 
 
@@ -154,15 +158,36 @@ tr.warning td:first-child {{ background: {_COLOURS[WARNING]}; }}
 """
 
 
+def write_findings(findings: DataFrame, out: str | os.PathLike[str]) -> DataFrame:
+    """Write the findings under out/findings.parquet and return that table read back.
+
+    This is the one action that runs the findings pass (as transforms.audit's `reuse`):
+    the summaries and the report then read the written table, not the plan again.
+    """
+    path = str(Path(out, "findings.parquet"))
+    findings.coalesce(1).write.mode("overwrite").parquet(path)
+    return findings.sparkSession.read.schema(FINDINGS).parquet(path)
+
+
 def write_outputs(result: AuditResult, out: str | os.PathLike[str], *,
-                  roots: int | None = None, started: float | None = None) -> dict[str, Any]:
-    """Write every output under `out`; return the summary (as in summary.json)."""
+                  roots: int | None = None, started: float | None = None,
+                  findings_written: bool = False) -> dict[str, Any]:
+    """Write every output under `out`; return the summary (as in summary.json).
+
+    Spark actions: the findings (unless `findings_written`: result.findings is then
+    already out/findings.parquet, see write_findings), the per-segment table, the
+    summary (one collect) and the health table (the summary's rows).
+    """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    result.findings.coalesce(1).write.mode("overwrite").parquet(str(out / "findings.parquet"))
+    if not findings_written:
+        result = dataclasses.replace(result, findings=write_findings(result.findings, out))
     result.segments.write.mode("overwrite").parquet(str(out / "segments.parquet"))
-    result.health.coalesce(1).write.mode("overwrite").parquet(str(out / "health.parquet"))
     summary = summarize(result, roots=roots)
+    spark = result.findings.sparkSession
+    (spark.createDataFrame([tuple(h[c] for c in HEALTH.fieldNames()) for h in summary["health"]],
+                           HEALTH)
+     .coalesce(1).write.mode("overwrite").parquet(str(out / "health.parquet")))
     if started is not None:
         summary["seconds"] = round(time.time() - started, 3)
     (out / "report.txt").write_text(render_text(summary), encoding="utf-8")

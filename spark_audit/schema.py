@@ -88,6 +88,12 @@ FINDINGS = _struct(("host", _S), ("dir", _S), ("topic", _S), ("partition", _I), 
                    ("severity", _S), ("detail", _S))
 FINDING_COLUMNS = FINDINGS.fieldNames()
 
+# One row per (host, log dir): the report's health grid (health.parquet).
+HEALTH = _struct(("host", _S), ("dir", _S), ("segments", _L), ("bytes", _L), ("errors", _L),
+                 ("warnings", _L), ("status", _S))
+# The summary's totals over the scanned segments (summary.json).
+TOTALS = ["segments", "bytes", "batches", "records", "hosts", "dirs_with_segments", "logs"]
+
 ERROR = "error"
 WARNING = "warning"
 

@@ -363,13 +363,27 @@ def assign_severity(findings: DataFrame, logs: DataFrame) -> DataFrame:
 # ---- the whole audit ----------------------------------------------------------------
 
 
-@dataclass
+@dataclass(frozen=True)
 class AuditResult:
+    """The findings and what the summaries are derived from; `segments` and `health`
+    are plans over `findings`, so a result whose findings were replaced by the written
+    table (dataclasses.replace) derives them from that table."""
+
     findings: DataFrame  # schema.FINDINGS
-    segments: DataFrame  # per-segment summaries
     logs: DataFrame  # per-log context (log_summary)
-    health: DataFrame  # per (host, dir) counts and status
     compacted: DataFrame  # (topic, reason)
+    scanned: DataFrame  # schema.SEGMENTS, as scanned
+    dirs: DataFrame  # schema.DIRS
+
+    @property
+    def segments(self) -> DataFrame:
+        """Per-segment summaries (segment_summaries)."""
+        return segment_summaries(self.scanned, self.logs, self.findings)
+
+    @property
+    def health(self) -> DataFrame:
+        """Per (host, dir) counts and status (dir_health, schema.HEALTH)."""
+        return dir_health(self.dirs, self.scanned, self.findings)
 
 
 def segment_summaries(segments: DataFrame, logs: DataFrame, findings: DataFrame) -> DataFrame:
@@ -413,20 +427,62 @@ def audit(dirs: DataFrame, partitions: DataFrame, checkpoints: DataFrame, segmen
           reuse: Callable[[DataFrame], DataFrame] = _same) -> AuditResult:
     """Every finding of the audit, with severities, and the summaries.
 
-    `reuse` is applied to the tables that several later steps read (per-log context,
-    replicas, the findings): the caller may materialise them, e.g. with
-    `DataFrame.localCheckpoint`, so Spark plans and runs each once instead of once per
-    reader; the default leaves the plan as it is.
+    All findings come out of one plan (the findings pass: per-log context, gaps,
+    checkpoints, replica comparison, severity), computed by one Spark action when the
+    caller materialises it. `reuse` is applied to the findings, which the per-segment
+    and per-dir summaries and the report read again: the caller writes them once and
+    reads the table back (report.write_findings) or cuts the lineage
+    (`DataFrame.localCheckpoint`), so the findings pass runs once; the default leaves
+    the plan as it is. The tables the findings pass reads several times (per-log
+    context, replicas) are not materialised on their own: they come from the cached
+    scan, and one more Spark job each costs more than reading them again in the one job.
     """
     compacted = compacted_topics(segments, checkpoints, compacted_names)
-    logs = reuse(log_summary(segments, checkpoints, dirs, compacted))
-    reps = reuse(replicas(logs))
+    logs = log_summary(segments, checkpoints, dirs, compacted)
+    reps = replicas(logs)
     raw = (verify_findings(problems)
            .unionByName(segment_gap_findings(segments))
            .unionByName(checkpoint_findings(checkpoints, partitions, logs))
            .unionByName(replica_divergence(batches, reps))
            .unionByName(replica_missing(reps)))
-    findings = reuse(assign_severity(raw, logs))
-    return AuditResult(findings=findings, segments=segment_summaries(segments, logs, findings),
-                       logs=logs, health=dir_health(dirs, segments, findings),
-                       compacted=compacted)
+    return AuditResult(findings=reuse(assign_severity(raw, logs)), logs=logs,
+                       compacted=compacted, scanned=segments, dirs=dirs)
+
+
+# ---- the report's numbers, in one Spark action ---------------------------------------
+
+LISTED_ORDER = ["severity", "host", "dir", "topic", "partition", "file", "offset_start", "kind"]
+
+
+def summary_rows(result: AuditResult, *, max_listed: int) -> DataFrame:
+    """Everything the report needs besides the Parquet tables, as (section, n, json)
+    rows, so that one action collects it all (a Spark job per number costs ~0.1-1 s):
+
+    - "counts": findings per (host, severity, kind);
+    - "totals": one row of segment, byte, batch, record, host, dir and log counts;
+    - "health": dir_health's rows;
+    - "listed": the first max_listed findings in LISTED_ORDER (n: their rank);
+    - "compacted": compacted_topics' rows.
+    Every payload is `to_json` of a struct; null fields are left out of it.
+    """
+    def rows(section: str, df: DataFrame, n: Column | None = None) -> DataFrame:
+        return df.select(F.lit(section).alias("section"),
+                         (n if n is not None else F.lit(0)).cast("int").alias("n"),
+                         F.to_json(F.struct(*df.columns)).alias("json"))
+
+    f = result.findings
+    counts = f.groupBy("host", "severity", "kind").count()
+    totals = result.scanned.agg(
+        F.count("*").alias("segments"), F.coalesce(F.sum("file_size"), F.lit(0)).alias("bytes"),
+        F.coalesce(F.sum("batch_count"), F.lit(0)).alias("batches"),
+        F.coalesce(F.sum("record_count"), F.lit(0)).alias("records"),
+        F.countDistinct("host").alias("hosts"),
+        F.countDistinct("host", "dir").alias("dirs_with_segments"),
+        F.countDistinct("host", "dir", "topic", "partition").alias("logs"))
+    listed = f.orderBy(*LISTED_ORDER).limit(max_listed)
+    rank = F.row_number().over(Window.orderBy(*LISTED_ORDER))
+    return (rows("counts", counts)
+            .unionByName(rows("totals", totals))
+            .unionByName(rows("health", result.health))
+            .unionByName(rows("listed", listed, rank))
+            .unionByName(rows("compacted", result.compacted)))

@@ -32,6 +32,7 @@ def spark_session() -> Iterator[object]:
         .config("spark.sql.shuffle.partitions", "1")
         # Tiny tables: adaptive re-planning per stage costs more than it saves here.
         .config("spark.sql.adaptive.enabled", "false")
+        .config("spark.sql.autoBroadcastJoinThreshold", "-1")  # as spark_audit.main
         .config("spark.driver.memory", "1g")
         .config("spark.pyspark.python", sys.executable)  # the tests' interpreter (a venv)
         # Python workers must import this tree's spark_audit/logstore/native, as the

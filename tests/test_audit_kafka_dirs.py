@@ -5,14 +5,19 @@ clusters; real faults among them are still found."""
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.audit_helpers import spark_session  # noqa: F401  (the `spark` fixture)
+from tests.audit_helpers import (  # noqa: F401  (spark_session is the `spark` fixture)
+    index_entries,
+    set_index_entry,
+    spark_session,
+)
 
-from .kafka_dirs import kafka_log_dir, live_partition, older_broker_time_index
+from .kafka_dirs import OFFSET_INDEX_BYTES, kafka_log_dir, live_partition, older_broker_time_index
 
 pytest.importorskip("pyspark")
 from spark_audit import main as audit_main  # noqa: E402
@@ -105,3 +110,45 @@ def test_replicas_are_compared_within_a_cluster_only(spark, tmp_path: Path):
     code, findings, _ = audit(spark, tmp_path / "out2", f"a={a}", f"d={d}", f"e={e}")
     assert code == 1
     assert brief(findings) == [("d,e", "t", "replica-divergence", "error", 15, 17)]
+
+
+def test_partitions_with_preallocated_indexes_in_few_spark_jobs(spark, tmp_path: Path):
+    """A broker's dir of 8 partitions, each active segment with 10 MiB preallocated
+    indexes (sparse as Kafka leaves them; one copied without holes, dense zeros). The
+    zero tails are not entries (no finding), while real faults at the end of the written
+    entries and inside the tails are still found, and the whole audit is one scan job,
+    one findings job and three small output jobs (it was 19 jobs)."""
+    root = kafka_log_dir(tmp_path / "kafka-logs", empty_checkpoints=False)
+    segs = {p: live_partition(root, "wide", p, 20, roll_every=8) for p in range(8)}
+    active = {p: s[-1] for p, s in segs.items()}  # batches 16-19: 3 index entries
+    base = int(active[1].stem)
+    dense = active[3].with_suffix(".index")
+    dense.write_bytes(dense.read_bytes())  # rewritten whole: zeros, no holes
+    assert os.stat(dense).st_blocks * 512 >= OFFSET_INDEX_BYTES
+    code, findings, summary = audit(spark, tmp_path / "clean", f"b0={root}")
+    assert (findings, code, summary["segments"]) == ([], 0, 24)
+
+    entries = index_entries(active[1].with_suffix(".index"))[:4]
+    assert entries[3] == (0, 0) and len({pos for _rel, pos in entries[:3]}) == 3
+    # The last written entry names the batch before it: a bad entry next to the tail.
+    set_index_entry(active[1].with_suffix(".index"), 2, entries[2][0], entries[1][1])
+    # Entries after the zero entry that ends the index, in a sparse and a dense tail.
+    set_index_entry(active[2].with_suffix(".index"), 5000, 3, entries[1][1])
+    set_index_entry(dense, 100_000, 3, entries[1][1])
+    jobs = spark.sparkContext.statusTracker()
+    before = set(jobs.getJobIdsForGroup(None))
+    assert audit_main.main(["--quiet", "--out", str(tmp_path / "faults"), f"b0={root}"]) == 1
+    ran = set(jobs.getJobIdsForGroup(None)) - before
+    findings = [r.asDict() for r in
+                spark.read.parquet(str(tmp_path / "faults" / "findings.parquet")).collect()]
+    got = sorted((f["partition"], f["file"], f["kind"], f["severity"], f["position"],
+                  f["offset_start"]) for f in findings)
+    index = active[1].with_suffix(".index").name
+    assert got == [
+        (1, index, "index-mismatch", "error", entries[1][1], base + entries[2][0]),
+        (2, index, "index-past-end", "error", entries[1][1], base + 3),
+        (3, index, "index-past-end", "error", entries[1][1], base + 3),
+    ]
+    # The scan, the findings (written once), segments.parquet, the summary's one
+    # collect, health.parquet.
+    assert len(ran) == 5, sorted(ran)
