@@ -78,16 +78,30 @@ def hung_dir() -> Iterator[Sick]:
 KINDS = {"EIO": eio_dir, "ENOSPC": full_dir, "HANG": hung_dir}
 
 
-def one_run(root: Path, sick_dir: Any) -> tuple[float, float]:
+def p99(xs: list[Any]) -> Any:
+    s = sorted(xs)
+    return s[min(len(s) - 1, round(0.99 * (len(s) - 1)))]
+
+
+@contextmanager
+def leading_from_a_sick_dir(root: Path, sick_dir: Any) -> Iterator[tuple[Cluster, Path,
+                                                                         Callable[[], None]]]:
+    """Three brokers; broker 1 has a sick dir (not failed yet) and a good one, and leads
+    t-0 (RF 3) from the sick one. Yields (cluster, good dir, the fault)."""
     with sick_dir() as (sick, fault, extra, undo), contextlib.ExitStack() as stack:
         good = root / "good"
         cl = stack.enter_context(Cluster(root, dirs=1, log_dirs={1: [sick, good]},
                                          extra={**FAST, **extra}))
-        stack.callback(undo)
+        stack.callback(undo)  # runs before the brokers stop
         b1 = cl.brokers[1]
         assert b1.admin("log-dirs/cordon", good)[0] == 200
         create(cl, "t", 1, assignment=[[1, 2, 3]])
         assert b1.admin("log-dirs/uncordon", good)[0] == 200
+        yield cl, good, fault
+
+
+def one_run(root: Path, sick_dir: Any) -> tuple[float, float]:
+    with leading_from_a_sick_dir(root, sick_dir) as (cl, _, fault):
         # librdkafka backs its retries off exponentially up to retry.backoff.max.ms
         # (1 s by default): held at 100 ms, the figure is the cluster's, not the client's.
         load = Load(",".join(d.bootstrap for d in cl.brokers.values()), "t", 1,
@@ -132,15 +146,9 @@ def lag_run(root: Path, sick_dir: Any) -> tuple[Lag, Lag]:
     """Broker 1 leads t from the sick dir and follows healthy-0/1 (leaders 2 and 3) from
     its good dir; both topics under acks=all load. Its lag on healthy, sampled for
     WINDOW_S before the fault and WINDOW_S once t has a new leader."""
-    with sick_dir() as (sick, fault, extra, undo), contextlib.ExitStack() as stack:
-        good = root / "good"
-        cl = stack.enter_context(Cluster(root, dirs=1, log_dirs={1: [sick, good]},
-                                         extra={**FAST, **extra}))
-        stack.callback(undo)
+    with leading_from_a_sick_dir(root, sick_dir) as (cl, good, fault):
         b1 = cl.brokers[1]
-        assert b1.admin("log-dirs/cordon", good)[0] == 200
-        create(cl, "t", 1, assignment=[[1, 2, 3]])
-        assert b1.admin("log-dirs/uncordon", good)[0] == 200
+        sick = next(d for d in b1.log_dirs if d != good)
         assert b1.admin("log-dirs/cordon", sick)[0] == 200
         create(cl, "healthy", 2, assignment=[[2, 1, 3], [3, 1, 2]])
         assert b1.admin("log-dirs/uncordon", sick)[0] == 200
@@ -189,10 +197,6 @@ def test_sick_disk_to_new_leader(fault: str, note: Any, benchmark: Any) -> None:
         print(f"{fault} run {run + 1}/{RUNS}: new leader {e * 1000:.0f} ms, first ack "
               f"{a * 1000:.0f} ms", flush=True)
 
-    def p99(xs: list[float]) -> float:
-        s = sorted(xs)
-        return s[min(len(s) - 1, round(0.99 * (len(s) - 1)))]
-
     note(f"{fault} on the leader's dir ({RUNS} runs): new leader after median "
          f"{statistics.median(elections) * 1000:.0f} ms (p99 {p99(elections) * 1000:.0f} ms), "
          f"first acks=all ack after it at median {statistics.median(acks) * 1000:.0f} ms "
@@ -218,10 +222,6 @@ def test_healthy_follower_lag_through_a_sick_disk(fault: str, note: Any, benchma
         print(f"{fault} lag run {run + 1}/{runs}: bytes behind median "
               f"{statistics.median(b[0])} -> {statistics.median(a[0])}, max {max(b[0])} -> "
               f"{max(a[0])}", flush=True)
-
-    def p99(xs: list[Any]) -> Any:
-        s = sorted(xs)
-        return s[min(len(s) - 1, round(0.99 * (len(s) - 1)))]
 
     note(f"{fault} on another dir of the follower ({runs} runs, {len(before[0])} + "
          f"{len(after[0])} samples): healthy partitions' follower lag before -> after the "

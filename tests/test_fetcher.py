@@ -69,6 +69,11 @@ class Follower:
         self.fetcher = Fetcher(2, 1, Peer("127.0.0.1", d.port), self.storage,
                                max_wait_ms=100, backoff=0.2)
 
+    def matches(self, d: Daemon, tps: list[TopicPartition] | None = None) -> bool:
+        """Whether the copies of `tps` (all by default) are byte-identical to the leader's."""
+        return all(follower_bytes(self.logs[tp]) == leader_bytes(d, tp.partition)
+                   for tp in (self.logs if tps is None else tps))
+
     def close(self) -> None:
         for lg in self.logs.values():
             lg.close_quietly()
@@ -94,13 +99,9 @@ def test_a_follower_replicates_byte_identical_logs(tmp_path: Path) -> None:
             await f.add_partitions({tp: 0 for tp in follower.logs})
             f.start()
             try:
-                await _until(lambda: all(
-                    follower_bytes(lg) == leader_bytes(d, tp.partition)
-                    for tp, lg in follower.logs.items()), 60)
+                await _until(lambda: follower.matches(d), 60)
                 produce(d, 1000, 3, start=3000)  # keeps up with new data too
-                await _until(lambda: all(
-                    follower_bytes(lg) == leader_bytes(d, tp.partition)
-                    for tp, lg in follower.logs.items()), 60)
+                await _until(lambda: follower.matches(d), 60)
             finally:
                 await f.stop()
 
@@ -136,13 +137,9 @@ def test_one_failing_partition_never_stops_the_fetcher(tmp_path: Path) -> None:
                 await _until(lambda: sick in f.failed, 60)
                 rounds = f.rounds
                 healthy = [tp for tp in follower.logs if tp != sick]
-                await _until(lambda: all(
-                    follower_bytes(follower.logs[tp]) == leader_bytes(d, tp.partition)
-                    for tp in healthy), 60)
+                await _until(lambda: follower.matches(d, healthy), 60)
                 produce(d, 600, 3, start=3300)
-                await _until(lambda: all(
-                    follower_bytes(follower.logs[tp]) == leader_bytes(d, tp.partition)
-                    for tp in healthy), 60)
+                await _until(lambda: follower.matches(d, healthy), 60)
                 assert f.rounds > rounds and sick in f.failed and sick not in f.partitions
                 # Never retried in a loop: its log stays where the disk stopped it.
                 end = follower.logs[sick].log_end_offset
@@ -280,8 +277,7 @@ def test_a_partition_whose_truncation_fails_is_set_aside_and_the_others_keep_rep
             f = follower.fetcher
             await f.add_partitions({tp: 0 for tp in follower.logs})
             f.start()
-            await _until(lambda: all(follower_bytes(x) == leader_bytes(d, tp.partition)
-                                     for tp, x in follower.logs.items()), 60)
+            await _until(lambda: follower.matches(d), 60)
             await f.stop()
             committed = lg.log_end_offset
             for i in range(5):
@@ -295,9 +291,7 @@ def test_a_partition_whose_truncation_fails_is_set_aside_and_the_others_keep_rep
                 await _until(lambda: sick in f2.failed, 30)
                 healthy = [tp for tp in follower.logs if tp != sick]
                 produce(d, 600, 3, start=300)
-                await _until(lambda: all(
-                    follower_bytes(follower.logs[tp]) == leader_bytes(d, tp.partition)
-                    for tp in healthy), 60)
+                await _until(lambda: follower.matches(d, healthy), 60)
                 assert sick in f2.failed and sick not in f2.partitions
                 assert lg.log_end_offset == committed + 5  # never retried in a loop
                 assert [r.message for r in caplog.records].count(
@@ -339,8 +333,7 @@ def test_corrupt_data_from_the_leader_is_retried_not_set_aside(tmp_path: Path) -
             await f.add_partitions({tp: 0 for tp in follower.logs})
             f.start()
             try:
-                await _until(lambda: all(follower_bytes(x) == leader_bytes(d, tp.partition)
-                                         for tp, x in follower.logs.items()), 60)
+                await _until(lambda: follower.matches(d), 60)
             finally:
                 await f.stop()
             end = lg.log_end_offset
