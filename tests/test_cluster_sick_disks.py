@@ -200,7 +200,14 @@ def test_zookeeper_down_while_a_dir_fails_moves_leadership_once_it_is_back(
                     cl.zk.start()
                 after: Want = {("a", 0): ({2, 3}, [2, 3], [1]), ("a", 1): ({2}, [2, 3], [1]),
                                ("b", 0): ({1}, [1, 2, 3], [])}
-                wait_state(cl, after, 60, "leadership off the dead dir once ZooKeeper is back")
+                try:
+                    wait_state(cl, after, 60, "leadership off the dead dir once ZooKeeper is back")
+                except AssertionError as err:  # failed once in a full run: say what happened
+                    said = [f"broker {b}: {line}" for b, d in cl.brokers.items()
+                            for line in d.stderr().splitlines()
+                            if any(w in line for w in ("log dir", "log_dir_event", "controller",
+                                                       "session", "ZooKeeper", "zk"))]
+                    raise AssertionError(f"{err}\n" + "\n".join(said[-60:])) from None
                 wait_progress(everyone)
             finally:
                 unanswered = finish(loads)

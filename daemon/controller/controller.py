@@ -353,8 +353,21 @@ class Controller:
 
     # -- election and failover ----------------------------------------------------------
 
+    def _read_active(self) -> int:
+        """The broker `/controller` names. A node naming this session while we do not
+        serve as controller is what a resignation leaves when ZooKeeper was away and its
+        release failed: it is released now, so an election follows (otherwise the
+        cluster waits for a controller that does nothing)."""
+        current = self.election.active_controller_id(watch=self._controller_watch)
+        if current == self.broker_id and not self.is_active:
+            log.warning("controller %d: /controller still names us after a resignation; "
+                        "releasing it for an election", self.broker_id)
+            self.election.release()
+            current = self.election.active_controller_id(watch=self._controller_watch)
+        return current
+
     def _elect(self) -> None:
-        self.active_id = self.election.active_controller_id(watch=self._controller_watch)
+        self.active_id = self._read_active()
         if self.active_id != -1:
             return
         elected = self.election.try_elect()
@@ -371,7 +384,7 @@ class Controller:
 
     def _maybe_resign(self) -> None:
         was_active = self.is_active
-        self.active_id = self.election.active_controller_id(watch=self._controller_watch)
+        self.active_id = self._read_active()
         if was_active and not self.is_active:
             self._on_resignation()
 
