@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from kafka.protocol.metadata import MetadataRequest
+from kazoo.client import KazooClient
 
 from .daemon_helpers import Daemon, RawClient
 from .zkserver import ZooKeeperServer
@@ -147,3 +148,15 @@ class IsrWatch:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(30)
+
+
+def no_log_dir_event_left(cl: Cluster, timeout: float = 20) -> None:
+    """Wait until the controller has consumed every log_dir_event notification."""
+    zc = KazooClient(hosts=cl.zk.hosts)
+    zc.start(15)
+    try:
+        wait_for(lambda: not zc.get_children("/log_dir_event_notification"), timeout,
+                 "every log_dir_event consumed by the controller")
+    finally:
+        zc.stop()
+        zc.close()

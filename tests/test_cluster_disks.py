@@ -21,7 +21,7 @@ from kazoo.client import KazooClient
 
 from tests import faults
 
-from .cluster_helpers import Cluster, IsrWatch, wait_for
+from .cluster_helpers import Cluster, IsrWatch, no_log_dir_event_left, wait_for
 from .daemon_helpers import RawClient
 from .sick_helpers import KAFKA_STORAGE_ERROR, produce_raw
 from .test_replication import (
@@ -173,14 +173,7 @@ def test_eio_on_a_dir_moves_its_leaders_drops_its_followers_and_loses_nothing(
             assert g_isr.samples > 3 and not g_isr.bad, \
                 f"g-0's ISR left [1, 2, 3] ({g_isr.samples} samples): {g_isr.bad[:5]}"
             assert_every_ack_read_once(cl, topic, 2, loads, unanswered)
-            zc = KazooClient(hosts=cl.zk.hosts)
-            zc.start(15)
-            try:
-                wait_for(lambda: not zc.get_children("/log_dir_event_notification"), 10,
-                         "the log_dir_event consumed by the controller")
-            finally:
-                zc.stop()
-                zc.close()
+            no_log_dir_event_left(cl, 10)
             # Case 1, second half: the other brokers go; broker 1 alone serves h-0.
             for b in (2, 3):
                 cl.brokers[b].stop()
@@ -355,11 +348,10 @@ def test_a_readmitted_dir_rejoins_leads_its_leaderless_partitions_and_ends_a_que
                     wait_for(lambda: not zc.exists("/brokers/topics/gone")
                              and not zc.exists("/admin/delete_topics/gone"), 30,
                              "the queued deletion completing after the readmit")
-                    wait_for(lambda: not zc.get_children("/log_dir_event_notification"), 10,
-                             "the log_dir_events consumed")
                 finally:
                     zc.stop()
                     zc.close()
+                no_log_dir_event_left(cl, 10)
                 wait_for(lambda: not (sick / "gone-0").exists(), 30, "gone-0 off dir A")
 
                 def healed() -> bool:

@@ -25,14 +25,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kazoo.client import KazooClient
 
 from tests import faults
 from tests.daemon_helpers import REPO, write_config
 from tests.fusefs import faulty_fuse
 from tests.test_sick_disks_fuse import PROBE_CANARY, _as_user
 
-from .cluster_helpers import Cluster, wait_for
+from .cluster_helpers import Cluster, no_log_dir_event_left, wait_for
 from .daemon_helpers import RawClient
 from .sick_helpers import KAFKA_STORAGE_ERROR, produce_raw
 from .test_cluster_disks import create_on, holding_dir
@@ -73,17 +72,6 @@ def wait_progress(loads: list[Load], more: int = 50, timeout: float = 60) -> Non
              timeout, lambda: f"acks=all writes acknowledged: before {before}, now "
                               f"{[len(x.acked) for x in loads]}, failed "
                               f"{[x.failed[:2] for x in loads]}")
-
-
-def no_log_dir_event_left(cl: Cluster) -> None:
-    zc = KazooClient(hosts=cl.zk.hosts)
-    zc.start(15)
-    try:
-        wait_for(lambda: not zc.get_children("/log_dir_event_notification"), 20,
-                 "every log_dir_event consumed by the controller")
-    finally:
-        zc.stop()
-        zc.close()
 
 
 def finish(loads: dict[str, list[Load]]) -> dict[str, list[int]]:
