@@ -144,6 +144,16 @@ def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
         a.close()
 
 
+# kafka-python 3.0.12 loses an assignment when a poll's timeout runs out during a
+# JoinGroup/SyncGroup round trip that a metadata change started (its leader assigned
+# before the topic's metadata arrived): the round trip finishes in the background, the
+# next poll finds nothing left to rejoin and never applies what SyncGroup returned, so
+# the member sits in the group with no partitions. Under load 200 ms polls hit this in
+# about 1 run of 5; a poll long enough to see the round trip through does not (it
+# returns as soon as records arrive, so it costs nothing while they flow).
+POLL_MS = 2000
+
+
 class Member(threading.Thread):
     """A kafka-python KafkaConsumer in a group, polling in its own thread; records what
     it is assigned and what it read."""
@@ -161,7 +171,7 @@ class Member(threading.Thread):
 
     def run(self) -> None:
         while not self.stop_now.is_set():
-            batches = self.consumer.poll(timeout_ms=200)
+            batches = self.consumer.poll(timeout_ms=POLL_MS)
             with self.lock:
                 for recs in batches.values():
                     self.read.extend(r.value for r in recs)
@@ -524,9 +534,9 @@ c = KafkaConsumer(sys.argv[2], bootstrap_servers=sys.argv[1], group_id=sys.argv[
                   session_timeout_ms=3000, heartbeat_interval_ms=300,
                   auto_offset_reset="earliest")
 while True:
-    c.poll(timeout_ms=200)
+    c.poll(timeout_ms=%d)
     print(sorted(tp.partition for tp in c.assignment()), flush=True)
-"""
+""" % POLL_MS
 
 
 def test_a_member_killed_without_leaving_is_dropped_after_its_session_timeout(
