@@ -158,7 +158,12 @@ def test_zookeeper_down_while_a_dir_fails_moves_leadership_once_it_is_back(
     is written and consumed, a-0 gets another leader, broker 1 leaves a's ISRs and is
     listed offline, b is untouched, no broker died, every acknowledged record is read
     back once."""
-    extra = {"log.dir.probe.interval.ms": 100, "log.dir.probe.timeout.ms": 1000}
+    # Kafka's own session timeout (18 s), not the kill tests' 4 s: ZooKeeper restarted
+    # gives every session a fresh timeout from its start, and a broker whose reconnect
+    # (backing off up to 2 s, on a loaded machine) came after 4 s lost its session and
+    # re-registered, which is another test (a broker bounce).
+    extra = {"log.dir.probe.interval.ms": 100, "log.dir.probe.timeout.ms": 1000,
+             "zookeeper.session.timeout.ms": 18000}
     with faults.loop_ext4(64) as m0, faults.loop_ext4(64) as m1:
         dirs = [m0 / "d", m1 / "d"]
         with Cluster(tmp_path, log_dirs={1: dirs}, extra=extra) as cl:

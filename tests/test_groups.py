@@ -527,16 +527,16 @@ def test_commits_survive_the_coordinators_broker_killed_and_then_its_disk_failin
             assert third != second
 
 
-MEMBER_SCRIPT = """
+MEMBER_SCRIPT = f"""
 import sys, time
 from kafka import KafkaConsumer
 c = KafkaConsumer(sys.argv[2], bootstrap_servers=sys.argv[1], group_id=sys.argv[3],
                   session_timeout_ms=3000, heartbeat_interval_ms=300,
                   auto_offset_reset="earliest")
 while True:
-    c.poll(timeout_ms=%d)
+    c.poll(timeout_ms={POLL_MS})
     print(sorted(tp.partition for tp in c.assignment()), flush=True)
-""" % POLL_MS
+"""
 
 
 def test_a_member_killed_without_leaving_is_dropped_after_its_session_timeout(

@@ -7,6 +7,8 @@ replication_test.py and its min.insync.replicas rules).
 
 from __future__ import annotations
 
+import collections
+import logging
 import signal
 import threading
 import time
@@ -191,6 +193,17 @@ def test_a_paused_follower_leaves_the_isr_and_rejoins_when_it_catches_up(tmp_pat
                                 clientId="Replica") == 0, 10, "no follower lag")
 
 
+class _KeptLog(logging.Logger):
+    """A logger for librdkafka's `logger` setting that keeps its lines in `into`."""
+
+    def __init__(self, into: collections.deque[str]):
+        super().__init__("rdkafka-eos", logging.DEBUG)
+        self.into = into
+
+    def handle(self, record: logging.LogRecord) -> None:
+        self.into.append(f"{time.strftime('%H:%M:%S')} {record.getMessage()}")
+
+
 class Load:
     """An idempotent acks=all producer writing numbered records, tagged with `tag`, to
     every partition of a topic in a thread; `acked` gets each record the cluster
@@ -200,11 +213,15 @@ class Load:
                  client: str = "confluent", tag: bytes = b"c",
                  config: dict[str, Any] | None = None):
         self.client = client
+        # librdkafka's idempotence events (PID, drains, epoch bumps and why), kept to
+        # explain a duplicate or a loss when the read-back finds one.
+        self.eos_log: collections.deque[str] = collections.deque(maxlen=400)
         if client == "confluent":
             self.producer: Any = ck.Producer({
                 "bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
                 "linger.ms": 5, "message.timeout.ms": 180000, "retry.backoff.ms": 100,
-                "socket.timeout.ms": 10000, "metadata.max.age.ms": 5000, **(config or {})})
+                "socket.timeout.ms": 10000, "metadata.max.age.ms": 5000, "debug": "eos",
+                "logger": _KeptLog(self.eos_log), **(config or {})})
         else:
             from kafka import KafkaProducer
 
@@ -329,7 +346,12 @@ def assert_every_ack_read_once(cl: Cluster, topic: str, partitions: int, loads: 
         assert load.failed == [], f"{load.client}: {load.failed[:3]}"
     got = consume_all(cl, topic, partitions)
     for part in range(partitions):
-        assert_no_duplicates(got[part], part)
+        try:
+            assert_no_duplicates(got[part], part)
+        except AssertionError as err:
+            said = [f"{load.client}: {line}" for load in loads for line in load.eos_log]
+            raise AssertionError(f"topic {topic}: {err}\nlibrdkafka's idempotence log:\n"
+                                 + "\n".join(said[-150:])) from None
         values = [v for _, v in got[part]]
         for load in loads:
             mine = [v for v in values if v.startswith(load.tag)]
