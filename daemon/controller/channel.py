@@ -22,13 +22,12 @@ from __future__ import annotations
 import logging
 import queue
 import socket
-import struct
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from daemon.api import protocol
-from daemon.wire import CONTROL_APIS, views
+from daemon.wire import CONTROL_APIS, frames, views
 from logstore import TopicPartition
 
 from .context import BrokerInfo, ControllerContext
@@ -41,7 +40,6 @@ UPDATE_METADATA_VERSION = 6
 STOP_REPLICA_VERSION = 3
 RETRY_BACKOFF_S = 0.1  # Kafka's controller: reconnect.backoff / retry every 100 ms
 _PROTOCOL_IDS = {name: i for i, name in views.SECURITY_PROTOCOLS.items()}
-_SIZE = struct.Struct(">i")
 
 
 class RequestBatch:
@@ -206,13 +204,13 @@ class _Sender(threading.Thread):
                 frame = protocol.encode_request(request, version, self.correlation_id,
                                                 client_id=str(self.controller_id))
                 self.sock.sendall(frame)
-                payload = self._read_frame()
+                payload = frames.recv_frame(self.sock, f"broker {self.broker.broker_id}")
                 response = protocol.decode_response(api, payload, version)
                 if response.header.correlation_id != self.correlation_id:
                     raise protocol.ProtocolError(
                         f"correlation id {response.header.correlation_id}, expected {self.correlation_id}")
                 return response
-            except (OSError, protocol.ProtocolError) as err:
+            except (OSError, ValueError, protocol.ProtocolError) as err:
                 if not self.stopped.is_set():
                     log.warning("controller: %s v%d to broker %d failed (%s); retrying in %d ms",
                                 type(request).__name__, version, self.broker.broker_id, err,
@@ -231,22 +229,6 @@ class _Sender(threading.Thread):
             sock.close()
             raise OSError("sender stopped")
         return sock
-
-    def _read_frame(self) -> bytes:
-        (size,) = _SIZE.unpack(self._recv_exact(4))
-        if size < 4:
-            raise protocol.ProtocolError(f"response frame of {size} bytes")
-        return self._recv_exact(size)
-
-    def _recv_exact(self, n: int) -> bytes:
-        assert self.sock is not None
-        buf = bytearray()
-        while len(buf) < n:
-            chunk = self.sock.recv(n - len(buf))
-            if not chunk:
-                raise ConnectionError(f"broker {self.broker.broker_id} closed the connection")
-            buf += chunk
-        return bytes(buf)
 
     def _close(self) -> None:
         if self.sock is not None:

@@ -12,11 +12,12 @@ that do not decode raises `ClientError` naming the broker address and the API.
 from __future__ import annotations
 
 import socket
-import struct
 from typing import Any
 
 from kafka.protocol.api_key import ApiKey
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
+
+from ..wire import frames
 
 
 class ClientError(Exception):
@@ -77,9 +78,8 @@ class Connection:
         frame = bytes(body.encode(header=True, framed=True))
         try:
             self.sock.sendall(frame)
-            (size,) = struct.unpack(">i", self._recv(4))
-            payload = self._recv(size)
-        except OSError as err:
+            payload = frames.recv_frame(self.sock, self.address)
+        except (OSError, ValueError) as err:
             raise ClientError(f"{self.address}: {body.name} failed: {err}") from err
         try:
             resp = response_cls.decode(payload, version=version, header=True)
@@ -90,15 +90,6 @@ class Connection:
             raise ClientError(f"{self.address}: {body.name} answer has correlation id "
                               f"{resp.header.correlation_id}, expected {self._correlation}")
         return resp
-
-    def _recv(self, n: int) -> bytes:
-        buf = bytearray()
-        while len(buf) < n:
-            chunk = self.sock.recv(n - len(buf))
-            if not chunk:
-                raise ConnectionError(f"connection closed by {self.address}")
-            buf += chunk
-        return bytes(buf)
 
 
 def parse_bootstrap(value: str) -> list[tuple[str, int]]:

@@ -22,7 +22,8 @@ from typing import Any
 
 from daemon.api import protocol, record_messages
 
-_SIZE = struct.Struct(">i")
+from .frames import MIN_RESPONSE, SIZE
+
 _CORRELATION = struct.Struct(">i")
 FETCH = 1
 
@@ -78,8 +79,8 @@ class Peer:
         self._writer.write(protocol.encode_request(body, version, correlation_id,
                                                    client_id=self.client_id))
         await self._writer.drain()
-        (size,) = _SIZE.unpack(await self._reader.readexactly(4))
-        if not 4 <= size <= self.max_frame:
+        (size,) = SIZE.unpack(await self._reader.readexactly(SIZE.size))
+        if not MIN_RESPONSE <= size <= self.max_frame:
             raise PeerError(f"{self}: answer frame of {size} bytes")
         frame = await self._reader.readexactly(size)
         (got,) = _CORRELATION.unpack_from(frame)
