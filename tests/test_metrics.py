@@ -38,9 +38,9 @@ def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 
 
 def record_everything(m: Metrics) -> None:
-    m.observe_request("Produce", 0.0007)
-    m.observe_request("Produce", 0.2)
-    m.observe_request("Fetch", 0.003)
+    m.observe_request("Produce", 8, 100, 0.0007)
+    m.observe_request("Produce", 7, 50, 0.2)
+    m.observe_request("Fetch", 11, 80, 0.003)
     m.bytes_in("orders", 1000)
     m.bytes_in("orders", 24)
     m.bytes_out("orders", 512)
@@ -66,6 +66,11 @@ def test_recorded_values_appear_in_the_exposition() -> None:
     assert got[(hist + "_count", (("request", "Produce"),))] == 2
     assert got[(hist + "_bucket", (("le", "0.001"), ("request", "Produce")))] == 1
     assert got[(hist + "_count", (("request", "Fetch"),))] == 1
+    requests = "kafka_network_requestmetrics_requests_total"
+    assert got[(requests, (("request", "Produce"), ("version", "8")))] == 1
+    assert got[(requests, (("request", "Produce"), ("version", "7")))] == 1
+    assert got[("kafka_network_requestmetrics_request_bytes_total",
+                (("request", "Produce"),))] == 150
     assert got[("kafka_log_logdir_size_bytes", (("log_dir", "/d/a"),))] == 4096
     assert got[("kafka_log_logdir_free_bytes", (("log_dir", "/d/a"),))] == 10**9
     assert got[("kafka_log_logdir_partition_count", (("log_dir", "/d/a"),))] == 3

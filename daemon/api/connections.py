@@ -27,6 +27,13 @@ log = logging.getLogger("logkeeper.server")
 STOP_GRACE_S = 10.0  # in-flight requests get this long to finish at shutdown
 STREAM_LIMIT = 1 << 20
 MAX_PIPELINED = 16  # Produce requests in flight per connection
+_NOTHING = object()  # no request taken ahead from a connection's answer queue
+
+
+def _answered(fut: asyncio.Future[Any]) -> bool:
+    """Done with an answer (not a failure, which closes the connection after the answers
+    before it were written)."""
+    return fut.done() and not fut.cancelled() and fut.exception() is None
 
 
 class _SpliceTarget:
@@ -117,9 +124,10 @@ class Connections:
         max_frame = self.max_frame
         me = asyncio.current_task()
         assert me is not None
+        loop = me.get_loop()
         outq: asyncio.Queue[tuple[protocol.Request | None, asyncio.Future[Any], float] | None]
         outq = asyncio.Queue(MAX_PIPELINED)
-        responder = asyncio.ensure_future(self._write_responses(outq, writer, conn))
+        responder = loop.create_task(self._write_responses(outq, writer, conn))
         pending: list[asyncio.Future[Any]] = []
         prev_produce = False
         self.metrics.connections.inc()
@@ -138,7 +146,7 @@ class Connections:
                         raise
                     # ApiVersions at a version we do not know: answer so the client can
                     # retry at one we do (KIP-511).
-                    done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+                    done: asyncio.Future[Any] = loop.create_future()
                     done.set_result(protocol.unsupported_api_versions_frame(err.correlation_id))
                     await outq.put((None, done, started))
                     continue
@@ -149,7 +157,7 @@ class Connections:
                 prev_produce = produce
                 # The handler runs up to its first await now: a Produce queues its appends
                 # on the workers here, in request order.
-                task = asyncio.ensure_future(self.handlers.handle(req, conn))
+                task = loop.create_task(self.handlers.handle(req, conn))
                 pending = [t for t in pending if not t.done()] + [task]
                 await outq.put((req, task, started))
         except protocol.FrameTooLarge as err:
@@ -183,14 +191,24 @@ class Connections:
 
     async def _write_responses(self, outq: asyncio.Queue[Any], writer: asyncio.StreamWriter,
                                conn: ConnInfo) -> None:
+        """Write the answers in request order. Answers already done when the one before
+        them is written (pipelined Produce requests settled together) go out in one
+        write: a send per answer was a tenth of the loop's time under a produce load."""
         out = _SpliceTarget(writer)
+        held: list[Any] = []  # encoded answers not yet written
+        answered: list[tuple[protocol.Request, float]] = []  # their requests, for metrics
+        nxt: Any = _NOTHING
         try:
             while True:
-                item = await outq.get()
+                item = await outq.get() if nxt is _NOTHING else nxt
+                nxt = _NOTHING
                 if item is None:
+                    await self._flush(writer, held, answered)
                     return
                 req, fut, started = item
                 response = await fut
+                if req is None or response is CLOSE or isinstance(response, FetchAnswer):
+                    await self._flush(writer, held, answered)
                 if req is None:  # a ready-made frame
                     writer.write(response)
                     await writer.drain()
@@ -199,15 +217,22 @@ class Connections:
                     log.info("closing %s: an acks=0 produce failed", conn.peer)
                     writer.close()
                     return
-                if response is not None:
+                if isinstance(response, FetchAnswer):
                     try:
                         await self._send(writer, protocol.encode_response(req, response), out)
                     finally:
-                        if isinstance(response, FetchAnswer):
-                            response.release()  # whatever was not sent (an error)
-                self.metrics.requests.labels(req.name, str(req.version)).inc()
-                self.metrics.request_bytes.labels(req.name).inc(req.size)
-                self.metrics.request_time.labels(req.name).observe(time.perf_counter() - started)
+                        response.release()  # whatever was not sent (an error)
+                    self.metrics.observe_request(req.name, req.version, req.size,
+                                                 time.perf_counter() - started)
+                    continue
+                if response is not None:
+                    held += protocol.encode_response(req, response)
+                answered.append((req, started))
+                if not outq.empty() and len(answered) < MAX_PIPELINED:
+                    nxt = outq.get_nowait()
+                    if nxt is not None and _answered(nxt[1]):
+                        continue  # its answer goes out with these
+                await self._flush(writer, held, answered)
         except (ConnectionError, asyncio.CancelledError):
             writer.close()
         except Exception:  # noqa: BLE001 - a handler bug closes this connection only
@@ -216,6 +241,18 @@ class Connections:
             writer.close()
         finally:
             out.close()
+
+    async def _flush(self, writer: asyncio.StreamWriter, held: list[Any],
+                     answered: list[tuple[protocol.Request, float]]) -> None:
+        """Write the held answers in one write, then count their requests as served."""
+        if held:
+            writer.write(held[0] if len(held) == 1 else b"".join(held))
+            held.clear()
+            await writer.drain()
+        now = time.perf_counter()
+        for req, started in answered:
+            self.metrics.observe_request(req.name, req.version, req.size, now - started)
+        answered.clear()
 
     async def _send(self, writer: asyncio.StreamWriter, parts: list[Any],
                     out: _SpliceTarget) -> None:

@@ -26,7 +26,7 @@ from kafka.protocol.admin import (
 )
 from kafka.protocol.consumer import ListOffsetsResponse, OffsetForLeaderEpochResponse
 from kafka.protocol.metadata import MetadataResponse
-from kafka.protocol.producer import InitProducerIdResponse, ProduceResponse
+from kafka.protocol.producer import InitProducerIdResponse
 
 from logstore import names
 from logstore.errors import InvalidTopicError
@@ -42,7 +42,7 @@ from ..replica.topics import TopicAdmin, TopicError
 from ..storage.log_manager import LogManager
 from ..wire import LeaderAndIsrResponse, StopReplicaResponse, UpdateMetadataResponse
 from . import errors, protocol
-from .record_messages import FetchAnswer, FetchPartition
+from .record_messages import FetchAnswer, FetchPartition, ProduceAnswer, ProducedPartition
 
 log = logging.getLogger("logkeeper.handlers")
 
@@ -148,30 +148,28 @@ class Handlers:
         if acks == -1 and self.replicas.isr is not None:
             await self._await_replication(items, appended, body.timeout_ms)
         results = iter(appended)
-        by_topic: dict[str, list[Any]] = {}
+        by_topic: dict[str, list[ProducedPartition]] = {}
         failed = False
-        R = ProduceResponse.TopicProduceResponse
         for topic, index, res in slots:
             if res is None:
                 res = next(results)
             if res.error == errors.NONE:
                 self.metrics.bytes_in.labels(topic).inc(res.size)
                 self.metrics.messages_in.labels(topic).inc(res.records)
+                produced = ProducedPartition(index, errors.NONE, res.base_offset,
+                                             res.log_start_offset)
             else:
                 failed = True
                 self.metrics.failed_produce.labels(str(res.error)).inc()
                 self.metrics.errors.labels("Produce", str(res.error)).inc()
                 log.debug("produce to %s-%d from %s refused: error %d %s", topic, index,
                          conn.peer, res.error, res.message or "")
-            by_topic.setdefault(topic, []).append(R.PartitionProduceResponse(
-                index=index, error_code=res.error, base_offset=res.base_offset,
-                log_append_time_ms=-1, log_start_offset=res.log_start_offset,
-                record_errors=[], error_message=res.message if res.error else None))
+                produced = ProducedPartition(index, res.error, res.base_offset,
+                                             res.log_start_offset, res.message)
+            by_topic.setdefault(topic, []).append(produced)
         if acks == 0:
             return CLOSE if failed else None
-        return ProduceResponse(
-            responses=[R(name=t, partition_responses=ps) for t, ps in by_topic.items()],
-            throttle_time_ms=0)
+        return ProduceAnswer(list(by_topic.items()))
 
     async def append_replicated(self, p: Partition, records: bytes,
                                 timeout_ms: int) -> AppendResult:

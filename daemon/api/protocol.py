@@ -281,9 +281,13 @@ def _client_id(frame: bytes) -> tuple[str | None, int]:
 def encode_response(request: Request, response: Any) -> list[Any]:
     """Frame `response` for `request` (size prefix, response header, body) as the parts
     to send in order: one bytearray, or for a Fetch (`record_messages.FetchAnswer`) the
-    framing around each partition's records, which are not copied."""
+    framing around each partition's records, which are not copied. A Produce's answer
+    (`record_messages.ProduceAnswer`) is encoded by hand too."""
     if isinstance(response, record_messages.FetchAnswer):
         return record_messages.encode_fetch(response, request.version, request.correlation_id)
+    if isinstance(response, record_messages.ProduceAnswer):
+        return [record_messages.encode_produce(response, request.version,
+                                               request.correlation_id)]
     # Version first: kafka-python's version setter assumes a request header once a
     # header is attached.
     response.API_VERSION = request.version

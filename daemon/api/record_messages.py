@@ -5,7 +5,9 @@ carry the bulk of the bytes, and kafka-python copies records at each step (a sli
 decoding, a join and a bytearray when encoding), so:
 
 - `decode_produce` reads a Produce request (v3-v8) with each partition's records as a
-  memoryview slice of the request frame, handed as it is to the log's append.
+  memoryview slice of the request frame, handed as it is to the log's append;
+  `encode_produce` writes its answer (`ProduceAnswer`) with one struct per partition,
+  since kafka-python's generic encoder of the small answer cost more than the append.
 - `encode_fetch` writes a Fetch response (v4-v12) as a list of parts: bytes for the
   header and each partition's framing, and each partition's records as they came from
   the read (bytes, or `SplicedRecords` that daemon.api.connections splices from pipes to
@@ -13,7 +15,8 @@ decoding, a join and a bytearray when encoding), so:
 - `decode_fetch` reads a Fetch response (a follower's fetcher) with each partition's
   records as a memoryview slice of the response frame.
 
-The layouts are Kafka's FetchResponse.json and ProduceRequest.json at the versions
+The layouts are Kafka's FetchResponse.json, ProduceRequest.json and
+ProduceResponse.json at the versions
 `protocol.SUPPORTED` serves (Fetch v12 is flexible: compact strings and arrays, tagged
 fields; topic ids, v13+, are not served); tests/test_protocol.py checks them byte for
 byte against kafka-python's encoder and decoder.
@@ -35,6 +38,7 @@ _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _PARTITION_V4 = struct.Struct(">ihqq")  # index, error, high watermark, last stable offset
 _I64 = struct.Struct(">q")
+_PRODUCED = struct.Struct(">ihqq")  # index, error, base offset, log append time
 _EPOCH_END = struct.Struct(">iq")
 
 Records = bytes | memoryview | SplicedRecords
@@ -142,6 +146,51 @@ def decode_produce(frame: bytes, body_at: int) -> ProduceBody:
         parts = [ProducePartition(r.int32(), r.nbytes()) for _ in range(max(r.array_len(), 0))]
         topics.append(ProduceTopic(name, parts))
     return ProduceBody(transactional_id, acks, timeout_ms, topics)
+
+
+class ProducedPartition(NamedTuple):
+    """One partition of a Produce response (the names are Kafka's schema's)."""
+
+    index: int
+    error_code: int
+    base_offset: int = -1
+    log_start_offset: int = -1
+    error_message: str | None = None  # v8+
+
+
+class ProduceAnswer(NamedTuple):
+    """A whole Produce response; `encode_produce` writes it."""
+
+    topics: list[tuple[str, list[ProducedPartition]]]
+    throttle_time_ms: int = 0
+
+
+def encode_produce(answer: ProduceAnswer, version: int, correlation_id: int) -> bytearray:
+    """The framed Produce response v3-v8 (size prefix, header v0, body). Log append time
+    is -1 (create time) and record_errors empty, as Kafka answers a valid batch."""
+    buf = bytearray(4)  # the size prefix, filled in at the end
+    buf += _I32.pack(correlation_id)
+    buf += _I32.pack(len(answer.topics))
+    for topic, partitions in answer.topics:
+        name = topic.encode()
+        buf += _I16.pack(len(name))
+        buf += name
+        buf += _I32.pack(len(partitions))
+        for p in partitions:
+            buf += _PRODUCED.pack(p.index, p.error_code, p.base_offset, -1)
+            if version >= 5:
+                buf += _I64.pack(p.log_start_offset)
+            if version >= 8:
+                buf += b"\x00\x00\x00\x00"  # record_errors: empty
+                if p.error_message is None:
+                    buf += b"\xff\xff"
+                else:
+                    message = p.error_message.encode()
+                    buf += _I16.pack(len(message))
+                    buf += message
+    buf += _I32.pack(answer.throttle_time_ms)
+    struct.pack_into(">i", buf, 0, len(buf) - 4)
+    return buf
 
 
 # ---- Fetch responses ----

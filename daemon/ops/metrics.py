@@ -38,16 +38,22 @@ LOG_DIR_STATES = ("online", "saturated", "offline")
 
 
 class _TopicCounter:
-    """A per-topic counter: `counter(topic, n)` adds n; `.labels(topic)` is the Counter's."""
+    """A per-topic counter: `counter(topic, n)` adds n; `.labels(topic)` is the Counter's
+    child for that topic, looked up once (prometheus_client's `labels` takes a lock and
+    checks its arguments on every call, a cost each Produce and Fetch would pay)."""
 
     def __init__(self, counter: Counter):
         self.counter = counter
+        self._children: dict[str, Any] = {}
 
     def __call__(self, topic: str, n: int | float) -> None:
-        self.counter.labels(topic).inc(n)
+        self.labels(topic).inc(n)
 
-    def labels(self, *values: str, **kw: str) -> Any:
-        return self.counter.labels(*values, **kw)
+    def labels(self, topic: str) -> Any:
+        child = self._children.get(topic)
+        if child is None:
+            child = self._children[topic] = self.counter.labels(topic)
+        return child
 
 
 class Crc32cCollector(Collector):
@@ -168,6 +174,8 @@ class Metrics:
             ["request"], buckets=_LATENCY_BUCKETS, registry=r)
         self.request_bytes = Counter("kafka_network_requestmetrics_request_bytes",
                                      "Request frame bytes", ["request"], registry=r)
+        # (api, version) -> the children of requests, request_bytes and request_time.
+        self._request_children: dict[tuple[str, int], tuple[Any, Any, Any]] = {}
         self.errors = Counter("kafka_network_requestmetrics_errors",
                               "Error codes in responses", ["request", "error"], registry=r)
         self.bad_frames = Counter("logkeeper_protocol_rejected_frames",
@@ -211,9 +219,18 @@ class Metrics:
 
     # ---- the recording API ----
 
-    def observe_request(self, api_name: str, seconds: float) -> None:
-        """One request of `api_name` ("Produce", "Fetch", ...) took `seconds` to serve."""
-        self.request_time.labels(api_name).observe(seconds)
+    def observe_request(self, api_name: str, version: int, size: int, seconds: float) -> None:
+        """One request of `api_name` ("Produce", "Fetch", ...) at `version`, its frame
+        `size` bytes, took `seconds` from its last byte read to its answer written."""
+        children = self._request_children.get((api_name, version))
+        if children is None:
+            children = self._request_children[(api_name, version)] = (
+                self.requests.labels(api_name, str(version)),
+                self.request_bytes.labels(api_name), self.request_time.labels(api_name))
+        count, size_bytes, time_s = children
+        count.inc()
+        size_bytes.inc(size)
+        time_s.observe(seconds)
 
     def set_log_dir(self, path: str, size_bytes: int, free_bytes: int, partitions: int) -> None:
         """Size of the partition data, free space (-1 when unknown) and partition count."""

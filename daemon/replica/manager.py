@@ -153,7 +153,7 @@ class ReplicaManager:
             items, _dir_of, _append_all, self.leadership,
             on_error=lambda item, err: _failed_append(err, item[0]))
 
-        out: asyncio.Future[list[AppendResult]] = asyncio.get_running_loop().create_future()
+        out: asyncio.Future[list[AppendResult]] = queued.get_loop().create_future()
 
         def appended(done: asyncio.Future[list[AppendResult]]) -> None:
             # `queued` is nobody else's, so never cancelled: the appends happened, and
