@@ -26,6 +26,10 @@ from .frames import MIN_RESPONSE, SIZE
 
 _CORRELATION = struct.Struct(">i")
 FETCH = 1
+# Bytes the stream buffers before it stops reading the socket. asyncio's default (64
+# KiB) paused the transport every 128 KiB of a fetch answer, so a 1 MiB answer crossed
+# in a ping-pong of pause, resume and wake-ups between the two brokers.
+STREAM_LIMIT = 16 << 20
 
 
 class PeerError(OSError):
@@ -71,7 +75,8 @@ class Peer:
     async def _round_trip(self, body: Any, version: int) -> Any:
         if not self.connected:
             try:
-                self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
+                self._reader, self._writer = await asyncio.open_connection(
+                    self.host, self.port, limit=STREAM_LIMIT)
             except OSError as err:
                 raise PeerError(f"{self}: cannot connect: {err.strerror or err}") from err
         assert self._reader is not None and self._writer is not None
