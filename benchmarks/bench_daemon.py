@@ -13,13 +13,15 @@
 - Resident memory (RSS, not virtual size) of a daemon holding 1,000 partitions over 3
   log dirs, printed and attached to the pytest-benchmark record (not a timing pair).
 
-Each daemon is a real subprocess with its log dirs under a temp dir.
+Each daemon is a real subprocess with its log dirs under a temp dir; the daemon's dirs
+and the baselines' logs are on a tmpfs when the machine has one (conftest's
+PAGE_CACHE_ROOT): the targets are page-cache figures, and on a disk-backed temp dir the
+disk's writeback swung the baselines several-fold between runs.
 """
 
 from __future__ import annotations
 
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -39,16 +41,15 @@ PARTITIONS = 4
 
 
 @pytest.fixture(scope="module")
-def daemon() -> Iterator[Daemon]:
-    with tempfile.TemporaryDirectory(prefix="lk-bench-") as tmp:
-        d = Daemon(Path(tmp), {"num.partitions": PARTITIONS,
-                               "log.segment.bytes": 256 << 20,
-                               "log.retention.bytes": 512 << 20})
-        d.start()
-        try:
-            yield d
-        finally:
-            d.stop()
+def daemon(page_cache_module_path: Path) -> Iterator[Daemon]:
+    d = Daemon(page_cache_module_path, {"num.partitions": PARTITIONS,
+                                        "log.segment.bytes": 256 << 20,
+                                        "log.retention.bytes": 512 << 20})
+    d.start()
+    try:
+        yield d
+    finally:
+        d.stop()
 
 
 def make_batches() -> list[bytes]:
@@ -57,7 +58,8 @@ def make_batches() -> list[bytes]:
                                  for j in range(PER_BATCH)]) for _ in range(BATCHES)]
 
 
-def test_produce_through_protocol_vs_log_append(ratio, daemon: Daemon, tmp_path: Path) -> None:
+def test_produce_through_protocol_vs_log_append(ratio, daemon: Daemon,
+                                                page_cache_path: Path) -> None:
     batches = make_batches()
     total = sum(len(b) for b in batches)
     producer = ck.Producer({"bootstrap.servers": daemon.bootstrap, "acks": 1,
@@ -73,7 +75,7 @@ def test_produce_through_protocol_vs_log_append(ratio, daemon: Daemon, tmp_path:
                              partition=(i // PER_BATCH) % PARTITIONS)
         assert producer.flush(60) == 0
 
-    log = Log.open(tmp_path / "bench-0", LogConfig(segment_bytes=256 << 20,
+    log = Log.open(page_cache_path / "bench-0", LogConfig(segment_bytes=256 << 20,
                                                    retention_bytes=512 << 20))
 
     def baseline() -> None:
@@ -107,7 +109,8 @@ def test_produce_through_protocol_vs_log_append(ratio, daemon: Daemon, tmp_path:
     log.close()
 
 
-def test_fetch_through_protocol_vs_log_read(ratio, daemon: Daemon, tmp_path: Path) -> None:
+def test_fetch_through_protocol_vs_log_read(ratio, daemon: Daemon,
+                                            page_cache_path: Path) -> None:
     batches = make_batches()
     total = sum(len(b) for b in batches)
     producer = ck.Producer({"bootstrap.servers": daemon.bootstrap, "acks": 1,
@@ -135,7 +138,7 @@ def test_fetch_through_protocol_vs_log_read(ratio, daemon: Daemon, tmp_path: Pat
             assert msgs, "the consumer stalled"
             got += len(msgs)
 
-    log = Log.open(tmp_path / "bench-1", LogConfig(segment_bytes=256 << 20))
+    log = Log.open(page_cache_path / "bench-1", LogConfig(segment_bytes=256 << 20))
     for b in batches:
         log.append(b)
     log.high_watermark = log.log_end_offset
