@@ -11,6 +11,7 @@ only its connection too, and is logged.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import os
 import time
@@ -25,7 +26,6 @@ from .record_messages import FetchAnswer
 log = logging.getLogger("logkeeper.server")
 
 STOP_GRACE_S = 10.0  # in-flight requests get this long to finish at shutdown
-STREAM_LIMIT = 1 << 20
 MAX_PIPELINED = 16  # Produce requests in flight per connection
 _NOTHING = object()  # no request taken ahead from a connection's answer queue
 
@@ -43,7 +43,7 @@ class _SpliceTarget:
     socket). The transport is made to empty its buffer on each drain, so a splice never
     overtakes bytes written before it."""
 
-    def __init__(self, writer: asyncio.StreamWriter):
+    def __init__(self, writer: _ClientConnection):
         self.fd = -1
         sock = writer.get_extra_info("socket")
         if sock is None or writer.get_extra_info("sslcontext") is not None:
@@ -66,6 +66,134 @@ class _SpliceTarget:
             self.fd = -1
 
 
+class _ClientConnection(asyncio.BufferedProtocol):
+    """One client's connection: the listener's protocol, its frames' reader and its
+    answers' writer.
+
+    Reading: the socket's bytes are received straight into `protocol.FrameAssembler`'s
+    buffers (no stream buffer between: asyncio's StreamReader allocated a 256 KiB bytes
+    per receive and copied each frame twice, a quarter of the loop's time under a produce
+    load). Complete frames queue up to MAX_QUEUED, then reading pauses until `read_frame`
+    takes them. Writing: `write` and `drain` as a StreamWriter's, over the transport's
+    own flow control (pause_writing/resume_writing)."""
+
+    MAX_QUEUED = 2 * MAX_PIPELINED
+
+    def __init__(self, connections: Connections):
+        self.connections = connections
+        self.frames = protocol.FrameAssembler(connections.max_frame)
+        self.transport: asyncio.Transport = None  # type: ignore[assignment]
+        self._ready: collections.deque[bytes | bytearray] = collections.deque()
+        self._error: BaseException | None = None  # a bad frame, after the good ones
+        self._ended = False  # no more frames: end of stream or connection lost
+        self._reader: asyncio.Future[None] | None = None  # read_frame waiting
+        self._reading_paused = False
+        self._writing_paused = False
+        self._drainers: list[asyncio.Future[None]] = []
+        self._lost = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # ---- asyncio's side ----
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self._loop = asyncio.get_running_loop()
+        self.connections.on_connection(self)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.frames.buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self._ready.extend(self.frames.received(nbytes))
+        if self.frames.error is not None and not self._ended:
+            self._error = self.frames.error
+            self._ended = True
+            self.transport.pause_reading()  # nothing more from this connection
+        if len(self._ready) >= self.MAX_QUEUED and not self._reading_paused:
+            self._reading_paused = True
+            self.transport.pause_reading()
+        self._wake_reader()
+
+    def eof_received(self) -> bool:
+        if not self._ended:
+            try:
+                self.frames.ended()
+            except protocol.ProtocolError as err:
+                self._error = err
+            self._ended = True
+        self._wake_reader()
+        return False  # the transport closes
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lost = True
+        self._ended = True
+        self._wake_reader()
+        self._writing_paused = False
+        for fut in self._drainers:
+            if not fut.done():
+                fut.set_result(None)
+        self._drainers.clear()
+
+    def pause_writing(self) -> None:
+        self._writing_paused = True
+
+    def resume_writing(self) -> None:
+        self._writing_paused = False
+        for fut in self._drainers:
+            if not fut.done():
+                fut.set_result(None)
+        self._drainers.clear()
+
+    def _wake_reader(self) -> None:
+        if self._reader is not None and not self._reader.done():
+            self._reader.set_result(None)
+
+    # ---- the connection's task's side ----
+
+    async def read_frame(self) -> bytes | bytearray | None:
+        """The next request frame (without its size prefix), None at the end of the
+        stream; the frame error found in the stream once the frames before it are read."""
+        while not self._ready:
+            if self._error is not None:
+                raise self._error
+            if self._ended:
+                return None
+            if self._reader is None or self._reader.done():
+                self._reader = self._loop.create_future()
+            await self._reader
+        frame = self._ready.popleft()
+        if self._reading_paused and len(self._ready) < self.MAX_QUEUED // 2 and not self._ended:
+            self._reading_paused = False
+            self.transport.resume_reading()
+        return frame
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.transport.write(data)
+
+    async def drain(self) -> None:
+        """Wait until the transport's buffer is under its high-water mark; raises
+        ConnectionResetError once the connection is lost."""
+        if self._lost or self.transport.is_closing():
+            await asyncio.sleep(0)  # let connection_lost run, as StreamWriter does
+            if self._lost:
+                raise ConnectionResetError("the connection was lost")
+        if self._writing_paused:
+            fut = self._loop.create_future()
+            self._drainers.append(fut)
+            await fut
+            if self._lost:
+                raise ConnectionResetError("the connection was lost")
+
+    def is_closing(self) -> bool:
+        return self.transport.is_closing()
+
+    def close(self) -> None:
+        self.transport.close()
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return self.transport.get_extra_info(name, default)
+
+
 class Connections:
     """The listener's open connections. Event loop only."""
 
@@ -81,8 +209,9 @@ class Connections:
 
     async def listen(self, host: str | None, port: int) -> tuple[str, int]:
         """Start accepting on host:port; returns the bound address. OSError if taken."""
-        self.listener = await asyncio.start_server(
-            self.on_connection, host, port, limit=STREAM_LIMIT, reuse_address=True)
+        loop = asyncio.get_running_loop()
+        self.listener = await loop.create_server(
+            lambda: _ClientConnection(self), host, port, reuse_address=True)
         return self.listener.sockets[0].getsockname()[:2]
 
     def stop_accepting(self) -> None:
@@ -101,15 +230,15 @@ class Connections:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
 
-    def on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def on_connection(self, link: _ClientConnection) -> None:
         if self.stopping.is_set():
-            writer.close()
+            link.close()
             return
-        task = asyncio.ensure_future(self._serve(reader, writer))
+        task = asyncio.get_running_loop().create_task(self._serve(link))
         self._connections[task] = False
         task.add_done_callback(lambda t: self._connections.pop(t, None))
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _serve(self, link: _ClientConnection) -> None:
         """Read requests, dispatch them, and leave writing to `_write_responses`.
 
         Consecutive Produce requests are pipelined (up to MAX_PIPELINED): each one's
@@ -118,10 +247,10 @@ class Connections:
         finish, so it observes their effects as with one-at-a-time processing.
         Responses always go out in request order.
         """
+        writer = link
         local = writer.get_extra_info("sockname")
         peer = writer.get_extra_info("peername")
         conn = ConnInfo(local[0], local[1], f"{peer[0]}:{peer[1]}" if peer else "?")
-        max_frame = self.max_frame
         me = asyncio.current_task()
         assert me is not None
         loop = me.get_loop()
@@ -134,7 +263,7 @@ class Connections:
         try:
             while not self.stopping.is_set() and not responder.done():
                 self._connections[me] = not all(t.done() for t in pending)
-                frame = await protocol.read_frame(reader, max_frame)
+                frame = await link.read_frame()
                 if frame is None:
                     break
                 self._connections[me] = True
@@ -189,7 +318,7 @@ class Connections:
             self.metrics.connections.dec()
             writer.close()
 
-    async def _write_responses(self, outq: asyncio.Queue[Any], writer: asyncio.StreamWriter,
+    async def _write_responses(self, outq: asyncio.Queue[Any], writer: _ClientConnection,
                                conn: ConnInfo) -> None:
         """Write the answers in request order. Answers already done when the one before
         them is written (pipelined Produce requests settled together) go out in one
@@ -242,7 +371,7 @@ class Connections:
         finally:
             out.close()
 
-    async def _flush(self, writer: asyncio.StreamWriter, held: list[Any],
+    async def _flush(self, writer: _ClientConnection, held: list[Any],
                      answered: list[tuple[protocol.Request, float]]) -> None:
         """Write the held answers in one write, then count their requests as served."""
         if held:
@@ -254,7 +383,7 @@ class Connections:
             self.metrics.observe_request(req.name, req.version, req.size, now - started)
         answered.clear()
 
-    async def _send(self, writer: asyncio.StreamWriter, parts: list[Any],
+    async def _send(self, writer: _ClientConnection, parts: list[Any],
                     out: _SpliceTarget) -> None:
         """Write one response's parts in order: bytes through the transport, spliced
         records from their pipes straight into the socket (or, where the connection

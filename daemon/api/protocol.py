@@ -6,8 +6,8 @@ broker side needs on top: the size-prefixed frame, the table of APIs and version
 daemon serves (`SUPPORTED`, the only versions ApiVersions advertises), and the mapping
 from a frame to the right request class.
 
-Errors: `read_frame` raises `FrameTooLarge` for a size prefix over the limit (before
-any of the body is read) and `ProtocolError` for a negative or tiny size;
+Errors: `FrameAssembler` raises `FrameTooLarge` for a size prefix over the limit (before
+any of the body is taken) and `ProtocolError` for a negative or tiny size;
 `decode_request` raises `UnsupportedVersion` for a known API at a version not served
 (the caller may answer ApiVersions with error 35, everything else closes the
 connection, as Kafka does) and `ProtocolError` for anything that does not decode.
@@ -17,7 +17,6 @@ its own connection.
 
 from __future__ import annotations
 
-import asyncio
 import struct
 from dataclasses import dataclass
 from typing import Any
@@ -210,29 +209,91 @@ class Request:
         return self.api.name
 
 
-async def read_frame(reader: asyncio.StreamReader, max_bytes: int) -> bytes | None:
-    """The next request frame's payload, or None at a clean end of stream.
+class FrameAssembler:
+    """Request frames out of a connection's byte stream (sans I/O: the listener's
+    protocol asks `buffer()` for where to receive and reports `received(n)`).
 
-    The size prefix is checked before the body is read: an oversized frame raises
-    FrameTooLarge and none of its body is buffered beyond what the socket already had.
+    Small frames are received into a reused scratch buffer and copied out once; a frame
+    larger than SMALL (a Produce's records) is received straight into its own bytearray,
+    which becomes the frame: the kernel's copy is the only one. Each size prefix is
+    checked as soon as it arrives, before any of its body is taken: over `max_bytes` it
+    sets `error` to FrameTooLarge, under a request header to ProtocolError, and nothing
+    after it is taken; the frames before it in the stream are still handed out.
     """
-    try:
-        head = await reader.readexactly(4)
-    except asyncio.IncompleteReadError as err:
-        if not err.partial:
-            return None
-        raise ProtocolError(f"connection closed inside a frame size ({len(err.partial)} of "
-                            "4 bytes)") from err
-    (size,) = _SIZE.unpack(head)
-    if size > max_bytes:
-        raise FrameTooLarge(size, max_bytes)
-    if size < MIN_REQUEST_SIZE:
-        raise ProtocolError(f"request frame of {size} bytes is shorter than a request header")
-    try:
-        return await reader.readexactly(size)
-    except asyncio.IncompleteReadError as err:
-        raise ProtocolError(f"connection closed after {len(err.partial)} of {size} frame "
-                            "bytes") from err
+
+    SCRATCH = 64 << 10
+    SMALL = 16 << 10
+
+    def __init__(self, max_bytes: int):
+        self.max_bytes = max_bytes
+        self._scratch = bytearray(self.SCRATCH)
+        self._start = 0  # the first byte of scratch not yet handed out
+        self._end = 0  # the end of what scratch has received
+        self._frame: bytearray | None = None  # a large frame being received in place
+        self._got = 0  # bytes of it received
+        self.error: ProtocolError | None = None  # a bad size prefix: the stream ends there
+
+    def buffer(self) -> memoryview:
+        """Where the next bytes from the socket go (never empty)."""
+        if self._frame is not None:
+            return memoryview(self._frame)[self._got:]
+        if self._end == len(self._scratch):  # full: move the unparsed tail to the front
+            tail = self._end - self._start
+            self._scratch[:tail] = self._scratch[self._start:self._end]
+            self._start, self._end = 0, tail
+        return memoryview(self._scratch)[self._end:]
+
+    def received(self, n: int) -> list[bytes | bytearray]:
+        """`n` bytes arrived in the last `buffer()`; the frames they completed, in order."""
+        if self._frame is not None:
+            self._got += n
+            if self._got < len(self._frame):
+                return []
+            frame, self._frame = self._frame, None
+            return [frame]
+        self._end += n
+        frames: list[bytes | bytearray] = []
+        scratch = self._scratch
+        while self._end - self._start >= 4 and self.error is None:
+            (size,) = _SIZE.unpack_from(scratch, self._start)
+            if size > self.max_bytes:
+                self.error = FrameTooLarge(size, self.max_bytes)
+                break
+            if size < MIN_REQUEST_SIZE:
+                self.error = ProtocolError(f"request frame of {size} bytes is shorter than "
+                                           "a request header")
+                break
+            body = self._start + 4
+            have = self._end - body
+            if have >= size:
+                frames.append(bytes(scratch[body:body + size]))
+                self._start = body + size
+                continue
+            if size > self.SMALL:  # the rest goes straight into the frame's own buffer
+                frame = bytearray(size)
+                frame[:have] = scratch[body:self._end]
+                self._frame, self._got = frame, have
+                self._start = self._end = 0
+                return frames
+            break
+        if self._start == self._end:
+            self._start = self._end = 0
+        return frames
+
+    def ended(self) -> None:
+        """The stream ended: the bad size prefix it had, or ProtocolError if it ended
+        inside a frame."""
+        if self.error is not None:
+            raise self.error
+        if self._frame is not None:
+            raise ProtocolError(f"connection closed after {self._got} of {len(self._frame)} "
+                                "frame bytes")
+        left = self._end - self._start
+        if 0 < left < 4:
+            raise ProtocolError(f"connection closed inside a frame size ({left} of 4 bytes)")
+        if left:
+            (size,) = _SIZE.unpack_from(self._scratch, self._start)
+            raise ProtocolError(f"connection closed after {left - 4} of {size} frame bytes")
 
 
 def peek_header(frame: bytes) -> tuple[int, int, int]:
@@ -242,12 +303,14 @@ def peek_header(frame: bytes) -> tuple[int, int, int]:
     return _PEEK.unpack_from(frame)
 
 
-def decode_request(frame: bytes) -> Request:
+def decode_request(frame: bytes | bytearray) -> Request:
     """Decode one request frame (without its size prefix)."""
     api_key, version, correlation_id = peek_header(frame)
     api = SUPPORTED.get(api_key)
     if api is None:
         raise UnsupportedApi(api_key, version, correlation_id)
+    if api_key != 0 and not isinstance(frame, bytes):
+        frame = bytes(frame)  # kafka-python's decoders take bytes
     if not api.min_version <= version <= api.max_version:
         raise UnsupportedVersion(api_key, version, correlation_id)
     try:
