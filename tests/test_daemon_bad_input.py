@@ -8,8 +8,11 @@ before the bad input still gets correct answers.
 from __future__ import annotations
 
 import random
+import socket
 import struct
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import confluent_kafka as ck
 import pytest
@@ -21,10 +24,12 @@ from kafka.errors import InvalidTopicError, MessageSizeTooLargeError
 from kafka.protocol.admin import CreateTopicsRequest
 from kafka.protocol.consumer import FetchRequest
 from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
-from kafka.protocol.producer import ProduceRequest
+from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
+from daemon.api import protocol
 from logstore import records
 from tests.daemon_helpers import Daemon, RawClient, snapshot
+from tests.sick_helpers import create_topic
 
 MAX_MESSAGE = 100_000
 MAX_FRAME = 1 << 20
@@ -251,6 +256,46 @@ def test_garbage_frames_close_only_their_connection(daemon: Daemon,
         # The bystander is unaffected after every single one.
         assert unchanged.request(ApiVersionsRequest(), 0).error_code == 0
     assert closed >= 5
+
+
+def test_requests_sent_before_a_half_close_are_all_answered(tmp_path: Path) -> None:
+    """A client that sends its requests (the first split mid-frame across writes, one
+    over the listener's in-place threshold) and then shuts its sending side still gets
+    every answer, in order, before the broker closes; a frame the close cut short is not
+    answered and appends nothing."""
+    topic = "half-closed"
+    with Daemon(tmp_path) as d:
+        create_topic(d, topic, 1)
+        T = ProduceRequest.TopicProduceData
+        requests = [protocol.encode_request(ApiVersionsRequest(), 0, 1)] + [
+            protocol.encode_request(ProduceRequest(
+                transactional_id=None, acks=1, timeout_ms=10000, topic_data=[T(
+                    name=topic, partition_data=[T.PartitionProduceData(
+                        index=0, records=bytes(good_batch(n, size)))])]), 8, 2 + i)
+            for i, (n, size) in enumerate([(2, 10), (1, 40_000)])]
+        stream = b"".join(requests)
+        c = RawClient(d.port)
+        try:
+            c.send_raw(stream[:7])
+            time.sleep(0.05)
+            c.send_raw(stream[7:])
+            c.send_raw(struct.pack(">i", 500) + b"\0" * 20)  # cut short by the close
+            c.sock.shutdown(socket.SHUT_WR)
+            c.sock.settimeout(10)
+            answers = [c.recv_frame() for _ in range(3)]
+            assert all(a is not None for a in answers)
+            assert [struct.unpack_from(">i", a)[0] for a in answers] == [1, 2, 3]
+            produced = [ProduceResponse.decode(a, version=8, header=True) for a in answers[1:]]
+            offsets = [r.responses[0].partition_responses[0].base_offset for r in produced]
+            assert all(r.responses[0].partition_responses[0].error_code == 0 for r in produced)
+            assert c.recv_frame() is None  # then the broker closes
+        finally:
+            c.close()
+        c = RawClient(d.port)
+        try:  # nothing of the cut frame was appended: the log ends after the big batch
+            assert produce(c, topic, bytes(good_batch(1)))[1] == offsets[1] + 1
+        finally:
+            c.close()
 
 
 def test_api_versions_at_an_unknown_version_gets_the_supported_list(

@@ -122,7 +122,9 @@ class _ClientConnection(asyncio.BufferedProtocol):
                 self._error = err
             self._ended = True
         self._wake_reader()
-        return False  # the transport closes
+        # Half-closed: the client sent all it will, and the answers still due are
+        # written before the connection task closes the transport (as with a stream).
+        return True
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost = True
