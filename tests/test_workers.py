@@ -53,16 +53,25 @@ def test_calls_run_in_order_and_every_result_reaches_the_loop_thread(tmp_path: P
         d.executor.shutdown()
 
 
+class Stuck:
+    """A call that blocks its dir's worker until `release` is set, then returns `value`."""
+
+    def __init__(self, value: object):
+        self.value = value
+        self.started = threading.Event()
+        self.release = threading.Event()
+
+    def __call__(self) -> object:
+        self.started.set()
+        self.release.wait(10)
+        return self.value
+
+
 def test_an_offline_dir_fails_its_queued_calls_and_their_late_results_are_dropped(
         tmp_path: Path) -> None:
     workers, d = one_dir(tmp_path)
-    release = threading.Event()
-    started = threading.Event()
-
-    def stuck() -> str:
-        started.set()
-        release.wait(10)
-        return "late"
+    stuck = Stuck("late")
+    started, release = stuck.started, stuck.release
 
     async def main() -> None:
         first = workers.submit(d, stuck)
@@ -92,13 +101,8 @@ def test_an_offline_dir_fails_its_queued_calls_and_their_late_results_are_droppe
 
 def test_a_shutdown_answers_the_calls_not_started_with_cancellation(tmp_path: Path) -> None:
     workers, d = one_dir(tmp_path)
-    release = threading.Event()
-    started = threading.Event()
-
-    def stuck() -> int:
-        started.set()
-        release.wait(10)
-        return 1
+    stuck = Stuck(1)
+    started, release = stuck.started, stuck.release
 
     async def main() -> None:
         running = workers.submit(d, stuck)

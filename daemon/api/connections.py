@@ -130,11 +130,7 @@ class _ClientConnection(asyncio.BufferedProtocol):
         self._lost = True
         self._ended = True
         self._wake_reader()
-        self._writing_paused = False
-        for fut in self._drainers:
-            if not fut.done():
-                fut.set_result(None)
-        self._drainers.clear()
+        self.resume_writing()  # drain() sees the loss
 
     def pause_writing(self) -> None:
         self._writing_paused = True
