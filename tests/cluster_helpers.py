@@ -58,8 +58,22 @@ class Cluster:
             d.start()
         wait_for(lambda: all(len(self.metadata(b)["brokers"]) == len(self.brokers)
                              and self.metadata(b)["controller"] > 0 for b in self.brokers),
-                 30, "every broker to see every broker and a controller")
+                 30, lambda: "every broker to see every broker and a controller; "
+                             f"they see:\n{self.views()}")
         return self
+
+    def views(self) -> str:
+        """Each broker's controller and brokers as it answers them, and the end of its
+        log: what a failed wait reports."""
+        out = []
+        for b, d in self.brokers.items():
+            try:
+                m = self.metadata(b)
+                seen = f"controller {m['controller']}, brokers {m['brokers']}"
+            except OSError as err:
+                seen = f"no answer ({err})"
+            out.append(f"broker {b}: {seen}\n{d.stderr()[-3000:]}")
+        return "\n".join(out)
 
     def close(self) -> None:
         for d in self.brokers.values():

@@ -13,8 +13,15 @@ replication append), and its fetcher marks just that partition failed (KIP-461's
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
+
+import confluent_kafka as ck
+from kazoo.client import KazooClient
+
+from daemon.cluster import znodes
+from daemon.wire import views
 
 from .cluster_helpers import Cluster, IsrWatch, wait_for
 from .daemon_helpers import RawClient, write_config
@@ -117,3 +124,83 @@ def test_a_partition_its_follower_cannot_take_is_set_aside_and_the_others_keep_t
         assert cl.alive() == [1, 3]
     finally:
         cl.close()
+
+
+def test_a_follower_fenced_at_its_own_epoch_waits_for_its_leader_and_isr(
+        tmp_path: Path) -> None:
+    """KIP-461's FENCED_LEADER_EPOCH rule (Kafka's AbstractFetcherThread.onPartitionFenced):
+    a follower whose fetch carries the epoch it was told, while the leader has moved on
+    to a newer one, sets that partition aside until its own LeaderAndIsr arrives; it
+    does not retry it in a loop, and its other partitions keep replicating.
+
+    In a running cluster the controller's LeaderAndIsr to the leader and to the
+    followers cross the follower's fetches only by chance, so the test sends them as the
+    controller would (its id and epoch), one broker at a time: broker 2 leads f-0 and
+    f-1 (RF 3); broker 2 alone is moved to leader epoch E+1 for f-0. Brokers 1 and 3 are
+    answered 74 at epoch E: FailedPartitionsCount 1 on each, logged once, and f-0 stops
+    growing there while f-1 stays byte-identical to the leader's under new writes. Their
+    own LeaderAndIsr at E+1 clears the mark: FailedPartitionsCount 0, and f-0 catches up
+    byte-identical."""
+    extra = {"replica.lag.time.max.ms": 30000}
+    with Cluster(tmp_path, dirs=1, extra=extra) as cl:
+        create(cl, "f", 2, min_isr=1, assignment=[[2, 1, 3], [2, 3, 1]])
+        producers = [ck.Producer({"bootstrap.servers": cl.brokers[2].bootstrap, "acks": "1",
+                                  "linger.ms": 2})]
+
+        def produce(start: int, n: int) -> None:
+            for i in range(start, start + n):
+                producers[0].produce("f", b"r%06d" % i, partition=i % 2)
+            assert producers[0].flush(30) == 0
+
+        def identical(broker: int, p: int) -> bool:
+            return partition_bytes(cl, broker, "f", p) == partition_bytes(cl, 2, "f", p)
+
+        produce(0, 400)
+        for b in (1, 3):
+            wait_for(lambda b=b: identical(b, 0) and identical(b, 1), 30, f"broker {b} caught up")
+        zc = KazooClient(hosts=cl.zk.hosts)
+        zc.start(15)
+        try:
+            controller_epoch = int(zc.get(znodes.CONTROLLER_EPOCH)[0])
+            raw, stat = zc.get("/brokers/topics/f/partitions/0/state")
+        finally:
+            zc.stop()
+            zc.close()
+        epoch = json.loads(raw)["leader_epoch"]
+        ctl = cl.controller()
+        leader = views.LiveLeader(2, "127.0.0.1", cl.brokers[2].port)
+        moved = views.LeaderAndIsrPartition("f", 0, controller_epoch, 2, epoch + 1, (2, 1, 3),
+                                            stat.version, (2, 1, 3))
+
+        def tell(broker: int) -> None:
+            c = RawClient(cl.brokers[broker].port)
+            try:
+                resp = c.request(views.leader_and_isr_request(
+                    4, controller_id=ctl, controller_epoch=controller_epoch, broker_epoch=-1,
+                    partitions=[moved], live_leaders=[leader]), 4)
+            finally:
+                c.close()
+            assert resp.error_code == 0
+            assert views.leader_and_isr_errors(resp) == {("f", 0): 0}
+
+        tell(2)
+        for b in (1, 3):
+            wait_for(lambda b=b: failed_count(cl, b) == 1, 30, f"f-0 set aside on broker {b}")
+        held = {b: partition_bytes(cl, b, "f", 0) for b in (1, 3)}
+        produce(400, 400)
+        for b in (1, 3):
+            wait_for(lambda b=b: identical(b, 1), 30, f"broker {b}'s f-1 keeps replicating")
+        time.sleep(2)  # ample time for a retry loop to show itself
+        for b in (1, 3):
+            assert partition_bytes(cl, b, "f", 0) == held[b]  # not fetched at the old epoch
+            warned = warnings_for(cl, b, "f-0")
+            assert len(warned) == 1 and f"fenced epoch {epoch}" in warned[0], warned
+            assert failed_count(cl, b) == 1
+        for b in (1, 3):
+            tell(b)
+        for b in (1, 3):
+            wait_for(lambda b=b: failed_count(cl, b) == 0, 30, f"the mark cleared on broker {b}")
+            wait_for(lambda b=b: identical(b, 0), 30, f"broker {b}'s f-0 caught up")
+            assert len(warnings_for(cl, b, "f-0")) == 1
+        assert cl.alive() == [1, 2, 3]
+        producers.clear()  # destroyed before its brokers stop
