@@ -1,7 +1,9 @@
 """Sick disks across the cluster, end to end, part two (docs/cluster.md, "A log dir
 fails"): a second dir failing on the same broker, the last good dir failing (the broker
 exits and the controller treats it as gone), ZooKeeper down while a dir fails (the
-log_dir_event waits, and leadership moves once ZooKeeper is back), and the other ways a
+log_dir_event waits, and leadership moves once ZooKeeper is back), a dir failing while
+its broker is cut off from ZooKeeper past its session (a proxy the test cuts: the broker
+is dropped, comes back with a new session, and its dead dir stays offline), and the other ways a
 disk fails taken through the controller: `chmod 000` under a non-root broker (KIP-112's
 own system test), a hung disk (FUSE; OFFLINE after log.dir.probe.timeout.ms) and a slow
 one with log.dir.slow.action = "offline". A real ZooKeeper, three broker processes,
@@ -40,11 +42,12 @@ from .test_replication import Load, assert_every_ack_read_once, start_producers
 Want = dict[tuple[str, int], tuple[set[int], list[int], list[int]]]
 
 
-def state_everywhere(cl: Cluster, want: Want) -> Any:
-    """Every live broker's Metadata for the partitions of `want`, if each matches it:
-    (allowed leaders, ISR, offline replicas), ISR and offline sorted; else None."""
+def state_everywhere(cl: Cluster, want: Want, brokers: list[int] | None = None) -> Any:
+    """Every live broker's (or each of `brokers`') Metadata for the partitions of
+    `want`, if each matches it: (allowed leaders, ISR, offline replicas), ISR and offline
+    sorted; else None."""
     topics = sorted({t for t, _ in want})
-    views = {b: cl.metadata(b, topics)["partitions"] for b in cl.alive()}
+    views = {b: cl.metadata(b, topics)["partitions"] for b in brokers or cl.alive()}
     for v in views.values():
         for tp, (leaders, isr, offline) in want.items():
             if tp not in v:  # a broker just started, before the controller's UpdateMetadata
@@ -55,14 +58,16 @@ def state_everywhere(cl: Cluster, want: Want) -> Any:
     return views
 
 
-def describe(cl: Cluster, topics: list[str]) -> str:
-    return "; ".join(f"broker {b}: {cl.metadata(b, topics)['partitions']}" for b in cl.alive())
+def describe(cl: Cluster, topics: list[str], brokers: list[int] | None = None) -> str:
+    return "; ".join(f"broker {b}: {cl.metadata(b, topics)['partitions']}"
+                     for b in brokers or cl.alive())
 
 
-def wait_state(cl: Cluster, want: Want, timeout: float, what: str) -> Any:
+def wait_state(cl: Cluster, want: Want, timeout: float, what: str,
+               brokers: list[int] | None = None) -> Any:
     topics = sorted({t for t, _ in want})
-    return wait_for(lambda: state_everywhere(cl, want), timeout,
-                    lambda: f"{what}; now {describe(cl, topics)}")
+    return wait_for(lambda: state_everywhere(cl, want, brokers), timeout,
+                    lambda: f"{what}; now {describe(cl, topics, brokers)}")
 
 
 def wait_progress(loads: list[Load], more: int = 50, timeout: float = 60) -> None:
@@ -209,6 +214,69 @@ def test_zookeeper_down_while_a_dir_fails_moves_leadership_once_it_is_back(
             for t, n in parts.items():
                 assert_every_ack_read_once(cl, t, n, loads[t], unanswered[t])
             no_log_dir_event_left(cl)
+
+
+def test_a_dir_failing_while_its_broker_is_cut_off_from_zookeeper_past_its_session(
+        tmp_path: Path) -> None:
+    """Broker 1 reaches ZooKeeper through a proxy that the test cuts (a network
+    partition: ZooKeeper runs on, the other brokers still reach it). Cut off, broker 1's
+    dir A gets EIO (a-0 led by 1, a-1 followed) while idempotent acks=all producers write
+    to a and to b (b-0 led by 1 on its good dir B): the event cannot be written. Broker 1's
+    session (4 s) expires: the other brokers drop it, the controller (broker 1 itself, or
+    its successor) moves every leadership it held to 2 or 3, and writes go on there.
+    Reconnected, broker 1 finds its session gone, registers again with a new one, and
+    the controller's LeaderAndIsr is answered 56 for a (its dir still dead) while b
+    becomes a follower again: a stays led by 2 or 3 with broker 1 offline, broker 1
+    rejoins b's ISR, the log_dir_event that waited is written and consumed, no broker
+    died, every acknowledged record is read back once."""
+    from .tcp_proxy import TcpProxy
+
+    extra = {"log.dir.probe.interval.ms": 100, "log.dir.probe.timeout.ms": 1000}
+    with faults.loop_ext4(64) as m0, faults.loop_ext4(64) as m1, \
+            contextlib.ExitStack() as stack:
+        dirs = [m0 / "d", m1 / "d"]
+        cl = Cluster(tmp_path, log_dirs={1: dirs}, extra=extra)
+        proxy = TcpProxy("127.0.0.1", cl.zk.port)
+        stack.callback(proxy.close)
+        stack.callback(cl.close)  # the brokers stop before the proxy goes
+        b1 = cl.brokers[1]
+        b1.values["zookeeper.connect"] = proxy.address
+        write_config(b1.config, b1.values)
+        cl.start()
+        sick, good = dirs
+        create_on(cl, sick, "a", [[1, 2, 3], [2, 1, 3]])
+        create_on(cl, good, "b", [[1, 2, 3]])
+        parts = {"a": 2, "b": 1}
+        loads = {t: start_producers(cl, t, n) for t, n in parts.items()}
+        everyone = [x for ls in loads.values() for x in ls]
+        try:
+            wait_progress(everyone, 100)
+            proxy.hold()
+            try:
+                faults.shutdown_fs(m0)
+                wait_for(lambda: b1.log_dir_states()[str(sick)] == "offline", 10,
+                         "dir A OFFLINE on broker 1")
+                others = [2, 3]
+                wait_for(lambda: all(cl.metadata(b)["brokers"] == others for b in others), 30,
+                         "broker 1's session expired: brokers 2 and 3 see only each other")
+                cut: Want = {("a", 0): ({2, 3}, [2, 3], [1]), ("a", 1): ({2}, [2, 3], [1]),
+                             ("b", 0): ({2, 3}, [2, 3], [1])}
+                wait_state(cl, cut, 30, "leadership off broker 1 while it is cut off", others)
+                wait_progress(everyone)
+            finally:
+                proxy.release()
+            after: Want = {("a", 0): ({2, 3}, [2, 3], [1]), ("a", 1): ({2}, [2, 3], [1]),
+                           ("b", 0): ({2, 3}, [1, 2, 3], [])}
+            wait_state(cl, after, 60, "broker 1 back: a offline on it, b's ISR whole")
+            wait_progress(everyone)
+        finally:
+            unanswered = finish(loads)
+        assert cl.alive() == [1, 2, 3], "a broker died"
+        assert b1.stderr().count("registered /brokers/ids/1") >= 2  # a new session
+        assert "notified the controller" in b1.stderr()
+        for t, n in parts.items():
+            assert_every_ack_read_once(cl, t, n, loads[t], unanswered[t])
+        no_log_dir_event_left(cl)
 
 
 # ---- the other ways a disk fails, through the controller ----
