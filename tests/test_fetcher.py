@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -362,6 +363,63 @@ def test_corrupt_data_from_the_leader_is_retried_not_set_aside(tmp_path: Path) -
             finally:
                 await f.stop()
             assert not f.failed
+
+        try:
+            asyncio.run(main())
+        finally:
+            follower.close()
+
+
+def test_a_partition_re_added_while_an_answer_is_being_written_resumes_at_its_real_end(
+        tmp_path: Path) -> None:
+    """A LeaderAndIsr (a new leader epoch, or a new leader) re-adds a partition to a
+    fetcher while the records of the previous answer are still waiting to be written
+    on the partition's dir worker (a slow disk: here the worker is held). Fetching
+    resumes where the log ends once that write is done, not where it ended before it:
+    the follower keeps up with new records, byte-identical, and nothing is set aside.
+    (A fetch state taken before the write asked the leader again and again for a batch
+    the log already held, refused as below the log end, and the follower left the ISR
+    for good: CI's test_a_second_dir_then_the_last_dir_failing_on_one_broker.)"""
+    with Daemon(tmp_path / "leader") as d:
+        create_topic(d, TOPIC, 1)
+        produce(d, 100, 1)
+        follower = Follower(d, {0: tmp_path / "f0"}, FailureChannel())
+        tp = TopicPartition(TOPIC, 0)
+        lg = follower.logs[tp]
+        gate = threading.Event()
+        appending = asyncio.Event()
+        append = follower.storage.append
+
+        async def noted_append(tp_: TopicPartition, records: bytes | memoryview) -> int:
+            appending.set()
+            return await append(tp_, records)
+
+        follower.storage.append = noted_append  # type: ignore[method-assign]
+
+        async def main() -> None:
+            f = follower.fetcher
+            await f.add_partitions({tp: 0})
+            f.start()
+            try:
+                await _until(lambda: follower.matches(d), 60)
+                follower.pool.submit(gate.wait)  # the dir's worker is busy from now on
+                appending.clear()
+                end = lg.log_end_offset
+                produce(d, 20, 1, start=100)
+                await asyncio.wait_for(appending.wait(), 30)  # an answer waits to be written
+                readd = asyncio.ensure_future(f.add_partitions({tp: 0}))
+                await asyncio.sleep(0.3)
+                assert lg.log_end_offset == end  # still waiting
+                gate.set()
+                await asyncio.wait_for(readd, 30)
+                assert f.partitions[tp].fetch_offset == lg.log_end_offset > end
+                produce(d, 20, 1, start=120)
+                await _until(lambda: follower.matches(d), 30)
+                assert lg.log_end_offset == end + 40
+                assert not f.failed
+            finally:
+                gate.set()
+                await f.stop()
 
         try:
             asyncio.run(main())

@@ -176,7 +176,13 @@ class ControlRequests:
                 self.isr.resign(tp)
         if self.fetchers is not None:
             if s.leader >= 0 and not leads:
-                await self.fetchers.follow(tp, s.leader, s.leader_epoch)
+                try:
+                    await self.fetchers.follow(tp, s.leader, s.leader_epoch)
+                except (StorageError, OSError) as err:  # its dir failed under the hop
+                    code, msg = errors.error_of(err, f"follow {tp}")
+                    log.warning("LeaderAndIsr: cannot follow %s: %s; answered %d", tp, msg, code)
+                    self._forget(tp)
+                    return code, created
             else:
                 self.fetchers.unfollow([tp])
         return errors.NONE, created

@@ -49,7 +49,10 @@ FAST_RETRY = 0.05
 class FollowerStorage(Protocol):
     """What a fetcher needs of the logs it replicates into (all on the dir workers)."""
 
-    async def log_end_offset(self, tp: TopicPartition) -> int: ...
+    async def fetch_position(self, tp: TopicPartition) -> tuple[int, int]:
+        """(log end offset, latest leader epoch) once every append and truncation
+        already queued on the partition's dir worker is done: where fetching resumes."""
+        ...
 
     async def last_fetched_epoch(self, tp: TopicPartition) -> int: ...
 
@@ -112,12 +115,14 @@ class Fetcher:
     # ---- the partition set (the replica manager calls these) ----
 
     async def add_partitions(self, epochs: dict[TopicPartition, int]) -> None:
-        """Follow these partitions at these leader epochs, from each log's end."""
+        """Follow these partitions at these leader epochs, from each log's end as its
+        dir worker has it: an answer of the previous leader (or of this one at the old
+        epoch) may still be being appended there, and a fetch from the log end read
+        before that append lands asks again for what the log already holds."""
         for tp, epoch in epochs.items():
+            end, last_epoch = await self.storage.fetch_position(tp)
             self.failed.discard(tp)
-            self.partitions[tp] = FetchState(
-                epoch, await self.storage.log_end_offset(tp),
-                await self.storage.last_fetched_epoch(tp))
+            self.partitions[tp] = FetchState(epoch, end, last_epoch)
         self._wake.set()
 
     def remove_partitions(self, tps: Iterable[TopicPartition]) -> None:
@@ -191,7 +196,7 @@ class Fetcher:
         code = part.error_code  # type: ignore[attr-defined]
         if code == errors.FENCED_LEADER_EPOCH:
             # The leader is past our epoch: wait for the LeaderAndIsr that tells us.
-            self._fail(tp, f"leader fenced epoch {state.leader_epoch}")
+            self._fail(tp, state, f"leader fenced epoch {state.leader_epoch}")
             return
         if code:
             state.errors += 1
@@ -232,7 +237,7 @@ class Fetcher:
                             self.leader_id, err)
                 state.delayed_until = now + self.backoff
                 return
-            self._fail(tp, f"{type(err).__name__}: {err}")
+            self._fail(tp, state, f"{type(err).__name__}: {err}")
 
     async def _truncate_on_divergence(self, tp: TopicPartition, state: FetchState,
                                       leader_epoch: int, leader_end: int) -> None:
@@ -245,8 +250,10 @@ class Fetcher:
         state.fetch_offset = await self.storage.truncate(tp, target)
         state.last_fetched_epoch = await self.storage.last_fetched_epoch(tp)
 
-    def _fail(self, tp: TopicPartition, why: str) -> None:
-        if tp in self.partitions:
+    def _fail(self, tp: TopicPartition, state: FetchState, why: str) -> None:
+        """Set `tp` aside, unless it was re-added (a new epoch) while `state`'s answer
+        was being handled: that failure belongs to the old fetch."""
+        if self.partitions.get(tp) is state:
             del self.partitions[tp]
             self.failed.add(tp)
             log.warning("%s: fetching from broker %d stopped for this partition only "
@@ -267,8 +274,9 @@ class LogFollowerStorage:
         self.run = run
         self.producers = producers
 
-    async def log_end_offset(self, tp: TopicPartition) -> int:
-        return self.logs[tp].log_end_offset
+    async def fetch_position(self, tp: TopicPartition) -> tuple[int, int]:
+        lg = self.logs[tp]
+        return await self.run(tp, lambda: (lg.log_end_offset, lg.epochs.latest_epoch))
 
     async def last_fetched_epoch(self, tp: TopicPartition) -> int:
         return self.logs[tp].epochs.latest_epoch
