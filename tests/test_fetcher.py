@@ -379,7 +379,7 @@ def test_a_partition_re_added_while_an_answer_is_being_written_resumes_at_its_re
     the follower keeps up with new records, byte-identical, and nothing is set aside.
     (A fetch state taken before the write asked the leader again and again for a batch
     the log already held, refused as below the log end, and the follower left the ISR
-    for good: CI's test_a_second_dir_then_the_last_dir_failing_on_one_broker.)"""
+    for good, in a full run's test_a_second_dir_then_the_last_dir_failing_on_one_broker.)"""
     with Daemon(tmp_path / "leader") as d:
         create_topic(d, TOPIC, 1)
         produce(d, 100, 1)

@@ -153,6 +153,10 @@ class ControlRequests:
             self.replicas.add(p)
             created = True
         leads = s.leader == me
+        if leads and self.fetchers is not None:
+            # The fetcher lets go first (Kafka's makeLeaders): an answer of the old leader
+            # handled while the epoch below starts would land after its start offset.
+            self.fetchers.unfollow([tp])
         if leads and self.isr is not None:
             try:
                 min_isr = await self.min_isr_of(tp.topic) if self.min_isr_of else 1
