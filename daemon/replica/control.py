@@ -187,7 +187,7 @@ class ControlRequests:
                     log.warning("LeaderAndIsr: cannot follow %s: %s; answered %d", tp, msg, code)
                     self._forget(tp)
                     return code, created
-            else:
+            elif s.leader < 0:  # no leader to fetch from (a leader let go above)
                 self.fetchers.unfollow([tp])
         return errors.NONE, created
 
