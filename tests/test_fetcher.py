@@ -425,3 +425,75 @@ def test_a_partition_re_added_while_an_answer_is_being_written_resumes_at_its_re
             asyncio.run(main())
         finally:
             follower.close()
+
+
+def test_a_partition_added_during_a_parked_fetch_is_fetched_at_once(tmp_path: Path) -> None:
+    """A fetcher whose partitions are all caught up waits in a long poll at their log
+    ends (max_wait_ms, here 20 s). A partition added meanwhile (a LeaderAndIsr moving it
+    to this leader, the failover case) does not wait for that poll to end: the fetcher
+    gives up the parked request and asks again with the new partition, which catches up
+    within seconds; the connection that carried the abandoned request is not reused, so
+    its late answer is read by nobody, and nothing is set aside."""
+    with Daemon(tmp_path / "leader") as d:
+        create_topic(d, TOPIC, 2)
+        produce(d, 200, 2)
+        follower = Follower(d, {p: tmp_path / f"f{p}" for p in range(2)}, FailureChannel())
+        follower.fetcher.max_wait_ms = 20_000
+        tp0, tp1 = TopicPartition(TOPIC, 0), TopicPartition(TOPIC, 1)
+
+        async def main() -> None:
+            f = follower.fetcher
+            await f.add_partitions({tp0: 0})
+            f.start()
+            try:
+                await _until(lambda: follower.matches(d, [tp0]), 60)
+                rounds = f.rounds
+                await asyncio.sleep(0.5)
+                assert f.rounds == rounds, "the fetch should be parked at the log end"
+                loop = asyncio.get_running_loop()
+                added = loop.time()
+                await f.add_partitions({tp1: 0})
+                await _until(lambda: follower.matches(d, [tp1]), 10)
+                assert loop.time() - added < 10
+                produce(d, 20, 2, start=200)  # both keep up, on the new connection
+                await _until(lambda: follower.matches(d), 30)
+                assert not f.failed
+            finally:
+                await f.stop()
+
+        try:
+            asyncio.run(main())
+        finally:
+            follower.close()
+
+
+def test_a_follower_ahead_of_its_leader_on_a_new_topic_starts_within_moments(
+        tmp_path: Path) -> None:
+    """A follower applies the LeaderAndIsr of a new topic before its leader does, so its
+    first fetch finds no such partition there (3). The leader answers that at once, not
+    after max_wait_ms (20 s here), and the follower asks again within tens of
+    milliseconds, not after its backoff (20 s here, Kafka's is 1 s): the topic created
+    and written on the leader a moment later is replicated within seconds."""
+    with Daemon(tmp_path / "leader") as d:
+        follower = Follower(d, {0: tmp_path / "f0"}, FailureChannel())
+        f = follower.fetcher
+        f.max_wait_ms, f.backoff = 20_000, 20.0
+        tp = TopicPartition(TOPIC, 0)
+
+        async def main() -> None:
+            await f.add_partitions({tp: 0})
+            f.start()
+            try:
+                await _until(lambda: f.rounds >= 1, 10)  # answered 3: no such partition yet
+                assert f.partitions[tp].errors >= 1
+                await asyncio.to_thread(create_topic, d, TOPIC, 1)
+                await asyncio.to_thread(produce, d, 100, 1)
+                await _until(lambda: follower.matches(d), 10)
+                assert not f.failed
+            finally:
+                await f.stop()
+
+        try:
+            asyncio.run(main())
+        finally:
+            follower.close()

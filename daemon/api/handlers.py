@@ -278,11 +278,15 @@ class Handlers:
                 items.append(ReadSpec(p, fp.fetch_offset, fp.partition_max_bytes,
                                       fp.last_fetched_epoch if req.version >= 12 else -1,
                                       replica_id, epoch))
+        # A partition in error answers at once, as one whose read fails (Kafka's
+        # errorReadingData): a follower asking a leader that has not applied its
+        # LeaderAndIsr yet learns it now and asks again, not after max_wait_ms.
+        errored = bool(fenced) or any(e[4] is None for e in entries)
         deadline = time.monotonic() + max(body.max_wait_ms, 0) / 1000
         while True:
             results = await self.replicas.read(items, max_bytes) if items else []
             total = sum(len(r.records) for r in results)
-            if (total >= max(body.min_bytes, 1) or any(r.error for r in results)
+            if (total >= max(body.min_bytes, 1) or errored or any(r.error for r in results)
                     or self.stopping.is_set()):
                 break
             remaining = deadline - time.monotonic()

@@ -12,10 +12,16 @@ puts that partition in `failed` (FailedPartitionsCount), is logged once, and the
 goes on with every other partition; a failed partition is never retried in a loop. The
 mark clears when the partition is added again (a higher leader epoch, becoming a follower
 anew) or removed (StopReplica, leadership, its dir failing). Errors the leader answers
-(storage error...) and a corrupt fetch are retried after `backoff`; "not leader" and
-"unknown epoch", which a leader answers until it applies the LeaderAndIsr this follower
-already has, after 50 ms doubling up to `backoff`; a fenced epoch equal to ours marks the
+(storage error...) and a corrupt fetch are retried after `backoff`; "not leader",
+"unknown epoch" and "unknown partition", which a leader answers until it applies the
+LeaderAndIsr this follower already has, after 50 ms doubling up to `backoff`; a fenced epoch equal to ours marks the
 partition failed until a new epoch.
+
+A partition added while a fetch is in flight does not wait for its answer: that fetch may
+be parked at the other partitions' log ends for up to max_wait_ms (Kafka's followers
+wait it out), and the partition that just moved here (a failover) would hold back its
+new leader's acks=all writes as long. The fetcher gives that request up (a new
+connection) and asks again with the new partition.
 
 The log work happens through `FollowerStorage`, which the replica manager implements on
 each dir's worker. Runs on the event loop; not thread-safe.
@@ -40,10 +46,15 @@ from . import producer
 
 log = logging.getLogger("logkeeper.fetcher")
 
-# A leader that does not know our epoch yet (75) or does not lead yet (6): retried after
-# FAST_RETRY seconds, doubling up to the fetcher's backoff.
-_LEADER_NOT_READY = frozenset((errors.UNKNOWN_LEADER_EPOCH, errors.NOT_LEADER_OR_FOLLOWER))
+# A leader that does not know our epoch yet (75), does not lead yet (6) or does not hold
+# the partition yet (3, a new topic): retried after FAST_RETRY seconds, doubling up to
+# the fetcher's backoff.
+_LEADER_NOT_READY = frozenset((errors.UNKNOWN_LEADER_EPOCH, errors.NOT_LEADER_OR_FOLLOWER,
+                               errors.UNKNOWN_TOPIC_OR_PARTITION))
 FAST_RETRY = 0.05
+# Partitions joining a fetcher give up its request in flight once none has joined for
+# this long (seconds): see Fetcher._answer.
+JOIN_QUIET = 0.01
 
 
 class FollowerStorage(Protocol):
@@ -110,6 +121,7 @@ class Fetcher:
         self.failed: set[TopicPartition] = set()
         self.rounds = 0
         self._wake = asyncio.Event()
+        self._joined = asyncio.Event()  # partitions (re-)added since the fetch in flight
         self._task: asyncio.Task[None] | None = None
 
     # ---- the partition set (the replica manager calls these) ----
@@ -124,6 +136,7 @@ class Fetcher:
             self.failed.discard(tp)
             self.partitions[tp] = FetchState(epoch, end, last_epoch)
         self._wake.set()
+        self._joined.set()
 
     def remove_partitions(self, tps: Iterable[TopicPartition]) -> None:
         for tp in tps:
@@ -158,12 +171,14 @@ class Fetcher:
                     pass
                 continue
             try:
-                resp = await self.peer.request(self._request(ready), self.fetch_version)
+                resp = await self._answer(self._request(ready))
             except PeerError as err:
                 log.info("fetch from broker %d failed: %s; retrying in %.1f s",
                          self.leader_id, err, self.backoff)
                 await asyncio.sleep(self.backoff)
                 continue
+            if resp is None:
+                continue  # abandoned for partitions that joined: ask again with them
             self.rounds += 1
             if resp.error_code:
                 log.info("fetch from broker %d: error %d", self.leader_id, resp.error_code)
@@ -176,6 +191,31 @@ class Fetcher:
                     if state is None or tp not in ready or ready[tp] is not state:
                         continue  # removed or re-added meanwhile: this answer is stale
                     await self._handle(tp, state, part, loop.time())
+
+    async def _answer(self, request: FetchRequest) -> Any | None:
+        """The leader's answer to `request`, or None when partitions joined (or were
+        re-added at a new epoch) before it came: the request is abandoned (the peer drops
+        its connection) so they are fetched at once. Without that, a fetch parked at the
+        log ends of the others (up to max_wait_ms) would hold back a partition that just
+        moved to this leader, and with it every acks=all write the new leader takes.
+        Partitions join in bursts (a LeaderAndIsr adds them one at a time): the request
+        is given up once none has joined for JOIN_QUIET seconds, not at each."""
+        self._joined.clear()
+        answer = asyncio.ensure_future(self.peer.request(request, self.fetch_version))
+        joined = asyncio.ensure_future(self._joined.wait())
+        try:
+            await asyncio.wait((answer, joined), return_when=asyncio.FIRST_COMPLETED)
+            while not answer.done() and self._joined.is_set():
+                self._joined.clear()
+                await asyncio.wait((answer,), timeout=JOIN_QUIET)
+            if answer.done():
+                return answer.result()
+            return None
+        finally:
+            joined.cancel()
+            if not answer.done():
+                answer.cancel()
+                await asyncio.gather(answer, return_exceptions=True)
 
     def _request(self, ready: dict[TopicPartition, FetchState]) -> FetchRequest:
         F = FetchRequest.FetchTopic

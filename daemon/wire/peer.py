@@ -6,6 +6,10 @@ answers in order), checks that each answer carries the correlation id it waits f
 decodes it with the request's response class at the request's version (a Fetch
 response with `daemon.api.record_messages.decode_fetch`, its records left in the frame).
 
+A request whose caller is cancelled (a follower abandoning a long poll, see
+daemon.replica.fetcher) closes the connection: its answer may still arrive, and must
+not be read as the next request's.
+
 Errors: a connection that cannot be made or breaks raises `PeerError` (an OSError
 subclass: the caller backs off and tries again, as Kafka's fetchers do after
 `replica.fetch.backoff.ms`); an answer that does not decode, or carries another
@@ -71,6 +75,11 @@ class Peer:
                     raise
                 raise PeerError(f"{self}: {type(body).__name__} v{version} failed: "
                                 f"{err}") from err
+            except asyncio.CancelledError:
+                # The caller gave up on this answer: it may still come, and the next
+                # request on this connection would read it as its own. A new connection.
+                self._drop()
+                raise
 
     async def _round_trip(self, body: Any, version: int) -> Any:
         if not self.connected:
@@ -96,6 +105,12 @@ class Peer:
             return record_messages.decode_fetch(frame, version)
         response_cls = _response_class(body)
         return protocol.decode_response(response_cls, frame, version)
+
+    def _drop(self) -> None:
+        """Close the connection without waiting for it to close."""
+        writer, self._reader, self._writer = self._writer, None, None
+        if writer is not None:
+            writer.close()
 
     async def close(self) -> None:
         writer, self._reader, self._writer = self._writer, None, None
