@@ -7,9 +7,9 @@ broker processes on loopback, each figure against a baseline timed in the same r
   median and p99, next to the ZooKeeper session timeout that bounds its detection.
 - Replication throughput: both followers, once fetching the new partition, are stopped
   (SIGSTOP) while the leader takes REPLICATE_BYTES with acks=1; then they resume, and
-  the time until the leader's high watermark reaches its log end (both followers fetched everything and said so) gives
-  follower bytes/s, against `Log.append` of the same batches into a fresh log in this
-  process. Target >= 0.5.
+  the time until the leader's high watermark reaches its log end (both followers
+  fetched everything and said so) gives follower bytes/s, against `Log.append` of the
+  same batches into a fresh log in this process. Target >= 0.5.
 - acks=all vs acks=1: the same confluent-kafka produce of PRODUCE_BYTES into an RF 3
   topic with each setting; the ratio is acks=all's throughput over acks=1's.
 

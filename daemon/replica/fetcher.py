@@ -14,8 +14,8 @@ mark clears when the partition is added again (a higher leader epoch, becoming a
 anew) or removed (StopReplica, leadership, its dir failing). Errors the leader answers
 (storage error...) and a corrupt fetch are retried after `backoff`; "not leader",
 "unknown epoch" and "unknown partition", which a leader answers until it applies the
-LeaderAndIsr this follower already has, after 50 ms doubling up to `backoff`; a fenced epoch equal to ours marks the
-partition failed until a new epoch.
+LeaderAndIsr this follower already has, after 50 ms doubling up to `backoff`; a fenced
+epoch equal to ours marks the partition failed until a new epoch.
 
 A partition added while a fetch is in flight does not wait for its answer: that fetch may
 be parked at the other partitions' log ends for up to max_wait_ms (Kafka's followers
