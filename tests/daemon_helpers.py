@@ -23,13 +23,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from daemon.tools.zookeeper import free_port
+
 REPO = Path(__file__).resolve().parents[1]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def toml_value(value: Any) -> str:

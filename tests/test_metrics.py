@@ -14,6 +14,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from daemon.ops.metrics import Metrics
+from daemon.tools.zookeeper import free_port
 
 
 def fetch(port: int, path: str) -> tuple[int, str, str]:
@@ -93,12 +94,6 @@ def test_each_metrics_object_has_its_own_registry() -> None:
     a, b = Metrics(), Metrics()
     a.bytes_in("t", 5)
     assert "bytes_in_total{topic=\"t\"}" not in b.render().decode()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_serve_answers_metrics_and_healthz_over_http() -> None:

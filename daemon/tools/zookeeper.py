@@ -11,6 +11,7 @@ are not installed; RuntimeError naming the log when the server exits or does not
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -31,7 +32,40 @@ def installed() -> bool:
     return bool(shutil.which("java")) and any(JARS.glob("zookeeper*.jar"))
 
 
+_PICKED: set[int] = set()  # ports handed out by this process: never twice
+
+
+def _ephemeral_low(procfs: str = "/proc") -> int:
+    """The lowest local port the kernel gives outgoing connections (Linux's default
+    range starts at 32768)."""
+    try:
+        with open(f"{procfs}/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
+    """A 127.0.0.1 port nothing is bound to, for a server about to start on it.
+
+    Picked below the kernel's ephemeral range: a port the kernel picks (bind to port 0)
+    comes from that range, where every outgoing connection takes its local port too,
+    and one can take it before the server binds it ("address already in use", seen
+    when a benchmark's brokers start while clients connect). Only when there is no room
+    below the range is the kernel's pick used."""
+    low = _ephemeral_low()
+    candidates = range(max(1024, low - 12000), low)
+    for _ in range(200 if len(candidates) >= 1000 else 0):
+        port = random.choice(candidates)
+        if port in _PICKED:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _PICKED.add(port)
+        return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
