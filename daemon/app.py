@@ -152,7 +152,11 @@ class Server:
                 config.broker_id,
                 LogFollowerStorage(self.replicas.follower_logs(), self.replicas.run_for,
                                    lambda tp: self.replicas.partitions[tp].producers),
-                endpoint)
+                endpoint, backoff=config["replica.fetch.backoff.ms"] / 1000,
+                max_wait_ms=config["replica.fetch.wait.max.ms"],
+                min_bytes=config["replica.fetch.min.bytes"],
+                max_bytes=config["replica.fetch.response.max.bytes"],
+                partition_max_bytes=config["replica.fetch.max.bytes"])
             self.handlers.control = ControlRequests(
                 self.replicas, leadership, cache,
                 broker_epoch=lambda: self.cluster.broker_epoch if self.cluster else -1,

@@ -296,6 +296,18 @@ KEYS: dict[str, Key] = {k.name: k for k in (
         "own value overrides it"),
     Key("replica.lag.time.max.ms", int, 30000, _int(1),
         "a follower that has not caught up for this long leaves the ISR"),
+    Key("replica.fetch.max.bytes", int, 1024 * 1024, _int(0, 2**31 - 1),
+        "bytes a follower's fetch asks of each partition (a larger first batch still "
+        "comes whole)"),
+    Key("replica.fetch.response.max.bytes", int, 10 * 1024 * 1024, _int(0, 2**31 - 1),
+        "bytes a follower's fetch asks for in all"),
+    Key("replica.fetch.wait.max.ms", int, 500, _int(0, 2**31 - 1),
+        "how long a leader holds a follower's fetch at the log ends (at most "
+        "replica.lag.time.max.ms)"),
+    Key("replica.fetch.min.bytes", int, 1, _int(0, 2**31 - 1),
+        "bytes a follower's fetch waits for before the leader answers"),
+    Key("replica.fetch.backoff.ms", int, 1000, _int(0, 2**31 - 1),
+        "a follower's wait after a failed fetch before it asks again"),
     Key("replica.high.watermark.checkpoint.interval.ms", int, 5000, _int(1),
         "how often the high watermarks are written to replication-offset-checkpoint"),
     Key("auto.create.topics.enable", bool, True, _bool,
@@ -510,6 +522,14 @@ def _validate(flat: Mapping[str, Any], origin: _Origin, *, text: bool = False,
             f"{values['log.dir.resume.free.bytes']} must be above log.dir.min.free.bytes = "
             f"{values['log.dir.min.free.bytes']}, or a dir would flap between SATURATED "
             "and ONLINE")
+    if values["replica.fetch.wait.max.ms"] > values["replica.lag.time.max.ms"]:
+        # Kafka refuses this too: a follower waiting longer than the lag allowance at a
+        # leader with nothing new would fall out of the ISR while fully caught up.
+        raise ConfigError(
+            f"{origin.at('replica.fetch.wait.max.ms')}: replica.fetch.wait.max.ms = "
+            f"{values['replica.fetch.wait.max.ms']} must not exceed replica.lag.time.max.ms "
+            f"= {values['replica.lag.time.max.ms']}, or caught-up followers would leave "
+            "the ISR")
     if values["message.max.bytes"] + 1024 > values["socket.request.max.bytes"]:
         raise ConfigError(
             f"{origin.at('socket.request.max.bytes')}: socket.request.max.bytes = "

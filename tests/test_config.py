@@ -203,6 +203,11 @@ log.dir.slow.factor = 3
 min.insync.replicas = 2
 unclean.leader.election.enable = true
 replica.lag.time.max.ms = 10000
+replica.fetch.max.bytes = 4194304
+replica.fetch.response.max.bytes = 20971520
+replica.fetch.wait.max.ms = 250
+replica.fetch.min.bytes = 2
+replica.fetch.backoff.ms = 300
 replica.high.watermark.checkpoint.interval.ms = 2000
 offsets.topic.num.partitions = 7
 offsets.topic.replication.factor = 2
@@ -240,6 +245,9 @@ def test_every_key_is_read(tmp_path: Path) -> None:
     assert (cfg["min.insync.replicas"], cfg["replica.lag.time.max.ms"]) == (2, 10000)
     assert cfg["unclean.leader.election.enable"] is True
     assert cfg["replica.high.watermark.checkpoint.interval.ms"] == 2000
+    assert [cfg[f"replica.fetch.{k}"] for k in (
+        "max.bytes", "response.max.bytes", "wait.max.ms", "min.bytes", "backoff.ms")] == [
+        4194304, 20971520, 250, 2, 300]
     assert (cfg["log.cleaner.enable"], cfg["log.cleaner.backoff.ms"],
             cfg["log.cleaner.dedupe.buffer.size"], cfg["log.cleaner.io.buffer.size"]) == (
         False, 100, 1048576, 65536)
@@ -492,3 +500,21 @@ def test_example_server_properties_is_valid() -> None:
     assert (cfg.listener.host, cfg.listener.port) == ("", 9092)
     assert cfg["log.retention.ms"] == 168 * 3600 * 1000
     assert len(cfg.warnings) == 1 and "num.network.threads" in cfg.warnings[0]
+
+
+def test_replica_fetch_settings_are_kafkas_and_the_wait_stays_within_the_lag(
+        tmp_path: Path) -> None:
+    """The follower's fetch settings default to Kafka's, are used (no "does not use"
+    warning), and a wait longer than replica.lag.time.max.ms is refused as Kafka
+    refuses it: caught-up followers would leave the ISR."""
+    cfg = config.load(None)
+    assert [cfg[f"replica.fetch.{k}"] for k in (
+        "max.bytes", "response.max.bytes", "wait.max.ms", "min.bytes", "backoff.ms")] == [
+        1048576, 10485760, 500, 1, 1000]
+    cfg = load_props(tmp_path, "replica.fetch.max.bytes=8388608\n")
+    assert cfg["replica.fetch.max.bytes"] == 8388608 and cfg.warnings == ()
+    with pytest.raises(ConfigError, match="replica.fetch.wait.max.ms = 40000 must not "
+                                          "exceed replica.lag.time.max.ms = 30000"):
+        load_props(tmp_path, "replica.fetch.wait.max.ms=40000\n")
+    cfg = load_props(tmp_path, "replica.fetch.wait.max.ms=40000\nreplica.lag.time.max.ms=60000\n")
+    assert cfg["replica.fetch.wait.max.ms"] == 40000

@@ -295,6 +295,34 @@ def start_producers(cl: Cluster, topic: str, partitions: int) -> list[Load]:
     return loads
 
 
+def test_the_replica_fetch_settings_reach_the_followers(tmp_path: Path) -> None:
+    """replica.fetch.wait.max.ms (and its siblings) are the followers' own: with 100 ms a
+    caught-up follower's fetch comes back from its leader's long poll ten times a
+    second, where Kafka's default 500 ms makes it two. Counted on the leader (Fetch v12,
+    the followers' version): two followers idle for 3 s send well over 20 fetches, which
+    the default would not reach (about 12)."""
+    extra = {"replica.fetch.wait.max.ms": 100, "replica.fetch.max.bytes": 65536}
+    with Cluster(tmp_path, dirs=1, extra=extra) as cl:
+        meta = create(cl, "w", 1, min_isr=1)
+        leader = meta["partitions"][("w", 0)][0]
+        c = RawClient(cl.brokers[leader].port)
+        try:
+            for _ in range(5):  # 5 batches of 200 KB: several fetches of 64 KiB each
+                assert produce_raw(c, "w", 0, [b"x" * 1000] * 200)[0] == 0
+        finally:
+            c.close()
+        wait_for(lambda: replicas_identical(cl, "w", 1), 30, "followers caught up")
+
+        def fetches() -> float:
+            return metric(cl.brokers[leader], "kafka_network_requestmetrics_requests_total",
+                          request="Fetch", version="12") or 0.0
+
+        before = fetches()
+        time.sleep(3)
+        got = fetches() - before
+        assert got > 20, f"{got:g} follower fetches in 3 s"
+
+
 def test_leader_killed_repeatedly_under_idempotent_acks_all_load_loses_and_duplicates_nothing(
         tmp_path: Path) -> None:
     """Kafka's replication_test.py, hard-kill flavour: RF 3, min.insync.replicas 2, an

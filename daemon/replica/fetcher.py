@@ -370,11 +370,15 @@ class ReplicaFetchers:
     """
 
     def __init__(self, broker_id: int, storage: FollowerStorage,
-                 endpoint: Callable[[int], tuple[str, int] | None], *, backoff: float = 1.0):
+                 endpoint: Callable[[int], tuple[str, int] | None], *, backoff: float = 1.0,
+                 **fetch: int):
         self.broker_id = broker_id
         self.storage = storage
         self.endpoint = endpoint
         self.backoff = backoff
+        # Each Fetcher's max_wait_ms, min_bytes, max_bytes and partition_max_bytes (the
+        # broker's replica.fetch.* settings); Fetcher's defaults are Kafka's.
+        self.fetch = fetch
         self.fetchers: dict[int, Fetcher] = {}
         self._leader_of: dict[TopicPartition, int] = {}
 
@@ -392,7 +396,7 @@ class ReplicaFetchers:
         fetcher = self.fetchers.get(leader_id)
         if fetcher is None:
             fetcher = Fetcher(self.broker_id, leader_id, _LazyPeer(self, leader_id),
-                              self.storage, backoff=self.backoff)
+                              self.storage, backoff=self.backoff, **self.fetch)
             self.fetchers[leader_id] = fetcher
             fetcher.start()
         await fetcher.add_partitions({tp: leader_epoch})
