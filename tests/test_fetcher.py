@@ -89,6 +89,14 @@ async def _until(pred, timeout: float) -> None:  # noqa: ANN001
         await asyncio.sleep(0.05)
 
 
+def _run(follower: Follower, main) -> None:  # noqa: ANN001 - a coroutine function
+    """Run `main` (which starts and stops the fetcher), then close the follower's logs."""
+    try:
+        asyncio.run(main())
+    finally:
+        follower.close()
+
+
 def test_a_follower_replicates_byte_identical_logs(tmp_path: Path) -> None:
     with Daemon(tmp_path / "leader") as d:
         create_topic(d, TOPIC, 3)
@@ -461,10 +469,7 @@ def test_a_partition_added_during_a_parked_fetch_is_fetched_at_once(tmp_path: Pa
             finally:
                 await f.stop()
 
-        try:
-            asyncio.run(main())
-        finally:
-            follower.close()
+        _run(follower, main)
 
 
 def test_a_follower_ahead_of_its_leader_on_a_new_topic_starts_within_moments(
@@ -493,7 +498,4 @@ def test_a_follower_ahead_of_its_leader_on_a_new_topic_starts_within_moments(
             finally:
                 await f.stop()
 
-        try:
-            asyncio.run(main())
-        finally:
-            follower.close()
+        _run(follower, main)
