@@ -69,3 +69,20 @@ def test_topics_describe_config_with_an_any_address_listener_asks_loopback(
         proc = cli("topics", "describe", "--config", str(d.config), "--json")
         assert proc.returncode == 0, proc.stderr
         assert f'"port": {d.port}' in proc.stdout
+
+
+def test_free_ports_come_from_below_the_ephemeral_range_and_never_twice() -> None:
+    """The test and dev-cluster servers' ports: outside the range outgoing connections
+    take their local ports from (one took a broker's port before it was bound, in a
+    benchmark), each one bindable, none handed out twice by this process."""
+    import socket
+
+    from daemon.tools.zookeeper import _ephemeral_low, free_port
+
+    low = _ephemeral_low()
+    ports = [free_port() for _ in range(50)]
+    assert len(set(ports)) == 50
+    assert all(p < low for p in ports)
+    for p in ports[:5]:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", p))

@@ -184,19 +184,3 @@ def test_the_link_revives_a_client_whose_connection_thread_died(zk, admin):
     finally:
         link.stop()
 
-
-def test_free_ports_come_from_below_the_ephemeral_range_and_never_twice():
-    """The test and dev-cluster servers' ports: outside the range outgoing connections
-    take their local ports from (one took a broker's port before it was bound, in a
-    benchmark), each one bindable, none handed out twice by this process."""
-    import socket
-
-    from daemon.tools.zookeeper import _ephemeral_low, free_port
-
-    low = _ephemeral_low()
-    ports = [free_port() for _ in range(50)]
-    assert len(set(ports)) == 50
-    assert all(p < low for p in ports)
-    for p in ports[:5]:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", p))

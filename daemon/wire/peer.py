@@ -106,16 +106,16 @@ class Peer:
         response_cls = _response_class(body)
         return protocol.decode_response(response_cls, frame, version)
 
-    def _drop(self) -> None:
-        """Close the connection without waiting for it to close."""
+    def _drop(self) -> Any:
+        """Close the connection without waiting for it to close; its writer, if any."""
         writer, self._reader, self._writer = self._writer, None, None
         if writer is not None:
             writer.close()
+        return writer
 
     async def close(self) -> None:
-        writer, self._reader, self._writer = self._writer, None, None
+        writer = self._drop()
         if writer is not None:
-            writer.close()
             try:
                 await writer.wait_closed()
             except OSError:
