@@ -10,6 +10,9 @@ with `daemon.wire`'s classes and answers as a ZooKeeper-mode Kafka broker does:
 - StopReplica: 56 for partitions in `offline`, else 0 (and with delete=true the
   partition is forgotten);
 - UpdateMetadata: 0.
+Partitions in `saturated` are on a full dir: 56 to LeaderAndIsr, StopReplica as any
+other. While `answer_leader_and_isr` is clear, LeaderAndIsr answers are held (the
+request is recorded at once).
 It records every request it decoded, in arrival order. The real end-to-end tests, with
 logkeeper daemons as the brokers, come with the wiring of the controller.
 """
@@ -44,6 +47,9 @@ class StandInBroker:
         self.hosts = hosts
         self.broker_id = broker_id
         self.offline: set[tuple[str, int]] = set()
+        self.saturated: set[tuple[str, int]] = set()
+        self.answer_leader_and_isr = threading.Event()
+        self.answer_leader_and_isr.set()
         self.epochs: dict[tuple[str, int], int] = {}
         self.requests: list[tuple[int, Any]] = []
         self.lock = threading.Lock()
@@ -150,6 +156,10 @@ class StandInBroker:
                 request = request_cls.decode(frame, version=version, header=True)
                 with self.lock:
                     self.requests.append((api_key, request))
+                if api_key == LEADER_AND_ISR:
+                    while not (self.answer_leader_and_isr.wait(0.1) or self._stopped.is_set()):
+                        pass
+                with self.lock:
                     response = self._answer(api_key, version, request, response_cls)
                 response.API_VERSION = version
                 response.with_header(correlation_id=correlation_id)
@@ -163,7 +173,7 @@ class StandInBroker:
             errors = {}
             for p in views.leader_and_isr_partitions(request):
                 key = (p.topic, p.partition)
-                if key in self.offline:
+                if key in self.offline or key in self.saturated:
                     errors[key] = 56
                 elif p.leader_epoch > self.epochs.get(key, -1):
                     self.epochs[key] = p.leader_epoch

@@ -18,6 +18,7 @@ from kazoo.client import KazooClient
 
 from daemon.cluster import znodes
 from daemon.controller import Controller, ControllerMovedError, ControllerZk, TopicSpec
+from daemon.controller.state_machines import ReplicaState
 from daemon.wire import views
 from logstore import TopicPartition
 
@@ -379,6 +380,27 @@ def test_deletion_of_a_replica_on_an_offline_dir_completes_after_its_log_dir_eve
     assert done.result(timeout=15) == {"t": 0}
     assert admin.exists("/brokers/topics/t") is None and admin.exists("/admin/delete_topics/t") is None
     assert admin.get_children("/log_dir_event_notification") == []
+
+
+def test_a_log_dir_probes_late_56_does_not_undo_a_deletion_on_a_saturated_dir(cluster, admin):
+    """A dir fills and its log-dir probe is still unanswered when the topic is deleted:
+    the StopReplica(delete) waits behind the probe, whose 56 then arrives while the
+    deletion is in flight. The StopReplica's own answer decides: the full dir deletes
+    and the deletion completes."""
+    c, b = _cluster_with_topic(cluster, {"t": {0: [1, 2]}}, brokers=(1, 2))
+    b[1].answer_leader_and_isr.clear()
+    b[1].saturated.add(("t", 0))
+    b[1].clear()
+    b[1].announce_log_dir_event()
+    assert wait_for(lambda: b[1].received(LEADER_AND_ISR))  # the probe, unanswered
+    done = c.delete_topics(["t"])
+    assert wait_for(lambda: c.call(lambda: c.replica_sm.state(TopicPartition("t", 0), 1)).result(5)
+                    is ReplicaState.DELETION_STARTED)
+    b[1].answer_leader_and_isr.set()  # 56 for t-0, then the StopReplica(delete) answered 0
+    assert done.result(timeout=15) == {"t": 0}
+    assert ("t", 0, True) in {(p.topic, p.partition, p.delete) for p in b[1].stop_replicas()}
+    for path in ("/brokers/topics/t", "/config/topics/t", "/admin/delete_topics/t"):
+        assert admin.exists(path) is None, path
 
 
 # -- failover -----------------------------------------------------------------------------------

@@ -538,7 +538,7 @@ class Controller:
         self.replica_sm.handle_state_changes(others, R.OFFLINE, batch)
         self.send(batch)
         if for_deletion:
-            self.deletion.fail_replica_deletion(for_deletion)
+            self.deletion.replicas_went_offline(for_deletion)
         if not offline_leader and not elected:
             self._send_update_metadata(self.ctx.live_broker_ids, [])
 

@@ -11,6 +11,10 @@ straight to ReplicaDeletionIneligible and mark the topic ineligible.
 
 An answer of 0 makes the replica ReplicaDeletionSuccessful; anything else (56 from an
 OFFLINE dir, a request-level error) ReplicaDeletionIneligible, and the topic ineligible.
+A replica found offline some other way fails its deletion only when its broker is gone:
+a live broker's replica is decided by its own StopReplica's answer, since a 56 to an
+earlier LeaderAndIsr (a log-dir probe) can arrive after that StopReplica was sent, and a
+saturated dir answers 56 to the one and 0 to the other.
 When every replica has succeeded, the controller deletes `/brokers/topics/<t>`
 (recursively), `/config/topics/<t>` and `/admin/delete_topics/<t>`, each fenced, and
 forgets the topic.
@@ -73,6 +77,14 @@ class TopicDeletionManager:
         self.c.send(batch)
         self.ctx.topics_ineligible_for_deletion.update(tp.topic for tp, _ in replicas)
         self.resume()
+
+    def replicas_went_offline(self, replicas: Iterable[tuple[TopicPartition, int]]) -> None:
+        """Replicas found offline: their broker went away, or it answered 56 to a
+        LeaderAndIsr. Only a gone broker's replicas fail here (see the module's text); a
+        deleted replica stays deleted."""
+        self.fail_replica_deletion([
+            r for r in replicas if r[1] not in self.ctx.live_brokers
+            and self.c.replica_sm.state(*r) is not R.DELETION_SUCCESSFUL])
 
     def complete_replica_deletion(self, replicas: Iterable[tuple[TopicPartition, int]]) -> None:
         replicas = [r for r in replicas if self.ctx.is_topic_queued_for_deletion(r[0].topic)]
