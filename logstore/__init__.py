@@ -27,6 +27,7 @@ from .errors import (
     OffsetOutOfRangeError,
     RecordTooLargeError,
     StorageError,
+    UnexpectedAppendOffsetError,
     Verdict,
 )
 from .failure import FailureChannel, IoGuard, LogDirFailure
@@ -40,5 +41,5 @@ __all__ = [
     "IoGuard", "Log", "LogConfig", "LogDir", "LogDirFailure", "LogDirLockedError",
     "LogDirOfflineError", "LogDirSaturatedError",
     "LogStoreError", "OffsetOutOfRangeError", "RecordTooLargeError", "RecoveryResult",
-    "StorageError", "TopicPartition", "Verdict",
+    "StorageError", "TopicPartition", "UnexpectedAppendOffsetError", "Verdict",
 ]

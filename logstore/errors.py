@@ -36,6 +36,18 @@ class CorruptRecordError(LogStoreError):
         self.reason = reason or message
 
 
+class UnexpectedAppendOffsetError(CorruptRecordError):
+    """A follower's append (offsets kept as the leader assigned them) whose first batch
+    starts below the log end: records this log already holds (Kafka's
+    UnexpectedAppendOffsetException); nothing was written."""
+
+    def __init__(self, message: str, *, first_offset: int, log_end_offset: int,
+                 position: int | None = None):
+        super().__init__(message, position=position, reason="offset below log end")
+        self.first_offset = first_offset
+        self.log_end_offset = log_end_offset
+
+
 class InvalidRecordError(LogStoreError):
     """A record the log refuses whole (a record without a key for a compacted topic);
     nothing was written."""

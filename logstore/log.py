@@ -37,6 +37,7 @@ from .errors import (
     LogStoreError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
+    UnexpectedAppendOffsetError,
     Verdict,
 )
 from .failure import IoGuard
@@ -293,9 +294,9 @@ class Log:
             raise CorruptRecordError(
                 f"{where}: batch at {at} has {b.records_count} records but "
                 f"lastOffsetDelta {b.last_offset_delta}", position=at)
-        raise CorruptRecordError(
+        raise UnexpectedAppendOffsetError(
             f"{where}: batch offset {b.base_offset} below log end {self.log_end_offset}",
-            position=at)
+            first_offset=b.base_offset, log_end_offset=self.log_end_offset, position=at)
 
     def _roll_for_append(self) -> None:
         try:

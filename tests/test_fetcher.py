@@ -435,6 +435,40 @@ def test_a_partition_re_added_while_an_answer_is_being_written_resumes_at_its_re
             follower.close()
 
 
+def test_an_answer_below_the_log_end_makes_the_partition_fetch_from_its_log_end(
+        tmp_path: Path) -> None:
+    """A fetch state behind its own log (how the stall above came about): the leader
+    answers from that offset, and the append refuses records the log already holds.
+    Asking again from the same offset would be refused forever (Kafka sets the partition
+    aside); the fetcher asks from the log end instead and keeps replicating,
+    byte-identical, nothing set aside."""
+    with Daemon(tmp_path / "leader") as d:
+        create_topic(d, TOPIC, 1)
+        produce(d, 100, 1)
+        follower = Follower(d, {0: tmp_path / "f0"}, FailureChannel())
+        tp = TopicPartition(TOPIC, 0)
+        lg = follower.logs[tp]
+
+        async def main() -> None:
+            f = follower.fetcher
+            await f.add_partitions({tp: 0})
+            f.start()
+            try:
+                await _until(lambda: follower.matches(d), 60)
+                end = lg.log_end_offset
+                await f.stop()  # no answer in flight moves the state meanwhile
+                f.partitions[tp].fetch_offset = 0  # behind the log: the first batch again
+                f.start()
+                produce(d, 20, 1, start=100)
+                await _until(lambda: follower.matches(d), 30)
+                assert lg.log_end_offset == end + 20
+                assert tp in f.partitions and not f.failed
+            finally:
+                await f.stop()
+
+        _run(follower, main)
+
+
 def test_a_partition_added_during_a_parked_fetch_is_fetched_at_once(tmp_path: Path) -> None:
     """A fetcher whose partitions are all caught up waits in a long poll at their log
     ends (max_wait_ms, here 20 s). A partition added meanwhile (a LeaderAndIsr moving it

@@ -15,6 +15,7 @@ from logstore import (
     LogConfig,
     OffsetOutOfRangeError,
     RecordTooLargeError,
+    UnexpectedAppendOffsetError,
     names,
     verify,
 )
@@ -350,8 +351,9 @@ def test_a_follower_batch_below_the_log_end_is_refused(pdir):
     log.append(batch(3))
     stale = bytearray(batch(1))
     native.assign_offsets(stale, 1, 0)
-    with pytest.raises(CorruptRecordError, match="below log end 3"):
+    with pytest.raises(UnexpectedAppendOffsetError, match="below log end 3") as info:
         log.append(bytes(stale), assign_offsets=False)
+    assert (info.value.first_offset, info.value.log_end_offset, info.value.error_code) == (1, 3, 2)
     assert log.log_end_offset == 3
     log.close()
 

@@ -15,7 +15,9 @@ anew) or removed (StopReplica, leadership, its dir failing). Errors the leader a
 (storage error...) and a corrupt fetch are retried after `backoff`; "not leader",
 "unknown epoch" and "unknown partition", which a leader answers until it applies the
 LeaderAndIsr this follower already has, after 50 ms doubling up to `backoff`; a fenced
-epoch equal to ours marks the partition failed until a new epoch.
+epoch equal to ours marks the partition failed until a new epoch. An answer that starts
+below our log end (a fetch state behind its own log; Kafka sets the partition aside)
+makes the partition fetch from its log end at once.
 
 A partition added while a fetch is in flight does not wait for its answer: that fetch may
 be parked at the other partitions' log ends for up to max_wait_ms (Kafka's followers
@@ -38,7 +40,7 @@ from typing import Any, Protocol
 from kafka.protocol.consumer import FetchRequest
 
 import native
-from logstore import CorruptRecordError, Log, TopicPartition
+from logstore import CorruptRecordError, Log, TopicPartition, UnexpectedAppendOffsetError
 
 from ..api import errors
 from ..wire.peer import Peer, PeerError
@@ -271,6 +273,20 @@ class Fetcher:
             state.lag = max(0, leader_hw - state.fetch_offset)
         except asyncio.CancelledError:
             raise
+        except UnexpectedAppendOffsetError as err:
+            # Our log holds records this fetch state did not count (it began before an
+            # append still queued on the dir worker): asking again from the same offset
+            # would be refused forever. Ask from where the log ends; the last fetched
+            # epoch sent with it lets the leader say if those records diverge.
+            try:
+                state.fetch_offset, state.last_fetched_epoch = await self.storage.fetch_position(tp)
+            except asyncio.CancelledError:
+                raise
+            except Exception as again:  # noqa: BLE001 - as below: this partition only
+                self._fail(tp, state, f"{type(again).__name__}: {again}")
+                return
+            log.warning("%s: leader %d sent offset %d, below our log end %d: fetching from "
+                        "there", tp, self.leader_id, err.first_offset, state.fetch_offset)
         except Exception as err:  # noqa: BLE001 - KIP-461: one partition, not the fetcher
             if isinstance(err, CorruptRecordError):
                 log.warning("%s: corrupt data from leader %d: %s; retrying", tp,
