@@ -277,7 +277,10 @@ class Fetcher:
             # Our log holds records this fetch state did not count (it began before an
             # append still queued on the dir worker): asking again from the same offset
             # would be refused forever. Ask from where the log ends; the last fetched
-            # epoch sent with it lets the leader say if those records diverge.
+            # epoch sent with it lets the leader say if those records diverge. Were the
+            # log end the offset just fetched (a batch of the leader's straddling it),
+            # asking again waits `backoff`, as for corrupt data.
+            asked = state.fetch_offset
             try:
                 state.fetch_offset, state.last_fetched_epoch = await self.storage.fetch_position(tp)
             except asyncio.CancelledError:
@@ -287,6 +290,8 @@ class Fetcher:
                 return
             log.warning("%s: leader %d sent offset %d, below our log end %d: fetching from "
                         "there", tp, self.leader_id, err.first_offset, state.fetch_offset)
+            if state.fetch_offset == asked:
+                state.delayed_until = now + self.backoff
         except Exception as err:  # noqa: BLE001 - KIP-461: one partition, not the fetcher
             if isinstance(err, CorruptRecordError):
                 log.warning("%s: corrupt data from leader %d: %s; retrying", tp,
