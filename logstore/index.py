@@ -57,7 +57,6 @@ class _Index(abc.ABC):
         self.base_offset = base_offset
         self.entry_size = self.entry.size
         self.max_entries = max(max_index_bytes // self.entry_size, 1)
-        self.writable = writable
         # Read-write even when inactive: a rebuild after recovery rewrites any index.
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         self._map: mmap.mmap | None = None
@@ -66,14 +65,16 @@ class _Index(abc.ABC):
         try:
             length = os.fstat(self._fd).st_size
             # The entry count, the last entry and the new entries live in C
-            # (native/index.c), which the append path adds to: new entries wait in
-            # memory and reach the file in one pwrite (every PENDING_BYTES, and on flush,
-            # trim and close), not one syscall each; reads see them in `_pending`.
-            # Entries lost in a crash are rebuilt by recovery, which starts at or below
-            # the recovery point, and a flush of the log writes them before that moves.
+            # (native/index.c), which the append path adds to: an active segment's new
+            # entries wait in memory and reach the file in one pwrite (every
+            # PENDING_BYTES, and on flush, trim and close), not one syscall each; reads
+            # see them through `native.index_pending`. Entries lost in a crash are
+            # rebuilt by recovery, which starts at or below the recovery point, and a
+            # flush of the log writes them before that moves. See `writable` for which
+            # indexes hold such a buffer.
             self.c: Any = native.new_index(self._fd, self.entry_size, base_offset,
                                            self.max_entries, self._count_valid(length))
-            self._pending = native.index_pending(self.c)
+            self.writable = writable
             if writable:
                 self._resize(self.max_entries * self.entry_size)
             else:
@@ -82,6 +83,20 @@ class _Index(abc.ABC):
             self._close_map()
             os.close(self._fd)
             raise
+
+    @property
+    def writable(self) -> bool:
+        """An active segment's index: preallocated, new entries written together."""
+        return bool(self.c.batched)
+
+    @writable.setter
+    def writable(self, on: bool) -> None:
+        # Only an active index batches its new entries, in a 4 KiB buffer C allocates
+        # at its first entry: neither an idle partition nor a broker's thousands of
+        # inactive segments hold one; entries a rebuild adds to those are written at once.
+        if not on:
+            self.flush_pending()
+        native.index_batch(self.c, on)
 
     # -- file and mapping --
 
@@ -140,7 +155,8 @@ class _Index(abc.ABC):
     def _read_entry(self, i: int) -> tuple[int, int]:
         flushed = self.c.flushed
         if i >= flushed:
-            return self.entry.unpack_from(self._pending, (i - flushed) * self.entry_size)
+            return self.entry.unpack_from(native.index_pending(self.c),
+                                          (i - flushed) * self.entry_size)
         pos = i * self.entry_size
         if self._map is not None and pos + self.entry_size <= self._length:
             return self.entry.unpack_from(self._map, pos)

@@ -52,7 +52,7 @@ __all__ = [
     "Space", "address_of", "assign_offsets",
     "availability_probe", "batches_end", "crc32c", "crc32c_active", "crc32c_calibration",
     "crc32c_force", "crc32c_supported", "crc32c_using", "find_batch", "read_range",
-    "fallocate", "fdatasync", "index_add", "index_flush", "index_map", "index_pending",
+    "fallocate", "fdatasync", "index_add", "index_flush", "index_batch", "index_map", "index_pending",
     "index_search", "index_truncate", "index_unmap",
     "new_index", "new_segment", "parse_records", "pread", "pread_into", "pwrite_all", "scan_batches",
     "space_probe", "write_all",
@@ -468,7 +468,7 @@ def new_index(fd: int, entry_size: int, base_offset: int, max_entries: int,
     written; entry_size 8 is an offset index, 12 a time index. The caller keeps fd open."""
     if entry_size not in (_lib.LK_INDEX_OFFSET, _lib.LK_INDEX_TIME):
         raise ValueError(f"index entry size must be 8 or 12, got {entry_size}")
-    ix = _ffi.new("struct lk_index *")
+    ix = _ffi.gc(_ffi.new("struct lk_index *"), _lib.lk_index_release)  # frees its buffer
     ix.fd = fd
     ix.entry_size = entry_size
     ix.base_offset = base_offset
@@ -477,9 +477,24 @@ def new_index(fd: int, entry_size: int, base_offset: int, max_entries: int,
     return ix
 
 
+def index_batch(ix: Any, batched: bool) -> None:
+    """Whether `ix`'s new entries wait in memory and reach the file together (an active
+    segment's index; the buffer is allocated at its first entry, so an idle partition
+    holds none) or are each written at once (an inactive segment's, rebuilt by
+    recovery: a broker's many inactive segments hold no buffer). Turning it off frees the
+    buffer, and needs every entry written first: ValueError otherwise."""
+    if batched:
+        ix.batched = 1
+        return
+    if ix.flushed != ix.entries:
+        raise ValueError(f"{ix.entries - ix.flushed} index entries not written yet")
+    _lib.lk_index_release(ix)
+
+
 def index_pending(ix: Any) -> Any:
-    """A view of the index's pending entries (entries flushed.. of `ix`), for reading."""
-    return _ffi.buffer(ix.pending)
+    """A view of `ix`'s pending entries (entries flushed.. of it), for reading; valid until
+    the next add, flush or index_batch(ix, False). Only read when some are pending."""
+    return _ffi.buffer(ix.pending, _lib.LK_INDEX_PENDING_BUFFER)
 
 
 def index_map(ix: Any, mapping: Buffer) -> Any:

@@ -161,6 +161,7 @@ int lk_availability_probe(const char *dir, size_t block_size, int64_t *latency_n
 #define LK_INDEX_OFFSET 8         /* entry_size of an offset index: int32 relative offset, int32 position */
 #define LK_INDEX_TIME 12          /* entry_size of a time index: int64 timestamp, int32 relative offset */
 #define LK_INDEX_PENDING_BYTES 4096 /* new entries kept in memory before one pwrite writes them */
+#define LK_INDEX_PENDING_BUFFER 4112 /* LK_INDEX_PENDING_BYTES and room for one more entry */
 #define LK_INDEX_SKIPPED 0        /* lk_index_add: the entry breaks the index's order: not added */
 #define LK_INDEX_ADDED 1          /* lk_index_add: added (and maybe written) */
 #define LK_INDEX_FULL 2           /* lk_index_add: it would be added, but the index is full */
@@ -176,15 +177,19 @@ struct lk_index {
     int64_t last_b;            /* and position (offset index) or relative offset (time index) */
     const uint8_t *map;        /* the caller's read-only mapping of the file, or NULL */
     int64_t map_len;           /* its length: entries past it are read with pread */
-    uint8_t pending[4112];     /* entries flushed..entries, big-endian: LK_INDEX_PENDING_BYTES
-                                * and room for one more */
+    int32_t batched;           /* 1: new entries wait in pending (an active segment's index);
+                                * 0: each is written at once (an inactive one's rebuild) */
+    uint8_t *pending;          /* entries flushed..entries, big-endian: LK_INDEX_PENDING_BUFFER
+                                * bytes malloc'd at the first batched add, or NULL */
 };
 /* Add an entry by Kafka's rules: an offset index takes (offset, position) only when both
  * grow past its last entry; a time index takes (timestamp, offset) only when the
  * timestamp grows, the offset does not go back and the timestamp is >= 0, and keeps its
- * last slot for the entry forced at a roll (reserve_last = 0 may take it). Entries are
- * written with one pwrite once LK_INDEX_PENDING_BYTES are pending. Returns LK_INDEX_*, or
- * -errno (then the entry is in the index but not yet in the file). Not thread-safe. */
+ * last slot for the entry forced at a roll (reserve_last = 0 may take it). A batched
+ * index's entries are written with one pwrite once LK_INDEX_PENDING_BYTES are pending
+ * (its buffer is allocated here, at the first: an idle partition holds none); any other
+ * index's are written at once. Returns LK_INDEX_*, or -errno (then a batched entry is in
+ * the index but not yet in the file; another is in neither). Not thread-safe. */
 int lk_index_add(struct lk_index *ix, int64_t a, int64_t b, int reserve_last);
 /* The greatest entry whose field (0: the first as stored, relative offset or timestamp;
  * 1: the second, position or relative offset) is <= key, by binary search over the
@@ -197,6 +202,9 @@ int lk_index_flush(struct lk_index *ix);
  * below the flushed entries the pending ones go too (the file keeps stale entries past
  * n until they are written over). Returns 0 or -EINVAL. Not thread-safe; no IO. */
 int lk_index_truncate(struct lk_index *ix, int32_t n);
+/* Free the pending buffer (entries still in it are dropped: flush first) and stop
+ * batching. Safe on an index without one, and twice. */
+void lk_index_release(struct lk_index *ix);
 
 /* ---- Appending batches to a segment: one call per append ---- */
 #define LK_APPEND_OK 0          /* every batch written */

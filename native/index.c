@@ -8,6 +8,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -99,14 +100,20 @@ int lk_index_add(struct lk_index *ix, int64_t a, int64_t b, int reserve_last)
 {
     int rc;
     int64_t rel;
-    uint8_t *e;
+    uint8_t raw[LK_INDEX_TIME];
+    uint8_t *e = NULL;
 
     if (ix == NULL || (ix->entry_size != LK_INDEX_OFFSET && ix->entry_size != LK_INDEX_TIME))
         return -EINVAL;
     rc = lk_index_load_last(ix);
     if (rc < 0)
         return rc;
-    if ((size_t)(ix->entries - ix->flushed + 1) * (size_t)ix->entry_size > sizeof(ix->pending)) {
+    if (ix->batched && ix->pending == NULL)
+        ix->pending = malloc(LK_INDEX_PENDING_BUFFER); /* NULL: written at once, below */
+    if (!ix->batched || ix->pending == NULL) {
+        e = raw; /* the entry goes to the file at once, below */
+    } else if ((size_t)(ix->entries - ix->flushed + 1) * (size_t)ix->entry_size >
+               LK_INDEX_PENDING_BUFFER) {
         rc = lk_index_flush(ix); /* only after an earlier flush failed */
         if (rc < 0)
             return rc;
@@ -117,11 +124,10 @@ int lk_index_add(struct lk_index *ix, int64_t a, int64_t b, int reserve_last)
             return LK_INDEX_SKIPPED; /* Kafka keeps entries strictly increasing */
         if (ix->entries >= ix->max_entries)
             return LK_INDEX_FULL;
-        e = ix->pending + (size_t)(ix->entries - ix->flushed) * LK_INDEX_OFFSET;
+        if (e == NULL)
+            e = ix->pending + (size_t)(ix->entries - ix->flushed) * LK_INDEX_OFFSET;
         lk_put_be32(e, (uint32_t)rel);
         lk_put_be32(e + 4, (uint32_t)b);
-        ix->last_a = rel;
-        ix->last_b = b;
     } else {
         rel = b - ix->base_offset;
         if (ix->entries && (a <= ix->last_a || rel < ix->last_b))
@@ -130,9 +136,22 @@ int lk_index_add(struct lk_index *ix, int64_t a, int64_t b, int reserve_last)
             return LK_INDEX_SKIPPED;
         if (ix->entries >= ix->max_entries - (reserve_last ? 1 : 0))
             return LK_INDEX_FULL;
-        e = ix->pending + (size_t)(ix->entries - ix->flushed) * LK_INDEX_TIME;
+        if (e == NULL)
+            e = ix->pending + (size_t)(ix->entries - ix->flushed) * LK_INDEX_TIME;
         lk_put_be64(e, (uint64_t)a);
         lk_put_be32(e + 8, (uint32_t)rel);
+    }
+    if (e == raw) {
+        int64_t wrote = lk_pwrite_all(ix->fd, raw, (size_t)ix->entry_size,
+                                      (int64_t)ix->entries * ix->entry_size);
+        if (wrote < 0)
+            return (int)wrote;
+        ix->flushed = ix->entries + 1;
+    }
+    if (ix->entry_size == LK_INDEX_OFFSET) {
+        ix->last_a = rel;
+        ix->last_b = b;
+    } else {
         ix->last_a = a;
         ix->last_b = rel;
     }
@@ -155,4 +174,14 @@ int lk_index_truncate(struct lk_index *ix, int32_t n)
     ix->entries = n;
     ix->last_known = 0;
     return 0;
+}
+
+void lk_index_release(struct lk_index *ix)
+{
+    if (ix == NULL)
+        return;
+    free(ix->pending);
+    ix->pending = NULL;
+    ix->batched = 0;
+    ix->flushed = ix->entries; /* nothing is pending any more */
 }

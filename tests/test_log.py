@@ -469,6 +469,37 @@ def test_index_entries_wait_in_memory_and_are_written_a_page_at_a_time(tmp_path)
     assert len(read_index_entries(tmp_path / "0.index", "offset")) == 301
 
 
+def test_only_an_active_index_with_entries_holds_a_pending_buffer(tmp_path):
+    """An active index allocates its 4 KiB pending buffer at its first entry (an idle
+    partition holds none); becoming inactive writes what is pending and frees it; an
+    inactive index being rebuilt writes each entry at once. Entries read the same
+    throughout, from memory or from the file."""
+    from logstore.index import OffsetIndex
+    from native import _ffi
+
+    idx = OffsetIndex(tmp_path / "0.index", 0, 1 << 20, writable=True)
+    assert idx.writable and idx.c.pending == _ffi.NULL  # idle: no buffer
+    idx.append(5, 100)
+    idx.append(9, 200)
+    assert idx.c.pending != _ffi.NULL and os.pread(idx._fd, 16, 0) == bytes(16)  # waiting
+    assert idx.last_entry() == (9, 200) and idx.lookup(6) == (5, 100)
+    idx.trim()  # a roll: written and cut to its entries...
+    idx.writable = False  # ...then inactive
+    assert idx.c.pending == _ffi.NULL
+    assert read_index_entries(tmp_path / "0.index", "offset") == [(5, 100), (9, 200)]
+    idx.append(12, 300)  # a rebuild: straight to the file
+    assert idx.c.pending == _ffi.NULL and idx.c.flushed == idx.entries == 3
+    assert os.pread(idx._fd, 8, 16) == struct.pack(">ii", 12, 300)
+    assert idx.lookup(20) == (12, 300) and idx.all_entries() == [(5, 100), (9, 200), (12, 300)]
+    idx.writable = True
+    idx.append(15, 400)
+    with pytest.raises(ValueError, match="1 index entries not written yet"):
+        native.index_batch(idx.c, False)
+    idx.writable = False  # the setter writes them first
+    assert os.pread(idx._fd, 8, 24) == struct.pack(">ii", 15, 400)
+    idx.close()
+
+
 def _floor_position(entries, position):
     """The greatest indexed position <= position (0 when none), as position_floor."""
     found = [p for _, p in entries if p <= position]
