@@ -53,7 +53,7 @@ class _Index(abc.ABC):
     entry: struct.Struct
 
     def __init__(self, path: Path, base_offset: int, max_index_bytes: int, *, writable: bool):
-        self.path = Path(path)
+        self.path = path if isinstance(path, Path) else Path(path)
         self.base_offset = base_offset
         self.entry_size = self.entry.size
         self.max_entries = max(max_index_bytes // self.entry_size, 1)

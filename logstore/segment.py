@@ -31,21 +31,23 @@ from .scan import FileScan, scan_file
 class LogSegment:
     def __init__(self, directory: Path, base_offset: int, *, index_interval_bytes: int,
                  max_index_bytes: int, active: bool):
-        self.dir = Path(directory)
+        # One Path per file, shared with the indexes: a broker holds thousands of
+        # segments, and each Path object costs a few hundred bytes.
+        self.dir = directory if isinstance(directory, Path) else Path(directory)
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         self.max_index_bytes = max_index_bytes
         self.log_path = self.dir / names.log_file_name(base_offset)
-        self.index_path = self.dir / names.index_file_name(base_offset)
-        self.time_index_path = self.dir / names.time_index_file_name(base_offset)
+        index_path = self.dir / names.index_file_name(base_offset)
+        time_index_path = self.dir / names.time_index_file_name(base_offset)
         self._log_path_str = str(self.log_path)
-        self.indexes_missing = not (self.index_path.exists() and self.time_index_path.exists())
+        self.indexes_missing = not (index_path.exists() and time_index_path.exists())
         self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             size = os.fstat(self.fd).st_size
-            self.offset_index = OffsetIndex(self.index_path, base_offset, max_index_bytes,
+            self.offset_index = OffsetIndex(index_path, base_offset, max_index_bytes,
                                             writable=active)
-            self.time_index = TimeIndex(self.time_index_path, base_offset, max_index_bytes,
+            self.time_index = TimeIndex(time_index_path, base_offset, max_index_bytes,
                                         writable=active)
         except BaseException:
             os.close(self.fd)
@@ -62,6 +64,14 @@ class LogSegment:
         self.max_timestamp, self.offset_of_max_timestamp = self.time_index.last_entry()
         if size == 0:
             self.c.next_offset = base_offset
+
+    @property
+    def index_path(self) -> Path:
+        return self.offset_index.path
+
+    @property
+    def time_index_path(self) -> Path:
+        return self.time_index.path
 
     # ---- state ----
 
