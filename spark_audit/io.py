@@ -34,7 +34,8 @@ from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 
-from . import schema
+from . import schema, transforms
+from .findings import ERROR, FINGERPRINT, FINGERPRINT_FIELDS, WARNING, Facts
 
 # Checkpoint files of a log dir that name partitions (docs/formats.md "Per log directory files").
 CHECKPOINT_FILES = (
@@ -48,7 +49,6 @@ DEFAULT_TASK_BYTES = 1 << 30
 # many bytes when balancing tasks, so thousands of tiny segments still spread out.
 PER_FILE_WEIGHT = 1 << 20
 LISTING_SLICE = 1 << 16
-FINGERPRINT_BYTES = 8 * len(schema.FINGERPRINT_FIELDS)
 
 
 class AuditInputError(ValueError):
@@ -142,7 +142,7 @@ class Listing:
 
 
 def _problem(host: str, dir_: str, topic: str | None, partition: int | None, file: str | None,
-             kind: str, detail: str, severity: str = schema.ERROR, position: int | None = None,
+             kind: str, detail: str, severity: str = ERROR, position: int | None = None,
              offset: int | None = None) -> tuple:
     return (host, dir_, topic, partition, file, kind, severity, position, offset, detail)
 
@@ -301,7 +301,7 @@ def scan_segments(items: Iterable[tuple], buffer_size: int = 1 << 20) -> Iterato
         packed = array("q")
         on_batch = None
         if want_batches:
-            def on_batch(b, extend=packed.extend) -> None:  # schema.FINGERPRINT_FIELDS
+            def on_batch(b, extend=packed.extend) -> None:  # FINGERPRINT_FIELDS
                 extend((b.position, b.base_offset, b.base_offset + b.last_offset_delta, b.crc))
 
         started = time.perf_counter()
@@ -311,7 +311,7 @@ def scan_segments(items: Iterable[tuple], buffer_size: int = 1 << 20) -> Iterato
             yield _row(PROBLEM, _problem(
                 host, dir_, topic, partition, name, "vanished",
                 f"{path} on {host} vanished before it was scanned (deleted by retention?): "
-                f"{err.strerror}", schema.WARNING))
+                f"{err.strerror}", WARNING))
             continue
         except OSError as err:
             yield _row(PROBLEM, _problem(host, dir_, topic, partition, name, "unreadable",
@@ -329,14 +329,16 @@ def scan_segments(items: Iterable[tuple], buffer_size: int = 1 << 20) -> Iterato
             if sys.byteorder == "little":
                 packed.byteswap()
             data = packed.tobytes()
-            step = schema.FINGERPRINT_CHUNK * FINGERPRINT_BYTES
+            step = schema.FINGERPRINT_CHUNK * FINGERPRINT.size
             for i in range(0, len(data), step):
                 yield _row(BATCH, (host, dir_, topic, partition, name, data[i:i + step]))
 
 
 @dataclass
 class RawTables:
-    """The audit's inputs as DataFrames (see schema.RAW_TABLES)."""
+    """The audit's inputs as DataFrames (see schema.RAW_TABLES); from a scan, also the
+    batch fingerprints as packed (schema.FINGERPRINTS, which `batches` unpacks) and the
+    driver's facts (transforms.collect_facts)."""
 
     dirs: DataFrame
     partitions: DataFrame
@@ -344,6 +346,8 @@ class RawTables:
     segments: DataFrame
     problems: DataFrame
     batches: DataFrame
+    fingerprints: DataFrame | None = None
+    facts: Facts | None = None
     cached: list[DataFrame] = field(default_factory=list)
 
     def tables(self) -> dict[str, DataFrame]:
@@ -392,15 +396,19 @@ def scan(spark: SparkSession, roots: Sequence[Root], *, buffer_size: int = 1 << 
             .flatMap(lambda group: group)  # each slice holds one group: one task
             .mapPartitions(lambda items: scan_segments(items, buffer_size)))
     scanned = spark.createDataFrame(rows, schema.SCAN_ROW, verifySchema=False).cache()
-    scanned.count()  # scan once: every table below reads the cache
 
     def part(col: str) -> DataFrame:
         return scanned.where(f"{col} IS NOT NULL").select(f"{col}.*")
 
-    batches = unpack_fingerprints(part("batch"))
-    return RawTables(dirs=part("dirs"), partitions=part("partitions"),
-                     checkpoints=part("checkpoints"), segments=part("seg"),
-                     problems=part("problem"), batches=batches, cached=[scanned])
+    raw = RawTables(dirs=part("dirs"), partitions=part("partitions"),
+                    checkpoints=part("checkpoints"), segments=part("seg"),
+                    problems=part("problem"), batches=unpack_fingerprints(part("batch")),
+                    fingerprints=part("batch"), cached=[scanned])
+    # The scan's one action collects the facts the findings pass needs: it runs every
+    # scan task and fills the cache (whole rows, whatever it selects), which every
+    # table above reads.
+    raw.facts = transforms.collect_facts(raw.dirs, raw.segments, raw.checkpoints)
+    return raw
 
 
 def unpack_fingerprints(packed: DataFrame) -> DataFrame:
@@ -411,10 +419,10 @@ def unpack_fingerprints(packed: DataFrame) -> DataFrame:
     """
     # SQL text: one call to the JVM per step (building Columns costs one per function).
     key = [*schema.LOG_KEY, "file"]
-    n = f"length(packed) div {FINGERPRINT_BYTES}"
-    fields = [f"cast(conv(hex(substring(packed, i * {FINGERPRINT_BYTES} + {8 * k + 1}, 8)), "
+    n = f"length(packed) div {FINGERPRINT.size}"
+    fields = [f"cast(conv(hex(substring(packed, i * {FINGERPRINT.size} + {8 * k + 1}, 8)), "
               f"16, 10) as bigint) as {name}"
-              for k, name in enumerate(schema.FINGERPRINT_FIELDS)]
+              for k, name in enumerate(FINGERPRINT_FIELDS)]
     return (packed.selectExpr(*key, "packed", f"explode(sequence(0, {n} - 1)) as i")
             .selectExpr(*key, *fields))
 

@@ -108,35 +108,30 @@ def resolve_roots(args: argparse.Namespace) -> list:
 
 def run(spark, args: argparse.Namespace, roots: list) -> int:
     """The audit on an existing session; returns the exit code (0 or 1)."""
-    from . import io, report, transforms
+    from . import findings, io, report, transforms
 
     started = time.time()
     if args.from_scans:
         raw = io.read_raw(spark, args.from_scans)
     else:
-        skip = list(transforms.INTERNAL_COMPACTED_TOPICS) + list(args.compacted)
+        skip = list(findings.INTERNAL_COMPACTED_TOPICS) + list(args.compacted)
         raw = io.scan(spark, roots, buffer_size=args.buffer_size, task_bytes=args.task_bytes,
                       fingerprint_all=args.scan_only, skip_fingerprints=skip)
+    result = None
     try:
         if args.scan_only:
             io.write_raw(raw, args.out)
             print(f"logkeeper audit: raw tables of {len(roots)} log dirs written to "
                   f"{args.out}/raw")
             return EXIT_OK
-        # The findings pass runs once: its one action writes the findings (or, without
-        # --out, cuts their lineage), and everything after reads that table. Lost with
-        # their executor: the audit then fails (exit 2).
-        if args.out:
-            def materialise(df):
-                return report.write_findings(df, args.out)
-        else:
-            def materialise(df):
-                return df.localCheckpoint()
-        result = transforms.audit(**raw.tables(), compacted_names=args.compacted,
-                                  reuse=materialise)
+        # The findings pass runs once, in the first action over its result; the other
+        # outputs read its persisted rows. Lost with their executor: the audit then
+        # fails (exit 2).
+        result = transforms.audit(**raw.tables(), fingerprints=raw.fingerprints,
+                                  facts=raw.facts, compacted_names=args.compacted)
         if args.out:
             summary = report.write_outputs(result, args.out, roots=len(roots) or None,
-                                           started=started, findings_written=True)
+                                           started=started)
         else:
             summary = report.summarize(result, roots=len(roots) or None)
         if not args.quiet:
@@ -146,6 +141,8 @@ def run(spark, args: argparse.Namespace, roots: list) -> int:
               f"in {summary['segments']} segments{where}")
         return EXIT_FINDINGS if summary["errors"] else EXIT_OK
     finally:
+        if result is not None:
+            result.release()
         raw.release()
 
 

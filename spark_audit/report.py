@@ -3,14 +3,13 @@
 Under the output dir: `findings.parquet` (one row per finding), `segments.parquet`
 (one row per segment), `health.parquet` (one row per host x log dir), `summary.json`
 (counts, the exit code), `report.txt` (readable) and `report.html` (a host x log-dir
-health grid and the findings). The text and HTML reports list at most `max_listed`
-findings (errors first); the Parquet table has them all. OSErrors writing the files
+health grid and the findings). The text and HTML reports list at most
+findings.MAX_LISTED findings (errors first); the Parquet table has them all. OSErrors writing the files
 propagate (the audit then exits 2).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import html
 import json
 import os
@@ -19,48 +18,32 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import DataFrame
-
-from . import transforms
-from .schema import ERROR, FINDING_COLUMNS, FINDINGS, HEALTH, TOTALS, WARNING
+from .findings import ERROR, WARNING
+from .schema import HEALTH
 from .transforms import AuditResult
 
-MAX_LISTED = 2000
 
-
-def summarize(result: AuditResult, *, roots: int | None = None,
-              max_listed: int = MAX_LISTED) -> dict[str, Any]:
+def summarize(result: AuditResult, *, roots: int | None = None) -> dict[str, Any]:
     """Counts of everything, the health grid and the first findings (errors first),
-    collected by one Spark action (transforms.summary_rows)."""
-    sections: dict[str, list[tuple[int, dict[str, Any]]]] = {}
-    for r in transforms.summary_rows(result, max_listed=max_listed).collect():
-        sections.setdefault(r["section"], []).append((r["n"], json.loads(r["json"])))
-
-    def rows(section: str, columns: list[str]) -> list[dict[str, Any]]:
-        # to_json leaves null fields out: put them back, in the table's column order.
-        return [{c: d.get(c) for c in columns}
-                for _n, d in sorted(sections.get(section, []), key=lambda nd: nd[0])]
-
-    (totals,) = rows("totals", TOTALS) or [dict.fromkeys(TOTALS, 0)]
-    health = sorted(rows("health", HEALTH.fieldNames()), key=lambda h: (h["host"], h["dir"]))
+    from the findings pass's tally (one Spark action: AuditResult.tally)."""
+    tally = result.tally()
+    health = [dict(zip(HEALTH.fieldNames(), h, strict=True)) for h in tally.health(result.facts.dirs)]
     severity = Counter()
     kinds: dict[str, dict[str, int]] = {ERROR: {}, WARNING: {}}
     hosts: dict[str, dict[str, int]] = {}
-    for r in rows("counts", ["host", "severity", "kind", "count"]):
-        severity[r["severity"]] += r["count"]
-        by_kind = kinds.setdefault(r["severity"], {})
-        by_kind[r["kind"]] = by_kind.get(r["kind"], 0) + r["count"]
-        host = hosts.setdefault(r["host"] or "-", {ERROR: 0, WARNING: 0})
-        host[r["severity"]] += r["count"]
-    listed = rows("listed", FINDING_COLUMNS)
+    for (host, level, kind), count in tally.kinds.items():
+        severity[level] += count
+        by_kind = kinds.setdefault(level, {})
+        by_kind[kind] = by_kind.get(kind, 0) + count
+        by_host = hosts.setdefault(host or "-", {ERROR: 0, WARNING: 0})
+        by_host[level] += count
     return {
         "errors": severity[ERROR], "warnings": severity[WARNING],
         "exit_code": 1 if severity[ERROR] else 0,
-        "roots": roots if roots is not None else len(health), **totals,
+        "roots": roots if roots is not None else len(health), **tally.summary_totals(),
         "findings_by_kind": kinds, "findings_by_host": hosts,
-        "health": health, "listed": listed,
-        "compacted_topics": {r["topic"]: r["reason"]
-                             for r in rows("compacted", ["topic", "reason"])},
+        "health": health, "listed": [f._asdict() for f in tally.listed_findings()],
+        "compacted_topics": result.facts.compacted,
     }
 
 
@@ -158,35 +141,21 @@ tr.warning td:first-child {{ background: {_COLOURS[WARNING]}; }}
 """
 
 
-def write_findings(findings: DataFrame, out: str | os.PathLike[str]) -> DataFrame:
-    """Write the findings under out/findings.parquet and return that table read back.
-
-    This is the one action that runs the findings pass (as transforms.audit's `reuse`):
-    the summaries and the report then read the written table, not the plan again.
-    """
-    path = str(Path(out, "findings.parquet"))
-    findings.coalesce(1).write.mode("overwrite").parquet(path)
-    return findings.sparkSession.read.schema(FINDINGS).parquet(path)
-
-
 def write_outputs(result: AuditResult, out: str | os.PathLike[str], *,
-                  roots: int | None = None, started: float | None = None,
-                  findings_written: bool = False) -> dict[str, Any]:
+                  roots: int | None = None, started: float | None = None) -> dict[str, Any]:
     """Write every output under `out`; return the summary (as in summary.json).
 
-    Spark actions: the findings (unless `findings_written`: result.findings is then
-    already out/findings.parquet, see write_findings), the per-segment table, the
-    summary (one collect) and the health table (the summary's rows).
+    Spark actions: the summary's tally (the one that runs the findings pass, a task per
+    partition of its output), the findings and the per-segment table (each one task
+    reading the pass's persisted output), the health table (the tally's rows).
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    if not findings_written:
-        result = dataclasses.replace(result, findings=write_findings(result.findings, out))
-    result.segments.write.mode("overwrite").parquet(str(out / "segments.parquet"))
     summary = summarize(result, roots=roots)
+    for name, table in (("findings", result.findings), ("segments", result.segments)):
+        table.coalesce(1).write.mode("overwrite").parquet(str(out / f"{name}.parquet"))
     spark = result.findings.sparkSession
-    (spark.createDataFrame([tuple(h[c] for c in HEALTH.fieldNames()) for h in summary["health"]],
-                           HEALTH)
+    (spark.createDataFrame([tuple(h.values()) for h in summary["health"]], HEALTH)
      .coalesce(1).write.mode("overwrite").parquet(str(out / "health.parquet")))
     if started is not None:
         summary["seconds"] = round(time.time() - started, 3)

@@ -1,9 +1,10 @@
 """Spark schemas of the audit's tables, in one place.
 
-Raw tables (what the driver's listing and the executors' scans produce) and the two
-output tables (findings, per-segment summaries). Every table names a log by
-(host, dir, topic, partition): `host` is the HOST of a HOST=PATH root, `dir` its PATH.
-Nothing here does IO or raises.
+Raw tables (what the driver's listing and the executors' scans produce) and the
+output tables (findings, per-segment summaries, per-dir health). Every table names a
+log by (host, dir, topic, partition): `host` is the HOST of a HOST=PATH root, `dir` its
+PATH. spark_audit.findings handles the same rows as tuples, its NamedTuples naming
+these columns. Nothing here does IO or raises.
 """
 
 from __future__ import annotations
@@ -20,10 +21,6 @@ from pyspark.sql.types import (
 )
 
 LOG_KEY = ["host", "dir", "topic", "partition"]
-PARTITION_KEY = ["topic", "partition"]
-# Replicas of one partition: the same topic and partition in log dirs of one cluster
-# (`cluster` is the dirs' cluster.id, "" for every dir that names none).
-REPLICA_KEY = ["cluster", *PARTITION_KEY]
 
 
 def _struct(*fields: tuple[str, object]) -> StructType:
@@ -63,10 +60,9 @@ BATCHES = _struct(("host", _S), ("dir", _S), ("topic", _S), ("partition", _I), (
                   ("position", _L), ("base_offset", _L), ("last_offset", _L), ("crc", _L))
 
 # Fingerprints as the scan job carries them: up to FINGERPRINT_CHUNK batches of one
-# segment per row, packed as big-endian int64s, FINGERPRINT_FIELDS per batch (a row
-# per batch costs ~10x more to hand to the JVM, a list of Python ints ~3x more than
-# bytes); io.scan unpacks them into BATCHES rows.
-FINGERPRINT_FIELDS = ("position", "base_offset", "last_offset", "crc")
+# segment per row, packed as big-endian int64s, findings.FINGERPRINT_FIELDS per batch
+# (a row per batch costs ~10x more to hand to the JVM, a list of Python ints ~3x more
+# than bytes). The findings pass reads them so; io.scan's BATCHES view unpacks them.
 FINGERPRINTS = _struct(("host", _S), ("dir", _S), ("topic", _S), ("partition", _I),
                        ("file", _S), ("packed", BinaryType()))
 FINGERPRINT_CHUNK = 1 << 16
@@ -88,14 +84,14 @@ FINDINGS = _struct(("host", _S), ("dir", _S), ("topic", _S), ("partition", _I), 
                    ("severity", _S), ("detail", _S))
 FINDING_COLUMNS = FINDINGS.fieldNames()
 
+# One row per scanned segment (segments.parquet): SEGMENTS, whether its topic is
+# compacted, whether it is its log's active (last) segment, its findings by severity.
+SEGMENT_SUMMARIES = StructType(SEGMENTS.fields + _struct(
+    ("compacted", _B), ("active", _B), ("errors", _L), ("warnings", _L)).fields)
+
 # One row per (host, log dir): the report's health grid (health.parquet).
 HEALTH = _struct(("host", _S), ("dir", _S), ("segments", _L), ("bytes", _L), ("errors", _L),
                  ("warnings", _L), ("status", _S))
-# The summary's totals over the scanned segments (summary.json).
-TOTALS = ["segments", "bytes", "batches", "records", "hosts", "dirs_with_segments", "logs"]
-
-ERROR = "error"
-WARNING = "warning"
 
 RAW_TABLES = {"dirs": DIRS, "partitions": PARTITIONS, "checkpoints": CHECKPOINTS,
               "segments": SEGMENTS, "problems": PROBLEMS, "batches": BATCHES}

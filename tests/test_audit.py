@@ -36,7 +36,7 @@ pytest.importorskip("pyspark")
 from pyspark.sql import Row  # noqa: E402
 from pyspark.testing import assertDataFrameEqual  # noqa: E402
 
-from spark_audit import io, schema, transforms  # noqa: E402
+from spark_audit import findings, io, schema, transforms  # noqa: E402
 from spark_audit import main as audit_main  # noqa: E402
 
 pytestmark = pytest.mark.spark
@@ -333,9 +333,9 @@ def test_policy_on_synthetic_tables(spark):
     batches += [bat("a", "t2", 0, 0, 9, 1), bat("a", "t2", 0, 10, 19, 1),
                 bat("a", "t2", 0, 20, 24, 1), bat("a", "t2", 0, 25, 29, 2),
                 bat("b", "t2", 0, 20, 24, 1), bat("b", "t2", 0, 25, 29, 3)]
-    checkpoints += [("b", "/d", transforms.LOG_START, "t2", 0, 0),
-                    ("a", "/d", transforms.HIGH_WATERMARK, "t2", 0, 30),
-                    ("b", "/d", transforms.HIGH_WATERMARK, "t2", 0, 30)]
+    checkpoints += [("b", "/d", findings.LOG_START, "t2", 0, 0),
+                    ("a", "/d", findings.HIGH_WATERMARK, "t2", 0, 30),
+                    ("b", "/d", findings.HIGH_WATERMARK, "t2", 0, 30)]
     # Single-replica logs on a (unclean dir), c (clean dir).
     segments += [
         seg("a", "ahead", 0, 0, 0, 99),  # recovery point 150, high watermark 120
@@ -344,11 +344,11 @@ def test_policy_on_synthetic_tables(spark):
         seg("a", "old", 0, 0, 0, 99, status="TORN"), seg("a", "old", 0, 100, 100, 199),
         seg("c", "hw", 0, 0, 0, 99),  # clean dir, high watermark 150: error
     ]
-    checkpoints += [("a", "/d", transforms.RECOVERY_POINT, "ahead", 0, 150),
-                    ("a", "/d", transforms.HIGH_WATERMARK, "ahead", 0, 120),
-                    ("a", "/d", transforms.RECOVERY_POINT, "torn", 0, 50),
-                    ("a", "/d", transforms.RECOVERY_POINT, "lost", 0, 200),
-                    ("c", "/d", transforms.HIGH_WATERMARK, "hw", 0, 150)]
+    checkpoints += [("a", "/d", findings.RECOVERY_POINT, "ahead", 0, 150),
+                    ("a", "/d", findings.HIGH_WATERMARK, "ahead", 0, 120),
+                    ("a", "/d", findings.RECOVERY_POINT, "torn", 0, 50),
+                    ("a", "/d", findings.RECOVERY_POINT, "lost", 0, 200),
+                    ("c", "/d", findings.HIGH_WATERMARK, "hw", 0, 150)]
     for topic in ("torn", "lost", "old"):
         problems.append(("a", "/d", topic, 0, names.log_file_name(0), "torn-tail", "error",
                          900, None, "torn tail"))
