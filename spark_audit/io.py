@@ -276,7 +276,7 @@ def _row(column: int, value: tuple) -> tuple:
     return tuple(out)
 
 
-SEG, PROBLEM, BATCH, DIRS, PARTITIONS, CHECKPOINTS = range(6)
+SEGMENTS, PROBLEMS, FINGERPRINTS, DIRS, PARTITIONS, CHECKPOINTS = range(6)  # SCAN_ROW's
 
 
 def scan_segments(items: Iterable[tuple], buffer_size: int = 1 << 20) -> Iterator[tuple]:
@@ -285,9 +285,8 @@ def scan_segments(items: Iterable[tuple], buffer_size: int = 1 << 20) -> Iterato
     Runs `logstore.verify.verify_segment` (fixed buffer, native scan, index checks).
     Fingerprints are kept in a flat int64 array while a segment is scanned (32 bytes a
     batch) and yielded after it as big-endian bytes, in chunks (schema.FINGERPRINTS).
-    A file
-    that vanished (retention) is a warning row, one that cannot be read an error row;
-    neither stops the task. Items that are already rows (the driver's listing,
+    A file that vanished (retention) is a warning row, one that cannot be read an error
+    row; neither stops the task. Items that are already rows (the driver's listing,
     `("row", tuple)`) pass through.
     """
     from logstore import verify
@@ -308,37 +307,40 @@ def scan_segments(items: Iterable[tuple], buffer_size: int = 1 << 20) -> Iterato
         try:
             rep = verify.verify_segment(path, buffer_size=buffer_size, on_batch=on_batch)
         except FileNotFoundError as err:
-            yield _row(PROBLEM, _problem(
+            yield _row(PROBLEMS, _problem(
                 host, dir_, topic, partition, name, "vanished",
                 f"{path} on {host} vanished before it was scanned (deleted by retention?): "
                 f"{err.strerror}", WARNING))
             continue
         except OSError as err:
-            yield _row(PROBLEM, _problem(host, dir_, topic, partition, name, "unreadable",
-                                         f"cannot read {path} on {host}: {err}"))
+            yield _row(PROBLEMS, _problem(host, dir_, topic, partition, name, "unreadable",
+                                          f"cannot read {path} on {host}: {err}"))
             continue
         seconds = time.perf_counter() - started
-        yield _row(SEG, (host, dir_, topic, partition, name, rep.base_offset, rep.file_size,
-                         rep.batch_count, rep.record_count, rep.first_offset, rep.last_offset,
-                         rep.valid_bytes, rep.status.name, rep.legacy, rep.max_timestamp,
-                         rep.offset_gaps, rep.index_entries, rep.time_index_entries, seconds))
+        yield _row(SEGMENTS, (host, dir_, topic, partition, name, rep.base_offset,
+                              rep.file_size, rep.batch_count, rep.record_count,
+                              rep.first_offset, rep.last_offset, rep.valid_bytes,
+                              rep.status.name, rep.legacy, rep.max_timestamp, rep.offset_gaps,
+                              rep.index_entries, rep.time_index_entries, seconds))
         for p in rep.problems:
-            yield _row(PROBLEM, _problem(host, dir_, topic, partition, os.path.basename(p.path),
-                                         p.kind, p.detail, p.severity, p.position, p.offset))
+            yield _row(PROBLEMS, _problem(host, dir_, topic, partition,
+                                          os.path.basename(p.path), p.kind, p.detail,
+                                          p.severity, p.position, p.offset))
         if packed:
             if sys.byteorder == "little":
                 packed.byteswap()
             data = packed.tobytes()
             step = schema.FINGERPRINT_CHUNK * FINGERPRINT.size
             for i in range(0, len(data), step):
-                yield _row(BATCH, (host, dir_, topic, partition, name, data[i:i + step]))
+                yield _row(FINGERPRINTS, (host, dir_, topic, partition, name, data[i:i + step]))
 
 
 @dataclass
 class RawTables:
-    """The audit's inputs as DataFrames (see schema.RAW_TABLES); from a scan, also the
-    batch fingerprints as packed (schema.FINGERPRINTS, which `batches` unpacks) and the
-    driver's facts (transforms.collect_facts)."""
+    """The audit's inputs as DataFrames (see schema.RAW_TABLES), and `rows`: all of
+    them in one table shaped like the scan's (schema.SCAN_ROW), which the audit reads.
+    From a scan, `rows` is the cached scan itself (with packed fingerprints, which
+    `batches` unpacks) and `facts` is already collected (transforms.collect_facts)."""
 
     dirs: DataFrame
     partitions: DataFrame
@@ -346,12 +348,24 @@ class RawTables:
     segments: DataFrame
     problems: DataFrame
     batches: DataFrame
-    fingerprints: DataFrame | None = None
+    scanned: DataFrame | None = None
     facts: Facts | None = None
     cached: list[DataFrame] = field(default_factory=list)
 
     def tables(self) -> dict[str, DataFrame]:
         return {name: getattr(self, name) for name in schema.RAW_TABLES}
+
+    @property
+    def rows(self) -> DataFrame:
+        """Every row, a struct column per table (one set per row): the scan's cached
+        table, or the raw tables' union (BATCHES rows in a `batches` column)."""
+        if self.scanned is not None:
+            return self.scanned
+        rows = None
+        for name, df in self.tables().items():
+            one = df.selectExpr(f"struct(*) AS {name}")
+            rows = one if rows is None else rows.unionByName(one, allowMissingColumns=True)
+        return rows
 
     def release(self) -> None:
         for df in self.cached:
@@ -385,7 +399,7 @@ def scan(spark: SparkSession, roots: Sequence[Root], *, buffer_size: int = 1 << 
     listed = ([("row", _row(DIRS, r)) for r in listing.dirs]
               + [("row", _row(PARTITIONS, r)) for r in listing.partitions]
               + [("row", _row(CHECKPOINTS, r)) for r in listing.checkpoints]
-              + [("row", _row(PROBLEM, r)) for r in listing.problems])
+              + [("row", _row(PROBLEMS, r)) for r in listing.problems])
     slices = [listed[i:i + LISTING_SLICE] for i in range(0, len(listed), LISTING_SLICE)]
     if groups:
         for i, piece in enumerate(slices):
@@ -400,15 +414,15 @@ def scan(spark: SparkSession, roots: Sequence[Root], *, buffer_size: int = 1 << 
     def part(col: str) -> DataFrame:
         return scanned.where(f"{col} IS NOT NULL").select(f"{col}.*")
 
-    raw = RawTables(dirs=part("dirs"), partitions=part("partitions"),
-                    checkpoints=part("checkpoints"), segments=part("seg"),
-                    problems=part("problem"), batches=unpack_fingerprints(part("batch")),
-                    fingerprints=part("batch"), cached=[scanned])
     # The scan's one action collects the facts the findings pass needs: it runs every
     # scan task and fills the cache (whole rows, whatever it selects), which every
-    # table above reads.
-    raw.facts = transforms.collect_facts(raw.dirs, raw.segments, raw.checkpoints)
-    return raw
+    # table below reads.
+    facts = transforms.collect_facts(scanned)
+    return RawTables(dirs=part("dirs"), partitions=part("partitions"),
+                     checkpoints=part("checkpoints"), segments=part("segments"),
+                     problems=part("problems"),
+                     batches=unpack_fingerprints(part("fingerprints")), scanned=scanned,
+                     facts=facts, cached=[scanned])
 
 
 def unpack_fingerprints(packed: DataFrame) -> DataFrame:

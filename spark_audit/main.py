@@ -127,8 +127,7 @@ def run(spark, args: argparse.Namespace, roots: list) -> int:
         # The findings pass runs once, in the first action over its result; the other
         # outputs read its persisted rows. Lost with their executor: the audit then
         # fails (exit 2).
-        result = transforms.audit(**raw.tables(), fingerprints=raw.fingerprints,
-                                  facts=raw.facts, compacted_names=args.compacted)
+        result = transforms.audit(raw.rows, facts=raw.facts, compacted_names=args.compacted)
         if args.out:
             summary = report.write_outputs(result, args.out, roots=len(roots) or None,
                                            started=started)

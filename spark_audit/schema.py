@@ -67,12 +67,14 @@ FINGERPRINTS = _struct(("host", _S), ("dir", _S), ("topic", _S), ("partition", _
                        ("file", _S), ("packed", BinaryType()))
 FINGERPRINT_CHUNK = 1 << 16
 
-# What the scan job yields: exactly one field is set per row. The driver's listing
-# rows travel through the same job, so one cached table holds every raw table.
+# What the scan job yields: exactly one field is set per row, named for its table. The
+# driver's listing rows travel through the same job, so one cached table holds every
+# raw table. Raw tables read back (io.read_raw) take the same shape, with `batches`
+# (BATCHES rows) for `fingerprints` (io.RawTables.rows).
 SCAN_ROW = StructType([
-    StructField("seg", SEGMENTS, True),
-    StructField("problem", PROBLEMS, True),
-    StructField("batch", FINGERPRINTS, True),
+    StructField("segments", SEGMENTS, True),
+    StructField("problems", PROBLEMS, True),
+    StructField("fingerprints", FINGERPRINTS, True),
     StructField("dirs", DIRS, True),
     StructField("partitions", PARTITIONS, True),
     StructField("checkpoints", CHECKPOINTS, True),

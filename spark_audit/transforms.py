@@ -10,8 +10,8 @@ read it without running the pass again. The facts every task needs (the log dirs
 which topics are compacted) are collected first, by one small action.
 
 Spark jobs: collect_facts is one (io.scan makes it the scan's own action); the pass
-runs in the first action over AuditResult (writing the findings, or collecting the
-tally), and each further action reads its persisted rows. Nothing here raises on data;
+runs in the first action over AuditResult (the reports take its tally first), and each
+further action reads its persisted rows. Nothing here raises on data;
 a Spark failure propagates (the audit exits 2).
 """
 
@@ -29,22 +29,21 @@ from pyspark.sql import DataFrame, Row
 from . import findings, schema
 
 
-def collect_facts(dirs: DataFrame, segments: DataFrame,
-                  checkpoints: DataFrame) -> findings.Facts:
-    """One Spark action: every dir row, the topics in cleaner-offset-checkpoints, and
-    the topics of segments missing offsets inside (as findings.inside_gaps counts them:
-    between batches, or before the first one). No shuffle: repeats are dropped here."""
-    none = "CAST(NULL AS STRING)"
-    rows = (dirs.selectExpr("struct(*) AS dir", f"{none} AS cleaned", f"{none} AS gapped")
-            .unionByName(checkpoints.where(f"checkpoint = '{findings.CLEANER}'")
-                         .selectExpr("topic AS cleaned"), allowMissingColumns=True)
-            .unionByName(segments.where("offset_gaps > 0 OR first_offset > base_offset")
-                         .selectExpr("topic AS gapped"), allowMissingColumns=True)
-            .collect())
+def collect_facts(rows: DataFrame) -> findings.Facts:
+    """One Spark action over the raw tables as io.RawTables.rows holds them: every dir
+    row, the topics in cleaner-offset-checkpoints, and the topics of segments missing
+    offsets inside (as findings.inside_gaps counts them: between batches, or before the
+    first one). One scan, no shuffle: repeats are dropped here."""
+    gapped = "segments.offset_gaps > 0 OR segments.first_offset > segments.base_offset"
+    cleaned = f"checkpoints.checkpoint = '{findings.CLEANER}'"
+    picked = (rows.where(f"dirs IS NOT NULL OR {cleaned} OR {gapped}")
+              .selectExpr("dirs", f"IF({cleaned}, checkpoints.topic, NULL) AS cleaned",
+                          f"IF({gapped}, segments.topic, NULL) AS gapped")
+              .collect())
     return findings.Facts(
-        dirs=tuple(findings.Dir._make(r.dir) for r in rows if r.dir is not None),
-        cleaned=frozenset(r.cleaned for r in rows if r.cleaned is not None),
-        gapped=frozenset(r.gapped for r in rows if r.gapped is not None))
+        dirs=tuple(findings.Dir._make(r.dirs) for r in picked if r.dirs is not None),
+        cleaned=frozenset(r.cleaned for r in picked if r.cleaned is not None),
+        gapped=frozenset(r.gapped for r in picked if r.gapped is not None))
 
 
 @dataclass(frozen=True)
@@ -66,7 +65,7 @@ class AuditResult:
 
 
 def _keyed(tags: list[str], row: Row) -> tuple[tuple[str | None, int | None], tuple[str, tuple]]:
-    """A row of the pass's input (one column set, named for its table) keyed by its
+    """A row of io.RawTables.rows (one column set, named for its table) keyed by its
     (topic, partition), tagged for findings.PartitionRows.add."""
     for tag, value in zip(tags, row, strict=True):
         if value is not None:
@@ -74,39 +73,27 @@ def _keyed(tags: list[str], row: Row) -> tuple[tuple[str | None, int | None], tu
     raise ValueError(f"an input row with no table: {row}")
 
 
-def audit(dirs: DataFrame, partitions: DataFrame, checkpoints: DataFrame,
-          segments: DataFrame, problems: DataFrame, batches: DataFrame, *,
-          fingerprints: DataFrame | None = None, facts: findings.Facts | None = None,
+def audit(rows: DataFrame, *, facts: findings.Facts | None = None,
           compacted_names: Iterable[str] = (),
           max_listed: int = findings.MAX_LISTED) -> AuditResult:
-    """The findings pass over the raw tables (schema.RAW_TABLES), not yet run.
+    """The findings pass over the raw tables (io.RawTables.rows), not yet run.
 
-    Batch fingerprints are read packed from `fingerprints` (schema.FINGERPRINTS, as
-    io.scan caches them) when given, else from `batches` (schema.BATCHES, a row per
-    batch, as raw tables hold them; packed per partition as they are read). `facts`
-    (collect_facts over the same tables) is collected here when not given.
+    Batch fingerprints are read packed (schema.FINGERPRINTS, as io.scan caches them) or
+    a row per batch (schema.BATCHES, as raw tables hold them; packed per partition as
+    they are read). `facts` (collect_facts over the same rows) is collected here when
+    not given.
     """
     if facts is None:
-        facts = collect_facts(dirs, segments, checkpoints)
+        facts = collect_facts(rows)
     facts = dataclasses.replace(facts, named=tuple(compacted_names))
-    spark = segments.sparkSession
-    tables = {"segments": segments, "problems": problems, "partitions": partitions,
-              "checkpoints": checkpoints}
-    if fingerprints is not None:
-        tables["fingerprints"] = fingerprints
-    else:
-        tables["batches"] = batches
-    # One table of every row, a column per input table (one of them set per row), so
-    # that one Python stage reads them all; it and the pass run a task per core
-    # (spark.default.parallelism): on small data a second wave of tasks costs more than
-    # it balances, and on big data the tasks are many partitions each.
-    rows = None
-    for tag, df in tables.items():
-        one = df.selectExpr(f"struct(*) AS {tag}")
-        rows = one if rows is None else rows.unionByName(one, allowMissingColumns=True)
+    spark = rows.sparkSession
+    # The pass runs a task per core (spark.default.parallelism) in each of its two
+    # stages: on small data a second wave of tasks costs more than it balances, and on
+    # big data each task has many partitions.
     tasks = spark.sparkContext.defaultParallelism
-    output = (rows.coalesce(tasks).rdd
-              .map(partial(_keyed, rows.columns))
+    keyed = rows.where("dirs IS NULL").drop("dirs")
+    output = (keyed.coalesce(tasks).rdd
+              .map(partial(_keyed, keyed.columns))
               .combineByKey(findings.rows_of, findings.PartitionRows.add,
                             findings.PartitionRows.merge, tasks)
               .mapPartitions(partial(findings.audit_partitions, facts=facts,

@@ -354,11 +354,11 @@ def test_policy_on_synthetic_tables(spark):
                          900, None, "torn tail"))
     partitions = sorted({(s[0], s[1], s[2], s[3], 1) for s in segments})
 
-    result = transforms.audit(
+    result = transforms.audit(io.RawTables(
         spark.createDataFrame(dirs, S.DIRS), spark.createDataFrame(partitions, S.PARTITIONS),
         spark.createDataFrame(checkpoints, S.CHECKPOINTS),
         spark.createDataFrame(segments, S.SEGMENTS), spark.createDataFrame(problems, S.PROBLEMS),
-        spark.createDataFrame(batches, S.BATCHES))
+        spark.createDataFrame(batches, S.BATCHES)).rows)
     log0 = names.log_file_name(0)
     assert_findings(spark, result.findings, [
         finding("c", "/d", "t3", 0, log0, "replica-divergence", "error", position=200,
