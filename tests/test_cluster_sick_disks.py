@@ -166,8 +166,12 @@ def test_zookeeper_down_while_a_dir_fails_moves_leadership_once_it_is_back(
     # Kafka's own session timeout (18 s), not the kill tests' 4 s: ZooKeeper restarted
     # gives every session a fresh timeout from its start, and a broker whose reconnect
     # (backing off up to 2 s, on a loaded machine) came after 4 s lost its session and
-    # re-registered, which is another test (a broker bounce).
-    extra = {"log.dir.probe.interval.ms": 100, "log.dir.probe.timeout.ms": 1000,
+    # re-registered, which is another test (a broker bounce). The probe timeout is the
+    # default 5 s, not 1 s: EIO is found by the next probe whatever its timeout, and a
+    # full run with heavy disk IO beside it once took over 1 s for the good dir's probe
+    # (a canary fdatasync on a loop device), so broker 1 found that dir hung too, had no
+    # good dir left and exited, which is another test.
+    extra = {"log.dir.probe.interval.ms": 100, "log.dir.probe.timeout.ms": 5000,
              "zookeeper.session.timeout.ms": 18000}
     with faults.loop_ext4(64) as m0, faults.loop_ext4(64) as m1:
         dirs = [m0 / "d", m1 / "d"]
