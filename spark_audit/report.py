@@ -146,8 +146,8 @@ def write_outputs(result: AuditResult, out: str | os.PathLike[str], *,
     """Write every output under `out`; return the summary (as in summary.json).
 
     Spark actions: the summary's tally (the one that runs the findings pass, a task per
-    partition of its output), the findings and the per-segment table (each one task
-    reading the pass's persisted output), the health table (the tally's rows).
+    core), the findings and the per-segment table (each one task reading the pass's
+    persisted output), the health table (the tally's rows).
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

@@ -25,6 +25,7 @@ from operator import itemgetter
 
 from pyspark import RDD, StorageLevel
 from pyspark.sql import DataFrame, Row
+from pyspark.sql.types import StructType
 
 from . import findings, schema
 
@@ -100,7 +101,7 @@ def audit(rows: DataFrame, *, facts: findings.Facts | None = None,
                                      max_listed=max_listed))
               .persist(StorageLevel.MEMORY_AND_DISK))
 
-    def table(tag: str, sch) -> DataFrame:
+    def table(tag: str, sch: StructType) -> DataFrame:
         return spark.createDataFrame(output.filter(lambda t: t[0] == tag).map(itemgetter(1)),
                                      sch, verifySchema=False)
 

@@ -5,6 +5,7 @@ severity policy, segment summaries and the reports' tally."""
 
 from __future__ import annotations
 
+import pickle
 import random
 
 import pytest
@@ -41,17 +42,16 @@ def problem(host, kind, *, file=LOG0, position=900, offset=None, topic=T, dir_="
                          "error", position, offset, kind))
 
 
-def facts(hosts="abc", *, clean=(), clusters=None, named=(), cleaned=(), gapped=(),
-          unreadable=()):
+def facts(hosts="abc", *, clean=(), clusters=None, named=(), cleaned=(), gapped=()):
+    """Dirs /d of these hosts (cluster X unless `clusters` says), and what is compacted."""
     clusters = clusters or {}
-    dirs = tuple(F.Dir(h, "/d", h not in unreadable, h in clean, None, None,
-                       clusters.get(h, "X")) for h in hosts)
+    dirs = tuple(F.Dir(h, "/d", True, h in clean, None, None, clusters.get(h, "X"))
+                 for h in hosts)
     return F.Facts(dirs, frozenset(cleaned), frozenset(gapped), tuple(named))
 
 
 def audit(*tagged, key=(T, P), facts_=None):
-    """partition_findings of these rows: the findings (tuples without detail, sorted)
-    and the findings themselves by kind."""
+    """partition_findings of these tagged rows: (findings, segment summaries)."""
     rows = F.PartitionRows()
     for t in tagged:
         rows.add(t)
@@ -70,8 +70,9 @@ def replicated(spec, *, hw=None, log_start=None, facts_=None):
     start checkpoints (host -> offset)."""
     tagged = []
     for host, batches in spec.items():
-        tagged += [pdir(host), seg(host, batches[0][0], batches[0][0], batches[-1][1],
-                                   batches=len(batches)), prints(host, batches)]
+        base = batches[0][0]
+        tagged += [pdir(host), seg(host, base, base, batches[-1][1], batches=len(batches)),
+                   prints(host, batches, file=names.log_file_name(base))]
         if hw is not None:
             tagged.append(cp(host, F.HIGH_WATERMARK, hw))
     for host, offset in (log_start or {}).items():
@@ -383,6 +384,18 @@ def test_tally_counts_health_totals_and_the_first_findings():
     # Errors first, nulls first (as Spark orders them), at most max_listed.
     assert [(f.host, f.kind) for f in tally.listed_findings()] == [
         (None, "x"), (None, "x"), ("a", "bad-crc")]
+
+
+def test_what_crosses_processes_pickles():
+    """A partition's rows cross the shuffle, the tallies the collect."""
+    rows = F.rows_of(prints("a", [(0, 9, 5)]))
+    rows.add(seg("a", 0, 0, 9))
+    assert pickle.loads(pickle.dumps(rows)) == rows
+    tally = F.Tally()
+    tally.add(*audit(pdir("a"), seg("a", 0, 0, 9), problem("a", "bad-crc")))
+    back = pickle.loads(pickle.dumps(tally))
+    assert (back.summary_totals(), back.kinds, back.listed_findings()) == (
+        tally.summary_totals(), tally.kinds, tally.listed_findings())
 
 
 def test_compacted_topics_and_why():
