@@ -75,10 +75,29 @@ class Follower:
         return all(follower_bytes(self.logs[tp]) == leader_bytes(d, tp.partition)
                    for tp in (self.logs if tps is None else tps))
 
+    async def start(self) -> Fetcher:
+        """Follow every partition from offset 0 and start fetching; the fetcher."""
+        f = self.fetcher
+        await f.add_partitions({tp: 0 for tp in self.logs})
+        f.start()
+        return f
+
     def close(self) -> None:
         for lg in self.logs.values():
             lg.close_quietly()
         self.pool.shutdown()
+
+
+@contextlib.contextmanager
+def _one_partition(tmp_path: Path, records: int):  # noqa: ANN202 - a test fixture
+    """A leader daemon whose TOPIC has one partition holding `records` records, and a
+    follower of it: (daemon, follower, the partition, the follower's log)."""
+    with Daemon(tmp_path / "leader") as d:
+        create_topic(d, TOPIC, 1)
+        produce(d, records, 1)
+        follower = Follower(d, {0: tmp_path / "f0"}, FailureChannel())
+        tp = TopicPartition(TOPIC, 0)
+        yield d, follower, tp, follower.logs[tp]
 
 
 async def _until(pred, timeout: float) -> None:  # noqa: ANN001
@@ -104,9 +123,7 @@ def test_a_follower_replicates_byte_identical_logs(tmp_path: Path) -> None:
         follower = Follower(d, {p: tmp_path / f"f{p}" for p in range(3)}, FailureChannel())
 
         async def main() -> None:
-            f = follower.fetcher
-            await f.add_partitions({tp: 0 for tp in follower.logs})
-            f.start()
+            f = await follower.start()
             try:
                 await _until(lambda: follower.matches(d), 60)
                 produce(d, 1000, 3, start=3000)  # keeps up with new data too
@@ -138,9 +155,7 @@ def test_one_failing_partition_never_stops_the_fetcher(tmp_path: Path) -> None:
         sick = TopicPartition(TOPIC, 0)
 
         async def main() -> None:
-            f = follower.fetcher
-            await f.add_partitions({tp: 0 for tp in follower.logs})
-            f.start()
+            f = await follower.start()
             try:
                 produce(d, 3000, 3, start=300, size=1000)  # ~1 MiB a partition: over the tmpfs
                 await _until(lambda: sick in f.failed, 60)
@@ -180,17 +195,10 @@ def test_a_diverged_follower_truncates_and_then_matches_the_leader(tmp_path: Pat
     """The follower holds a tail the leader does not have (records an old leader wrote and
     never committed): the leader answers Fetch v12 with the diverging epoch, the follower
     cuts its log back to where the leader's epoch ends, then the logs are byte-identical."""
-    with Daemon(tmp_path / "leader") as d:
-        create_topic(d, TOPIC, 1)
-        produce(d, 500, 1)
-        follower = Follower(d, {0: tmp_path / "f0"}, FailureChannel())
-        tp = TopicPartition(TOPIC, 0)
-        lg = follower.logs[tp]
+    with _one_partition(tmp_path, 500) as (d, follower, tp, lg):
 
         async def main() -> None:
-            f = follower.fetcher
-            await f.add_partitions({tp: 0})
-            f.start()
+            f = await follower.start()
             await _until(lambda: follower_bytes(lg) == leader_bytes(d, 0), 60)
             await f.stop()
             committed = lg.log_end_offset
@@ -283,9 +291,7 @@ def test_a_partition_whose_truncation_fails_is_set_aside_and_the_others_keep_rep
             subprocess.run(["chattr", flag, *map(str, pdir.iterdir())], check=True)
 
         async def main() -> None:
-            f = follower.fetcher
-            await f.add_partitions({tp: 0 for tp in follower.logs})
-            f.start()
+            f = await follower.start()
             await _until(lambda: follower.matches(d), 60)
             await f.stop()
             committed = lg.log_end_offset
@@ -338,9 +344,7 @@ def test_corrupt_data_from_the_leader_is_retried_not_set_aside(tmp_path: Path) -
         lg = follower.logs[bad]
 
         async def main() -> None:
-            f = follower.fetcher
-            await f.add_partitions({tp: 0 for tp in follower.logs})
-            f.start()
+            f = await follower.start()
             try:
                 await _until(lambda: follower.matches(d), 60)
             finally:
@@ -388,12 +392,7 @@ def test_a_partition_re_added_while_an_answer_is_being_written_resumes_at_its_re
     (A fetch state taken before the write asked the leader again and again for a batch
     the log already held, refused as below the log end, and the follower left the ISR
     for good, in a full run's test_a_second_dir_then_the_last_dir_failing_on_one_broker.)"""
-    with Daemon(tmp_path / "leader") as d:
-        create_topic(d, TOPIC, 1)
-        produce(d, 100, 1)
-        follower = Follower(d, {0: tmp_path / "f0"}, FailureChannel())
-        tp = TopicPartition(TOPIC, 0)
-        lg = follower.logs[tp]
+    with _one_partition(tmp_path, 100) as (d, follower, tp, lg):
         gate = threading.Event()
         appending = asyncio.Event()
         append = follower.storage.append
@@ -405,9 +404,7 @@ def test_a_partition_re_added_while_an_answer_is_being_written_resumes_at_its_re
         follower.storage.append = noted_append  # type: ignore[method-assign]
 
         async def main() -> None:
-            f = follower.fetcher
-            await f.add_partitions({tp: 0})
-            f.start()
+            f = await follower.start()
             try:
                 await _until(lambda: follower.matches(d), 60)
                 follower.pool.submit(gate.wait)  # the dir's worker is busy from now on
@@ -442,17 +439,10 @@ def test_an_answer_below_the_log_end_makes_the_partition_fetch_from_its_log_end(
     Asking again from the same offset would be refused forever (Kafka sets the partition
     aside); the fetcher asks from the log end instead and keeps replicating,
     byte-identical, nothing set aside."""
-    with Daemon(tmp_path / "leader") as d:
-        create_topic(d, TOPIC, 1)
-        produce(d, 100, 1)
-        follower = Follower(d, {0: tmp_path / "f0"}, FailureChannel())
-        tp = TopicPartition(TOPIC, 0)
-        lg = follower.logs[tp]
+    with _one_partition(tmp_path, 100) as (d, follower, tp, lg):
 
         async def main() -> None:
-            f = follower.fetcher
-            await f.add_partitions({tp: 0})
-            f.start()
+            f = await follower.start()
             try:
                 await _until(lambda: follower.matches(d), 60)
                 end = lg.log_end_offset
