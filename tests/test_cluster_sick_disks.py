@@ -200,10 +200,21 @@ def test_zookeeper_down_while_a_dir_fails_moves_leadership_once_it_is_back(
                     wait_progress(loads["b"], 50, 30)
                 finally:
                     cl.zk.start()
-                after: Want = {("a", 0): ({2, 3}, [2, 3], [1]), ("a", 1): ({2}, [2, 3], [1]),
-                               ("b", 0): ({1}, [1, 2, 3], [])}
+                # b stays led by broker 1, unless broker 1's session expired meanwhile: a
+                # reconnect that reaches ZooKeeper while it starts gets no answer for a
+                # whole session timeout (kazoo's connect timeout, as ZooKeeper's own
+                # client's), and by then the session is gone. Broker 1 then registers
+                # again, a bounce (the cut-off test below): b moves to 2 or 3 and broker 1
+                # rejoins its ISR. Seen once in a full run.
+                def after() -> Want:
+                    bounced = b1.stderr().count("registered /brokers/ids/1 ") > 1
+                    return {("a", 0): ({2, 3}, [2, 3], [1]), ("a", 1): ({2}, [2, 3], [1]),
+                            ("b", 0): ({2, 3} if bounced else {1}, [1, 2, 3], [])}
+
                 try:
-                    wait_state(cl, after, 60, "leadership off the dead dir once ZooKeeper is back")
+                    wait_for(lambda: state_everywhere(cl, after()), 60,
+                             lambda: "leadership off the dead dir once ZooKeeper is back; now "
+                                     + describe(cl, ["a", "b"]))
                 except AssertionError as err:  # failed once in a full run: say what happened
                     said = [f"broker {b}: {line}" for b, d in cl.brokers.items()
                             for line in d.stderr().splitlines()
