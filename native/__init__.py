@@ -52,8 +52,8 @@ __all__ = [
     "Space", "address_of", "assign_offsets",
     "availability_probe", "batches_end", "crc32c", "crc32c_active", "crc32c_calibration",
     "crc32c_force", "crc32c_supported", "crc32c_using", "find_batch", "read_range",
-    "fallocate", "fdatasync", "index_add", "index_flush", "index_batch", "index_map", "index_pending",
-    "index_search", "index_truncate", "index_unmap",
+    "fallocate", "fdatasync", "index_add", "index_batch", "index_flush", "index_map",
+    "index_pending", "index_search", "index_truncate", "index_unmap",
     "new_index", "new_segment", "parse_records", "pread", "pread_into", "pwrite_all", "scan_batches",
     "space_probe", "write_all",
 ]
