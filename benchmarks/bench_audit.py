@@ -95,6 +95,9 @@ def fleet() -> Iterator[tuple[list[str], list[Path], int]]:
 def spark() -> Iterator[object]:
     from pyspark.sql import SparkSession
 
+    from spark_audit.main import use_this_python
+
+    use_this_python()  # as `logkeeper audit` runs its local session
     session = (SparkSession.builder.master("local[2]").appName("logkeeper-bench-audit")
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
@@ -103,7 +106,6 @@ def spark() -> Iterator[object]:
                .config("spark.sql.adaptive.enabled", "false")
                .config("spark.sql.autoBroadcastJoinThreshold", "-1")  # as spark_audit.main
                .config("spark.executorEnv.PYTHONPATH", str(REPO))
-               .config("spark.pyspark.python", sys.executable)
                .getOrCreate())
     session.sparkContext.setLogLevel("ERROR")
     yield session

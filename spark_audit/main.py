@@ -68,6 +68,15 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     return args
 
 
+def use_this_python() -> None:
+    """A local session's Python workers run this interpreter (a venv's, with the
+    audit's dependencies), not whatever `python3` is first on PATH: PySpark starts its
+    workers with $PYSPARK_PYTHON, default `python3`, and a session's
+    `spark.pyspark.python` is read by spark-submit only. A PYSPARK_PYTHON already set
+    is kept."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+
 def build_session(master: str | None):
     """The audit's SparkSession: local[*] unless a master is given or already configured."""
     from pyspark import SparkConf
@@ -81,10 +90,8 @@ def build_session(master: str | None):
         # static plans (adaptive re-planning adds jobs and saves nothing on one host),
         # and no broadcast joins: each broadcast is a Spark job of its own (the findings
         # pass was 11 jobs with them, 1 without), where a shuffle is only a stage.
-        # Workers run this interpreter (a venv's, say), not whatever `python3` is first
-        # on PATH.
+        use_this_python()
         builder = (builder.master("local[*]").config("spark.ui.enabled", "false")
-                   .config("spark.pyspark.python", sys.executable)
                    .config("spark.ui.showConsoleProgress", "false")
                    .config("spark.sql.adaptive.enabled", "false")
                    .config("spark.sql.autoBroadcastJoinThreshold", "-1")
@@ -117,16 +124,14 @@ def run(spark, args: argparse.Namespace, roots: list) -> int:
         skip = list(findings.INTERNAL_COMPACTED_TOPICS) + list(args.compacted)
         raw = io.scan(spark, roots, buffer_size=args.buffer_size, task_bytes=args.task_bytes,
                       fingerprint_all=args.scan_only, skip_fingerprints=skip)
-    result = None
     try:
         if args.scan_only:
             io.write_raw(raw, args.out)
             print(f"logkeeper audit: raw tables of {len(roots)} log dirs written to "
                   f"{args.out}/raw")
             return EXIT_OK
-        # The findings pass runs once, in the first action over its result; the other
-        # outputs read its persisted rows. Lost with their executor: the audit then
-        # fails (exit 2).
+        # The findings pass runs once: with --out its tasks write the tables and hand
+        # back the tally (spark_audit.output), without it only the tally is collected.
         result = transforms.audit(raw.rows, facts=raw.facts, compacted_names=args.compacted)
         if args.out:
             summary = report.write_outputs(result, args.out, roots=len(roots) or None,
@@ -140,8 +145,6 @@ def run(spark, args: argparse.Namespace, roots: list) -> int:
               f"in {summary['segments']} segments{where}")
         return EXIT_FINDINGS if summary["errors"] else EXIT_OK
     finally:
-        if result is not None:
-            result.release()
         raw.release()
 
 

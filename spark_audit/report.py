@@ -3,9 +3,10 @@
 Under the output dir: `findings.parquet` (one row per finding), `segments.parquet`
 (one row per segment), `health.parquet` (one row per host x log dir), `summary.json`
 (counts, the exit code), `report.txt` (readable) and `report.html` (a host x log-dir
-health grid and the findings). The text and HTML reports list at most
-findings.MAX_LISTED findings (errors first); the Parquet table has them all. OSErrors writing the files
-propagate (the audit then exits 2).
+health grid and the findings). The findings and segments tables are written by the
+findings pass's tasks (spark_audit.output), the rest here on the driver. The text and
+HTML reports list at most findings.MAX_LISTED findings (errors first); the Parquet table
+has them all. OSErrors writing the files propagate (the audit then exits 2).
 """
 
 from __future__ import annotations
@@ -18,15 +19,18 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from .findings import ERROR, WARNING
+from .findings import ERROR, WARNING, Tally
+from .output import write_table
 from .schema import HEALTH
 from .transforms import AuditResult
 
 
-def summarize(result: AuditResult, *, roots: int | None = None) -> dict[str, Any]:
+def summarize(result: AuditResult, *, roots: int | None = None,
+              tally: Tally | None = None) -> dict[str, Any]:
     """Counts of everything, the health grid and the first findings (errors first),
-    from the findings pass's tally (one Spark action: AuditResult.tally)."""
-    tally = result.tally()
+    from the findings pass's tally (`tally`, or one Spark action: AuditResult.tally)."""
+    if tally is None:
+        tally = result.tally()
     health = [dict(zip(HEALTH.fieldNames(), h, strict=True)) for h in tally.health(result.facts.dirs)]
     severity = Counter()
     kinds: dict[str, dict[str, int]] = {ERROR: {}, WARNING: {}}
@@ -145,18 +149,15 @@ def write_outputs(result: AuditResult, out: str | os.PathLike[str], *,
                   roots: int | None = None, started: float | None = None) -> dict[str, Any]:
     """Write every output under `out`; return the summary (as in summary.json).
 
-    Spark actions: the summary's tally (the one that runs the findings pass, a task per
-    core), the findings and the per-segment table (each one task reading the pass's
-    persisted output), the health table (the tally's rows).
+    One Spark action: the findings pass, whose tasks write the findings and the
+    per-segment tables and hand back the tally (AuditResult.write); the health table
+    (the tally's rows) and the reports are written here, on the driver.
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    summary = summarize(result, roots=roots)
-    for name, table in (("findings", result.findings), ("segments", result.segments)):
-        table.coalesce(1).write.mode("overwrite").parquet(str(out / f"{name}.parquet"))
-    spark = result.findings.sparkSession
-    (spark.createDataFrame([tuple(h.values()) for h in summary["health"]], HEALTH)
-     .coalesce(1).write.mode("overwrite").parquet(str(out / "health.parquet")))
+    summary = summarize(result, roots=roots, tally=result.write(out))
+    write_table([tuple(h.values()) for h in summary["health"]], HEALTH,
+                out / "health.parquet")
     if started is not None:
         summary["seconds"] = round(time.time() - started, 3)
     (out / "report.txt").write_text(render_text(summary), encoding="utf-8")

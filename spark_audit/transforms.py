@@ -9,25 +9,28 @@ findings table, the segment summaries and the reports' numbers (findings.Tally) 
 read it without running the pass again. The facts every task needs (the log dirs,
 which topics are compacted) are collected first, by one small action.
 
-Spark jobs: collect_facts is one (io.scan makes it the scan's own action); the pass
-runs in the first action over AuditResult (the reports take its tally first), and each
-further action reads its persisted rows. Nothing here raises on data;
-a Spark failure propagates (the audit exits 2).
+Spark jobs: collect_facts is one (io.scan makes it the scan's own action); the pass is
+one more, either writing the output tables from its tasks (AuditResult.write,
+spark_audit.output) or collecting only the tally (AuditResult.tally). Its output is not
+kept: `findings` and `segments`, DataFrames over it for callers in a session, run the
+pass again. Nothing here raises on data; a Spark failure propagates (the audit exits 2).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import shutil
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import partial, reduce
 from operator import itemgetter
+from pathlib import Path
 
-from pyspark import RDD, StorageLevel
+from pyspark import RDD
 from pyspark.sql import DataFrame, Row
 from pyspark.sql.types import StructType
 
-from . import findings, schema
+from . import findings, output, schema
 
 
 def collect_facts(rows: DataFrame) -> findings.Facts:
@@ -49,20 +52,34 @@ def collect_facts(rows: DataFrame) -> findings.Facts:
 
 @dataclass(frozen=True)
 class AuditResult:
-    """The findings pass, not yet run: its tables are plans over its persisted output."""
+    """The findings pass, not yet run: each action over it runs it once."""
 
     findings: DataFrame  # schema.FINDINGS
     segments: DataFrame  # schema.SEGMENT_SUMMARIES
     facts: findings.Facts
-    output: RDD  # (findings.FINDING | SEGMENT | TALLY, row), persisted
+    output: RDD  # (findings.FINDING | SEGMENT | TALLY, row)
 
     def tally(self) -> findings.Tally:
         """The reports' numbers, merged from each task's (one Spark action)."""
         parts = self.output.filter(lambda t: t[0] == findings.TALLY).map(itemgetter(1)).collect()
-        return reduce(findings.Tally.merge, parts[1:], parts[0])
+        return _merged(parts)
 
-    def release(self) -> None:
-        self.output.unpersist()
+    def write(self, out: Path) -> findings.Tally:
+        """Run the pass once, its tasks writing `<out>/findings.parquet` and
+        `<out>/segments.parquet` (spark_audit.output); returns the merged tally."""
+        staging = output.new_staging(out)
+        try:
+            done = self.output.mapPartitionsWithIndex(
+                partial(output.write_task, staging=str(staging))).collect()
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        output.commit(staging, out, [files for _tally, files in done])
+        return _merged([tally for tally, _files in done])
+
+
+def _merged(parts: list[findings.Tally]) -> findings.Tally:
+    return reduce(findings.Tally.merge, parts[1:], parts[0])
 
 
 def _keyed(tags: list[str], row: Row) -> tuple[tuple[str | None, int | None], tuple[str, tuple]]:
@@ -93,18 +110,17 @@ def audit(rows: DataFrame, *, facts: findings.Facts | None = None,
     # big data each task has many partitions.
     tasks = spark.sparkContext.defaultParallelism
     keyed = rows.where("dirs IS NULL").drop("dirs")
-    output = (keyed.coalesce(tasks).rdd
+    tagged = (keyed.coalesce(tasks).rdd
               .map(partial(_keyed, keyed.columns))
               .combineByKey(findings.rows_of, findings.PartitionRows.add,
                             findings.PartitionRows.merge, tasks)
               .mapPartitions(partial(findings.audit_partitions, facts=facts,
-                                     max_listed=max_listed))
-              .persist(StorageLevel.MEMORY_AND_DISK))
+                                     max_listed=max_listed)))
 
     def table(tag: str, sch: StructType) -> DataFrame:
-        return spark.createDataFrame(output.filter(lambda t: t[0] == tag).map(itemgetter(1)),
+        return spark.createDataFrame(tagged.filter(lambda t: t[0] == tag).map(itemgetter(1)),
                                      sch, verifySchema=False)
 
     return AuditResult(findings=table(findings.FINDING, schema.FINDINGS),
                        segments=table(findings.SEGMENT, schema.SEGMENT_SUMMARIES),
-                       facts=facts, output=output)
+                       facts=facts, output=tagged)

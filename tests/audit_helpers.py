@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import struct
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +23,9 @@ REPO = Path(__file__).resolve().parents[1]
 def spark_session() -> Iterator[object]:
     """One local[2] session for every audit test (starting the JVM costs ~10 s)."""
     pyspark_sql = pytest.importorskip("pyspark.sql")
+    from spark_audit.main import use_this_python
+
+    use_this_python()  # the tests' interpreter (a venv's), as the audit's own session
     session = (
         pyspark_sql.SparkSession.builder.master("local[2]")
         .appName("logkeeper-audit-tests")
@@ -34,7 +36,6 @@ def spark_session() -> Iterator[object]:
         .config("spark.sql.adaptive.enabled", "false")
         .config("spark.sql.autoBroadcastJoinThreshold", "-1")  # as spark_audit.main
         .config("spark.driver.memory", "1g")
-        .config("spark.pyspark.python", sys.executable)  # the tests' interpreter (a venv)
         # Python workers must import this tree's spark_audit/logstore/native, as the
         # driver does, whatever checkout the installed package points at.
         .config("spark.executorEnv.PYTHONPATH", str(REPO))

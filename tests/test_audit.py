@@ -5,11 +5,14 @@ Findings are compared as whole DataFrames (every column but the wording of `deta
 
 from __future__ import annotations
 
+import atexit
+import functools
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -450,13 +453,30 @@ def test_job_failure_exits_2(spark, tmp_path: Path, capsys):
 # ---- through the real command line (subprocesses) ------------------------------------
 
 
+@functools.cache
+def _failing_python3() -> str:
+    """A dir holding a `python3` that fails at once, removed at exit."""
+    where = tempfile.mkdtemp(prefix="lk-no-python3-")
+    atexit.register(shutil.rmtree, where, True)
+    script = Path(where, "python3")
+    script.write_text("#!/bin/sh\necho 'not the audit interpreter' >&2\nexit 97\n")
+    script.chmod(0o755)
+    return where
+
+
 def cli(*args: str, command: tuple[str, ...] = (sys.executable, "-m", "daemon.cli", "audit")
         ) -> subprocess.CompletedProcess:
     """Run `logkeeper audit ARGS` (the same dispatcher as the console script) or another
-    command on this tree; its exit code and output."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+    command on this tree; its exit code and output. The first `python3` on PATH fails,
+    as a machine's own may lack the audit's dependencies: a local audit's workers run
+    the audit's interpreter. spark-submit is told which one to run (PYSPARK_PYTHON), as
+    a user of a venv tells it."""
+    env = {k: v for k, v in os.environ.items() if k != "PYSPARK_PYTHON"}
+    env.update(PYTHONPATH=os.pathsep.join(
         p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p),
-        PYSPARK_PYTHON=sys.executable)  # spark-submit's driver and workers: this Python
+        PATH=os.pathsep.join((_failing_python3(), os.environ.get("PATH", os.defpath))))
+    if command[0] != sys.executable:
+        env["PYSPARK_PYTHON"] = sys.executable
     return subprocess.run([*command, *args], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=600)
 
@@ -499,6 +519,14 @@ def test_cli_exit_codes_of_a_run(tmp_path: Path):
     segments = sum(len(p) for p in PLACEMENT.values()) * (BATCHES_PER_LOG // ROLL_EVERY)
     assert f"0 errors, 0 warnings in {segments} segments" in done.stdout
     assert json.loads((out / "summary.json").read_text())["exit_code"] == 0
+    # The tables the pass's tasks wrote are in place, and nothing of their staging is.
+    assert sorted(p.name for p in out.iterdir()) == [
+        "findings.parquet", "health.parquet", "report.html", "report.txt",
+        "segments.parquet", "summary.json"]
+    for table in ("findings", "segments", "health"):
+        parts = list((out / f"{table}.parquet").iterdir())
+        assert parts and all(p.name.startswith("part-") and p.suffix == ".parquet"
+                             for p in parts), parts
 
     log = layout.log("host2", "orders", 0)
     name, batches = log.segment(0)
