@@ -91,9 +91,11 @@ class TableWriter:
         self._rows.clear()
 
     def close(self) -> None:
-        if self._rows:
-            self._flush()
-        self._writer.close()
+        try:
+            if self._rows:
+                self._flush()
+        finally:
+            self._writer.close()
 
 
 def write_table(rows: Iterable[tuple], struct: StructType, path: Path) -> None:
