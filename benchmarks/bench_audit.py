@@ -12,8 +12,8 @@ Three pairs are reported:
   logstore.verify and the native CRC, rows cached in Spark): the part whose cost grows
   with the data;
 - "end to end": the whole `logkeeper audit` run minus starting the JVM: the scan plus
-  the findings pass and the reports (five Spark jobs in all), whose fixed cost does
-  not grow with the data;
+  the findings pass, whose tasks write the tables, and the reports (two Spark jobs in
+  all), whose fixed cost does not grow with the data;
 - "50 partitions, preallocated indexes": a Kafka 3.x broker's log dir as a running (or
   crashed) broker leaves it: 50 partitions, each with two rolled segments and an active
   one whose `.index` and `.timeindex` are still preallocated to 10 MiB (sparse, zero

@@ -4,15 +4,14 @@ The findings pass is one Python pass over the raw tables (as cached by io.scan, 
 by io.read_raw): rows are keyed by (topic, partition), combined per partition
 (combineByKey, so a map task sends one bundle per partition it holds), and each
 partition's findings, severities and segment summaries are computed in plain Python
-by spark_audit.findings (the policy lives there). Its output is persisted, so the
-findings table, the segment summaries and the reports' numbers (findings.Tally) each
-read it without running the pass again. The facts every task needs (the log dirs,
-which topics are compacted) are collected first, by one small action.
+by spark_audit.findings (the policy lives there), with each task's tally of the
+reports' numbers (findings.Tally). The facts every task needs (the log dirs, which
+topics are compacted) are collected first, by one small action.
 
 Spark jobs: collect_facts is one (io.scan makes it the scan's own action); the pass is
 one more, either writing the output tables from its tasks (AuditResult.write,
-spark_audit.output) or collecting only the tally (AuditResult.tally). Its output is not
-kept: `findings` and `segments`, DataFrames over it for callers in a session, run the
+spark_audit.output) or collecting only the tally (AuditResult.tally). Its rows are not
+kept: `findings` and `segments`, DataFrames over them for callers in a session, run the
 pass again. Nothing here raises on data; a Spark failure propagates (the audit exits 2).
 """
 
@@ -57,11 +56,11 @@ class AuditResult:
     findings: DataFrame  # schema.FINDINGS
     segments: DataFrame  # schema.SEGMENT_SUMMARIES
     facts: findings.Facts
-    output: RDD  # (findings.FINDING | SEGMENT | TALLY, row)
+    tagged: RDD  # (findings.FINDING | SEGMENT | TALLY, row), as audit_partitions yields
 
     def tally(self) -> findings.Tally:
         """The reports' numbers, merged from each task's (one Spark action)."""
-        parts = self.output.filter(lambda t: t[0] == findings.TALLY).map(itemgetter(1)).collect()
+        parts = self.tagged.filter(lambda t: t[0] == findings.TALLY).map(itemgetter(1)).collect()
         return _merged(parts)
 
     def write(self, out: Path) -> findings.Tally:
@@ -69,7 +68,7 @@ class AuditResult:
         `<out>/segments.parquet` (spark_audit.output); returns the merged tally."""
         staging = output.new_staging(out)
         try:
-            done = self.output.mapPartitionsWithIndex(
+            done = self.tagged.mapPartitionsWithIndex(
                 partial(output.write_task, staging=str(staging))).collect()
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
@@ -123,4 +122,4 @@ def audit(rows: DataFrame, *, facts: findings.Facts | None = None,
 
     return AuditResult(findings=table(findings.FINDING, schema.FINDINGS),
                        segments=table(findings.SEGMENT, schema.SEGMENT_SUMMARIES),
-                       facts=facts, output=tagged)
+                       facts=facts, tagged=tagged)
