@@ -41,7 +41,7 @@ class EpochEntry(NamedTuple):
 
 class LeaderEpochCache:
     def __init__(self, path: str | os.PathLike[str], entries: list[EpochEntry] | None = None):
-        self.path = Path(path)
+        self._path_str = os.fspath(path)  # a str, not a Path: see LogSegment
         self._entries: list[EpochEntry] = list(entries or [])
         self._dirty = False
 
@@ -52,6 +52,10 @@ class LeaderEpochCache:
         cache = cls(path, [EpochEntry(e, o) for e, o in checkpoint.read_leader_epoch_checkpoint(path)])
         cache.truncate_from_end(log_end_offset)
         return cache
+
+    @property
+    def path(self) -> Path:
+        return Path(self._path_str)
 
     # ---- reading ----
 
@@ -138,5 +142,5 @@ class LeaderEpochCache:
         write (or `force`). An empty cache writes an empty list, as Kafka does."""
         if not (self._dirty or force):
             return
-        checkpoint.write_leader_epoch_checkpoint(self.path, self._entries)
+        checkpoint.write_leader_epoch_checkpoint(self._path_str, self._entries)
         self._dirty = False

@@ -52,16 +52,16 @@ PENDING_BYTES = native.INDEX_PENDING_BYTES  # new entries kept before one pwrite
 class _Index(abc.ABC):
     entry: struct.Struct
 
-    def __init__(self, path: Path, base_offset: int, max_index_bytes: int, *, writable: bool):
-        self.path = path if isinstance(path, Path) else Path(path)
+    def __init__(self, path: str | os.PathLike[str], base_offset: int, max_index_bytes: int, *,
+                 writable: bool):
+        self._path_str = os.fspath(path)  # a str, not a Path: see LogSegment
         self.base_offset = base_offset
         self.entry_size = self.entry.size
         self.max_entries = max(max_index_bytes // self.entry_size, 1)
         # Read-write even when inactive: a rebuild after recovery rewrites any index.
-        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._fd = os.open(self._path_str, os.O_RDWR | os.O_CREAT, 0o644)
         self._map: mmap.mmap | None = None
         self._map_handle: Any = None
-        self._path_str = str(self.path)
         try:
             length = os.fstat(self._fd).st_size
             # The entry count, the last entry and the new entries live in C
@@ -83,6 +83,10 @@ class _Index(abc.ABC):
             self._close_map()
             os.close(self._fd)
             raise
+
+    @property
+    def path(self) -> Path:
+        return Path(self._path_str)
 
     @property
     def writable(self) -> bool:

@@ -72,7 +72,7 @@ class LogLoader:
 
     def __init__(self, partition_dir: Path, config: LogConfig, *, recover: bool | None,
                  recovery_point: int, log_start_offset: int | None):
-        self.dir = Path(partition_dir)
+        self.dir = partition_dir if isinstance(partition_dir, Path) else Path(partition_dir)
         self.config = config
         self.recover = recover
         self.recovery_point = recovery_point

@@ -64,7 +64,7 @@ class AppendInfo(NamedTuple):
 
 class Log:
     def __init__(self, partition_dir: Path, config: LogConfig, guard: IoGuard):
-        self.dir = Path(partition_dir)
+        self.dir = partition_dir if isinstance(partition_dir, Path) else Path(partition_dir)
         self.config = config
         self.guard = guard
         self.topic_partition = names.parse_partition_dir(self.dir.name)
@@ -108,6 +108,7 @@ class Log:
         path = Path(partition_dir)
         guard = guard or IoGuard(path.parent)
         log = cls(path, config or LogConfig(), guard)
+        path = log.dir  # one Path object for the log, its loader and its segments
         with guard.io("open log", path):
             path.mkdir(parents=False, exist_ok=True)
             loaded = LogLoader(path, log.config, recover=recover, recovery_point=recovery_point,

@@ -31,18 +31,20 @@ from .scan import FileScan, scan_file
 class LogSegment:
     def __init__(self, directory: Path, base_offset: int, *, index_interval_bytes: int,
                  max_index_bytes: int, active: bool):
-        # One Path per file, shared with the indexes: a broker holds thousands of
-        # segments, and each Path object costs a few hundred bytes.
+        # The partition dir's Path is the log's own object, and each file's path is a
+        # str (its Path made on demand: `log_path`, `index_path`): a broker holds
+        # thousands of segments, and a Path with its parts costs ~400 bytes.
         self.dir = directory if isinstance(directory, Path) else Path(directory)
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         self.max_index_bytes = max_index_bytes
-        self.log_path = self.dir / names.log_file_name(base_offset)
-        index_path = self.dir / names.index_file_name(base_offset)
-        time_index_path = self.dir / names.time_index_file_name(base_offset)
-        self._log_path_str = str(self.log_path)
-        self.indexes_missing = not (index_path.exists() and time_index_path.exists())
-        self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
+        where = os.fspath(self.dir)
+        self._log_path_str = os.path.join(where, names.log_file_name(base_offset))
+        index_path = os.path.join(where, names.index_file_name(base_offset))
+        time_index_path = os.path.join(where, names.time_index_file_name(base_offset))
+        self.indexes_missing = not (os.path.exists(index_path)
+                                    and os.path.exists(time_index_path))
+        self.fd = os.open(self._log_path_str, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             size = os.fstat(self.fd).st_size
             self.offset_index = OffsetIndex(index_path, base_offset, max_index_bytes,
@@ -64,6 +66,10 @@ class LogSegment:
         self.max_timestamp, self.offset_of_max_timestamp = self.time_index.last_entry()
         if size == 0:
             self.c.next_offset = base_offset
+
+    @property
+    def log_path(self) -> Path:
+        return Path(self._log_path_str)
 
     @property
     def index_path(self) -> Path:
@@ -128,7 +134,7 @@ class LogSegment:
                     self.max_timestamp, self.offset_of_max_timestamp = b.max_timestamp, b.last_offset
 
         scan_file(self.fd, start=start, end=self.size, verify_crc=False, on_batches=keep_last,
-                  path=str(self.log_path))
+                  path=self._log_path_str)
         self.c.next_offset = last[0].last_offset + 1 if last else self.base_offset
 
     def roll_base_timestamp(self) -> int:
@@ -232,7 +238,7 @@ class LogSegment:
             return None
 
         scan_file(self.fd, start=start, end=self.size, buffer_size=1 << 16, verify_crc=False,
-                  on_batches=first_late, path=str(self.log_path))
+                  on_batches=first_late, path=self._log_path_str)
         if not found:
             return None
         info = found[0]
@@ -277,7 +283,7 @@ class LogSegment:
                 state["next"] = b.last_offset + 1
             return None
 
-        scan = scan_file(self.fd, end=self.size, on_batches=rebuild, path=str(self.log_path))
+        scan = scan_file(self.fd, end=self.size, on_batches=rebuild, path=self._log_path_str)
         if state["bad"] is not None:
             scan = FileScan(scan.file_size, scan.valid_end, ScanStatus.BAD_COUNT, state["bad"])
         cut = self.size - scan.valid_end
@@ -339,7 +345,7 @@ class LogSegment:
             idx._resize(idx.max_entries * idx.entry_size)
 
     def flush(self) -> None:
-        native.fdatasync(self.fd, path=str(self.log_path))
+        native.fdatasync(self.fd, path=self._log_path_str)
         self.offset_index.sync()
         self.time_index.sync()
 
