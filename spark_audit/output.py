@@ -83,8 +83,8 @@ class TableWriter:
             self._flush()
 
     def _flush(self) -> None:
-        columns = list(zip(*self._rows, strict=True)) if self._rows else \
-            [() for _ in self.schema]
+        """Write the held rows (at least one) as one row group."""
+        columns = list(zip(*self._rows, strict=True))
         self._writer.write_batch(pa.RecordBatch.from_arrays(
             [pa.array(c, type=f.type) for c, f in zip(columns, self.schema, strict=True)],
             schema=self.schema))
