@@ -24,6 +24,7 @@ writable); the reason goes to stderr.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 import time
@@ -148,20 +149,43 @@ def run(spark, args: argparse.Namespace, roots: list) -> int:
         raw.release()
 
 
+# What the audit imports beyond logkeeper's own dependencies: the `audit` extra.
+AUDIT_MODULES = ("pyspark", "pyarrow")
+
+
+def missing_modules() -> list[str]:
+    """The modules of AUDIT_MODULES this interpreter cannot import."""
+    missing = []
+    for name in AUDIT_MODULES:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(name)
+    return missing
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse, build the session, run; 0 clean, 1 errors found, 2 the audit failed."""
-    from .io import AuditInputError
-
     argv = sys.argv[1:] if argv is None else argv
     try:
         args = parse_args(argv)
-        roots = resolve_roots(args)
     except SystemExit as err:
         if err.code in (0, None):
             return EXIT_OK  # --help
         if isinstance(err.code, str):
             print(err.code, file=sys.stderr)
         return EXIT_FAILED
+    missing = missing_modules()
+    if missing:
+        print(f"logkeeper audit: {' and '.join(missing)} not installed in {sys.executable}: "
+              "the audit needs logkeeper's `audit` extra (PySpark and pyarrow) and a Java "
+              "runtime; `make test` installs them into the project venv, or run "
+              "`pip install -e '.[audit]'` with that venv's pip", file=sys.stderr)
+        return EXIT_FAILED
+    from .io import AuditInputError
+
+    try:
+        roots = resolve_roots(args)
     except AuditInputError as err:
         print(f"logkeeper audit: {err}", file=sys.stderr)
         return EXIT_FAILED

@@ -445,6 +445,19 @@ def test_bad_arguments_exit_2(tmp_path: Path, capsys):
     assert audit_main.main(["--scan-only", "h=/x"]) == 2  # --scan-only needs --out
 
 
+def test_an_interpreter_without_the_audit_extra_is_told_what_to_install(
+        tmp_path: Path, capsys, monkeypatch):
+    """pyarrow (or PySpark) missing, as in a venv `make run` made: exit 2 with what to
+    install, nothing written; --help still answers."""
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # its import now fails
+    out = tmp_path / "out"
+    assert audit_main.main(["--out", str(out), f"h={tmp_path}"]) == 2
+    err = capsys.readouterr().err
+    assert "pyarrow not installed" in err and "'.[audit]'" in err, err
+    assert not out.exists()
+    assert audit_main.main(["--help"]) == 0
+
+
 def test_job_failure_exits_2(spark, tmp_path: Path, capsys):
     assert audit_main.main(["--from-scans", str(tmp_path)]) == 2
     assert "not a --scan-only output" in capsys.readouterr().err
