@@ -42,8 +42,9 @@ class LogSegment:
         self._log_path_str = os.path.join(where, names.log_file_name(base_offset))
         index_path = os.path.join(where, names.index_file_name(base_offset))
         time_index_path = os.path.join(where, names.time_index_file_name(base_offset))
-        self.indexes_missing = not (os.path.exists(index_path)
-                                    and os.path.exists(time_index_path))
+        # Path.exists, not os.path.exists: an EIO raises (the disk's fate), not "missing".
+        self.indexes_missing = not (Path(index_path).exists()
+                                    and Path(time_index_path).exists())
         self.fd = os.open(self._log_path_str, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             size = os.fstat(self.fd).st_size
