@@ -24,10 +24,12 @@ import os
 import shutil
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
+from functools import partial
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pyspark import RDD
 from pyspark.sql.types import (
     BinaryType,
     BooleanType,
@@ -101,14 +103,28 @@ class TableWriter:
 def write_table(rows: Iterable[tuple], struct: StructType, path: Path) -> None:
     """One whole table from the driver (health.parquet): `path` replaced by a dir
     holding one part file."""
-    _replace_dir(path)
-    path.mkdir(parents=True)
+    _fresh_dir(path)
     writer = TableWriter(path / "part-00000.parquet", struct)
     try:
         for row in rows:
             writer.add(row)
     finally:
         writer.close()
+
+
+def write_tables(tagged: RDD, out: Path) -> list[findings.Tally]:
+    """Run the findings pass (`tagged`, as findings.audit_partitions yields per task) as
+    one Spark job whose tasks write `<out>/findings.parquet` and `<out>/segments.parquet`;
+    each task's tally. Staged and committed as the module says; the staging dir is gone
+    afterwards whether the job succeeded or not."""
+    staging = new_staging(out)
+    try:
+        done = tagged.mapPartitionsWithIndex(partial(write_task, staging=str(staging))).collect()
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    commit(staging, out, [files for _tally, files in done])
+    return [tally for tally, _files in done]
 
 
 def new_staging(out: Path) -> Path:
@@ -151,17 +167,19 @@ def commit(staging: Path, out: Path, written: Sequence[dict[str, str]]) -> None:
     replaced), then drop the staging dir."""
     try:
         for table, _tag, _struct in TABLES:
-            final = out / f"{table}.parquet"
-            _replace_dir(final)
-            final.mkdir()
+            final = _fresh_dir(out / f"{table}.parquet")
             for files in written:
                 os.rename(staging / table / files[table], final / files[table])
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def _replace_dir(path: Path) -> None:
+def _fresh_dir(path: Path) -> Path:
+    """`path` as an empty dir, whatever was there (a table replaced, as Spark's
+    overwrite replaces it)."""
     if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path)
     elif path.exists() or path.is_symlink():
         path.unlink()
+    path.mkdir(parents=True)
+    return path

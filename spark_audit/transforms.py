@@ -18,7 +18,6 @@ pass again. Nothing here raises on data; a Spark failure propagates (the audit e
 from __future__ import annotations
 
 import dataclasses
-import shutil
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import partial, reduce
@@ -66,15 +65,7 @@ class AuditResult:
     def write(self, out: Path) -> findings.Tally:
         """Run the pass once, its tasks writing `<out>/findings.parquet` and
         `<out>/segments.parquet` (spark_audit.output); returns the merged tally."""
-        staging = output.new_staging(out)
-        try:
-            done = self.tagged.mapPartitionsWithIndex(
-                partial(output.write_task, staging=str(staging))).collect()
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
-        output.commit(staging, out, [files for _tally, files in done])
-        return _merged([tally for tally, _files in done])
+        return _merged(output.write_tables(self.tagged, out))
 
 
 def _merged(parts: list[findings.Tally]) -> findings.Tally:
