@@ -63,10 +63,12 @@ def describe(cl: Cluster, topics: list[str], brokers: list[int] | None = None) -
                      for b in brokers or cl.alive())
 
 
-def wait_state(cl: Cluster, want: Want, timeout: float, what: str,
+def wait_state(cl: Cluster, want: Want | Callable[[], Want], timeout: float, what: str,
                brokers: list[int] | None = None) -> Any:
-    topics = sorted({t for t, _ in want})
-    return wait_for(lambda: state_everywhere(cl, want, brokers), timeout,
+    """Until every broker's view is `want` (a callable: asked again at each look)."""
+    wanted = want if callable(want) else lambda: want
+    topics = sorted({t for t, _ in wanted()})
+    return wait_for(lambda: state_everywhere(cl, wanted(), brokers), timeout,
                     lambda: f"{what}; now {describe(cl, topics, brokers)}")
 
 
@@ -215,9 +217,7 @@ def test_zookeeper_down_while_a_dir_fails_moves_leadership_once_it_is_back(
                             ("b", 0): ({2, 3} if 1 in bounced else {1}, [1, 2, 3], [])}
 
                 try:
-                    wait_for(lambda: state_everywhere(cl, after()), 60,
-                             lambda: "leadership off the dead dir once ZooKeeper is back; now "
-                                     + describe(cl, ["a", "b"]))
+                    wait_state(cl, after, 60, "leadership off the dead dir once ZooKeeper is back")
                 except AssertionError as err:  # failed once in a full run: say what happened
                     said = [f"broker {b}: {line}" for b, d in cl.brokers.items()
                             for line in d.stderr().splitlines()
