@@ -239,7 +239,7 @@ def test_broker_restarted_with_a_dead_dir_answers_56_and_is_listed_offline(tmp_p
         del meta
 
 
-def test_dev_cluster_starts_describes_and_stops_cleanly(tmp_path: Path) -> None:
+def test_dev_cluster_starts_describes_survives_a_killed_broker_and_stops_cleanly(tmp_path: Path) -> None:
     import subprocess
     import sys
 
@@ -308,6 +308,24 @@ def test_dev_cluster_starts_describes_and_stops_cleanly(tmp_path: Path) -> None:
         committed = cons.committed([ck.TopicPartition("dev", 0), ck.TopicPartition("dev", 1)], 30)
         assert [c.offset for c in committed] == [5, 5]
         cons.close()
+
+        # A broker killed to watch failover: reported, the other keeps serving, and
+        # SIGUSR1 brings it back once ZooKeeper has let go of its old session.
+        lines_after = _lines_of(proc.stdout)
+        broker1 = tmp_path / "dev" / "broker1"
+        pid = int(subprocess.check_output(["pgrep", "-f", f"{broker1}/server.properties"]).split()[0])
+        os.kill(pid, signal.SIGKILL)
+        said = lines_after(lambda x: x.startswith("broker 1 "), 10)
+        assert "was killed by SIGKILL" in said and "Still serving: broker 2" in said, said
+        assert f"kill -USR1 {proc.pid}" in said, said
+        assert proc.poll() is None, "dev-cluster stopped when one broker died"
+        broker2 = ck_admin.AdminClient({"bootstrap.servers": bootstrap.split(",")[1]})
+        assert 2 in broker2.list_topics(timeout=10).brokers
+        proc.send_signal(signal.SIGUSR1)
+        said = lines_after(lambda x: x.startswith("broker 1: serving again"), 60)
+        assert bootstrap.split(",")[0] in said
+        wait_for(lambda: set(broker2.list_topics(timeout=10).brokers) == {1, 2}, 30,
+                 "broker 1 registered again")
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(90) == 0, proc.stderr.read()
         assert not zookeeper.ruok(zk_port)
@@ -317,6 +335,29 @@ def test_dev_cluster_starts_describes_and_stops_cleanly(tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def _lines_of(stream):  # noqa: ANN001, ANN202
+    """A reader of `stream`'s lines on a thread: `wanted(pred, timeout)` gives the first
+    line matching `pred`, failing with what was said when none comes in time."""
+    import queue
+    import threading
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(x) for x in stream], daemon=True).start()
+
+    def wanted(pred, timeout: float) -> str:  # noqa: ANN001
+        seen = []
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                break
+            seen.append(line)
+            if pred(line):
+                return line
+        raise AssertionError(f"not said within {timeout} s; said: {''.join(seen)!r}")
+    return wanted
 
 
 def _partition_bytes(d, topic: str, partition: int) -> bytes | None:  # noqa: ANN001

@@ -3,13 +3,20 @@
 Starts a real ZooKeeper (Debian's `zookeeper` package, daemon.tools.zookeeper) and N
 `logkeeper serve` processes on loopback, each with its own config, log dirs and log file
 under the base dir (`broker<N>/`), prints the bootstrap servers once every broker is
-serving, and on Ctrl-C or SIGTERM stops the brokers (SIGTERM, their clean shutdown) and
-then ZooKeeper. Without `--base-dir` everything lives in a temporary dir removed at the
-end; a given base dir is kept (restarting on it keeps the topics' data but starts a new
-ZooKeeper, so the cluster's znodes are not kept).
+serving, and on Ctrl-C, SIGTERM or a hang-up stops the brokers (SIGTERM, their clean
+shutdown) and then ZooKeeper. Without `--base-dir` everything lives in a temporary dir
+removed at the end; a given base dir is kept (restarting on it keeps the topics' data but
+starts a new ZooKeeper, so the cluster's znodes are not kept).
 
-Exit codes: 0 after a clean stop; 1 when ZooKeeper or a broker does not start or a
-broker exits on its own (the message names its log file); 2 on a usage error.
+A broker that exits on its own once the cluster serves (a crash, or a `kill -9` to watch
+leadership fail over) is reported, and the others keep serving. SIGUSR1 restarts every
+broker that is down: each one starts once ZooKeeper has let go of its old registration
+(a killed broker's session lives on for `zookeeper.session.timeout.ms`, and a broker
+never takes an id another session holds), with the same config, ports and log dirs.
+
+Exit codes: 0 after a clean stop of every broker; 1 when ZooKeeper or a broker does not
+start, or a broker was down at the end or did not stop cleanly (the message names its log
+file); 2 on a usage error.
 """
 
 from __future__ import annotations
@@ -26,6 +33,9 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException
 
 from .zookeeper import ZooKeeperMissing, ZooKeeperServer, free_port
 
@@ -94,8 +104,10 @@ class Broker:
 
 
 def run(brokers: int, dirs: int, base: Path, *, ready_timeout: float = 60.0,
-        stop: threading.Event | None = None) -> int:
+        stop: threading.Event | None = None, restart: threading.Event | None = None) -> int:
+    """`stop`: stop everything and return; `restart`: bring back the brokers that are down."""
     stop = stop or threading.Event()
+    restart = restart or threading.Event()
     zk = ZooKeeperServer(base_dir=base / "zookeeper")
     started: list[Broker] = []
     code = 0
@@ -124,29 +136,91 @@ def run(brokers: int, dirs: int, base: Path, *, ready_timeout: float = 60.0,
         for broker in started:
             print(f"broker {broker.id}: {broker.address} (log {broker.log_path})", flush=True)
         print("bootstrap servers: " + ",".join(b.address for b in started), flush=True)
-        while not stop.wait(0.5):
-            for broker in started:
-                assert broker.proc is not None
-                if broker.proc.poll() is not None:
-                    raise RuntimeError(f"broker {broker.id} exited {broker.proc.returncode}; "
-                                       f"see {broker.log_path}")
+        _supervise(started, zk.hosts, stop, restart)
     except RuntimeError as err:
         print(f"logkeeper dev-cluster: {err}", file=sys.stderr)
         code = 1
     finally:
         print("stopping the brokers and ZooKeeper", file=sys.stderr, flush=True)
         for broker in reversed(started):
+            down = broker.proc is not None and broker.proc.poll() is not None
             rc = broker.stop()
-            if rc not in (0, None):
+            if down and rc not in (0, None):
+                print(f"broker {broker.id} was down ({_how_it_ended(rc)}); see {broker.log_path}",
+                      file=sys.stderr)
+                code = code or 1
+            elif rc not in (0, None):
                 print(f"broker {broker.id} exited {rc}; see {broker.log_path}", file=sys.stderr)
                 code = code or 1
         zk.stop()
     return code
 
 
+def _supervise(started: list[Broker], zk_hosts: str, stop: threading.Event,
+               restart: threading.Event) -> None:
+    """Until `stop`: report each broker that exits on its own (the others keep serving),
+    and on `restart` start every broker that is down again, once ZooKeeper no longer holds
+    its old registration (a killed broker's session outlives it by the session timeout)."""
+    pid = os.getpid()
+    down: set[Broker] = set()  # exited on its own, reported
+    held: list[Broker] = []  # to restart once its old registration is gone
+    starting: list[Broker] = []  # restarted, not serving yet
+    zk = KazooClient(hosts=zk_hosts, timeout=10)
+    zk.start(timeout=30)
+    try:
+        while not stop.wait(0.5):
+            for broker in started:
+                assert broker.proc is not None
+                rc = broker.proc.poll()
+                if rc is None or broker in down:
+                    continue
+                down.add(broker)
+                if broker in starting:
+                    starting.remove(broker)
+                alive = [str(b.id) for b in started if b.proc and b.proc.poll() is None]
+                print(f"broker {broker.id} {_how_it_ended(rc)}; see {broker.log_path}. "
+                      + (f"Still serving: broker {', '.join(alive)}. " if alive else
+                         "No broker is serving. ")
+                      + f"`kill -USR1 {pid}` restarts what is down.", flush=True)
+            if restart.is_set():
+                restart.clear()
+                for broker in started:
+                    if broker in down and broker not in held:
+                        held.append(broker)
+                        print(f"broker {broker.id}: restarting once ZooKeeper lets go of its old "
+                              "registration (up to zookeeper.session.timeout.ms)", flush=True)
+            for broker in list(held):
+                try:
+                    registered = zk.exists(f"/brokers/ids/{broker.id}") is not None
+                except KazooException:
+                    continue  # ZooKeeper busy or reconnecting: ask again next round
+                if not registered:
+                    held.remove(broker)
+                    down.discard(broker)
+                    broker.start()
+                    starting.append(broker)
+            for broker in list(starting):
+                if broker.serving():
+                    starting.remove(broker)
+                    print(f"broker {broker.id}: serving again at {broker.address}", flush=True)
+    finally:
+        zk.stop()
+        zk.close()
+
+
+def _how_it_ended(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            return f"was killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"was killed by signal {-returncode}"
+    return f"exited {returncode}"
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="logkeeper dev-cluster", description=(
-        "Run a local cluster: a ZooKeeper and N brokers on loopback, until Ctrl-C."))
+        "Run a local cluster: a ZooKeeper and N brokers on loopback, until Ctrl-C. A broker "
+        "that dies is reported and the others keep serving; SIGUSR1 restarts what is down."))
     p.add_argument("--brokers", type=int, default=3, help="number of brokers (default 3)")
     p.add_argument("--dirs-per-broker", type=int, default=2,
                    help="log dirs per broker (default 2)")
@@ -167,11 +241,12 @@ def main(argv: list[str]) -> int:
         return 2
     base = Path(args.base_dir) if args.base_dir else Path(tempfile.mkdtemp(prefix="logkeeper-dev-"))
     base.mkdir(parents=True, exist_ok=True)
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    stop, restart = threading.Event(), threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, lambda *_: stop.set())
+    signal.signal(signal.SIGUSR1, lambda *_: restart.set())
     try:
-        return run(args.brokers, args.dirs_per_broker, base, stop=stop)
+        return run(args.brokers, args.dirs_per_broker, base, stop=stop, restart=restart)
     except ZooKeeperMissing as err:
         print(f"logkeeper dev-cluster: {err}", file=sys.stderr)
         return 1
