@@ -101,9 +101,10 @@ class ProtocolError(Exception):
 
 
 class FrameTooLarge(ProtocolError):
-    def __init__(self, size: int, limit: int):
-        super().__init__(f"request frame of {size} bytes is over socket.request.max.bytes "
-                         f"{limit}; refused before reading its body")
+    def __init__(self, size: int, limit: int, kind: str = "request",
+                 limit_name: str = "socket.request.max.bytes"):
+        super().__init__(f"{kind} frame of {size} bytes is over {limit_name} {limit}; "
+                         "refused before reading its body")
         self.size = size
         self.limit = limit
 
@@ -210,22 +211,29 @@ class Request:
 
 
 class FrameAssembler:
-    """Request frames out of a connection's byte stream (sans I/O: the listener's
-    protocol asks `buffer()` for where to receive and reports `received(n)`).
+    """Kafka frames out of a connection's byte stream (sans I/O: the connection's
+    protocol asks `buffer()` for where to receive and reports `received(n)`): requests
+    on the listener's connections, answers on a follower's connection to its leader
+    (daemon.wire.peer, with `min_bytes`, `kind` and `limit_name` of its own).
 
     Small frames are received into a reused scratch buffer and copied out once; a frame
-    larger than SMALL (a Produce's records) is received straight into its own bytearray,
-    which becomes the frame: the kernel's copy is the only one. Each size prefix is
-    checked as soon as it arrives, before any of its body is taken: over `max_bytes` it
-    sets `error` to FrameTooLarge, under a request header to ProtocolError, and nothing
-    after it is taken; the frames before it in the stream are still handed out.
+    larger than SMALL (a Produce's records, a Fetch answer's) is received straight into
+    its own bytearray, which becomes the frame: the kernel's copy is the only one. Each
+    size prefix is checked as soon as it arrives, before any of its body is taken: over
+    `max_bytes` it sets `error` to FrameTooLarge, under `min_bytes` (a request header) to
+    ProtocolError, and nothing after it is taken; the frames before it in the stream are
+    still handed out.
     """
 
     SCRATCH = 64 << 10
     SMALL = 16 << 10
 
-    def __init__(self, max_bytes: int):
+    def __init__(self, max_bytes: int, *, min_bytes: int = MIN_REQUEST_SIZE,
+                 kind: str = "request", limit_name: str = "socket.request.max.bytes"):
         self.max_bytes = max_bytes
+        self.min_bytes = min_bytes
+        self.kind = kind
+        self.limit_name = limit_name
         self._scratch = bytearray(self.SCRATCH)
         self._start = 0  # the first byte of scratch not yet handed out
         self._end = 0  # the end of what scratch has received
@@ -257,11 +265,11 @@ class FrameAssembler:
         while self._end - self._start >= 4 and self.error is None:
             (size,) = _SIZE.unpack_from(scratch, self._start)
             if size > self.max_bytes:
-                self.error = FrameTooLarge(size, self.max_bytes)
+                self.error = FrameTooLarge(size, self.max_bytes, self.kind, self.limit_name)
                 break
-            if size < MIN_REQUEST_SIZE:
-                self.error = ProtocolError(f"request frame of {size} bytes is shorter than "
-                                           "a request header")
+            if size < self.min_bytes:
+                self.error = ProtocolError(f"{self.kind} frame of {size} bytes is shorter "
+                                           f"than a {self.kind} header")
                 break
             body = self._start + 4
             have = self._end - body

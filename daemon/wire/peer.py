@@ -5,6 +5,8 @@
 answers in order), checks that each answer carries the correlation id it waits for, and
 decodes it with the request's response class at the request's version (a Fetch
 response with `daemon.api.record_messages.decode_fetch`, its records left in the frame).
+Answers are received by `protocol.FrameAssembler` straight into their own buffers: a
+fetch answer's megabyte is copied once, by the kernel, and its coroutine wakes once.
 
 A request whose caller is cancelled (a follower abandoning a long poll, see
 daemon.replica.fetcher) closes the connection: its answer may still arrive, and must
@@ -20,24 +22,95 @@ no answer within `request_timeout` does the same. Not thread-safe: one event loo
 from __future__ import annotations
 
 import asyncio
+import collections
 import itertools
 import struct
 from typing import Any
 
 from daemon.api import protocol, record_messages
 
-from .frames import MIN_RESPONSE, SIZE
+from .frames import MIN_RESPONSE
 
 _CORRELATION = struct.Struct(">i")
 FETCH = 1
-# Bytes the stream buffers before it stops reading the socket. asyncio's default (64
-# KiB) paused the transport every 128 KiB of a fetch answer, so a 1 MiB answer crossed
-# in a ping-pong of pause, resume and wake-ups between the two brokers.
-STREAM_LIMIT = 16 << 20
 
 
 class PeerError(OSError):
     """The other broker could not be reached, or answered something unusable."""
+
+
+class _Answers(asyncio.BufferedProtocol):
+    """A peer connection's answer frames, as they complete, and its writes' flow control."""
+
+    def __init__(self, max_frame: int):
+        self.frames = protocol.FrameAssembler(max_frame, min_bytes=MIN_RESPONSE, kind="answer",
+                                              limit_name="the answer limit")
+        self.transport: asyncio.Transport | None = None
+        self._ready: collections.deque[bytes | bytearray] = collections.deque()
+        self._ended: BaseException | None = None  # why no more answers will come
+        self._waiter: asyncio.Future[None] | None = None
+        self._writable: asyncio.Future[None] | None = None  # set while writing is paused
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.frames.buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self._ready.extend(self.frames.received(nbytes))
+        if self.frames.error is not None:
+            self._end(self.frames.error)
+            assert self.transport is not None
+            self.transport.close()  # nothing after a bad size prefix is read
+        self._wake()
+
+    def eof_received(self) -> bool:
+        try:
+            self.frames.ended()
+            self._end(ConnectionResetError("the other broker closed the connection"))
+        except protocol.ProtocolError as err:
+            self._end(err)
+        self._wake()
+        return False  # the transport closes itself
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._end(exc or ConnectionResetError("the connection closed"))
+        self._wake()
+        if self._writable is not None and not self._writable.done():
+            self._writable.set_result(None)
+
+    def pause_writing(self) -> None:
+        if self._writable is None or self._writable.done():
+            self._writable = asyncio.get_running_loop().create_future()
+
+    def resume_writing(self) -> None:
+        if self._writable is not None and not self._writable.done():
+            self._writable.set_result(None)
+
+    def _end(self, err: BaseException) -> None:
+        if self._ended is None:
+            self._ended = err
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    async def drain(self) -> None:
+        if self._writable is not None:
+            await self._writable
+        if self._ended is not None and not self._ready:
+            raise self._ended
+
+    async def next_frame(self) -> bytes | bytearray:
+        """The next answer frame (without its size prefix); raises why the connection
+        ended once the answers before that are taken."""
+        while not self._ready:
+            if self._ended is not None:
+                raise self._ended
+            self._waiter = asyncio.get_running_loop().create_future()
+            await self._waiter
+        return self._ready.popleft()
 
 
 class Peer:
@@ -47,14 +120,14 @@ class Peer:
         self.client_id = client_id
         self.request_timeout = request_timeout
         self.max_frame = max_frame
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
+        self._answers: _Answers | None = None
         self._ids = itertools.count(1)
         self._lock = asyncio.Lock()
 
     @property
     def connected(self) -> bool:
-        return self._writer is not None and not self._writer.is_closing()
+        return (self._answers is not None and self._answers.transport is not None
+                and not self._answers.transport.is_closing())
 
     def __repr__(self) -> str:
         return f"Peer({self.host}:{self.port})"
@@ -69,7 +142,7 @@ class Peer:
                 await self.close()
                 raise PeerError(f"{self}: no answer to {type(body).__name__} v{version} "
                                 f"within {self.request_timeout:g} s") from err
-            except (OSError, asyncio.IncompleteReadError, protocol.ProtocolError) as err:
+            except (OSError, protocol.ProtocolError) as err:
                 await self.close()
                 if isinstance(err, PeerError):
                     raise
@@ -83,43 +156,42 @@ class Peer:
 
     async def _round_trip(self, body: Any, version: int) -> Any:
         if not self.connected:
+            self._drop()
+            loop = asyncio.get_running_loop()
             try:
-                self._reader, self._writer = await asyncio.open_connection(
-                    self.host, self.port, limit=STREAM_LIMIT)
+                _, self._answers = await loop.create_connection(
+                    lambda: _Answers(self.max_frame), self.host, self.port)
             except OSError as err:
                 raise PeerError(f"{self}: cannot connect: {err.strerror or err}") from err
-        assert self._reader is not None and self._writer is not None
+        answers = self._answers
+        assert answers is not None and answers.transport is not None
         correlation_id = next(self._ids) & 0x7FFFFFFF
-        self._writer.write(protocol.encode_request(body, version, correlation_id,
-                                                   client_id=self.client_id))
-        await self._writer.drain()
-        (size,) = SIZE.unpack(await self._reader.readexactly(SIZE.size))
-        if not MIN_RESPONSE <= size <= self.max_frame:
-            raise PeerError(f"{self}: answer frame of {size} bytes")
-        frame = await self._reader.readexactly(size)
+        answers.transport.write(protocol.encode_request(body, version, correlation_id,
+                                                        client_id=self.client_id))
+        await answers.drain()
+        frame = await answers.next_frame()
         (got,) = _CORRELATION.unpack_from(frame)
         if got != correlation_id:
             raise PeerError(f"{self}: answer for correlation id {got}, expected {correlation_id}")
         if body.API_KEY == FETCH:
             # A follower's fetch: its records stay slices of the frame, not copies.
             return record_messages.decode_fetch(frame, version)
-        response_cls = _response_class(body)
-        return protocol.decode_response(response_cls, frame, version)
+        response_cls = _response_class(body)  # kafka-python's decoders take bytes
+        return protocol.decode_response(response_cls, bytes(frame), version)
 
-    def _drop(self) -> Any:
-        """Close the connection without waiting for it to close; its writer, if any."""
-        writer, self._reader, self._writer = self._writer, None, None
-        if writer is not None:
-            writer.close()
-        return writer
+    def _drop(self) -> asyncio.Transport | None:
+        """Close the connection without waiting for it to close; its transport, if any."""
+        answers, self._answers = self._answers, None
+        transport = answers.transport if answers is not None else None
+        if transport is not None:
+            transport.close()
+        return transport
 
     async def close(self) -> None:
-        writer = self._drop()
-        if writer is not None:
-            try:
-                await writer.wait_closed()
-            except OSError:
-                pass  # already broken: nothing to flush
+        transport = self._drop()
+        if transport is not None and not transport.is_closing():
+            transport.close()
+        await asyncio.sleep(0)  # let the transport's close run
 
 
 def _response_class(body: Any) -> Any:
