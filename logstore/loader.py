@@ -147,7 +147,7 @@ class LogLoader:
                 nonlocal end
                 end = res[len(res) - 1].next_offset
 
-            scan_file(fd, verify_crc=False, on_batches=last, path=str(swap))
+            scan_file(fd, verify_crc=False, on_batches=last, path=str(swap), legacy=True)
         finally:
             os.close(fd)
         replaced = (names.LOG_SUFFIX, names.INDEX_SUFFIX, names.TIME_INDEX_SUFFIX,

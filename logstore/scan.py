@@ -53,8 +53,13 @@ def scan_file(
     path: str | None = None,
     max_batch_size: int = 1 << 30,
     on_bad_crc: Callable[[BatchInfo, ScanResult], None] | None = None,
+    legacy: bool = False,
 ) -> FileScan:
     """Scan batches in fd from `start` to `end` (default: the file size).
+
+    `legacy`: old Kafka's magic 0/1 messages are batches of their own (the log's own
+    walks: recovery, lookups), where without it they stop the scan with status LEGACY
+    (verify reports them).
 
     `on_batches` gets each chunk's ScanResult (its batches' positions are file
     positions); returning a file position stops the scan there, with status OK and
@@ -76,7 +81,8 @@ def scan_file(
         if got < want:  # the file shrank under us: what is there is all there is
             file_size = pos + got
             view = view[:got]
-        res = native.scan_batches(view, base_position=pos, verify_crc=verify_crc)
+        res = native.scan_batches(view, base_position=pos, verify_crc=verify_crc,
+                                  legacy=legacy)
         if len(res) and on_batches is not None:
             stop = on_batches(res)
             if stop is not None:
@@ -86,7 +92,7 @@ def scan_file(
             continue
         if res.status is ScanStatus.BAD_CRC and on_bad_crc is not None:
             framed = native.scan_batches(view[res.valid_bytes:], base_position=pos,
-                                         verify_crc=False, max_batches=1)
+                                         verify_crc=False, max_batches=1, legacy=legacy)
             if len(framed) == 1:
                 on_bad_crc(framed[0], res)
                 pos += framed[0].size

@@ -135,17 +135,19 @@ class LogSegment:
                     self.max_timestamp, self.offset_of_max_timestamp = b.max_timestamp, b.last_offset
 
         scan_file(self.fd, start=start, end=self.size, verify_crc=False, on_batches=keep_last,
-                  path=self._log_path_str)
+                  path=self._log_path_str, legacy=True)
         self.c.next_offset = last[0].last_offset + 1 if last else self.base_offset
 
     def roll_base_timestamp(self) -> int:
         """The first batch's max timestamp, from which Kafka's segment.ms counts (the
         cleaner's max.compaction.lag.ms too); -1 when the segment has none. The append
         reads the same field in C for its own roll decision."""
-        if self.size < HEADER_SIZE:
-            return -1
-        header = native.pread(self.fd, HEADER_SIZE, 0, path=self._log_path_str)
-        return int.from_bytes(header[35:43], "big", signed=True)
+        header = native.pread(self.fd, min(self.size, HEADER_SIZE), 0, path=self._log_path_str)
+        if len(header) == HEADER_SIZE and header[16] == 2:
+            return int.from_bytes(header[35:43], "big", signed=True)
+        if len(header) >= 26 and header[16] == 1:  # a legacy message's own timestamp
+            return int.from_bytes(header[18:26], "big", signed=True)
+        return -1
 
     @property
     def is_empty(self) -> bool:
@@ -239,10 +241,12 @@ class LogSegment:
             return None
 
         scan_file(self.fd, start=start, end=self.size, buffer_size=1 << 16, verify_crc=False,
-                  on_batches=first_late, path=self._log_path_str)
+                  on_batches=first_late, path=self._log_path_str, legacy=True)
         if not found:
             return None
         info = found[0]
+        if info.magic < 2:  # a legacy message (old Kafka): one record, its own timestamp
+            return max(info.base_offset, min_offset), info.max_timestamp
         batch = parse_batch_header(self.read_exact(info.position, info.size))
         try:
             for rec in batch.records():
@@ -284,7 +288,8 @@ class LogSegment:
                 state["next"] = b.last_offset + 1
             return None
 
-        scan = scan_file(self.fd, end=self.size, on_batches=rebuild, path=self._log_path_str)
+        scan = scan_file(self.fd, end=self.size, on_batches=rebuild, path=self._log_path_str,
+                         legacy=True)
         if state["bad"] is not None:
             scan = FileScan(scan.file_size, scan.valid_end, ScanStatus.BAD_COUNT, state["bad"])
         cut = self.size - scan.valid_end

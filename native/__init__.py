@@ -28,6 +28,7 @@ log, whose calls are serialised: they are not thread-safe.
 from __future__ import annotations
 
 import enum
+import errno
 import os
 import struct
 from collections.abc import Iterator
@@ -47,7 +48,7 @@ except ImportError as err:  # pragma: no cover - only on a tree that was never b
 
 __all__ = [
     "CRC32C_IMPLS", "INDEX_ADDED", "INDEX_FULL", "INDEX_PENDING_BYTES", "INDEX_SKIPPED",
-    "ROLL_BASE_UNKNOWN", "AppendStatus", "Appender", "Crc32cCalibration", "BatchInfo",
+    "LEGACY_MIN_SIZE", "ROLL_BASE_UNKNOWN", "AppendStatus", "Appender", "Crc32cCalibration", "BatchInfo",
     "ScanResult", "ScanStatus",
     "Space", "address_of", "assign_offsets",
     "availability_probe", "batches_end", "crc32c", "crc32c_active", "crc32c_calibration",
@@ -62,6 +63,7 @@ Buffer = Any  # bytes, bytearray, memoryview, mmap: anything with the buffer pro
 PathArg = str | os.PathLike[str] | None
 
 BATCH_HEADER_SIZE = 61
+LEGACY_MIN_SIZE = 26  # the smallest legacy (magic 0) message: 12 + messageSize 14
 # Big arrays of batch infos are malloc'd without zeroing: the scan writes every entry
 # it reports, and clearing an upper-bound array would cost more than the scan itself.
 _alloc_uncleared = _ffi.new_allocator(should_clear_after_alloc=False)
@@ -210,7 +212,9 @@ _STATUSES = tuple(ScanStatus)
 
 
 class BatchInfo(NamedTuple):
-    """The header of one magic-2 record batch, and where it starts."""
+    """The header of one record batch, and where it starts: magic 2, or (scanned with
+    `legacy`) one legacy message of old Kafka logs, as a batch of one record whose base
+    and last offset are its offset, with no leader epoch or producer."""
 
     position: int  # base_position + offset of the batch in the scanned buffer
     base_offset: int
@@ -225,6 +229,7 @@ class BatchInfo(NamedTuple):
     attributes: int
     base_sequence: int
     crc: int  # as stored
+    magic: int = 2
 
     @property
     def last_offset(self) -> int:
@@ -239,15 +244,15 @@ class BatchInfo(NamedTuple):
 _INFO_FIELDS = (
     "position", "base_offset", "base_timestamp", "max_timestamp", "producer_id", "size",
     "partition_leader_epoch", "last_offset_delta", "records_count", "base_sequence", "crc",
-    "producer_epoch", "attributes",
+    "producer_epoch", "attributes", "magic",
 )
 _INFO_SIZE = _ffi.sizeof("struct lk_batch_info")
-_INFO_STRUCT = struct.Struct(f"=5q5iI2h{_INFO_SIZE - struct.calcsize('=5q5iI2h')}x")
+_INFO_STRUCT = struct.Struct(f"=5q5iI2hb{_INFO_SIZE - struct.calcsize('=5q5iI2hb')}x")
 
 
 def _check_layout() -> None:
     pos = 0
-    for name, code in zip(_INFO_FIELDS, "qqqqqiiiiiIhh", strict=True):
+    for name, code in zip(_INFO_FIELDS, "qqqqqiiiiiIhhb", strict=True):
         if _ffi.offsetof("struct lk_batch_info", name) != pos:
             raise ImportError(f"struct lk_batch_info: field {name} is not at offset {pos}")
         pos += struct.calcsize("=" + code)
@@ -363,14 +368,18 @@ def _error_detail(status: ScanStatus, data: Any, size: int, valid: int, base: in
 
 
 def scan_batches(data: Buffer, *, base_position: int = 0, max_batch_size: int = 2**31 - 1,
-                 verify_crc: bool = True, max_batches: int | None = None) -> ScanResult:
+                 verify_crc: bool = True, max_batches: int | None = None,
+                 legacy: bool = False) -> ScanResult:
     """Walk `data` as consecutive magic-2 record batches, checking framing (and CRCs
     unless verify_crc is false), up to the first batch that is not whole and valid.
     Positions in the result are `base_position` + offsets into data. With max_batches
-    the scan stops with status FULL after that many; scan again from valid_bytes."""
+    the scan stops with status FULL after that many; scan again from valid_bytes.
+    A legacy (magic 0/1) message stops the scan with status LEGACY, unless `legacy`:
+    then each one is a batch of its own (`BatchInfo.magic` 0 or 1; see fastpath.h)."""
     cdata, size = _cbuf(data)
     if max_batches is None:
-        cap = size // BATCH_HEADER_SIZE + 1  # every batch is at least a header
+        # Every batch is at least a header (a legacy message at least LEGACY_MIN_SIZE).
+        cap = size // (LEGACY_MIN_SIZE if legacy else BATCH_HEADER_SIZE) + 1
     elif max_batches < 0:
         raise ValueError(f"max_batches must be >= 0, got {max_batches}")
     else:
@@ -380,7 +389,7 @@ def scan_batches(data: Buffer, *, base_position: int = 0, max_batch_size: int = 
     infos = _alloc_uncleared("struct lk_batch_info[]", cap)
     res = _ffi.new("struct lk_scan_result *")
     count = _lib.lk_scan_batches(cdata, size, base_position, max_batch_size,
-                                 1 if verify_crc else 0, infos, cap, res)
+                                 1 if verify_crc else 0, 1 if legacy else 0, infos, cap, res)
     if count < 0:
         raise _oserror(count, "scan_batches")
     if cap > 1024 and count < cap // 2:
@@ -657,12 +666,18 @@ class Appender:
             self._grow(size)
         out = _append_ext.append(segment, self._address, data, leader_epoch, assign_offsets,
                                  verify_crc)
+        if type(out) is int and out == -errno.EINVAL and self.result.scan.status == ScanStatus.FULL:
+            # A follower's copy of old Kafka's legacy messages, smaller than a batch
+            # header: room for as many as fit, then again (nothing was written).
+            self._grow(size, LEGACY_MIN_SIZE)
+            out = _append_ext.append(segment, self._address, data, leader_epoch,
+                                     assign_offsets, verify_crc)
         if type(out) is int:
             raise _oserror(out, "append", path)
         return out
 
-    def _grow(self, size: int) -> None:
-        self._cap = max(size // BATCH_HEADER_SIZE + 1, 16)  # every batch is at least a header
+    def _grow(self, size: int, smallest: int = BATCH_HEADER_SIZE) -> None:
+        self._cap = max(size // smallest + 1, 16)  # every batch is at least `smallest`
         self._infos = _alloc_uncleared("struct lk_batch_info[]", self._cap)
         self.result.infos = self._infos
         self.result.infos_cap = self._cap

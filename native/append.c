@@ -88,23 +88,26 @@ static int32_t lk_index_room(const struct lk_segment *s)
     return room > 0 ? room : 0;
 }
 
-/* The first batch's max timestamp into s->roll_base_timestamp (-1 when the .log is
- * shorter than a batch header). 0 or -errno. */
+/* The first batch's max timestamp into s->roll_base_timestamp: -1 when the .log is
+ * shorter than a batch header, or starts with a legacy message of magic 0 (a magic 1
+ * one's own timestamp counts, as in Kafka). 0 or -errno. */
 static int lk_read_roll_base(struct lk_segment *s)
 {
-    uint8_t ts[8];
-    int64_t got;
+    uint8_t h[LK_OFF_MAX_TIMESTAMP + 8];
+    int64_t got, want = s->size < (int64_t)sizeof(h) ? s->size : (int64_t)sizeof(h);
 
     s->roll_base_timestamp = -1;
-    if (s->size < LK_HEADER_SIZE)
+    if (want < LK_HEADER_UP_TO_MAGIC)
         return 0;
-    got = lk_pread_full(s->fd, ts, sizeof(ts), LK_OFF_MAX_TIMESTAMP);
+    got = lk_pread_full(s->fd, h, (size_t)want, 0);
     if (got < 0) {
         s->roll_base_timestamp = LK_ROLL_BASE_UNKNOWN;
         return (int)got;
     }
-    if (got == (int64_t)sizeof(ts))
-        s->roll_base_timestamp = (int64_t)lk_be64(ts);
+    if (h[LK_OFF_MAGIC] == 2 && s->size >= LK_HEADER_SIZE && got == (int64_t)sizeof(h))
+        s->roll_base_timestamp = (int64_t)lk_be64(h + LK_OFF_MAX_TIMESTAMP);
+    else if (h[LK_OFF_MAGIC] == 1 && got >= LK_LEGACY_OFF_TIMESTAMP + 8)
+        s->roll_base_timestamp = (int64_t)lk_be64(h + LK_LEGACY_OFF_TIMESTAMP);
     return 0;
 }
 
@@ -173,8 +176,10 @@ int64_t lk_segment_append(struct lk_segment *s, const uint8_t *buf, size_t len,
     }
 
     /* 2. Validate everything before anything is written. */
-    n = lk_scan_batches(buf, len, s->size, INT32_MAX, verify_crc, infos, (size_t)a->infos_cap,
-                        &a->scan);
+    /* A follower copies what its leader holds, old Kafka's legacy messages too; a
+     * producer's data is magic 2 only. */
+    n = lk_scan_batches(buf, len, s->size, INT32_MAX, verify_crc, !assign_offsets, infos,
+                        (size_t)a->infos_cap, &a->scan);
     if (n < 0) {
         rc = n;
         goto out;

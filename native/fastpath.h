@@ -60,7 +60,7 @@ int lk_crc32c_calibration(uint64_t *out, size_t cap);
 #define LK_SCAN_TORN 1        /* the last batch runs past the end of the buffer */
 #define LK_SCAN_BAD_LENGTH 2  /* batchLength < 49, or the batch is over max_batch_size */
 #define LK_SCAN_BAD_MAGIC 3   /* magic is not 0, 1 or 2 */
-#define LK_SCAN_LEGACY 4      /* a magic 0/1 message set: recognised, not scanned */
+#define LK_SCAN_LEGACY 4      /* a magic 0/1 message set where legacy is 0 */
 #define LK_SCAN_BAD_CRC 5     /* stored CRC differs from the computed one */
 #define LK_SCAN_FULL 6        /* out_cap batches filled; scan again from valid_bytes */
 #define LK_SCAN_BAD_COUNT 7   /* recordsCount < 0 or lastOffsetDelta < 0 */
@@ -79,6 +79,7 @@ struct lk_batch_info {
     uint32_t crc;              /* as stored */
     int16_t producer_epoch;
     int16_t attributes;
+    int8_t magic;              /* 2; 0 or 1 for a legacy message (scanned with legacy) */
 };
 
 struct lk_scan_result {
@@ -91,10 +92,14 @@ struct lk_scan_result {
 
 /* Walk buf as consecutive batches; fill up to out_cap infos; stop at the first
  * batch that is not whole and valid (its position is base_position + valid_bytes).
- * verify_crc = 0 checks framing only. Returns the number of batches filled, or
+ * verify_crc = 0 checks framing only. legacy = 0 stops at a magic 0/1 message
+ * (LK_SCAN_LEGACY); legacy = 1 takes each one as a batch of its own (old Kafka logs):
+ * framing and its CRC-32 (IEEE) checked, base offset = last offset = its offset (a
+ * compressed wrapper's: its last inner offset), one record, no leader epoch, its
+ * timestamp (magic 1) or -1 (magic 0). Returns the number of batches filled, or
  * -EINVAL. Thread-safe (on distinct buffers); no IO. */
 int64_t lk_scan_batches(const uint8_t *buf, size_t len, int64_t base_position,
-                        int32_t max_batch_size, int verify_crc,
+                        int32_t max_batch_size, int verify_crc, int legacy,
                         struct lk_batch_info *out, size_t out_cap,
                         struct lk_scan_result *res);
 

@@ -94,6 +94,27 @@ static inline void lk_put_be64(uint8_t *p, uint64_t v)
 /* A magic-2 batch header at b (LK_HEADER_SIZE bytes) into *info (native/scan.c). */
 void lk_decode_header(const uint8_t *b, int64_t position, int32_t size,
                       struct lk_batch_info *info);
+
+/* Legacy messages (magic 0 and 1, old Kafka logs): offset, messageSize, crc, magic,
+ * attributes, [timestamp (magic 1)], key, value. The CRC is CRC-32 (IEEE) of the bytes
+ * from magic to the end. Shorter messageSizes than these are garbage (a zero-filled
+ * tail reads as magic 0 with size 0). */
+#define LK_LEGACY_OFF_CRC 12
+#define LK_LEGACY_OFF_ATTRIBUTES 17
+#define LK_LEGACY_OFF_TIMESTAMP 18
+#define LK_LEGACY_MIN_LENGTH_V0 14
+#define LK_LEGACY_MIN_LENGTH_V1 22
+/* The smallest messageSize of a legacy message of this magic (0 or 1). */
+static inline int32_t lk_legacy_min_length(uint8_t magic)
+{
+    return magic == 0 ? LK_LEGACY_MIN_LENGTH_V0 : LK_LEGACY_MIN_LENGTH_V1;
+}
+/* A whole legacy message at b (size bytes, framing checked) into *info, as a batch of
+ * one record (native/scan.c). */
+void lk_decode_legacy(const uint8_t *b, int64_t position, int32_t size,
+                      struct lk_batch_info *info);
+/* CRC-32 (IEEE 802.3, zlib's), of legacy messages only: a plain table (native/scan.c). */
+uint32_t lk_crc32_ieee(const uint8_t *p, size_t n);
 /* Entry i's two fields as stored, from pending, the mapping or the file
  * (native/index.c). 0 or -errno. */
 int lk_index_entry(const struct lk_index *ix, int32_t i, int64_t *fa, int64_t *fb);

@@ -3,32 +3,50 @@
  * index's nearest entry, then a batch header or two read with pread. A fetch's whole
  * lookup is one call (lk_segment_read_range), so a read costs Python one call before
  * the bytes themselves are read. Only whole, validated batches are ever written to a
- * segment, so anything that does not read as a batch header ends the search.
+ * segment (and legacy messages of old Kafka logs, which recovery validated), so
+ * anything that does not read as either ends the search.
  */
 #include <errno.h>
 #include <stdint.h>
 
 #include "internal.h"
 
-/* The batch header at pos into *b: 1, 0 when there is none (past the end, or not a
- * magic-2 batch), or -errno. */
+/* Whether the 17 bytes at h start a batch (or legacy message) that ends within a
+ * segment of `size` bytes from pos: its whole size, or 0. */
+static int64_t lk_framed_size(const uint8_t *h, int64_t pos, int64_t size)
+{
+    int32_t length = (int32_t)lk_be32(h + LK_OFF_LENGTH);
+    uint8_t magic = h[LK_OFF_MAGIC];
+    int32_t min = magic == 2 ? LK_MIN_BATCH_LENGTH
+                : magic < 2 ? lk_legacy_min_length(magic) : INT32_MAX;
+    if (length < min || pos + length + LK_LOG_OVERHEAD > size)
+        return 0;
+    return (int64_t)length + LK_LOG_OVERHEAD;
+}
+
+/* The batch header (or legacy message) at pos into *b: 1, 0 when there is none (past
+ * the end, or neither), or -errno. */
 static int lk_batch_at(const struct lk_segment *s, int64_t pos, struct lk_batch_info *b)
 {
     uint8_t h[LK_HEADER_SIZE];
-    int64_t got;
-    int32_t length;
+    int64_t got, want, size;
 
-    if (pos < 0 || pos + LK_HEADER_SIZE > s->size)
+    if (pos < 0 || pos + LK_HEADER_UP_TO_MAGIC > s->size)
         return 0;
-    got = lk_pread_full(s->fd, h, LK_HEADER_SIZE, pos);
+    /* A legacy message may be shorter than a batch header, and the segment's last. */
+    want = s->size - pos < LK_HEADER_SIZE ? s->size - pos : LK_HEADER_SIZE;
+    got = lk_pread_full(s->fd, h, (size_t)want, pos);
     if (got < 0)
         return (int)got;
-    if (got < LK_HEADER_SIZE)
+    if (got < LK_HEADER_UP_TO_MAGIC)
         return 0;
-    length = (int32_t)lk_be32(h + LK_OFF_LENGTH);
-    if (length < LK_MIN_BATCH_LENGTH || h[LK_OFF_MAGIC] != 2)
+    size = lk_framed_size(h, pos, s->size);
+    if (size == 0 || got < (size < LK_HEADER_SIZE ? size : LK_HEADER_SIZE))
         return 0;
-    lk_decode_header(h, pos, length + LK_LOG_OVERHEAD, b);
+    if (h[LK_OFF_MAGIC] == 2)
+        lk_decode_header(h, pos, (int32_t)size, b);
+    else
+        lk_decode_legacy(h, pos, (int32_t)size, b);
     return 1;
 }
 
@@ -76,7 +94,7 @@ int lk_segment_find_batch(struct lk_segment *s, int64_t offset, int64_t start_po
 
 int64_t lk_segment_batches_end(struct lk_segment *s, int64_t start, int64_t limit)
 {
-    uint8_t h[LK_LOG_OVERHEAD];
+    uint8_t h[LK_HEADER_UP_TO_MAGIC];
     int64_t pos;
     int first = 1;
 
@@ -89,18 +107,17 @@ int64_t lk_segment_batches_end(struct lk_segment *s, int64_t start, int64_t limi
         return pos;
     if (pos < start)
         pos = start;
-    while (pos + LK_LOG_OVERHEAD <= s->size) {
+    while (pos + LK_HEADER_UP_TO_MAGIC <= s->size) {
         int64_t got = lk_pread_full(s->fd, h, sizeof(h), pos);
-        int32_t length;
-        int64_t end;
+        int64_t size, end;
         if (got < 0)
             return got;
         if (got < (int64_t)sizeof(h))
             break;
-        length = (int32_t)lk_be32(h + LK_OFF_LENGTH);
-        if (length < LK_MIN_BATCH_LENGTH)
+        size = lk_framed_size(h, pos, s->size);
+        if (size == 0)
             break; /* not a batch: never written here; stop at what is known good */
-        end = pos + length + LK_LOG_OVERHEAD;
+        end = pos + size;
         if (end > limit && !(first && pos == start)) {
             /* A consumer's next read starts here: find_batch skips the index search. */
             s->next_read_offset = (int64_t)lk_be64(h + LK_OFF_BASE_OFFSET);

@@ -1,18 +1,56 @@
 /*
  * Record batch framing (magic 2, docs/formats.md): the scan that validates a buffer of
  * consecutive batches and decodes their headers, and the in-place offset assignment
- * of the append path. Pure functions over caller memory; no IO, no allocation.
+ * of the append path. Legacy messages (magic 0 and 1) of old Kafka logs are taken as
+ * batches of one record where the caller asks (the log's reads and recovery, a
+ * follower copying them). Pure functions over caller memory; no IO, no allocation.
  */
 #include <errno.h>
 #include <stdint.h>
 
 #include "internal.h"
 
-/* Smallest legacy messages (magic 0 and 1): crc, magic, attributes, [timestamp], key
- * and value lengths. Shorter ones are garbage (a zero-filled tail reads as magic 0
- * with length 0), so they count as a bad length rather than a legacy message set. */
-#define LK_LEGACY_MIN_LENGTH_V0 14
-#define LK_LEGACY_MIN_LENGTH_V1 22
+static uint32_t lk_crc32_table[256];
+
+__attribute__((constructor)) static void lk_crc32_ieee_init(void)
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++)
+            c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+        lk_crc32_table[i] = c;
+    }
+}
+
+uint32_t lk_crc32_ieee(const uint8_t *p, size_t n)
+{
+    uint32_t c = 0xFFFFFFFFu;
+    while (n--)
+        c = lk_crc32_table[(c ^ *p++) & 0xFF] ^ (c >> 8);
+    return c ^ 0xFFFFFFFFu;
+}
+
+void lk_decode_legacy(const uint8_t *b, int64_t position, int32_t size,
+                      struct lk_batch_info *info)
+{
+    uint8_t magic = b[LK_OFF_MAGIC];
+    int64_t timestamp = magic == 1 ? (int64_t)lk_be64(b + LK_LEGACY_OFF_TIMESTAMP) : -1;
+
+    info->position = position;
+    info->base_offset = (int64_t)lk_be64(b + LK_OFF_BASE_OFFSET);
+    info->base_timestamp = timestamp;
+    info->max_timestamp = timestamp;
+    info->producer_id = -1;
+    info->size = size;
+    info->partition_leader_epoch = -1;
+    info->last_offset_delta = 0;
+    info->records_count = 1;
+    info->base_sequence = -1;
+    info->crc = lk_be32(b + LK_LEGACY_OFF_CRC);
+    info->producer_epoch = -1;
+    info->attributes = (int16_t)b[LK_LEGACY_OFF_ATTRIBUTES];
+    info->magic = (int8_t)magic;
+}
 
 void lk_decode_header(const uint8_t *b, int64_t position, int32_t size,
                       struct lk_batch_info *info)
@@ -30,10 +68,11 @@ void lk_decode_header(const uint8_t *b, int64_t position, int32_t size,
     info->crc = lk_be32(b + LK_OFF_CRC);
     info->producer_epoch = (int16_t)lk_be16(b + LK_OFF_PRODUCER_EPOCH);
     info->attributes = (int16_t)lk_be16(b + LK_OFF_ATTRIBUTES);
+    info->magic = 2;
 }
 
 int64_t lk_scan_batches(const uint8_t *buf, size_t len, int64_t base_position,
-                        int32_t max_batch_size, int verify_crc,
+                        int32_t max_batch_size, int verify_crc, int legacy,
                         struct lk_batch_info *out, size_t out_cap,
                         struct lk_scan_result *res)
 {
@@ -65,10 +104,36 @@ int64_t lk_scan_batches(const uint8_t *buf, size_t len, int64_t base_position,
         int32_t length = (int32_t)lk_be32(b + LK_OFF_LENGTH);
         uint8_t magic = b[LK_OFF_MAGIC];
         if (magic == 0 || magic == 1) {
-            int32_t min = magic == 0 ? LK_LEGACY_MIN_LENGTH_V0 : LK_LEGACY_MIN_LENGTH_V1;
-            status = length >= min ? LK_SCAN_LEGACY : LK_SCAN_BAD_LENGTH;
-            bad_value = length >= min ? magic : length;
-            goto out;
+            int32_t min = lk_legacy_min_length(magic);
+            if (length < min || !legacy) {
+                status = length >= min ? LK_SCAN_LEGACY : LK_SCAN_BAD_LENGTH;
+                bad_value = length >= min ? magic : length;
+                goto out;
+            }
+            int64_t size = (int64_t)length + LK_LOG_OVERHEAD;
+            if (size > max_batch_size) {
+                status = LK_SCAN_BAD_LENGTH;
+                bad_value = length;
+                goto out;
+            }
+            if ((uint64_t)size > left) {
+                status = LK_SCAN_TORN;
+                bad_value = length;
+                goto out;
+            }
+            if (verify_crc) {
+                stored_crc = lk_be32(b + LK_LEGACY_OFF_CRC);
+                computed_crc = lk_crc32_ieee(b + LK_OFF_MAGIC, (size_t)size - LK_OFF_MAGIC);
+                if (stored_crc != computed_crc) {
+                    status = LK_SCAN_BAD_CRC;
+                    goto out;
+                }
+                stored_crc = computed_crc = 0;
+            }
+            lk_decode_legacy(b, base_position + (int64_t)pos, (int32_t)size, &out[count]);
+            count++;
+            pos += (size_t)size;
+            continue;
         }
         if (magic != 2) {
             status = LK_SCAN_BAD_MAGIC;

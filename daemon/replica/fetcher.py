@@ -97,10 +97,11 @@ class FetchState:
 
 
 def whole_batches(records: bytes | memoryview) -> bytes | memoryview:
-    """The leading whole batches of a fetched chunk (a leader may cut the last one)."""
+    """The leading whole batches of a fetched chunk (a leader may cut the last one);
+    old Kafka's legacy messages, which a follower copies as they are, count as batches."""
     if not records:
         return b""
-    scan = native.scan_batches(records, verify_crc=False)
+    scan = native.scan_batches(records, verify_crc=False, legacy=True)
     return records[:scan.valid_bytes] if scan.valid_bytes < len(records) else records
 
 

@@ -23,15 +23,18 @@ daemon.replica.partition): not thread-safe.
 from __future__ import annotations
 
 import collections
+import struct
 from dataclasses import dataclass, field
 
 from logstore import Log
-from logstore.records import HEADER, HEADER_SIZE, LOG_OVERHEAD, PRODUCER, PRODUCER_AT, batch_producer
+from logstore.records import HEADER_SIZE, LOG_OVERHEAD, PRODUCER, PRODUCER_AT, batch_producer
 
 from ..api.errors import INVALID_PRODUCER_EPOCH, NONE, OUT_OF_ORDER_SEQUENCE_NUMBER
 
 WINDOW = 5  # Kafka keeps the metadata of the last 5 batches per producer
 TAIL_BYTES = 1 << 20  # how much of a log's end `from_log` reads
+_FRAME = struct.Struct(">qi")  # base offset, batch length: every batch's and legacy message's
+MAGIC_AT = 16
 
 
 @dataclass
@@ -96,14 +99,17 @@ def record(producers: dict[int, ProducerState], token: tuple[int, int, int, int]
 
 def record_replicated(producers: dict[int, ProducerState], records: bytes | memoryview) -> None:
     """Remember every idempotent batch of `records`, a leader's batches as a follower
-    appended them (their offsets are the leader's). Framing was checked by the append."""
+    appended them (their offsets are the leader's). Framing was checked by the append.
+    Old Kafka's legacy messages (magic 0/1) have no producer: they are stepped over."""
     view = memoryview(records)
     pos = 0
-    while len(view) - pos >= HEADER_SIZE:
-        base_offset, batch_length = HEADER.unpack_from(view, pos)[:2]
-        pid, epoch, base_seq, count = PRODUCER.unpack_from(view, pos + PRODUCER_AT)
-        if pid >= 0 and base_seq >= 0 and count > 0:
-            record(producers, (pid, epoch, base_seq, (base_seq + count - 1) % 2**31), base_offset)
+    while len(view) - pos >= MAGIC_AT + 1:
+        base_offset, batch_length = _FRAME.unpack_from(view, pos)
+        if view[pos + MAGIC_AT] == 2 and len(view) - pos >= HEADER_SIZE:
+            pid, epoch, base_seq, count = PRODUCER.unpack_from(view, pos + PRODUCER_AT)
+            if pid >= 0 and base_seq >= 0 and count > 0:
+                record(producers, (pid, epoch, base_seq, (base_seq + count - 1) % 2**31),
+                       base_offset)
         pos += LOG_OVERHEAD + batch_length
 
 

@@ -1,0 +1,189 @@
+"""Old Kafka's legacy messages (magic 0 and 1) in a log dir logkeeper takes over.
+
+Long-lived Kafka topics still hold segments written before message format v2 (Kafka
+0.11): magic 0 and 1 messages, some of them compressed wrappers around several. Kafka
+3.x recovers, indexes and serves them as they are, and so must we: recovery once took
+each one for corruption and cut the log there, deleting the data. Here they are written
+as old brokers wrote them (kafka-python's legacy builder, the wrapper's offset the last
+inner one), read back through the log store, and consumed by real clients from a
+running daemon, before and after new records.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from pathlib import Path
+
+import confluent_kafka as ck
+import pytest
+from kafka import KafkaConsumer, TopicPartition
+from kafka.record.legacy_records import LegacyRecordBatchBuilder
+
+import native
+from daemon.replica import producer
+from logstore import CorruptRecordError, Log, LogConfig, records
+from tests.daemon_helpers import Daemon
+
+# (magic, codec, records) per message set entry: uncompressed ones, a gzip wrapper of 3
+# (magic 0), a snappy wrapper of 4 (magic 1). 11 records, offsets 0-10.
+LAYOUT = ((0, 0, 1), (0, 0, 1), (0, 1, 3), (1, 0, 1), (1, 2, 4), (1, 0, 1))
+RECORDS = sum(n for _, _, n in LAYOUT)
+
+
+def legacy_entry(magic: int, codec: int, first: int, n: int, ts0: int) -> bytes:
+    """One message (codec 0, n 1) or one compressed wrapper of n, at offsets first..:
+    inner offsets relative for magic 1, absolute for magic 0, as Kafka wrote them."""
+    b = LegacyRecordBatchBuilder(magic=magic, compression_type=codec, batch_size=1 << 20)
+    for j in range(n):
+        inner = (j if magic == 1 else first + j) if codec else first
+        b.append(inner, timestamp=ts0 + first + j if magic else None, key=b"k%d" % (first + j),
+                 value=b"legacy-m%d-%d" % (magic, first + j))
+    out = bytearray(b.build())
+    struct.pack_into(">q", out, 0, first + n - 1)  # outside the CRC, as a broker sets it
+    return bytes(out)
+
+
+def legacy_log(ts0: int) -> tuple[bytes, list[int]]:
+    """The whole message set, and the file position of each entry."""
+    data, positions, offset = b"", [], 0
+    for magic, codec, n in LAYOUT:
+        positions.append(len(data))
+        data += legacy_entry(magic, codec, offset, n, ts0)
+        offset += n
+    return data, positions
+
+
+def write_partition(dir_: Path, data: bytes) -> Path:
+    dir_.mkdir(parents=True)
+    (dir_ / "00000000000000000000.log").write_bytes(data)
+    return dir_
+
+
+def test_the_scan_takes_legacy_messages_as_batches_only_when_asked() -> None:
+    ts0 = int(time.time() * 1000)
+    data, positions = legacy_log(ts0)
+    res = native.scan_batches(data, legacy=True)
+    assert res.status is native.ScanStatus.OK and res.valid_bytes == len(data)
+    assert [b.position for b in res] == positions
+    assert [b.magic for b in res] == [m for m, _, _ in LAYOUT]
+    # A wrapper's offset is its last inner record's: the next one follows it.
+    assert [b.last_offset for b in res] == [0, 1, 4, 5, 9, 10]
+    assert [b.max_timestamp for b in res][:3] == [-1] * 3
+    assert res[3].max_timestamp == ts0 + 5 and res[5].max_timestamp == ts0 + 10
+    assert all(b.partition_leader_epoch == -1 and b.producer_id == -1 for b in res)
+    # Without `legacy` (a producer's data, verify's report): stopped and named.
+    plain = native.scan_batches(data)
+    assert plain.status is native.ScanStatus.LEGACY and plain.valid_bytes == 0
+    # A flipped value byte fails the message's CRC-32; a cut one is a torn tail.
+    bad = bytearray(data)
+    bad[positions[3] + 30] ^= 1
+    broken = native.scan_batches(bytes(bad), legacy=True)
+    assert broken.status is native.ScanStatus.BAD_CRC and broken.valid_bytes == positions[3]
+    torn = native.scan_batches(data[:-3], legacy=True)
+    assert torn.status is native.ScanStatus.TORN and torn.valid_bytes == positions[5]
+
+
+def test_recovery_keeps_legacy_messages_and_the_log_reads_and_extends_them(
+        tmp_path: Path) -> None:
+    ts0 = int(time.time() * 1000) - 60_000
+    data, positions = legacy_log(ts0)
+    pdir = write_partition(tmp_path / "old-0", data)
+    log = Log.open(pdir, LogConfig(index_interval_bytes=64))  # no marker: recovery runs
+    try:
+        assert log.recovery.recovered and log.recovery.bytes_truncated == 0
+        assert log.log_end_offset == RECORDS
+        assert log.read(0, 1 << 20) == data
+        # From the middle of a compressed wrapper: the wrapper, as Kafka serves it.
+        assert log.read(6, 1 << 20) == data[positions[4]:]
+        assert log.read(10, 1 << 20) == data[positions[5]:]
+        assert log.offset_for_timestamp(ts0 + 10) == (10, ts0 + 10)
+        assert log.offset_for_timestamp(ts0 + 3)[0] == 5  # the first magic-1 message
+        log.high_watermark = log.log_end_offset
+        info = log.append(records.build_batch([records.Record(key=b"n", value=b"new")]))
+        assert info.base_offset == RECORDS
+        # A producer's legacy data is refused, and nothing is written.
+        size = log.size_bytes
+        with pytest.raises(CorruptRecordError, match="legacy magic 0"):
+            log.append(legacy_entry(0, 0, 0, 1, ts0))
+        assert log.size_bytes == size
+    finally:
+        log.close()
+    (pdir / "00000000000000000000.index").unlink()  # rebuilt from the log, legacy and all
+    log = Log.open(pdir, LogConfig(index_interval_bytes=64), recover=True)
+    try:
+        assert log.recovery.bytes_truncated == 0 and log.log_end_offset == RECORDS + 1
+        assert log.read(0, 1 << 20)[:len(data)] == data
+        assert log.read(6, 1 << 20)[:len(data) - positions[4]] == data[positions[4]:]
+    finally:
+        log.close()
+
+
+def test_recovery_cuts_at_a_legacy_message_whose_crc_fails(tmp_path: Path) -> None:
+    data, positions = legacy_log(int(time.time() * 1000))
+    bad = bytearray(data)
+    bad[positions[4] + 30] ^= 1
+    log = Log.open(write_partition(tmp_path / "old-0", bytes(bad)))
+    try:
+        assert log.recovery.bytes_truncated == len(data) - positions[4]
+        assert log.log_end_offset == 6
+        assert "crc mismatch" in log.recovery.problem
+    finally:
+        log.close()
+
+
+def test_a_follower_copies_legacy_messages_as_its_leader_holds_them(tmp_path: Path) -> None:
+    data, _ = legacy_log(int(time.time() * 1000))
+    log = Log.open(tmp_path / "old-0")
+    try:
+        info = log.append(data, assign_offsets=False)
+        assert (info.base_offset, info.last_offset) == (0, RECORDS - 1)
+        assert log.read(0, 1 << 20) == data
+        tail = records.build_batch([records.Record(key=b"n", value=b"new")], base_offset=RECORDS)
+        log.append(tail, assign_offsets=False)
+        assert log.log_end_offset == RECORDS + 1
+    finally:
+        log.close()
+    # Producer state skips them (they have no producer) and still sees the batch after.
+    idempotent = records.build_batch([records.Record(key=b"i", value=b"x")], base_offset=RECORDS,
+                                     producer_id=7, producer_epoch=0, base_sequence=0)
+    state: dict[int, producer.ProducerState] = {}
+    producer.record_replicated(state, data + idempotent)
+    assert list(state) == [7]
+
+
+def test_real_clients_consume_a_kafka_partition_of_legacy_messages_then_new_ones(
+        tmp_path: Path) -> None:
+    ts0 = int(time.time() * 1000) - 60_000
+    data, _ = legacy_log(ts0)
+    d = Daemon(tmp_path / "broker")
+    write_partition(d.log_dirs[0] / "old-0", data)
+    expected = [(i, b"k%d" % i, b"legacy-m%d-%d" % (0 if i < 5 else 1, i))
+                for i in range(RECORDS)]
+    with d:
+        p = ck.Producer({"bootstrap.servers": d.bootstrap})
+        for i in range(3):
+            p.produce("old", key=b"new%d" % i, value=b"v%d" % i, partition=0)
+        assert p.flush(30) == 0
+        expected += [(RECORDS + i, b"new%d" % i, b"v%d" % i) for i in range(3)]
+
+        c = ck.Consumer({"bootstrap.servers": d.bootstrap, "group.id": "legacy",
+                         "enable.auto.commit": False})
+        c.assign([ck.TopicPartition("old", 0, 0)])
+        got = []
+        deadline = time.monotonic() + 30
+        while len(got) < len(expected) and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None and not m.error():
+                got.append((m.offset(), m.key(), m.value()))
+        found = c.offsets_for_times([ck.TopicPartition("old", 0, ts0 + 10)], 10)
+        c.close()
+        assert got == expected
+        assert found[0].offset == 10
+
+        kp = KafkaConsumer(bootstrap_servers=d.bootstrap, consumer_timeout_ms=3000)
+        tp = TopicPartition("old", 0)
+        kp.assign([tp])
+        kp.seek(tp, 0)
+        assert [(m.offset, m.key, m.value) for m in kp] == expected
+        kp.close()
