@@ -27,7 +27,7 @@ import native
 from . import names
 from .errors import LogStoreError
 from .index import read_index_entries
-from .records import Codec, parse_batch_header
+from .records import Codec, LegacyMessage, iter_batches, parse_batch_header
 from .verify import SegmentReport, verify_segment
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_ERROR = 0, 1, 2
@@ -45,7 +45,7 @@ def _batch_fields(b: native.BatchInfo) -> dict[str, Any]:
         codec = f"unknown({attrs & 7})"
     return {
         "baseOffset": b.base_offset, "lastOffset": b.last_offset, "count": b.records_count,
-        "position": b.position, "size": b.size, "magic": 2,
+        "position": b.position, "size": b.size, "magic": b.magic,
         "baseTimestamp": b.base_timestamp, "maxTimestamp": b.max_timestamp,
         "timestampType": "LogAppendTime" if attrs & 0x08 else "CreateTime",
         "producerId": b.producer_id, "producerEpoch": b.producer_epoch,
@@ -57,7 +57,10 @@ def _batch_fields(b: native.BatchInfo) -> dict[str, Any]:
 
 def _records(fd: int, b: native.BatchInfo, path: str,
              decoder: RecordDecoder | None = None) -> list[dict[str, Any]]:
-    batch = parse_batch_header(native.pread(fd, b.size, b.position, path=path), 0, b.position)
+    data = native.pread(fd, b.size, b.position, path=path)
+    if b.magic < 2:
+        return _legacy_records(data, b)
+    batch = parse_batch_header(data, 0, b.position)
     out = []
     for rec in batch.records():
         if decoder is not None and not batch.is_control:
@@ -79,6 +82,20 @@ def _records(fd: int, b: native.BatchInfo, path: str,
             "headerKeys": [k for k, _ in rec.headers],
         })
     return out
+
+
+def _legacy_records(data: bytes, b: native.BatchInfo) -> list[dict[str, Any]]:
+    """A legacy message's records: itself, or a compressed wrapper's inner messages."""
+    (msg,) = iter_batches(data, base_position=b.position, verify_crc=False)
+    assert isinstance(msg, LegacyMessage)
+    return [{
+        "offset": m.offset, "timestamp": m.timestamp,
+        "keySize": -1 if m.key is None else len(m.key),
+        "valueSize": -1 if m.value is None else len(m.value),
+        "key": None if m.key is None else m.key.decode("utf-8", "backslashreplace"),
+        "payload": None if m.value is None else m.value.decode("utf-8", "backslashreplace"),
+        "headerKeys": [],
+    } for m in msg.messages()]
 
 
 def _text_batch(fields: dict[str, Any]) -> str:

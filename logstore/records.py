@@ -10,6 +10,7 @@ message sets are recognised and decoded when uncompressed, never a crash.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import gzip
 import io
@@ -387,6 +388,34 @@ class LegacyMessage:
     @property
     def last_offset(self) -> int:
         return self.offset
+
+    def messages(self) -> list[LegacyMessage]:
+        """The messages this one stands for: itself, or a compressed wrapper's inner
+        ones with their absolute offsets (magic 1 stores them relative to the wrapper's,
+        which is the last one's; magic 0 stores them absolute). CorruptRecordError when
+        the wrapper does not decompress or frame, UnsupportedCodecError without the
+        codec's library."""
+        if not self.codec:
+            return [self]
+        raw = memoryview(_decompress(Codec(self.codec), self.value or b""))
+        inner, pos = [], 0
+        while pos < len(raw):
+            try:
+                msg = _decode_legacy(raw, pos, self.position)
+            except struct.error as err:
+                raise CorruptRecordError(f"legacy wrapper at {self.position}: its messages "
+                                         "are cut short", position=self.position,
+                                         reason="torn") from err
+            if msg.size < 26 or pos + msg.size > len(raw):
+                raise CorruptRecordError(f"legacy wrapper at {self.position}: inner message "
+                                         f"of bad size {msg.size}", position=self.position,
+                                         reason="length")
+            inner.append(msg)
+            pos += msg.size
+        if self.magic == 1 and inner:
+            last = inner[-1].offset
+            inner = [dataclasses.replace(m, offset=self.offset - last + m.offset) for m in inner]
+        return inner
 
 
 def _decode_legacy(view: memoryview, pos: int, position: int) -> LegacyMessage:

@@ -72,7 +72,6 @@ _STATUS_KIND = {
     ScanStatus.BAD_LENGTH: "corrupt-batch",
     ScanStatus.BAD_MAGIC: "corrupt-batch",
     ScanStatus.BAD_COUNT: "corrupt-batch",
-    ScanStatus.LEGACY: "legacy-format",
 }
 
 
@@ -115,6 +114,8 @@ def verify_segment(
     # next_time: the first time-index entry not yet matched; after_bad: the batch
     # before is a bad one, so entries below the next batch may be inside it.
     state: dict = {"prev_last": None, "next_time": 0, "after_bad": False, "bad": []}
+    legacy: list[BatchInfo] = []  # old Kafka's magic 0/1 messages: the first, and a count
+    legacy_count = 0
 
     def time_entries_below(offset: int) -> None:
         """Time-index entries below `offset` that no batch holds (unless a bad one may)."""
@@ -130,17 +131,25 @@ def verify_segment(
         state["next_time"] = j
 
     def visit(res: ScanResult) -> None:
+        nonlocal legacy_count
         for b in res:
             if report.first_offset is None:
                 first_batch(b)
+            if b.magic < 2:
+                legacy_count += 1
+                if not legacy:
+                    legacy.append(b)
             prev = state["prev_last"]
+            # A compressed legacy wrapper's first offset is inside its value: only its
+            # last is known, so the offsets before it are no gap.
+            wrapper = b.magic < 2 and b.attributes & 7
             if prev is not None:
                 if b.base_offset <= prev:
                     report.problems.append(Problem(
                         "offset-overlap", str(path), b.position, b.base_offset,
                         f"batch at {b.position} starts at offset {b.base_offset}, not after "
                         f"the previous batch's last offset {prev}"))
-                elif b.base_offset > prev + 1:
+                elif b.base_offset > prev + 1 and not wrapper:
                     report.offset_gaps += 1
             state["prev_last"] = b.last_offset
             report.batch_count += 1
@@ -199,7 +208,7 @@ def verify_segment(
     fd = os.open(path, os.O_RDONLY)
     try:
         scan = scan_file(fd, buffer_size=buffer_size, on_batches=visit, path=str(path),
-                         max_batch_size=max_batch_size, on_bad_crc=bad_crc)
+                         max_batch_size=max_batch_size, on_bad_crc=bad_crc, legacy=True)
         stop_offset = None
         if not scan.clean and scan.file_size - scan.valid_end >= 8:
             stop_offset = int.from_bytes(native.pread(fd, 8, scan.valid_end, path=str(path)),
@@ -210,12 +219,17 @@ def verify_segment(
     first_bad = state["bad"][0] if state["bad"] else None
     report.valid_bytes = scan.valid_end if first_bad is None else first_bad
     report.status = scan.status if first_bad is None else ScanStatus.BAD_CRC
+    if legacy:
+        first = legacy[0]
+        report.legacy = True
+        report.problems.append(Problem(
+            "legacy-format", str(path), first.position, first.last_offset,
+            f"{legacy_count} legacy (magic 0/1) message(s) from position {first.position}: "
+            "old Kafka's format, checked (CRC-32) and served as they are", WARNING))
     if not scan.clean:
-        legacy = scan.status is ScanStatus.LEGACY
-        report.legacy = legacy
         report.problems.append(Problem(
             _STATUS_KIND.get(scan.status, "corrupt-batch"), str(path), scan.valid_end,
-            stop_offset, scan.detail, WARNING if legacy else ERROR))
+            stop_offset, scan.detail, ERROR))
     # Past an early stop, nothing could be checked: those entries are not findings.
     for offset, position in sorted(offset_entries.items()):
         if not scan.clean and position >= scan.valid_end:

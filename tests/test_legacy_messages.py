@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import confluent_kafka as ck
+import confluent_kafka.admin as ck_admin
 import pytest
 from kafka import KafkaConsumer, TopicPartition
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
@@ -212,3 +213,75 @@ def test_the_cleaner_leaves_a_compacted_log_with_legacy_messages_as_it_is(tmp_pa
         assert log.read(0, 1 << 20) == before
     finally:
         ld.close()
+
+
+def test_commits_in_legacy_messages_of_consumer_offsets_are_loaded(tmp_path: Path) -> None:
+    """Groups' commits from Kafka before 0.11 (offset commit key v1, value v1, in magic
+    1 messages, one of them compressed) are a group's committed offsets here too."""
+    from daemon.coordinator.records import OffsetCommitKey, OffsetCommitValue
+
+    now = int(time.time() * 1000)
+
+    def commit(partition: int, offset: int) -> tuple[bytes, bytes]:
+        key = OffsetCommitKey(group="old-app", topic="orders", partition=partition)
+        value = OffsetCommitValue(offset=offset, metadata="", commit_timestamp=now,
+                                  expire_timestamp=now + 86_400_000)
+        return key.encode(version=1), value.encode(version=1)
+
+    plain = LegacyRecordBatchBuilder(magic=1, compression_type=0, batch_size=1 << 20)
+    plain.append(0, timestamp=now, key=commit(0, 41)[0], value=commit(0, 41)[1])
+    wrapper = LegacyRecordBatchBuilder(magic=1, compression_type=1, batch_size=1 << 20)
+    for j, (p, off) in enumerate(((1, 7), (0, 42))):  # a later commit of partition 0
+        k, v = commit(p, off)
+        wrapper.append(j, timestamp=now, key=k, value=v)
+    second = bytearray(wrapper.build())
+    struct.pack_into(">q", second, 0, 2)
+    d = Daemon(tmp_path / "broker", {"offsets.topic.num.partitions": 1,
+                                     "offsets.topic.replication.factor": 1})
+    write_partition(d.log_dirs[0] / "__consumer_offsets-0", bytes(plain.build()) + bytes(second))
+    with d:
+        admin = ck_admin.AdminClient({"bootstrap.servers": d.bootstrap})
+        admin.create_topics([ck_admin.NewTopic("orders", 2, 1)])["orders"].result(30)
+        c = ck.Consumer({"bootstrap.servers": d.bootstrap, "group.id": "old-app"})
+        got = c.committed([ck.TopicPartition("orders", 0), ck.TopicPartition("orders", 1)], 30)
+        c.close()
+        assert [(t.partition, t.offset) for t in got] == [(0, 42), (1, 7)]
+
+
+def test_verify_and_dump_log_check_legacy_messages_and_everything_after_them(
+        tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    from logstore.verify import verify_segment
+
+    from .daemon_helpers import REPO
+
+    data, positions = legacy_log(int(time.time() * 1000))
+    pdir = write_partition(tmp_path / "old-0", data)
+    log = Log.open(pdir, LogConfig(index_interval_bytes=64))
+    log.append(records.build_batch([records.Record(key=b"n", value=b"new")]))
+    log.close()
+    seg = pdir / "00000000000000000000.log"
+    report = verify_segment(seg)
+    assert report.ok and report.legacy and report.status is native.ScanStatus.OK
+    assert [p.kind for p in report.problems] == ["legacy-format"]
+    assert "6 legacy" in report.problems[0].detail
+    assert report.batch_count == len(LAYOUT) + 1 and report.offset_gaps == 0
+    assert report.valid_bytes == seg.stat().st_size and report.last_offset == RECORDS
+
+    out = subprocess.run([sys.executable, "-m", "daemon.cli", "dump-log", "--deep", "--json",
+                          str(seg)], capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    dumped = [(r["offset"], r["key"]) for b in doc["files"][0]["batches"] for r in b["records"]]
+    assert dumped == [(i, f"k{i}") for i in range(RECORDS)] + [(RECORDS, "n")]
+    assert [b["magic"] for b in doc["files"][0]["batches"]] == [0, 0, 0, 1, 1, 1, 2]
+
+    # The batch after the legacy messages is checked too: a flipped byte in it is found.
+    raw = bytearray(seg.read_bytes())
+    raw[-1] ^= 1
+    seg.write_bytes(bytes(raw))
+    kinds = {p.kind for p in verify_segment(seg).problems}
+    assert kinds == {"legacy-format", "bad-crc"}

@@ -60,7 +60,8 @@ class OffsetsTopic:
 
 def _read_records(log: Log) -> list[Record]:
     """Every record of `log` from its start to its end (on its dir's worker); control
-    batches carry no group records and are skipped."""
+    batches carry no group records and are skipped. Old Kafka's legacy (magic 0/1)
+    messages hold commits in the same schemas, and count as records too."""
     out: list[Record] = []
     offset, end = log.log_start_offset, log.log_end_offset
     while offset < end:
@@ -69,6 +70,8 @@ def _read_records(log: Log) -> list[Record]:
             break
         for b in iter_batches(data):
             if isinstance(b, LegacyMessage):
+                out.extend(Record(m.key, m.value, [], m.timestamp, m.offset)
+                           for m in b.messages() if m.offset >= offset)
                 offset = max(offset, b.offset + 1)
                 continue
             if not b.is_control:
