@@ -299,6 +299,12 @@ class Cleaner:
         first dirty offset. `now_ms` decides the tombstones (default: the clock)."""
         now = int(time.time() * 1000) if now_ms is None else now_ms
         log = job.log
+        if log.holds_transactions:
+            # Kafka's cleaner drops aborted transactions' records using the .txnindex;
+            # a clean that kept them would hand them to read_committed consumers.
+            raise CorruptRecordError(
+                f"{log.dir}: holds Kafka transactions (.txnindex files); the cleaner does "
+                "not remove aborted transactions' records, so it leaves this log as it is")
         self.stats = CleanerStats()
         generation = log.generation
         yield from self._build_map(job, generation)

@@ -55,6 +55,7 @@ class LoadedLog:
     recovery_point: int
     epochs: LeaderEpochCache
     recovery: RecoveryResult
+    txn_index_bases: frozenset[int] = frozenset()  # segments with a Kafka `.txnindex`
 
 
 def clean_marker_present(partition_dir: Path) -> bool:
@@ -83,10 +84,10 @@ class LogLoader:
     def load(self) -> LoadedLog:
         recover = self.recover if self.recover is not None else not clean_marker_present(self.dir)
         self._finish_interrupted_operations()
-        bases = sorted(
-            parsed[0] for f in os.listdir(self.dir)
-            if (parsed := names.parse_segment_file(f)) and parsed[1] == names.LOG_SUFFIX
-        )
+        listed = [parsed for f in os.listdir(self.dir) if (parsed := names.parse_segment_file(f))]
+        bases = sorted(base for base, suffix in listed if suffix == names.LOG_SUFFIX)
+        txn_index_bases = frozenset(base for base, suffix in listed
+                                    if suffix == names.TXN_INDEX_SUFFIX)
         self._remove_orphan_indexes(set(bases))
         segments = self.segments
         for i, base in enumerate(bases):
@@ -115,7 +116,8 @@ class LogLoader:
         epochs.truncate_from_end(log_end_offset)
         epochs.truncate_from_start(log_start_offset)
         return LoadedLog(segments=segments, log_start_offset=log_start_offset,
-                         recovery_point=recovery_point, epochs=epochs, recovery=self.recovery)
+                         recovery_point=recovery_point, epochs=epochs, recovery=self.recovery,
+                         txn_index_bases=txn_index_bases)
 
     def _finish_interrupted_operations(self) -> None:
         """Remove `.deleted` and `.cleaned` files and complete every swap a crash

@@ -28,7 +28,7 @@ from typing import Any, NamedTuple, TypeVar
 
 import native
 
-from . import checkpoint, names
+from . import checkpoint, names, txnindex
 from .config import LogConfig
 from .epochs import LeaderEpochCache
 from .errors import (
@@ -63,6 +63,11 @@ class AppendInfo(NamedTuple):
 
 
 class Log:
+    # Segments holding a Kafka `.txnindex` (a log taken over from Kafka), and their
+    # entries once read: class-level empties, so a log without them costs nothing.
+    _txn_index_bases: frozenset[int] = frozenset()
+    _txn_entries: dict[int, list[txnindex.AbortedTxn]] | None = None
+
     def __init__(self, partition_dir: Path, config: LogConfig, guard: IoGuard):
         self.dir = partition_dir if isinstance(partition_dir, Path) else Path(partition_dir)
         self.config = config
@@ -118,6 +123,8 @@ class Log:
         log.recovery_point = loaded.recovery_point
         log.epochs = loaded.epochs
         log.recovery = loaded.recovery
+        if loaded.txn_index_bases:
+            log._txn_index_bases = loaded.txn_index_bases
         log._high_watermark = min(high_watermark if high_watermark is not None
                                   else log.log_end_offset, log.log_end_offset)
         log._high_watermark = max(log._high_watermark, log.log_start_offset)
@@ -361,6 +368,61 @@ class Log:
                 return seg.read_exact(start, end - start)
             i += 1
         return b""
+
+    @property
+    def holds_transactions(self) -> bool:
+        """Whether the log was taken over from Kafka with transaction indexes."""
+        return bool(self._txn_index_bases)
+
+    def aborted_transactions(self, offset: int, read_bytes: int) -> list[tuple[int, int]]:
+        """(producer id, first offset) of the aborted transactions a read_committed
+        consumer needs to skip records in what `read(offset, ...)` returned
+        (`read_bytes` long), from the `.txnindex` files of a log taken over from Kafka
+        (Kafka's collectAbortedTxns): those whose abort marker is at or past `offset` and
+        whose first offset is below the offset after the bytes read. Empty for a log
+        without them (logkeeper serves no transactions)."""
+        if not self._txn_index_bases or read_bytes <= 0:
+            return []
+        with self.guard.io("read transaction index", self.dir, writing=False):
+            upper = self._offset_after_read(offset, read_bytes)
+            out = []
+            for seg in self._segments:
+                if seg.next_offset <= offset or seg.base_offset not in self._txn_index_bases:
+                    continue
+                out += [(t.producer_id, t.first_offset) for t in self._txn_index(seg)
+                        if t.last_offset >= offset and t.first_offset < upper]
+            return out
+
+    def _offset_after_read(self, offset: int, read_bytes: int) -> int:
+        """The first offset past the batches a read of `read_bytes` from `offset` returned."""
+        segments = self._segments
+        i = segments.floor_index(offset)
+        while i < len(segments):
+            seg = segments[i]
+            first = seg.find_batch(offset)
+            if first is not None:
+                end = first.position + read_bytes
+                after = seg.find_batch(0, start_position=end) if end < seg.size else None
+                if after is not None:
+                    return after.base_offset
+                return segments[i + 1].base_offset if i + 1 < len(segments) \
+                    else self.log_end_offset
+            i += 1
+        return self.log_end_offset
+
+    def _txn_index(self, seg: LogSegment) -> list[txnindex.AbortedTxn]:
+        cache = self._txn_entries
+        if cache is None:
+            cache = self._txn_entries = {}
+        entries = cache.get(seg.base_offset)
+        if entries is None:
+            path = self.dir / (names.offset_file_stem(seg.base_offset) + names.TXN_INDEX_SUFFIX)
+            try:
+                entries = txnindex.parse(path.read_bytes())
+            except FileNotFoundError:
+                entries = []
+            cache[seg.base_offset] = entries
+        return entries
 
     def read_tail(self, max_bytes: int) -> list[bytes]:
         """The whole batches of about the last `max_bytes` of the log, oldest first, one

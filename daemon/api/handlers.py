@@ -259,6 +259,7 @@ class Handlers:
         max_bytes = body.max_bytes if req.version >= 3 else 2**31 - 1
         # A follower (replica_id >= 0) reads to the log end; a consumer to the HW.
         replica_id = body.replica_id if body.replica_id >= 0 else -1
+        read_committed = req.version >= 4 and body.isolation_level == 1 and replica_id < 0
         entries: list[tuple[str, int, int, int, Partition | None]] = []
         fenced: dict[tuple[str, int], int] = {}
         items: list[ReadSpec] = []
@@ -277,7 +278,7 @@ class Handlers:
                 # The epoch is checked again at each read of a long poll (ReplicaManager).
                 items.append(ReadSpec(p, fp.fetch_offset, fp.partition_max_bytes,
                                       fp.last_fetched_epoch if req.version >= 12 else -1,
-                                      replica_id, epoch))
+                                      replica_id, epoch, read_committed))
         # A partition in error answers at once, as one whose read fails (Kafka's
         # errorReadingData): a follower asking a leader that has not applied its
         # LeaderAndIsr yet learns it now and asks again, not after max_wait_ms.
@@ -316,7 +317,8 @@ class Handlers:
                 self.metrics.errors.labels("Fetch", str(r.error)).inc()
             out.setdefault(topic, []).append(FetchPartition(
                 index, r.error, r.high_watermark, r.high_watermark, r.log_start_offset,
-                records, r.diverging_epoch))
+                records, r.diverging_epoch,
+                r.aborted_transactions if read_committed and records else None))
         return FetchAnswer(topics=list(out.items()))
 
     def _epoch_fence(self, p: Partition, current_leader_epoch: int) -> int:

@@ -207,6 +207,9 @@ class FetchPartition:
     log_start_offset: int = -1
     records: Records = b""
     diverging_epoch: tuple[int, int] | None = None  # (epoch, end offset), v12
+    # (producer id, first offset) per aborted transaction in `records`: a read_committed
+    # consumer's, in a log taken over from Kafka; None (null) otherwise.
+    aborted_transactions: list[tuple[int, int]] | None = None
 
     def release(self) -> None:
         """Close spliced records that will not be sent."""
@@ -271,8 +274,16 @@ def encode_fetch(answer: FetchAnswer, version: int, correlation_id: int) -> list
                                       p.last_stable_offset)
             if version >= 5:
                 buf += _I64.pack(p.log_start_offset)
-            # aborted_transactions: always null (transactions are not served)
-            buf += b"\x00" if flexible else b"\xff\xff\xff\xff"
+            aborted = p.aborted_transactions
+            if aborted is None:
+                buf += b"\x00" if flexible else b"\xff\xff\xff\xff"
+            else:
+                buf += _uvarint(len(aborted) + 1) if flexible else _I32.pack(len(aborted))
+                for producer_id, first_offset in aborted:
+                    buf += _I64.pack(producer_id)
+                    buf += _I64.pack(first_offset)
+                    if flexible:
+                        buf.append(0)  # the entry's tagged fields
             if version >= 11:
                 buf += b"\xff\xff\xff\xff"  # preferred_read_replica -1
             records = p.records

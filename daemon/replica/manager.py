@@ -320,6 +320,7 @@ class ReadSpec(NamedTuple):
     last_fetched_epoch: int = -1  # Fetch v12: the epoch of the fetcher's last batch
     replica_id: int = -1  # a follower's broker id (it reads to the log end), or -1
     leader_epoch: int = -1  # the fetch's current_leader_epoch (v9+), -1: not checked
+    read_committed: bool = False  # a consumer's isolation_level 1 (Fetch v4+)
 
 
 def _read_all(items: list[ReadSpec], budget: int) -> list[ReadResult]:
@@ -332,7 +333,7 @@ def _read_all(items: list[ReadSpec], budget: int) -> list[ReadResult]:
     """
     out = []
     total = 0
-    for p, offset, max_bytes, last_fetched_epoch, replica_id, _ in items:
+    for p, offset, max_bytes, last_fetched_epoch, replica_id, _, read_committed in items:
         try:
             if p.deleted:
                 out.append(ReadResult(UNKNOWN_TOPIC_OR_PARTITION))
@@ -361,7 +362,10 @@ def _read_all(items: list[ReadSpec], budget: int) -> list[ReadResult]:
             # on the event loop without a copy (daemon.storage.spliced).
             data = lg.read(offset, max(limit, 1), max_offset=upto, via=splice_range)
             total += len(data)
-            out.append(ReadResult(NONE, data, hw, lg.log_start_offset, log_end_offset=leo))
+            # Aborted transactions exist only in logs taken over from Kafka (.txnindex).
+            aborted = lg.aborted_transactions(offset, len(data)) if read_committed else None
+            out.append(ReadResult(NONE, data, hw, lg.log_start_offset, log_end_offset=leo,
+                                  aborted_transactions=aborted))
         except Exception as err:  # noqa: BLE001 - per-partition isolation
             code, message = error_of(err, f"read {p.tp} at {offset}")
             out.append(ReadResult(code, message=message))

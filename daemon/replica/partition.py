@@ -70,6 +70,9 @@ class ReadResult:
     log_end_offset: int = -1  # the log's end when it was read (a follower's fetch is held to it)
     # (epoch, end offset) where a fetcher's log left this one (Fetch v12), else None.
     diverging_epoch: tuple[int, int] | None = None
+    # A read_committed consumer's: (producer id, first offset) of the aborted
+    # transactions in the records (a log taken over from Kafka), else None.
+    aborted_transactions: list[tuple[int, int]] | None = None
 
     def release(self) -> None:
         """Close the records' pipes: they will not be sent."""
