@@ -179,18 +179,14 @@ class Peer:
         response_cls = _response_class(body)  # kafka-python's decoders take bytes
         return protocol.decode_response(response_cls, bytes(frame), version)
 
-    def _drop(self) -> asyncio.Transport | None:
-        """Close the connection without waiting for it to close; its transport, if any."""
+    def _drop(self) -> None:
+        """Close the connection without waiting for it to close."""
         answers, self._answers = self._answers, None
-        transport = answers.transport if answers is not None else None
-        if transport is not None:
-            transport.close()
-        return transport
+        if answers is not None and answers.transport is not None:
+            answers.transport.close()
 
     async def close(self) -> None:
-        transport = self._drop()
-        if transport is not None and not transport.is_closing():
-            transport.close()
+        self._drop()
         await asyncio.sleep(0)  # let the transport's close run
 
 
