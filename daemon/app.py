@@ -325,7 +325,7 @@ class Server:
                         type(err).__name__, err)
             return
         self.topic_configs.load(topics, brokers)
-        await self.topic_configs.apply(None)
+        await self.topic_configs.apply(None, "as the configs were loaded")
         log.info("configs loaded from ZooKeeper: %d topics with overrides, dynamic broker "
                  "configs %s", len(self.topic_configs.topics), sorted(brokers))
 
@@ -341,7 +341,7 @@ class Server:
         assert self.config_files is not None
         topics, brokers = await self.config_files.load()
         self.topic_configs.load(topics, brokers)
-        await self.topic_configs.apply(None)
+        await self.topic_configs.apply(None, "as the configs were loaded")
 
     def _replication_snapshot(self) -> ReplicationSnapshot:
         """For the metrics, at scrape time (on the HTTP endpoint's loop: this one)."""

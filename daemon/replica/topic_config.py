@@ -490,9 +490,10 @@ class TopicConfigs:
     def forget(self, topic: str) -> None:
         self.topics.pop(topic, None)
 
-    async def apply(self, topic: str | None) -> None:
+    async def apply(self, topic: str | None, why: str = "after a config change") -> None:
         """Give `topic`'s logs here (every topic's with None) the config that applies,
-        set each leader's min.insync.replicas, then run retention on them at once."""
+        set each leader's min.insync.replicas, then run retention on them at once
+        (`why` is said with what retention deleted)."""
         now = int(time.time() * 1000)
         for p in self.hosted(topic):
             if p.log is None or p.dir.logdir is None:
@@ -506,7 +507,7 @@ class TopicConfigs:
                             type(err).__name__, err)
                 continue
             if deleted:
-                log.info("%s: retention deleted %d segments after a config change", p.tp, deleted)
+                log.info("%s: retention deleted %d segments %s", p.tp, deleted, why)
             p.high_watermark = p.log.high_watermark
             if self.set_min_isr is not None:
                 self.set_min_isr(p.tp, self.min_isr(p.tp.topic))
