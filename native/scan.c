@@ -103,45 +103,20 @@ int64_t lk_scan_batches(const uint8_t *buf, size_t len, int64_t base_position,
         }
         int32_t length = (int32_t)lk_be32(b + LK_OFF_LENGTH);
         uint8_t magic = b[LK_OFF_MAGIC];
-        if (magic == 0 || magic == 1) {
+        int old = magic == 0 || magic == 1; /* a legacy message */
+        if (old && (!legacy || length < lk_legacy_min_length(magic))) {
             int32_t min = lk_legacy_min_length(magic);
-            if (length < min || !legacy) {
-                status = length >= min ? LK_SCAN_LEGACY : LK_SCAN_BAD_LENGTH;
-                bad_value = length >= min ? magic : length;
-                goto out;
-            }
-            int64_t size = (int64_t)length + LK_LOG_OVERHEAD;
-            if (size > max_batch_size) {
-                status = LK_SCAN_BAD_LENGTH;
-                bad_value = length;
-                goto out;
-            }
-            if ((uint64_t)size > left) {
-                status = LK_SCAN_TORN;
-                bad_value = length;
-                goto out;
-            }
-            if (verify_crc) {
-                stored_crc = lk_be32(b + LK_LEGACY_OFF_CRC);
-                computed_crc = lk_crc32_ieee(b + LK_OFF_MAGIC, (size_t)size - LK_OFF_MAGIC);
-                if (stored_crc != computed_crc) {
-                    status = LK_SCAN_BAD_CRC;
-                    goto out;
-                }
-                stored_crc = computed_crc = 0;
-            }
-            lk_decode_legacy(b, base_position + (int64_t)pos, (int32_t)size, &out[count]);
-            count++;
-            pos += (size_t)size;
-            continue;
+            status = length >= min ? LK_SCAN_LEGACY : LK_SCAN_BAD_LENGTH;
+            bad_value = length >= min ? magic : length;
+            goto out;
         }
-        if (magic != 2) {
+        if (!old && magic != 2) {
             status = LK_SCAN_BAD_MAGIC;
             bad_value = magic;
             goto out;
         }
         int64_t size = (int64_t)length + LK_LOG_OVERHEAD;
-        if (length < LK_MIN_BATCH_LENGTH || size > max_batch_size) {
+        if ((!old && length < LK_MIN_BATCH_LENGTH) || size > max_batch_size) {
             status = LK_SCAN_BAD_LENGTH;
             bad_value = length;
             goto out;
@@ -152,13 +127,22 @@ int64_t lk_scan_batches(const uint8_t *buf, size_t len, int64_t base_position,
             goto out;
         }
         if (verify_crc) {
-            stored_crc = lk_be32(b + LK_OFF_CRC);
-            computed_crc = lk_crc32c(0, b + LK_OFF_ATTRIBUTES, (size_t)size - LK_OFF_ATTRIBUTES);
+            /* magic 2: CRC-32C from the attributes on; legacy: CRC-32 from the magic on */
+            stored_crc = lk_be32(b + (old ? LK_LEGACY_OFF_CRC : LK_OFF_CRC));
+            computed_crc = old
+                ? lk_crc32_ieee(b + LK_OFF_MAGIC, (size_t)size - LK_OFF_MAGIC)
+                : lk_crc32c(0, b + LK_OFF_ATTRIBUTES, (size_t)size - LK_OFF_ATTRIBUTES);
             if (stored_crc != computed_crc) {
                 status = LK_SCAN_BAD_CRC;
                 goto out;
             }
             stored_crc = computed_crc = 0;
+        }
+        if (old) {
+            lk_decode_legacy(b, base_position + (int64_t)pos, (int32_t)size, &out[count]);
+            count++;
+            pos += (size_t)size;
+            continue;
         }
         int32_t records = (int32_t)lk_be32(b + LK_OFF_RECORDS_COUNT);
         int32_t delta = (int32_t)lk_be32(b + LK_OFF_LAST_OFFSET_DELTA);

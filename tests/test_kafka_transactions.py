@@ -21,6 +21,7 @@ from kafka import KafkaConsumer, TopicPartition
 
 from logstore import Log, records, txnindex
 from tests.daemon_helpers import Daemon
+from tests.kafka_dirs import assert_cleaner_leaves_it
 
 ABORTED_PID, COMMITTED_PID = 100, 200
 
@@ -116,25 +117,5 @@ def test_read_committed_consumers_skip_aborted_transactions_of_a_kafka_log(
 
 
 def test_the_cleaner_leaves_a_compacted_log_with_transactions_as_it_is(tmp_path: Path) -> None:
-    import pytest
-
-    from logstore import CorruptRecordError, LogConfig, LogDir
-    from logstore.cleaner import LogDirCleaner
-
     kafka_partition(tmp_path / "d" / "txn-0")
-    ld = LogDir.open(tmp_path / "d", LogConfig(compacted=True, segment_bytes=4096,
-                                                 min_cleanable_dirty_ratio=0.01))
-    try:
-        log = ld.logs[next(iter(ld.logs))]
-        for i in range(40):
-            log.append(records.build_batch([records.Record(b"k%d" % (i % 3), b"v%d" % i)]))
-        log.roll()
-        log.high_watermark = log.log_end_offset
-        before = log.read(0, 1 << 20)
-        cleaner = LogDirCleaner(ld)
-        with pytest.raises(CorruptRecordError, match="holds Kafka transactions"):
-            cleaner.run()
-        assert cleaner.run() == 0 and log.read(0, 1 << 20) == before
-        assert log.aborted_transactions(0, len(before)) == [(ABORTED_PID, 2)]
-    finally:
-        ld.close()
+    assert_cleaner_leaves_it(tmp_path / "d", "holds Kafka transactions")

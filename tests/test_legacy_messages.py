@@ -25,6 +25,7 @@ import native
 from daemon.replica import producer
 from logstore import CorruptRecordError, Log, LogConfig, records
 from tests.daemon_helpers import Daemon
+from tests.kafka_dirs import assert_cleaner_leaves_it
 
 # (magic, codec, records) per message set entry: uncompressed ones, a gzip wrapper of 3
 # (magic 0), a snappy wrapper of 4 (magic 1). 11 records, offsets 0-10.
@@ -191,28 +192,9 @@ def test_real_clients_consume_a_kafka_partition_of_legacy_messages_then_new_ones
 
 
 def test_the_cleaner_leaves_a_compacted_log_with_legacy_messages_as_it_is(tmp_path: Path) -> None:
-    from logstore import LogDir
-    from logstore.cleaner import LogDirCleaner
-
     data, _ = legacy_log(int(time.time() * 1000))
-    config = LogConfig(compacted=True, segment_bytes=4096, min_cleanable_dirty_ratio=0.01)
     write_partition(tmp_path / "d" / "state-0", data)
-    ld = LogDir.open(tmp_path / "d", config)
-    try:
-        log = ld.logs[next(iter(ld.logs))]
-        for i in range(40):  # keyed updates after the legacy ones, over several segments
-            log.append(records.build_batch([records.Record(b"k%d" % (i % 3), b"v%d" % i)]))
-        log.roll()
-        log.high_watermark = log.log_end_offset
-        before = log.read(0, 1 << 20)
-        cleaner = LogDirCleaner(ld)
-        # Reported (the daemon logs it) and set aside, as Kafka's uncleanable logs.
-        with pytest.raises(CorruptRecordError, match="legacy magic 0"):
-            cleaner.run()
-        assert cleaner.run() == 0 and list(cleaner.uncleanable) == [log.topic_partition]
-        assert log.read(0, 1 << 20) == before
-    finally:
-        ld.close()
+    assert_cleaner_leaves_it(tmp_path / "d", "legacy magic 0")
 
 
 def test_commits_in_legacy_messages_of_consumer_offsets_are_loaded(tmp_path: Path) -> None:
