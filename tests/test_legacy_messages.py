@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import struct
 import time
+import zlib
 from pathlib import Path
 
 import confluent_kafka as ck
@@ -218,9 +219,15 @@ def test_commits_in_legacy_messages_of_consumer_offsets_are_loaded(tmp_path: Pat
         wrapper.append(j, timestamp=now, key=k, value=v)
     second = bytearray(wrapper.build())
     struct.pack_into(">q", second, 0, 2)
+    # A wrapper whose gzip value does not decompress (its CRC is right): skipped, and
+    # the partition's other commits still load.
+    broken = bytearray(legacy_entry(1, 0, 3, 1, now))
+    broken[17] = 1  # attributes: gzip
+    struct.pack_into(">I", broken, 12, zlib.crc32(bytes(broken[16:])))
     d = Daemon(tmp_path / "broker", {"offsets.topic.num.partitions": 1,
                                      "offsets.topic.replication.factor": 1})
-    write_partition(d.log_dirs[0] / "__consumer_offsets-0", bytes(plain.build()) + bytes(second))
+    write_partition(d.log_dirs[0] / "__consumer_offsets-0",
+                    bytes(plain.build()) + bytes(second) + bytes(broken))
     with d:
         admin = ck_admin.AdminClient({"bootstrap.servers": d.bootstrap})
         admin.create_topics([ck_admin.NewTopic("orders", 2, 1)])["orders"].result(30)

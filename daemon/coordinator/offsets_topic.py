@@ -10,15 +10,18 @@ Event loop only; the log work runs on the partitions' dir workers.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 
-from logstore import Log
+from logstore import Log, LogStoreError
 from logstore.names import OFFSETS_TOPIC
 from logstore.records import LegacyMessage, Record, iter_batches
 
 from ..api import errors
 from ..replica.manager import ReplicaManager
 from ..replica.partition import AppendResult, Partition
+
+_log = logging.getLogger("logkeeper.coordinator")
 
 READ_CHUNK = 1 << 20
 
@@ -70,8 +73,14 @@ def _read_records(log: Log) -> list[Record]:
             break
         for b in iter_batches(data):
             if isinstance(b, LegacyMessage):
+                try:
+                    inner = b.messages()
+                except LogStoreError as err:  # a codec not installed here, a broken wrapper
+                    _log.warning("%s: legacy message at %d skipped: %s", log.dir.name,
+                                 b.position, err)
+                    inner = []
                 out.extend(Record(m.key, m.value, [], m.timestamp, m.offset)
-                           for m in b.messages() if m.offset >= offset)
+                           for m in inner if m.offset >= offset)
                 offset = max(offset, b.offset + 1)
                 continue
             if not b.is_control:
