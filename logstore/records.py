@@ -31,6 +31,7 @@ CRC_START = 21
 MAGIC = 2
 # Where single fields start, for readers that need one field, not a parsed Batch.
 ATTRIBUTES_AT = CRC_START  # int16: the CRC covers from here to the batch's end
+MAGIC_AT = 16  # int8, in a batch and in a legacy message alike
 PRODUCER_AT = 43  # producerId, producerEpoch, baseSequence, recordsCount (PRODUCER)
 PRODUCER = struct.Struct(">qhii")
 assert HEADER_SIZE == PRODUCER_AT + PRODUCER.size
@@ -397,21 +398,11 @@ class LegacyMessage:
         codec's library."""
         if not self.codec:
             return [self]
-        raw = memoryview(_decompress(Codec(self.codec), self.value or b""))
-        inner, pos = [], 0
-        while pos < len(raw):
-            try:
-                msg = _decode_legacy(raw, pos, self.position)
-            except struct.error as err:
-                raise CorruptRecordError(f"legacy wrapper at {self.position}: its messages "
-                                         "are cut short", position=self.position,
-                                         reason="torn") from err
-            if msg.size < 26 or pos + msg.size > len(raw):
-                raise CorruptRecordError(f"legacy wrapper at {self.position}: inner message "
-                                         f"of bad size {msg.size}", position=self.position,
-                                         reason="length")
-            inner.append(msg)
-            pos += msg.size
+        raw = _decompress(Codec(self.codec), self.value or b"")
+        inner = list(iter_batches(raw, base_position=self.position, verify_crc=False))
+        if not all(isinstance(m, LegacyMessage) for m in inner):
+            raise CorruptRecordError(f"legacy wrapper at {self.position} holds a record batch",
+                                     position=self.position, reason="magic")
         if self.magic == 1 and inner:
             last = inner[-1].offset
             inner = [dataclasses.replace(m, offset=self.offset - last + m.offset) for m in inner]
@@ -486,7 +477,7 @@ def iter_batches(buf: bytes | memoryview, *, base_position: int = 0,
     pos = 0
     while pos < len(view):
         position = base_position + pos
-        if len(view) - pos >= 17 and view[pos + 16] in (0, 1):
+        if len(view) - pos > MAGIC_AT and view[pos + MAGIC_AT] in (0, 1):
             try:
                 msg = _decode_legacy(view, pos, position)
             except struct.error as err:

@@ -24,7 +24,7 @@ from . import names
 from .epochs import LeaderEpochCache
 from .errors import LogStoreError
 from .index import OffsetIndex, TimeIndex
-from .records import HEADER_SIZE, parse_batch_header
+from .records import HEADER_SIZE, MAGIC_AT, parse_batch_header
 from .scan import FileScan, scan_file
 
 
@@ -143,9 +143,9 @@ class LogSegment:
         cleaner's max.compaction.lag.ms too); -1 when the segment has none. The append
         reads the same field in C for its own roll decision."""
         header = native.pread(self.fd, min(self.size, HEADER_SIZE), 0, path=self._log_path_str)
-        if len(header) == HEADER_SIZE and header[16] == 2:
+        if len(header) == HEADER_SIZE and header[MAGIC_AT] == 2:
             return int.from_bytes(header[35:43], "big", signed=True)
-        if len(header) >= 26 and header[16] == 1:  # a legacy message's own timestamp
+        if len(header) >= 26 and header[MAGIC_AT] == 1:  # a legacy message's own timestamp
             return int.from_bytes(header[18:26], "big", signed=True)
         return -1
 

@@ -27,14 +27,20 @@ import struct
 from dataclasses import dataclass, field
 
 from logstore import Log
-from logstore.records import HEADER_SIZE, LOG_OVERHEAD, PRODUCER, PRODUCER_AT, batch_producer
+from logstore.records import (
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    MAGIC_AT,
+    PRODUCER,
+    PRODUCER_AT,
+    batch_producer,
+)
 
 from ..api.errors import INVALID_PRODUCER_EPOCH, NONE, OUT_OF_ORDER_SEQUENCE_NUMBER
 
 WINDOW = 5  # Kafka keeps the metadata of the last 5 batches per producer
 TAIL_BYTES = 1 << 20  # how much of a log's end `from_log` reads
 _FRAME = struct.Struct(">qi")  # base offset, batch length: every batch's and legacy message's
-MAGIC_AT = 16
 
 
 @dataclass
