@@ -646,6 +646,10 @@ class Server:
             else:
                 how = f"no clean-shutdown marker: recovered {recovered} partitions, {cut} bytes cut"
             log.info("log dir %s: %d partitions (%s)", d.path, len(d.logdir.logs), how)
+            for path in d.logdir.cluster_metadata_logs:
+                log.info("%s is a KRaft controller's metadata log, not a topic: left as "
+                         "it is (not served, recovered or cleaned; logkeeper does not run "
+                         "KRaft)", path)
         log.info("log dirs loaded in %.2f s", seconds)
 
     async def _watchdog(self) -> None:

@@ -47,6 +47,8 @@ class LogDir:
         self.topic_configs: dict[str, LogConfig] = {}
         # cleaner-offset-checkpoint: each compacted log's first dirty offset.
         self.cleaner_offsets: dict[TopicPartition, int] = {}
+        # KRaft's `__cluster_metadata-N` dirs found here (left alone; the daemon says so).
+        self.cluster_metadata_logs: list[Path] = []
 
     @classmethod
     def open(
@@ -102,10 +104,13 @@ class LogDir:
         meta_path = self.path / names.META_PROPERTIES
         if meta_path.exists():
             self.meta = checkpoint.read_meta_properties(meta_path)
-            stored = self.meta.get("broker.id")
+            # Version 0 (ZooKeeper mode) names the broker by broker.id, version 1 (a
+            # KRaft-mode broker's dir) by node.id: one id either way, checked as Kafka does.
+            key = "broker.id" if "broker.id" in self.meta else "node.id"
+            stored = self.meta.get(key)
             if broker_id is not None and stored is not None and int(stored) != broker_id:
                 raise CheckpointError(
-                    f"{meta_path}: broker.id={stored} but this broker is {broker_id}; "
+                    f"{meta_path}: {key}={stored} but this broker is {broker_id}; "
                     "refusing to serve another broker's log dir")
             stored_cluster = self.meta.get("cluster.id")
             if cluster_id and stored_cluster and stored_cluster != cluster_id:
@@ -138,6 +143,12 @@ class LogDir:
                 continue
             tp = names.parse_partition_dir(entry)
             if tp is None or not full.is_dir():
+                continue
+            if tp.topic == names.CLUSTER_METADATA_TOPIC:
+                # A KRaft broker's metadata log: not a topic, and no concern of a broker
+                # whose metadata is in ZooKeeper. Left as it is: not served, not recovered,
+                # no retention.
+                self.cluster_metadata_logs.append(full)
                 continue
             log = Log.open(
                 full, self.config_for(tp.topic), guard=self.guard,

@@ -48,6 +48,9 @@ class TopicPartition(NamedTuple):
 
 OFFSETS_TOPIC = "__consumer_offsets"
 INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})  # Kafka's Topic.isInternal
+# A KRaft-mode Kafka broker keeps the cluster's metadata log in `__cluster_metadata-0`
+# of its metadata log dir. It is not a topic: no client sees it, no one may create it.
+CLUSTER_METADATA_TOPIC = "__cluster_metadata"
 
 
 def is_internal(topic: str) -> bool:
@@ -70,6 +73,14 @@ def validate_topic(topic: str) -> str:
             f"topic name {topic!r} has characters outside [a-zA-Z0-9._-]"
         )
     return topic
+
+
+def creation_refused(topic: str) -> str | None:
+    """Why Kafka refuses to create `topic` although its name is legal (Kafka's words),
+    or None."""
+    if topic == CLUSTER_METADATA_TOPIC:
+        return f"Creation of internal topic {CLUSTER_METADATA_TOPIC} is prohibited."
+    return None
 
 
 def partition_dir_name(topic: str, partition: int) -> str:

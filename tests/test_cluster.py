@@ -14,6 +14,7 @@ import signal
 import time
 from pathlib import Path
 
+import confluent_kafka as ck
 import confluent_kafka.admin as ck_admin
 from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.protocol.consumer import FetchRequest
@@ -98,6 +99,14 @@ def test_topics_through_any_broker_metadata_agrees_and_only_the_leader_takes_wri
             raise AssertionError("creating an existing topic succeeded")
         except Exception as err:  # noqa: BLE001 - confluent raises KafkaException
             assert "TOPIC_ALREADY_EXISTS" in str(err) or "already exists" in str(err)
+        # KRaft's metadata log is no topic: the controller refuses it as Kafka's does.
+        fut = a2.create_topics([ck_admin.NewTopic("__cluster_metadata", 1, 1)])
+        try:
+            fut["__cluster_metadata"].result(30)
+            raise AssertionError("creating __cluster_metadata succeeded")
+        except ck.KafkaException as err:
+            assert err.args[0].code() == ck.KafkaError.INVALID_REQUEST, err
+            assert "Creation of internal topic __cluster_metadata is prohibited" in str(err)
 
 
 def test_killed_leader_loses_leadership_within_the_session_timeout(tmp_path: Path) -> None:

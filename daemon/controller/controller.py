@@ -40,7 +40,7 @@ from daemon.cluster import znodes
 from daemon.replica.topic_config import ConfigValueError, validate_topic_configs
 from daemon.wire import LeaderAndIsrRequest, StopReplicaRequest, UpdateMetadataRequest, views
 from logstore import TopicPartition
-from logstore.names import InvalidTopicError, validate_topic
+from logstore.names import InvalidTopicError, creation_refused, validate_topic
 
 from . import events as ev
 from .channel import ChannelManager, RequestBatch
@@ -606,6 +606,8 @@ class Controller:
             validate_topic(name)
         except InvalidTopicError as err:
             raise _TopicError(INVALID_TOPIC, str(err)) from err
+        if refused := creation_refused(name):
+            raise _TopicError(INVALID_REQUEST, refused)
         if name in self.ctx.all_topics or self.zk.get(znodes.topic_path(name)) is not None:
             raise _TopicError(TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
         brokers = self.ctx.live_broker_ids

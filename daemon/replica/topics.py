@@ -23,6 +23,7 @@ from ..api.errors import (
     INVALID_PARTITIONS,
     INVALID_REPLICA_ASSIGNMENT,
     INVALID_REPLICATION_FACTOR,
+    INVALID_REQUEST,
     INVALID_TOPIC_EXCEPTION,
     KAFKA_STORAGE_ERROR,
     TOPIC_ALREADY_EXISTS,
@@ -71,6 +72,8 @@ class TopicAdmin:
             names.validate_topic(topic)
         except InvalidTopicError as err:
             raise TopicError(INVALID_TOPIC_EXCEPTION, str(err)) from err
+        if refused := names.creation_refused(topic):
+            raise TopicError(INVALID_REQUEST, refused)
         try:
             overrides = validate_topic_configs(configs or {})
         except ConfigValueError as err:
