@@ -84,15 +84,19 @@ def build_session(master: str | None):
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName("logkeeper-audit")
+    if not master and SparkSession.getActiveSession() is None \
+            and not SparkConf().contains("spark.master"):
+        master = "local[*]"
     if master:
         builder = builder.master(master)
-    elif SparkSession.getActiveSession() is None and not SparkConf().contains("spark.master"):
-        # One machine: a few shuffle partitions per core, not the cluster default of 200,
+    if master and master.startswith("local"):
+        # One machine (local[*] by default, or `--master local[N]`): this interpreter's
+        # workers, a few shuffle partitions per core, not the cluster default of 200,
         # static plans (adaptive re-planning adds jobs and saves nothing on one host),
         # and no broadcast joins: each broadcast is a Spark job of its own (the findings
         # pass was 11 jobs with them, 1 without), where a shuffle is only a stage.
         use_this_python()
-        builder = (builder.master("local[*]").config("spark.ui.enabled", "false")
+        builder = (builder.config("spark.ui.enabled", "false")
                    .config("spark.ui.showConsoleProgress", "false")
                    .config("spark.sql.adaptive.enabled", "false")
                    .config("spark.sql.autoBroadcastJoinThreshold", "-1")

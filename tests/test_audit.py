@@ -557,6 +557,18 @@ def test_cli_exit_codes_of_a_run(tmp_path: Path):
     assert "logkeeper audit: failed:" in done.stderr
 
 
+def test_cli_with_a_local_master_runs_its_workers_on_the_audit_interpreter(
+        kafka_fixtures: Path, tmp_path: Path):
+    """`--master local[2]` is still one machine: its workers run the audit's own
+    interpreter, not the first `python3` on PATH (which fails here, as a machine's own
+    python3 without pyspark or logkeeper would)."""
+    out = tmp_path / "out"
+    done = cli("--master", "local[2]", "--quiet", "--out", str(out),
+               f"k300={kafka_fixtures / 'kafka-3.0.0'}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads((out / "summary.json").read_text())["errors"] == 0
+
+
 def spark_submit() -> str:
     """pyspark's spark-submit beside this interpreter (a venv's), else the one on PATH.
     pyspark ships it, so in CI a missing one is a failure, not a skip."""
