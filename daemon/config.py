@@ -155,6 +155,8 @@ class Listener:
 
 
 def _listeners(value: Any) -> tuple[Listener, ...]:
+    """Kafka's `NAME://host:port[,...]`, names unique. Which of them is served is
+    decided once every key is known (`_broker_listeners`)."""
     if isinstance(value, tuple) and value and all(isinstance(v, Listener) for v in value):
         value = [str(v) for v in value]  # Config.replace hands back parsed listeners
     if isinstance(value, str):
@@ -163,18 +165,37 @@ def _listeners(value: Any) -> tuple[Listener, ...]:
         items = [v.strip() for v in value]
     else:
         raise ValueError(f"expected \"PLAINTEXT://host:port\", got {value!r}")
-    if len(items) != 1:
-        # Kafka requires one listener name per endpoint and maps names to security
-        # protocols; this daemon speaks PLAINTEXT only, so there is one endpoint.
-        raise ValueError(f"exactly one PLAINTEXT listener is supported, got {len(items)}")
+    if not items:
+        raise ValueError("expected \"PLAINTEXT://host:port\", got nothing")
     out = []
     for item in items:
         match = _LISTENER.match(item)
-        if not match or match.group("name") != "PLAINTEXT":
-            raise ValueError(f"{item!r} is not PLAINTEXT://host:port (the only protocol served)")
+        if not match:
+            raise ValueError(f"{item!r} is not NAME://host:port")
         host, port = parse_host_port(match.group("addr"))
-        out.append(Listener("PLAINTEXT", host, port))
+        out.append(Listener(match.group("name").upper(), host, port))
+    names = [lst.name for lst in out]
+    if len(set(names)) != len(names):
+        raise ValueError("each listener name may appear once (Kafka's rule)")
     return tuple(out)
+
+
+def _names(value: Any) -> tuple[str, ...]:
+    """A comma-separated list of names (`controller.listener.names`, `process.roles`)."""
+    if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        items = [v.strip() for v in value]
+    elif isinstance(value, str):
+        items = [v.strip() for v in value.split(",")]
+    else:
+        raise ValueError(f"expected a comma-separated list of names, got {value!r}")
+    return tuple(v for v in items if v)
+
+
+def _process_roles(value: Any) -> tuple[str, ...]:
+    roles = _names(value)
+    if any(r not in ("broker", "controller") for r in roles) or len(set(roles)) != len(roles):
+        raise ValueError("expected broker, controller or broker,controller")
+    return roles
 
 
 # The "any address" a socket binds to is no address a client can connect to. Kafka
@@ -243,10 +264,20 @@ _HOUR_MS = 3600 * 1000
 KEYS: dict[str, Key] = {k.name: k for k in (
     Key("broker.id", int, 0, _int(0, 2**31 - 1),
         "this broker's id (Kafka's default -1 asks ZooKeeper for one; standalone uses 0)"),
+    Key("node.id", int, None, _int(0, 2**31 - 1),
+        "a KRaft-mode file's id for this node: the broker id (must equal broker.id when "
+        "both are given, as in Kafka)"),
+    Key("process.roles", str, (), _process_roles,
+        "a KRaft-mode file's roles: logkeeper runs no KRaft quorum; a single combined "
+        "broker,controller node is served standalone (or in ZooKeeper mode), a "
+        "controller-only node or one of a larger quorum is refused"),
+    Key("controller.listener.names", str, (), _names,
+        "a KRaft-mode file's controller listeners: not bound, not advertised"),
     Key("log.dirs", list, DEFAULT_LOG_DIRS, _log_dirs, "log directories, one per disk"),
     Key("log.dir", list, None, _log_dirs, "used when log.dirs is not given (Kafka's rule)"),
     Key("listeners", str, (Listener("PLAINTEXT", "127.0.0.1", 9092),), _listeners,
-        "the Kafka protocol endpoint bound, PLAINTEXT://host:port (empty host: every interface)"),
+        "the Kafka protocol endpoint bound, PLAINTEXT://host:port (empty host: every "
+        "interface); one PLAINTEXT listener, besides a KRaft file's controller listeners"),
     Key("advertised.listeners", str, None, _advertised_listeners,
         "the endpoint Metadata and ZooKeeper give clients; default: listeners (empty host: "
         "this host's name; port 0: the bound port; 0.0.0.0 is refused, as in Kafka)"),
@@ -501,6 +532,9 @@ def _validate(flat: Mapping[str, Any], origin: _Origin, *, text: bool = False,
             raise ConfigError(f"{origin.at(name)}: {name} = {value!r}: {err}") from err
     values = {name: given.get(name, key.default) for name, key in KEYS.items()}
     _resolve_families(values, given)
+    _kraft_file(values, given, flat, origin, warnings)
+    for name in ("listeners", "advertised.listeners"):
+        values[name] = _broker_listeners(values, name, origin)
     if values["advertised.listeners"] is None and values["listeners"][0].host in \
             UNADVERTISABLE_HOSTS:
         lst = values["listeners"][0]
@@ -541,6 +575,69 @@ def _validate(flat: Mapping[str, Any], origin: _Origin, *, text: bool = False,
         raise ConfigError(f"{origin.at('log.segment.bytes')}: log.segment.bytes: {err}") from err
     return Config(values=MappingProxyType(values), source=source, warnings=tuple(warnings),
                   given=MappingProxyType(given))
+
+
+def _kraft_file(values: dict[str, Any], given: Mapping[str, Any], flat: Mapping[str, Any],
+                origin: _Origin, warnings: list[str]) -> None:
+    """A KRaft-mode server.properties (Kafka 4's only kind): its node.id is the broker
+    id; a single broker,controller node (Kafka's quickstart) is served as a broker, its
+    controller listeners left unbound. logkeeper runs no KRaft quorum, so a node of a
+    larger quorum, or one that is no broker, is refused rather than run alone."""
+    node_id = values["node.id"]
+    if node_id is not None:
+        if "broker.id" in given and given["broker.id"] != node_id:
+            raise ConfigError(
+                f"{origin.at('broker.id')}: broker.id = {given['broker.id']} and node.id = "
+                f"{node_id} differ; if both are given they must be equal (Kafka's rule)")
+        values["broker.id"] = node_id
+    roles = values["process.roles"]
+    if not roles:
+        return
+    if "broker" not in roles:
+        raise ConfigError(
+            f"{origin.at('process.roles')}: process.roles = {','.join(roles)}: a KRaft "
+            "controller-only node holds no topics; logkeeper is a broker (give it "
+            "process.roles=broker,controller or none, and its log.dirs)")
+    quorum = set()
+    for key in ("controller.quorum.voters", "controller.quorum.bootstrap.servers"):
+        raw = flat.get(key)
+        for entry in (_names(raw) if raw not in (None, "") else ()):
+            quorum.add(entry.rpartition("@")[2])
+    if len(quorum) > 1:
+        raise ConfigError(
+            f"{origin.at('process.roles')}: process.roles = {','.join(roles)} with a KRaft "
+            f"quorum of {len(quorum)} controllers ({', '.join(sorted(quorum))}): logkeeper "
+            "cannot join a KRaft cluster, and this node alone would lead topics the others "
+            "lead too. For a cluster, give every broker zookeeper.connect; for one broker, "
+            "drop the controller.quorum.* keys")
+    mode = "standalone" if values["zookeeper.connect"] is None else "in ZooKeeper mode"
+    unbound = ", ".join(values["controller.listener.names"]) or "none named"
+    warnings.append(
+        f"{origin.source}: process.roles = {','.join(roles)} is a KRaft-mode file; logkeeper "
+        f"runs no KRaft quorum and serves this node as broker {values['broker.id']}, "
+        f"{mode}; controller listeners ({unbound}) are not bound")
+
+
+def _broker_listeners(values: Mapping[str, Any], name: str,
+                      origin: _Origin) -> tuple[Listener, ...] | None:
+    """The one PLAINTEXT listener served (or advertised) once a KRaft file's controller
+    listeners are set aside."""
+    given = values[name]
+    if given is None:
+        return None
+    controllers = set(values["controller.listener.names"])
+    served = [lst for lst in given if lst.name not in controllers]
+    if len(served) == 1 and served[0].name == "PLAINTEXT":
+        return tuple(served)
+    spelled = ",".join(str(lst) for lst in given)
+    besides = (f" besides the controller listeners ({', '.join(sorted(controllers))})"
+               if controllers else "")
+    why = (f"{len(served)} listeners{besides}" if len(served) != 1
+           else f"{served[0].name} is not PLAINTEXT")
+    raise ConfigError(
+        f"{origin.at(name)}: {name} = {spelled!r}: exactly one PLAINTEXT://host:port "
+        f"listener is served (the only protocol; named listeners, SSL and SASL are not), "
+        f"got {why}")
 
 
 def _resolve_families(values: dict[str, Any], given: Mapping[str, Any]) -> None:

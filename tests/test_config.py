@@ -86,7 +86,17 @@ def test_resume_mark_follows_the_reserve_unless_given(tmp_path: Path) -> None:
     ("auto.create.topics.enable = \"maybe\"\n", ["auto.create.topics.enable"]),
     ("listeners = \"SSL://h:9093\"\n", ["listeners", "PLAINTEXT"]),
     ("listeners = \"PLAINTEXT://h:99999\"\n", ["listeners", "65535"]),
-    ("listeners = \"PLAINTEXT://a:1,PLAINTEXT://b:2\"\n", ["listeners", "one"]),
+    ("listeners = \"PLAINTEXT://a:1,PLAINTEXT://b:2\"\n", ["listeners", "once"]),
+    ("listeners = \"PLAINTEXT://a:1,CLIENT://b:2\"\n", ["listeners", "exactly one", "2 "]),
+    ("listeners = \"CLIENT://b:2\"\n", ["listeners", "CLIENT is not PLAINTEXT"]),
+    ("node.id = 2\nbroker.id = 1\n", ["broker.id", "node.id", "equal"]),
+    ("process.roles = \"controller\"\n", ["process.roles", "controller-only"]),
+    ("process.roles = \"broker,controller\"\n"
+     "controller.quorum.voters = \"1@h1:9093,2@h2:9093\"\n",
+     ["process.roles", "quorum of 2", "zookeeper.connect"]),
+    ("process.roles = \"broker,controller\"\ncontroller.listener.names = \"CONTROLLER\"\n"
+     "listeners = \"PLAINTEXT://a:1,CONTROLLER://a:2,OTHER://a:3\"\n",
+     ["listeners", "besides the controller listeners (CONTROLLER)"]),
     ("http.listen = \"9308\"\n", ["http.listen", "host:port"]),
     ("log.dirs = []\n", ["log.dirs"]),
     ("log.dirs = [\"/a\", \"/a\"]\n", ["log.dirs", "twice"]),
@@ -162,8 +172,11 @@ def test_embedded_defaults() -> None:
 
 EVERY_KEY = """
 broker.id = 42
+node.id = 42
+process.roles = "broker,controller"
+controller.listener.names = "CONTROLLER"
 log.dirs = "/srv/k/a,/srv/k/b"
-listeners = "PLAINTEXT://[::1]:19093"
+listeners = "PLAINTEXT://[::1]:19093,CONTROLLER://[::1]:19094"
 advertised.listeners = "PLAINTEXT://[::1]:29093"
 zookeeper.connect = "zk1:2181,zk2:2181/logkeeper"
 zookeeper.session.timeout.ms = 6000
@@ -234,6 +247,9 @@ def test_every_key_is_read(tmp_path: Path) -> None:
     assert (cfg.listener.host, cfg.listener.port) == ("::1", 19093)
     assert (cfg.advertised_listener.host, cfg.advertised_listener.port) == ("::1", 29093)
     assert cfg["zookeeper.connect"] == "zk1:2181,zk2:2181/logkeeper" and not cfg.standalone
+    assert cfg["process.roles"] == ("broker", "controller") and cfg["node.id"] == 42
+    assert any("KRaft" in w and "CONTROLLER" in w and "ZooKeeper mode" in w
+               for w in cfg.warnings), cfg.warnings
     assert (cfg["num.partitions"], cfg["default.replication.factor"]) == (6, 3)
     assert cfg["auto.create.topics.enable"] is False
     assert cfg.http_listen == ("0.0.0.0", 19308)

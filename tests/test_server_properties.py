@@ -20,6 +20,7 @@ from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KTP
 from kafka.protocol.metadata import MetadataRequest
 
+from daemon.tools.zookeeper import free_port
 from tests.daemon_helpers import Daemon, RawClient
 from tests.zkserver import ZooKeeperServer
 
@@ -162,3 +163,81 @@ def test_zookeeper_registration_advertises_the_advertised_listener(
         assert doc["endpoints"] == [f"PLAINTEXT://localhost:{d.port}"]
         assert (doc["host"], doc["port"]) == ("localhost", d.port)
         assert metadata_brokers(d.port) == [(0, "localhost", d.port)]
+
+
+# Kafka 4's config/server.properties (KRaft mode, the only mode of Kafka 4: a single
+# combined broker,controller node), its keys and defaults with this test's dirs and ports.
+KRAFT_SERVER_PROPERTIES = """\
+############################# Server Basics #############################
+process.roles=broker,controller
+node.id=1
+controller.quorum.bootstrap.servers=localhost:{controller_port}
+
+############################# Socket Server Settings #############################
+listeners=PLAINTEXT://:{port},CONTROLLER://:{controller_port}
+inter.broker.listener.name=PLAINTEXT
+advertised.listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SSL:SSL,\
+SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL
+num.network.threads=3
+num.io.threads=8
+socket.send.buffer.bytes=102400
+socket.receive.buffer.bytes=102400
+socket.request.max.bytes=104857600
+
+############################# Log Basics #############################
+log.dirs={log_dirs}
+num.partitions=1
+num.recovery.threads.per.data.dir=1
+
+############################# Internal Topic Settings  #############################
+offsets.topic.replication.factor=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+
+############################# Log Retention Policy #############################
+log.retention.hours=168
+log.segment.bytes=1073741824
+log.retention.check.interval.ms=300000
+
+# logkeeper's own
+http.listen=127.0.0.1:{http_port}
+log.dir.reserve.bytes=1048576
+"""
+
+
+def test_kafka_4s_kraft_server_properties_serves_its_broker_listener(tmp_path: Path) -> None:
+    """The file a Kafka 4 user has: node.id is the broker id, the PLAINTEXT listener is
+    served and advertised, the CONTROLLER listener is not bound (logkeeper runs no KRaft
+    quorum), and start-up says so."""
+    d = Daemon(tmp_path)
+    controller_port = free_port()
+    d.config = tmp_path / "server.properties"
+    d.config.write_text(KRAFT_SERVER_PROPERTIES.format(
+        port=d.port, controller_port=controller_port, http_port=d.http_port,
+        log_dirs=",".join(str(p) for p in d.log_dirs)))
+    with d.start():
+        stderr = d.stderr()
+        assert "process.roles = broker,controller is a KRaft-mode file" in stderr, stderr
+        assert "broker 1, standalone; controller listeners (CONTROLLER) are not bound" in stderr
+        assert metadata_brokers(d.port) == [(1, "127.0.0.1", d.port)]
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", controller_port), timeout=5).close()
+        producer = KafkaProducer(bootstrap_servers=d.bootstrap, acks="all")
+        try:
+            for i in range(10):
+                producer.send("quickstart-events", value=b"event-%d" % i)
+            producer.flush(timeout=30)
+        finally:
+            producer.close()
+        consumer = KafkaConsumer("quickstart-events", bootstrap_servers=d.bootstrap,
+                                 auto_offset_reset="earliest", consumer_timeout_ms=5000)
+        try:
+            got = [m.value for m in consumer]
+        finally:
+            consumer.close()
+        assert got == [b"event-%d" % i for i in range(10)]
+        assert d.stop() == 0
