@@ -451,6 +451,18 @@ class Log:
                     return found
         return None
 
+    def offset_of_max_timestamp(self) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record holding the log's largest timestamp
+        (ListOffsets MAX_TIMESTAMP, KIP-734), or None for a log without records."""
+        with self.guard.io("list offsets", self.dir, writing=False):
+            best = None
+            for seg in self._segments:  # the first segment holding the maximum, as Kafka
+                if not seg.is_empty and (best is None or seg.max_timestamp > best.max_timestamp):
+                    best = seg
+            if best is None or best.max_timestamp < 0:
+                return None
+            return best.find_timestamp(best.max_timestamp, min_offset=self.log_start_offset)
+
     # ---- durability ----
 
     def flush(self) -> None:

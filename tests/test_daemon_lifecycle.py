@@ -279,6 +279,53 @@ def test_list_offsets_earliest_latest_and_by_timestamp(tmp_path: Path) -> None:
         c.close()
 
 
+def test_list_offsets_max_timestamp_and_the_tiered_storage_specs(tmp_path: Path) -> None:
+    """ListOffsets v7-v9 (Kafka 3.x's): MAX_TIMESTAMP answers the first record holding
+    the largest timestamp, wherever it is (here inside a batch of an older segment);
+    EARLIEST_LOCAL is the log start offset and LATEST_TIERED -1 (nothing is tiered)."""
+    from confluent_kafka.admin import AdminClient, OffsetSpec
+    from kafka.protocol.consumer import ListOffsetsRequest
+
+    with running(tmp_path, {"log.segment.bytes": 4096}) as d:
+        base = int(time.time() * 1000)
+        p = ck.Producer({"bootstrap.servers": d.bootstrap, "linger.ms": 50})
+        stamps = [base + i for i in range(40)]
+        stamps[13] = base + 90_000  # the maximum, in the middle of a batch
+        stamps[27] = base + 90_000  # the same again later: the first one is the answer
+        for i, ts in enumerate(stamps):
+            p.produce("mx", value=b"v%d" % i * 40, partition=0, timestamp=ts)
+            if i % 5 == 4:
+                p.flush(10)  # batches of 5 records; 4 KiB segments roll every few
+        p.flush(10)
+        admin = AdminClient({"bootstrap.servers": d.bootstrap})
+        tp = ck.TopicPartition("mx", 0)
+
+        def listed(spec: OffsetSpec) -> tuple[int, int]:
+            got = admin.list_offsets({tp: spec})[tp].result(10)
+            return got.offset, got.timestamp
+
+        assert listed(OffsetSpec.max_timestamp()) == (13, base + 90_000)
+        assert listed(OffsetSpec.earliest())[0] == 0 and listed(OffsetSpec.latest())[0] == 40
+        c = RawClient(d.port)
+        try:
+            for version in (7, 8, 9):
+                R = ListOffsetsRequest[version]
+                T = R.ListOffsetsTopic
+                answers = {}
+                for ts in (-3, -4, -5):
+                    resp = c.request(R(replica_id=-1, isolation_level=0, topics=[T(
+                        name="mx", partitions=[T.ListOffsetsPartition(
+                            partition_index=0, current_leader_epoch=-1, timestamp=ts)])]),
+                        version)
+                    part = resp.topics[0].partitions[0]
+                    answers[ts] = (part.error_code, part.offset)
+                assert answers == {-3: (0, 13), -4: (0, 0), -5: (0, -1)}, version
+        finally:
+            c.close()
+        # The maximum is in a rolled segment, not the active one.
+        assert len([f for ld in d.log_dirs for f in ld.glob("mx-0/*.log")]) >= 2
+
+
 # ---- operating it ----
 
 

@@ -161,7 +161,9 @@ def _api(request: Any, response: Any, lo: int, hi: int) -> Api:
 SUPPORTED: dict[int, Api] = {a.key: a for a in (
     _api(ProduceRequest, ProduceResponse, 3, 8),
     _api(FetchRequest, FetchResponse, 4, 12),
-    _api(ListOffsetsRequest, ListOffsetsResponse, 1, 5),
+    # v7 asks for MAX_TIMESTAMP, v8 EARLIEST_LOCAL and v9 LATEST_TIERED (tiered storage:
+    # everything here is local); v10 adds a timeout for remote lookups, none here.
+    _api(ListOffsetsRequest, ListOffsetsResponse, 1, 9),
     _api(MetadataRequest, MetadataResponse, 0, 8),
     _api(ApiVersionsRequest, ApiVersionsResponse, 0, 3),
     _api(CreateTopicsRequest, CreateTopicsResponse, 2, 4),

@@ -428,6 +428,10 @@ def _delete_records(items: list[tuple[Partition, int]]) -> list[tuple[int, int]]
     return out
 
 
+# ListOffsets' special timestamps (Kafka's ListOffsetsRequest).
+LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
+
+
 def _list_offsets(items: list[tuple[Partition, int]]) -> list[tuple[int, int, int]]:
     """(error, timestamp, offset) per (partition, timestamp query)."""
     out = []
@@ -438,14 +442,17 @@ def _list_offsets(items: list[tuple[Partition, int]]) -> list[tuple[int, int, in
                 out.append((UNKNOWN_TOPIC_OR_PARTITION, -1, -1))
                 continue
             assert lg is not None
-            if ts == -1:  # LATEST: what a read_uncommitted consumer may read to
+            if ts == LATEST:  # what a read_uncommitted consumer may read to
                 out.append((NONE, -1, lg.high_watermark))
-            elif ts == -2:  # EARLIEST
+            elif ts in (EARLIEST, EARLIEST_LOCAL):  # no tiered storage: all of it is local
                 out.append((NONE, -1, lg.log_start_offset))
-            elif ts < 0:
+            elif ts == LATEST_TIERED:  # nothing is tiered: Kafka answers -1
+                out.append((NONE, -1, -1))
+            elif ts < 0 and ts != MAX_TIMESTAMP:
                 out.append((INVALID_REQUEST, -1, -1))
             else:
-                found = lg.offset_for_timestamp(ts)
+                found = (lg.offset_of_max_timestamp() if ts == MAX_TIMESTAMP
+                         else lg.offset_for_timestamp(ts))
                 if found is None or found[0] >= lg.high_watermark:
                     out.append((NONE, -1, -1))
                 else:
