@@ -137,7 +137,7 @@ class Server:
             zk=None if config.standalone else lambda: self.config_zk).dispatch())
         self.handlers.register(PartitionApis(
             self.replicas, self.topic_admin, controller=lambda: self.controller,
-            stopping=self.handlers.stopping).dispatch())
+            metadata=self.metadata_cache, stopping=self.handlers.stopping).dispatch())
         self.handlers.check_served()
         self.fetchers: ReplicaFetchers | None = None
         if isinstance(leadership, ClusterLeadership):
@@ -506,6 +506,14 @@ class Server:
                 lambda: self.storage.maintenance(retention=False, checkpoints=False,
                                                  watermarks=True))),
         ]
+        if self.controller is not None and self.config["auto.leader.rebalance.enable"]:
+            controller = self.controller
+
+            async def rebalance() -> None:
+                await asyncio.wrap_future(controller.rebalance_leaders())
+
+            self._background.append(asyncio.ensure_future(self._periodic(
+                self.config["leader.imbalance.check.interval.seconds"], rebalance)))
         if self.isr is not None:
             isr = self.isr
 
@@ -543,7 +551,8 @@ class Server:
             self.config.broker_id, client=self.cluster.client, session_timeout=session_timeout,
             default_num_partitions=self.config["num.partitions"],
             default_replication_factor=self.config["default.replication.factor"],
-            unclean_leader_election=self.config["unclean.leader.election.enable"])
+            unclean_leader_election=self.config["unclean.leader.election.enable"],
+            leader_imbalance_percentage=self.config["leader.imbalance.per.broker.percentage"])
         self.handlers.controller = self.controller
         self._controller_started = False
         self.monitor.cluster = self.transitions.cluster = self.cluster

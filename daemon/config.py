@@ -325,6 +325,13 @@ KEYS: dict[str, Key] = {k.name: k for k in (
     Key("unclean.leader.election.enable", bool, False, _bool,
         "elect an out-of-sync replica when no in-sync one is left (data loss); a topic's "
         "own value overrides it"),
+    Key("auto.leader.rebalance.enable", bool, True, _bool,
+        "the controller moves leadership back to preferred replicas (each partition's "
+        "first) once a broker leads too few of those it is preferred for"),
+    Key("leader.imbalance.check.interval.seconds", int, 300, _int(1),
+        "how often the controller checks the leader imbalance"),
+    Key("leader.imbalance.per.broker.percentage", int, 10, _int(0, 100),
+        "the share of a broker's preferred partitions led elsewhere that starts a rebalance"),
     Key("replica.lag.time.max.ms", int, 30000, _int(1),
         "a follower that has not caught up for this long leaves the ISR"),
     Key("replica.fetch.max.bytes", int, 1024 * 1024, _int(0, 2**31 - 1),

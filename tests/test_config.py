@@ -215,6 +215,9 @@ log.dir.slow.min.ms = 20
 log.dir.slow.factor = 3
 min.insync.replicas = 2
 unclean.leader.election.enable = true
+auto.leader.rebalance.enable = false
+leader.imbalance.check.interval.seconds = 30
+leader.imbalance.per.broker.percentage = 25
 replica.lag.time.max.ms = 10000
 replica.fetch.max.bytes = 4194304
 replica.fetch.response.max.bytes = 20971520
@@ -260,6 +263,9 @@ def test_every_key_is_read(tmp_path: Path) -> None:
     assert (cfg["log.dir.slow.min.ms"], cfg["log.dir.slow.factor"]) == (20, 3)
     assert (cfg["min.insync.replicas"], cfg["replica.lag.time.max.ms"]) == (2, 10000)
     assert cfg["unclean.leader.election.enable"] is True
+    assert cfg["auto.leader.rebalance.enable"] is False
+    assert (cfg["leader.imbalance.check.interval.seconds"],
+            cfg["leader.imbalance.per.broker.percentage"]) == (30, 25)
     assert cfg["replica.high.watermark.checkpoint.interval.ms"] == 2000
     assert [cfg[f"replica.fetch.{k}"] for k in (
         "max.bytes", "response.max.bytes", "wait.max.ms", "min.bytes", "backoff.ms")] == [

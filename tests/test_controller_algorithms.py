@@ -69,6 +69,37 @@ def test_isr_removal_always_bumps_the_epoch_and_never_empties_the_isr():
     assert le.remove_replica_from_isr(current, 1, 5) is None  # not in the ISR: no write
 
 
+def test_preferred_election_moves_leadership_back_only_to_a_live_isr_member():
+    # Broker 1 (preferred) came back and caught up: it leads again, the ISR stays.
+    current = LeaderAndIsr(2, 4, (2, 3, 1), controller_epoch=4, zk_version=9)
+    assert le.elect_preferred_leader([1, 2, 3], current, online(1, 2, 3), 6) == \
+        LeaderAndIsr(1, 5, (2, 3, 1), 6, 9)
+    # Not yet in the ISR, not online, or already leading: no election.
+    behind = LeaderAndIsr(2, 4, (2, 3), 4, 9)
+    assert le.elect_preferred_leader([1, 2, 3], behind, online(1, 2, 3), 6) is None
+    assert le.elect_preferred_leader([1, 2, 3], current, online(2, 3), 6) is None
+    assert le.elect_preferred_leader([2, 1, 3], current, online(1, 2, 3), 6) is None
+
+
+def test_auto_rebalance_picks_brokers_whose_preferred_partitions_are_led_elsewhere():
+    # Broker 1 is preferred for a, b, c, d; 2 for e, f. After broker 1's restart it leads
+    # only a: 75% of its partitions are elsewhere. Broker 2 leads both of its own.
+    assignments = {"a": (1, 2), "b": (1, 2), "c": (1, 2), "d": (1, 3), "e": (2, 1), "f": (2, 1)}
+    leaders = {"a": 1, "b": 2, "c": 2, "d": 3, "e": 2, "f": 2}
+    in_isr = {"b", "d"}  # c's preferred replica has not caught up yet
+
+    def can_lead(tp, broker):
+        return tp in in_isr
+
+    assert le.preferred_elections_due(assignments, leaders, can_lead, 10) == ["b", "d"]
+    # 75% is not above a 75% allowance; one partition of four is above 10%.
+    assert le.preferred_elections_due(assignments, leaders, can_lead, 75) == []
+    assert le.preferred_elections_due(
+        assignments, {**leaders, "b": 1, "d": 1}, lambda tp, b: True, 10) == ["c"]
+    # A partition without leadership yet is not counted as led elsewhere.
+    assert le.preferred_elections_due({"x": (1, 2)}, {}, lambda tp, b: True, 0) == []
+
+
 def test_round_robin_assignment_matches_kafkas_layout():
     # AdminUtils' documented example: 5 brokers, 10 partitions, RF 3, start 0, shift 0.
     got = le.round_robin_assignment([0, 1, 2, 3, 4], 10, 3, start=0, shift=0)

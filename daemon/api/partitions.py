@@ -1,5 +1,6 @@
-"""DeleteRecords (21) and CreatePartitions (37), as a ZooKeeper-mode Kafka broker
-answers them (docs/cluster.md "Deleting records and adding partitions").
+"""DeleteRecords (21), CreatePartitions (37) and ElectLeaders (43), as a ZooKeeper-mode
+Kafka broker answers them (docs/cluster.md "Deleting records and adding partitions",
+"Preferred leaders").
 
 DeleteRecords is served by each partition's leader: the log start offset moves up to
 the offset asked (-1: the high watermark), whole segments below it are deleted at once,
@@ -12,6 +13,13 @@ free space, with the topic's config); in a cluster only the active controller ta
 (others answer 41), writes the longer assignment to `/brokers/topics/<t>`, and the
 answer waits until this broker's metadata shows a leader for every partition, or
 `timeout_ms` (7).
+
+ElectLeaders: only the active controller takes it (others answer 41 per partition);
+PREFERRED moves leadership back to each partition's first replica when it is alive and
+in the ISR (else 80), UNCLEAN elects a leader for leaderless partitions (else 83); a
+partition that needs neither answers 84, and is left out when all partitions were asked
+for. The answer waits until this broker's metadata shows the new leaders, or
+`timeout_ms` (7). Standalone, this broker is every partition's only replica: 84.
 
 Errors, per partition or topic, each changing nothing: a partition not led here 6, an
 unknown one 3, an offset past the high watermark 1 (OFFSET_OUT_OF_RANGE), an offline
@@ -28,7 +36,13 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from kafka.protocol.admin import CreatePartitionsResponse, DeleteRecordsResponse
+from kafka.protocol.admin import (
+    CreatePartitionsResponse,
+    DeleteRecordsResponse,
+    ElectLeadersResponse,
+)
+
+from logstore import TopicPartition
 
 from ..replica.manager import ReplicaManager
 from ..replica.partition import Partition
@@ -44,15 +58,17 @@ class PartitionApis:
 
     def __init__(self, replicas: ReplicaManager, topic_admin: TopicAdmin, *,
                  controller: Callable[[], Any] | None = None,
+                 metadata: Any | None = None,
                  stopping: asyncio.Event | None = None):
         self.replicas = replicas
         self.leadership = replicas.leadership
         self.topic_admin = topic_admin
         self.controller = controller or (lambda: None)
+        self.metadata = metadata  # cluster: the metadata cache UpdateMetadata fills
         self.stopping = stopping or asyncio.Event()
 
     def dispatch(self) -> dict[int, Callable[..., Awaitable[Any]]]:
-        return {21: self.delete_records, 37: self.create_partitions}
+        return {21: self.delete_records, 37: self.create_partitions, 43: self.elect_leaders}
 
     # ---- DeleteRecords ----
 
@@ -144,3 +160,74 @@ class PartitionApis:
                 return False
             await asyncio.sleep(0.05)
         return False
+
+    # ---- ElectLeaders ----
+
+    async def elect_leaders(self, req: protocol.Request, _conn: Any) -> Any:
+        body = req.body
+        election = body.election_type if req.version >= 1 else 0  # v0: preferred only
+        wanted = (None if body.topic_partitions is None else
+                  [TopicPartition(t.topic, p) for t in body.topic_partitions
+                   for p in t.partitions])
+        controller = self.controller()
+        if election not in (0, 1):
+            results = {tp: (errors.INVALID_REQUEST, f"unknown election type {election}")
+                       for tp in wanted or []}
+        elif controller is None:
+            results = self._elect_standalone(wanted)
+        else:
+            results = await self._elect_in_cluster(controller, election, wanted,
+                                                   body.timeout_ms)
+        if wanted is None:  # all partitions: only those that needed an election
+            results = {tp: r for tp, r in results.items() if r[0] != errors.ELECTION_NOT_NEEDED}
+        R = ElectLeadersResponse.ReplicaElectionResult
+        by_topic: dict[str, list[Any]] = {}
+        for tp, (code, message) in results.items():
+            by_topic.setdefault(tp.topic, []).append(R.PartitionResult(
+                partition_id=tp.partition, error_code=code, error_message=message))
+        return ElectLeadersResponse(throttle_time_ms=0, error_code=errors.NONE,
+                                    replica_election_results=[
+                                        R(topic=t, partition_result=ps)
+                                        for t, ps in by_topic.items()])
+
+    def _elect_standalone(self, wanted: list[TopicPartition] | None
+                          ) -> dict[TopicPartition, tuple[int, str | None]]:
+        out: dict[TopicPartition, tuple[int, str | None]] = {}
+        for tp in wanted if wanted is not None else sorted(self.replicas.partitions):
+            if self.replicas.get(tp.topic, tp.partition) is None:
+                out[tp] = (errors.unknown_topic_code(tp.topic), "The partition does not exist.")
+            else:
+                out[tp] = (errors.ELECTION_NOT_NEEDED, "standalone: this broker is the only "
+                           "replica and leads it")
+        return out
+
+    async def _elect_in_cluster(self, controller: Any, election: int,
+                                wanted: list[TopicPartition] | None, timeout_ms: int
+                                ) -> dict[TopicPartition, tuple[int, str | None]]:
+        deadline = time.monotonic() + max(timeout_ms, 0) / 1000
+        try:
+            results = await asyncio.wait_for(
+                asyncio.wrap_future(controller.elect_leaders(election, wanted)),
+                max(deadline - time.monotonic(), 1.0))
+        except TimeoutError:
+            return {tp: (errors.REQUEST_TIMED_OUT, "the election did not finish in time")
+                    for tp in wanted or []}
+        except Exception as err:  # noqa: BLE001 - ZooKeeper trouble or a moved controller
+            code, message = errors.error_of(err, "elect leaders")
+            return {tp: (code, message) for tp in wanted or []}
+        # As Kafka's DelayedElectLeader: answered once this broker's metadata shows the
+        # new leaders (their leader epoch), or at the timeout.
+        waiting = {tp: epoch for tp, (code, _, epoch) in results.items() if code == errors.NONE}
+        while waiting and not self.stopping.is_set() and time.monotonic() < deadline:
+            waiting = {tp: epoch for tp, epoch in waiting.items()
+                       if self._metadata_epoch(tp) < epoch}
+            if waiting:
+                await asyncio.sleep(0.05)
+        out = {tp: (code, message) for tp, (code, message, _) in results.items()}
+        for tp in waiting:
+            out[tp] = (errors.REQUEST_TIMED_OUT, "the new leader is not in the metadata yet")
+        return out
+
+    def _metadata_epoch(self, tp: TopicPartition) -> int:
+        p = self.metadata.partition(tp.topic, tp.partition) if self.metadata else None
+        return p.leader_epoch if p is not None else -1

@@ -40,6 +40,8 @@ from kafka.protocol.admin import (
     DescribeGroupsResponse,
     DescribeLogDirsRequest,
     DescribeLogDirsResponse,
+    ElectLeadersRequest,
+    ElectLeadersResponse,
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
     ListGroupsRequest,
@@ -190,6 +192,8 @@ SUPPORTED: dict[int, Api] = {a.key: a for a in (
     # DeleteRecords and CreatePartitions (daemon/api/partitions.py).
     _api(DeleteRecordsRequest, DeleteRecordsResponse, 0, 2),
     _api(CreatePartitionsRequest, CreatePartitionsResponse, 0, 3),
+    # ElectLeaders (daemon/api/partitions.py): preferred and unclean elections.
+    _api(ElectLeadersRequest, ElectLeadersResponse, 0, 2),
     # The controller's requests (docs/cluster.md): every version a ZooKeeper-mode
     # Kafka 3.x controller sends.
     _api(LeaderAndIsrRequest, LeaderAndIsrResponse, 0, 7),

@@ -47,7 +47,7 @@ from .channel import ChannelManager, RequestBatch
 from .context import BrokerInfo, ControllerContext
 from .deletion import TopicDeletionManager
 from .election import ControllerElection
-from .leader_election import round_robin_assignment
+from .leader_election import preferred_elections_due, round_robin_assignment
 from .state_machines import PartitionState as P
 from .state_machines import PartitionStateMachine, ReplicaStateMachine
 from .state_machines import ReplicaState as R
@@ -67,6 +67,10 @@ INVALID_REQUEST = kerr.InvalidRequestError.errno
 INVALID_TOPIC = kerr.InvalidTopicError.errno
 UNKNOWN_TOPIC = kerr.UnknownTopicOrPartitionError.errno
 TOPIC_DELETION_DISABLED = kerr.TopicDeletionDisabledError.errno
+ELECTION_NOT_NEEDED = kerr.ElectionNotNeededError.errno
+PREFERRED_LEADER_NOT_AVAILABLE = kerr.PreferredLeaderNotAvailableError.errno
+ELIGIBLE_LEADERS_NOT_AVAILABLE = kerr.EligibleLeadersNotAvailableError.errno
+PREFERRED, UNCLEAN = 0, 1  # ElectLeaders' election types
 
 
 @dataclass(frozen=True)
@@ -119,6 +123,7 @@ class Controller:
                  session_timeout: float = 10.0, listener: str = "PLAINTEXT",
                  default_num_partitions: int = 1, default_replication_factor: int = 1,
                  unclean_leader_election: bool = False, delete_topic_enable: bool = True,
+                 leader_imbalance_percentage: int = 10,
                  socket_timeout: float = 30.0, rng: random.Random | None = None):
         if client is None and hosts is None:
             raise ValueError("a Controller needs a KazooClient or ZooKeeper hosts")
@@ -129,6 +134,7 @@ class Controller:
         self.default_num_partitions = default_num_partitions
         self.default_replication_factor = default_replication_factor
         self.delete_topic_enable = delete_topic_enable
+        self.leader_imbalance_percentage = leader_imbalance_percentage
         self.rng = rng or random.Random()
         self.ctx = ControllerContext()
         self.zk = ControllerZk(self.client, -1, request_timeout=session_timeout, deadline=session_timeout)
@@ -198,6 +204,23 @@ class Controller:
         writing the longer assignment to `/brokers/topics/<t>` (Kafka's
         AdminZkClient.addPartitions); the partition watch then brings them online."""
         return self.call(lambda: self._create_partitions(topic, count, assignments, validate_only))
+
+    def elect_leaders(self, election_type: int,
+                      tps: Iterable[TopicPartition] | None) -> Future:
+        """Future of {partition: (error code, message, new leader epoch or -1)}:
+        ElectLeaders (Kafka's
+        processReplicaLeaderElection). PREFERRED (0) moves leadership back to each
+        partition's preferred replica, UNCLEAN (1) elects a leader for leaderless
+        partitions even from outside the ISR. `tps` None: every partition (the answer
+        then leaves out those that needed no election, as Kafka's does)."""
+        wanted = None if tps is None else tuple(tps)
+        return self.call(lambda: self._elect_leaders(election_type, wanted))
+
+    def rebalance_leaders(self) -> Future:
+        """Future of the partitions whose preferred replica was made leader again: the
+        auto leader rebalance (auto.leader.rebalance.enable), run every
+        leader.imbalance.check.interval.seconds by the daemon. Not active: nothing."""
+        return self.call(self._rebalance_leaders)
 
     def call(self, fn) -> Future:
         """Run `fn()` on the event thread (a consistent view of the context)."""
@@ -573,6 +596,74 @@ class Controller:
         self.partition_sm.handle_state_changes(tps, P.ONLINE, batch)
         self.replica_sm.handle_state_changes(replicas, R.ONLINE, batch)
         self.send(batch)
+
+    def _elect_leaders(self, election_type: int, wanted: tuple[TopicPartition, ...] | None
+                       ) -> dict[TopicPartition, tuple[int, str | None, int]]:
+        if wanted is not None and not self.is_active:
+            return {tp: (NOT_CONTROLLER, "this broker is not the controller", -1)
+                    for tp in wanted}
+        if not self.is_active:
+            return {}
+        results: dict[TopicPartition, tuple[int, str | None, int]] = {}
+        known = set(self.ctx.partitions())
+        candidates = []
+        for tp in (self.ctx.partitions() if wanted is None else wanted):
+            if tp not in known:
+                results[tp] = (UNKNOWN_TOPIC, "The partition does not exist.", -1)
+            elif self.ctx.is_topic_queued_for_deletion(tp.topic):
+                results[tp] = (INVALID_TOPIC, "The topic is being deleted", -1)
+            else:
+                lai = self.ctx.leadership.get(tp)
+                leader = lai.leader if lai is not None else -1
+                replicas = self.ctx.replicas(tp)
+                needed = (leader != replicas[0] if election_type == PREFERRED
+                          else leader == -1 or leader not in self.ctx.live_brokers)
+                if needed:
+                    candidates.append(tp)
+                else:
+                    results[tp] = (ELECTION_NOT_NEEDED, "Leader election not needed for topic "
+                                   "partition.", -1)
+        if candidates:
+            batch = RequestBatch()
+            elected, failed = self.partition_sm.elect_leaders(
+                candidates, batch, preferred=election_type == PREFERRED)
+            self.send(batch)
+            self._update_metrics()
+            code = (PREFERRED_LEADER_NOT_AVAILABLE if election_type == PREFERRED
+                    else ELIGIBLE_LEADERS_NOT_AVAILABLE)
+            strategy = ("PreferredReplicaPartitionLeaderElectionStrategy"
+                        if election_type == PREFERRED else "OfflinePartitionLeaderElectionStrategy")
+            for tp in candidates:
+                results[tp] = ((NONE, None, elected[tp].leader_epoch) if tp in elected else
+                               (code, f"Failed to elect leader for partition {tp} under "
+                                      f"strategy {strategy}", -1))
+            log.info("controller: %s election for %d partitions: %d elected",
+                     "preferred" if election_type == PREFERRED else "unclean",
+                     len(candidates), len(elected))
+        return results
+
+    def _rebalance_leaders(self) -> list[TopicPartition]:
+        """Kafka's checkAndTriggerAutoLeaderRebalance (leader_election.preferred_elections_due)."""
+        if not self.is_active:
+            return []
+        movable = {tp: self.ctx.replicas(tp) for tp in self.ctx.partitions()
+                   if not self.ctx.is_topic_queued_for_deletion(tp.topic)}
+        leaders = {tp: lai.leader for tp, lai in self.ctx.leadership.items() if tp in movable}
+
+        def can_lead(tp: TopicPartition, broker: int) -> bool:
+            lai = self.ctx.leadership.get(tp)
+            return (lai is not None and broker in lai.isr
+                    and self.ctx.is_replica_online(broker, tp))
+
+        due = preferred_elections_due(movable, leaders, can_lead, self.leader_imbalance_percentage)
+        if not due:
+            return []
+        log.info("controller: leader imbalance above %d%%: moving %d partitions back to their "
+                 "preferred replicas", self.leader_imbalance_percentage, len(due))
+        batch = RequestBatch()
+        elected, _ = self.partition_sm.elect_leaders(due, batch, preferred=True)
+        self.send(batch)
+        return sorted(elected)
 
     def _process_create_topics(self, event: ev.CreateTopics) -> None:
         if not self.is_active:

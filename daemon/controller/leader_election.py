@@ -10,8 +10,9 @@ No function raises for an unelectable partition; None says so.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 from daemon.cluster import znodes
 
@@ -21,6 +22,7 @@ EPOCH_DURING_DELETE = -2  # StopReplica's leader epoch for a topic being deleted
 NO_EPOCH = -1
 
 IsOnline = Callable[[int], bool]
+T = TypeVar("T")  # a partition, as the caller names it
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,39 @@ def elect_offline_leader(assignment: Sequence[int], current: LeaderAndIsr, is_on
     if unclean and live:
         return current.new_leader_and_isr(live[0], [live[0]], controller_epoch, recovering=True)
     return None
+
+
+def elect_preferred_leader(assignment: Sequence[int], current: LeaderAndIsr,
+                           is_online: IsOnline, controller_epoch: int) -> LeaderAndIsr | None:
+    """Kafka's PreferredReplicaPartitionLeaderElectionStrategy: the first assigned
+    replica (the preferred one) leads again when it is online and in the ISR; the ISR
+    stays as it is. None when it cannot lead, or leads already."""
+    if not assignment:
+        return None
+    preferred = assignment[0]
+    if preferred == current.leader or preferred not in current.isr or not is_online(preferred):
+        return None
+    return current.new_leader_and_isr(preferred, current.isr, controller_epoch)
+
+
+def preferred_elections_due(assignments: Mapping[T, Sequence[int]],
+                            leaders: Mapping[T, int], can_lead: Callable[[T, int], bool],
+                            imbalance_percentage: int) -> list[T]:
+    """Kafka's checkAndTriggerAutoLeaderRebalance: for each broker, the share of the
+    partitions it is preferred for that another broker leads; above
+    `imbalance_percentage` (leader.imbalance.per.broker.percentage), those of them whose
+    preferred replica `can_lead` (online and in the ISR) are due an election.
+    `assignments` holds the partitions that may move (none of a topic being deleted)."""
+    by_preferred: dict[int, list[T]] = {}
+    for tp, replicas in assignments.items():
+        if replicas:
+            by_preferred.setdefault(replicas[0], []).append(tp)
+    due: list[T] = []
+    for broker, tps in sorted(by_preferred.items()):
+        elsewhere = [tp for tp in tps if tp in leaders and leaders[tp] != broker]
+        if len(elsewhere) / len(tps) > imbalance_percentage / 100:
+            due += [tp for tp in elsewhere if can_lead(tp, broker)]
+    return sorted(due)
 
 
 def remove_replica_from_isr(current: LeaderAndIsr, replica: int,

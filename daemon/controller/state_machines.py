@@ -158,13 +158,58 @@ class PartitionStateMachine:
             out[tp] = lai
         return out
 
-    def _elect_leaders(self, tps: list[TopicPartition], batch: RequestBatch
-                       ) -> dict[TopicPartition, LeaderAndIsr]:
-        """Offline election, re-reading and retrying the partitions whose state moved."""
+    def elect_leaders(self, tps: Iterable[TopicPartition], batch: RequestBatch, *,
+                      preferred: bool) -> tuple[dict[TopicPartition, LeaderAndIsr],
+                                                list[TopicPartition]]:
+        """An election asked for (ElectLeaders, or the controller's own leader
+        rebalance): `preferred`, Online partitions whose preferred replica can lead
+        again (Kafka's PreferredReplicaPartitionLeaderElectionStrategy); otherwise
+        Offline ones, with unclean election allowed whatever the topic says (an
+        operator's UNCLEAN election). Returns the elected and those that could not be."""
+        want = P.ONLINE if preferred else P.OFFLINE
+        tps = [tp for tp in tps if self.state(tp) is want]
+        choose = self._preferred_choice if preferred else self._offline_choice(force_unclean=True)
+        elected = self._elect_leaders(tps, batch, choose)
+        for tp in elected:
+            self.ctx.partition_states[tp] = P.ONLINE
+        return elected, [tp for tp in tps if tp not in elected]
+
+    def _preferred_choice(self, tp: TopicPartition, current: LeaderAndIsr) -> LeaderAndIsr | str:
+        replicas = self.ctx.replicas(tp)
+        new = le.elect_preferred_leader(replicas, current,
+                                        lambda r: self.ctx.is_replica_online(r, tp), self.ctx.epoch)
+        if new is None:
+            return (f"preferred replica {replicas[0] if replicas else None} cannot lead "
+                    f"(leader {current.leader}, ISR {list(current.isr)})")
+        return new
+
+    def _offline_choice(self, force_unclean: bool = False
+                        ) -> Callable[[TopicPartition, LeaderAndIsr], LeaderAndIsr | str]:
+        unclean: dict[str, bool] = {}
+
+        def choose(tp: TopicPartition, current: LeaderAndIsr) -> LeaderAndIsr | str:
+            if tp.topic not in unclean:
+                unclean[tp.topic] = force_unclean or unclean_enabled(
+                    self._zk().topic_config(tp.topic), self.default_unclean)
+            new = le.elect_offline_leader(self.ctx.replicas(tp), current,
+                                          lambda r: self.ctx.is_replica_online(r, tp),
+                                          unclean[tp.topic], self.ctx.epoch)
+            if new is None:
+                return (f"no live in-sync replica among ISR {list(current.isr)} (unclean "
+                        f"election {'on' if unclean[tp.topic] else 'off'}); it stays offline")
+            return new
+
+        return choose
+
+    def _elect_leaders(self, tps: list[TopicPartition], batch: RequestBatch,
+                       choose: Callable[[TopicPartition, LeaderAndIsr], LeaderAndIsr | str]
+                       | None = None) -> dict[TopicPartition, LeaderAndIsr]:
+        """Election (offline by default), re-reading and retrying the partitions whose
+        state moved. `choose` gives the new leadership, or why there is none."""
+        choose = choose or self._offline_choice()
         out: dict[TopicPartition, LeaderAndIsr] = {}
         zk = self._zk()
         pending = list(tps)
-        unclean: dict[str, bool] = {}
         while pending:
             updates = {}
             for tp, current in zk.partition_states(pending).items():
@@ -172,16 +217,10 @@ class PartitionStateMachine:
                     log.error("%s: its state was written by controller epoch %d, above ours "
                               "(%d); not electing", tp, current.controller_epoch, self.ctx.epoch)
                     continue
-                if tp.topic not in unclean:
-                    unclean[tp.topic] = unclean_enabled(zk.topic_config(tp.topic), self.default_unclean)
-                new = le.elect_offline_leader(self.ctx.replicas(tp), current,
-                                              lambda r, tp=tp: self.ctx.is_replica_online(r, tp),
-                                              unclean[tp.topic], self.ctx.epoch)
-                if new is None:
+                new = choose(tp, current)
+                if isinstance(new, str):
                     self.ctx.leadership[tp] = current
-                    log.error("%s: no live in-sync replica among ISR %s (unclean election %s); "
-                              "it stays offline", tp, list(current.isr),
-                              "on" if unclean[tp.topic] else "off")
+                    log.error("%s: %s", tp, new)
                     continue
                 updates[tp] = new
             done, pending_set = zk.update_leader_and_isr(updates)
