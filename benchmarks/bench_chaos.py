@@ -3,7 +3,9 @@ ZooKeeper and three brokers, the idempotent acks=all producers of
 tests.test_replication.PRODUCERS writing throughout, and for CHAOS_SECONDS a random fault every few
 seconds: SIGKILL of a random broker or of the controller (restarted once the cluster
 noticed), or SIGSTOP of one for 1-8 s (past the 4 s ZooKeeper session or not). At most
-one broker is faulty at a time, so min.insync.replicas 2 keeps accepting writes.
+one broker is faulty at a time, so min.insync.replicas 2 keeps accepting writes. The
+controller's auto leader rebalance runs every 3 s, so leadership also moves back to
+restarted brokers under load.
 
 Afterwards every broker runs again and the same checks as the CI test hold: every
 acknowledged record is read back exactly once, each producer's records in order per
@@ -49,7 +51,10 @@ def test_random_kills_and_pauses_under_acks_all_load(note: Any, benchmark: Any) 
     topic, parts = "chaos", 3
     faults: dict[str, int] = {"kill": 0, "kill-controller": 0, "pause": 0}
     with tempfile.TemporaryDirectory(prefix="lk-chaos-") as tmp, \
-            Cluster(Path(tmp), dirs=2) as cl:
+            Cluster(Path(tmp), dirs=2, extra={
+                # Preferred elections every few seconds too: each restarted broker gets
+                # its partitions back while producers write and the next fault comes.
+                "leader.imbalance.check.interval.seconds": 3}) as cl:
         create(cl, topic, parts)
         loads = start_producers(cl, topic, parts)
         try:
@@ -74,15 +79,31 @@ def test_random_kills_and_pauses_under_acks_all_load(note: Any, benchmark: Any) 
                     d.start()
                 faults[kind] += 1
                 wait_for(lambda: len(cl.alive()) == len(cl.brokers)
-                         and full_isr(cl, topic, parts), 90, "the cluster whole again")
+                         and full_isr(cl, topic, parts), 90,
+                         lambda kind=kind, victim=victim: _stuck(cl, topic, kind, victim, seed))
         finally:
             unanswered = [load.finish() for load in loads]
         assert_every_ack_read_once(cl, topic, parts, loads, unanswered)
         wait_for(lambda: replicas_identical(cl, topic, parts), 60, "replicas byte-identical")
+        rebalances = sum(d.stderr().count("back to their preferred replicas")
+                         for d in cl.brokers.values())
     total = sum(faults.values())
     acked = sum(len(load.acked) for load in loads)
     note(f"chaos (seed {seed}, {CHAOS_SECONDS:.0f} s): survived {total} faults "
          f"({faults['kill']} kills, {faults['kill-controller']} controller kills, "
-         f"{faults['pause']} pauses); {acked} acks=all records acknowledged, all read back "
-         "exactly once, replicas byte-identical")
+         f"{faults['pause']} pauses) and {rebalances} leader rebalances; {acked} acks=all "
+         "records acknowledged, all read back exactly once, replicas byte-identical")
     benchmark.extra_info.update(seed=seed, faults=faults, acked=acked)
+
+
+def _stuck(cl: Cluster, topic: str, kind: str, victim: int, seed: int) -> str:
+    """What a wait for the whole cluster reports: each broker's view of the topic and
+    the end of its log."""
+    views = []
+    for b in cl.alive():
+        try:
+            views.append(f"{b}: {cl.metadata(b, [topic])['partitions']}")
+        except OSError as err:
+            views.append(f"{b}: {err}")
+    return (f"the cluster whole again after {kind} of broker {victim} (seed {seed}); each "
+            "broker's view:\n" + "\n".join(views) + "\n" + cl.views())

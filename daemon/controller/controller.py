@@ -208,11 +208,11 @@ class Controller:
     def elect_leaders(self, election_type: int,
                       tps: Iterable[TopicPartition] | None) -> Future:
         """Future of {partition: (error code, message, new leader epoch or -1)}:
-        ElectLeaders (Kafka's
-        processReplicaLeaderElection). PREFERRED (0) moves leadership back to each
-        partition's preferred replica, UNCLEAN (1) elects a leader for leaderless
-        partitions even from outside the ISR. `tps` None: every partition (the answer
-        then leaves out those that needed no election, as Kafka's does)."""
+        ElectLeaders (Kafka's processReplicaLeaderElection). PREFERRED (0) moves
+        leadership back to each partition's preferred replica, UNCLEAN (1) elects a
+        leader for leaderless partitions even from outside the ISR. `tps` None: every
+        partition (the answer then leaves out those that needed no election, as
+        Kafka's does)."""
         wanted = None if tps is None else tuple(tps)
         return self.call(lambda: self._elect_leaders(election_type, wanted))
 
@@ -625,7 +625,7 @@ class Controller:
                                    "partition.", -1)
         if candidates:
             batch = RequestBatch()
-            elected, failed = self.partition_sm.elect_leaders(
+            elected, _ = self.partition_sm.elect_leaders(
                 candidates, batch, preferred=election_type == PREFERRED)
             self.send(batch)
             self._update_metrics()
