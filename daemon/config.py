@@ -17,7 +17,9 @@ then `dirs = ...`); all three name the same Kafka property.
 Every key is checked against `KEYS`, the one table of properties logkeeper uses, with
 their types, Kafka's defaults and validators. Kafka's key families resolve as Kafka
 resolves them: `log.retention.ms` > `.minutes` > `.hours`, `log.roll.ms` > `.hours`,
-`log.dirs` > `log.dir`, `advertised.listeners` defaulting to `listeners`. A key of
+`log.dirs` > `log.dir`, `advertised.listeners` defaulting to `listeners`. A KRaft-mode
+file (Kafka 4's) is read as one broker: `node.id` is the broker id, the listeners of
+`controller.listener.names` are set aside (`_kraft_file`, `_broker_listeners`). A key of
 Kafka's that logkeeper does not use (`daemon.kafka_keys`) is accepted and named in
 `Config.warnings`, which `serve` logs once at start-up.
 
