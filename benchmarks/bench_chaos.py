@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import signal
 import sys
 import tempfile
@@ -57,6 +58,7 @@ def test_random_kills_and_pauses_under_acks_all_load(note: Any, benchmark: Any) 
                 "leader.imbalance.check.interval.seconds": 3}) as cl:
         create(cl, topic, parts)
         loads = start_producers(cl, topic, parts)
+        unanswered: list[int] = []
         try:
             end = time.monotonic() + CHAOS_SECONDS
             while time.monotonic() < end:
@@ -81,10 +83,18 @@ def test_random_kills_and_pauses_under_acks_all_load(note: Any, benchmark: Any) 
                 wait_for(lambda: len(cl.alive()) == len(cl.brokers)
                          and full_isr(cl, topic, parts), 90,
                          lambda kind=kind, victim=victim: _stuck(cl, topic, kind, victim, seed))
-        finally:
-            unanswered = [load.finish() for load in loads]
-        assert_every_ack_read_once(cl, topic, parts, loads, unanswered)
-        wait_for(lambda: replicas_identical(cl, topic, parts), 60, "replicas byte-identical")
+            for load in loads:
+                unanswered.append(load.finish())
+            assert_every_ack_read_once(cl, topic, parts, loads, unanswered)
+            wait_for(lambda: replicas_identical(cl, topic, parts), 60, "replicas byte-identical")
+        except BaseException:
+            _keep_evidence(cl, loads, seed)
+            for load in loads[len(unanswered):]:  # stop the producers not yet finished
+                try:
+                    load.finish()
+                except Exception:  # noqa: BLE001 - the run failed already; stop the rest
+                    pass
+            raise
         rebalances = sum(d.stderr().count("back to their preferred replicas")
                          for d in cl.brokers.values())
     total = sum(faults.values())
@@ -107,3 +117,16 @@ def _stuck(cl: Cluster, topic: str, kind: str, victim: int, seed: int) -> str:
             views.append(f"{b}: {err}")
     return (f"the cluster whole again after {kind} of broker {victim} (seed {seed}); each "
             "broker's view:\n" + "\n".join(views) + "\n" + cl.views())
+
+
+def _keep_evidence(cl: Cluster, loads: list[Any], seed: int) -> None:
+    """A failed run's brokers' logs and the producers' idempotence events, kept in
+    /tmp/lk-chaos-failed-<seed> (the cluster's own dir goes with the run)."""
+    keep = Path(tempfile.gettempdir(), f"lk-chaos-failed-{seed}")
+    keep.mkdir(exist_ok=True)
+    for b, d in cl.brokers.items():
+        if d.stderr_path.exists():
+            shutil.copy(d.stderr_path, keep / f"broker{b}.stderr")
+    for i, load in enumerate(loads):
+        (keep / f"producer{i}-{load.client}.log").write_text("\n".join(load.eos_log))
+    print(f"chaos run failed (seed {seed}): logs kept in {keep}", file=sys.stderr)

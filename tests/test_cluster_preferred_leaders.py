@@ -98,6 +98,14 @@ def test_elect_leaders_moves_leadership_back_to_the_preferred_replica(tmp_path: 
             c.close()
         assert [(r.topic, [(p.partition_id, p.error_code) for p in r.partition_result])
                 for r in resp.replica_election_results] == [("pl", [(0, 41)])]
+        c = RawClient(cl.brokers[other].port)
+        try:  # every partition asked for: 41 for each it knows, as Kafka answers
+            resp = c.request(R(election_type=0, timeout_ms=10000, topic_partitions=None), 1)
+        finally:
+            c.close()
+        assert sorted((r.topic, p.partition_id, p.error_code)
+                      for r in resp.replica_election_results for p in r.partition_result) == \
+            [("pl", 0, 41), ("pl", 1, 41), ("pl", 2, 41)]
         assert _leaders(cl) == moved
 
         admin = AdminClient({"bootstrap.servers": cl.brokers[other].bootstrap})

@@ -205,6 +205,13 @@ class PartitionApis:
                                 wanted: list[TopicPartition] | None, timeout_ms: int
                                 ) -> dict[TopicPartition, tuple[int, str | None]]:
         deadline = time.monotonic() + max(timeout_ms, 0) / 1000
+        if not controller.is_active:  # Kafka: 41 for each partition asked, or all it knows
+            every = wanted
+            if every is None:
+                known = self.metadata.topics() if self.metadata else {}
+                every = [TopicPartition(t, p.partition) for t, ps in known.items() for p in ps]
+            return {tp: (errors.NOT_CONTROLLER, "this broker is not the controller")
+                    for tp in every}
         try:
             results = await asyncio.wait_for(
                 asyncio.wrap_future(controller.elect_leaders(election, wanted)),
