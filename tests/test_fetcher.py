@@ -19,7 +19,7 @@ from pathlib import Path
 import confluent_kafka as ck
 import pytest
 
-from daemon.replica.fetcher import Fetcher, LogFollowerStorage, whole_batches
+from daemon.replica.fetcher import Fetcher, FetchState, LogFollowerStorage, whole_batches
 from daemon.wire.peer import Peer
 from logstore import FailureChannel, IoGuard, Log, LogConfig, TopicPartition, names
 from logstore.records import Record, build_batch
@@ -224,6 +224,41 @@ def test_a_diverged_follower_truncates_and_then_matches_the_leader(tmp_path: Pat
             assert b"stale" not in follower_bytes(lg) and lg.log_end_offset == 700
         finally:
             follower.close()
+
+
+def test_a_divergence_cuts_to_where_the_shared_epoch_ends_on_the_lower_side(
+        tmp_path: Path) -> None:
+    """Seen in a chaos run with leader rebalances: leader 2 (epoch 9) wrote up to offset
+    15; broker 1 became leader at epoch 10 from its log end 10 and this follower took
+    its epoch-10 records from there; broker 1 died and broker 2 leads again (epoch 11).
+    Asked from epoch 10, broker 2 answers (epoch 9, ends at 15). The shared epoch 9
+    ends at 10 here: the cut is to 10, where the follower's records stop being the
+    leader's. Cut to 15, the follower kept epoch-10 records, asked from epoch 10 again
+    and got the same answer, forever (it never rejoined the ISR)."""
+    tp = TopicPartition(TOPIC, 0)
+    lg = Log.open(tmp_path / names.partition_dir_name(TOPIC, 0))
+    pool = ThreadPoolExecutor(1)
+    try:
+        for epoch in (9, 10):
+            for i in range(10):
+                lg.append(build_batch([Record(None, b"e%d-%d" % (epoch, i), [], 1)]),
+                          leader_epoch=epoch)
+
+        async def run(_tp: TopicPartition, fn, *args):  # noqa: ANN001, ANN202
+            return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
+
+        fetcher = Fetcher(3, 2, Peer("127.0.0.1", 9), LogFollowerStorage({tp: lg}, run))
+        state = FetchState(leader_epoch=11, fetch_offset=20, last_fetched_epoch=10)
+        asyncio.run(fetcher._truncate_on_divergence(tp, state, 9, 15))
+        assert (lg.log_end_offset, state.fetch_offset, state.last_fetched_epoch) == (10, 10, 9)
+        # Asked from (epoch 9, offset 10) now, the leader finds no divergence: its epoch 9
+        # goes on to 15. A leader answer within the epoch we end with cuts to its end.
+        state = FetchState(leader_epoch=11, fetch_offset=10, last_fetched_epoch=9)
+        asyncio.run(fetcher._truncate_on_divergence(tp, state, 9, 7))
+        assert (lg.log_end_offset, state.fetch_offset, state.last_fetched_epoch) == (7, 7, 9)
+    finally:
+        lg.close()
+        pool.shutdown()
 
 
 def test_offset_for_leader_epoch_and_epoch_fencing(tmp_path: Path) -> None:

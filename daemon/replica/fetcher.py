@@ -303,10 +303,14 @@ class Fetcher:
 
     async def _truncate_on_divergence(self, tp: TopicPartition, state: FetchState,
                                       leader_epoch: int, leader_end: int) -> None:
-        """Cut our log where it left the leader's: to the leader's end of the epoch we
-        share, or lower when our own end of that epoch is lower (Kafka's rule)."""
-        local_epoch, local_end = await self.storage.end_offset_for(tp, leader_epoch)
-        target = leader_end if local_epoch == leader_epoch else min(leader_end, local_end)
+        """Cut our log where it left the leader's: to where the epoch we share ends, on
+        the leader's side or ours, whichever is lower (Kafka's getOffsetTruncationState).
+        Ours can end lower: a later leader of ours (since gone) started its epoch at a
+        log end below the leader's, and our records from there are that epoch's, not the
+        leader's; cutting only to the leader's end would keep them, and the next fetch
+        would diverge at the same place again, forever."""
+        _, local_end = await self.storage.end_offset_for(tp, leader_epoch)
+        target = min(leader_end, local_end) if local_end >= 0 else leader_end
         log.info("%s: diverged from leader %d at epoch %d: truncating to %d", tp,
                  self.leader_id, leader_epoch, target)
         state.fetch_offset = await self.storage.truncate(tp, target)
