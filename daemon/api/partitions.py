@@ -14,7 +14,8 @@ free space, with the topic's config); in a cluster only the active controller ta
 answer waits until this broker's metadata shows a leader for every partition, or
 `timeout_ms` (7).
 
-ElectLeaders: only the active controller takes it (others answer 41 per partition);
+ElectLeaders: only the active controller takes it (others answer 41 per partition
+asked, or for every partition they know when all are asked for);
 PREFERRED moves leadership back to each partition's first replica when it is alive and
 in the ISR (else 80), UNCLEAN elects a leader for leaderless partitions (else 83); a
 partition that needs neither answers 84, and is left out when all partitions were asked
