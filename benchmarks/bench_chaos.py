@@ -120,13 +120,17 @@ def _stuck(cl: Cluster, topic: str, kind: str, victim: int, seed: int) -> str:
 
 
 def _keep_evidence(cl: Cluster, loads: list[Any], seed: int) -> None:
-    """A failed run's brokers' logs and the producers' idempotence events, kept in
+    """A failed run's brokers' logs, the topic's replicas and the producers' idempotence
+    events, kept in
     /tmp/lk-chaos-failed-<seed> (the cluster's own dir goes with the run)."""
     keep = Path(tempfile.gettempdir(), f"lk-chaos-failed-{seed}")
     keep.mkdir(exist_ok=True)
     for b, d in cl.brokers.items():
         if d.stderr_path.exists():
             shutil.copy(d.stderr_path, keep / f"broker{b}.stderr")
+        for log_dir in d.log_dirs:  # the topic's replicas, to compare byte by byte
+            for pdir in log_dir.glob("chaos-*"):
+                shutil.copytree(pdir, keep / f"broker{b}" / pdir.name, dirs_exist_ok=True)
     for i, load in enumerate(loads):
         (keep / f"producer{i}-{load.client}.log").write_text("\n".join(load.eos_log))
     print(f"chaos run failed (seed {seed}): logs kept in {keep}", file=sys.stderr)

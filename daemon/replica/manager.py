@@ -149,8 +149,18 @@ class ReplicaManager:
         """Queue the appends on their dirs' workers now (order kept per dir); the future
         gives one AppendResult per item, in the order given, once the high watermarks
         moved and the fetches waiting on those partitions were woken."""
+        # Each batch carries the leader epoch it was accepted under: the one of the last
+        # LeaderAndIsr applied here (Kafka's Partition.leaderEpoch, not the metadata
+        # cache's, which UpdateMetadata brings later), read now, on the loop, with the
+        # leadership check the caller just made. Read on the worker, a LeaderAndIsr
+        # applied meanwhile lent the batch its new epoch: one whose leader is another
+        # broker, so records written here under it were never that leader's, and the
+        # epoch checks could not find them (a follower kept them, or fetched forever
+        # across a batch boundary it did not share). Whatever the LeaderAndIsr does to
+        # the log is queued on the worker after this append.
+        stamped = [(p, records, self.leadership.fencing_epoch(p)) for p, records in items]
         queued = self.storage.fan_out(
-            items, _dir_of, _append_all, self.leadership,
+            stamped, _dir_of, _append_all, self.leadership,
             on_error=lambda item, err: _failed_append(err, item[0]))
 
         out: asyncio.Future[list[AppendResult]] = queued.get_loop().create_future()
@@ -268,11 +278,12 @@ def _take_on(logs: dict[TopicPartition, Any], leadership: Standalone
     return out
 
 
-def _append_all(items: list[tuple[Partition, bytes | memoryview]], leadership: Standalone
-                ) -> list[AppendResult]:
-    """Append each partition's batches, in order; one partition's failure is its own."""
+def _append_all(items: list[tuple[Partition, bytes | memoryview, int]],
+                leadership: Standalone) -> list[AppendResult]:
+    """Append each partition's batches, in order, under the leader epoch each was
+    accepted at; one partition's failure is its own."""
     out = []
-    for p, records in items:
+    for p, records, leader_epoch in items:
         where = f"append to {p.tp}"
         try:
             if p.deleted:
@@ -299,7 +310,7 @@ def _append_all(items: list[tuple[Partition, bytes | memoryview]], leadership: S
                 continue
             # The leader's epoch goes into every batch and the epoch cache, as Kafka's
             # leader writes it: followers and clients check truncation against it.
-            info = lg.append(records, leader_epoch=leadership.state(p).leader_epoch)
+            info = lg.append(records, leader_epoch=leader_epoch)
             lg.high_watermark = leadership.high_watermark(lg)
             producer.record(p.producers, checked.token, info.base_offset)
             out.append(AppendResult(NONE, info.base_offset, lg.log_start_offset,
