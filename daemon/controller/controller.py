@@ -625,7 +625,7 @@ class Controller:
                                    "partition.", -1)
         if candidates:
             batch = RequestBatch()
-            elected, _ = self.partition_sm.elect_leaders(
+            elected = self.partition_sm.elect_leaders(
                 candidates, batch, preferred=election_type == PREFERRED)
             self.send(batch)
             self._update_metrics()
@@ -661,7 +661,7 @@ class Controller:
         log.info("controller: leader imbalance above %d%%: moving %d partitions back to their "
                  "preferred replicas", self.leader_imbalance_percentage, len(due))
         batch = RequestBatch()
-        elected, _ = self.partition_sm.elect_leaders(due, batch, preferred=True)
+        elected = self.partition_sm.elect_leaders(due, batch, preferred=True)
         self.send(batch)
         return sorted(elected)
 

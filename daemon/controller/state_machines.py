@@ -159,20 +159,19 @@ class PartitionStateMachine:
         return out
 
     def elect_leaders(self, tps: Iterable[TopicPartition], batch: RequestBatch, *,
-                      preferred: bool) -> tuple[dict[TopicPartition, LeaderAndIsr],
-                                                list[TopicPartition]]:
+                      preferred: bool) -> dict[TopicPartition, LeaderAndIsr]:
         """An election asked for (ElectLeaders, or the controller's own leader
         rebalance): `preferred`, Online partitions whose preferred replica can lead
         again (Kafka's PreferredReplicaPartitionLeaderElectionStrategy); otherwise
         Offline ones, with unclean election allowed whatever the topic says (an
-        operator's UNCLEAN election). Returns the elected and those that could not be."""
+        operator's UNCLEAN election). Returns the elected; the rest could not be."""
         want = P.ONLINE if preferred else P.OFFLINE
         tps = [tp for tp in tps if self.state(tp) is want]
         choose = self._preferred_choice if preferred else self._offline_choice(force_unclean=True)
         elected = self._elect_leaders(tps, batch, choose)
         for tp in elected:
             self.ctx.partition_states[tp] = P.ONLINE
-        return elected, [tp for tp in tps if tp not in elected]
+        return elected
 
     def _preferred_choice(self, tp: TopicPartition, current: LeaderAndIsr) -> LeaderAndIsr | str:
         replicas = self.ctx.replicas(tp)
