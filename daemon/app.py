@@ -64,6 +64,7 @@ from .replica.fetcher import LogFollowerStorage, ReplicaFetchers
 from .replica.isr import IsrManager
 from .replica.leadership import ClusterLeadership, Standalone
 from .replica.manager import ReplicaManager
+from .replica.moves import ReplicaMoves
 from .replica.producer_ids import ProducerIds
 from .replica.topic_config import TopicConfigs
 from .replica.topics import TopicAdmin, TopicError
@@ -115,6 +116,8 @@ class Server:
                         else ProducerIds(self._claim_producer_id_block))
         self.handlers = Handlers(self.replicas, self.topic_admin, self.storage, self.metrics,
                                  producer_ids)
+        self.moves = ReplicaMoves(self.replicas, self.storage)
+        self.handlers.moves = self.moves
         self.coordinator = GroupCoordinator(
             OffsetsTopic(self.replicas, self.handlers.append_replicated,
                          self._offsets_partition_count),
@@ -455,8 +458,14 @@ class Server:
                 None if self.config.standalone else self._cluster_id_from_zookeeper)
             for d in self.storage.dirs:
                 if d.logdir is not None and d.state is not DirState.OFFLINE:
-                    await self.replicas.adopt(d)
+                    for tp in await self.replicas.adopt(d):
+                        log.warning("%s is in log dir %s and in %s: served from %s, the "
+                                    "copy in %s left as it is (a replica move cut short "
+                                    "between its two renames leaves two whole copies)", tp,
+                                    self.replicas.partitions[tp].dir.path, d.path,
+                                    self.replicas.partitions[tp].dir.path, d.path)
             self.replicas.load(placement)
+            await self.moves.clean_leftovers()
             self._partitions_changed()
             await self.storage.write_placement()
             if self.config_files is not None:
@@ -621,6 +630,7 @@ class Server:
             await self.fetchers.stop()
         if self.isr is not None:
             await self.isr.stop()
+        await self.moves.stop()
         self.replicas.stop()
         await self.cleaner.stop()
         failures, self.stuck_workers = await self.storage.stop()

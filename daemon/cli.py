@@ -17,7 +17,8 @@ import sys
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "dump-log": ("daemon.tools.dump_log", "print and verify Kafka log segments and indexes"),
     "serve": ("daemon.app", "run the storage daemon"),
-    "log-dirs": ("daemon.tools.log_dirs", "describe, readmit, cordon or uncordon log dirs"),
+    "log-dirs": ("daemon.tools.log_dirs",
+                 "describe log dirs, move replicas between them, readmit, cordon or uncordon one"),
     "topics": ("daemon.tools.topics", "describe topics through the Metadata API"),
     "configs": ("daemon.tools.configs", "describe or alter topic and broker configs"),
     "dev-cluster": ("daemon.tools.dev_cluster", "run a local ZooKeeper and N brokers"),

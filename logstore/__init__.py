@@ -23,6 +23,7 @@ from .errors import (
     LogDirLockedError,
     LogDirOfflineError,
     LogDirSaturatedError,
+    LogMovedError,
     LogStoreError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
@@ -39,7 +40,7 @@ __all__ = [
     "AppendInfo", "CheckpointError", "CorruptRecordError", "FailureChannel", "InvalidRecordError",
     "InvalidTopicError",
     "IoGuard", "Log", "LogConfig", "LogDir", "LogDirFailure", "LogDirLockedError",
-    "LogDirOfflineError", "LogDirSaturatedError",
+    "LogDirOfflineError", "LogDirSaturatedError", "LogMovedError",
     "LogStoreError", "OffsetOutOfRangeError", "RecordTooLargeError", "RecoveryResult",
     "StorageError", "TopicPartition", "UnexpectedAppendOffsetError", "Verdict",
 ]

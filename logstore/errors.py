@@ -116,6 +116,15 @@ class StorageError(LogStoreError):
         self.errno = errno
 
 
+class LogMovedError(LogStoreError):
+    """A call on a log that was moved to another log dir of this broker (a replica
+    move, AlterReplicaLogDirs): nothing was touched. The partition is served from its
+    new dir; a client or follower asking again reaches it (NOT_LEADER_OR_FOLLOWER is
+    what Kafka answers while a partition changes hands)."""
+
+    error_code = 6  # NOT_LEADER_OR_FOLLOWER: retriable
+
+
 class LogDirOfflineError(StorageError):
     verdict = Verdict.OFFLINE
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from .errors import (
     LogDirOfflineError,
     LogDirSaturatedError,
+    LogMovedError,
     LogStoreError,
     ResourceError,
     StorageError,
@@ -185,3 +186,27 @@ class IoGuard:
             f"log dir {self.log_dir} {verdict.value}: {detail}",
             log_dir=self.log_dir, op=op, path=where, errno=err.errno,
         )
+
+
+class RetiredGuard(IoGuard):
+    """The guard of a log moved to another log dir (a replica move): every call on it is
+    refused with `LogMovedError` before any file is touched, so a call queued before the
+    move ends harmlessly, and nothing about the move is ever taken for a disk's fault
+    (no failure channel). `Log.retire` puts it in place; `Log.unretire` takes it back."""
+
+    def __init__(self, previous: IoGuard, moved_to: str):
+        super().__init__(previous.log_dir, None)
+        self.previous = previous
+        self.moved_to = moved_to
+        self.verdict = Verdict.OFFLINE  # not ONLINE: the append and read paths ask first
+
+    @contextmanager
+    def io(self, op: str, path: str | os.PathLike[str] | None = None, *,
+           writing: bool | None = None) -> Iterator[None]:
+        self.check_usable(op, writing=True)
+        yield  # never reached
+
+    def check_usable(self, op: str, *, writing: bool) -> None:
+        raise LogMovedError(f"{op} refused: this log was moved from {self.log_dir} to "
+                            f"{self.moved_to}")
+

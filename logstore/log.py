@@ -40,7 +40,7 @@ from .errors import (
     UnexpectedAppendOffsetError,
     Verdict,
 )
-from .failure import IoGuard
+from .failure import IoGuard, RetiredGuard
 from .loader import LogLoader, RecoveryResult
 from .records import first_keyless
 from .segment import LogSegment
@@ -481,6 +481,23 @@ class Log:
             for seg in self._segments:
                 seg.close()
 
+    # ---- a replica move (daemon.replica.moves) ----
+
+    def retire(self, moved_to: str) -> None:
+        """This log's replica now lives in `moved_to`: every later call is refused with
+        LogMovedError before touching a file (calls queued before the move end there)."""
+        if not isinstance(self.guard, RetiredGuard):
+            self.guard = RetiredGuard(self.guard, moved_to)
+
+    def unretire(self) -> None:
+        """A move that did not complete: this log serves again, as it was."""
+        if isinstance(self.guard, RetiredGuard):
+            self.guard = self.guard.previous
+
+    @property
+    def retired(self) -> bool:
+        return isinstance(self.guard, RetiredGuard)
+
     def close_quietly(self) -> None:
         """Drop every fd without writing (the log dir is offline)."""
         self.generation += 1
@@ -592,6 +609,25 @@ class Log:
             with self.guard.io("delete segments", self.dir):
                 self._delete_oldest(count)
 
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Empty the log and start it at `offset` (Kafka's truncateFullyAndStartAt): a
+        copy of a log whose start is past 0 begins where its first segment does."""
+        self.generation += 1
+        self.truncated_to = offset if self.truncated_to is None else min(offset, self.truncated_to)
+        with self.guard.io("truncate", self.dir, writing=False):
+            self._start_at(offset)
+            self.recovery_point = offset
+            self._high_watermark = offset
+            self.epochs.write()
+
+    def _start_at(self, offset: int) -> None:
+        for seg in self._segments:
+            seg.delete()
+        self._segments.clear()
+        self._segments.append(self._new_segment(offset))
+        self.log_start_offset = offset
+        self.epochs.clear()
+
     def truncate_to(self, offset: int) -> None:
         """Cut the log so its end is at or below `offset` (a follower's truncation)."""
         if offset >= self.log_end_offset:
@@ -600,12 +636,7 @@ class Log:
         self.truncated_to = offset if self.truncated_to is None else min(offset, self.truncated_to)
         with self.guard.io("truncate", self.dir, writing=False):
             if offset <= self._segments.first.base_offset:
-                for seg in self._segments:
-                    seg.delete()
-                self._segments.clear()
-                self._segments.append(self._new_segment(offset))
-                self.log_start_offset = offset
-                self.epochs.clear()  # Kafka's truncateFullyAndStartAt
+                self._start_at(offset)  # Kafka's truncateFullyAndStartAt
             else:
                 i = self._segments.floor_index(offset)
                 for seg in self._segments[i + 1:]:

@@ -49,6 +49,9 @@ class LogDir:
         self.cleaner_offsets: dict[TopicPartition, int] = {}
         # KRaft's `__cluster_metadata-N` dirs found here (left alone; the daemon says so).
         self.cluster_metadata_logs: list[Path] = []
+        # `<topic>-<p>.<id>-future` dirs found here: copies of replica moves to this dir
+        # that a stop interrupted (daemon.replica.moves decides what becomes of them).
+        self.future_logs: dict[Path, TopicPartition] = {}
 
     @classmethod
     def open(
@@ -143,6 +146,9 @@ class LogDir:
                 continue
             tp = names.parse_partition_dir(entry)
             if tp is None or not full.is_dir():
+                future = names.parse_future_dir(entry)
+                if future is not None and full.is_dir():
+                    self.future_logs[full] = future
                 continue
             if tp.topic == names.CLUSTER_METADATA_TOPIC:
                 # A KRaft broker's metadata log: not a topic, and no concern of a broker
@@ -231,6 +237,18 @@ class LogDir:
                 checkpoint.write_partition_metadata(full / names.PARTITION_METADATA, topic_id)
         self.logs[tp] = log
         return log
+
+    def remove_dir(self, full: Path) -> None:
+        """Remove a partition-like dir of this log dir that no log is open on (a
+        leftover copy of a replica move): renamed to `-delete` first, like a partition."""
+        doomed = self.path / f"{full.name}.{uuid.uuid4().hex}{names.DELETE_DIR_SUFFIX}"
+        with self.guard.io("delete dir", full):
+            if not full.exists():
+                self.future_logs.pop(full, None)
+                return
+            os.replace(full, doomed)
+            shutil.rmtree(doomed)
+        self.future_logs.pop(full, None)
 
     def delete_log(self, topic: str, partition: int) -> None:
         """Rename the partition dir to `<name>.<uuid>-delete`, then remove it."""

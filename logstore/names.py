@@ -90,6 +90,20 @@ def partition_dir_name(topic: str, partition: int) -> str:
     return f"{topic}-{partition}"
 
 
+def future_dir_name(topic: str, partition: int, unique: str) -> str:
+    """Where a replica being moved to this dir is copied: Kafka's
+    `<topic>-<partition>.<unique id>-future`."""
+    return f"{partition_dir_name(topic, partition)}.{unique}{FUTURE_DIR_SUFFIX}"
+
+
+def parse_future_dir(name: str) -> TopicPartition | None:
+    """`<topic>-<partition>.<unique id>-future` -> TopicPartition; None for other names."""
+    if not name.endswith(FUTURE_DIR_SUFFIX):
+        return None
+    stem, dot, _ = name[: -len(FUTURE_DIR_SUFFIX)].rpartition(".")
+    return parse_partition_dir(stem) if dot else None
+
+
 def parse_partition_dir(name: str) -> TopicPartition | None:
     """`<topic>-<partition>` -> TopicPartition; None for deleted/future dirs and other names."""
     if name.endswith(DELETE_DIR_SUFFIX) or name.endswith(FUTURE_DIR_SUFFIX):

@@ -42,6 +42,7 @@ INVALID_PRODUCER_EPOCH = ke.InvalidProducerEpochError.errno
 INVALID_TXN_STATE = ke.InvalidTxnStateError.errno
 KAFKA_STORAGE_ERROR = ke.KafkaStorageError.errno
 LOG_DIR_NOT_FOUND = ke.LogDirNotFoundError.errno
+REPLICA_NOT_AVAILABLE = ke.ReplicaNotAvailableError.errno
 FETCH_SESSION_ID_NOT_FOUND = ke.FetchSessionIdNotFoundError.errno
 FENCED_LEADER_EPOCH = ke.FencedLeaderEpochError.errno
 UNKNOWN_LEADER_EPOCH = ke.UnknownLeaderEpochError.errno
@@ -80,6 +81,8 @@ JAVA_NAMES = {
     CLUSTER_AUTHORIZATION_FAILED: "ClusterAuthorizationException",
     KAFKA_STORAGE_ERROR: "KafkaStorageException",
     LOG_DIR_NOT_FOUND: "LogDirNotFoundException",
+    REPLICA_NOT_AVAILABLE: "ReplicaNotAvailableException",
+    INVALID_TOPIC_EXCEPTION: "InvalidTopicException",
 }
 
 

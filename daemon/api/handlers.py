@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kafka.protocol.admin import (
+    AlterReplicaLogDirsResponse,
     CreateTopicsResponse,
     DeleteTopicsResponse,
     DescribeLogDirsResponse,
@@ -28,13 +29,14 @@ from kafka.protocol.consumer import ListOffsetsResponse, OffsetForLeaderEpochRes
 from kafka.protocol.metadata import MetadataResponse
 from kafka.protocol.producer import InitProducerIdResponse
 
-from logstore import names
+from logstore import TopicPartition, names
 from logstore.errors import InvalidTopicError
 
 from ..controller.controller import Controller, TopicSpec
 from ..ops.metrics import Metrics
 from ..replica.control import ControlRequests
 from ..replica.manager import ReadSpec, ReplicaManager
+from ..replica.moves import ReplicaMoves
 from ..replica.partition import AppendResult, Partition
 from ..replica.producer_ids import ProducerIds
 from ..replica.topic_config import TopicConfigs
@@ -86,6 +88,8 @@ class Handlers:
         # CreateTopics and DeleteTopics go to, and the metadata cache Metadata answers from.
         self.control: ControlRequests | None = None
         self.controller: Controller | None = None
+        # Replica moves between this broker's log dirs (set by the app).
+        self.moves: ReplicaMoves | None = None
         # The topic configs (set by the app): a standalone acks=all checks the topic's
         # min.insync.replicas (daemon.replica.topic_config).
         self.topic_configs: TopicConfigs | None = None
@@ -94,7 +98,7 @@ class Handlers:
             4: self.leader_and_isr, 5: self.stop_replica, 6: self.update_metadata,
             18: self.api_versions, 19: self.create_topics, 20: self.delete_topics,
             22: self.init_producer_id, 23: self.offset_for_leader_epoch,
-            35: self.describe_log_dirs,
+            34: self.alter_replica_log_dirs, 35: self.describe_log_dirs,
         }
 
     def register(self, apis: dict[int, Any]) -> None:
@@ -665,6 +669,35 @@ class Handlers:
             log.warning("no producer id to hand out (%s: %s)", type(err).__name__, err)
             return answer(errors.COORDINATOR_NOT_AVAILABLE)
 
+    # ---- AlterReplicaLogDirs ----
+
+    async def alter_replica_log_dirs(self, req: protocol.Request, conn: ConnInfo) -> Any:
+        """Move replicas between this broker's log dirs (daemon.replica.moves): the answer
+        says each move started (or why not); DescribeLogDirs shows its progress."""
+        codes: dict[tuple[str, int], int] = {}
+        for d in req.body.dirs:
+            for t in d.topics:
+                tps = []
+                for i in t.partitions:
+                    try:
+                        tps.append(TopicPartition(names.validate_topic(t.name), i))
+                    except InvalidTopicError:
+                        codes[(t.name, i)] = errors.INVALID_TOPIC_EXCEPTION
+                if self.moves is None:
+                    codes.update({(tp.topic, tp.partition): errors.UNKNOWN_SERVER_ERROR
+                                  for tp in tps})
+                    continue
+                for tp, (code, _) in self.moves.alter(d.path, tps).items():
+                    codes[(tp.topic, tp.partition)] = code
+        R = AlterReplicaLogDirsResponse.AlterReplicaLogDirTopicResult
+        P = R.AlterReplicaLogDirPartitionResult
+        by_topic: dict[str, list[Any]] = {}
+        for (topic, i), code in codes.items():
+            by_topic.setdefault(topic, []).append(P(partition_index=i, error_code=code))
+        return AlterReplicaLogDirsResponse(
+            throttle_time_ms=0,
+            results=[R(topic_name=t, partitions=ps) for t, ps in by_topic.items()])
+
     # ---- DescribeLogDirs ----
 
     async def describe_log_dirs(self, req: protocol.Request, conn: ConnInfo) -> Any:
@@ -679,12 +712,17 @@ class Handlers:
         results = []
         for entry in await self.storage.describe_dirs():
             topics: dict[str, list[Any]] = {}
-            for tp, (size, lag) in sorted(entry["partitions"].items()):
+            replicas = [(tp, size, lag, False) for tp, (size, lag) in entry["partitions"].items()]
+            # A replica being moved here: its copy, with how far it is behind (KIP-113).
+            replicas += [(m.partition.tp, m.future.size_bytes, m.lag, True)
+                         for m in (self.moves.futures_in(entry["dir"]) if self.moves else ())
+                         if m.future is not None]
+            for tp, size, lag, future in sorted(replicas):
                 if wanted is not None and tp.partition not in wanted.get(tp.topic, ()):
                     continue
                 topics.setdefault(tp.topic, []).append(P(
                     partition_index=tp.partition, partition_size=size, offset_lag=lag,
-                    is_future_key=False))
+                    is_future_key=future))
             results.append(R(error_code=entry["error"], log_dir=str(entry["dir"].path),
                              topics=[T(name=n, partitions=ps) for n, ps in topics.items()],
                              total_bytes=entry["total_bytes"],

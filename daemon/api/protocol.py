@@ -24,6 +24,8 @@ from typing import Any
 from kafka.protocol.admin import (
     AlterConfigsRequest,
     AlterConfigsResponse,
+    AlterReplicaLogDirsRequest,
+    AlterReplicaLogDirsResponse,
     CreatePartitionsRequest,
     CreatePartitionsResponse,
     CreateTopicsRequest,
@@ -172,6 +174,8 @@ SUPPORTED: dict[int, Api] = {a.key: a for a in (
     _api(DeleteTopicsRequest, DeleteTopicsResponse, 1, 3),
     _api(InitProducerIdRequest, InitProducerIdResponse, 0, 4),
     _api(DescribeLogDirsRequest, DescribeLogDirsResponse, 0, 4),
+    # Replica moves between this broker's log dirs (KIP-113, daemon/replica/moves.py).
+    _api(AlterReplicaLogDirsRequest, AlterReplicaLogDirsResponse, 1, 2),
     _api(OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, 2, 4),
     # Consumer groups and committed offsets (daemon/api/groups.py), the classic
     # protocol: up to the versions before KIP-848's member epochs and topic ids.

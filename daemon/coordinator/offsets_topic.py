@@ -19,7 +19,7 @@ from logstore.records import LegacyMessage, Record, iter_batches
 
 from ..api import errors
 from ..replica.manager import ReplicaManager
-from ..replica.partition import AppendResult, Partition
+from ..replica.partition import AppendResult, Partition, on_log
 
 _log = logging.getLogger("logkeeper.coordinator")
 
@@ -58,7 +58,7 @@ class OffsetsTopic:
         p = self.replicas.get(OFFSETS_TOPIC, partition)
         if p is None or p.log is None:
             raise LookupError(f"{OFFSETS_TOPIC}-{partition} is not held here")
-        return await self.replicas.storage.run(p.dir, _read_records, p.log)
+        return await on_log(self.replicas.storage.run, p, lambda _logdir, lg: _read_records(lg))
 
 
 def _read_records(log: Log) -> list[Record]:

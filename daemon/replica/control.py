@@ -44,7 +44,7 @@ from .fetcher import ReplicaFetchers
 from .isr import IsrManager
 from .leadership import ClusterLeadership
 from .manager import ReplicaManager
-from .partition import Partition
+from .partition import Partition, on_log
 
 log = logging.getLogger("logkeeper.control")
 
@@ -161,7 +161,7 @@ class ControlRequests:
             try:
                 min_isr = await self.min_isr_of(tp.topic) if self.min_isr_of else 1
                 assert p.log is not None
-                start = await self.storage.run(p.dir, p.log.start_leader_epoch, s.leader_epoch)
+                start = await on_log(self.storage.run, p, _start_leader_epoch, s.leader_epoch)
             except (StorageError, OSError) as err:
                 code, msg = errors.error_of(err, f"become leader of {tp}")
                 log.warning("LeaderAndIsr: cannot lead %s: %s; answered %d", tp, msg, code)
@@ -261,3 +261,8 @@ class ControlRequests:
 def _unusable(p: Partition) -> bool:
     """Offline, or on a full dir: the controller must move leadership off it."""
     return p.offline or p.dir.state is DirState.SATURATED
+
+
+def _start_leader_epoch(_logdir: Any, lg: Any, epoch: int) -> int:
+    return lg.start_leader_epoch(epoch)
+

@@ -40,7 +40,7 @@ from typing import Any, Protocol
 from kafka.protocol.consumer import FetchRequest
 
 import native
-from logstore import CorruptRecordError, Log, TopicPartition, UnexpectedAppendOffsetError
+from logstore import CorruptRecordError, Log, LogMovedError, TopicPartition, UnexpectedAppendOffsetError
 
 from ..api import errors
 from ..wire.peer import Peer, PeerError
@@ -294,6 +294,10 @@ class Fetcher:
             if state.fetch_offset == asked:
                 state.delayed_until = now + self.backoff
         except Exception as err:  # noqa: BLE001 - KIP-461: one partition, not the fetcher
+            if isinstance(err, LogMovedError):
+                # Our replica moved to another log dir while this answer was handled
+                # (daemon.replica.moves): nothing was written; fetch again into the new log.
+                return
             if isinstance(err, CorruptRecordError):
                 log.warning("%s: corrupt data from leader %d: %s; retrying", tp,
                             self.leader_id, err)

@@ -19,7 +19,7 @@ import logging
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NamedTuple
 
-from logstore import Log, TopicPartition, names
+from logstore import Log, LogMovedError, TopicPartition, names
 from logstore.records import ATTR_TRANSACTIONAL, batch_attributes, batch_producer
 
 from ..api.errors import (
@@ -158,7 +158,10 @@ class ReplicaManager:
         # epoch checks could not find them (a follower kept them, or fetched forever
         # across a batch boundary it did not share). Whatever the LeaderAndIsr does to
         # the log is queued on the worker after this append.
-        stamped = [(p, records, self.leadership.fencing_epoch(p)) for p, records in items]
+        # The log too is the one held now: a replica move (daemon.replica.moves) retires
+        # it, and an append queued before the move is then refused, never written into
+        # the new dir's log from the old dir's worker.
+        stamped = [(p, records, self.leadership.fencing_epoch(p), p.log) for p, records in items]
         queued = self.storage.fan_out(
             stamped, _dir_of, _append_all, self.leadership,
             on_error=lambda item, err: _failed_append(err, item[0]))
@@ -190,8 +193,8 @@ class ReplicaManager:
         refused = [self._refusal(spec) for spec in items]
         led = [spec for spec, no in zip(items, refused, strict=True) if no is None]
         read = await self.storage.fan_out(
-            led, _dir_of, _read_all, max_bytes,
-            on_error=lambda item, err: _failed_read(err, item[0])) if led else []
+            [(spec, spec.partition.log) for spec in led], _read_dir_of, _read_all, max_bytes,
+            on_error=lambda item, err: _failed_read(err, item[0].partition)) if led else []
         if self.isr is not None:
             for spec, r in zip(led, read, strict=True):
                 if spec.replica_id >= 0 and r.error == NONE and r.diverging_epoch is None:
@@ -222,7 +225,7 @@ class ReplicaManager:
     async def list_offsets(self, items: list[tuple[Partition, int]]) -> list[tuple[int, int, int]]:
         """(error, timestamp, offset) per (partition, timestamp query)."""
         return await self.storage.fan_out(
-            items, _dir_of, _list_offsets,
+            _with_logs(items), _dir_of, _list_offsets,
             on_error=lambda item, err: (error_of(err, "list offsets")[0], -1, -1))
 
     async def delete_records(self, items: list[tuple[Partition, int]]) -> list[tuple[int, int]]:
@@ -231,13 +234,13 @@ class ReplicaManager:
         deletes the segments wholly below it. Followers follow from the log start
         offset in their Fetch answers; ListOffsets EARLIEST answers it."""
         return await self.storage.fan_out(
-            items, _dir_of, _delete_records,
+            _with_logs(items), _dir_of, _delete_records,
             on_error=lambda item, err: (error_of(err, f"delete records of {item[0].tp}")[0], -1))
 
     async def end_offsets_for(self, items: list[tuple[Partition, int]]) -> list[tuple[int, int, int]]:
         """(error, epoch, end offset) per (partition, leader epoch): OffsetForLeaderEpoch."""
         return await self.storage.fan_out(
-            items, _dir_of, _end_offsets_for,
+            _with_logs(items), _dir_of, _end_offsets_for,
             on_error=lambda item, err: (error_of(err, "offset for leader epoch")[0], -1, -1))
 
     def follower_logs(self) -> Mapping[TopicPartition, Log]:
@@ -252,6 +255,16 @@ class ReplicaManager:
 
 def _dir_of(item: tuple[Any, ...]) -> ManagedDir:
     return item[0].dir
+
+
+def _read_dir_of(item: tuple[ReadSpec, Log | None]) -> ManagedDir:
+    return item[0].partition.dir
+
+
+def _with_logs(items: list[tuple[Partition, int]]) -> list[tuple[Partition, int, Log | None]]:
+    """Each item with its partition's log as it is now: a worker call acts on the log
+    its dir held when it was queued (a replica move retires the old one)."""
+    return [(p, x, p.log) for p, x in items]
 
 
 def _failed_append(err: BaseException, p: Partition) -> AppendResult:
@@ -278,14 +291,16 @@ def _take_on(logs: dict[TopicPartition, Any], leadership: Standalone
     return out
 
 
-def _append_all(items: list[tuple[Partition, bytes | memoryview, int]],
+def _append_all(items: list[tuple[Partition, bytes | memoryview, int, Log | None]],
                 leadership: Standalone) -> list[AppendResult]:
     """Append each partition's batches, in order, under the leader epoch each was
-    accepted at; one partition's failure is its own."""
+    accepted at, to the log held when it was queued; one partition's failure is its own."""
     out = []
-    for p, records, leader_epoch in items:
+    for p, records, leader_epoch, lg in items:
         where = f"append to {p.tp}"
         try:
+            if lg is not None and lg.retired:  # moved to another dir since: nothing done
+                raise LogMovedError(f"{p.tp} moved to another log dir; ask again")
             if p.deleted:
                 out.append(AppendResult(UNKNOWN_TOPIC_OR_PARTITION, message=f"{p.tp} was deleted"))
                 continue
@@ -299,7 +314,6 @@ def _append_all(items: list[tuple[Partition, bytes | memoryview, int]],
                 out.append(AppendResult(checked.error,
                                         message=f"{where}: producer sequence check"))
                 continue
-            lg = p.log
             assert lg is not None  # an offline placeholder's dir refuses work
             if checked.duplicate_of is not None:
                 # Answered as the first time; acks=all waits for the batch's last offset.
@@ -334,7 +348,7 @@ class ReadSpec(NamedTuple):
     read_committed: bool = False  # a consumer's isolation_level 1 (Fetch v4+)
 
 
-def _read_all(items: list[ReadSpec], budget: int) -> list[ReadResult]:
+def _read_all(items: list[tuple[ReadSpec, Log | None]], budget: int) -> list[ReadResult]:
     """Read each spec: a consumer's up to the high watermark, a follower's to the end.
 
     `budget` bounds the bytes of this dir's share of the response; the first partition
@@ -344,12 +358,11 @@ def _read_all(items: list[ReadSpec], budget: int) -> list[ReadResult]:
     """
     out = []
     total = 0
-    for p, offset, max_bytes, last_fetched_epoch, replica_id, _, read_committed in items:
+    for (p, offset, max_bytes, last_fetched_epoch, replica_id, _, read_committed), lg in items:
         try:
             if p.deleted:
                 out.append(ReadResult(UNKNOWN_TOPIC_OR_PARTITION))
                 continue
-            lg = p.log
             assert lg is not None
             hw = lg.high_watermark
             leo = lg.log_end_offset  # before the read: what a follower's fetch is held to
@@ -400,15 +413,16 @@ class _HeldLogs(Mapping[TopicPartition, Log]):
         return len(self._partitions)
 
 
-def _end_offsets_for(items: list[tuple[Partition, int]]) -> list[tuple[int, int, int]]:
+def _end_offsets_for(items: list[tuple[Partition, int, Log | None]]) -> list[tuple[int, int, int]]:
     """(error, epoch, end offset) per (partition, epoch), from each log's epoch cache."""
     out = []
-    for p, epoch in items:
+    for p, epoch, lg in items:
         try:
-            if p.deleted or p.log is None:
+            if p.deleted or lg is None:
                 out.append((UNKNOWN_TOPIC_OR_PARTITION, -1, -1))
                 continue
-            lg = p.log
+            if lg.retired:
+                raise LogMovedError(f"{p.tp} moved to another log dir; ask again")
             found_epoch, end = lg.epochs.end_offset_for(epoch, lg.log_end_offset)
             out.append((NONE, found_epoch, end))
         except Exception as err:  # noqa: BLE001 - per-partition isolation
@@ -416,14 +430,13 @@ def _end_offsets_for(items: list[tuple[Partition, int]]) -> list[tuple[int, int,
     return out
 
 
-def _delete_records(items: list[tuple[Partition, int]]) -> list[tuple[int, int]]:
+def _delete_records(items: list[tuple[Partition, int, Log | None]]) -> list[tuple[int, int]]:
     """(error, new log start offset) per (partition, offset); Kafka's rules: -1 is the
     high watermark, an offset past it is OFFSET_OUT_OF_RANGE, one below the log start
     changes nothing."""
     out = []
-    for p, offset in items:
+    for p, offset, lg in items:
         try:
-            lg = p.log
             if p.deleted or lg is None:
                 out.append((UNKNOWN_TOPIC_OR_PARTITION, -1))
                 continue
@@ -443,12 +456,11 @@ def _delete_records(items: list[tuple[Partition, int]]) -> list[tuple[int, int]]
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
 
 
-def _list_offsets(items: list[tuple[Partition, int]]) -> list[tuple[int, int, int]]:
+def _list_offsets(items: list[tuple[Partition, int, Log | None]]) -> list[tuple[int, int, int]]:
     """(error, timestamp, offset) per (partition, timestamp query)."""
     out = []
-    for p, ts in items:
+    for p, ts, lg in items:
         try:
-            lg = p.log
             if p.deleted:
                 out.append((UNKNOWN_TOPIC_OR_PARTITION, -1, -1))
                 continue

@@ -8,15 +8,19 @@ daemon.replica.leadership's answer.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
-from logstore import Log, TopicPartition
+from logstore import Log, LogMovedError, TopicPartition
 
 from ..api.errors import NONE
 from ..storage.dirstate import DirState
 from ..storage.spliced import SplicedRecords
 from ..storage.workers import ManagedDir
 from .producer import ProducerState
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -45,6 +49,29 @@ class Partition:
             if not fut.done():
                 fut.set_result(None)
         self.waiters.clear()
+
+
+async def on_log(run: Callable[..., Awaitable[T]], p: Partition, fn: Callable[..., T],
+                 *args: Any) -> T:
+    """`fn(logdir, log, *args)` with `p`'s log dir and log, on that dir's worker (`run`
+    is LogManager.run). A replica move (daemon.replica.moves) that retired the log
+    meanwhile refused the call untouched: it is made again on the log's new dir."""
+    while True:
+        lg, d = p.log, p.dir
+        try:
+            return await run(d, fn, d.logdir, lg, *args)
+        except LogMovedError:
+            # The move's last step (the new log in place) follows within milliseconds;
+            # a move that failed instead gives the old log back, unretired.
+            for _ in range(MOVE_WAIT_STEPS):
+                if p.log is not lg or lg is None or not lg.retired:
+                    break
+                await asyncio.sleep(0.01)
+            else:
+                raise
+
+
+MOVE_WAIT_STEPS = 500  # 5 s
 
 
 @dataclass

@@ -33,6 +33,7 @@ from logstore import LogConfig
 
 from ..config import KEYS, Config
 from ..kafka_keys import KAFKA_BROKER_KEYS
+from .partition import on_log
 
 log = logging.getLogger("logkeeper.configs")
 
@@ -500,8 +501,7 @@ class TopicConfigs:
                 continue
             cfg = self.log_config(p.tp.topic)
             try:
-                deleted = await self.run(p.dir, _apply_to_log, p.dir.logdir, p.log, p.tp.topic,
-                                         cfg, now)
+                deleted = await on_log(self.run, p, _apply_to_log, p.tp.topic, cfg, now)
             except Exception as err:  # noqa: BLE001 - the stored config is the truth
                 log.warning("applying the config of %s failed: %s: %s", p.tp,
                             type(err).__name__, err)

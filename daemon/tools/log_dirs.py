@@ -1,6 +1,11 @@
-"""`logkeeper log-dirs`: describe log dirs per broker; readmit, cordon, uncordon one.
+"""`logkeeper log-dirs`: describe log dirs per broker; move replicas between a broker's
+dirs; readmit, cordon, uncordon one.
 
-`describe` goes through the DescribeLogDirs API.
+`describe` goes through the DescribeLogDirs API, `move` through AlterReplicaLogDirs
+(what kafka-reassign-partitions.sh sends for its `log_dirs`): `move --broker N DIR
+t-0 t-1` starts the moves and prints `{"version":1,"broker":N,"partitions":[{"partition":
+"t-0","logDir":DIR,"error":null|"<name>"}]}`; with `--wait S` it returns once
+DescribeLogDirs shows each partition in DIR with no copy under way.
 
 Output (stdout) is the JSON that Kafka's `kafka-log-dirs.sh --describe` prints:
 `{"version":1,"brokers":[{"broker":N,"logDirs":[{"logDir":...,"error":null|"<name>",
@@ -29,12 +34,21 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 import urllib.error
 import urllib.request
 from typing import Any
 
-from kafka.protocol.admin import DescribeLogDirsRequest, DescribeLogDirsResponse
+from kafka.protocol.admin import (
+    AlterReplicaLogDirsRequest,
+    AlterReplicaLogDirsResponse,
+    DescribeLogDirsRequest,
+    DescribeLogDirsResponse,
+)
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+
+from logstore import names
+from logstore.names import TopicPartition
 
 from ..api.errors import java_name
 from .client import ClientError, Connection, connect_any
@@ -89,6 +103,49 @@ def describe(bootstrap: str, *, topics: list[str] | None = None,
     return out, problems
 
 
+def move(bootstrap: str, broker: int, log_dir: str, partitions: list[TopicPartition], *,
+         wait: float = 0.0) -> tuple[list[dict[str, Any]], list[str]]:
+    """AlterReplicaLogDirs to `broker`: its replicas of `partitions` move to `log_dir`
+    (kafka-reassign-partitions.sh's `log_dirs`). With `wait`, up to that many seconds
+    until DescribeLogDirs shows each one there and no copy under way. Returns one entry
+    per partition and the problems."""
+    with connect_any(bootstrap) as conn:
+        meta = conn.call(MetadataRequest(topics=None, allow_auto_topic_creation=False),
+                         MetadataResponse, hi=8)
+    nodes = {b.node_id: (b.host, b.port) for b in meta.brokers}
+    if broker not in nodes:
+        raise ClientError(f"broker {broker} is not in the cluster metadata "
+                          f"(brokers: {sorted(nodes)})")
+    by_topic: dict[str, list[int]] = {}
+    for tp in partitions:
+        by_topic.setdefault(tp.topic, []).append(tp.partition)
+    D = AlterReplicaLogDirsRequest.AlterReplicaLogDir
+    req = AlterReplicaLogDirsRequest(dirs=[D(path=log_dir, topics=[
+        D.AlterReplicaLogDirTopic(name=t, partitions=ps) for t, ps in by_topic.items()])])
+    with Connection(*nodes[broker]) as conn:
+        resp = conn.call(req, AlterReplicaLogDirsResponse, lo=1, hi=2)
+    entries = {f"{t.topic_name}-{p.partition_index}": java_name(p.error_code)
+               for t in resp.results for p in t.partitions}
+    problems = [f"{name}: {err}" for name, err in entries.items() if err]
+    moving = {name for name, err in entries.items() if not err}
+    deadline = time.monotonic() + wait
+    while wait and moving:
+        out, _ = describe(bootstrap, topics=sorted(by_topic), brokers=[broker])
+        dirs = out["brokers"][0]["logDirs"] if out["brokers"] else []
+        done = {p["partition"] for d in dirs if d["logDir"] == log_dir
+                for p in d["partitions"] if not p["isFuture"]}
+        copying = {p["partition"] for d in dirs for p in d["partitions"] if p["isFuture"]}
+        moving -= done - copying
+        if not moving:
+            break
+        if time.monotonic() > deadline:
+            problems += [f"{name}: still moving after {wait:g} s" for name in sorted(moving)]
+            break
+        time.sleep(0.5)
+    return [{"partition": name, "logDir": log_dir, "error": err}
+            for name, err in entries.items()], problems
+
+
 class DaemonError(Exception):
     """The daemon's HTTP endpoint could not be reached (exit 2)."""
 
@@ -124,8 +181,10 @@ def _http_address(args: argparse.Namespace) -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="logkeeper log-dirs",
-                                description="Describe, readmit, cordon or uncordon log dirs.")
+    p = argparse.ArgumentParser(
+        prog="logkeeper log-dirs",
+        description="Describe log dirs, move replicas between them, readmit, cordon or "
+                    "uncordon one.")
     sub = p.add_subparsers(dest="action", required=True)
     d = sub.add_parser("describe", help="log dirs, partitions, sizes and lag per broker (JSON)")
     d.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT[,HOST:PORT]")
@@ -133,6 +192,14 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--broker-list", default="", help="comma-separated broker ids (default: all)")
     d.add_argument("--http", metavar="HOST:PORT",
                    help="the daemon's http.listen: add state, degraded and cordoned per dir")
+    m = sub.add_parser("move", help="move a broker's replicas to another of its log dirs "
+                                    "(AlterReplicaLogDirs), while they keep serving")
+    m.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT[,HOST:PORT]")
+    m.add_argument("--broker", required=True, type=int, help="the broker whose replicas move")
+    m.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
+                   help="wait until the moves are done (DescribeLogDirs), up to SECONDS")
+    m.add_argument("dir", metavar="DIR", help="the destination: one of that broker's log.dirs")
+    m.add_argument("partitions", nargs="+", metavar="TOPIC-PARTITION")
     for name, help_ in (("readmit", "bring a repaired OFFLINE dir back without a restart"),
                         ("cordon", "place no new partitions in DIR"),
                         ("uncordon", "allow new partitions in DIR again"),
@@ -170,11 +237,32 @@ def _command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _move(args: argparse.Namespace) -> int:
+    tps = [names.parse_partition_dir(p) for p in args.partitions]
+    bad = [p for p, tp in zip(args.partitions, tps, strict=True) if tp is None]
+    if bad:
+        print(f"logkeeper log-dirs move: not TOPIC-PARTITION: {', '.join(bad)}", file=sys.stderr)
+        return 2
+    try:
+        out, problems = move(args.bootstrap_server, args.broker, args.dir,
+                             [tp for tp in tps if tp is not None], wait=args.wait)
+    except (ClientError, ValueError) as err:
+        print(f"logkeeper log-dirs move: {err}", file=sys.stderr)
+        return 2
+    print(json.dumps({"version": 1, "broker": args.broker, "partitions": out},
+                     separators=(",", ":")))
+    for problem in problems:
+        print(f"logkeeper log-dirs move: {problem}", file=sys.stderr)
+    return 1 if problems else 0
+
+
 def main(argv: list[str]) -> int:
     try:
         args = _parser().parse_args(argv)
     except SystemExit as exc:
         return int(exc.code or 0)
+    if args.action == "move":
+        return _move(args)
     if args.action != "describe":
         return _command(args)
     topics = [t for t in args.topic_list.split(",") if t] or None
