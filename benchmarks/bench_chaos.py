@@ -5,7 +5,9 @@ seconds: SIGKILL of a random broker or of the controller (restarted once the clu
 noticed), or SIGSTOP of one for 1-8 s (past the 4 s ZooKeeper session or not). At most
 one broker is faulty at a time, so min.insync.replicas 2 keeps accepting writes. The
 controller's auto leader rebalance runs every 3 s, so leadership also moves back to
-restarted brokers under load.
+restarted brokers under load. A fault may also be a replica move (AlterReplicaLogDirs):
+a random broker's replica of a random partition to its other log dir, left to run into
+the next faults (a kill in the middle leaves a copy that the restart must clean up).
 
 Afterwards every broker runs again and the same checks as the CI test hold: every
 acknowledged record is read back exactly once, each producer's records in order per
@@ -50,7 +52,7 @@ def test_random_kills_and_pauses_under_acks_all_load(note: Any, benchmark: Any) 
     seed = int(os.environ.get("LK_CHAOS_SEED", str(random.randrange(1 << 30))))
     rng = random.Random(seed)
     topic, parts = "chaos", 3
-    faults: dict[str, int] = {"kill": 0, "kill-controller": 0, "pause": 0}
+    faults: dict[str, int] = {"kill": 0, "kill-controller": 0, "pause": 0, "move": 0}
     with tempfile.TemporaryDirectory(prefix="lk-chaos-") as tmp, \
             Cluster(Path(tmp), dirs=2, extra={
                 # Preferred elections every few seconds too: each restarted broker gets
@@ -63,13 +65,15 @@ def test_random_kills_and_pauses_under_acks_all_load(note: Any, benchmark: Any) 
             end = time.monotonic() + CHAOS_SECONDS
             while time.monotonic() < end:
                 time.sleep(rng.uniform(1, 4))
-                kind = rng.choice(["kill", "kill-controller", "pause"])
+                kind = rng.choice(["kill", "kill-controller", "pause", "move"])
                 if kind == "kill-controller":
                     victim = cl.controller()
                 else:
                     victim = rng.choice(sorted(cl.brokers))
                 d = cl.brokers[victim]
-                if kind == "pause":
+                if kind == "move":
+                    _move(d, victim, topic, rng.randrange(parts))
+                elif kind == "pause":
                     d.proc.send_signal(signal.SIGSTOP)
                     time.sleep(rng.uniform(1, 8))
                     d.proc.send_signal(signal.SIGCONT)
@@ -97,13 +101,30 @@ def test_random_kills_and_pauses_under_acks_all_load(note: Any, benchmark: Any) 
             raise
         rebalances = sum(d.stderr().count("back to their preferred replicas")
                          for d in cl.brokers.values())
+        moved = sum(d.stderr().count(f"moved {topic}-") for d in cl.brokers.values())
     total = sum(faults.values())
     acked = sum(len(load.acked) for load in loads)
     note(f"chaos (seed {seed}, {CHAOS_SECONDS:.0f} s): survived {total} faults "
          f"({faults['kill']} kills, {faults['kill-controller']} controller kills, "
-         f"{faults['pause']} pauses) and {rebalances} leader rebalances; {acked} acks=all "
+         f"{faults['pause']} pauses, {faults['move']} replica moves asked, {moved} done) "
+         f"and {rebalances} leader rebalances; {acked} acks=all "
          "records acknowledged, all read back exactly once, replicas byte-identical")
     benchmark.extra_info.update(seed=seed, faults=faults, acked=acked)
+
+
+def _move(d: Any, broker: int, topic: str, partition: int) -> None:
+    """Ask `broker` to move its replica of the partition to its other log dir."""
+    from kafka.admin import KafkaAdminClient
+
+    here = next((ld for ld in d.log_dirs if (ld / f"{topic}-{partition}").is_dir()), None)
+    if here is None:
+        return
+    dest = next(ld for ld in d.log_dirs if ld != here)
+    admin = KafkaAdminClient(bootstrap_servers=d.bootstrap, request_timeout_ms=10000)
+    try:
+        admin.alter_replica_log_dirs({(topic, partition, broker): str(dest)})
+    finally:
+        admin.close()
 
 
 def _stuck(cl: Cluster, topic: str, kind: str, victim: int, seed: int) -> str:

@@ -599,6 +599,8 @@ def _kraft_file(values: dict[str, Any], given: Mapping[str, Any], flat: Mapping[
                 f"{origin.at('broker.id')}: broker.id = {given['broker.id']} and node.id = "
                 f"{node_id} differ; if both are given they must be equal (Kafka's rule)")
         values["broker.id"] = node_id
+    else:
+        values["node.id"] = values["broker.id"]  # Kafka's populateSynonyms: one id, two names
     roles = values["process.roles"]
     if not roles:
         return

@@ -158,6 +158,7 @@ def test_serve_help_config_lists_keys() -> None:
 def test_embedded_defaults() -> None:
     cfg = config.load(None)
     assert cfg.broker_id == 0 and cfg["zookeeper.connect"] is None and cfg.standalone
+    assert cfg["node.id"] == 0  # Kafka names the broker id by both keys
     assert cfg.log_dirs == ("./data/disk0", "./data/disk1", "./data/disk2")
     assert (cfg.listener.host, cfg.listener.port) == ("127.0.0.1", 9092)
     assert cfg.http_listen == ("127.0.0.1", 9308)

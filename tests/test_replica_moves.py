@@ -24,10 +24,12 @@ from kafka.admin import KafkaAdminClient
 from daemon.replica import moves
 from logstore import LogConfig, LogDir, LogMovedError, TopicPartition
 from logstore.records import build_batch, iter_batches
+from tests import faults
 from tests.fusefs import faulty_fuse
 
 from .cluster_helpers import Cluster, wait_for
-from .daemon_helpers import Daemon
+from .daemon_helpers import Daemon, RawClient
+from .sick_helpers import KAFKA_STORAGE_ERROR, create_topic, produce_raw
 from .test_cluster_disks import holding_dir
 from .test_replication import (
     Load,
@@ -162,6 +164,53 @@ def test_a_partition_moves_to_another_disk_under_load_and_stays_there(tmp_path: 
             d.stop()
 
 
+def test_moving_a_partition_off_a_full_disk_brings_the_disk_back_online(tmp_path: Path) -> None:
+    """The disk-full story with a move instead of a deletion: dir A (a small tmpfs) fills
+    up with partition `big` until appends answer 56 and A turns SATURATED. The operator
+    moves big-0 to dir B with `logkeeper log-dirs move --wait`: the copy is read from
+    the full disk, the switch frees it, and A comes back ONLINE by itself with its
+    reserve. Every acknowledged record of `big` is served from B, which takes appends
+    again; `keep`, which stayed on A, takes them too."""
+    reserve = 1 << 20
+    with faults.tmpfs("20m") as small:
+        a, b = small / "a", tmp_path / "b"
+        d = Daemon(tmp_path / "run", {"log.dirs": [str(a), str(b)], "log.segment.bytes": 1 << 20,
+                                      "log.dir.reserve.bytes": reserve,
+                                      "log.dir.probe.interval.ms": 100})
+        d.log_dirs = [a, b]
+        with d:
+            assert d.admin("log-dirs/cordon", b)[0] == 200
+            create_topic(d, "big", 1)
+            create_topic(d, "keep", 1)
+            assert d.admin("log-dirs/uncordon", b)[0] == 200
+            c = RawClient(d.port)
+            try:
+                values, code = [], 0
+                while len(values) < 400:
+                    value = b"%04d" % len(values) + os.urandom(100 << 10)
+                    code, _ = produce_raw(c, "big", 0, [value])
+                    if code:
+                        break
+                    values.append(value)
+                assert code == KAFKA_STORAGE_ERROR, "the tmpfs never filled"
+                wait_for(lambda: d.log_dir_states()[str(a)] == "saturated", 10, "SATURATED")
+                assert produce_raw(c, "keep", 0, [b"refused"])[0] == KAFKA_STORAGE_ERROR
+
+                done = cli("log-dirs", "move", "--bootstrap-server", d.bootstrap, "--broker",
+                           str(BROKER), "--wait", "60", str(b), "big-0")
+                assert done.returncode == 0, done.stderr
+                wait_for(lambda: d.log_dir_states()[str(a)] == "online", 10, "ONLINE again")
+                wait_for(lambda: (a / ".logkeeper-reserve").exists(), 10, "the reserve back")
+                assert holding_dir(d, "big", 0) == b and not (a / "big-0").exists()
+                assert [v for _, v in read_back(d.bootstrap, "big", 0)] == values
+                assert produce_raw(c, "big", 0, [b"after"]) == (0, len(values))
+                assert produce_raw(c, "keep", 0, [b"kept"]) == (0, 0)
+            finally:
+                c.close()
+        said = d.stderr()
+        assert "online -> saturated" in said and "saturated -> online" in said
+
+
 def ck_tp(topic: str) -> Any:
     from kafka.structs import TopicPartition as KTP
 
@@ -183,8 +232,6 @@ def test_an_interrupted_moves_copy_is_removed_at_start_up_and_a_lone_one_kept(
     d = Daemon(tmp_path, dirs=2)
     a, b = d.log_dirs
     with d:
-        from .sick_helpers import create_topic
-
         create_topic(d, "kept", 1)
         p = ck.Producer({"bootstrap.servers": d.bootstrap})
         for i in range(50):

@@ -61,6 +61,9 @@ class Move:
     last_epoch: int = -1  # the epoch of the copy's last batch
     task: asyncio.Task[None] | None = None
     done: asyncio.Event = field(default_factory=asyncio.Event)
+    # From the source's retirement to the switch: milliseconds the move is let finish,
+    # never cancelled (cancelled there, both dirs would end up holding the replica).
+    switching: bool = False
 
     @property
     def lag(self) -> int:
@@ -146,6 +149,10 @@ class ReplicaMoves:
     # ---- the move ----
 
     def _cancel(self, m: Move, why: str) -> None:
+        if m.switching:
+            log.info("move of %s to %s is switching over; it finishes (%s)", m.partition.tp,
+                     m.dest.path, why)
+            return
         if m.task is not None and not m.task.done():
             log.warning("move of %s to %s given up: %s", m.partition.tp, m.dest.path, why)
             m.task.cancel()
@@ -182,10 +189,12 @@ class ReplicaMoves:
                 # Caught up: retire the source with whatever came since.
                 if (why := self._live(m)) is not None:
                     raise _GiveUp(why)
+                m.switching = True
                 retired = await self.storage.run(m.source, _retire_source, m.source.logdir,
                                                  src_log, tp, m.next_offset, m.last_epoch,
                                                  str(m.dest.path))
                 if isinstance(retired, tuple):  # diverged after all: follow it, go on
+                    m.switching = False
                     await self._apply(m, retired)
                     continue
                 break
@@ -194,11 +203,17 @@ class ReplicaMoves:
                     raise _GiveUp(why)
                 moved = await self.storage.run(m.dest, _promote, m.dest.logdir, m.future, tp,
                                                retired)
+                if m.dest.state is not DirState.ONLINE:
+                    # The new disk failed at the last moment: the source stays the replica.
+                    raise _GiveUp(f"log dir {m.dest.path} is {m.dest.state.value}")
             except BaseException:
                 await self.storage.run(m.source, _unretire, m.source.logdir, src_log, tp,
                                        retired.cleaner_offset)
                 raise
             m.future = None
+            # What the leader's ISR moved on the loop since the retirement, if anything.
+            moved.high_watermark = max(moved.high_watermark,
+                                       min(p.high_watermark, moved.log_end_offset))
             p.log, p.dir = moved, m.dest
             m.source.partitions.discard(tp)
             m.dest.partitions.add(tp)
