@@ -349,9 +349,11 @@ class Server:
     def _replication_snapshot(self) -> ReplicationSnapshot:
         """For the metrics, at scrape time (on the HTTP endpoint's loop: this one)."""
         leaders = self.replicas.leader_count()
+        move_lags = tuple(m.lag for m in self.moves.moves.values())
         if self.isr is None:  # standalone: a one-broker cluster, its own controller
             return ReplicationSnapshot(leader_count=leaders, active_controller=1,
-                                       offline_partitions=self.replicas.offline_count())
+                                       offline_partitions=self.replicas.offline_count(),
+                                       move_lags=move_lags)
         ctl = self.controller
         active = ctl is not None and ctl.is_active
         return ReplicationSnapshot(
@@ -361,7 +363,8 @@ class Server:
             offline_partitions=ctl.offline_partitions_count if active else 0,
             failed_partitions=len(self.fetchers.failed) if self.fetchers else 0,
             follower_lag=tuple((tp.topic, tp.partition, lag)
-                               for tp, lag in (self.fetchers.lags() if self.fetchers else [])))
+                               for tp, lag in (self.fetchers.lags() if self.fetchers else [])),
+            move_lags=move_lags)
 
     async def _cluster_id_from_zookeeper(self, found: str | None) -> str:
         """At start-up, before the dirs open: the cluster's id from `/cluster/id` (the

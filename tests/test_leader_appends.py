@@ -70,3 +70,73 @@ def test_a_batch_queued_as_leader_keeps_its_epoch_when_leadership_moves_before_i
             await storage.stop()
 
     asyncio.run(main())
+
+
+def test_a_fetch_read_across_an_isr_shrink_does_not_bring_its_follower_back(
+        tmp_path: Path) -> None:
+    """A follower's fetch is checked at leader epoch 5 and its read queued on the dir
+    worker; the controller's LeaderAndIsr (epoch 6, follower 3 out of the ISR: its
+    broker died) is applied before the read ends. The answer is from before the shrink:
+    it must not count as follower 3 catching up, or the leader would propose it back
+    into the ISR (its broker still looks alive until UpdateMetadata comes) and acks=all
+    would wait for a dead broker until replica.lag.time.max.ms. The next fetch, at the
+    new epoch, is refused (FENCED_LEADER_EPOCH, 74) and counts for nothing either."""
+    from daemon.api.errors import FENCED_LEADER_EPOCH
+    from daemon.replica.isr import IsrManager
+    from daemon.replica.manager import ReadSpec
+
+    proposed: list[tuple[int, ...]] = []
+
+    async def write(tp: TopicPartition, state: object, version: int) -> int | None:
+        proposed.append(tuple(state.isr))  # type: ignore[attr-defined]
+        return version + 1
+
+    async def read(tp: TopicPartition) -> None:
+        return None
+
+    async def main() -> None:
+        storage = LogManager([tmp_path / "d0"], LogConfig(), broker_id=1)
+        await storage.start()
+        try:
+            d = storage.dirs[0]
+            lg = await storage.run(d, d.logdir.create_log, "t", 0)
+            leadership = ClusterLeadership(1, MetadataCache())
+            isr = IsrManager(1, write_state=write, read_state=read, announce=lambda tp: None,
+                             alive=lambda b: True)
+            replicas = ReplicaManager(storage, leadership, isr)
+            p = Partition(TopicPartition("t", 0), lg, d, 0)
+            replicas.add(p)
+
+            def lead(epoch: int, members: tuple[int, ...]) -> None:
+                leadership.apply(views.LeaderAndIsrPartition(
+                    "t", 0, controller_epoch=1, leader=1, leader_epoch=epoch, isr=members,
+                    partition_epoch=epoch, replicas=(1, 2, 3)))
+                isr.become_leader(p, leader_epoch=epoch, controller_epoch=1,
+                                  partition_epoch=epoch, isr=members, replicas=(1, 2, 3),
+                                  min_isr=1, log_end_offset=lg.log_end_offset)
+
+            await storage.run(d, lg.start_leader_epoch, 5)
+            lead(5, (1, 2, 3))
+            for i in range(3):
+                await replicas.append([(p, build_batch([Record(b"k", b"v%d" % i)]))])
+            gate = threading.Event()
+            busy = asyncio.ensure_future(storage.run(d, gate.wait, 10))
+            fetch = asyncio.ensure_future(replicas.read(
+                [ReadSpec(p, 3, 1 << 20, replica_id=3, leader_epoch=5)], 1 << 20))
+            await asyncio.sleep(0.05)  # the fetch passed its check and waits on the worker
+            lead(6, (1, 2))  # the controller: broker 3 died
+            gate.set()
+            await busy
+            [answer] = await fetch
+            assert answer.error == NONE
+            await asyncio.sleep(0.05)
+            assert proposed == [], "broker 3 proposed back into the ISR by a stale fetch"
+            assert isr.state(p.tp).isr == (1, 2)
+            [again] = await replicas.read(
+                [ReadSpec(p, 3, 1 << 20, replica_id=3, leader_epoch=5)], 1 << 20)
+            assert again.error == FENCED_LEADER_EPOCH
+            assert proposed == []
+        finally:
+            await storage.stop()
+
+    asyncio.run(main())

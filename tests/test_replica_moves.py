@@ -29,7 +29,7 @@ from tests.fusefs import faulty_fuse
 
 from .cluster_helpers import Cluster, wait_for
 from .daemon_helpers import Daemon, RawClient
-from .sick_helpers import KAFKA_STORAGE_ERROR, create_topic, produce_raw
+from .sick_helpers import KAFKA_STORAGE_ERROR, create_topic, metric, produce_raw
 from .test_cluster_disks import holding_dir
 from .test_replication import (
     Load,
@@ -123,6 +123,7 @@ def test_a_partition_moves_to_another_disk_under_load_and_stays_there(tmp_path: 
                     wait_for(lambda: log_dirs_view(admin, BROKER)[str(b)].get(("moving", 0), (0, 0, False))[2]
                              and ("moving", 0) in log_dirs_view(admin, BROKER)[str(a)], 30,
                              "the copy in B listed as a future replica while A serves")
+                    assert metric(d, "logkeeper_replica_moves_in_progress") == 1
                     # Asking again for the same dir changes nothing.
                     assert list(admin.alter_replica_log_dirs(
                         {("moving", 0, BROKER): str(b)}).values()) == [ke.NoError]
@@ -146,6 +147,7 @@ def test_a_partition_moves_to_another_disk_under_load_and_stays_there(tmp_path: 
             finally:
                 admin.close()
 
+            assert metric(d, "logkeeper_replica_moves_in_progress") == 0
             assert not (a / "moving-0").exists() and (b / "moving-0").is_dir()
             assert futures_under(a) == [] and futures_under(b) == []
             for root in (a, b):

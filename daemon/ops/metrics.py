@@ -83,6 +83,8 @@ class ReplicationSnapshot:
     # (topic, partition, lag in offsets behind the leader's high watermark), per follower
     # partition; the max is Kafka's ReplicaFetcherManager MaxLag.
     follower_lag: tuple[tuple[str, int, int], ...] = ()
+    # Replica moves between this broker's log dirs (KIP-113): the lag of each copy.
+    move_lags: tuple[int, ...] = ()
 
 
 class ReplicationCollector(Collector):
@@ -136,6 +138,15 @@ class ReplicationCollector(Collector):
         for topic, partition, n in s.follower_lag:
             lag.add_metric(["Replica", topic, str(partition)], n)
         yield lag
+        moves_lag = GaugeMetricFamily(
+            "kafka_server_replicaalterlogdirsmanager_maxlag",
+            "Largest lag, in offsets, of a replica move's copy behind its source",
+            labels=["clientId"])
+        moves_lag.add_metric(["ReplicaAlterLogDirs"], max(s.move_lags, default=0))
+        yield moves_lag
+        yield GaugeMetricFamily("logkeeper_replica_moves_in_progress",
+                                "Replicas being moved between this broker's log dirs",
+                                value=len(s.move_lags))
 
 
 def _default_health() -> tuple[bool, dict[str, Any]]:

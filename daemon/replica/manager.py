@@ -197,7 +197,8 @@ class ReplicaManager:
             on_error=lambda item, err: _failed_read(err, item[0].partition)) if led else []
         if self.isr is not None:
             for spec, r in zip(led, read, strict=True):
-                if spec.replica_id >= 0 and r.error == NONE and r.diverging_epoch is None:
+                if spec.replica_id >= 0 and r.error == NONE and r.diverging_epoch is None \
+                        and self._still_in_epoch(spec):
                     self.isr.on_follower_fetch(spec.partition, spec.replica_id, spec.offset,
                                                r.log_end_offset)
         if len(led) == len(items):
@@ -221,6 +222,16 @@ class ReplicaManager:
                 return ReadResult(code, message=f"{p.tp}: fetch at leader epoch "
                                                 f"{spec.leader_epoch}, ours is {ours}")
         return None
+
+    def _still_in_epoch(self, spec: ReadSpec) -> bool:
+        """A follower's fetch counts for its ISR membership only in the leader epoch it
+        was checked in. A LeaderAndIsr applied while the read was on the worker (the
+        controller took the follower's broker out of the ISR when it died, at a new
+        epoch) makes the answer one from before: counted, the dead broker would be
+        added back, and acks=all would wait for it until replica.lag.time.max.ms (Kafka
+        checks the epoch and updates the follower under one partition lock)."""
+        return spec.leader_epoch < 0 or \
+            spec.leader_epoch == self.leadership.fencing_epoch(spec.partition)
 
     async def list_offsets(self, items: list[tuple[Partition, int]]) -> list[tuple[int, int, int]]:
         """(error, timestamp, offset) per (partition, timestamp query)."""
