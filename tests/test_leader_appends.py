@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 from daemon.api.errors import NONE
 from daemon.cluster.metadata_cache import MetadataCache
@@ -24,8 +27,9 @@ from daemon.replica.leadership import ClusterLeadership
 from daemon.replica.manager import ReplicaManager
 from daemon.replica.partition import Partition
 from daemon.storage.log_manager import LogManager
+from daemon.storage.workers import ManagedDir
 from daemon.wire import views
-from logstore import LogConfig, TopicPartition
+from logstore import Log, LogConfig, TopicPartition
 from logstore.records import Record, build_batch, iter_batches
 
 
@@ -35,18 +39,30 @@ def _leader_and_isr(leader: int, epoch: int) -> views.LeaderAndIsrPartition:
                                        replicas=(1, 2))
 
 
+@asynccontextmanager
+async def one_partition(root: Path, isr: Any = None) -> AsyncIterator[
+        tuple[LogManager, ManagedDir, Log, ClusterLeadership, ReplicaManager, Partition]]:
+    """Broker 1 with one dir holding partition t-0: its LogManager (and dir worker),
+    dir, log, cluster leadership, replica manager (with `isr`, given) and partition."""
+    storage = LogManager([root / "d0"], LogConfig(), broker_id=1)
+    await storage.start()
+    try:
+        d = storage.dirs[0]
+        assert d.logdir is not None
+        lg = await storage.run(d, d.logdir.create_log, "t", 0)
+        leadership = ClusterLeadership(1, MetadataCache())
+        replicas = ReplicaManager(storage, leadership, isr)
+        p = Partition(TopicPartition("t", 0), lg, d, 0)
+        replicas.add(p)
+        yield storage, d, lg, leadership, replicas, p
+    finally:
+        await storage.stop()
+
+
 def test_a_batch_queued_as_leader_keeps_its_epoch_when_leadership_moves_before_it_lands(
         tmp_path: Path) -> None:
     async def main() -> None:
-        storage = LogManager([tmp_path / "d0"], LogConfig(), broker_id=1)
-        await storage.start()
-        try:
-            d = storage.dirs[0]
-            lg = await storage.run(d, d.logdir.create_log, "t", 0)
-            leadership = ClusterLeadership(1, MetadataCache())
-            replicas = ReplicaManager(storage, leadership)
-            p = Partition(TopicPartition("t", 0), lg, d, 0)
-            replicas.add(p)
+        async with one_partition(tmp_path) as (storage, d, lg, leadership, replicas, p):
             await storage.run(d, lg.start_leader_epoch, 12)
             leadership.apply(_leader_and_isr(1, 12))
             assert (await replicas.append([(p, build_batch([Record(b"k", b"first")]))]))[0] \
@@ -66,8 +82,6 @@ def test_a_batch_queued_as_leader_keeps_its_epoch_when_leadership_moves_before_i
                       for b in iter_batches(await storage.run(d, lg.read, 0, 1 << 20))]
             assert epochs == [12, 12]
             assert [(e.epoch, e.start_offset) for e in lg.epochs.entries] == [(12, 0)]
-        finally:
-            await storage.stop()
 
     asyncio.run(main())
 
@@ -95,17 +109,9 @@ def test_a_fetch_read_across_an_isr_shrink_does_not_bring_its_follower_back(
         return None
 
     async def main() -> None:
-        storage = LogManager([tmp_path / "d0"], LogConfig(), broker_id=1)
-        await storage.start()
-        try:
-            d = storage.dirs[0]
-            lg = await storage.run(d, d.logdir.create_log, "t", 0)
-            leadership = ClusterLeadership(1, MetadataCache())
-            isr = IsrManager(1, write_state=write, read_state=read, announce=lambda tp: None,
-                             alive=lambda b: True)
-            replicas = ReplicaManager(storage, leadership, isr)
-            p = Partition(TopicPartition("t", 0), lg, d, 0)
-            replicas.add(p)
+        isr = IsrManager(1, write_state=write, read_state=read, announce=lambda tp: None,
+                         alive=lambda b: True)
+        async with one_partition(tmp_path, isr) as (storage, d, lg, leadership, replicas, p):
 
             def lead(epoch: int, members: tuple[int, ...]) -> None:
                 leadership.apply(views.LeaderAndIsrPartition(
@@ -136,7 +142,5 @@ def test_a_fetch_read_across_an_isr_shrink_does_not_bring_its_follower_back(
                 [ReadSpec(p, 3, 1 << 20, replica_id=3, leader_epoch=5)], 1 << 20)
             assert again.error == FENCED_LEADER_EPOCH
             assert proposed == []
-        finally:
-            await storage.stop()
 
     asyncio.run(main())
