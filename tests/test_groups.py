@@ -381,6 +381,53 @@ def test_admin_clients_list_describe_and_delete_groups(tmp_path: Path) -> None:
             ka.close()
 
 
+def test_offset_delete_drops_commits_of_topics_a_group_no_longer_reads(tmp_path: Path) -> None:
+    """OffsetDelete (kafka-consumer-groups.sh --delete-offsets, kafka-python's
+    `delete_group_offsets`): an Empty group loses the commits asked for and keeps the
+    others, also after a restart; an active consumer group keeps those of the topics its
+    members subscribe to (GROUP_SUBSCRIBED_TO_TOPIC) and loses the others; a group that
+    does not exist is GROUP_ID_NOT_FOUND."""
+    from kafka.errors import GroupIdNotFoundError, GroupSubscribedToTopicError, NoError
+
+    with daemon(tmp_path) as d:
+        for topic in ("read", "dropped"):
+            create_topic(d.bootstrap, topic, 1)
+        produce(d.bootstrap, "read", 5, partitions=1)
+        c = ck.Consumer({"bootstrap.servers": d.bootstrap, "group.id": "gone",
+                         "enable.auto.commit": False})
+        c.commit(offsets=[ck.TopicPartition("read", 0, 4), ck.TopicPartition("dropped", 0, 2)],
+                 asynchronous=False)
+        c.close()
+        m = Member(d.bootstrap, "read", "live")
+        m.start()
+        ka = KafkaAdminClient(bootstrap_servers=d.bootstrap)
+        try:
+            wait_for(lambda: len(m.read) == 5, 60, "the live member to read")
+            got = ka.delete_group_offsets("gone", [KTP("dropped", 0), KTP("read", 1)])
+            assert got == {KTP("dropped", 0): NoError, KTP("read", 1): NoError}
+            assert {tp: o.offset for tp, o in ka.list_group_offsets("gone")["gone"].items()} \
+                == {KTP("read", 0): 4}
+            wait_for(lambda: {g["group_id"]: g["group_state"] for g in ka.list_groups()}
+                     .get("live") == "Stable", 30, "live Stable")
+            got = ka.delete_group_offsets("live", [KTP("read", 0), KTP("dropped", 0)])
+            assert got == {KTP("read", 0): GroupSubscribedToTopicError,
+                           KTP("dropped", 0): NoError}
+            assert KTP("read", 0) in ka.list_group_offsets("live")["live"]
+            with pytest.raises(GroupIdNotFoundError):
+                ka.delete_group_offsets("nobody", [KTP("read", 0)])
+        finally:
+            m.leave()
+            ka.close()
+        d.stop()
+        d.start()
+        ka = KafkaAdminClient(bootstrap_servers=d.bootstrap)
+        try:
+            assert {tp: o.offset for tp, o in ka.list_group_offsets("gone")["gone"].items()} \
+                == {KTP("read", 0): 4}
+        finally:
+            ka.close()
+
+
 def test_bad_group_requests_get_kafkas_errors_and_change_nothing(tmp_path: Path) -> None:
     with daemon(tmp_path) as d:
         create_topic(d.bootstrap, "t", 1)

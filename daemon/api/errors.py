@@ -68,6 +68,7 @@ REBALANCE_IN_PROGRESS = ke.RebalanceInProgressError.errno
 INVALID_COMMIT_OFFSET_SIZE = ke.InvalidCommitOffsetSizeError.errno
 NON_EMPTY_GROUP = ke.NonEmptyGroupError.errno
 GROUP_ID_NOT_FOUND = ke.GroupIdNotFoundError.errno
+GROUP_SUBSCRIBED_TO_TOPIC = ke.GroupSubscribedToTopicError.errno
 MEMBER_ID_REQUIRED = ke.MemberIdRequiredError.errno
 GROUP_MAX_SIZE_REACHED = ke.GroupMaxSizeReachedError.errno
 FENCED_INSTANCE_ID = ke.FencedInstanceIdError.errno

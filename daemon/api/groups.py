@@ -27,6 +27,7 @@ from kafka.protocol.consumer import (
     JoinGroupResponse,
     LeaveGroupResponse,
     OffsetCommitResponse,
+    OffsetDeleteResponse,
     OffsetFetchResponse,
     SyncGroupResponse,
 )
@@ -58,7 +59,7 @@ class GroupApis:
         return {8: self.offset_commit, 9: self.offset_fetch, 10: self.find_coordinator,
                 11: self.join_group, 12: self.heartbeat, 13: self.leave_group,
                 14: self.sync_group, 15: self.describe_groups, 16: self.list_groups,
-                42: self.delete_groups}
+                42: self.delete_groups, 47: self.offset_delete}
 
     # ---- FindCoordinator ----
 
@@ -247,6 +248,24 @@ class GroupApis:
         for gid in req.body.groups_names:
             results.append(R(group_id=gid, error_code=await self.coordinator.delete(gid)))
         return DeleteGroupsResponse(throttle_time_ms=0, results=results)
+
+
+    # ---- OffsetDelete ----
+
+    async def offset_delete(self, req: protocol.Request, conn: Any) -> Any:
+        body = req.body
+        tps = [TopicPartition(t.name, p.partition_index)
+               for t in body.topics for p in t.partitions]
+        code, per = await self.coordinator.delete_offsets(body.group_id, tps)
+        T = OffsetDeleteResponse.OffsetDeleteResponseTopic
+        P = T.OffsetDeleteResponsePartition
+        by_topic: dict[str, list[Any]] = {}
+        if not code:
+            for tp in tps:
+                by_topic.setdefault(tp.topic, []).append(
+                    P(partition_index=tp.partition, error_code=per[tp]))
+        return OffsetDeleteResponse(error_code=code, throttle_time_ms=0, topics=[
+            T(name=t, partitions=ps) for t, ps in by_topic.items()])
 
 
 def _host(conn: Any) -> str:

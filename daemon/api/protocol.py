@@ -63,6 +63,8 @@ from kafka.protocol.consumer import (
     ListOffsetsResponse,
     OffsetCommitRequest,
     OffsetCommitResponse,
+    OffsetDeleteRequest,
+    OffsetDeleteResponse,
     OffsetFetchRequest,
     OffsetFetchResponse,
     OffsetForLeaderEpochRequest,
@@ -189,6 +191,7 @@ SUPPORTED: dict[int, Api] = {a.key: a for a in (
     _api(DescribeGroupsRequest, DescribeGroupsResponse, 0, 5),
     _api(ListGroupsRequest, ListGroupsResponse, 0, 5),
     _api(DeleteGroupsRequest, DeleteGroupsResponse, 0, 2),
+    _api(OffsetDeleteRequest, OffsetDeleteResponse, 0, 0),
     # Topic and broker configs (daemon/api/configs.py).
     _api(DescribeConfigsRequest, DescribeConfigsResponse, 0, 4),
     _api(AlterConfigsRequest, AlterConfigsResponse, 0, 2),

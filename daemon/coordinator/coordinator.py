@@ -764,6 +764,40 @@ class GroupCoordinator:
         return errors.NONE
 
 
+    async def delete_offsets(self, group_id: str, tps: list[TopicPartition]
+                             ) -> tuple[int, dict[TopicPartition, int]]:
+        """OffsetDelete (KIP-496): the group's committed offsets of `tps` go (tombstones
+        first, then the cache). An Empty group loses any of them; an active consumer
+        group only those of topics no member subscribes to (the others answer
+        GROUP_SUBSCRIBED_TO_TOPIC); any other active group none (NON_EMPTY_GROUP).
+        Returns the group's code and one code per partition."""
+        code, p = self._owner(group_id)
+        if code:
+            return code, {}
+        g = self.groups.get(group_id)
+        if g is None or g.is_(GroupState.DEAD):
+            return errors.GROUP_ID_NOT_FOUND, {}
+        refused: dict[TopicPartition, int] = {}
+        if not g.is_(GroupState.EMPTY):
+            if g.protocol_type != "consumer":
+                return errors.NON_EMPTY_GROUP, {}
+            subscribed = g.subscribed_topics()
+            refused = {tp: errors.GROUP_SUBSCRIBED_TO_TOPIC for tp in tps
+                       if subscribed is None or tp.topic in subscribed}
+        gone = sorted({tp for tp in tps if tp not in refused and tp in g.offsets})
+        if gone:
+            tombstones = [Record(records.offset_key(group_id, tp), None) for tp in gone]
+            code = await self.log.append(p, build_batch(tombstones),
+                                         self.settings.commit_timeout_ms)
+            if code:
+                return _coordinator_error(code, offsets=False), {}
+            for tp in gone:
+                g.offsets.pop(tp, None)
+            log.info("group %s: committed offsets of %s deleted", group_id,
+                     ", ".join(str(tp) for tp in gone))
+        return errors.NONE, {tp: refused.get(tp, errors.NONE) for tp in tps}
+
+
 def _answer_join(m: Member, result: JoinResult) -> None:
     if m.join_future is not None and not m.join_future.done():
         m.join_future.set_result(result)

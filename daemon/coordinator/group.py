@@ -17,6 +17,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from kafka.protocol.consumer.metadata import ConsumerProtocolSubscription
+
 from logstore import TopicPartition
 
 from .records import CommittedOffset, GroupRecord, MemberRecord
@@ -124,6 +126,22 @@ class Group:
 
     def all_joined(self) -> bool:
         return not self.pending_members and all(m.awaiting_join for m in self.members.values())
+
+    def subscribed_topics(self) -> set[str] | None:
+        """The topics the members of a consumer group subscribe to, from their
+        subscriptions under the chosen protocol (Kafka's subscribedTopics); None when
+        they cannot be known (another protocol type, or a subscription that does not
+        decode), which counts as subscribed to everything."""
+        if self.protocol_type != "consumer" or self.protocol_name is None:
+            return None
+        topics: set[str] = set()
+        for m in self.members.values():
+            try:
+                sub = ConsumerProtocolSubscription.decode(m.metadata(self.protocol_name))
+            except Exception:  # noqa: BLE001 - a client's bytes: unknown, not an error
+                return None
+            topics.update(sub.topics or ())
+        return topics
 
     def max_rebalance_timeout_ms(self) -> int:
         return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
