@@ -22,7 +22,7 @@ import pytest
 from kafka.admin import KafkaAdminClient
 
 from daemon.replica import moves
-from logstore import LogConfig, LogDir, LogMovedError, TopicPartition
+from logstore import LogConfig, LogDir, LogMovedError, TopicPartition, names
 from logstore.records import build_batch, iter_batches
 from tests import faults
 from tests.fusefs import faulty_fuse
@@ -269,6 +269,19 @@ def test_an_interrupted_moves_copy_is_removed_at_start_up_and_a_lone_one_kept(
         assert json.loads(refused.stdout)["partitions"][0]["error"] == "LogDirNotFoundException"
         assert "kept-0: LogDirNotFoundException" in refused.stderr
         assert holding_dir(d, "kept", 0) == other
+
+        # Draining a disk: every replica in it, without naming them.
+        drained = cli("log-dirs", "move", "--bootstrap-server", d.bootstrap, "--broker",
+                      str(BROKER), "--wait", "30", "--from", str(other), str(src))
+        assert drained.returncode == 0, drained.stderr
+        moved = [e["partition"] for e in json.loads(drained.stdout)["partitions"]]
+        assert "kept-0" in moved  # and the __consumer_offsets partitions read_back made
+        assert holding_dir(d, "kept", 0) == src
+        assert [p.name for p in other.iterdir() if names.parse_partition_dir(p.name)] == []
+        assert [v for _, v in read_back(d.bootstrap, "kept", 0)] == [b"%d" % i for i in range(50)]
+        unknown = cli("log-dirs", "move", "--bootstrap-server", d.bootstrap, "--broker",
+                      str(BROKER), "--from", "/no/such/dir", str(src))
+        assert unknown.returncode == 2 and "has no log dir /no/such/dir" in unknown.stderr
     finally:
         d.stop()
 

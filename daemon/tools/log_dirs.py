@@ -3,7 +3,8 @@ dirs; readmit, cordon, uncordon one.
 
 `describe` goes through the DescribeLogDirs API, `move` through AlterReplicaLogDirs
 (what kafka-reassign-partitions.sh sends for its `log_dirs`): `move --broker N DIR
-t-0 t-1` starts the moves and prints `{"version":1,"broker":N,"partitions":[{"partition":
+t-0 t-1` (or `--from SRC DIR`: every replica in SRC, to drain a disk) starts the moves
+and prints `{"version":1,"broker":N,"partitions":[{"partition":
 "t-0","logDir":DIR,"error":null|"<name>"}]}`; with `--wait S` it returns once
 DescribeLogDirs shows each partition in DIR with no copy under way.
 
@@ -198,8 +199,10 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--broker", required=True, type=int, help="the broker whose replicas move")
     m.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
                    help="wait until the moves are done (DescribeLogDirs), up to SECONDS")
+    m.add_argument("--from", dest="source", metavar="DIR",
+                   help="move every replica the broker holds in DIR (drain a disk)")
     m.add_argument("dir", metavar="DIR", help="the destination: one of that broker's log.dirs")
-    m.add_argument("partitions", nargs="+", metavar="TOPIC-PARTITION")
+    m.add_argument("partitions", nargs="*", metavar="TOPIC-PARTITION")
     for name, help_ in (("readmit", "bring a repaired OFFLINE dir back without a restart"),
                         ("cordon", "place no new partitions in DIR"),
                         ("uncordon", "allow new partitions in DIR again"),
@@ -238,11 +241,33 @@ def _command(args: argparse.Namespace) -> int:
 
 
 def _move(args: argparse.Namespace) -> int:
-    tps = [names.parse_partition_dir(p) for p in args.partitions]
-    bad = [p for p, tp in zip(args.partitions, tps, strict=True) if tp is None]
+    given = list(args.partitions)
+    if not given and not args.source:
+        print("logkeeper log-dirs move: name the partitions, or --from DIR for all of a "
+              "dir's", file=sys.stderr)
+        return 2
+    try:
+        if args.source:
+            out, problems = describe(args.bootstrap_server, brokers=[args.broker])
+            if problems:
+                raise ClientError("; ".join(problems))
+            dirs = {d["logDir"]: d for b in out["brokers"] for d in b["logDirs"]}
+            if args.source not in dirs:
+                raise ClientError(f"broker {args.broker} has no log dir {args.source} "
+                                  f"(it has {', '.join(sorted(dirs))})")
+            given += [p["partition"] for p in dirs[args.source]["partitions"]
+                      if not p["isFuture"] and p["partition"] not in given]
+    except (ClientError, ValueError) as err:
+        print(f"logkeeper log-dirs move: {err}", file=sys.stderr)
+        return 2
+    tps = [names.parse_partition_dir(p) for p in given]
+    bad = [p for p, tp in zip(given, tps, strict=True) if tp is None]
     if bad:
         print(f"logkeeper log-dirs move: not TOPIC-PARTITION: {', '.join(bad)}", file=sys.stderr)
         return 2
+    if not tps:
+        print(json.dumps({"version": 1, "broker": args.broker, "partitions": []}))
+        return 0
     try:
         out, problems = move(args.bootstrap_server, args.broker, args.dir,
                              [tp for tp in tps if tp is not None], wait=args.wait)
