@@ -629,8 +629,19 @@ class Log:
         self.epochs.clear()
 
     def truncate_to(self, offset: int) -> None:
-        """Cut the log so its end is at or below `offset` (a follower's truncation)."""
+        """Cut the log so its end is at or below `offset` (a follower's truncation).
+
+        At or past the log end no record goes, but an epoch begun at the log end does: a
+        broker that became leader and was replaced before it appended anything keeps
+        (epoch, log end) in its cache, and as a follower would otherwise send that epoch
+        as its last fetched one forever, told each time to cut where it already ends
+        (Kafka's truncateTo drops it too)."""
         if offset >= self.log_end_offset:
+            end = self.log_end_offset
+            if self.epochs.entries and self.epochs.entries[-1].start_offset >= end:
+                self.epochs.truncate_from_end(end)
+                with self.guard.io("write leader epochs", self.dir, writing=False):
+                    self.epochs.write()
             return
         self.generation += 1
         self.truncated_to = offset if self.truncated_to is None else min(offset, self.truncated_to)

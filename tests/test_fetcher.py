@@ -261,6 +261,41 @@ def test_a_divergence_cuts_to_where_the_shared_epoch_ends_on_the_lower_side(
         pool.shutdown()
 
 
+def test_a_divergence_at_our_own_log_end_drops_the_epoch_we_led_without_records(
+        tmp_path: Path) -> None:
+    """Seen in a chaos run with pauses: this broker became leader at epoch 12 at its log
+    end 10 (the epoch cache says (12, 10)), was paused past its session, and broker 3
+    led instead, from epoch 11's end. Asked from epoch 12, the leader answers (epoch 11,
+    ends at 10): the cut is to 10, where the log already ends, so no record goes; the
+    epoch 12 that began there must, or every fetch asks from epoch 12 again and is told
+    the same, hundreds of times a second, and the follower never catches up."""
+    tp = TopicPartition(TOPIC, 0)
+    lg = Log.open(tmp_path / names.partition_dir_name(TOPIC, 0))
+    pool = ThreadPoolExecutor(1)
+    try:
+        for i in range(10):
+            lg.append(build_batch([Record(None, b"e11-%d" % i, [], 1)]), leader_epoch=11)
+        lg.start_leader_epoch(12)
+        assert lg.epochs.latest_epoch == 12
+
+        async def run(_tp: TopicPartition, fn, *args):  # noqa: ANN001, ANN202
+            return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
+
+        fetcher = Fetcher(2, 3, Peer("127.0.0.1", 9), LogFollowerStorage({tp: lg}, run))
+        state = FetchState(leader_epoch=13, fetch_offset=10, last_fetched_epoch=12)
+        asyncio.run(fetcher._truncate_on_divergence(tp, state, 11, 10))
+        assert (lg.log_end_offset, state.fetch_offset, state.last_fetched_epoch) == (10, 10, 11)
+        assert [(e.epoch, e.start_offset) for e in lg.epochs.entries] == [(11, 0)]
+    finally:
+        lg.close()
+        pool.shutdown()
+    reopened = Log.open(tmp_path / names.partition_dir_name(TOPIC, 0))
+    try:
+        assert reopened.epochs.latest_epoch == 11  # the checkpoint says so too
+    finally:
+        reopened.close()
+
+
 def test_offset_for_leader_epoch_and_epoch_fencing(tmp_path: Path) -> None:
     from kafka.protocol.consumer import FetchRequest, OffsetForLeaderEpochRequest
 
