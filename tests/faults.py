@@ -78,6 +78,21 @@ def loop_ext4(size_mb: int = 32, *, base: str | None = None) -> Iterator[Path]:
             work.rmdir()
 
 
+def sync_fs(path: Path) -> None:
+    """syncfs(2) on the filesystem holding `path`: its dirty data on its disk, and only
+    its. os.sync() flushes every filesystem, and after a long test run the backing
+    files' writeback can stall every loop device past a probe timeout at once."""
+    import ctypes
+
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        if ctypes.CDLL(None, use_errno=True).syncfs(fd) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, os.strerror(err), str(path))
+    finally:
+        os.close(fd)
+
+
 def shutdown_fs(path: Path) -> None:
     """FS_IOC_SHUTDOWN on the filesystem holding `path`: it answers EIO from now on."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)

@@ -8,7 +8,6 @@ followers keep replicating everything else, and nothing acknowledged is lost
 
 from __future__ import annotations
 
-import os
 import subprocess
 import time
 from collections.abc import Iterator
@@ -308,7 +307,7 @@ def test_a_readmitted_dir_rejoins_leads_its_leaderless_partitions_and_ends_a_que
             finally:
                 c.close()
             wait_for(lambda: replicas_identical(cl, "gone", 1), 30, "gone-0 replicated")
-            os.sync()  # what the repaired disk will hold
+            faults.sync_fs(mnt)  # what the repaired disk will hold
             loads = start_producers(cl, "t", 1)
             try:
                 wait_for(lambda: all(len(x.acked) > 100 for x in loads), 60, "load running")

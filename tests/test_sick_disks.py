@@ -425,7 +425,9 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_readmit_brings_a_repaired_dir_back_without_a_restart(tmp_path: Path) -> None:
     with faults.loop_ext4(32) as m0, faults.loop_ext4(32) as mnt, faults.loop_ext4(32) as m2:
-        d = on_mounts(tmp_path, [m0, mnt, m2], FAST)
+        # EIO fails the probe at once; the timeout only guards against a hang, and a
+        # machine busy writing back can stall all three loop devices for over a second.
+        d = on_mounts(tmp_path, [m0, mnt, m2], {**FAST, "log.dir.probe.timeout.ms": 5000})
         http = f"127.0.0.1:{d.http_port}"
         with d:
             create_topic(d, "t", 3)
@@ -435,7 +437,7 @@ def test_readmit_brings_a_repaired_dir_back_without_a_restart(tmp_path: Path) ->
             proc = run_cli("log-dirs", "readmit", str(mnt / "d"), "--http", http)
             assert proc.returncode == 1 and "not offline" in proc.stderr
             # Flush what was written so the repaired disk has it, then kill the disk.
-            os.sync()
+            faults.sync_fs(mnt)
             faults.shutdown_fs(mnt)
             wait_for(lambda: d.log_dir_states()[str(mnt / "d")] == "offline", 10, "OFFLINE")
             proc = run_cli("log-dirs", "readmit", str(mnt / "d"), "--http", http)
