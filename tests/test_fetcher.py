@@ -226,6 +226,17 @@ def test_a_diverged_follower_truncates_and_then_matches_the_leader(tmp_path: Pat
             follower.close()
 
 
+def follower_of(lg: Log, pool: ThreadPoolExecutor, *, broker: int, leader: int) -> Fetcher:
+    """A Fetcher of `broker` following `leader` into `lg` (partition 0 of TOPIC), its
+    log calls run on `pool`; for calling its truncation directly (no leader needed)."""
+
+    async def run(_tp: TopicPartition, fn, *args):  # noqa: ANN001, ANN202
+        return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
+
+    return Fetcher(broker, leader, Peer("127.0.0.1", 9),
+                   LogFollowerStorage({TopicPartition(TOPIC, 0): lg}, run))
+
+
 def test_a_divergence_cuts_to_where_the_shared_epoch_ends_on_the_lower_side(
         tmp_path: Path) -> None:
     """Seen in a chaos run with leader rebalances: leader 2 (epoch 9) wrote up to offset
@@ -244,10 +255,7 @@ def test_a_divergence_cuts_to_where_the_shared_epoch_ends_on_the_lower_side(
                 lg.append(build_batch([Record(None, b"e%d-%d" % (epoch, i), [], 1)]),
                           leader_epoch=epoch)
 
-        async def run(_tp: TopicPartition, fn, *args):  # noqa: ANN001, ANN202
-            return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
-
-        fetcher = Fetcher(3, 2, Peer("127.0.0.1", 9), LogFollowerStorage({tp: lg}, run))
+        fetcher = follower_of(lg, pool, broker=3, leader=2)
         state = FetchState(leader_epoch=11, fetch_offset=20, last_fetched_epoch=10)
         asyncio.run(fetcher._truncate_on_divergence(tp, state, 9, 15))
         assert (lg.log_end_offset, state.fetch_offset, state.last_fetched_epoch) == (10, 10, 9)
@@ -278,10 +286,7 @@ def test_a_divergence_at_our_own_log_end_drops_the_epoch_we_led_without_records(
         lg.start_leader_epoch(12)
         assert lg.epochs.latest_epoch == 12
 
-        async def run(_tp: TopicPartition, fn, *args):  # noqa: ANN001, ANN202
-            return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
-
-        fetcher = Fetcher(2, 3, Peer("127.0.0.1", 9), LogFollowerStorage({tp: lg}, run))
+        fetcher = follower_of(lg, pool, broker=2, leader=3)
         state = FetchState(leader_epoch=13, fetch_offset=10, last_fetched_epoch=12)
         asyncio.run(fetcher._truncate_on_divergence(tp, state, 11, 10))
         assert (lg.log_end_offset, state.fetch_offset, state.last_fetched_epoch) == (10, 10, 11)

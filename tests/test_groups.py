@@ -194,6 +194,18 @@ def needs(present: bool, what: str) -> None:
 
 
 @contextmanager
+def restarted(d: Daemon) -> Iterator[KafkaAdminClient]:
+    """Stop and start `d`, then an admin client on it (closed on exit)."""
+    d.stop()
+    d.start()
+    ka = KafkaAdminClient(bootstrap_servers=d.bootstrap)
+    try:
+        yield ka
+    finally:
+        ka.close()
+
+
+@contextmanager
 def daemon(tmp_path: Path, **extra: Any) -> Iterator[Daemon]:
     with Daemon(tmp_path / "broker", {**GROUP_KEYS, **extra}, dirs=2) as d:
         yield d
@@ -370,15 +382,10 @@ def test_admin_clients_list_describe_and_delete_groups(tmp_path: Path) -> None:
         finally:
             m.leave()
             ka.close()
-        d.stop()
-        d.start()
-        ka = KafkaAdminClient(bootstrap_servers=d.bootstrap)
-        try:
+        with restarted(d) as ka:
             wait_for(lambda: {g["group_id"] for g in ka.list_groups()} == {"live"}, 30,
                      "the deleted group to stay deleted after a restart")
             assert ka.list_group_offsets("done")["done"] == {}
-        finally:
-            ka.close()
 
 
 def test_offset_delete_drops_commits_of_topics_a_group_no_longer_reads(tmp_path: Path) -> None:
@@ -418,14 +425,9 @@ def test_offset_delete_drops_commits_of_topics_a_group_no_longer_reads(tmp_path:
         finally:
             m.leave()
             ka.close()
-        d.stop()
-        d.start()
-        ka = KafkaAdminClient(bootstrap_servers=d.bootstrap)
-        try:
+        with restarted(d) as ka:
             assert {tp: o.offset for tp, o in ka.list_group_offsets("gone")["gone"].items()} \
                 == {KTP("read", 0): 4}
-        finally:
-            ka.close()
 
 
 def test_bad_group_requests_get_kafkas_errors_and_change_nothing(tmp_path: Path) -> None:

@@ -193,7 +193,7 @@ class ReplicaMoves:
                 retired = await self.storage.run(m.source, _retire_source, m.source.logdir,
                                                  src_log, tp, m.next_offset, m.last_epoch,
                                                  str(m.dest.path))
-                if isinstance(retired, tuple):  # diverged after all: follow it, go on
+                if isinstance(retired, tuple):  # the source moved on after all: follow it
                     m.switching = False
                     await self._apply(m, retired)
                     continue
@@ -353,12 +353,21 @@ def _diverged(src: Log, next_offset: int, last_epoch: int) -> tuple[Any, ...] | 
     return None
 
 
-def _read_source(src: Log, next_offset: int, last_epoch: int) -> tuple[Any, ...]:
+def _moved_on(src: Log, next_offset: int, last_epoch: int) -> tuple[Any, ...] | None:
+    """What the copy must do before it goes on, when the source changed under it: cut
+    to a divergence ("diverged"), or start again past a risen log start ("restart")."""
     diverged = _diverged(src, next_offset, last_epoch)
     if diverged is not None:
         return diverged
     if next_offset < src.log_start_offset and next_offset < (start := _copy_start(src)):
         return ("restart", start)
+    return None
+
+
+def _read_source(src: Log, next_offset: int, last_epoch: int) -> tuple[Any, ...]:
+    step = _moved_on(src, next_offset, last_epoch)
+    if step is not None:
+        return step
     if next_offset >= src.log_end_offset:
         return ("data", b"")
     return ("data", bytes(src.read(max(next_offset, src.log_start_offset), CHUNK_BYTES)))
@@ -389,11 +398,9 @@ def _retire_source(ld: LogDir, src: Log, tp: TopicPartition, next_offset: int,
     """Take the tail and the state, and retire the source: from here on every call on
     it is refused, so nothing more lands in it. A source truncated since the last read
     is not retired; the divergence is handed back instead."""
-    diverged = _diverged(src, next_offset, last_epoch)
-    if diverged is not None:
-        return diverged
-    if next_offset < src.log_start_offset and next_offset < (start := _copy_start(src)):
-        return ("restart", start)
+    step = _moved_on(src, next_offset, last_epoch)
+    if step is not None:
+        return step
     tail = []
     offset = next_offset
     while offset < src.log_end_offset:
