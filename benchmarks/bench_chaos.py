@@ -7,7 +7,12 @@ one broker is faulty at a time, so min.insync.replicas 2 keeps accepting writes.
 controller's auto leader rebalance runs every 3 s, so leadership also moves back to
 restarted brokers under load. A fault may also be a replica move (AlterReplicaLogDirs):
 a random broker's replica of a random partition to its other log dir, left to run into
-the next faults (a kill in the middle leaves a copy that the restart must clean up).
+the next faults (a kill in the middle leaves a copy that the restart must clean up). Or
+a disk dies: every log dir is a loop-mounted ext4, and a random one gets FS_IOC_SHUTDOWN
+(EIO from then on, and whatever the kernel had not written back is lost, as when a disk
+dies), stays dead for 1-6 s while its broker serves its other dir, then is "repaired"
+(unmounted and mounted again: the journal replayed, the files as the disk last had
+them) and readmitted (`log-dirs readmit`), without a restart.
 
 Afterwards every broker runs again and the same checks as the CI test hold: every
 acknowledged record is read back exactly once, each producer's records in order per
@@ -23,9 +28,11 @@ import os
 import random
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +40,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from tests import faults  # noqa: E402
 from tests.cluster_helpers import Cluster, wait_for  # noqa: E402
 from tests.test_replication import (  # noqa: E402
     assert_every_ack_read_once,
@@ -44,6 +52,7 @@ from tests.test_replication import (  # noqa: E402
 
 CHAOS_SECONDS = float(os.environ.get("LK_CHAOS_SECONDS", "120"))
 SESSION_S = 4.0
+DISK_MB = 512  # each log dir's loop-mounted ext4 (a sparse image)
 
 
 def test_random_kills_and_pauses_under_acks_all_load(note: Any, benchmark: Any) -> None:
@@ -52,12 +61,19 @@ def test_random_kills_and_pauses_under_acks_all_load(note: Any, benchmark: Any) 
     seed = int(os.environ.get("LK_CHAOS_SEED", str(random.randrange(1 << 30))))
     rng = random.Random(seed)
     topic, parts = "chaos", 3
-    faults: dict[str, int] = {"kill": 0, "kill-controller": 0, "pause": 0, "move": 0}
-    with tempfile.TemporaryDirectory(prefix="lk-chaos-") as tmp, \
-            Cluster(Path(tmp), dirs=2, extra={
-                # Preferred elections every few seconds too: each restarted broker gets
-                # its partitions back while producers write and the next fault comes.
-                "leader.imbalance.check.interval.seconds": 3}) as cl:
+    done: dict[str, int] = {"kill": 0, "kill-controller": 0, "pause": 0, "move": 0,
+                            "disk": 0}
+    with tempfile.TemporaryDirectory(prefix="lk-chaos-") as tmp, ExitStack() as disks:
+        mounts = {b: [disks.enter_context(faults.loop_ext4(DISK_MB)) for _ in range(2)]
+                  for b in (1, 2, 3)}
+        cl = disks.enter_context(Cluster(Path(tmp), dirs=2, log_dirs={
+            b: [m / "d" for m in ms] for b, ms in mounts.items()}, extra={
+            # Preferred elections every few seconds too: each restarted broker gets
+            # its partitions back while producers write and the next fault comes.
+            "leader.imbalance.check.interval.seconds": 3,
+            # A dead disk noticed within a second; EIO fails the probe at once, the
+            # timeout only guards against a hang.
+            "log.dir.probe.interval.ms": 500, "log.dir.probe.timeout.ms": 5000}))
         create(cl, topic, parts)
         loads = start_producers(cl, topic, parts)
         unanswered: list[int] = []
@@ -65,7 +81,7 @@ def test_random_kills_and_pauses_under_acks_all_load(note: Any, benchmark: Any) 
             end = time.monotonic() + CHAOS_SECONDS
             while time.monotonic() < end:
                 time.sleep(rng.uniform(1, 4))
-                kind = rng.choice(["kill", "kill-controller", "pause", "move"])
+                kind = rng.choice(["kill", "kill-controller", "pause", "move", "disk"])
                 if kind == "kill-controller":
                     victim = cl.controller()
                 else:
@@ -73,6 +89,9 @@ def test_random_kills_and_pauses_under_acks_all_load(note: Any, benchmark: Any) 
                 d = cl.brokers[victim]
                 if kind == "move":
                     _move(d, victim, topic, rng.randrange(parts))
+                elif kind == "disk":
+                    _disk_dies_and_comes_back(d, rng.choice(mounts[victim]),
+                                              rng.uniform(1, 6))
                 elif kind == "pause":
                     d.proc.send_signal(signal.SIGSTOP)
                     time.sleep(rng.uniform(1, 8))
@@ -83,7 +102,7 @@ def test_random_kills_and_pauses_under_acks_all_load(note: Any, benchmark: Any) 
                     wait_for(lambda victim=victim: victim not in cl.metadata(
                         next(b for b in cl.alive()))["brokers"], SESSION_S + 20, "death noticed")
                     d.start()
-                faults[kind] += 1
+                done[kind] += 1
                 wait_for(lambda: len(cl.alive()) == len(cl.brokers)
                          and full_isr(cl, topic, parts), 90,
                          lambda kind=kind, victim=victim: _stuck(cl, topic, kind, victim, seed))
@@ -102,14 +121,27 @@ def test_random_kills_and_pauses_under_acks_all_load(note: Any, benchmark: Any) 
         rebalances = sum(d.stderr().count("back to their preferred replicas")
                          for d in cl.brokers.values())
         moved = sum(d.stderr().count(f"moved {topic}-") for d in cl.brokers.values())
-    total = sum(faults.values())
+    total = sum(done.values())
     acked = sum(len(load.acked) for load in loads)
     note(f"chaos (seed {seed}, {CHAOS_SECONDS:.0f} s): survived {total} faults "
-         f"({faults['kill']} kills, {faults['kill-controller']} controller kills, "
-         f"{faults['pause']} pauses, {faults['move']} replica moves asked, {moved} done) "
-         f"and {rebalances} leader rebalances; {acked} acks=all "
+         f"({done['kill']} kills, {done['kill-controller']} controller kills, "
+         f"{done['pause']} pauses, {done['disk']} dead disks, {done['move']} replica moves "
+         f"asked, {moved} done) and {rebalances} leader rebalances; {acked} acks=all "
          "records acknowledged, all read back exactly once, replicas byte-identical")
-    benchmark.extra_info.update(seed=seed, faults=faults, acked=acked)
+    benchmark.extra_info.update(seed=seed, faults=done, acked=acked)
+
+
+def _disk_dies_and_comes_back(d: Any, mnt: Path, dead_s: float) -> None:
+    """EIO on the log dir at `mnt` (its unwritten data lost), OFFLINE on its broker;
+    after `dead_s` the disk is mounted again and the dir readmitted."""
+    faults.shutdown_fs(mnt)
+    log_dir = str(mnt / "d")
+    wait_for(lambda: d.log_dir_states()[log_dir] == "offline", 30, f"{log_dir} OFFLINE")
+    time.sleep(dead_s)
+    subprocess.run(["umount", "-l", str(mnt)], check=True)
+    subprocess.run(["mount", "-o", "loop", str(mnt.parent / "disk.img"), str(mnt)], check=True)
+    code, body = d.admin("log-dirs/readmit", log_dir)
+    assert code == 200, f"readmit of {log_dir}: {code} {body}"
 
 
 def _move(d: Any, broker: int, topic: str, partition: int) -> None:
@@ -151,7 +183,10 @@ def _keep_evidence(cl: Cluster, loads: list[Any], seed: int) -> None:
             shutil.copy(d.stderr_path, keep / f"broker{b}.stderr")
         for log_dir in d.log_dirs:  # the topic's replicas, to compare byte by byte
             for pdir in log_dir.glob("chaos-*"):
-                shutil.copytree(pdir, keep / f"broker{b}" / pdir.name, dirs_exist_ok=True)
+                try:
+                    shutil.copytree(pdir, keep / f"broker{b}" / pdir.name, dirs_exist_ok=True)
+                except OSError as err:  # a dead disk's: what could be read is kept
+                    print(f"{pdir}: {err}", file=sys.stderr)
     for i, load in enumerate(loads):
         (keep / f"producer{i}-{load.client}.log").write_text("\n".join(load.eos_log))
     print(f"chaos run failed (seed {seed}): logs kept in {keep}", file=sys.stderr)
