@@ -40,6 +40,7 @@ from logstore.names import OFFSETS_TOPIC
 
 from . import config as config_mod
 from .api import errors
+from .api.acls import AclApis
 from .api.configs import ConfigApis
 from .api.connections import Connections
 from .api.groups import GroupApis
@@ -141,6 +142,7 @@ class Server:
         self.handlers.register(PartitionApis(
             self.replicas, self.topic_admin, controller=lambda: self.controller,
             metadata=self.metadata_cache, stopping=self.handlers.stopping).dispatch())
+        self.handlers.register(AclApis().dispatch())
         self.handlers.check_served()
         self.fetchers: ReplicaFetchers | None = None
         if isinstance(leadership, ClusterLeadership):

@@ -190,3 +190,53 @@ def test_log_dirs_are_listed_by_the_daemon(daemon: Daemon) -> None:
     for d in daemon.log_dirs:
         assert (Path(d) / "meta.properties").exists()
         assert "broker.id=1" in (Path(d) / "meta.properties").read_text()
+
+
+def test_acl_requests_are_told_there_is_no_authorizer(daemon: Daemon) -> None:
+    """logkeeper authorizes nothing, as a Kafka broker with no `authorizer.class.name`:
+    the ACL APIs answer SECURITY_DISABLED (54), not "the broker is too old for ACLs"
+    (what librdkafka said while they were not served), and store nothing."""
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclBindingFilter,
+        AclOperation,
+        AclPermissionType,
+        AdminClient,
+        ResourcePatternType,
+        ResourceType,
+    )
+    from kafka.admin import (
+        ACL,
+        ACLFilter,
+        ACLOperation,
+        ACLPermissionType,
+        ACLResourcePatternType,
+        ResourcePattern,
+        ResourcePatternFilter,
+    )
+    from kafka.admin import ResourceType as KResourceType
+    from kafka.errors import SecurityDisabledError
+
+    admin = KafkaAdminClient(bootstrap_servers=daemon.bootstrap)
+    try:
+        read_t = ACL("User:alice", "*", ACLOperation.READ, ACLPermissionType.ALLOW,
+                     ResourcePattern(KResourceType.TOPIC, "t"))
+        created = admin.create_acls([read_t])
+        assert created == {"succeeded": [], "failed": [SecurityDisabledError]}
+        with pytest.raises(SecurityDisabledError, match="No Authorizer"):
+            admin.describe_acls(ACLFilter(None, "*", ACLOperation.ANY, ACLPermissionType.ANY,
+                                          ResourcePatternFilter(KResourceType.TOPIC, None,
+                                                                ACLResourcePatternType.ANY)))
+    finally:
+        admin.close()
+
+    a = AdminClient({"bootstrap.servers": daemon.bootstrap})
+    binding = AclBinding(ResourceType.TOPIC, "t", ResourcePatternType.LITERAL, "User:alice",
+                         "*", AclOperation.READ, AclPermissionType.ALLOW)
+    everything = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None,
+                                  AclOperation.ANY, AclPermissionType.ANY)
+    for fut in (*a.create_acls([binding]).values(), *a.delete_acls([everything]).values()):
+        with pytest.raises(ck.KafkaException) as raised:
+            fut.result(30)
+        assert raised.value.args[0].code() == ck.KafkaError.SECURITY_DISABLED
+    assert a.describe_acls(everything).result(30) == []  # nothing was stored

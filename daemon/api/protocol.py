@@ -26,16 +26,22 @@ from kafka.protocol.admin import (
     AlterConfigsResponse,
     AlterReplicaLogDirsRequest,
     AlterReplicaLogDirsResponse,
+    CreateAclsRequest,
+    CreateAclsResponse,
     CreatePartitionsRequest,
     CreatePartitionsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
+    DeleteAclsRequest,
+    DeleteAclsResponse,
     DeleteGroupsRequest,
     DeleteGroupsResponse,
     DeleteRecordsRequest,
     DeleteRecordsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
+    DescribeAclsRequest,
+    DescribeAclsResponse,
     DescribeConfigsRequest,
     DescribeConfigsResponse,
     DescribeGroupsRequest,
@@ -199,6 +205,10 @@ SUPPORTED: dict[int, Api] = {a.key: a for a in (
     # DeleteRecords and CreatePartitions (daemon/api/partitions.py).
     _api(DeleteRecordsRequest, DeleteRecordsResponse, 0, 2),
     _api(CreatePartitionsRequest, CreatePartitionsResponse, 0, 3),
+    # ACLs (daemon/api/acls.py): answered as a broker with no authorizer (54).
+    _api(DescribeAclsRequest, DescribeAclsResponse, 0, 3),
+    _api(CreateAclsRequest, CreateAclsResponse, 0, 3),
+    _api(DeleteAclsRequest, DeleteAclsResponse, 0, 3),
     # ElectLeaders (daemon/api/partitions.py): preferred and unclean elections.
     _api(ElectLeadersRequest, ElectLeadersResponse, 0, 2),
     # The controller's requests (docs/cluster.md): every version a ZooKeeper-mode
