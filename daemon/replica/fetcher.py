@@ -71,8 +71,11 @@ class FollowerStorage(Protocol):
 
     async def end_offset_for(self, tp: TopicPartition, epoch: int) -> tuple[int, int]: ...
 
-    async def append(self, tp: TopicPartition, records: bytes | memoryview) -> int:
-        """Append a leader's batches as they are; the new log end offset."""
+    async def append(self, tp: TopicPartition, records: bytes | memoryview,
+                     fetch_offset: int) -> int:
+        """Append a leader's batches, fetched from `fetch_offset`, as they are; the new
+        log end offset. Raises `FetchOffsetMismatch`, writing nothing, when the log does
+        not end at `fetch_offset`."""
         ...
 
     async def follow_log_start(self, tp: TopicPartition, offset: int) -> None:
@@ -84,6 +87,20 @@ class FollowerStorage(Protocol):
         ...
 
     def set_high_watermark(self, tp: TopicPartition, hw: int) -> None: ...
+
+
+class FetchOffsetMismatch(Exception):
+    """The log no longer ends where its fetch asked from, so the answer does not follow
+    on from it (Kafka's follower checks the same before each append: "Offset mismatch").
+    Appended anyway, records above the log end would leave a hole in the replica: a
+    re-admitted dir whose disk came back without its last writes, read through a log
+    object from before it died. Nothing is written; fetching resumes from the log end."""
+
+    def __init__(self, tp: TopicPartition, fetch_offset: int, log_end_offset: int):
+        super().__init__(f"{tp}: fetched from {fetch_offset}, but the log ends at "
+                         f"{log_end_offset}")
+        self.fetch_offset = fetch_offset
+        self.log_end_offset = log_end_offset
 
 
 @dataclass
@@ -262,7 +279,7 @@ class Fetcher:
             # A slice of the response frame, appended as it is (no copy).
             records = whole_batches(part.records or b"")  # type: ignore[attr-defined]
             if records:
-                state.fetch_offset = await self.storage.append(tp, records)
+                state.fetch_offset = await self.storage.append(tp, records, state.fetch_offset)
                 state.last_fetched_epoch = await self.storage.last_fetched_epoch(tp)
             leader_hw = part.high_watermark  # type: ignore[attr-defined]
             self.storage.set_high_watermark(tp, min(leader_hw, state.fetch_offset))
@@ -274,12 +291,14 @@ class Fetcher:
             state.lag = max(0, leader_hw - state.fetch_offset)
         except asyncio.CancelledError:
             raise
-        except UnexpectedAppendOffsetError as err:
-            # Our log holds records this fetch state did not count (it began before an
-            # append still queued on the dir worker): asking again from the same offset
-            # would be refused forever. Ask from where the log ends; the last fetched
-            # epoch sent with it lets the leader say if those records diverge. Were the
-            # log end the offset just fetched (a batch of the leader's straddling it),
+        except (UnexpectedAppendOffsetError, FetchOffsetMismatch) as err:
+            # The fetch state is not where the log ends. Behind it: our log holds
+            # records this state did not count (it began before an append still queued
+            # on the dir worker), and asking again from the same offset would be
+            # refused forever. Ahead of it: appending would leave a hole (see
+            # FetchOffsetMismatch). Ask from where the log ends; the last fetched epoch
+            # sent with it lets the leader say if those records diverge. Were the log
+            # end the offset just fetched (a batch of the leader's straddling it),
             # asking again waits `backoff`, as for corrupt data.
             asked = state.fetch_offset
             try:
@@ -289,8 +308,13 @@ class Fetcher:
             except Exception as again:  # noqa: BLE001 - as below: this partition only
                 self._fail(tp, state, f"{type(again).__name__}: {again}")
                 return
-            log.warning("%s: leader %d sent offset %d, below our log end %d: fetching from "
-                        "there", tp, self.leader_id, err.first_offset, state.fetch_offset)
+            if isinstance(err, FetchOffsetMismatch):
+                log.warning("%s: fetched from %d, but the log ends at %d: fetching from "
+                            "there", tp, asked, state.fetch_offset)
+            else:
+                log.warning("%s: leader %d sent offset %d, below our log end %d: fetching "
+                            "from there", tp, self.leader_id, err.first_offset,
+                            state.fetch_offset)
             if state.fetch_offset == asked:
                 state.delayed_until = now + self.backoff
         except Exception as err:  # noqa: BLE001 - KIP-461: one partition, not the fetcher
@@ -355,10 +379,13 @@ class LogFollowerStorage:
         lg = self.logs[tp]
         return await self.run(tp, lg.epochs.end_offset_for, epoch, lg.log_end_offset)
 
-    async def append(self, tp: TopicPartition, records: bytes | memoryview) -> int:
+    async def append(self, tp: TopicPartition, records: bytes | memoryview,
+                     fetch_offset: int) -> int:
         lg = self.logs[tp]
 
         def append() -> int:
+            if lg.log_end_offset != fetch_offset:
+                raise FetchOffsetMismatch(tp, fetch_offset, lg.log_end_offset)
             lg.append(records, assign_offsets=False)
             if self.producers is not None:
                 producer.record_replicated(self.producers(tp), records)
