@@ -183,7 +183,8 @@ class Server:
                                              on_all_offline=self._on_all_offline)
         self.commands = OperatorCommands(self.storage, self.replicas, self.monitor,
                                          timeout=self.monitor.timeout,
-                                         on_partitions_changed=self._partitions_changed)
+                                         on_partitions_changed=self._partitions_changed,
+                                         announce=self.transitions.announce)
         self.cluster: ClusterLink | None = None
         self.notifier = notifier or Notifier.from_environment()
         self.metrics.watch_replication(self._replication_snapshot)

@@ -42,13 +42,15 @@ class OperatorCommands:
     """Event loop only."""
 
     def __init__(self, storage: LogManager, replicas: ReplicaManager, monitor: LogDirMonitor, *,
-                 timeout: float, on_partitions_changed: Callable[[], None]):
+                 timeout: float, on_partitions_changed: Callable[[], None],
+                 announce: Callable[[str], None]):
         self.dirs = storage
         self.states = storage.states
         self.replicas = replicas
         self.monitor = monitor
         self.timeout = timeout  # the probe timeout; a re-admission gets four of them
         self.on_partitions_changed = on_partitions_changed
+        self.announce = announce  # a log dir event for the controller (in a cluster)
 
     async def readmit(self, path: str) -> dict[str, Any]:
         """Bring a repaired OFFLINE dir back: probe, lock, recover, serve."""
@@ -100,6 +102,10 @@ class OperatorCommands:
         self.monitor.watch(d)
         await self.dirs.write_placement()
         self.monitor.publish()
+        # Only now, with the recovered logs served, may the controller's LeaderAndIsr
+        # come: before, a follower's fetch resumed from the end of the log of before the
+        # disk died, past what the disk came back with.
+        self.announce(str(d.path))
         recovered = sum(1 for r in d.logdir.recovery if r.recovered)
         log.warning("log dir %s re-admitted in %.2f s: %d partitions, %d recovered",
                     d.path, time.monotonic() - started, len(d.partitions), recovered)

@@ -93,13 +93,20 @@ class TransitionHandler:
                 self.storage.maintenance(retention=True, checkpoints=False, only=d)))
         elif t.new is DirState.ONLINE and t.old is DirState.SATURATED and d.logdir is not None:
             self._on_worker(d, d.logdir.create_reserve, "re-create the reserve", self.reserve)
-        if self.cluster is not None and (
-                t.new in (DirState.OFFLINE, DirState.SATURATED) or t.old is not DirState.ONLINE):
-            # Coming back (SATURATED -> ONLINE by itself, a readmitted OFFLINE dir) is
-            # announced too: the controller probes again and its replicas follow, catch
-            # up and rejoin the ISR without a restart (docs/cluster.md, "What we chose" 7).
-            self.cluster.announce_log_dir_event(path)
+        if t.new in (DirState.OFFLINE, DirState.SATURATED) or t.old is DirState.SATURATED:
+            # Coming back by itself (SATURATED -> ONLINE) is announced too: the
+            # controller probes again and its replicas follow, catch up and rejoin the
+            # ISR without a restart (docs/cluster.md, "What we chose" 7). A re-admitted
+            # OFFLINE dir is announced by the readmit once its recovered logs are
+            # served (daemon.health.commands): announced now, the controller's
+            # LeaderAndIsr could reach the logs of before the disk died.
+            self.announce(path)
         self.monitor.publish()
+
+    def announce(self, path: str) -> None:
+        """Tell the controller (a log dir event) that a dir changed, in a cluster."""
+        if self.cluster is not None:
+            self.cluster.announce_log_dir_event(path)
 
     def _on_worker(self, d: ManagedDir, fn: Callable[..., Any], what: str, *args: Any) -> None:
         fut = self.storage.submit(d, fn, *args)
