@@ -563,6 +563,32 @@ def test_a_fetch_state_past_the_log_end_never_leaves_a_hole(tmp_path: Path) -> N
         _run(follower, main)
 
 
+def test_a_follower_whose_log_ends_below_the_leaders_log_start_starts_over_there(
+        tmp_path: Path) -> None:
+    """Records deleted on the leader (DeleteRecords here; retention alike) while a
+    replica was away, or a replica re-created empty (a replaced disk): its log ends
+    below the leader's log start, and every fetch was answered OFFSET_OUT_OF_RANGE, for
+    ever. As Kafka's follower does, it empties its log and starts at the leader's log
+    start (at the batch holding it when that batch begins lower), then replicates."""
+    with _one_partition(tmp_path, 300) as (d, follower, tp, lg):
+        a = ck.admin.AdminClient({"bootstrap.servers": d.bootstrap})
+        for fut in a.delete_records([ck.TopicPartition(TOPIC, 0, 200)]).values():
+            assert fut.result(30).low_watermark == 200
+
+        async def main() -> None:
+            f = await follower.start()  # from offset 0, below the leader's log start
+            try:
+                produce(d, 50, 1, start=300)
+                await _until(lambda: lg.log_end_offset == 350, 30)
+                assert lg.log_start_offset == 200
+                assert leader_bytes(d, 0).endswith(follower_bytes(lg))
+                assert tp in f.partitions and not f.failed
+            finally:
+                await f.stop()
+
+        _run(follower, main)
+
+
 def test_a_partition_added_during_a_parked_fetch_is_fetched_at_once(tmp_path: Path) -> None:
     """A fetcher whose partitions are all caught up waits in a long poll at their log
     ends (max_wait_ms, here 20 s). A partition added meanwhile (a LeaderAndIsr moving it

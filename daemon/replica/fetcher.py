@@ -41,6 +41,7 @@ from kafka.protocol.consumer import FetchRequest
 
 import native
 from logstore import CorruptRecordError, Log, LogMovedError, TopicPartition, UnexpectedAppendOffsetError
+from logstore.records import iter_batches
 
 from ..api import errors
 from ..wire.peer import Peer, PeerError
@@ -84,6 +85,10 @@ class FollowerStorage(Protocol):
 
     async def truncate(self, tp: TopicPartition, offset: int) -> int:
         """Cut the log to end at or below `offset`; the new log end offset."""
+        ...
+
+    async def start_at(self, tp: TopicPartition, offset: int) -> int:
+        """Empty the log and start it at `offset`; the new log end offset."""
         ...
 
     def set_high_watermark(self, tp: TopicPartition, hw: int) -> None: ...
@@ -258,6 +263,23 @@ class Fetcher:
             # The leader is past our epoch: wait for the LeaderAndIsr that tells us.
             self._fail(tp, state, f"leader fenced epoch {state.leader_epoch}")
             return
+        leader_start = getattr(part, "log_start_offset", -1)
+        if code == errors.OFFSET_OUT_OF_RANGE and leader_start > state.fetch_offset:
+            # Our log ends below the leader's log start (records deleted there while we
+            # were away, or our replica re-created empty): nothing we hold follows on.
+            # Kafka's follower empties its log and starts at the leader's log start.
+            try:
+                state.fetch_offset = await self.storage.start_at(tp, leader_start)
+                state.last_fetched_epoch = await self.storage.last_fetched_epoch(tp)
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:  # noqa: BLE001 - KIP-461: this partition only
+                self._fail(tp, state, f"{type(err).__name__}: {err}")
+                return
+            log.warning("%s: our log ended below leader %d's log start %d: emptied it, "
+                        "fetching from there", tp, self.leader_id, leader_start)
+            state.errors = 0
+            return
         if code:
             state.errors += 1
             delay = self.backoff
@@ -283,7 +305,6 @@ class Fetcher:
                 state.last_fetched_epoch = await self.storage.last_fetched_epoch(tp)
             leader_hw = part.high_watermark  # type: ignore[attr-defined]
             self.storage.set_high_watermark(tp, min(leader_hw, state.fetch_offset))
-            leader_start = getattr(part, "log_start_offset", -1)
             if leader_start > 0:
                 # Kafka's maybeIncrementLogStartOffset: DeleteRecords and retention on
                 # the leader move the follower's log start too.
@@ -384,9 +405,20 @@ class LogFollowerStorage:
         lg = self.logs[tp]
 
         def append() -> int:
-            if lg.log_end_offset != fetch_offset:
-                raise FetchOffsetMismatch(tp, fetch_offset, lg.log_end_offset)
-            lg.append(records, assign_offsets=False)
+            end = lg.log_end_offset
+            if end != fetch_offset:
+                raise FetchOffsetMismatch(tp, fetch_offset, end)
+            try:
+                lg.append(records, assign_offsets=False)
+            except UnexpectedAppendOffsetError as err:
+                # An empty log started at the leader's log start, which falls inside
+                # this batch (DeleteRecords there): the log starts at the batch instead
+                # (Kafka does the same), and the log start follows the leader's after.
+                if end != lg.log_start_offset or next(iter_batches(
+                        records, verify_crc=False)).last_offset < end:
+                    raise
+                lg.truncate_fully_and_start_at(err.first_offset)
+                lg.append(records, assign_offsets=False)
             if self.producers is not None:
                 producer.record_replicated(self.producers(tp), records)
             return lg.log_end_offset
@@ -403,6 +435,17 @@ class LogFollowerStorage:
             return lg.log_end_offset
 
         return await self.run(tp, truncate)
+
+    async def start_at(self, tp: TopicPartition, offset: int) -> int:
+        lg = self.logs[tp]
+
+        def start_at() -> int:
+            lg.truncate_fully_and_start_at(offset)
+            if self.producers is not None:
+                self.producers(tp).clear()
+            return lg.log_end_offset
+
+        return await self.run(tp, start_at)
 
     async def follow_log_start(self, tp: TopicPartition, offset: int) -> None:
         """Move the log start up to the leader's (never past our log end)."""
