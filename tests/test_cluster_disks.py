@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import confluent_kafka as ck
 import confluent_kafka.admin as ck_admin
 from kazoo.client import KazooClient
 
@@ -27,6 +28,7 @@ from .test_replication import (
     assert_every_ack_read_once,
     consume_all,
     create,
+    partition_bytes,
     replicas_identical,
     start_producers,
 )
@@ -381,3 +383,62 @@ def test_a_readmitted_dir_rejoins_leads_its_leaderless_partitions_and_ends_a_que
                 c.close()
             assert [v for _, v in consume_all(cl, "solo", 1)[0]] == [b"solo-before",
                                                                      b"solo-after"]
+
+
+def test_a_replaced_disk_is_refilled_from_the_leaders_log_start(tmp_path: Path) -> None:
+    """The disk under broker 1's replica of t-0 dies for good and an empty one (a fresh
+    filesystem) takes its place, while the leader had deleted the records below offset
+    150 (DeleteRecords; retention alike). After `log-dirs readmit`, broker 1 re-creates
+    the replica empty; its log ends below the leader's log start, where the leader
+    answers OFFSET_OUT_OF_RANGE (the replica never came back before: it asked from 0
+    forever). It starts at the leader's log start (at the batch holding it), catches up
+    and rejoins the ISR without a restart, its records the leader's from there on."""
+    with faults.loop_ext4(64) as mnt:
+        sick, good = mnt / "d", tmp_path / "b1-good"
+        extra = {"log.dir.probe.interval.ms": 100, "log.dir.probe.timeout.ms": 1000}
+        with Cluster(tmp_path, log_dirs={1: [sick, good]}, extra=extra) as cl:
+            b1 = cl.brokers[1]
+            create_on(cl, sick, "t", [[2, 1, 3]])
+            c = RawClient(cl.brokers[2].port)
+            try:
+                for i in range(3):  # three batches of 100: offset 150 is inside the second
+                    assert produce_raw(c, "t", 0, [b"r%d" % j for j in range(
+                        100 * i, 100 * i + 100)]) == (0, 100 * i)
+            finally:
+                c.close()
+            wait_for(lambda: replicas_identical(cl, "t", 1), 30, "t-0 replicated")
+            a = ck_admin.AdminClient({"bootstrap.servers": cl.brokers[2].bootstrap})
+            for fut in a.delete_records([ck.TopicPartition("t", 0, 150)]).values():
+                assert fut.result(30).low_watermark == 150
+
+            faults.shutdown_fs(mnt)
+            wait_for(lambda: b1.log_dir_states()[str(sick)] == "offline", 30, "dir OFFLINE")
+            # The replacement: a new, empty filesystem where the dead one was.
+            subprocess.run(["umount", "-l", str(mnt)], check=True)
+            image = mnt.parent / "disk.img"
+            subprocess.run(["mkfs.ext4", "-q", "-F", str(image)], check=True)
+            subprocess.run(["mount", "-o", "loop", str(image), str(mnt)], check=True)
+            sick.mkdir()
+            code, body = b1.admin("log-dirs/readmit", sick)
+            assert code == 200, body
+            assert body["recreated_empty"] == ["t-0"]
+
+            c = RawClient(cl.brokers[2].port)
+            try:
+                assert produce_raw(c, "t", 0, [b"after"]) == (0, 300)
+            finally:
+                c.close()
+
+            def rejoined() -> bool:
+                return all(sorted(cl.metadata(b, ["t"])["partitions"][("t", 0)][3])
+                           == [1, 2, 3] for b in cl.brokers)
+
+            wait_for(rejoined, 60, lambda: "broker 1 back in t-0's ISR: "
+                     + str(cl.metadata(2, ["t"])["partitions"]))
+            leader = partition_bytes(cl, 2, "t", 0)
+            wait_for(lambda: leader.endswith(partition_bytes(cl, 1, "t", 0) or b"x"), 30,
+                     "broker 1's replica the leader's from its log start on")
+            # It starts at the batch holding offset 150, the second.
+            assert [f.name for f in (sick / "t-0").glob("*.log")] == [
+                "00000000000000000100.log"]
+            assert len(partition_bytes(cl, 1, "t", 0) or b"") < len(leader)
