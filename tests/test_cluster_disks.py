@@ -84,6 +84,17 @@ def create_on(cl: Cluster, only: Path, topic: str, assignment: list[list[int]],
 
 
 @contextmanager
+def disk_under_broker_1(tmp_path: Path) -> Iterator[tuple[Cluster, Path, Path]]:
+    """3 brokers; broker 1's dirs are a loop-mounted ext4 (`sick`, under `mnt`) and a
+    plain dir, probed every 100 ms: (cluster, mount point, sick dir)."""
+    with faults.loop_ext4(64) as mnt:
+        sick, good = mnt / "d", tmp_path / "b1-good"
+        extra = {"log.dir.probe.interval.ms": 100, "log.dir.probe.timeout.ms": 1000}
+        with Cluster(tmp_path, log_dirs={1: [sick, good]}, extra=extra) as cl:
+            yield cl, mnt, sick
+
+
+@contextmanager
 def saturable(tmp_path: Path) -> Iterator[tuple[Cluster, Path, list[Path]]]:
     """3 brokers; broker 1's first dir is a 16 MiB tmpfs with a 6 MiB free-space floor
     (a 10 MiB ballast file saturates it), its second a plain dir."""
@@ -295,94 +306,91 @@ def test_a_readmitted_dir_rejoins_leads_its_leaderless_partitions_and_ends_a_que
     and makes broker 1 a follower of t-0 again: it catches up and re-enters the ISR, all
     without a restart. Every acknowledged record of t is read back once, and t-0's three
     replicas end byte-identical."""
-    with faults.loop_ext4(64) as mnt:
-        sick, good = mnt / "d", tmp_path / "b1-good"
-        extra = {"log.dir.probe.interval.ms": 100, "log.dir.probe.timeout.ms": 1000}
-        with Cluster(tmp_path, log_dirs={1: [sick, good]}, extra=extra) as cl:
-            b1 = cl.brokers[1]
-            create_on(cl, sick, "t", [[1, 2, 3]])
-            create_on(cl, sick, "solo", [[1]], min_isr=1)
-            create_on(cl, sick, "gone", [[2, 1, 3]], min_isr=1)
-            c = RawClient(b1.port)
+    with disk_under_broker_1(tmp_path) as (cl, mnt, sick):
+        b1 = cl.brokers[1]
+        create_on(cl, sick, "t", [[1, 2, 3]])
+        create_on(cl, sick, "solo", [[1]], min_isr=1)
+        create_on(cl, sick, "gone", [[2, 1, 3]], min_isr=1)
+        c = RawClient(b1.port)
+        try:
+            assert produce_raw(c, "solo", 0, [b"solo-before"]) == (0, 0)
+        finally:
+            c.close()
+        wait_for(lambda: replicas_identical(cl, "gone", 1), 30, "gone-0 replicated")
+        faults.sync_fs(mnt)  # what the repaired disk will hold
+        loads = start_producers(cl, "t", 1)
+        try:
+            wait_for(lambda: all(len(x.acked) > 100 for x in loads), 60, "load running")
+            faults.shutdown_fs(mnt)
+
+            def parted() -> bool:
+                for b in cl.brokers:
+                    parts = cl.metadata(b, ["t", "solo"])["partitions"]
+                    leader, _, _, isr, offline = parts[("t", 0)]
+                    if leader in (1, -1) or 1 in isr or offline != [1]:
+                        return False
+                    if parts[("solo", 0)][0] != -1:
+                        return False
+                return True
+
+            wait_for(parted, 30, "t-0 led elsewhere and solo-0 leaderless on every broker")
+            a = ck_admin.AdminClient({"bootstrap.servers":
+                                      cl.brokers[cl.controller()].bootstrap})
+            a.delete_topics(["gone"], operation_timeout=0)
+            wait_for(lambda: holding_dir(cl.brokers[2], "gone", 0) is None
+                     and holding_dir(cl.brokers[3], "gone", 0) is None, 30,
+                     "brokers 2 and 3 deleting their replicas of gone-0")
+            zc = KazooClient(hosts=cl.zk.hosts)
+            zc.start(15)
             try:
-                assert produce_raw(c, "solo", 0, [b"solo-before"]) == (0, 0)
+                time.sleep(2)  # the controller has broker 1's 56 by now; nothing completes
+                assert zc.exists("/admin/delete_topics/gone")
+                assert zc.exists("/brokers/topics/gone")
+
+                # The repair, then the operator's readmit.
+                subprocess.run(["umount", "-l", str(mnt)], check=True)
+                subprocess.run(["mount", "-o", "loop", str(mnt.parent / "disk.img"),
+                                str(mnt)], check=True)
+                code, body = b1.admin("log-dirs/readmit", sick)
+                assert code == 200, body
+                assert b1.log_dir_states()[str(sick)] == "online"
+                wait_for(lambda: not zc.exists("/brokers/topics/gone")
+                         and not zc.exists("/admin/delete_topics/gone"), 30,
+                         "the queued deletion completing after the readmit")
             finally:
-                c.close()
-            wait_for(lambda: replicas_identical(cl, "gone", 1), 30, "gone-0 replicated")
-            faults.sync_fs(mnt)  # what the repaired disk will hold
-            loads = start_producers(cl, "t", 1)
-            try:
-                wait_for(lambda: all(len(x.acked) > 100 for x in loads), 60, "load running")
-                faults.shutdown_fs(mnt)
+                zc.stop()
+                zc.close()
+            no_log_dir_event_left(cl, 10)
+            wait_for(lambda: not (sick / "gone-0").exists(), 30, "gone-0 off dir A")
 
-                def parted() -> bool:
-                    for b in cl.brokers:
-                        parts = cl.metadata(b, ["t", "solo"])["partitions"]
-                        leader, _, _, isr, offline = parts[("t", 0)]
-                        if leader in (1, -1) or 1 in isr or offline != [1]:
-                            return False
-                        if parts[("solo", 0)][0] != -1:
-                            return False
-                    return True
+            def healed() -> bool:
+                for b in cl.brokers:
+                    parts = cl.metadata(b, ["t", "solo"])["partitions"]
+                    _, _, _, isr, offline = parts[("t", 0)]
+                    if sorted(isr) != [1, 2, 3] or offline != []:
+                        return False
+                    if parts[("solo", 0)][0] != 1:
+                        return False
+                return True
 
-                wait_for(parted, 30, "t-0 led elsewhere and solo-0 leaderless on every broker")
-                a = ck_admin.AdminClient({"bootstrap.servers":
-                                          cl.brokers[cl.controller()].bootstrap})
-                a.delete_topics(["gone"], operation_timeout=0)
-                wait_for(lambda: holding_dir(cl.brokers[2], "gone", 0) is None
-                         and holding_dir(cl.brokers[3], "gone", 0) is None, 30,
-                         "brokers 2 and 3 deleting their replicas of gone-0")
-                zc = KazooClient(hosts=cl.zk.hosts)
-                zc.start(15)
-                try:
-                    time.sleep(2)  # the controller has broker 1's 56 by now; nothing completes
-                    assert zc.exists("/admin/delete_topics/gone")
-                    assert zc.exists("/brokers/topics/gone")
-
-                    # The repair, then the operator's readmit.
-                    subprocess.run(["umount", "-l", str(mnt)], check=True)
-                    subprocess.run(["mount", "-o", "loop", str(mnt.parent / "disk.img"),
-                                    str(mnt)], check=True)
-                    code, body = b1.admin("log-dirs/readmit", sick)
-                    assert code == 200, body
-                    assert b1.log_dir_states()[str(sick)] == "online"
-                    wait_for(lambda: not zc.exists("/brokers/topics/gone")
-                             and not zc.exists("/admin/delete_topics/gone"), 30,
-                             "the queued deletion completing after the readmit")
-                finally:
-                    zc.stop()
-                    zc.close()
-                no_log_dir_event_left(cl, 10)
-                wait_for(lambda: not (sick / "gone-0").exists(), 30, "gone-0 off dir A")
-
-                def healed() -> bool:
-                    for b in cl.brokers:
-                        parts = cl.metadata(b, ["t", "solo"])["partitions"]
-                        _, _, _, isr, offline = parts[("t", 0)]
-                        if sorted(isr) != [1, 2, 3] or offline != []:
-                            return False
-                        if parts[("solo", 0)][0] != 1:
-                            return False
-                    return True
-
-                wait_for(healed, 60, lambda: "broker 1 back in t-0's ISR and leading solo-0: "
-                         + str(cl.metadata(2, ["t", "solo"])["partitions"]))
-                before = [len(x.acked) for x in loads]
-                wait_for(lambda: all(len(x.acked) > n + 50
-                                     for x, n in zip(loads, before, strict=True)), 60,
-                         "acks=all writes after the readmit")
-            finally:
-                unanswered = [x.finish() for x in loads]
-            assert b1.proc is not None and b1.proc.poll() is None, "broker 1 died"
-            assert_every_ack_read_once(cl, "t", 1, loads, unanswered)
-            wait_for(lambda: replicas_identical(cl, "t", 1), 30, "t-0 byte-identical")
-            c = RawClient(b1.port)
-            try:
-                assert produce_raw(c, "solo", 0, [b"solo-after"]) == (0, 1)
-            finally:
-                c.close()
-            assert [v for _, v in consume_all(cl, "solo", 1)[0]] == [b"solo-before",
-                                                                     b"solo-after"]
+            wait_for(healed, 60, lambda: "broker 1 back in t-0's ISR and leading solo-0: "
+                     + str(cl.metadata(2, ["t", "solo"])["partitions"]))
+            before = [len(x.acked) for x in loads]
+            wait_for(lambda: all(len(x.acked) > n + 50
+                                 for x, n in zip(loads, before, strict=True)), 60,
+                     "acks=all writes after the readmit")
+        finally:
+            unanswered = [x.finish() for x in loads]
+        assert b1.proc is not None and b1.proc.poll() is None, "broker 1 died"
+        assert_every_ack_read_once(cl, "t", 1, loads, unanswered)
+        wait_for(lambda: replicas_identical(cl, "t", 1), 30, "t-0 byte-identical")
+        c = RawClient(b1.port)
+        try:
+            assert produce_raw(c, "solo", 0, [b"solo-after"]) == (0, 1)
+        finally:
+            c.close()
+        assert [v for _, v in consume_all(cl, "solo", 1)[0]] == [b"solo-before",
+                                                                 b"solo-after"]
 
 
 def test_a_replaced_disk_is_refilled_from_the_leaders_log_start(tmp_path: Path) -> None:
@@ -393,52 +401,49 @@ def test_a_replaced_disk_is_refilled_from_the_leaders_log_start(tmp_path: Path) 
     answers OFFSET_OUT_OF_RANGE (the replica never came back before: it asked from 0
     forever). It starts at the leader's log start (at the batch holding it), catches up
     and rejoins the ISR without a restart, its records the leader's from there on."""
-    with faults.loop_ext4(64) as mnt:
-        sick, good = mnt / "d", tmp_path / "b1-good"
-        extra = {"log.dir.probe.interval.ms": 100, "log.dir.probe.timeout.ms": 1000}
-        with Cluster(tmp_path, log_dirs={1: [sick, good]}, extra=extra) as cl:
-            b1 = cl.brokers[1]
-            create_on(cl, sick, "t", [[2, 1, 3]])
-            c = RawClient(cl.brokers[2].port)
-            try:
-                for i in range(3):  # three batches of 100: offset 150 is inside the second
-                    assert produce_raw(c, "t", 0, [b"r%d" % j for j in range(
-                        100 * i, 100 * i + 100)]) == (0, 100 * i)
-            finally:
-                c.close()
-            wait_for(lambda: replicas_identical(cl, "t", 1), 30, "t-0 replicated")
-            a = ck_admin.AdminClient({"bootstrap.servers": cl.brokers[2].bootstrap})
-            for fut in a.delete_records([ck.TopicPartition("t", 0, 150)]).values():
-                assert fut.result(30).low_watermark == 150
+    with disk_under_broker_1(tmp_path) as (cl, mnt, sick):
+        b1 = cl.brokers[1]
+        create_on(cl, sick, "t", [[2, 1, 3]])
+        c = RawClient(cl.brokers[2].port)
+        try:
+            for i in range(3):  # three batches of 100: offset 150 is inside the second
+                assert produce_raw(c, "t", 0, [b"r%d" % j for j in range(
+                    100 * i, 100 * i + 100)]) == (0, 100 * i)
+        finally:
+            c.close()
+        wait_for(lambda: replicas_identical(cl, "t", 1), 30, "t-0 replicated")
+        a = ck_admin.AdminClient({"bootstrap.servers": cl.brokers[2].bootstrap})
+        for fut in a.delete_records([ck.TopicPartition("t", 0, 150)]).values():
+            assert fut.result(30).low_watermark == 150
 
-            faults.shutdown_fs(mnt)
-            wait_for(lambda: b1.log_dir_states()[str(sick)] == "offline", 30, "dir OFFLINE")
-            # The replacement: a new, empty filesystem where the dead one was.
-            subprocess.run(["umount", "-l", str(mnt)], check=True)
-            image = mnt.parent / "disk.img"
-            subprocess.run(["mkfs.ext4", "-q", "-F", str(image)], check=True)
-            subprocess.run(["mount", "-o", "loop", str(image), str(mnt)], check=True)
-            sick.mkdir()
-            code, body = b1.admin("log-dirs/readmit", sick)
-            assert code == 200, body
-            assert body["recreated_empty"] == ["t-0"]
+        faults.shutdown_fs(mnt)
+        wait_for(lambda: b1.log_dir_states()[str(sick)] == "offline", 30, "dir OFFLINE")
+        # The replacement: a new, empty filesystem where the dead one was.
+        subprocess.run(["umount", "-l", str(mnt)], check=True)
+        image = mnt.parent / "disk.img"
+        subprocess.run(["mkfs.ext4", "-q", "-F", str(image)], check=True)
+        subprocess.run(["mount", "-o", "loop", str(image), str(mnt)], check=True)
+        sick.mkdir()
+        code, body = b1.admin("log-dirs/readmit", sick)
+        assert code == 200, body
+        assert body["recreated_empty"] == ["t-0"]
 
-            c = RawClient(cl.brokers[2].port)
-            try:
-                assert produce_raw(c, "t", 0, [b"after"]) == (0, 300)
-            finally:
-                c.close()
+        c = RawClient(cl.brokers[2].port)
+        try:
+            assert produce_raw(c, "t", 0, [b"after"]) == (0, 300)
+        finally:
+            c.close()
 
-            def rejoined() -> bool:
-                return all(sorted(cl.metadata(b, ["t"])["partitions"][("t", 0)][3])
-                           == [1, 2, 3] for b in cl.brokers)
+        def rejoined() -> bool:
+            return all(sorted(cl.metadata(b, ["t"])["partitions"][("t", 0)][3])
+                       == [1, 2, 3] for b in cl.brokers)
 
-            wait_for(rejoined, 60, lambda: "broker 1 back in t-0's ISR: "
-                     + str(cl.metadata(2, ["t"])["partitions"]))
-            leader = partition_bytes(cl, 2, "t", 0)
-            wait_for(lambda: leader.endswith(partition_bytes(cl, 1, "t", 0) or b"x"), 30,
-                     "broker 1's replica the leader's from its log start on")
-            # It starts at the batch holding offset 150, the second.
-            assert [f.name for f in (sick / "t-0").glob("*.log")] == [
-                "00000000000000000100.log"]
-            assert len(partition_bytes(cl, 1, "t", 0) or b"") < len(leader)
+        wait_for(rejoined, 60, lambda: "broker 1 back in t-0's ISR: "
+                 + str(cl.metadata(2, ["t"])["partitions"]))
+        leader = partition_bytes(cl, 2, "t", 0)
+        wait_for(lambda: leader.endswith(partition_bytes(cl, 1, "t", 0) or b"x"), 30,
+                 "broker 1's replica the leader's from its log start on")
+        # It starts at the batch holding offset 150, the second.
+        assert [f.name for f in (sick / "t-0").glob("*.log")] == [
+            "00000000000000000100.log"]
+        assert len(partition_bytes(cl, 1, "t", 0) or b"") < len(leader)
