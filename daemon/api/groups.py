@@ -249,7 +249,6 @@ class GroupApis:
             results.append(R(group_id=gid, error_code=await self.coordinator.delete(gid)))
         return DeleteGroupsResponse(throttle_time_ms=0, results=results)
 
-
     # ---- OffsetDelete ----
 
     async def offset_delete(self, req: protocol.Request, conn: Any) -> Any:

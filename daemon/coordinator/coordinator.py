@@ -763,7 +763,6 @@ class GroupCoordinator:
         log.info("group %s deleted (%d committed offsets)", group_id, len(g.offsets))
         return errors.NONE
 
-
     async def delete_offsets(self, group_id: str, tps: list[TopicPartition]
                              ) -> tuple[int, dict[TopicPartition, int]]:
         """OffsetDelete (KIP-496): the group's committed offsets of `tps` go (tombstones

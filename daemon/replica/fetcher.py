@@ -264,23 +264,10 @@ class Fetcher:
             self._fail(tp, state, f"leader fenced epoch {state.leader_epoch}")
             return
         leader_start = getattr(part, "log_start_offset", -1)
-        if code == errors.OFFSET_OUT_OF_RANGE and leader_start > state.fetch_offset:
-            # Our log ends below the leader's log start (records deleted there while we
-            # were away, or our replica re-created empty): nothing we hold follows on.
-            # Kafka's follower empties its log and starts at the leader's log start.
-            try:
-                state.fetch_offset = await self.storage.start_at(tp, leader_start)
-                state.last_fetched_epoch = await self.storage.last_fetched_epoch(tp)
-            except asyncio.CancelledError:
-                raise
-            except Exception as err:  # noqa: BLE001 - KIP-461: this partition only
-                self._fail(tp, state, f"{type(err).__name__}: {err}")
-                return
-            log.warning("%s: our log ended below leader %d's log start %d: emptied it, "
-                        "fetching from there", tp, self.leader_id, leader_start)
-            state.errors = 0
-            return
-        if code:
+        # Our log ends below the leader's log start (records deleted there while we were
+        # away, or our replica re-created empty): nothing we hold follows on.
+        below_start = code == errors.OFFSET_OUT_OF_RANGE and leader_start > state.fetch_offset
+        if code and not below_start:
             state.errors += 1
             delay = self.backoff
             if code in _LEADER_NOT_READY:
@@ -294,6 +281,13 @@ class Fetcher:
             return
         state.errors = 0
         try:
+            if below_start:
+                # Kafka's follower empties its log and starts at the leader's log start.
+                state.fetch_offset = await self.storage.start_at(tp, leader_start)
+                state.last_fetched_epoch = await self.storage.last_fetched_epoch(tp)
+                log.warning("%s: our log ended below leader %d's log start %d: emptied "
+                            "it, fetching from there", tp, self.leader_id, leader_start)
+                return
             diverging = part.diverging_epoch  # type: ignore[attr-defined]
             if diverging is not None:
                 await self._truncate_on_divergence(tp, state, *diverging)
