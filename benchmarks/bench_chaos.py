@@ -12,7 +12,11 @@ a disk dies: every log dir is a loop-mounted ext4, and a random one gets FS_IOC_
 (EIO from then on, and whatever the kernel had not written back is lost, as when a disk
 dies), stays dead for 1-6 s while its broker serves its other dir, then is "repaired"
 (unmounted and mounted again: the journal replayed, the files as the disk last had
-them) and readmitted (`log-dirs readmit`), without a restart.
+them) and readmitted (`log-dirs readmit`), without a restart. Or a disk fills: a
+ballast file takes every free block of a random log dir's filesystem (ENOSPC on the next
+write there, a leader's or a follower's, or the space probe's floor), the dir turns
+SATURATED while its broker serves the other one, and 1-6 s later the ballast goes and
+the dir comes back ONLINE by itself (the disk-full proposal's flow, no operator).
 
 Afterwards every broker runs again and the same checks as the CI test hold: every
 acknowledged record is read back exactly once, each producer's records in order per
@@ -24,6 +28,7 @@ records acknowledged are reported (and the seed, to replay a run).
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 import shutil
@@ -62,7 +67,7 @@ def test_random_kills_and_pauses_under_acks_all_load(note: Any, benchmark: Any) 
     rng = random.Random(seed)
     topic, parts = "chaos", 3
     done: dict[str, int] = {"kill": 0, "kill-controller": 0, "pause": 0, "move": 0,
-                            "disk": 0}
+                            "disk": 0, "full": 0}
     with tempfile.TemporaryDirectory(prefix="lk-chaos-") as tmp, ExitStack() as disks:
         mounts = {b: [disks.enter_context(faults.loop_ext4(DISK_MB)) for _ in range(2)]
                   for b in (1, 2, 3)}
@@ -73,7 +78,9 @@ def test_random_kills_and_pauses_under_acks_all_load(note: Any, benchmark: Any) 
             "leader.imbalance.check.interval.seconds": 3,
             # A dead disk noticed within a second; EIO fails the probe at once, the
             # timeout only guards against a hang.
-            "log.dir.probe.interval.ms": 500, "log.dir.probe.timeout.ms": 5000}))
+            "log.dir.probe.interval.ms": 500, "log.dir.probe.timeout.ms": 5000,
+            # A full disk is SATURATED within a probe even when nothing writes there.
+            "log.dir.min.free.bytes": 1 << 20}))
         create(cl, topic, parts)
         loads = start_producers(cl, topic, parts)
         unanswered: list[int] = []
@@ -81,7 +88,8 @@ def test_random_kills_and_pauses_under_acks_all_load(note: Any, benchmark: Any) 
             end = time.monotonic() + CHAOS_SECONDS
             while time.monotonic() < end:
                 time.sleep(rng.uniform(1, 4))
-                kind = rng.choice(["kill", "kill-controller", "pause", "move", "disk"])
+                kind = rng.choice(["kill", "kill-controller", "pause", "move", "disk",
+                                   "full"])
                 if kind == "kill-controller":
                     victim = cl.controller()
                 else:
@@ -92,6 +100,8 @@ def test_random_kills_and_pauses_under_acks_all_load(note: Any, benchmark: Any) 
                 elif kind == "disk":
                     _disk_dies_and_comes_back(d, rng.choice(mounts[victim]),
                                               rng.uniform(1, 6))
+                elif kind == "full":
+                    _disk_fills_and_drains(d, rng.choice(mounts[victim]), rng.uniform(1, 6))
                 elif kind == "pause":
                     d.proc.send_signal(signal.SIGSTOP)
                     time.sleep(rng.uniform(1, 8))
@@ -125,7 +135,8 @@ def test_random_kills_and_pauses_under_acks_all_load(note: Any, benchmark: Any) 
     acked = sum(len(load.acked) for load in loads)
     note(f"chaos (seed {seed}, {CHAOS_SECONDS:.0f} s): survived {total} faults "
          f"({done['kill']} kills, {done['kill-controller']} controller kills, "
-         f"{done['pause']} pauses, {done['disk']} dead disks, {done['move']} replica moves "
+         f"{done['pause']} pauses, {done['disk']} dead disks, {done['full']} full disks, "
+         f"{done['move']} replica moves "
          f"asked, {moved} done) and {rebalances} leader rebalances; {acked} acks=all "
          "records acknowledged, all read back exactly once, replicas byte-identical")
     benchmark.extra_info.update(seed=seed, faults=done, acked=acked)
@@ -142,6 +153,35 @@ def _disk_dies_and_comes_back(d: Any, mnt: Path, dead_s: float) -> None:
     subprocess.run(["mount", "-o", "loop", str(mnt.parent / "disk.img"), str(mnt)], check=True)
     code, body = d.admin("log-dirs/readmit", log_dir)
     assert code == 200, f"readmit of {log_dir}: {code} {body}"
+
+
+def _disk_fills_and_drains(d: Any, mnt: Path, full_s: float) -> None:
+    """Every free block of the disk at `mnt` taken by a ballast file, as by another
+    tenant of the disk, until its log dir is SATURATED on its broker (which then deletes
+    its reserve file); after `full_s` the ballast goes and the dir must come back ONLINE
+    by itself."""
+    log_dir = str(mnt / "d")
+    ballast = mnt / "ballast"
+    fd = os.open(ballast, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        size = 0
+        for chunk in (64 << 20, 1 << 20, 4096):
+            while True:
+                try:
+                    os.posix_fallocate(fd, size, chunk)
+                except OSError as err:
+                    if err.errno != errno.ENOSPC:
+                        raise
+                    break
+                size += chunk
+    finally:
+        os.close(fd)
+    try:
+        wait_for(lambda: d.log_dir_states()[log_dir] == "saturated", 30, f"{log_dir} SATURATED")
+        time.sleep(full_s)
+    finally:
+        ballast.unlink()
+    wait_for(lambda: d.log_dir_states()[log_dir] == "online", 30, f"{log_dir} ONLINE again")
 
 
 def _move(d: Any, broker: int, topic: str, partition: int) -> None:
