@@ -19,7 +19,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("daemon.app", "run the storage daemon"),
     "log-dirs": ("daemon.tools.log_dirs",
                  "describe log dirs, move replicas between them, readmit, cordon or uncordon one"),
-    "topics": ("daemon.tools.topics", "describe topics through the Metadata API"),
+    "topics": ("daemon.tools.topics", "list, describe, create, alter or delete topics"),
     "configs": ("daemon.tools.configs", "describe or alter topic and broker configs"),
     "dev-cluster": ("daemon.tools.dev_cluster", "run a local ZooKeeper and N brokers"),
     "audit": ("spark_audit.main", "audit segment integrity across hosts with PySpark"),

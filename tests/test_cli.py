@@ -71,6 +71,64 @@ def test_topics_describe_config_with_an_any_address_listener_asks_loopback(
         assert f'"port": {d.port}' in proc.stdout
 
 
+def test_topics_create_list_alter_and_delete_as_kafka_topics_sh(tmp_path: Path) -> None:
+    """kafka-topics.sh's --create, --list, --alter --partitions and --delete, against a
+    daemon that confluent-kafka then reads the result from: the topic's configs applied,
+    its partitions there, refusals that say why and change nothing."""
+    import confluent_kafka.admin as ca
+
+    with running(tmp_path, {"num.partitions": 2}) as d:
+        at = ("--bootstrap-server", d.bootstrap)
+        made = cli("topics", "create", *at, "--topic", "orders", "--partitions", "3",
+                   "--topic-config", "retention.ms=60000", "--topic-config",
+                   "cleanup.policy=compact")
+        assert (made.returncode, made.stdout) == (0, "Created topic orders.\n"), made.stderr
+        assert cli("topics", "create", *at, "--topic", "plain").returncode == 0
+        admin = ca.AdminClient({"bootstrap.servers": d.bootstrap})
+        topics = admin.list_topics(timeout=10).topics
+        assert len(topics["orders"].partitions) == 3
+        assert len(topics["plain"].partitions) == 2  # the broker's num.partitions
+        [f] = admin.describe_configs([ca.ConfigResource("topic", "orders")]).values()
+        configs = f.result(30)
+        assert configs["retention.ms"].value == "60000"
+        assert configs["cleanup.policy"].value == "compact"
+
+        listed = cli("topics", "list", "--config", str(d.config))
+        assert listed.returncode == 0, listed.stderr
+        assert listed.stdout.split() == sorted(["orders", "plain"] + (
+            ["__consumer_offsets"] if "__consumer_offsets" in topics else []))
+        shown = cli("topics", "describe", *at, "--topic", "orders")
+        assert ("Topic: orders\tPartitionCount: 3\tReplicationFactor: 1\tConfigs: "
+                "cleanup.policy=compact,retention.ms=60000\n") in shown.stdout
+
+        again = cli("topics", "create", *at, "--topic", "orders", "--partitions", "9")
+        assert again.returncode == 1
+        assert "error 36" in again.stderr and "already exists" in again.stderr
+        assert "nothing changed" in again.stderr
+        assert cli("topics", "create", *at, "--topic", "orders", "--if-not-exists",
+                   "--partitions", "9").returncode == 0
+        # kafka-topics.sh's --config K=V: told what to write instead, nothing created
+        misplaced = cli("topics", "create", *at, "--topic", "x", "--config", "retention.ms=5")
+        assert misplaced.returncode == 2 and "--topic-config retention.ms=5" in misplaced.stderr
+        bad = cli("topics", "create", *at, "--topic", "x", "--replica-assignment", "1:1")
+        assert bad.returncode == 2 and "names a broker twice" in bad.stderr
+        assert "x" not in admin.list_topics(timeout=10).topics
+
+        grown = cli("topics", "alter", *at, "--topic", "orders", "--partitions", "5")
+        assert grown.returncode == 0, grown.stderr
+        fewer = cli("topics", "alter", *at, "--topic", "orders", "--partitions", "4")
+        assert fewer.returncode == 1 and "error 37" in fewer.stderr
+        assert len(admin.list_topics(timeout=10).topics["orders"].partitions) == 5
+
+        gone = cli("topics", "delete", *at, "--topic", "plain")
+        assert (gone.returncode, gone.stdout) == (0, "Deleted topic plain.\n"), gone.stderr
+        assert "plain" not in admin.list_topics(timeout=10).topics
+        missing = cli("topics", "delete", *at, "--topic", "plain")
+        assert missing.returncode == 1 and "error 3 " in missing.stderr
+        assert cli("topics", "delete", *at, "--topic", "plain", "--if-exists").returncode == 0
+        assert cli("topics", "list", *at, "--exclude-internal").stdout == "orders\n"
+
+
 def test_free_ports_come_from_below_the_ephemeral_range_and_never_twice() -> None:
     """The test and dev-cluster servers' ports: outside the range outgoing connections
     take their local ports from (one took a broker's port before it was bound, in a

@@ -283,9 +283,18 @@ def test_dev_cluster_starts_describes_survives_a_killed_broker_and_stops_cleanly
         assert bootstrap, "".join(lines) + proc.stderr.read() if proc.poll() is not None else lines
         assert len(bootstrap.split(",")) == 2
         zk_port = int(lines[0].split(":")[2].split()[0])
+        # Created with the command, through the broker that is not the controller
+        # (the command finds it), with no replication factor: the dev cluster's
+        # default.replication.factor puts a replica on each broker.
         a = ck_admin.AdminClient({"bootstrap.servers": bootstrap})
-        for fut in a.create_topics([ck_admin.NewTopic("dev", 2, 2)]).values():
-            fut.result(30)
+        controller = wait_for(lambda: a.list_topics(timeout=10).controller_id in (1, 2)
+                              and a.list_topics(timeout=10).controller_id, 30, "a controller")
+        other = bootstrap.split(",")[2 - controller]  # broker 1 first, then broker 2
+        created = subprocess.run(
+            [sys.executable, "-m", "daemon.cli", "topics", "create", "--bootstrap-server",
+             other, "--topic", "dev", "--partitions", "2"],
+            capture_output=True, text=True, env=env, timeout=60)
+        assert (created.returncode, created.stdout) == (0, "Created topic dev.\n"), created.stderr
 
         def described():
             out = subprocess.run(

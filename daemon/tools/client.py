@@ -15,13 +15,28 @@ import socket
 from typing import Any
 
 from kafka.protocol.api_key import ApiKey
-from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
+from kafka.protocol.metadata import (
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    MetadataRequest,
+    MetadataResponse,
+)
 
+from ..api.errors import name_of
 from ..wire import frames
 
 
 class ClientError(Exception):
     """A broker that cannot be reached or answered nonsense; names the address and API."""
+
+
+class Refused(Exception):
+    """The broker answered the request with an error code: nothing was done."""
+
+    def __init__(self, code: int, message: str | None):
+        super().__init__(f"error {code} ({name_of(code)}): "
+                         f"{(message or '').rstrip('.') or 'no message'}")
+        self.code = code
 
 
 def _api_name(api_key: int) -> str:
@@ -113,3 +128,27 @@ def connect_any(bootstrap: str, *, timeout: float = 10.0) -> Connection:
         except ClientError as err:
             errors.append(str(err))
     raise ClientError("; ".join(errors))
+
+
+CONTROLLER = -1
+
+
+def connect_broker(bootstrap: str, broker_id: int, *, timeout: float = 10.0) -> Connection:
+    """A connection to broker `broker_id`, or with CONTROLLER to the cluster's active
+    controller (where Kafka's admin clients send CreateTopics, DeleteTopics and
+    CreatePartitions; a standalone broker is its own), found through the Metadata of
+    any bootstrap server."""
+    with connect_any(bootstrap, timeout=timeout) as conn:
+        meta = conn.call(MetadataRequest(topics=[], allow_auto_topic_creation=False),
+                         MetadataResponse, lo=1, hi=8)
+    wanted = meta.controller_id if broker_id == CONTROLLER else broker_id
+    if broker_id == CONTROLLER and wanted < 0:
+        raise ClientError(f"{conn.address}: the cluster has no active controller right "
+                          "now (one is elected within the ZooKeeper session timeout); "
+                          "try again")
+    for b in meta.brokers:
+        if b.node_id == wanted:
+            return Connection(b.host, b.port, timeout=timeout)
+    what = "the controller" if broker_id == CONTROLLER else "broker"
+    raise ClientError(f"{what} {wanted} is not in the cluster's metadata (brokers "
+                      f"{sorted(b.node_id for b in meta.brokers)})")

@@ -31,21 +31,13 @@ from kafka.protocol.admin import (
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
 )
-from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
-from ..api.errors import name_of
-from .client import ClientError, Connection, connect_any
+from .client import ClientError, Connection, Refused, connect_any, connect_broker
 
 TOPIC, BROKER = 2, 4
 SOURCES = {1: "DYNAMIC_TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG",
            3: "DYNAMIC_DEFAULT_BROKER_CONFIG", 4: "STATIC_BROKER_CONFIG", 5: "DEFAULT_CONFIG"}
 SET, DELETE = 0, 1
-
-
-class Refused(Exception):
-    def __init__(self, code: int, message: str | None):
-        super().__init__(f"error {code} ({name_of(code)}): {message or 'no message'}")
-        self.code = code
 
 
 def parse_add_config(text: str) -> dict[str, str]:
@@ -86,17 +78,9 @@ def _resource(args: argparse.Namespace) -> tuple[int, str]:
 def _connect(bootstrap: str, rtype: int, name: str) -> Connection:
     """A connection to the broker that answers for the resource: any for a topic or
     the broker defaults, broker N itself for `--broker N`."""
-    conn = connect_any(bootstrap)
     if rtype != BROKER or name == "":
-        return conn
-    with conn:
-        meta = conn.call(MetadataRequest(topics=[], allow_auto_topic_creation=False),
-                         MetadataResponse, lo=1, hi=8)
-    for b in meta.brokers:
-        if str(b.node_id) == name:
-            return Connection(b.host, b.port)
-    raise ClientError(f"broker {name} is not in the cluster's metadata (brokers "
-                      f"{sorted(b.node_id for b in meta.brokers)})")
+        return connect_any(bootstrap)
+    return connect_broker(bootstrap, int(name))
 
 
 def describe(bootstrap: str, rtype: int, name: str) -> list[dict[str, Any]]:

@@ -63,6 +63,10 @@ class Broker:
             # no wait for more members before a group's first rebalance, as Kafka's
             # example server.properties has it for development.
             f"offsets.topic.replication.factor={min(3, brokers)}\n"
+            # Topics created without a replication factor (a client's auto-creation, a
+            # CreateTopics with -1) get replicas on other brokers too, so killing one
+            # shows leadership move rather than a partition going offline.
+            f"default.replication.factor={min(3, brokers)}\n"
             "group.initial.rebalance.delay.ms=0\n")
         self.proc: subprocess.Popen[bytes] | None = None
 

@@ -1,44 +1,105 @@
-"""`logkeeper topics describe`: leader, replicas, ISR and offline replicas per partition.
+"""`logkeeper topics`: what Kafka's `kafka-topics.sh` does, through the Kafka protocol.
 
-Asks a broker for Metadata (v5+, which carries offline replicas) and prints what
-Kafka's `kafka-topics.sh --describe` prints, one line per topic and one per partition;
-`--json` prints the same as JSON instead.
+    logkeeper topics list [--exclude-internal]
+    logkeeper topics describe [--topic T ...] [--json]
+    logkeeper topics create --topic T [--partitions N] [--replication-factor R]
+                            [--replica-assignment 1:2,2:3] [--topic-config K=V ...]
+                            [--if-not-exists]
+    logkeeper topics alter --topic T --partitions N
+    logkeeper topics delete --topic T [--topic T2 ...] [--if-exists]
+
+`describe` prints what `kafka-topics.sh --describe` prints, one line per topic (with the
+topic's own configs, from DescribeConfigs) and one per partition (leader, replicas, ISR,
+offline replicas, from Metadata v5+); `--json` prints the same as JSON. `create`,
+`alter` (more partitions: CreatePartitions) and `delete` go to the cluster's active
+controller, found through Metadata, as Kafka's admin clients send them; a standalone
+daemon is its own controller. Without `--partitions` or `--replication-factor` the
+broker's `num.partitions` and `default.replication.factor` apply. kafka-topics.sh's
+`--config K=V` is `--topic-config K=V` here: `--config FILE` names the daemon's config,
+as in every `logkeeper` command.
 
 The broker asked is `--bootstrap-server`, else the listener of the daemon on this host:
 that of `--config FILE`, or of the embedded defaults (127.0.0.1:9092).
 
-Exit codes: 0 when every topic was described, 1 when a named topic does not exist or
-carries an error, 2 on a usage error, a bad config, or when no bootstrap server can be
-reached.
+Exit codes: 0 done (and for describe: every topic described); 1 the broker refused, with
+the error code, its name and the broker's message (nothing changed), or for describe a
+named topic does not exist or carries an error; 2 a usage error, a bad config file, or
+no broker reachable.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import time
 from typing import Any
 
+from kafka.protocol.admin import (
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
+)
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
+from ..api import errors
 from ..api.errors import name_of
-from .client import ClientError, connect_any
+from .client import CONTROLLER, ClientError, Connection, Refused, connect_any, connect_broker
+
+TOPIC_RESOURCE = 2
+DYNAMIC_TOPIC_CONFIG = 1
+DEFAULT_TIMEOUT_MS = 30000
+# A controller that moved between our Metadata and the request answers NOT_CONTROLLER:
+# asked again (at the new one) this many times, as Kafka's admin clients retry.
+CONTROLLER_TRIES = 3
+
+
+# ---- describe and list ----
+
+
+def _metadata(conn: Connection, topics: list[str] | None) -> Any:
+    req_topics = None if not topics else [
+        MetadataRequest.MetadataRequestTopic(name=t) for t in topics]
+    return conn.call(MetadataRequest(topics=req_topics, allow_auto_topic_creation=False),
+                     MetadataResponse, lo=1, hi=8)
+
+
+def _topic_configs(conn: Connection, names: list[str]) -> dict[str, dict[str, str]]:
+    """Each topic's own configs (set at creation or altered since), as
+    `kafka-topics.sh --describe` lists them; {} for a broker too old to say."""
+    if not names or DescribeConfigsRequest.API_KEY not in conn.versions:
+        return {}
+    R = DescribeConfigsRequest.DescribeConfigsResource
+    resp = conn.call(DescribeConfigsRequest(
+        resources=[R(resource_type=TOPIC_RESOURCE, resource_name=n, configuration_keys=None)
+                   for n in names],
+        include_synonyms=False, include_documentation=False), DescribeConfigsResponse,
+        lo=1, hi=4)
+    return {r.resource_name: {c.name: c.value for c in sorted(r.configs, key=lambda c: c.name)
+                              if c.config_source == DYNAMIC_TOPIC_CONFIG and c.value is not None}
+            for r in resp.results if not r.error_code}
 
 
 def describe(bootstrap: str, topics: list[str] | None = None) -> dict[str, Any]:
     with connect_any(bootstrap) as conn:
-        req_topics = None if not topics else [
-            MetadataRequest.MetadataRequestTopic(name=t) for t in topics]
-        meta = conn.call(MetadataRequest(topics=req_topics, allow_auto_topic_creation=False),
-                         MetadataResponse, lo=1, hi=8)
+        meta = _metadata(conn, topics)
+        configs = _topic_configs(conn, [t.name for t in meta.topics if not t.error_code])
     out: dict[str, Any] = {"cluster_id": meta.cluster_id, "controller": meta.controller_id,
                            "brokers": [{"id": b.node_id, "host": b.host, "port": b.port}
                                        for b in meta.brokers], "topics": []}
     for t in sorted(meta.topics, key=lambda t: t.name):
         parts = sorted(t.partitions, key=lambda p: p.partition_index)
         out["topics"].append({
-            "topic": t.name, "error_code": t.error_code, "partition_count": len(parts),
+            "topic": t.name, "error_code": t.error_code, "internal": bool(t.is_internal),
+            "partition_count": len(parts),
             "replication_factor": max((len(p.replica_nodes) for p in parts), default=0),
+            "configs": configs.get(t.name, {}),
             "partitions": [{
                 "partition": p.partition_index, "leader": p.leader_id,
                 "replicas": list(p.replica_nodes), "isr": list(p.isr_nodes),
@@ -51,10 +112,12 @@ def render(desc: dict[str, Any]) -> str:
     lines = []
     for t in desc["topics"]:
         if t["error_code"]:
-            lines.append(f"Topic: {t['topic']}\tError: {t['error_code']}")
+            lines.append(f"Topic: {t['topic']}\tError: {t['error_code']} "
+                         f"({name_of(t['error_code'])})")
             continue
+        configs = ",".join(f"{k}={v}" for k, v in t["configs"].items())
         lines.append(f"Topic: {t['topic']}\tPartitionCount: {t['partition_count']}\t"
-                     f"ReplicationFactor: {t['replication_factor']}\tConfigs: ")
+                     f"ReplicationFactor: {t['replication_factor']}\tConfigs: {configs}")
         for p in t["partitions"]:
             def ids(xs: list[int]) -> str:
                 return ",".join(str(x) for x in xs)
@@ -65,41 +128,255 @@ def render(desc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def list_topics(bootstrap: str, *, exclude_internal: bool = False) -> list[str]:
+    with connect_any(bootstrap) as conn:
+        meta = _metadata(conn, None)
+    return sorted(t.name for t in meta.topics
+                  if not t.error_code and not (exclude_internal and t.is_internal))
+
+
+# ---- create, alter, delete: at the controller ----
+
+
+def _at_controller(bootstrap: str, timeout_ms: int, send: Any) -> tuple[int, str | None]:
+    """`send(conn)` -> (error code, message) at the active controller, asked again
+    when the controller moved meanwhile (NOT_CONTROLLER)."""
+    for attempt in range(CONTROLLER_TRIES):
+        # The broker holds the answer up to timeout_ms: the socket waits longer.
+        with connect_broker(bootstrap, CONTROLLER, timeout=timeout_ms / 1000 + 10) as conn:
+            code, message = send(conn)
+        if code != errors.NOT_CONTROLLER or attempt == CONTROLLER_TRIES - 1:
+            return code, message
+        time.sleep(0.5 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+def parse_replica_assignment(text: str) -> dict[int, list[int]]:
+    """kafka-topics.sh's `--replica-assignment 1:2,2:3`: partition 0 on brokers 1 and 2
+    (1 preferred), partition 1 on 2 and 3; ValueError naming what is wrong."""
+    out: dict[int, list[int]] = {}
+    for i, part in enumerate(text.split(",")):
+        try:
+            brokers = [int(b) for b in part.split(":")]
+        except ValueError:
+            raise ValueError(f"--replica-assignment {text!r}: partition {i}'s replicas "
+                             f"{part!r} are not broker ids separated by ':'") from None
+        if len(set(brokers)) != len(brokers):
+            raise ValueError(f"--replica-assignment {text!r}: partition {i} names a broker "
+                             "twice")
+        out[i] = brokers
+    if len({len(b) for b in out.values()}) != 1:
+        raise ValueError(f"--replica-assignment {text!r}: every partition needs the same "
+                         "number of replicas")
+    return out
+
+
+def parse_topic_configs(items: list[str]) -> dict[str, str]:
+    """`--topic-config K=V` (repeatable) -> {K: V}."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise ValueError(f"--topic-config {item!r}: expected K=V, e.g. retention.ms=60000")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def create(bootstrap: str, topic: str, *, partitions: int = -1, replication_factor: int = -1,
+           assignment: dict[int, list[int]] | None = None, configs: dict[str, str] | None = None,
+           timeout_ms: int = DEFAULT_TIMEOUT_MS) -> None:
+    T = CreateTopicsRequest.CreatableTopic
+
+    def send(conn: Connection) -> tuple[int, str | None]:
+        resp = conn.call(CreateTopicsRequest(topics=[T(
+            name=topic, num_partitions=partitions, replication_factor=replication_factor,
+            assignments=[T.CreatableReplicaAssignment(partition_index=p, broker_ids=b)
+                         for p, b in sorted((assignment or {}).items())],
+            configs=[T.CreatableTopicConfig(name=k, value=v)
+                     for k, v in (configs or {}).items()])],
+            timeout_ms=timeout_ms, validate_only=False), CreateTopicsResponse, lo=1, hi=5)
+        [r] = resp.topics
+        return r.error_code, r.error_message
+
+    code, message = _at_controller(bootstrap, timeout_ms, send)
+    if code:
+        raise Refused(code, message)
+
+
+def add_partitions(bootstrap: str, topic: str, count: int, *,
+                   timeout_ms: int = DEFAULT_TIMEOUT_MS) -> None:
+    T = CreatePartitionsRequest.CreatePartitionsTopic
+
+    def send(conn: Connection) -> tuple[int, str | None]:
+        resp = conn.call(CreatePartitionsRequest(
+            topics=[T(name=topic, count=count, assignments=None)], timeout_ms=timeout_ms,
+            validate_only=False), CreatePartitionsResponse, lo=0, hi=3)
+        [r] = resp.results
+        return r.error_code, r.error_message
+
+    code, message = _at_controller(bootstrap, timeout_ms, send)
+    if code:
+        raise Refused(code, message)
+
+
+def delete(bootstrap: str, topic: str, *, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> None:
+    def send(conn: Connection) -> tuple[int, str | None]:
+        resp = conn.call(DeleteTopicsRequest(topic_names=[topic], timeout_ms=timeout_ms),
+                         DeleteTopicsResponse, lo=0, hi=5)
+        [r] = resp.responses
+        return r.error_code, getattr(r, "error_message", None)
+
+    code, message = _at_controller(bootstrap, timeout_ms, send)
+    if code:
+        raise Refused(code, message)
+
+
+# ---- the command ----
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="logkeeper topics", description="Describe topics.")
+    p = argparse.ArgumentParser(prog="logkeeper topics", description=(
+        "List, describe, create, alter (add partitions) and delete topics, as Kafka's "
+        "kafka-topics.sh."))
     sub = p.add_subparsers(dest="action", required=True)
-    d = sub.add_parser("describe", help="leader, replicas, ISR, offline replicas per partition")
-    where = d.add_mutually_exclusive_group()
-    where.add_argument("--bootstrap-server", metavar="HOST:PORT[,HOST:PORT]",
-                       help="default: the listener of --config, or of the embedded defaults")
-    where.add_argument("--config", metavar="FILE",
-                       help="the daemon's config, to find its listener")
-    d.add_argument("--topic", action="append", default=[], help="a topic (repeatable; "
+
+    def command(name: str, help_: str) -> argparse.ArgumentParser:
+        s = sub.add_parser(name, help=help_)
+        where = s.add_mutually_exclusive_group()
+        where.add_argument("--bootstrap-server", metavar="HOST:PORT[,HOST:PORT]",
+                           help="default: the listener of --config, or of the embedded defaults")
+        where.add_argument("--config", metavar="FILE",
+                           help="the daemon's config, to find its listener")
+        return s
+
+    s = command("list", "topic names, one per line")
+    s.add_argument("--exclude-internal", action="store_true",
+                   help="leave out internal topics (__consumer_offsets)")
+    s = command("describe", "leader, replicas, ISR, offline replicas per partition")
+    s.add_argument("--topic", action="append", default=[], help="a topic (repeatable; "
                    "default: all)")
-    d.add_argument("--json", action="store_true", help="print JSON")
+    s.add_argument("--json", action="store_true", help="print JSON")
+    s = command("create", "create a topic (at the controller)")
+    s.add_argument("--topic", required=True)
+    s.add_argument("--partitions", type=int, default=-1,
+                   help="default: the broker's num.partitions")
+    s.add_argument("--replication-factor", type=int, default=-1,
+                   help="default: the broker's default.replication.factor")
+    s.add_argument("--replica-assignment", metavar="B:B,B:B",
+                   help="each partition's brokers, preferred leader first; instead of "
+                   "--partitions and --replication-factor")
+    s.add_argument("--topic-config", action="append", default=[], metavar="K=V",
+                   help="a topic config (repeatable), e.g. retention.ms=60000 "
+                   "(kafka-topics.sh's --config)")
+    s.add_argument("--if-not-exists", action="store_true",
+                   help="succeed, changing nothing, when the topic exists")
+    s.add_argument("--timeout-ms", type=int, default=DEFAULT_TIMEOUT_MS)
+    s = command("alter", "add partitions to a topic (at the controller)")
+    s.add_argument("--topic", required=True)
+    s.add_argument("--partitions", type=int, required=True,
+                   help="the new partition count (more than today's)")
+    s.add_argument("--timeout-ms", type=int, default=DEFAULT_TIMEOUT_MS)
+    s = command("delete", "delete topics (at the controller)")
+    s.add_argument("--topic", action="append", required=True, help="a topic (repeatable)")
+    s.add_argument("--if-exists", action="store_true",
+                   help="succeed when a topic does not exist")
+    s.add_argument("--timeout-ms", type=int, default=DEFAULT_TIMEOUT_MS)
     return p
 
 
+def _bootstrap(args: argparse.Namespace) -> str:
+    if args.bootstrap_server is not None:
+        return args.bootstrap_server
+    from .. import config as config_mod
+
+    cfg = config_mod.load(args.config)
+    return config_mod.local_address(cfg.listener.host, cfg.listener.port)
+
+
+def _describe(args: argparse.Namespace, bootstrap: str) -> int:
+    desc = describe(bootstrap, args.topic or None)
+    print(json.dumps(desc, indent=2) if args.json else render(desc))
+    failed = [t for t in desc["topics"] if t["error_code"]]
+    for t in failed:
+        print(f"logkeeper topics: topic {t['topic']!r}: error {t['error_code']} "
+              f"({name_of(t['error_code'])}) from {bootstrap}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _refused(topic: str, err: Refused) -> int:
+    if err.code == errors.REQUEST_TIMED_OUT:
+        print(f"logkeeper topics: topic {topic!r}: {err}; the controller goes on with it "
+              "(`logkeeper topics describe` shows when it is done)", file=sys.stderr)
+    else:
+        print(f"logkeeper topics: topic {topic!r}: {err}; nothing changed", file=sys.stderr)
+    return 1
+
+
+def _change(args: argparse.Namespace, bootstrap: str) -> int:
+    if args.action == "create":
+        assignment = None
+        if args.replica_assignment is not None:
+            if args.partitions != -1 or args.replication_factor != -1:
+                raise ValueError("--replica-assignment gives the partitions and their "
+                                 "replicas: leave out --partitions and --replication-factor")
+            assignment = parse_replica_assignment(args.replica_assignment)
+        configs = parse_topic_configs(args.topic_config)
+        try:
+            create(bootstrap, args.topic, partitions=args.partitions,
+                   replication_factor=args.replication_factor, assignment=assignment,
+                   configs=configs, timeout_ms=args.timeout_ms)
+        except Refused as err:
+            if err.code == errors.TOPIC_ALREADY_EXISTS and args.if_not_exists:
+                return 0
+            return _refused(args.topic, err)
+        print(f"Created topic {args.topic}.")
+    elif args.action == "alter":
+        try:
+            add_partitions(bootstrap, args.topic, args.partitions, timeout_ms=args.timeout_ms)
+        except Refused as err:
+            return _refused(args.topic, err)
+        print(f"Topic {args.topic} now has {args.partitions} partitions.")
+    else:
+        for topic in args.topic:
+            try:
+                delete(bootstrap, topic, timeout_ms=args.timeout_ms)
+            except Refused as err:
+                if err.code == errors.UNKNOWN_TOPIC_OR_PARTITION and args.if_exists:
+                    continue
+                return _refused(topic, err)
+            print(f"Deleted topic {topic}.")
+    return 0
+
+
+def _topic_config_as_config(argv: list[str]) -> str | None:
+    """kafka-topics.sh's `--config K=V`, which here would name the daemon's config file."""
+    for i, arg in enumerate(argv):
+        value = arg[len("--config="):] if arg.startswith("--config=") else (
+            argv[i + 1] if arg == "--config" and i + 1 < len(argv) else None)
+        if value is not None and "=" in value and not os.path.exists(value):
+            return value
+    return None
+
+
 def main(argv: list[str]) -> int:
+    misplaced = _topic_config_as_config(argv)
+    if misplaced is not None:
+        print(f"logkeeper topics: --config {misplaced}: --config names the daemon's config "
+              f"file; give a topic config with --topic-config {misplaced}", file=sys.stderr)
+        return 2
     try:
         args = _parser().parse_args(argv)
     except SystemExit as exc:
         return int(exc.code or 0)
-    bootstrap = args.bootstrap_server
     try:
-        if bootstrap is None:
-            from .. import config as config_mod
-
-            cfg = config_mod.load(args.config)
-            bootstrap = config_mod.local_address(cfg.listener.host, cfg.listener.port)
-        desc = describe(bootstrap, args.topic or None)
+        bootstrap = _bootstrap(args)
+        if args.action == "list":
+            for name in list_topics(bootstrap, exclude_internal=args.exclude_internal):
+                print(name)
+            return 0
+        if args.action == "describe":
+            return _describe(args, bootstrap)
+        return _change(args, bootstrap)
     except (ClientError, ValueError) as err:  # ConfigError is a ValueError
         print(f"logkeeper topics: {err}", file=sys.stderr)
         return 2
-    print(json.dumps(desc, indent=2) if args.json else render(desc))
-    failed = [t for t in desc["topics"] if t["error_code"]]
-    for t in failed:
-        name = name_of(t["error_code"])
-        print(f"logkeeper topics: topic {t['topic']!r}: error {t['error_code']} ({name}) "
-              f"from {bootstrap}", file=sys.stderr)
-    return 1 if failed else 0
