@@ -325,6 +325,15 @@ def test_dev_cluster_starts_describes_survives_a_killed_broker_and_stops_cleanly
         cons.commit(asynchronous=False)
         committed = cons.committed([ck.TopicPartition("dev", 0), ck.TopicPartition("dev", 1)], 30)
         assert [c.offset for c in committed] == [5, 5]
+        # Its lag through the command: the group's coordinator and each partition's
+        # leader are found on the brokers that hold them.
+        lag = subprocess.run(
+            [sys.executable, "-m", "daemon.cli", "groups", "describe", "--bootstrap-server",
+             bootstrap, "--group", "dev-app"], capture_output=True, text=True, env=env,
+            timeout=60)
+        assert lag.returncode == 0, lag.stderr
+        assert [x.split()[:6] for x in lag.stdout.splitlines()[1:]] == [
+            ["dev-app", "dev", "0", "5", "5", "0"], ["dev-app", "dev", "1", "5", "5", "0"]]
         cons.close()
 
         # A broker killed to watch failover: reported, the other keeps serving, and

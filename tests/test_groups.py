@@ -388,6 +388,83 @@ def test_admin_clients_list_describe_and_delete_groups(tmp_path: Path) -> None:
             assert ka.list_group_offsets("done")["done"] == {}
 
 
+def groups_cli(*args: str) -> subprocess.CompletedProcess:
+    from .daemon_helpers import REPO
+
+    return subprocess.run([sys.executable, "-m", "daemon.cli", "groups", *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_the_groups_command_shows_lag_resets_offsets_and_deletes(tmp_path: Path) -> None:
+    """kafka-consumer-groups.sh's --list, --describe (offsets, lag, who holds each
+    partition), --reset-offsets and --delete, checked against what a consumer then
+    reads and what kafka-python's admin client sees."""
+    topic = "lagging"
+    with daemon(tmp_path) as d:
+        at = ("--bootstrap-server", d.bootstrap)
+        create_topic(d.bootstrap, topic, 2)
+        produce(d.bootstrap, topic, 20, partitions=2)  # 10 per partition
+        m = Member(d.bootstrap, topic, "app")
+        m.start()
+        try:
+            wait_for(lambda: len(m.read) == 20, 60, "the member to read")
+            produce(d.bootstrap, topic, 6, start=20, partitions=2)  # 3 more each
+            wait_for(lambda: len(m.read) == 26, 60, "the member to read the rest")
+
+            def described() -> Any:  # it commits what it read, once it has read it
+                out = groups_cli("describe", *at, "--group", "app", "--json")
+                desc = json.loads(out.stdout) if out.returncode == 0 else None
+                return desc if desc and desc["state"] == "Stable" and [
+                    r["current_offset"] for r in desc["partitions"]] == [13, 13] else None
+            desc = wait_for(described, 30, "offsets 13 committed, the group Stable")
+            assert [(r["partition"], r["log_end_offset"], r["lag"])
+                    for r in desc["partitions"]] == [(0, 13, 0), (1, 13, 0)]
+            [member] = desc["members"]
+            assert {r["consumer_id"] for r in desc["partitions"]} == {member["member_id"]}
+            assert sorted(member["partitions"]) == [f"{topic}-0", f"{topic}-1"]
+            busy = groups_cli("reset-offsets", *at, "--group", "app", "--topic", topic,
+                              "--to-earliest", "--execute")
+            assert busy.returncode == 1 and "error 68" in busy.stderr
+        finally:
+            m.leave()
+        produce(d.bootstrap, topic, 4, start=26, partitions=2)  # unread: a lag of 2 each
+        table = groups_cli("describe", *at, "--group", "app")
+        assert table.returncode == 0, table.stderr
+        assert "Consumer group 'app' has no active members." in table.stdout
+        assert table.stdout.splitlines()[-1].split() == ["app", topic, "1", "13", "15", "2",
+                                                         "-", "-", "-"]
+        assert groups_cli("list", *at).stdout.split() == ["app"]
+
+        plan = groups_cli("reset-offsets", *at, "--group", "app", "--topic", f"{topic}:1",
+                          "--shift-by", "-5")
+        assert plan.returncode == 0 and plan.stdout.splitlines()[-1].split() == [
+            "app", topic, "1", "8"]
+        ka = KafkaAdminClient(bootstrap_servers=d.bootstrap)
+        try:
+            assert ka.list_group_offsets("app")["app"][KTP(topic, 1)].offset == 13  # a plan only
+            done = groups_cli("reset-offsets", *at, "--group", "app", "--topic", f"{topic}:1",
+                              "--to-offset", "99", "--execute")  # past the end: the end
+            assert done.returncode == 0, done.stderr
+            assert done.stdout.splitlines()[-1].split() == ["app", topic, "1", "15"]
+            assert groups_cli("reset-offsets", *at, "--group", "app", "--topic", topic,
+                              "--to-earliest", "--execute").returncode == 0
+            assert {tp.partition: o.offset for tp, o in
+                    ka.list_group_offsets("app")["app"].items()} == {0: 0, 1: 0}
+        finally:
+            ka.close()
+        # the group's consumer starts again from the reset offsets
+        again = Member(d.bootstrap, topic, "app")
+        again.start()
+        try:
+            wait_for(lambda: len(again.read) == 30, 60, "every record read again")
+        finally:
+            again.leave()
+        assert groups_cli("delete", *at, "--group", "app").stdout == "Deleted group app.\n"
+        gone = groups_cli("describe", *at, "--group", "app")
+        assert gone.returncode == 1 and "does not exist" in gone.stderr
+        assert groups_cli("list", *at).stdout == "\n"
+
+
 def test_offset_delete_drops_commits_of_topics_a_group_no_longer_reads(tmp_path: Path) -> None:
     """OffsetDelete (kafka-consumer-groups.sh --delete-offsets, kafka-python's
     `delete_group_offsets`): an Empty group loses the commits asked for and keeps the

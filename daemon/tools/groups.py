@@ -1,0 +1,393 @@
+"""`logkeeper groups`: what Kafka's `kafka-consumer-groups.sh` does, through the Kafka
+protocol.
+
+    logkeeper groups list [--json]
+    logkeeper groups describe --group G [--json]
+    logkeeper groups reset-offsets --group G --topic T[:P,P...] (--to-earliest |
+        --to-latest | --to-offset N | --shift-by N) [--execute]
+    logkeeper groups delete --group G
+
+`list` asks every broker (each coordinator knows its own groups: ListGroups). `describe`
+prints, per partition the group committed or was assigned, its committed offset, the
+partition's log end offset (ListOffsets at the partition's leader) and the lag, with the
+member that holds it (DescribeGroups at the group's coordinator, found with
+FindCoordinator); a group with no members says so, as Kafka's does. `reset-offsets`
+commits new offsets for a group with no members (the consumers stopped), and without
+`--execute` only prints what it would commit. `delete` removes an empty group and its
+committed offsets (DeleteGroups).
+
+The broker asked first is `--bootstrap-server`, else the listener of the daemon on this
+host (`--config FILE`, or the embedded defaults).
+
+Exit codes: 0 done; 1 the broker refused (the error code, its name and message; nothing
+changed) or the group does not exist; 2 a usage error, a bad config file, or no broker
+reachable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any
+
+from kafka.protocol.admin import (
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    ListGroupsRequest,
+    ListGroupsResponse,
+)
+from kafka.protocol.consumer import (
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+)
+from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment
+from kafka.protocol.metadata import (
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    MetadataRequest,
+    MetadataResponse,
+)
+
+from ..api import errors
+from .client import ClientError, Connection, Refused, connect_any
+
+EARLIEST, LATEST = -2, -1
+# A coordinator still loading its offsets partition, or one not elected yet (the first
+# FindCoordinator creates __consumer_offsets): asked again this often, this long.
+COORDINATOR_WAIT_S = 15.0
+_NOT_READY = frozenset((errors.COORDINATOR_NOT_AVAILABLE, errors.COORDINATOR_LOAD_IN_PROGRESS,
+                        errors.NOT_COORDINATOR))
+
+
+def _metadata(conn: Connection, topics: list[str] | None) -> Any:
+    req = None if topics is None else [MetadataRequest.MetadataRequestTopic(name=t)
+                                       for t in topics]
+    return conn.call(MetadataRequest(topics=req, allow_auto_topic_creation=False),
+                     MetadataResponse, lo=1, hi=8)
+
+
+def coordinator(bootstrap: str, group: str) -> Connection:
+    """A connection to `group`'s coordinator (the leader of its __consumer_offsets
+    partition)."""
+    deadline = time.monotonic() + COORDINATOR_WAIT_S
+    while True:
+        with connect_any(bootstrap) as conn:
+            resp = conn.call(FindCoordinatorRequest(key=group, key_type=0),
+                             FindCoordinatorResponse, lo=0, hi=3)
+        if not resp.error_code:
+            return Connection(resp.host, resp.port)
+        if resp.error_code not in _NOT_READY or time.monotonic() > deadline:
+            raise Refused(resp.error_code, getattr(resp, "error_message", None))
+        time.sleep(0.5)
+
+
+def list_groups(bootstrap: str) -> list[dict[str, Any]]:
+    """Every group any broker coordinates: [{"group", "state", "protocol_type"}]."""
+    with connect_any(bootstrap) as conn:
+        brokers = [(b.host, b.port) for b in _metadata(conn, []).brokers]
+    found: dict[str, dict[str, Any]] = {}
+    for host, port in brokers:
+        with Connection(host, port) as conn:
+            resp = conn.call(ListGroupsRequest(states_filter=[]), ListGroupsResponse,
+                             lo=0, hi=4)
+        if resp.error_code:
+            raise Refused(resp.error_code, f"ListGroups at {host}:{port}")
+        for g in resp.groups:
+            found[g.group_id] = {"group": g.group_id, "protocol_type": g.protocol_type,
+                                 "state": getattr(g, "group_state", None)}
+    return [found[g] for g in sorted(found)]
+
+
+def _offsets(bootstrap: str, tps: set[tuple[str, int]], which: int = LATEST
+             ) -> dict[tuple[str, int], int]:
+    """Each partition's log end offset (LATEST) or log start offset (EARLIEST), as a
+    consumer sees it: ListOffsets at its leader; a partition with no leader, or one that
+    is gone, is left out."""
+    if not tps:
+        return {}
+    with connect_any(bootstrap) as conn:
+        meta = _metadata(conn, sorted({t for t, _ in tps}))
+    address = {b.node_id: (b.host, b.port) for b in meta.brokers}
+    by_leader: dict[int, list[tuple[str, int]]] = {}
+    for t in meta.topics:
+        for p in t.partitions:
+            if (t.name, p.partition_index) in tps and p.leader_id in address:
+                by_leader.setdefault(p.leader_id, []).append((t.name, p.partition_index))
+    out: dict[tuple[str, int], int] = {}
+    T = ListOffsetsRequest.ListOffsetsTopic
+    for leader, parts in by_leader.items():
+        topics: dict[str, list[int]] = {}
+        for t, p in parts:
+            topics.setdefault(t, []).append(p)
+        with Connection(*address[leader]) as conn:
+            resp = conn.call(ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=[
+                T(name=t, partitions=[T.ListOffsetsPartition(partition_index=p, timestamp=which)
+                                      for p in ps]) for t, ps in topics.items()]),
+                ListOffsetsResponse, lo=1, hi=5)
+        for t in resp.topics:
+            for p in t.partitions:
+                if not p.error_code:
+                    out[(t.name, p.partition_index)] = p.offset
+    return out
+
+
+def _committed(conn: Connection, group: str) -> dict[tuple[str, int], int]:
+    resp = conn.call(OffsetFetchRequest(group_id=group, topics=None), OffsetFetchResponse,
+                     lo=2, hi=7)
+    if resp.error_code:
+        raise Refused(resp.error_code, f"OffsetFetch of group {group}")
+    return {(t.name, p.partition_index): p.committed_offset for t in resp.topics
+            for p in t.partitions if not p.error_code and p.committed_offset >= 0}
+
+
+def _group(conn: Connection, group: str) -> Any:
+    resp = conn.call(DescribeGroupsRequest(groups=[group]), DescribeGroupsResponse, lo=0, hi=5)
+    [g] = resp.groups
+    if g.error_code:
+        raise Refused(g.error_code, f"DescribeGroups of group {group}")
+    return g
+
+
+def describe(bootstrap: str, group: str) -> dict[str, Any]:
+    with coordinator(bootstrap, group) as conn:
+        g = _group(conn, group)
+        committed = _committed(conn, group)
+    if g.group_state == "Dead" and not committed:
+        raise Refused(errors.GROUP_ID_NOT_FOUND, f"group {group} does not exist")
+    holder: dict[tuple[str, int], Any] = {}
+    members = []
+    for m in g.members:
+        assigned: list[tuple[str, int]] = []
+        if g.protocol_type == "consumer" and m.member_assignment:
+            try:
+                a = ConsumerProtocolAssignment.decode(m.member_assignment)
+                assigned = [(tp.topic, p) for tp in a.assigned_partitions or []
+                            for p in tp.partitions]
+            except Exception:  # noqa: BLE001 - a client's bytes: shown as unknown
+                assigned = []
+        for tp in assigned:
+            holder[tp] = m
+        members.append({"member_id": m.member_id, "client_id": m.client_id,
+                        "host": m.client_host,
+                        "group_instance_id": getattr(m, "group_instance_id", None),
+                        "partitions": [f"{t}-{p}" for t, p in sorted(assigned)]})
+    tps = set(committed) | set(holder)
+    ends = _offsets(bootstrap, tps)
+    rows = []
+    for tp in sorted(tps):
+        current, end, m = committed.get(tp), ends.get(tp), holder.get(tp)
+        rows.append({"topic": tp[0], "partition": tp[1], "current_offset": current,
+                     "log_end_offset": end,
+                     "lag": end - current if current is not None and end is not None else None,
+                     "consumer_id": m.member_id if m else None,
+                     "host": m.client_host if m else None,
+                     "client_id": m.client_id if m else None})
+    return {"group": group, "state": g.group_state, "protocol_type": g.protocol_type,
+            "assignor": g.protocol_data, "members": members, "partitions": rows}
+
+
+def _table(group: str, rows: list[dict[str, Any]], columns: dict[str, str]) -> list[str]:
+    """kafka-consumer-groups.sh's table: GROUP, TOPIC, PARTITION, then `columns` (heading
+    -> row key); a missing value is '-'."""
+    head = ["GROUP", "TOPIC", "PARTITION", *columns]
+    table = [head] + [[group, r["topic"], str(r["partition"])] + [
+        "-" if r[k] is None else str(r[k]) for k in columns.values()] for r in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(head))]
+    return ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+            for row in table]
+
+
+def render(desc: dict[str, Any]) -> str:
+    lines = []
+    if not desc["members"]:
+        lines.append(f"Consumer group '{desc['group']}' has no active members.\n")
+    lines += _table(desc["group"], desc["partitions"], {
+        "CURRENT-OFFSET": "current_offset", "LOG-END-OFFSET": "log_end_offset", "LAG": "lag",
+        "CONSUMER-ID": "consumer_id", "HOST": "host", "CLIENT-ID": "client_id"})
+    return "\n".join(lines)
+
+
+def parse_topic_partitions(text: str) -> tuple[str, list[int] | None]:
+    """kafka-consumer-groups.sh's `--topic T` (every partition) or `T:0,2`."""
+    topic, colon, parts = text.partition(":")
+    if not topic:
+        raise ValueError(f"--topic {text!r}: no topic name")
+    if not colon:
+        return topic, None
+    try:
+        return topic, sorted({int(p) for p in parts.split(",")})
+    except ValueError:
+        raise ValueError(f"--topic {text!r}: partitions are numbers separated by ','") from None
+
+
+def plan_reset(bootstrap: str, group: str, topic: str, partitions: list[int] | None, *,
+               to: int | None = None, shift_by: int | None = None,
+               to_offset: int | None = None) -> list[dict[str, Any]]:
+    """The offsets a reset would commit: [{"topic", "partition", "offset"}], each kept
+    within the partition's log start and end, as Kafka's tool does. Refused while the
+    group has members (they would commit over it)."""
+    with coordinator(bootstrap, group) as conn:
+        g = _group(conn, group)
+        committed = _committed(conn, group)
+    if g.members:
+        raise Refused(errors.NON_EMPTY_GROUP, f"group {group} has {len(g.members)} active "
+                      "member(s); offsets can be reset only while its consumers are stopped")
+    with connect_any(bootstrap) as conn:
+        meta = _metadata(conn, [topic])
+    [t] = meta.topics
+    if t.error_code:
+        raise Refused(t.error_code, f"topic {topic}")
+    known = sorted(p.partition_index for p in t.partitions)
+    wanted = known if partitions is None else partitions
+    missing = sorted(set(wanted) - set(known))
+    if missing:
+        raise ValueError(f"--topic {topic}: no partition {missing} (it has {len(known)})")
+    tps = {(topic, p) for p in wanted}
+    starts = _offsets(bootstrap, tps, EARLIEST)
+    ends = _offsets(bootstrap, tps)
+    plan = []
+    for tp in sorted(tps):
+        if tp not in starts or tp not in ends:
+            raise ClientError(f"{tp[0]}-{tp[1]} has no leader now; try again")
+        if to == EARLIEST:
+            offset = starts[tp]
+        elif to == LATEST:
+            offset = ends[tp]
+        elif to_offset is not None:
+            offset = to_offset
+        else:
+            assert shift_by is not None
+            offset = committed.get(tp, ends[tp]) + shift_by
+        plan.append({"topic": tp[0], "partition": tp[1],
+                     "offset": min(max(offset, starts[tp]), ends[tp])})
+    return plan
+
+
+def commit(bootstrap: str, group: str, plan: list[dict[str, Any]]) -> None:
+    """Commit `plan`'s offsets as an admin does (no generation, no member)."""
+    T = OffsetCommitRequest.OffsetCommitRequestTopic
+    topics: dict[str, list[Any]] = {}
+    for r in plan:
+        topics.setdefault(r["topic"], []).append(T.OffsetCommitRequestPartition(
+            partition_index=r["partition"], committed_offset=r["offset"],
+            committed_leader_epoch=-1, committed_metadata=""))
+    with coordinator(bootstrap, group) as conn:
+        resp = conn.call(OffsetCommitRequest(
+            group_id=group, generation_id_or_member_epoch=-1, member_id="",
+            group_instance_id=None, retention_time_ms=-1,
+            topics=[T(name=t, partitions=ps) for t, ps in topics.items()]),
+            OffsetCommitResponse, lo=2, hi=7)
+    for t in resp.topics:
+        for p in t.partitions:
+            if p.error_code:
+                raise Refused(p.error_code, f"OffsetCommit of {t.name}-{p.partition_index}")
+
+
+def delete(bootstrap: str, group: str) -> None:
+    with coordinator(bootstrap, group) as conn:
+        resp = conn.call(DeleteGroupsRequest(groups_names=[group]), DeleteGroupsResponse,
+                         lo=0, hi=2)
+    [r] = resp.results
+    if r.error_code == errors.GROUP_ID_NOT_FOUND:
+        raise Refused(r.error_code, f"group {group} does not exist")
+    if r.error_code:
+        raise Refused(r.error_code, f"group {group} has active members" if
+                      r.error_code == errors.NON_EMPTY_GROUP else f"group {group}")
+
+
+# ---- the command ----
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="logkeeper groups", description=(
+        "List, describe (offsets and lag), reset the offsets of and delete consumer "
+        "groups, as Kafka's kafka-consumer-groups.sh."))
+    sub = p.add_subparsers(dest="action", required=True)
+
+    def command(name: str, help_: str) -> argparse.ArgumentParser:
+        s = sub.add_parser(name, help=help_)
+        where = s.add_mutually_exclusive_group()
+        where.add_argument("--bootstrap-server", metavar="HOST:PORT[,HOST:PORT]",
+                           help="default: the listener of --config, or of the embedded defaults")
+        where.add_argument("--config", metavar="FILE",
+                           help="the daemon's config, to find its listener")
+        return s
+
+    s = command("list", "every group's name")
+    s.add_argument("--json", action="store_true", help="with state and protocol type")
+    s = command("describe", "committed offsets, log end offsets, lag and members")
+    s.add_argument("--group", required=True)
+    s.add_argument("--json", action="store_true", help="print JSON")
+    s = command("reset-offsets", "commit new offsets for a group whose consumers are stopped")
+    s.add_argument("--group", required=True)
+    s.add_argument("--topic", required=True, metavar="T[:P,P]",
+                   help="a topic, all its partitions or those listed")
+    to = s.add_mutually_exclusive_group(required=True)
+    to.add_argument("--to-earliest", action="store_true")
+    to.add_argument("--to-latest", action="store_true")
+    to.add_argument("--to-offset", type=int, metavar="N")
+    to.add_argument("--shift-by", type=int, metavar="N",
+                    help="from the committed offset (the log end when none), +/-N")
+    s.add_argument("--execute", action="store_true",
+                   help="commit them (without it, only print the plan)")
+    s = command("delete", "delete an empty group and its committed offsets")
+    s.add_argument("--group", required=True)
+    return p
+
+
+def _bootstrap(args: argparse.Namespace) -> str:
+    if args.bootstrap_server is not None:
+        return args.bootstrap_server
+    from .. import config as config_mod
+
+    cfg = config_mod.load(args.config)
+    return config_mod.local_address(cfg.listener.host, cfg.listener.port)
+
+
+def _run(args: argparse.Namespace, bootstrap: str) -> int:
+    if args.action == "list":
+        groups = list_groups(bootstrap)
+        print(json.dumps(groups, indent=2) if args.json
+              else "\n".join(g["group"] for g in groups))
+    elif args.action == "describe":
+        desc = describe(bootstrap, args.group)
+        print(json.dumps(desc, indent=2) if args.json else render(desc))
+    elif args.action == "reset-offsets":
+        topic, partitions = parse_topic_partitions(args.topic)
+        plan = plan_reset(bootstrap, args.group, topic, partitions,
+                          to=EARLIEST if args.to_earliest else LATEST if args.to_latest else None,
+                          shift_by=args.shift_by, to_offset=args.to_offset)
+        if args.execute:
+            commit(bootstrap, args.group, plan)
+        print("\n".join(_table(args.group, plan, {"NEW-OFFSET": "offset"})))
+        if not args.execute:
+            print("(a plan only: add --execute to commit it)", file=sys.stderr)
+    else:
+        delete(bootstrap, args.group)
+        print(f"Deleted group {args.group}.")
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    try:
+        return _run(args, _bootstrap(args))
+    except Refused as err:
+        changes = args.action in ("reset-offsets", "delete")
+        print(f"logkeeper groups: {err}{'; nothing changed' if changes else ''}",
+              file=sys.stderr)
+        return 1
+    except (ClientError, ValueError) as err:  # ConfigError is a ValueError
+        print(f"logkeeper groups: {err}", file=sys.stderr)
+        return 2
