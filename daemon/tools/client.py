@@ -11,6 +11,7 @@ that do not decode raises `ClientError` naming the broker address and the API.
 
 from __future__ import annotations
 
+import argparse
 import socket
 from typing import Any
 
@@ -139,8 +140,7 @@ def connect_broker(bootstrap: str, broker_id: int, *, timeout: float = 10.0) -> 
     CreatePartitions; a standalone broker is its own), found through the Metadata of
     any bootstrap server."""
     with connect_any(bootstrap, timeout=timeout) as conn:
-        meta = conn.call(MetadataRequest(topics=[], allow_auto_topic_creation=False),
-                         MetadataResponse, lo=1, hi=8)
+        meta = metadata(conn, [])
     wanted = meta.controller_id if broker_id == CONTROLLER else broker_id
     if broker_id == CONTROLLER and wanted < 0:
         raise ClientError(f"{conn.address}: the cluster has no active controller right "
@@ -152,3 +152,32 @@ def connect_broker(bootstrap: str, broker_id: int, *, timeout: float = 10.0) -> 
     what = "the controller" if broker_id == CONTROLLER else "broker"
     raise ClientError(f"{what} {wanted} is not in the cluster's metadata (brokers "
                       f"{sorted(b.node_id for b in meta.brokers)})")
+
+
+def metadata(conn: Connection, topics: list[str] | None) -> Any:
+    """Metadata of `topics` (None: every topic; []: none, only brokers and controller)."""
+    req = None if topics is None else [MetadataRequest.MetadataRequestTopic(name=t)
+                                       for t in topics]
+    return conn.call(MetadataRequest(topics=req, allow_auto_topic_creation=False),
+                     MetadataResponse, lo=1, hi=8)
+
+
+def add_target_args(parser: argparse.ArgumentParser) -> None:
+    """The broker an admin command asks: `--bootstrap-server`, or `--config FILE`."""
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--bootstrap-server", metavar="HOST:PORT[,HOST:PORT]",
+                       help="default: the listener of --config, or of the embedded defaults")
+    where.add_argument("--config", metavar="FILE",
+                       help="the daemon's config, to find its listener")
+
+
+def bootstrap_of(args: argparse.Namespace) -> str:
+    """`--bootstrap-server`, else the Kafka listener of the daemon on this host: that of
+    `--config FILE`, or of the embedded defaults (127.0.0.1:9092). ConfigError (a
+    ValueError) for a bad config file."""
+    if args.bootstrap_server is not None:
+        return str(args.bootstrap_server)
+    from .. import config as config_mod
+
+    cfg = config_mod.load(args.config)
+    return config_mod.local_address(cfg.listener.host, cfg.listener.port)

@@ -32,7 +32,15 @@ from kafka.protocol.admin import (
     IncrementalAlterConfigsResponse,
 )
 
-from .client import ClientError, Connection, Refused, connect_any, connect_broker
+from .client import (
+    ClientError,
+    Connection,
+    Refused,
+    add_target_args,
+    bootstrap_of,
+    connect_any,
+    connect_broker,
+)
 
 TOPIC, BROKER = 2, 4
 SOURCES = {1: "DYNAMIC_TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG",
@@ -138,11 +146,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="action", required=True)
     for action in ("describe", "alter"):
         s = sub.add_parser(action, help=f"{action} the configs of a topic or broker")
-        where = s.add_mutually_exclusive_group()
-        where.add_argument("--bootstrap-server", metavar="HOST:PORT[,HOST:PORT]",
-                           help="default: the listener of --config, or of the embedded defaults")
-        where.add_argument("--config", metavar="FILE",
-                           help="the daemon's config, to find its listener")
+        add_target_args(s)
         what = s.add_mutually_exclusive_group(required=True)
         what.add_argument("--topic", help="a topic")
         what.add_argument("--broker", type=int, help="a broker id (its dynamic configs)")
@@ -166,13 +170,8 @@ def main(argv: list[str]) -> int:
     except SystemExit as exc:
         return int(exc.code or 0)
     rtype, name = _resource(args)
-    bootstrap = args.bootstrap_server
     try:
-        if bootstrap is None:
-            from .. import config as config_mod
-
-            cfg = config_mod.load(args.config)
-            bootstrap = config_mod.local_address(cfg.listener.host, cfg.listener.port)
+        bootstrap = bootstrap_of(args)
         if args.action == "describe":
             entries = describe(bootstrap, rtype, name)
             print(json.dumps(entries, indent=2) if args.json

@@ -52,12 +52,18 @@ from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment
 from kafka.protocol.metadata import (
     FindCoordinatorRequest,
     FindCoordinatorResponse,
-    MetadataRequest,
-    MetadataResponse,
 )
 
 from ..api import errors
-from .client import ClientError, Connection, Refused, connect_any
+from .client import (
+    ClientError,
+    Connection,
+    Refused,
+    add_target_args,
+    bootstrap_of,
+    connect_any,
+    metadata,
+)
 
 EARLIEST, LATEST = -2, -1
 # A coordinator still loading its offsets partition, or one not elected yet (the first
@@ -65,13 +71,6 @@ EARLIEST, LATEST = -2, -1
 COORDINATOR_WAIT_S = 15.0
 _NOT_READY = frozenset((errors.COORDINATOR_NOT_AVAILABLE, errors.COORDINATOR_LOAD_IN_PROGRESS,
                         errors.NOT_COORDINATOR))
-
-
-def _metadata(conn: Connection, topics: list[str] | None) -> Any:
-    req = None if topics is None else [MetadataRequest.MetadataRequestTopic(name=t)
-                                       for t in topics]
-    return conn.call(MetadataRequest(topics=req, allow_auto_topic_creation=False),
-                     MetadataResponse, lo=1, hi=8)
 
 
 def coordinator(bootstrap: str, group: str) -> Connection:
@@ -92,7 +91,7 @@ def coordinator(bootstrap: str, group: str) -> Connection:
 def list_groups(bootstrap: str) -> list[dict[str, Any]]:
     """Every group any broker coordinates: [{"group", "state", "protocol_type"}]."""
     with connect_any(bootstrap) as conn:
-        brokers = [(b.host, b.port) for b in _metadata(conn, []).brokers]
+        brokers = [(b.host, b.port) for b in metadata(conn, []).brokers]
     found: dict[str, dict[str, Any]] = {}
     for host, port in brokers:
         with Connection(host, port) as conn:
@@ -114,7 +113,7 @@ def _offsets(bootstrap: str, tps: set[tuple[str, int]], which: int = LATEST
     if not tps:
         return {}
     with connect_any(bootstrap) as conn:
-        meta = _metadata(conn, sorted({t for t, _ in tps}))
+        meta = metadata(conn, sorted({t for t, _ in tps}))
     address = {b.node_id: (b.host, b.port) for b in meta.brokers}
     by_leader: dict[int, list[tuple[str, int]]] = {}
     for t in meta.topics:
@@ -241,7 +240,7 @@ def plan_reset(bootstrap: str, group: str, topic: str, partitions: list[int] | N
         raise Refused(errors.NON_EMPTY_GROUP, f"group {group} has {len(g.members)} active "
                       "member(s); offsets can be reset only while its consumers are stopped")
     with connect_any(bootstrap) as conn:
-        meta = _metadata(conn, [topic])
+        meta = metadata(conn, [topic])
     [t] = meta.topics
     if t.error_code:
         raise Refused(t.error_code, f"topic {topic}")
@@ -314,11 +313,7 @@ def _parser() -> argparse.ArgumentParser:
 
     def command(name: str, help_: str) -> argparse.ArgumentParser:
         s = sub.add_parser(name, help=help_)
-        where = s.add_mutually_exclusive_group()
-        where.add_argument("--bootstrap-server", metavar="HOST:PORT[,HOST:PORT]",
-                           help="default: the listener of --config, or of the embedded defaults")
-        where.add_argument("--config", metavar="FILE",
-                           help="the daemon's config, to find its listener")
+        add_target_args(s)
         return s
 
     s = command("list", "every group's name")
@@ -341,15 +336,6 @@ def _parser() -> argparse.ArgumentParser:
     s = command("delete", "delete an empty group and its committed offsets")
     s.add_argument("--group", required=True)
     return p
-
-
-def _bootstrap(args: argparse.Namespace) -> str:
-    if args.bootstrap_server is not None:
-        return args.bootstrap_server
-    from .. import config as config_mod
-
-    cfg = config_mod.load(args.config)
-    return config_mod.local_address(cfg.listener.host, cfg.listener.port)
 
 
 def _run(args: argparse.Namespace, bootstrap: str) -> int:
@@ -382,7 +368,7 @@ def main(argv: list[str]) -> int:
     except SystemExit as exc:
         return int(exc.code or 0)
     try:
-        return _run(args, _bootstrap(args))
+        return _run(args, bootstrap_of(args))
     except Refused as err:
         changes = args.action in ("reset-offsets", "delete")
         print(f"logkeeper groups: {err}{'; nothing changed' if changes else ''}",

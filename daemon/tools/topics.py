@@ -46,11 +46,20 @@ from kafka.protocol.admin import (
     DescribeConfigsRequest,
     DescribeConfigsResponse,
 )
-from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
 from ..api import errors
 from ..api.errors import name_of
-from .client import CONTROLLER, ClientError, Connection, Refused, connect_any, connect_broker
+from .client import (
+    CONTROLLER,
+    ClientError,
+    Connection,
+    Refused,
+    add_target_args,
+    bootstrap_of,
+    connect_any,
+    connect_broker,
+    metadata,
+)
 
 TOPIC_RESOURCE = 2
 DYNAMIC_TOPIC_CONFIG = 1
@@ -61,13 +70,6 @@ CONTROLLER_TRIES = 3
 
 
 # ---- describe and list ----
-
-
-def _metadata(conn: Connection, topics: list[str] | None) -> Any:
-    req_topics = None if not topics else [
-        MetadataRequest.MetadataRequestTopic(name=t) for t in topics]
-    return conn.call(MetadataRequest(topics=req_topics, allow_auto_topic_creation=False),
-                     MetadataResponse, lo=1, hi=8)
 
 
 def _topic_configs(conn: Connection, names: list[str]) -> dict[str, dict[str, str]]:
@@ -88,7 +90,7 @@ def _topic_configs(conn: Connection, names: list[str]) -> dict[str, dict[str, st
 
 def describe(bootstrap: str, topics: list[str] | None = None) -> dict[str, Any]:
     with connect_any(bootstrap) as conn:
-        meta = _metadata(conn, topics)
+        meta = metadata(conn, topics)
         configs = _topic_configs(conn, [t.name for t in meta.topics if not t.error_code])
     out: dict[str, Any] = {"cluster_id": meta.cluster_id, "controller": meta.controller_id,
                            "brokers": [{"id": b.node_id, "host": b.host, "port": b.port}
@@ -130,7 +132,7 @@ def render(desc: dict[str, Any]) -> str:
 
 def list_topics(bootstrap: str, *, exclude_internal: bool = False) -> list[str]:
     with connect_any(bootstrap) as conn:
-        meta = _metadata(conn, None)
+        meta = metadata(conn, None)
     return sorted(t.name for t in meta.topics
                   if not t.error_code and not (exclude_internal and t.is_internal))
 
@@ -242,11 +244,7 @@ def _parser() -> argparse.ArgumentParser:
 
     def command(name: str, help_: str) -> argparse.ArgumentParser:
         s = sub.add_parser(name, help=help_)
-        where = s.add_mutually_exclusive_group()
-        where.add_argument("--bootstrap-server", metavar="HOST:PORT[,HOST:PORT]",
-                           help="default: the listener of --config, or of the embedded defaults")
-        where.add_argument("--config", metavar="FILE",
-                           help="the daemon's config, to find its listener")
+        add_target_args(s)
         return s
 
     s = command("list", "topic names, one per line")
@@ -282,15 +280,6 @@ def _parser() -> argparse.ArgumentParser:
                    help="succeed when a topic does not exist")
     s.add_argument("--timeout-ms", type=int, default=DEFAULT_TIMEOUT_MS)
     return p
-
-
-def _bootstrap(args: argparse.Namespace) -> str:
-    if args.bootstrap_server is not None:
-        return args.bootstrap_server
-    from .. import config as config_mod
-
-    cfg = config_mod.load(args.config)
-    return config_mod.local_address(cfg.listener.host, cfg.listener.port)
 
 
 def _describe(args: argparse.Namespace, bootstrap: str) -> int:
@@ -369,7 +358,7 @@ def main(argv: list[str]) -> int:
     except SystemExit as exc:
         return int(exc.code or 0)
     try:
-        bootstrap = _bootstrap(args)
+        bootstrap = bootstrap_of(args)
         if args.action == "list":
             for name in list_topics(bootstrap, exclude_internal=args.exclude_internal):
                 print(name)
