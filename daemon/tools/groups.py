@@ -20,8 +20,9 @@ The broker asked first is `--bootstrap-server`, else the listener of the daemon 
 host (`--config FILE`, or the embedded defaults).
 
 Exit codes: 0 done; 1 the broker refused (the error code, its name and message; nothing
-changed) or the group does not exist; 2 a usage error, a bad config file, or no broker
-reachable.
+changed), the group does not exist, or for `list` a broker did not answer (named; the
+groups it coordinates are missing from the list); 2 a usage error, a bad config file, or
+no broker reachable.
 """
 
 from __future__ import annotations
@@ -88,21 +89,28 @@ def coordinator(bootstrap: str, group: str) -> Connection:
         time.sleep(0.5)
 
 
-def list_groups(bootstrap: str) -> list[dict[str, Any]]:
-    """Every group any broker coordinates: [{"group", "state", "protocol_type"}]."""
+def list_groups(bootstrap: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """Every group any broker coordinates, [{"group", "state", "protocol_type"}], and
+    what each broker that could not say answered (its groups are missing)."""
     with connect_any(bootstrap) as conn:
-        brokers = [(b.host, b.port) for b in metadata(conn, []).brokers]
+        brokers = [(b.node_id, b.host, b.port) for b in metadata(conn, []).brokers]
     found: dict[str, dict[str, Any]] = {}
-    for host, port in brokers:
-        with Connection(host, port) as conn:
-            resp = conn.call(ListGroupsRequest(states_filter=[]), ListGroupsResponse,
-                             lo=0, hi=4)
+    failed = []
+    for node, host, port in brokers:
+        try:
+            with Connection(host, port) as conn:
+                resp = conn.call(ListGroupsRequest(states_filter=[]), ListGroupsResponse,
+                                 lo=0, hi=4)
+        except ClientError as err:
+            failed.append(f"broker {node}: {err}")
+            continue
         if resp.error_code:
-            raise Refused(resp.error_code, f"ListGroups at {host}:{port}")
+            failed.append(f"broker {node}: {Refused(resp.error_code, 'ListGroups')}")
+            continue
         for g in resp.groups:
             found[g.group_id] = {"group": g.group_id, "protocol_type": g.protocol_type,
                                  "state": getattr(g, "group_state", None)}
-    return [found[g] for g in sorted(found)]
+    return [found[g] for g in sorted(found)], failed
 
 
 def _offsets(bootstrap: str, tps: set[tuple[str, int]], which: int = LATEST
@@ -340,9 +348,12 @@ def _parser() -> argparse.ArgumentParser:
 
 def _run(args: argparse.Namespace, bootstrap: str) -> int:
     if args.action == "list":
-        groups = list_groups(bootstrap)
+        groups, failed = list_groups(bootstrap)
         print(json.dumps(groups, indent=2) if args.json
               else "\n".join(g["group"] for g in groups))
+        for why in failed:
+            print(f"logkeeper groups: the groups of {why} are not listed", file=sys.stderr)
+        return 1 if failed else 0
     elif args.action == "describe":
         desc = describe(bootstrap, args.group)
         print(json.dumps(desc, indent=2) if args.json else render(desc))
