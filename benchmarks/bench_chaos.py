@@ -18,9 +18,15 @@ write there, a leader's or a follower's, or the space probe's floor), the dir tu
 SATURATED while its broker serves the other one, and 1-6 s later the ballast goes and
 the dir comes back ONLINE by itself (the disk-full proposal's flow, no operator).
 
+A consumer group reads the topic throughout (confluent-kafka, auto-commit), so the
+group's coordinator meets the same faults: its broker killed, its disk dead or full,
+its offsets partition's leadership moved.
+
 Afterwards every broker runs again and the same checks as the CI test hold: every
 acknowledged record is read back exactly once, each producer's records in order per
-partition, nothing duplicated, replicas byte-identical. The faults survived and the
+partition, nothing duplicated, replicas byte-identical. And the group's consumer has
+read every acknowledged record at least once, and its committed offsets reach the log
+end: commits survived every move of the coordinator. The faults survived and the
 records acknowledged are reported (and the seed, to replay a run).
 
 `LK_CHAOS_SECONDS` (default 120) and `LK_CHAOS_SEED` (default: random) tune it.
@@ -36,11 +42,13 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+import confluent_kafka as ck
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -83,6 +91,8 @@ def test_random_kills_and_pauses_under_acks_all_load(note: Any, benchmark: Any) 
             "log.dir.min.free.bytes": 1 << 20}))
         create(cl, topic, parts)
         loads = start_producers(cl, topic, parts)
+        reader = GroupReader(",".join(d.bootstrap for d in cl.brokers.values()), topic)
+        reader.start()
         unanswered: list[int] = []
         try:
             end = time.monotonic() + CHAOS_SECONDS
@@ -120,6 +130,14 @@ def test_random_kills_and_pauses_under_acks_all_load(note: Any, benchmark: Any) 
                 unanswered.append(load.finish())
             assert_every_ack_read_once(cl, topic, parts, loads, unanswered)
             wait_for(lambda: replicas_identical(cl, topic, parts), 60, "replicas byte-identical")
+            acked = {ack for load in loads for ack in load.acked}
+            wait_for(lambda: reader.error or acked <= reader.seen_now(), 120,
+                     lambda: f"the group to read every ack: {len(acked - reader.seen_now())} "
+                     "not read yet")
+            assert reader.error is None, reader.error
+            ends = dict(enumerate(high_watermarks(cl, topic, parts)))
+            wait_for(lambda: reader.committed() == ends, 60,
+                     lambda: f"the group's commits at the log ends {ends}: {reader.committed()}")
         except BaseException:
             _keep_evidence(cl, loads, seed)
             for load in loads[len(unanswered):]:  # stop the producers not yet finished
@@ -128,6 +146,8 @@ def test_random_kills_and_pauses_under_acks_all_load(note: Any, benchmark: Any) 
                 except Exception:  # noqa: BLE001 - the run failed already; stop the rest
                     pass
             raise
+        finally:
+            reader.stop()
         rebalances = sum(d.stderr().count("back to their preferred replicas")
                          for d in cl.brokers.values())
         moved = sum(d.stderr().count(f"moved {topic}-") for d in cl.brokers.values())
@@ -138,8 +158,71 @@ def test_random_kills_and_pauses_under_acks_all_load(note: Any, benchmark: Any) 
          f"{done['pause']} pauses, {done['disk']} dead disks, {done['full']} full disks, "
          f"{done['move']} replica moves "
          f"asked, {moved} done) and {rebalances} leader rebalances; {acked} acks=all "
-         "records acknowledged, all read back exactly once, replicas byte-identical")
+         "records acknowledged, all read back exactly once, replicas byte-identical; the "
+         "consumer group read every one and committed up to the log ends")
     benchmark.extra_info.update(seed=seed, faults=done, acked=acked)
+
+
+class GroupReader(threading.Thread):
+    """A confluent-kafka consumer in group "chaos-readers", subscribed to the topic,
+    auto-committing as it reads; `seen` is every (partition, value) it read."""
+
+    def __init__(self, bootstrap: str, topic: str):
+        super().__init__(daemon=True)
+        self.topic = topic
+        self.consumer = ck.Consumer({
+            "bootstrap.servers": bootstrap, "group.id": "chaos-readers",
+            "auto.offset.reset": "earliest", "enable.auto.commit": True,
+            "auto.commit.interval.ms": 500, "session.timeout.ms": 10000})
+        self.seen: set[tuple[int, bytes]] = set()
+        self.error: str | None = None
+        self.lock = threading.Lock()
+        self._halt = threading.Event()
+        self._committed: dict[int, int] = {}
+
+    def run(self) -> None:
+        try:
+            self.consumer.subscribe([self.topic])
+            while not self._halt.is_set():
+                msgs = self.consumer.consume(1000, 0.5)
+                with self.lock:
+                    self.seen.update((m.partition(), m.value()) for m in msgs
+                                     if m.error() is None)
+                assigned = self.consumer.assignment()
+                if assigned:
+                    try:
+                        done = self.consumer.committed(assigned, 5)
+                    except ck.KafkaException:  # the coordinator moving: asked again
+                        continue
+                    with self.lock:
+                        self._committed.update((tp.partition, tp.offset) for tp in done
+                                               if tp.offset >= 0)
+        except Exception as err:  # noqa: BLE001 - reported by the run's checks
+            self.error = f"{type(err).__name__}: {err}"
+        finally:
+            self.consumer.close()
+
+    def seen_now(self) -> set[tuple[int, bytes]]:
+        with self.lock:
+            return set(self.seen)
+
+    def committed(self) -> dict[int, int]:
+        with self.lock:
+            return dict(self._committed)
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(30)
+
+
+def high_watermarks(cl: Cluster, topic: str, parts: int) -> list[int]:
+    c = ck.Consumer({"bootstrap.servers": ",".join(d.bootstrap for d in cl.brokers.values()),
+                     "group.id": "chaos-watermarks"})
+    try:
+        return [c.get_watermark_offsets(ck.TopicPartition(topic, p), 30)[1]
+                for p in range(parts)]
+    finally:
+        c.close()
 
 
 def _disk_dies_and_comes_back(d: Any, mnt: Path, dead_s: float) -> None:
