@@ -348,6 +348,22 @@ def test_dev_cluster_starts_describes_survives_a_killed_broker_and_stops_cleanly
         assert proc.poll() is None, "dev-cluster stopped when one broker died"
         broker2 = ck_admin.AdminClient({"bootstrap.servers": bootstrap.split(",")[1]})
         assert 2 in broker2.list_topics(timeout=10).brokers
+
+        def partitions(which: str) -> list[str]:
+            out = subprocess.run(
+                [sys.executable, "-m", "daemon.cli", "topics", "describe", "--bootstrap-server",
+                 bootstrap.split(",")[1], "--topic", "dev", which],
+                capture_output=True, text=True, env=env, timeout=30)
+            assert out.returncode == 0, out.stderr
+            return [x.split("\t")[2] for x in out.stdout.splitlines()]
+        # What an operator asks while a broker is down: both partitions have lost a
+        # replica from their ISR, none is without a leader (broker 2 leads both), and the
+        # ISR of one is at the default min.insync.replicas of 1.
+        wait_for(lambda: partitions("--under-replicated-partitions") == [
+            "Partition: 0", "Partition: 1"], 30, "both partitions under-replicated")
+        assert partitions("--unavailable-partitions") == []
+        assert partitions("--under-min-isr-partitions") == []
+        assert partitions("--at-min-isr-partitions") == ["Partition: 0", "Partition: 1"]
         proc.send_signal(signal.SIGUSR1)
         said = lines_after(lambda x: x.startswith("broker 1: serving again"), 60)
         assert bootstrap.split(",")[0] in said

@@ -1,7 +1,8 @@
 """`logkeeper topics`: what Kafka's `kafka-topics.sh` does, through the Kafka protocol.
 
     logkeeper topics list [--exclude-internal]
-    logkeeper topics describe [--topic T ...] [--json]
+    logkeeper topics describe [--topic T ...] [--json] [--under-replicated-partitions |
+        --unavailable-partitions | --under-min-isr-partitions | --at-min-isr-partitions]
     logkeeper topics create --topic T [--partitions N] [--replication-factor R]
                             [--replica-assignment 1:2,2:3] [--topic-config K=V ...]
                             [--if-not-exists]
@@ -10,7 +11,9 @@
 
 `describe` prints what `kafka-topics.sh --describe` prints, one line per topic (with the
 topic's own configs, from DescribeConfigs) and one per partition (leader, replicas, ISR,
-offline replicas, from Metadata v5+); `--json` prints the same as JSON. `create`,
+offline replicas, from Metadata v5+); `--json` prints the same as JSON. A partition
+filter shows only the partitions in that state (and no topic lines), as Kafka's does:
+what an operator asks while a broker or a disk is down. `create`,
 `alter` (more partitions: CreatePartitions) and `delete` go to the cluster's active
 controller, found through Metadata, as Kafka's admin clients send them; a standalone
 daemon is its own controller. Without `--partitions` or `--replication-factor` the
@@ -64,6 +67,7 @@ from .client import (
 TOPIC_RESOURCE = 2
 DYNAMIC_TOPIC_CONFIG = 1
 DEFAULT_TIMEOUT_MS = 30000
+MIN_ISR_KEY = " min.insync.replicas"  # not a config name: never one of a topic's own
 # A controller that moved between our Metadata and the request answers NOT_CONTROLLER:
 # asked again (at the new one) this many times, as Kafka's admin clients retry.
 CONTROLLER_TRIES = 3
@@ -74,7 +78,9 @@ CONTROLLER_TRIES = 3
 
 def _topic_configs(conn: Connection, names: list[str]) -> dict[str, dict[str, str]]:
     """Each topic's own configs (set at creation or altered since), as
-    `kafka-topics.sh --describe` lists them; {} for a broker too old to say."""
+    `kafka-topics.sh --describe` lists them, and under MIN_ISR_KEY the
+    min.insync.replicas that applies to it, wherever it is set; {} for a broker too old
+    to say."""
     if not names or DescribeConfigsRequest.API_KEY not in conn.versions:
         return {}
     R = DescribeConfigsRequest.DescribeConfigsResource
@@ -83,9 +89,17 @@ def _topic_configs(conn: Connection, names: list[str]) -> dict[str, dict[str, st
                    for n in names],
         include_synonyms=False, include_documentation=False), DescribeConfigsResponse,
         lo=1, hi=4)
-    return {r.resource_name: {c.name: c.value for c in sorted(r.configs, key=lambda c: c.name)
-                              if c.config_source == DYNAMIC_TOPIC_CONFIG and c.value is not None}
-            for r in resp.results if not r.error_code}
+    out = {}
+    for r in resp.results:
+        if r.error_code:
+            continue
+        own = {c.name: c.value for c in sorted(r.configs, key=lambda c: c.name)
+               if c.config_source == DYNAMIC_TOPIC_CONFIG and c.value is not None}
+        applies = next((c.value for c in r.configs if c.name == "min.insync.replicas"), None)
+        if applies is not None:
+            own[MIN_ISR_KEY] = applies
+        out[r.resource_name] = own
+    return out
 
 
 def describe(bootstrap: str, topics: list[str] | None = None) -> dict[str, Any]:
@@ -97,11 +111,13 @@ def describe(bootstrap: str, topics: list[str] | None = None) -> dict[str, Any]:
                                        for b in meta.brokers], "topics": []}
     for t in sorted(meta.topics, key=lambda t: t.name):
         parts = sorted(t.partitions, key=lambda p: p.partition_index)
+        own = dict(configs.get(t.name, {}))
+        min_isr = own.pop(MIN_ISR_KEY, None)
         out["topics"].append({
             "topic": t.name, "error_code": t.error_code, "internal": bool(t.is_internal),
             "partition_count": len(parts),
             "replication_factor": max((len(p.replica_nodes) for p in parts), default=0),
-            "configs": configs.get(t.name, {}),
+            "configs": own, "min_insync_replicas": int(min_isr) if min_isr else None,
             "partitions": [{
                 "partition": p.partition_index, "leader": p.leader_id,
                 "replicas": list(p.replica_nodes), "isr": list(p.isr_nodes),
@@ -110,7 +126,33 @@ def describe(bootstrap: str, topics: list[str] | None = None) -> dict[str, Any]:
     return out
 
 
-def render(desc: dict[str, Any]) -> str:
+# kafka-topics.sh --describe's partition filters: (topic, live broker ids, partition)
+# -> whether the partition is shown.
+FILTERS: dict[str, Any] = {
+    "under_replicated_partitions": lambda t, live, p: len(p["isr"]) < len(p["replicas"]),
+    "unavailable_partitions": lambda t, live, p: p["leader"] not in live,
+    "under_min_isr_partitions": lambda t, live, p: t["min_insync_replicas"] is not None
+    and len(p["isr"]) < t["min_insync_replicas"],
+    "at_min_isr_partitions": lambda t, live, p: t["min_insync_replicas"] is not None
+    and len(p["isr"]) == t["min_insync_replicas"],
+}
+
+
+def only(desc: dict[str, Any], which: str) -> dict[str, Any]:
+    """`desc` with only the partitions FILTERS[which] shows, and only their topics."""
+    keep = FILTERS[which]
+    live = {b["id"] for b in desc["brokers"]}
+    topics = []
+    for t in desc["topics"]:
+        parts = [p for p in t["partitions"] if not t["error_code"] and keep(t, live, p)]
+        if parts:
+            topics.append({**t, "partitions": parts})
+    return {**desc, "topics": topics}
+
+
+def render(desc: dict[str, Any], *, headers: bool = True) -> str:
+    """kafka-topics.sh --describe's lines; `headers=False` leaves out each topic's
+    summary line, as it does for a partition filter."""
     lines = []
     for t in desc["topics"]:
         if t["error_code"]:
@@ -118,8 +160,9 @@ def render(desc: dict[str, Any]) -> str:
                          f"({name_of(t['error_code'])})")
             continue
         configs = ",".join(f"{k}={v}" for k, v in t["configs"].items())
-        lines.append(f"Topic: {t['topic']}\tPartitionCount: {t['partition_count']}\t"
-                     f"ReplicationFactor: {t['replication_factor']}\tConfigs: {configs}")
+        if headers:
+            lines.append(f"Topic: {t['topic']}\tPartitionCount: {t['partition_count']}\t"
+                         f"ReplicationFactor: {t['replication_factor']}\tConfigs: {configs}")
         for p in t["partitions"]:
             def ids(xs: list[int]) -> str:
                 return ",".join(str(x) for x in xs)
@@ -254,6 +297,12 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--topic", action="append", default=[], help="a topic (repeatable; "
                    "default: all)")
     s.add_argument("--json", action="store_true", help="print JSON")
+    shown = s.add_mutually_exclusive_group()
+    for flag, what in (("--under-replicated-partitions", "ISR smaller than the replicas"),
+                       ("--unavailable-partitions", "no leader, or a leader not alive"),
+                       ("--under-min-isr-partitions", "ISR below min.insync.replicas"),
+                       ("--at-min-isr-partitions", "ISR at min.insync.replicas")):
+        shown.add_argument(flag, action="store_true", help=f"only partitions with {what}")
     s = command("create", "create a topic (at the controller)")
     s.add_argument("--topic", required=True)
     s.add_argument("--partitions", type=int, default=-1,
@@ -284,7 +333,12 @@ def _parser() -> argparse.ArgumentParser:
 
 def _describe(args: argparse.Namespace, bootstrap: str) -> int:
     desc = describe(bootstrap, args.topic or None)
-    print(json.dumps(desc, indent=2) if args.json else render(desc))
+    which = next((f for f in FILTERS if getattr(args, f)), None)
+    if which is not None:
+        desc = only(desc, which)
+    text = json.dumps(desc, indent=2) if args.json else render(desc, headers=which is None)
+    if text:
+        print(text)
     failed = [t for t in desc["topics"] if t["error_code"]]
     for t in failed:
         print(f"logkeeper topics: topic {t['topic']!r}: error {t['error_code']} "
