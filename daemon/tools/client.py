@@ -162,13 +162,16 @@ def metadata(conn: Connection, topics: list[str] | None) -> Any:
                      MetadataResponse, lo=1, hi=8)
 
 
-def add_target_args(parser: argparse.ArgumentParser) -> None:
-    """The broker an admin command asks: `--bootstrap-server`, or `--config FILE`."""
+def add_command(sub: Any, name: str, help_: str) -> argparse.ArgumentParser:
+    """A subcommand of an admin command (`sub`: argparse's subparsers), with the broker
+    it asks: `--bootstrap-server`, or `--config FILE` (see `bootstrap_of`)."""
+    parser = sub.add_parser(name, help=help_)
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--bootstrap-server", metavar="HOST:PORT[,HOST:PORT]",
                        help="default: the listener of --config, or of the embedded defaults")
     where.add_argument("--config", metavar="FILE",
                        help="the daemon's config, to find its listener")
+    return parser
 
 
 def bootstrap_of(args: argparse.Namespace) -> str:

@@ -36,7 +36,7 @@ from .client import (
     ClientError,
     Connection,
     Refused,
-    add_target_args,
+    add_command,
     bootstrap_of,
     connect_any,
     connect_broker,
@@ -145,8 +145,7 @@ def _parser() -> argparse.ArgumentParser:
                                 description="Describe or alter topic and broker configs.")
     sub = p.add_subparsers(dest="action", required=True)
     for action in ("describe", "alter"):
-        s = sub.add_parser(action, help=f"{action} the configs of a topic or broker")
-        add_target_args(s)
+        s = add_command(sub, action, f"{action} the configs of a topic or broker")
         what = s.add_mutually_exclusive_group(required=True)
         what.add_argument("--topic", help="a topic")
         what.add_argument("--broker", type=int, help="a broker id (its dynamic configs)")

@@ -60,7 +60,7 @@ from .client import (
     ClientError,
     Connection,
     Refused,
-    add_target_args,
+    add_command,
     bootstrap_of,
     connect_any,
     metadata,
@@ -319,17 +319,13 @@ def _parser() -> argparse.ArgumentParser:
         "groups, as Kafka's kafka-consumer-groups.sh."))
     sub = p.add_subparsers(dest="action", required=True)
 
-    def command(name: str, help_: str) -> argparse.ArgumentParser:
-        s = sub.add_parser(name, help=help_)
-        add_target_args(s)
-        return s
-
-    s = command("list", "every group's name")
+    s = add_command(sub, "list", "every group's name")
     s.add_argument("--json", action="store_true", help="with state and protocol type")
-    s = command("describe", "committed offsets, log end offsets, lag and members")
+    s = add_command(sub, "describe", "committed offsets, log end offsets, lag and members")
     s.add_argument("--group", required=True)
     s.add_argument("--json", action="store_true", help="print JSON")
-    s = command("reset-offsets", "commit new offsets for a group whose consumers are stopped")
+    s = add_command(sub, "reset-offsets",
+                    "commit new offsets for a group whose consumers are stopped")
     s.add_argument("--group", required=True)
     s.add_argument("--topic", required=True, metavar="T[:P,P]",
                    help="a topic, all its partitions or those listed")
@@ -341,7 +337,7 @@ def _parser() -> argparse.ArgumentParser:
                     help="from the committed offset (the log end when none), +/-N")
     s.add_argument("--execute", action="store_true",
                    help="commit them (without it, only print the plan)")
-    s = command("delete", "delete an empty group and its committed offsets")
+    s = add_command(sub, "delete", "delete an empty group and its committed offsets")
     s.add_argument("--group", required=True)
     return p
 

@@ -57,7 +57,7 @@ from .client import (
     ClientError,
     Connection,
     Refused,
-    add_target_args,
+    add_command,
     bootstrap_of,
     connect_any,
     connect_broker,
@@ -285,15 +285,10 @@ def _parser() -> argparse.ArgumentParser:
         "kafka-topics.sh."))
     sub = p.add_subparsers(dest="action", required=True)
 
-    def command(name: str, help_: str) -> argparse.ArgumentParser:
-        s = sub.add_parser(name, help=help_)
-        add_target_args(s)
-        return s
-
-    s = command("list", "topic names, one per line")
+    s = add_command(sub, "list", "topic names, one per line")
     s.add_argument("--exclude-internal", action="store_true",
                    help="leave out internal topics (__consumer_offsets)")
-    s = command("describe", "leader, replicas, ISR, offline replicas per partition")
+    s = add_command(sub, "describe", "leader, replicas, ISR, offline replicas per partition")
     s.add_argument("--topic", action="append", default=[], help="a topic (repeatable; "
                    "default: all)")
     s.add_argument("--json", action="store_true", help="print JSON")
@@ -303,7 +298,7 @@ def _parser() -> argparse.ArgumentParser:
                        ("--under-min-isr-partitions", "ISR below min.insync.replicas"),
                        ("--at-min-isr-partitions", "ISR at min.insync.replicas")):
         shown.add_argument(flag, action="store_true", help=f"only partitions with {what}")
-    s = command("create", "create a topic (at the controller)")
+    s = add_command(sub, "create", "create a topic (at the controller)")
     s.add_argument("--topic", required=True)
     s.add_argument("--partitions", type=int, default=-1,
                    help="default: the broker's num.partitions")
@@ -318,12 +313,12 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--if-not-exists", action="store_true",
                    help="succeed, changing nothing, when the topic exists")
     s.add_argument("--timeout-ms", type=int, default=DEFAULT_TIMEOUT_MS)
-    s = command("alter", "add partitions to a topic (at the controller)")
+    s = add_command(sub, "alter", "add partitions to a topic (at the controller)")
     s.add_argument("--topic", required=True)
     s.add_argument("--partitions", type=int, required=True,
                    help="the new partition count (more than today's)")
     s.add_argument("--timeout-ms", type=int, default=DEFAULT_TIMEOUT_MS)
-    s = command("delete", "delete topics (at the controller)")
+    s = add_command(sub, "delete", "delete topics (at the controller)")
     s.add_argument("--topic", action="append", required=True, help="a topic (repeatable)")
     s.add_argument("--if-exists", action="store_true",
                    help="succeed when a topic does not exist")
