@@ -388,10 +388,11 @@ def test_admin_clients_list_describe_and_delete_groups(tmp_path: Path) -> None:
             assert ka.list_group_offsets("done")["done"] == {}
 
 
-def groups_cli(*args: str) -> subprocess.CompletedProcess:
+def logkeeper(*args: str) -> subprocess.CompletedProcess:
+    """The `logkeeper` command, as a user runs it."""
     from .daemon_helpers import REPO
 
-    return subprocess.run([sys.executable, "-m", "daemon.cli", "groups", *args], cwd=REPO,
+    return subprocess.run([sys.executable, "-m", "daemon.cli", *args], cwd=REPO,
                           capture_output=True, text=True, timeout=120)
 
 
@@ -401,7 +402,8 @@ def test_the_groups_command_shows_lag_resets_offsets_and_deletes(tmp_path: Path)
     reads and what kafka-python's admin client sees."""
     topic = "lagging"
     with daemon(tmp_path) as d:
-        at = ("--bootstrap-server", d.bootstrap)
+        def groups(action: str, *args: str) -> subprocess.CompletedProcess:
+            return logkeeper("groups", action, "--bootstrap-server", d.bootstrap, *args)
         create_topic(d.bootstrap, topic, 2)
         produce(d.bootstrap, topic, 20, partitions=2)  # 10 per partition
         m = Member(d.bootstrap, topic, "app")
@@ -412,7 +414,7 @@ def test_the_groups_command_shows_lag_resets_offsets_and_deletes(tmp_path: Path)
             wait_for(lambda: len(m.read) == 26, 60, "the member to read the rest")
 
             def described() -> Any:  # it commits what it read, once it has read it
-                out = groups_cli("describe", *at, "--group", "app", "--json")
+                out = groups("describe", "--group", "app", "--json")
                 desc = json.loads(out.stdout) if out.returncode == 0 else None
                 return desc if desc and desc["state"] == "Stable" and [
                     r["current_offset"] for r in desc["partitions"]] == [13, 13] else None
@@ -422,32 +424,32 @@ def test_the_groups_command_shows_lag_resets_offsets_and_deletes(tmp_path: Path)
             [member] = desc["members"]
             assert {r["consumer_id"] for r in desc["partitions"]} == {member["member_id"]}
             assert sorted(member["partitions"]) == [f"{topic}-0", f"{topic}-1"]
-            busy = groups_cli("reset-offsets", *at, "--group", "app", "--topic", topic,
-                              "--to-earliest", "--execute")
+            busy = groups("reset-offsets", "--group", "app", "--topic", topic,
+                          "--to-earliest", "--execute")
             assert busy.returncode == 1 and "error 68" in busy.stderr
         finally:
             m.leave()
         produce(d.bootstrap, topic, 4, start=26, partitions=2)  # unread: a lag of 2 each
-        table = groups_cli("describe", *at, "--group", "app")
+        table = groups("describe", "--group", "app")
         assert table.returncode == 0, table.stderr
         assert "Consumer group 'app' has no active members." in table.stdout
         assert table.stdout.splitlines()[-1].split() == ["app", topic, "1", "13", "15", "2",
                                                          "-", "-", "-"]
-        assert groups_cli("list", *at).stdout.split() == ["app"]
+        assert groups("list").stdout.split() == ["app"]
 
-        plan = groups_cli("reset-offsets", *at, "--group", "app", "--topic", f"{topic}:1",
-                          "--shift-by", "-5")
+        plan = groups("reset-offsets", "--group", "app", "--topic", f"{topic}:1",
+                      "--shift-by", "-5")
         assert plan.returncode == 0 and plan.stdout.splitlines()[-1].split() == [
             "app", topic, "1", "8"]
         ka = KafkaAdminClient(bootstrap_servers=d.bootstrap)
         try:
             assert ka.list_group_offsets("app")["app"][KTP(topic, 1)].offset == 13  # a plan only
-            done = groups_cli("reset-offsets", *at, "--group", "app", "--topic", f"{topic}:1",
-                              "--to-offset", "99", "--execute")  # past the end: the end
+            done = groups("reset-offsets", "--group", "app", "--topic", f"{topic}:1",
+                          "--to-offset", "99", "--execute")  # past the end: the end
             assert done.returncode == 0, done.stderr
             assert done.stdout.splitlines()[-1].split() == ["app", topic, "1", "15"]
-            assert groups_cli("reset-offsets", *at, "--group", "app", "--topic", topic,
-                              "--to-earliest", "--execute").returncode == 0
+            assert groups("reset-offsets", "--group", "app", "--topic", topic,
+                          "--to-earliest", "--execute").returncode == 0
             assert {tp.partition: o.offset for tp, o in
                     ka.list_group_offsets("app")["app"].items()} == {0: 0, 1: 0}
         finally:
@@ -459,10 +461,10 @@ def test_the_groups_command_shows_lag_resets_offsets_and_deletes(tmp_path: Path)
             wait_for(lambda: len(again.read) == 30, 60, "every record read again")
         finally:
             again.leave()
-        assert groups_cli("delete", *at, "--group", "app").stdout == "Deleted group app.\n"
-        gone = groups_cli("describe", *at, "--group", "app")
+        assert groups("delete", "--group", "app").stdout == "Deleted group app.\n"
+        gone = groups("describe", "--group", "app")
         assert gone.returncode == 1 and "does not exist" in gone.stderr
-        assert groups_cli("list", *at).stdout == "\n"
+        assert groups("list").stdout == "\n"
 
 
 def test_offset_delete_drops_commits_of_topics_a_group_no_longer_reads(tmp_path: Path) -> None:
@@ -555,6 +557,36 @@ def test_bad_group_requests_get_kafkas_errors_and_change_nothing(tmp_path: Path)
         try:
             assert ka.list_groups() == []
             assert ka.list_group_offsets("g")["g"] == {}
+        finally:
+            ka.close()
+
+
+def test_the_offsets_topic_cannot_be_deleted_or_grown_and_commits_stay(tmp_path: Path) -> None:
+    """Deleting __consumer_offsets, or adding partitions to it (which moves each group
+    to another partition: hash mod the count), would lose every group's commits;
+    refused with INVALID_TOPIC_EXCEPTION and a message, as Kafka's tools refuse both,
+    whichever client asks. The commits are still there after."""
+    from kafka.admin import NewPartitions
+    from kafka.errors import InvalidTopicError
+
+    with daemon(tmp_path) as d:
+        create_topic(d.bootstrap, "t", 1)
+        c = ck.Consumer({"bootstrap.servers": d.bootstrap, "group.id": "kept",
+                         "enable.auto.commit": False})
+        c.commit(offsets=[ck.TopicPartition("t", 0, 0)], asynchronous=False)
+        c.close()
+        ka = KafkaAdminClient(bootstrap_servers=d.bootstrap)
+        try:
+            parts = len(ka.describe_topics(["__consumer_offsets"])[0]["partitions"])
+            with pytest.raises(InvalidTopicError):
+                ka.delete_topics(["__consumer_offsets"])
+            with pytest.raises(InvalidTopicError):
+                ka.create_partitions({"__consumer_offsets": NewPartitions(parts + 10)})
+            said = logkeeper("topics", "delete", "--bootstrap-server", d.bootstrap, "--topic",
+                             "__consumer_offsets")
+            assert said.returncode == 1 and "internal topic" in said.stderr
+            assert len(ka.describe_topics(["__consumer_offsets"])[0]["partitions"]) == parts
+            assert ka.list_group_offsets("kept")["kept"][KTP("t", 0)].offset == 0
         finally:
             ka.close()
 

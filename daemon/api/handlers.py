@@ -40,7 +40,7 @@ from ..replica.moves import ReplicaMoves
 from ..replica.partition import AppendResult, Partition
 from ..replica.producer_ids import ProducerIds
 from ..replica.topic_config import TopicConfigs
-from ..replica.topics import TopicAdmin, TopicError
+from ..replica.topics import TopicAdmin, TopicError, refuse_internal
 from ..storage.log_manager import LogManager
 from ..wire import LeaderAndIsrResponse, StopReplicaResponse, UpdateMetadataResponse
 from . import errors, protocol
@@ -549,17 +549,18 @@ class Handlers:
         R = DeleteTopicsResponse.DeletableTopicResult
         out = []
         for name in req.body.topic_names:
-            code = errors.NONE
+            code, message = errors.NONE, None
             try:
                 names.validate_topic(name)
+                refuse_internal(name, "delete")
                 await self.topic_admin.delete_topic(name)
             except InvalidTopicError:
                 code = errors.INVALID_TOPIC_EXCEPTION
             except TopicError as err:
-                code = err.code
+                code, message = err.code, str(err)
             if code:
                 self.metrics.errors.labels("DeleteTopics", str(code)).inc()
-            out.append(R(name=name, error_code=code))
+            out.append(R(name=name, error_code=code, error_message=message))
         return DeleteTopicsResponse(throttle_time_ms=0, responses=out)
 
     async def _create_topics_cluster(self, req: protocol.Request) -> Any:
@@ -612,13 +613,22 @@ class Handlers:
         if not self.controller.is_active:
             return DeleteTopicsResponse(throttle_time_ms=0, responses=[
                 R(name=n, error_code=errors.NOT_CONTROLLER) for n in names_])
+        refused: dict[str, TopicError] = {}
+        for n in names_:
+            try:
+                refuse_internal(n, "delete")
+            except TopicError as err:
+                refused[n] = err
         deadline = time.monotonic() + max(req.body.timeout_ms, 0) / 1000
-        fut = self.controller.delete_topics(names_)
-        try:
-            results = await asyncio.wait_for(asyncio.wrap_future(fut),
-                                             max(deadline - time.monotonic(), 0.1))
-        except TimeoutError:
-            results = {}
+        wanted = [n for n in names_ if n not in refused]
+        results = {}
+        if wanted:
+            fut = self.controller.delete_topics(wanted)
+            try:
+                results = await asyncio.wait_for(asyncio.wrap_future(fut),
+                                                 max(deadline - time.monotonic(), 0.1))
+            except TimeoutError:
+                pass
         late = await self._wait_for_removal(
             [n for n, c in results.items() if c == errors.NONE], deadline)
         out = []
@@ -626,9 +636,12 @@ class Handlers:
             code = results.get(n, errors.REQUEST_TIMED_OUT)
             if n in late:
                 code = errors.REQUEST_TIMED_OUT
+            if n in refused:
+                code = refused[n].code
             if code:
                 self.metrics.errors.labels("DeleteTopics", str(code)).inc()
-            out.append(R(name=n, error_code=code))
+            out.append(R(name=n, error_code=code,
+                         error_message=str(refused[n]) if n in refused else None))
         return DeleteTopicsResponse(throttle_time_ms=0, responses=out)
 
     # ---- LeaderAndIsr / StopReplica / UpdateMetadata (from the controller) ----

@@ -47,7 +47,7 @@ from logstore import TopicPartition
 
 from ..replica.manager import ReplicaManager
 from ..replica.partition import Partition
-from ..replica.topics import TopicAdmin, TopicError
+from ..replica.topics import TopicAdmin, TopicError, refuse_internal
 from . import errors, protocol
 
 log = logging.getLogger("logkeeper.handlers")
@@ -118,6 +118,7 @@ class PartitionApis:
                 if t.name in twice:
                     raise TopicError(errors.INVALID_REQUEST,
                                      f"Duplicate topic in request: {t.name}")
+                refuse_internal(t.name, "add partitions to")
                 if controller is None:
                     await self.topic_admin.create_partitions(
                         t.name, t.count, assignments, validate_only=body.validate_only)

@@ -167,9 +167,10 @@ def _api(request: Any, response: Any, lo: int, hi: int) -> Api:
 
 # What this broker serves. Topic IDs (Fetch 13+, Metadata 10+) are out of scope; Fetch
 # v12 is flexible and the one followers use (a last fetched epoch in, a diverging epoch
-# out); ApiVersions v3, DescribeLogDirs v2-4 and OffsetForLeaderEpoch v4 are flexible
-# too: v4 of DescribeLogDirs carries each dir's total and usable bytes. kafka-python 3.x
-# and librdkafka negotiate down to these.
+# out); ApiVersions v3, DescribeLogDirs v2-4, OffsetForLeaderEpoch v4 and DeleteTopics
+# v4-5 are flexible too: v4 of DescribeLogDirs carries each dir's total and usable bytes,
+# v5 of DeleteTopics a refusal's message (v6 names topics by id). kafka-python 3.x and
+# librdkafka negotiate down to these.
 SUPPORTED: dict[int, Api] = {a.key: a for a in (
     _api(ProduceRequest, ProduceResponse, 3, 8),
     _api(FetchRequest, FetchResponse, 4, 12),
@@ -179,7 +180,7 @@ SUPPORTED: dict[int, Api] = {a.key: a for a in (
     _api(MetadataRequest, MetadataResponse, 0, 8),
     _api(ApiVersionsRequest, ApiVersionsResponse, 0, 3),
     _api(CreateTopicsRequest, CreateTopicsResponse, 2, 4),
-    _api(DeleteTopicsRequest, DeleteTopicsResponse, 1, 3),
+    _api(DeleteTopicsRequest, DeleteTopicsResponse, 1, 5),
     _api(InitProducerIdRequest, InitProducerIdResponse, 0, 4),
     _api(DescribeLogDirsRequest, DescribeLogDirsResponse, 0, 4),
     # Replica moves between this broker's log dirs (KIP-113, daemon/replica/moves.py).

@@ -46,6 +46,18 @@ class TopicError(Exception):
         self.code = code
 
 
+def refuse_internal(topic: str, change: str) -> None:
+    """Raise TopicError (INVALID_TOPIC_EXCEPTION, Kafka's code for what internal topics
+    do not allow) for `change` ("delete", "add partitions to") on __consumer_offsets: a
+    group's coordinator is the leader of partition hash(group) mod its partition count,
+    so deleting it or growing it loses every group's committed offsets. Kafka's
+    kafka-topics.sh refuses both."""
+    if topic == names.OFFSETS_TOPIC:
+        raise TopicError(INVALID_TOPIC_EXCEPTION, (
+            f"{topic} is an internal topic: cannot {change} it (every consumer group's "
+            "committed offsets live there, placed by its partition count)"))
+
+
 class TopicAdmin:
     """Event loop only; one change at a time."""
 
