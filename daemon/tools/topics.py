@@ -186,14 +186,15 @@ def list_topics(bootstrap: str, *, exclude_internal: bool = False) -> list[str]:
 def _at_controller(bootstrap: str, timeout_ms: int, send: Any) -> tuple[int, str | None]:
     """`send(conn)` -> (error code, message) at the active controller, asked again
     when the controller moved meanwhile (NOT_CONTROLLER)."""
-    for attempt in range(CONTROLLER_TRIES):
+    tries = 0
+    while True:
         # The broker holds the answer up to timeout_ms: the socket waits longer.
         with connect_broker(bootstrap, CONTROLLER, timeout=timeout_ms / 1000 + 10) as conn:
             code, message = send(conn)
-        if code != errors.NOT_CONTROLLER or attempt == CONTROLLER_TRIES - 1:
+        tries += 1
+        if code != errors.NOT_CONTROLLER or tries == CONTROLLER_TRIES:
             return code, message
-        time.sleep(0.5 * (attempt + 1))
-    raise AssertionError("unreachable")
+        time.sleep(0.5 * tries)
 
 
 def parse_replica_assignment(text: str) -> dict[int, list[int]]:
