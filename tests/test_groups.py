@@ -9,6 +9,7 @@ real Kafka brokers' fixtures, and written by us the same way).
 from __future__ import annotations
 
 import asyncio
+import datetime
 import importlib.util
 import json
 import shutil
@@ -429,6 +430,9 @@ def test_the_groups_command_shows_lag_resets_offsets_and_deletes(tmp_path: Path)
             assert busy.returncode == 1 and "error 68" in busy.stderr
         finally:
             m.leave()
+        time.sleep(0.05)  # the records so far are older than `cut`, the next 4 newer
+        cut = datetime.datetime.now(datetime.UTC)
+        time.sleep(0.05)
         produce(d.bootstrap, topic, 4, start=26, partitions=2)  # unread: a lag of 2 each
         table = groups("describe", "--group", "app")
         assert table.returncode == 0, table.stderr
@@ -441,6 +445,16 @@ def test_the_groups_command_shows_lag_resets_offsets_and_deletes(tmp_path: Path)
                       "--shift-by", "-5")
         assert plan.returncode == 0 and plan.stdout.splitlines()[-1].split() == [
             "app", topic, "1", "8"]
+        # by time: the first record at or after it (CreateTime), the log end after all
+        for when, offsets in ((cut.isoformat(timespec="milliseconds"), ["13", "13"]),
+                              ("2999-01-01T00:00:00Z", ["15", "15"])):
+            by_time = groups("reset-offsets", "--group", "app", "--topic", topic,
+                             "--to-datetime", when)
+            assert [x.split()[3] for x in by_time.stdout.splitlines()[1:]] == offsets, by_time
+        hour = groups("reset-offsets", "--group", "app", "--topic", topic, "--by-duration", "PT1H")
+        assert [x.split()[3] for x in hour.stdout.splitlines()[1:]] == ["0", "0"], hour.stderr
+        bad = groups("reset-offsets", "--group", "app", "--topic", topic, "--by-duration", "1h")
+        assert bad.returncode == 2 and "ISO 8601" in bad.stderr
         ka = KafkaAdminClient(bootstrap_servers=d.bootstrap)
         try:
             assert ka.list_group_offsets("app")["app"][KTP(topic, 1)].offset == 13  # a plan only

@@ -4,7 +4,8 @@ protocol.
     logkeeper groups list [--json]
     logkeeper groups describe --group G [--json]
     logkeeper groups reset-offsets --group G --topic T[:P,P...] (--to-earliest |
-        --to-latest | --to-offset N | --shift-by N) [--execute]
+        --to-latest | --to-offset N | --shift-by N | --to-datetime T | --by-duration D)
+        [--execute]
     logkeeper groups delete --group G
 
 `list` asks every broker (each coordinator knows its own groups: ListGroups). `describe`
@@ -28,7 +29,9 @@ no broker reachable.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
+import re
 import sys
 import time
 from typing import Any
@@ -235,12 +238,38 @@ def parse_topic_partitions(text: str) -> tuple[str, list[int] | None]:
         raise ValueError(f"--topic {text!r}: partitions are numbers separated by ','") from None
 
 
+def parse_datetime_ms(text: str) -> int:
+    """kafka-consumer-groups.sh's --to-datetime, `2026-01-31T12:00:00.000` (local time)
+    or with `Z`/`+hh:mm`: milliseconds since the epoch."""
+    try:
+        when = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not YYYY-MM-DDTHH:mm:SS[.sss][Z|+hh:mm]") from None
+    return int(when.timestamp() * 1000)  # a naive time is local, as Kafka's tool reads it
+
+
+_DURATION = re.compile(r"P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?")
+
+
+def parse_duration_ms(text: str) -> int:
+    """kafka-consumer-groups.sh's --by-duration, ISO 8601 `PnDTnHnMnS` (`PT1H30M`,
+    `P1D`): milliseconds."""
+    m = _DURATION.fullmatch(text)
+    if m is None or text in ("P", "PT") or text.endswith("T"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not an ISO 8601 duration like PT1H30M")
+    days, hours, minutes, seconds = (float(g) if g else 0.0 for g in m.groups())
+    return int((((days * 24 + hours) * 60 + minutes) * 60 + seconds) * 1000)
+
+
 def plan_reset(bootstrap: str, group: str, topic: str, partitions: list[int] | None, *,
                to: int | None = None, shift_by: int | None = None,
-               to_offset: int | None = None) -> list[dict[str, Any]]:
+               to_offset: int | None = None, to_time_ms: int | None = None
+               ) -> list[dict[str, Any]]:
     """The offsets a reset would commit: [{"topic", "partition", "offset"}], each kept
-    within the partition's log start and end, as Kafka's tool does. Refused while the
-    group has members (they would commit over it)."""
+    within the partition's log start and end, as Kafka's tool does; `to_time_ms`: the
+    first record at or after that time (ListOffsets by timestamp), the log end when
+    none is. Refused while the group has members (they would commit over it)."""
     with coordinator(bootstrap, group) as conn:
         g = _group(conn, group)
         committed = _committed(conn, group)
@@ -260,6 +289,7 @@ def plan_reset(bootstrap: str, group: str, topic: str, partitions: list[int] | N
     tps = {(topic, p) for p in wanted}
     starts = _offsets(bootstrap, tps, EARLIEST)
     ends = _offsets(bootstrap, tps)
+    at_time = _offsets(bootstrap, tps, to_time_ms) if to_time_ms is not None else {}
     plan = []
     for tp in sorted(tps):
         if tp not in starts or tp not in ends:
@@ -270,6 +300,9 @@ def plan_reset(bootstrap: str, group: str, topic: str, partitions: list[int] | N
             offset = ends[tp]
         elif to_offset is not None:
             offset = to_offset
+        elif to_time_ms is not None:
+            found = at_time.get(tp, -1)
+            offset = found if found >= 0 else ends[tp]
         else:
             assert shift_by is not None
             offset = committed.get(tp, ends[tp]) + shift_by
@@ -333,6 +366,11 @@ def _parser() -> argparse.ArgumentParser:
     to.add_argument("--to-earliest", action="store_true")
     to.add_argument("--to-latest", action="store_true")
     to.add_argument("--to-offset", type=int, metavar="N")
+    to.add_argument("--to-datetime", type=parse_datetime_ms, metavar="YYYY-MM-DDTHH:mm:SS.sss",
+                    help="the first record at or after this time (local time unless it "
+                    "ends in Z or +hh:mm)")
+    to.add_argument("--by-duration", type=parse_duration_ms, metavar="PnDTnHnMnS",
+                    help="the first record at or after this long ago (ISO 8601, e.g. PT1H)")
     to.add_argument("--shift-by", type=int, metavar="N",
                     help="from the committed offset (the log end when none), +/-N")
     s.add_argument("--execute", action="store_true",
@@ -357,7 +395,10 @@ def _run(args: argparse.Namespace, bootstrap: str) -> int:
         topic, partitions = parse_topic_partitions(args.topic)
         plan = plan_reset(bootstrap, args.group, topic, partitions,
                           to=EARLIEST if args.to_earliest else LATEST if args.to_latest else None,
-                          shift_by=args.shift_by, to_offset=args.to_offset)
+                          shift_by=args.shift_by, to_offset=args.to_offset,
+                          to_time_ms=args.to_datetime if args.to_datetime is not None else (
+                              int(time.time() * 1000) - args.by_duration
+                              if args.by_duration is not None else None))
         if args.execute:
             commit(bootstrap, args.group, plan)
         print("\n".join(_table(args.group, plan, {"NEW-OFFSET": "offset"})))
