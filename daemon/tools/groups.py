@@ -116,15 +116,12 @@ def list_groups(bootstrap: str) -> tuple[list[dict[str, Any]], list[str]]:
     return [found[g] for g in sorted(found)], failed
 
 
-def _offsets(bootstrap: str, tps: set[tuple[str, int]], which: int = LATEST
+def _offsets(meta: Any, tps: set[tuple[str, int]], which: int = LATEST
              ) -> dict[tuple[str, int], int]:
-    """Each partition's log end offset (LATEST) or log start offset (EARLIEST), as a
-    consumer sees it: ListOffsets at its leader; a partition with no leader, or one that
-    is gone, is left out."""
-    if not tps:
-        return {}
-    with connect_any(bootstrap) as conn:
-        meta = metadata(conn, sorted({t for t, _ in tps}))
+    """Each partition's log end offset (LATEST), log start offset (EARLIEST) or first
+    offset at or after a time (ms; -1 when none is), as a consumer sees it: ListOffsets
+    at its leader, as `meta` (the Metadata of their topics) names it; a partition with no
+    leader, or one that is gone, is left out."""
     address = {b.node_id: (b.host, b.port) for b in meta.brokers}
     by_leader: dict[int, list[tuple[str, int]]] = {}
     for t in meta.topics:
@@ -190,7 +187,10 @@ def describe(bootstrap: str, group: str) -> dict[str, Any]:
                         "group_instance_id": getattr(m, "group_instance_id", None),
                         "partitions": [f"{t}-{p}" for t, p in sorted(assigned)]})
     tps = set(committed) | set(holder)
-    ends = _offsets(bootstrap, tps)
+    ends = {}
+    if tps:
+        with connect_any(bootstrap) as conn:
+            ends = _offsets(metadata(conn, sorted({t for t, _ in tps})), tps)
     rows = []
     for tp in sorted(tps):
         current, end, m = committed.get(tp), ends.get(tp), holder.get(tp)
@@ -262,22 +262,22 @@ def parse_duration_ms(text: str) -> int:
     return int((((days * 24 + hours) * 60 + minutes) * 60 + seconds) * 1000)
 
 
-def plan_reset(bootstrap: str, group: str, topic: str, partitions: list[int] | None, *,
-               to: int | None = None, shift_by: int | None = None,
-               to_offset: int | None = None, to_time_ms: int | None = None
-               ) -> list[dict[str, Any]]:
-    """The offsets a reset would commit: [{"topic", "partition", "offset"}], each kept
-    within the partition's log start and end, as Kafka's tool does; `to_time_ms`: the
-    first record at or after that time (ListOffsets by timestamp), the log end when
-    none is. Refused while the group has members (they would commit over it)."""
-    with coordinator(bootstrap, group) as conn:
-        g = _group(conn, group)
-        committed = _committed(conn, group)
+def plan_reset(conn: Connection, bootstrap: str, group: str, topic: str,
+               partitions: list[int] | None, how: str, value: int = 0) -> list[dict[str, Any]]:
+    """The offsets a reset would commit: [{"topic", "partition", "offset"}]. `how`
+    ("earliest", "latest", "offset", "shift", "time") with `value`: the log start, the
+    log end, offset `value`, the
+    committed offset (the log end when none) plus `value`, or the first record at or
+    after time `value` (ms; ListOffsets by timestamp, the log end when none is). Each is
+    kept within the partition's log start and end, as Kafka's tool does. Refused while
+    the group has members (they would commit over it). `conn`: its coordinator."""
+    g = _group(conn, group)
     if g.members:
         raise Refused(errors.NON_EMPTY_GROUP, f"group {group} has {len(g.members)} active "
                       "member(s); offsets can be reset only while its consumers are stopped")
-    with connect_any(bootstrap) as conn:
-        meta = metadata(conn, [topic])
+    committed = _committed(conn, group)
+    with connect_any(bootstrap) as c:
+        meta = metadata(c, [topic])
     [t] = meta.topics
     if t.error_code:
         raise Refused(t.error_code, f"topic {topic}")
@@ -287,44 +287,36 @@ def plan_reset(bootstrap: str, group: str, topic: str, partitions: list[int] | N
     if missing:
         raise ValueError(f"--topic {topic}: no partition {missing} (it has {len(known)})")
     tps = {(topic, p) for p in wanted}
-    starts = _offsets(bootstrap, tps, EARLIEST)
-    ends = _offsets(bootstrap, tps)
-    at_time = _offsets(bootstrap, tps, to_time_ms) if to_time_ms is not None else {}
+    starts, ends = _offsets(meta, tps, EARLIEST), _offsets(meta, tps, LATEST)
+    at_time = _offsets(meta, tps, value) if how == "time" else {}
     plan = []
     for tp in sorted(tps):
         if tp not in starts or tp not in ends:
             raise ClientError(f"{tp[0]}-{tp[1]} has no leader now; try again")
-        if to == EARLIEST:
-            offset = starts[tp]
-        elif to == LATEST:
+        offset = {"earliest": starts[tp], "latest": ends[tp], "offset": value,
+                  "shift": committed.get(tp, ends[tp]) + value,
+                  "time": at_time.get(tp, -1)}[how]
+        if how == "time" and offset < 0:
             offset = ends[tp]
-        elif to_offset is not None:
-            offset = to_offset
-        elif to_time_ms is not None:
-            found = at_time.get(tp, -1)
-            offset = found if found >= 0 else ends[tp]
-        else:
-            assert shift_by is not None
-            offset = committed.get(tp, ends[tp]) + shift_by
         plan.append({"topic": tp[0], "partition": tp[1],
                      "offset": min(max(offset, starts[tp]), ends[tp])})
     return plan
 
 
-def commit(bootstrap: str, group: str, plan: list[dict[str, Any]]) -> None:
-    """Commit `plan`'s offsets as an admin does (no generation, no member)."""
+def commit(conn: Connection, group: str, plan: list[dict[str, Any]]) -> None:
+    """Commit `plan`'s offsets as an admin does (no generation, no member); `conn`: the
+    group's coordinator."""
     T = OffsetCommitRequest.OffsetCommitRequestTopic
     topics: dict[str, list[Any]] = {}
     for r in plan:
         topics.setdefault(r["topic"], []).append(T.OffsetCommitRequestPartition(
             partition_index=r["partition"], committed_offset=r["offset"],
             committed_leader_epoch=-1, committed_metadata=""))
-    with coordinator(bootstrap, group) as conn:
-        resp = conn.call(OffsetCommitRequest(
-            group_id=group, generation_id_or_member_epoch=-1, member_id="",
-            group_instance_id=None, retention_time_ms=-1,
-            topics=[T(name=t, partitions=ps) for t, ps in topics.items()]),
-            OffsetCommitResponse, lo=2, hi=7)
+    resp = conn.call(OffsetCommitRequest(
+        group_id=group, generation_id_or_member_epoch=-1, member_id="",
+        group_instance_id=None, retention_time_ms=-1,
+        topics=[T(name=t, partitions=ps) for t, ps in topics.items()]),
+        OffsetCommitResponse, lo=2, hi=7)
     for t in resp.topics:
         for p in t.partitions:
             if p.error_code:
@@ -380,6 +372,21 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _reset_target(args: argparse.Namespace) -> tuple[str, int]:
+    """reset-offsets' one target option as plan_reset's (how, value)."""
+    if args.to_earliest:
+        return "earliest", 0
+    if args.to_latest:
+        return "latest", 0
+    if args.to_offset is not None:
+        return "offset", args.to_offset
+    if args.shift_by is not None:
+        return "shift", args.shift_by
+    if args.to_datetime is not None:
+        return "time", args.to_datetime
+    return "time", int(time.time() * 1000) - args.by_duration
+
+
 def _run(args: argparse.Namespace, bootstrap: str) -> int:
     if args.action == "list":
         groups, failed = list_groups(bootstrap)
@@ -393,14 +400,11 @@ def _run(args: argparse.Namespace, bootstrap: str) -> int:
         print(json.dumps(desc, indent=2) if args.json else render(desc))
     elif args.action == "reset-offsets":
         topic, partitions = parse_topic_partitions(args.topic)
-        plan = plan_reset(bootstrap, args.group, topic, partitions,
-                          to=EARLIEST if args.to_earliest else LATEST if args.to_latest else None,
-                          shift_by=args.shift_by, to_offset=args.to_offset,
-                          to_time_ms=args.to_datetime if args.to_datetime is not None else (
-                              int(time.time() * 1000) - args.by_duration
-                              if args.by_duration is not None else None))
-        if args.execute:
-            commit(bootstrap, args.group, plan)
+        how, value = _reset_target(args)
+        with coordinator(bootstrap, args.group) as conn:
+            plan = plan_reset(conn, bootstrap, args.group, topic, partitions, how, value)
+            if args.execute:
+                commit(conn, args.group, plan)
         print("\n".join(_table(args.group, plan, {"NEW-OFFSET": "offset"})))
         if not args.execute:
             print("(a plan only: add --execute to commit it)", file=sys.stderr)

@@ -67,7 +67,6 @@ from .client import (
 TOPIC_RESOURCE = 2
 DYNAMIC_TOPIC_CONFIG = 1
 DEFAULT_TIMEOUT_MS = 30000
-MIN_ISR_KEY = " min.insync.replicas"  # not a config name: never one of a topic's own
 # A controller that moved between our Metadata and the request answers NOT_CONTROLLER:
 # asked again (at the new one) this many times, as Kafka's admin clients retry.
 CONTROLLER_TRIES = 3
@@ -76,11 +75,11 @@ CONTROLLER_TRIES = 3
 # ---- describe and list ----
 
 
-def _topic_configs(conn: Connection, names: list[str]) -> dict[str, dict[str, str]]:
+def _topic_configs(conn: Connection, names: list[str]
+                   ) -> dict[str, tuple[dict[str, str], int | None]]:
     """Each topic's own configs (set at creation or altered since), as
-    `kafka-topics.sh --describe` lists them, and under MIN_ISR_KEY the
-    min.insync.replicas that applies to it, wherever it is set; {} for a broker too old
-    to say."""
+    `kafka-topics.sh --describe` lists them, and the min.insync.replicas that applies to
+    it, wherever it is set; {} for a broker too old to say."""
     if not names or DescribeConfigsRequest.API_KEY not in conn.versions:
         return {}
     R = DescribeConfigsRequest.DescribeConfigsResource
@@ -95,10 +94,9 @@ def _topic_configs(conn: Connection, names: list[str]) -> dict[str, dict[str, st
             continue
         own = {c.name: c.value for c in sorted(r.configs, key=lambda c: c.name)
                if c.config_source == DYNAMIC_TOPIC_CONFIG and c.value is not None}
-        applies = next((c.value for c in r.configs if c.name == "min.insync.replicas"), None)
-        if applies is not None:
-            own[MIN_ISR_KEY] = applies
-        out[r.resource_name] = own
+        min_isr = next((int(c.value) for c in r.configs
+                        if c.name == "min.insync.replicas" and c.value), None)
+        out[r.resource_name] = (own, min_isr)
     return out
 
 
@@ -111,13 +109,12 @@ def describe(bootstrap: str, topics: list[str] | None = None) -> dict[str, Any]:
                                        for b in meta.brokers], "topics": []}
     for t in sorted(meta.topics, key=lambda t: t.name):
         parts = sorted(t.partitions, key=lambda p: p.partition_index)
-        own = dict(configs.get(t.name, {}))
-        min_isr = own.pop(MIN_ISR_KEY, None)
+        own, min_isr = configs.get(t.name, ({}, None))
         out["topics"].append({
             "topic": t.name, "error_code": t.error_code, "internal": bool(t.is_internal),
             "partition_count": len(parts),
             "replication_factor": max((len(p.replica_nodes) for p in parts), default=0),
-            "configs": own, "min_insync_replicas": int(min_isr) if min_isr else None,
+            "configs": own, "min_insync_replicas": min_isr,
             "partitions": [{
                 "partition": p.partition_index, "leader": p.leader_id,
                 "replicas": list(p.replica_nodes), "isr": list(p.isr_nodes),
