@@ -135,9 +135,10 @@ def test_random_kills_and_pauses_under_acks_all_load(note: Any, benchmark: Any) 
                      lambda: f"the group to read every ack: {len(acked - reader.seen_now())} "
                      "not read yet")
             assert reader.error is None, reader.error
-            ends = dict(enumerate(high_watermarks(cl, topic, parts)))
-            wait_for(lambda: reader.committed() == ends, 60,
-                     lambda: f"the group's commits at the log ends {ends}: {reader.committed()}")
+            bootstrap = ",".join(d.bootstrap for d in cl.brokers.values())
+            wait_for(lambda: group_lags(bootstrap, "chaos-readers") == [0] * parts, 60,
+                     lambda: f"the group's commits at the log ends: lags "
+                     f"{group_lags(bootstrap, 'chaos-readers')}")
         except BaseException:
             _keep_evidence(cl, loads, seed)
             for load in loads[len(unanswered):]:  # stop the producers not yet finished
@@ -178,7 +179,6 @@ class GroupReader(threading.Thread):
         self.error: str | None = None
         self.lock = threading.Lock()
         self._halt = threading.Event()
-        self._committed: dict[int, int] = {}
 
     def run(self) -> None:
         try:
@@ -188,15 +188,6 @@ class GroupReader(threading.Thread):
                 with self.lock:
                     self.seen.update((m.partition(), m.value()) for m in msgs
                                      if m.error() is None)
-                assigned = self.consumer.assignment()
-                if assigned:
-                    try:
-                        done = self.consumer.committed(assigned, 5)
-                    except ck.KafkaException:  # the coordinator moving: asked again
-                        continue
-                    with self.lock:
-                        self._committed.update((tp.partition, tp.offset) for tp in done
-                                               if tp.offset >= 0)
         except Exception as err:  # noqa: BLE001 - reported by the run's checks
             self.error = f"{type(err).__name__}: {err}"
         finally:
@@ -206,23 +197,22 @@ class GroupReader(threading.Thread):
         with self.lock:
             return set(self.seen)
 
-    def committed(self) -> dict[int, int]:
-        with self.lock:
-            return dict(self._committed)
-
     def stop(self) -> None:
         self._halt.set()
         self.join(30)
 
 
-def high_watermarks(cl: Cluster, topic: str, parts: int) -> list[int]:
-    c = ck.Consumer({"bootstrap.servers": ",".join(d.bootstrap for d in cl.brokers.values()),
-                     "group.id": "chaos-watermarks"})
+def group_lags(bootstrap: str, group: str) -> list[int | None] | None:
+    """Each partition's lag behind its log end, as `logkeeper groups describe` reports
+    it (the coordinator's commits, each leader's log end); None while a coordinator or
+    leader is moving."""
+    from daemon.tools import groups
+    from daemon.tools.client import ClientError, Refused
+
     try:
-        return [c.get_watermark_offsets(ck.TopicPartition(topic, p), 30)[1]
-                for p in range(parts)]
-    finally:
-        c.close()
+        return [r["lag"] for r in groups.describe(bootstrap, group)["partitions"]]
+    except (ClientError, Refused):
+        return None
 
 
 def _disk_dies_and_comes_back(d: Any, mnt: Path, dead_s: float) -> None:

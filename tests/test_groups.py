@@ -41,6 +41,7 @@ from tests import faults
 
 from .cluster_helpers import wait_for
 from .daemon_helpers import Daemon, RawClient
+from .test_cli import cli
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures" / "kafka"
@@ -389,14 +390,6 @@ def test_admin_clients_list_describe_and_delete_groups(tmp_path: Path) -> None:
             assert ka.list_group_offsets("done")["done"] == {}
 
 
-def logkeeper(*args: str) -> subprocess.CompletedProcess:
-    """The `logkeeper` command, as a user runs it."""
-    from .daemon_helpers import REPO
-
-    return subprocess.run([sys.executable, "-m", "daemon.cli", *args], cwd=REPO,
-                          capture_output=True, text=True, timeout=120)
-
-
 def test_the_groups_command_shows_lag_resets_offsets_and_deletes(tmp_path: Path) -> None:
     """kafka-consumer-groups.sh's --list, --describe (offsets, lag, who holds each
     partition), --reset-offsets and --delete, checked against what a consumer then
@@ -404,7 +397,7 @@ def test_the_groups_command_shows_lag_resets_offsets_and_deletes(tmp_path: Path)
     topic = "lagging"
     with daemon(tmp_path) as d:
         def groups(action: str, *args: str) -> subprocess.CompletedProcess:
-            return logkeeper("groups", action, "--bootstrap-server", d.bootstrap, *args)
+            return cli("groups", action, "--bootstrap-server", d.bootstrap, *args)
         create_topic(d.bootstrap, topic, 2)
         produce(d.bootstrap, topic, 20, partitions=2)  # 10 per partition
         m = Member(d.bootstrap, topic, "app")
@@ -596,8 +589,8 @@ def test_the_offsets_topic_cannot_be_deleted_or_grown_and_commits_stay(tmp_path:
                 ka.delete_topics(["__consumer_offsets"])
             with pytest.raises(InvalidTopicError):
                 ka.create_partitions({"__consumer_offsets": NewPartitions(parts + 10)})
-            said = logkeeper("topics", "delete", "--bootstrap-server", d.bootstrap, "--topic",
-                             "__consumer_offsets")
+            said = cli("topics", "delete", "--bootstrap-server", d.bootstrap, "--topic",
+                       "__consumer_offsets")
             assert said.returncode == 1 and "internal topic" in said.stderr
             assert len(ka.describe_topics(["__consumer_offsets"])[0]["partitions"]) == parts
             assert ka.list_group_offsets("kept")["kept"][KTP("t", 0)].offset == 0
