@@ -255,6 +255,7 @@ def test_dev_cluster_starts_describes_survives_a_killed_broker_and_stops_cleanly
     from daemon.tools import zookeeper
 
     from .daemon_helpers import REPO
+    from .test_cli import cli
 
     if not zookeeper.installed():
         import pytest
@@ -290,16 +291,12 @@ def test_dev_cluster_starts_describes_survives_a_killed_broker_and_stops_cleanly
         controller = wait_for(lambda: a.list_topics(timeout=10).controller_id in (1, 2)
                               and a.list_topics(timeout=10).controller_id, 30, "a controller")
         other = bootstrap.split(",")[2 - controller]  # broker 1 first, then broker 2
-        created = subprocess.run(
-            [sys.executable, "-m", "daemon.cli", "topics", "create", "--bootstrap-server",
-             other, "--topic", "dev", "--partitions", "2"],
-            capture_output=True, text=True, env=env, timeout=60)
+        created = cli("topics", "create", "--bootstrap-server", other, "--topic", "dev",
+                      "--partitions", "2")
         assert (created.returncode, created.stdout) == (0, "Created topic dev.\n"), created.stderr
 
         def described():
-            out = subprocess.run(
-                [sys.executable, "-m", "daemon.cli", "topics", "describe", "--bootstrap-server",
-                 bootstrap, "--topic", "dev"], capture_output=True, text=True, env=env, timeout=30)
+            out = cli("topics", "describe", "--bootstrap-server", bootstrap, "--topic", "dev")
             return out.returncode == 0 and "Leader: none" not in out.stdout and out.stdout
         out = wait_for(described, 20, "topics describe")
         assert "Topic: dev\tPartitionCount: 2\tReplicationFactor: 2" in out
@@ -327,10 +324,7 @@ def test_dev_cluster_starts_describes_survives_a_killed_broker_and_stops_cleanly
         assert [c.offset for c in committed] == [5, 5]
         # Its lag through the command: the group's coordinator and each partition's
         # leader are found on the brokers that hold them.
-        lag = subprocess.run(
-            [sys.executable, "-m", "daemon.cli", "groups", "describe", "--bootstrap-server",
-             bootstrap, "--group", "dev-app"], capture_output=True, text=True, env=env,
-            timeout=60)
+        lag = cli("groups", "describe", "--bootstrap-server", bootstrap, "--group", "dev-app")
         assert lag.returncode == 0, lag.stderr
         assert [x.split()[:6] for x in lag.stdout.splitlines()[1:]] == [
             ["dev-app", "dev", "0", "5", "5", "0"], ["dev-app", "dev", "1", "5", "5", "0"]]
@@ -350,10 +344,8 @@ def test_dev_cluster_starts_describes_survives_a_killed_broker_and_stops_cleanly
         assert 2 in broker2.list_topics(timeout=10).brokers
 
         def partitions(which: str) -> list[str]:
-            out = subprocess.run(
-                [sys.executable, "-m", "daemon.cli", "topics", "describe", "--bootstrap-server",
-                 bootstrap.split(",")[1], "--topic", "dev", which],
-                capture_output=True, text=True, env=env, timeout=30)
+            out = cli("topics", "describe", "--bootstrap-server", bootstrap.split(",")[1],
+                      "--topic", "dev", which)
             assert out.returncode == 0, out.stderr
             return [x.split("\t")[2] for x in out.stdout.splitlines()]
         # What an operator asks while a broker is down: both partitions have lost a
