@@ -21,6 +21,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
                  "describe log dirs, move replicas between them, readmit, cordon or uncordon one"),
     "topics": ("daemon.tools.topics", "list, describe, create, alter or delete topics"),
     "configs": ("daemon.tools.configs", "describe or alter topic and broker configs"),
+    "reassign-partitions": ("daemon.tools.reassign",
+                            "move partitions' replicas between brokers (generate, execute, verify)"),
     "groups": ("daemon.tools.groups",
                "list, describe (lag), reset the offsets of or delete consumer groups"),
     "dev-cluster": ("daemon.tools.dev_cluster", "run a local ZooKeeper and N brokers"),

@@ -14,7 +14,7 @@ from daemon.cluster import znodes
 from daemon.controller import leader_election as le
 from daemon.controller import state_machines as sm
 from daemon.controller.channel import ChannelManager, RequestBatch
-from daemon.controller.context import BrokerInfo, ControllerContext
+from daemon.controller.context import BrokerInfo, ControllerContext, ReplicaAssignment
 from daemon.controller.events import Call, ControllerEventManager
 from daemon.controller.leader_election import LeaderAndIsr
 from daemon.wire import CONTROL_APIS, views
@@ -79,6 +79,30 @@ def test_preferred_election_moves_leadership_back_only_to_a_live_isr_member():
     assert le.elect_preferred_leader([1, 2, 3], behind, online(1, 2, 3), 6) is None
     assert le.elect_preferred_leader([1, 2, 3], current, online(2, 3), 6) is None
     assert le.elect_preferred_leader([2, 1, 3], current, online(1, 2, 3), 6) is None
+
+
+def test_a_reassignment_adds_the_targets_replicas_and_removes_the_rest_as_kafkas():
+    # [1, 2] -> [2, 3]: RS lists the target first, then what only the origin has.
+    moving = ReplicaAssignment((1, 2)).reassign_to((2, 3))
+    assert moving == ReplicaAssignment((2, 3, 1), adding=(3,), removing=(1,))
+    assert (moving.origin, moving.target, moving.is_being_reassigned) == ((2, 1), (2, 3), True)
+    # Another target while it runs: the origin stays [1, 2] (3 was only being added).
+    again = moving.reassign_to((4, 1))
+    assert again == ReplicaAssignment((4, 1, 2), adding=(4,), removing=(2,))
+    # A cancel goes back to the origin; a shrink only removes; the same set is a no-op.
+    assert moving.reassign_to(moving.origin) == ReplicaAssignment((2, 1))
+    assert ReplicaAssignment((1, 2, 3)).reassign_to((3, 1)) == ReplicaAssignment((3, 1, 2), removing=(2,))
+    assert not ReplicaAssignment((1, 2)).reassign_to((1, 2)).is_being_reassigned
+
+
+def test_a_reassignments_leader_is_the_first_target_replica_online_and_in_the_isr():
+    current = LeaderAndIsr(1, 7, (1, 2, 3), controller_epoch=4, zk_version=3)
+    assert le.elect_reassigned_leader((3, 2), current, online(2, 3), 6) == LeaderAndIsr(3, 8, (1, 2, 3), 6, 3)
+    assert le.elect_reassigned_leader((3, 2), current, online(2), 6).leader == 2
+    assert le.elect_reassigned_leader((4, 3), current, online(4), 6) is None  # 4 not in the ISR
+    # The epoch alone moves on: same leader, ISR and recovery state.
+    recovering = LeaderAndIsr(2, 1, (2,), 4, 5, znodes.LEADER_RECOVERING)
+    assert recovering.with_next_epoch(6) == LeaderAndIsr(2, 2, (2,), 6, 5, znodes.LEADER_RECOVERING)
 
 
 def test_auto_rebalance_picks_brokers_whose_preferred_partitions_are_led_elsewhere():
@@ -165,8 +189,11 @@ def test_a_batch_sends_leader_and_isr_then_update_metadata_then_stop_replica():
     batch.add_leader_and_isr(ctx, [2, 3], T0, ctx.leadership[T0], is_new=False)
     batch.add_leader_and_isr(ctx, [3], T0, ctx.leadership[T0], is_new=True)  # is_new sticks
     batch.add_stop_replica([1], T0, delete=False, leader_epoch=1)
+    # A replica a reassignment removes: stopped, then deleted at the partition's epoch.
+    batch.add_stop_replica([1], T0, delete=True, leader_epoch=1)
     batch.add_stop_replica([2], TopicPartition("gone", 0), delete=False, leader_epoch=0)
-    batch.add_stop_replica([2], TopicPartition("gone", 0), delete=True, leader_epoch=0)
+    batch.add_stop_replica([2], TopicPartition("gone", 0), delete=True, leader_epoch=-2)
+    batch.add_stop_replica([2], TopicPartition("gone", 0), delete=False, leader_epoch=0)  # kept
     batch.add_update_metadata([1, 2, 3, 9], [TopicPartition("gone", 0)])
     out = batch.requests(ctx, controller_id=5)
     assert [type(r).__name__ for r in out[2]] == ["LeaderAndIsrRequest", "UpdateMetadataRequest",
@@ -191,7 +218,7 @@ def test_a_batch_sends_leader_and_isr_then_update_metadata_then_stop_replica():
     assert sr.version == 3
     assert views.stop_replica_partitions(sr) == [views.StopReplicaPartition("gone", 0, True, -2)]
     assert views.stop_replica_partitions(_roundtrip(out[1][1])) == [
-        views.StopReplicaPartition("t", 0, False, 1)]
+        views.StopReplicaPartition("t", 0, True, 1)]
 
 
 def test_an_update_metadata_without_partitions_still_lists_the_live_brokers():

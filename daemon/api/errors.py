@@ -53,6 +53,7 @@ NOT_ENOUGH_REPLICAS_AFTER_APPEND = ke.NotEnoughReplicasAfterAppendError.errno
 STALE_CONTROLLER_EPOCH = ke.StaleControllerEpochError.errno
 NOT_CONTROLLER = ke.NotControllerError.errno
 ELECTION_NOT_NEEDED = ke.ElectionNotNeededError.errno
+NO_REASSIGNMENT_IN_PROGRESS = ke.NoReassignmentInProgressError.errno
 STALE_BROKER_EPOCH = ke.StaleBrokerEpochError.errno
 RECORD_LIST_TOO_LARGE = ke.RecordListTooLargeError.errno
 # Consumer groups and committed offsets (daemon.coordinator).

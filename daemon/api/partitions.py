@@ -1,6 +1,7 @@
-"""DeleteRecords (21), CreatePartitions (37) and ElectLeaders (43), as a ZooKeeper-mode
+"""DeleteRecords (21), CreatePartitions (37), ElectLeaders (43),
+AlterPartitionReassignments (45) and ListPartitionReassignments (46), as a ZooKeeper-mode
 Kafka broker answers them (docs/cluster.md "Deleting records and adding partitions",
-"Preferred leaders").
+"Preferred leaders", "Reassigning partitions").
 
 DeleteRecords is served by each partition's leader: the log start offset moves up to
 the offset asked (-1: the high watermark), whole segments below it are deleted at once,
@@ -22,6 +23,14 @@ partition that needs neither answers 84, and is left out when all partitions wer
 for. The answer waits until this broker's metadata shows the new leaders, or
 `timeout_ms` (7). Standalone, this broker is every partition's only replica: 84.
 
+AlterPartitionReassignments and ListPartitionReassignments: only the active controller
+takes them (others answer 41 for the whole request); the controller starts, changes or
+cancels each reassignment (daemon.controller.reassignment) and the answer comes once it
+has started, as Kafka's; ListPartitionReassignments shows those in progress with their
+replicas, adding and removing replicas. Standalone, this broker is every partition's
+only replica: a reassignment to it alone is done already (0), one naming another
+broker 39, a cancel 85; none is ever in progress.
+
 Errors, per partition or topic, each changing nothing: a partition not led here 6, an
 unknown one 3, an offset past the high watermark 1 (OFFSET_OUT_OF_RANGE), an offline
 dir 56; a count not above the current one or a bad assignment 37 / 39
@@ -38,9 +47,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from kafka.protocol.admin import (
+    AlterPartitionReassignmentsResponse,
     CreatePartitionsResponse,
     DeleteRecordsResponse,
     ElectLeadersResponse,
+    ListPartitionReassignmentsResponse,
 )
 
 from logstore import TopicPartition
@@ -69,7 +80,8 @@ class PartitionApis:
         self.stopping = stopping or asyncio.Event()
 
     def dispatch(self) -> dict[int, Callable[..., Awaitable[Any]]]:
-        return {21: self.delete_records, 37: self.create_partitions, 43: self.elect_leaders}
+        return {21: self.delete_records, 37: self.create_partitions, 43: self.elect_leaders,
+                45: self.alter_partition_reassignments, 46: self.list_partition_reassignments}
 
     # ---- DeleteRecords ----
 
@@ -240,3 +252,91 @@ class PartitionApis:
     def _metadata_epoch(self, tp: TopicPartition) -> int:
         p = self.metadata.partition(tp.topic, tp.partition) if self.metadata else None
         return p.leader_epoch if p is not None else -1
+
+    # ---- AlterPartitionReassignments, ListPartitionReassignments ----
+
+    async def alter_partition_reassignments(self, req: protocol.Request, _conn: Any) -> Any:
+        body = req.body
+        allow_rf_change = bool(body.allow_replication_factor_change) if req.version >= 1 else True
+        wanted: dict[TopicPartition, tuple[int, ...] | None] = {}
+        for t in body.topics:
+            for part in t.partitions:
+                tp = TopicPartition(t.name, part.partition_index)
+                wanted[tp] = None if part.replicas is None else tuple(part.replicas)
+        R = AlterPartitionReassignmentsResponse.ReassignableTopicResponse
+
+        def answer(code: int, message: str | None,
+                   results: dict[TopicPartition, tuple[int, str | None]]) -> Any:
+            by_topic: dict[str, list[Any]] = {}
+            for tp, (c, m) in results.items():
+                by_topic.setdefault(tp.topic, []).append(R.ReassignablePartitionResponse(
+                    partition_index=tp.partition, error_code=c, error_message=m))
+            return AlterPartitionReassignmentsResponse(
+                throttle_time_ms=0, allow_replication_factor_change=allow_rf_change,
+                error_code=code, error_message=message,
+                responses=[R(name=t, partitions=ps) for t, ps in by_topic.items()])
+
+        controller = self.controller()
+        if controller is None:
+            return answer(errors.NONE, None, self._reassign_standalone(wanted))
+        if not controller.is_active:
+            return answer(errors.NOT_CONTROLLER, "this broker is not the controller", {})
+        try:
+            results = await asyncio.wait_for(asyncio.wrap_future(
+                controller.alter_partition_reassignments(wanted, allow_rf_change)),
+                max(body.timeout_ms, 0) / 1000 + 1.0)
+        except TimeoutError:
+            return answer(errors.REQUEST_TIMED_OUT, "the controller did not answer in time", {})
+        except Exception as err:  # noqa: BLE001 - ZooKeeper trouble or a moved controller
+            code, message = errors.error_of(err, "alter partition reassignments")
+            return answer(code, message, {})
+        return answer(errors.NONE, None, results)
+
+    def _reassign_standalone(self, wanted: dict[TopicPartition, tuple[int, ...] | None]
+                             ) -> dict[TopicPartition, tuple[int, str | None]]:
+        me = self.leadership.broker_id
+        out: dict[TopicPartition, tuple[int, str | None]] = {}
+        for tp, target in wanted.items():
+            if self.replicas.get(tp.topic, tp.partition) is None:
+                out[tp] = (errors.unknown_topic_code(tp.topic), "The partition does not exist.")
+            elif target is None:
+                out[tp] = (errors.NO_REASSIGNMENT_IN_PROGRESS, "no reassignment of the partition "
+                           "is in progress")
+            elif list(target) != [me]:
+                out[tp] = (errors.INVALID_REPLICA_ASSIGNMENT, f"standalone: broker {me} is the only "
+                           f"broker; replica list {list(target)}")
+            else:
+                out[tp] = (errors.NONE, None)
+        return out
+
+    async def list_partition_reassignments(self, req: protocol.Request, _conn: Any) -> Any:
+        body = req.body
+        wanted = (None if body.topics is None else
+                  [TopicPartition(t.name, p) for t in body.topics for p in t.partition_indexes])
+        T = ListPartitionReassignmentsResponse.OngoingTopicReassignment
+
+        def answer(code: int, message: str | None, ongoing: dict[TopicPartition, Any]) -> Any:
+            by_topic: dict[str, list[Any]] = {}
+            for tp, a in ongoing.items():
+                by_topic.setdefault(tp.topic, []).append(T.OngoingPartitionReassignment(
+                    partition_index=tp.partition, replicas=list(a.replicas),
+                    adding_replicas=list(a.adding), removing_replicas=list(a.removing)))
+            return ListPartitionReassignmentsResponse(
+                throttle_time_ms=0, error_code=code, error_message=message,
+                topics=[T(name=t, partitions=ps) for t, ps in by_topic.items()])
+
+        controller = self.controller()
+        if controller is None:
+            return answer(errors.NONE, None, {})
+        try:
+            ongoing = await asyncio.wait_for(asyncio.wrap_future(
+                controller.list_partition_reassignments(wanted)),
+                max(body.timeout_ms, 0) / 1000 + 1.0)
+        except TimeoutError:
+            return answer(errors.REQUEST_TIMED_OUT, "the controller did not answer in time", {})
+        except Exception as err:  # noqa: BLE001 - a moved controller
+            code, message = errors.error_of(err, "list partition reassignments")
+            return answer(code, message, {})
+        if ongoing is None:
+            return answer(errors.NOT_CONTROLLER, "this broker is not the controller", {})
+        return answer(errors.NONE, None, ongoing)

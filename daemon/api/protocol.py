@@ -24,6 +24,8 @@ from typing import Any
 from kafka.protocol.admin import (
     AlterConfigsRequest,
     AlterConfigsResponse,
+    AlterPartitionReassignmentsRequest,
+    AlterPartitionReassignmentsResponse,
     AlterReplicaLogDirsRequest,
     AlterReplicaLogDirsResponse,
     CreateAclsRequest,
@@ -54,6 +56,8 @@ from kafka.protocol.admin import (
     IncrementalAlterConfigsResponse,
     ListGroupsRequest,
     ListGroupsResponse,
+    ListPartitionReassignmentsRequest,
+    ListPartitionReassignmentsResponse,
 )
 from kafka.protocol.api_key import ApiKey
 from kafka.protocol.consumer import (
@@ -212,6 +216,10 @@ SUPPORTED: dict[int, Api] = {a.key: a for a in (
     _api(DeleteAclsRequest, DeleteAclsResponse, 0, 3),
     # ElectLeaders (daemon/api/partitions.py): preferred and unclean elections.
     _api(ElectLeadersRequest, ElectLeadersResponse, 0, 2),
+    # Partition reassignment (daemon/api/partitions.py, daemon/controller/reassignment.py);
+    # v1 may refuse a change of replication factor (KIP-860).
+    _api(AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse, 0, 1),
+    _api(ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse, 0, 0),
     # The controller's requests (docs/cluster.md): every version a ZooKeeper-mode
     # Kafka 3.x controller sends.
     _api(LeaderAndIsrRequest, LeaderAndIsrResponse, 0, 7),

@@ -8,6 +8,7 @@ Every daemon with `zookeeper.connect` runs a `Controller`; the one elected throu
 - `events`: the event records and the one thread that processes them;
 - `leader_election`, `state_machines`: the pure algorithms and Kafka's state machines;
 - `deletion`: topic deletion;
+- `reassignment`: partition reassignment (AlterPartitionReassignments);
 - `channel`: the request batch and one sender thread per broker;
 - `controller`: the handlers that tie them together, and the API (`create_topics`,
   `delete_topics`).

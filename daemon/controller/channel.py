@@ -31,7 +31,7 @@ from daemon.wire import CONTROL_APIS, frames, views
 from logstore import TopicPartition
 
 from .context import BrokerInfo, ControllerContext
-from .leader_election import EPOCH_DURING_DELETE, LEADER_DURING_DELETE, LeaderAndIsr
+from .leader_election import LEADER_DURING_DELETE, LeaderAndIsr
 
 log = logging.getLogger("logkeeper.controller.channel")
 
@@ -74,9 +74,9 @@ class RequestBatch:
                 continue
             per = self.stop_replica.setdefault(b, {})
             prev = per.get(tp)
-            delete = delete or (prev is not None and prev.delete)
-            per[tp] = views.StopReplicaPartition(tp.topic, tp.partition, delete,
-                                                 EPOCH_DURING_DELETE if delete else leader_epoch)
+            if prev is not None and prev.delete and not delete:
+                continue  # a deletion asked for already includes the stop
+            per[tp] = views.StopReplicaPartition(tp.topic, tp.partition, delete, leader_epoch)
 
     # -- building -----------------------------------------------------------------------
 
@@ -119,6 +119,7 @@ def _leader_and_isr_partition(ctx: ControllerContext, tp: TopicPartition, lai: L
         topic=tp.topic, partition=tp.partition, controller_epoch=lai.controller_epoch,
         leader=lai.leader, leader_epoch=lai.leader_epoch, isr=lai.isr,
         partition_epoch=lai.zk_version, replicas=ctx.replicas(tp), is_new=is_new,
+        adding_replicas=ctx.full_assignment(tp).adding, removing_replicas=ctx.full_assignment(tp).removing,
         leader_recovery_state=lai.leader_recovery_state, topic_id=ctx.topic_ids.get(tp.topic))
 
 

@@ -2,9 +2,10 @@
 
 Loaded from ZooKeeper at failover and kept up to date by the event handlers: live
 brokers with their epochs (the czxid of `/brokers/ids/<id>`) and registrations, every
-topic's assignment and topic id, each partition's leadership with its zkVersion, the
-partition and replica states of the state machines, the replicas brokers reported on
-offline dirs (rebuilt from 56 answers; it starts empty), and the deletion queue.
+topic's assignment and topic id, the partitions being reassigned with their adding and
+removing replicas, each partition's leadership with its zkVersion, the partition and
+replica states of the state machines, the replicas brokers reported on offline dirs
+(rebuilt from 56 answers; it starts empty), and the deletion queue.
 
 Only the controller event thread touches a context; nothing here is thread-safe and
 nothing here does I/O. Lookups of unknown partitions return empty values, never raise.
@@ -21,6 +22,38 @@ from daemon.cluster import znodes
 from logstore import TopicPartition
 
 from .leader_election import LeaderAndIsr
+
+
+@dataclass(frozen=True)
+class ReplicaAssignment:
+    """A partition's replicas as `/brokers/topics/<t>` holds them (Kafka's
+    ReplicaAssignment): during a reassignment `replicas` is the full set RS (the
+    target's replicas first, then the original ones), `adding` the replicas the target
+    adds (AR), `removing` those it drops (RR)."""
+
+    replicas: tuple[int, ...]
+    adding: tuple[int, ...] = ()
+    removing: tuple[int, ...] = ()
+
+    @property
+    def origin(self) -> tuple[int, ...]:
+        return tuple(r for r in self.replicas if r not in self.adding)
+
+    @property
+    def target(self) -> tuple[int, ...]:
+        return tuple(r for r in self.replicas if r not in self.removing)
+
+    @property
+    def is_being_reassigned(self) -> bool:
+        return bool(self.adding or self.removing)
+
+    def reassign_to(self, target: tuple[int, ...]) -> ReplicaAssignment:
+        """The assignment while moving from the original replicas to `target`; to the
+        original replicas themselves, one that is not being reassigned (a cancel)."""
+        origin = self.origin
+        full = tuple(dict.fromkeys((*target, *origin)))
+        return ReplicaAssignment(full, tuple(r for r in full if r not in origin),
+                                 tuple(r for r in full if r not in target))
 
 
 @dataclass(frozen=True)
@@ -41,6 +74,7 @@ class ControllerContext:
         self.all_topics: set[str] = set()
         self.topic_ids: dict[str, uuid.UUID] = {}
         self.assignments: dict[str, dict[int, tuple[int, ...]]] = {}
+        self.being_reassigned: dict[TopicPartition, ReplicaAssignment] = {}
         self.leadership: dict[TopicPartition, LeaderAndIsr] = {}
         self.partition_states: dict[TopicPartition, Any] = {}  # state_machines.PartitionState
         self.replica_states: dict[tuple[TopicPartition, int], Any] = {}  # ...ReplicaState
@@ -70,6 +104,19 @@ class ControllerContext:
 
     def replicas(self, tp: TopicPartition) -> tuple[int, ...]:
         return self.assignments.get(tp.topic, {}).get(tp.partition, ())
+
+    def full_assignment(self, tp: TopicPartition) -> ReplicaAssignment:
+        return self.being_reassigned.get(tp) or ReplicaAssignment(self.replicas(tp))
+
+    def set_full_assignment(self, tp: TopicPartition, assignment: ReplicaAssignment) -> None:
+        self.assignments.setdefault(tp.topic, {})[tp.partition] = assignment.replicas
+        if assignment.is_being_reassigned:
+            self.being_reassigned[tp] = assignment
+        else:
+            self.being_reassigned.pop(tp, None)
+
+    def is_topic_being_reassigned(self, topic: str) -> bool:
+        return any(tp.topic == topic for tp in self.being_reassigned)
 
     def partitions(self, topics: Iterable[str] | None = None) -> list[TopicPartition]:
         names = sorted(self.assignments) if topics is None else sorted(set(topics))
@@ -101,6 +148,7 @@ class ControllerContext:
         for tp in self.partitions([topic]):
             self.leadership.pop(tp, None)
             self.partition_states.pop(tp, None)
+            self.being_reassigned.pop(tp, None)
             for b in self.replicas(tp):
                 self.replica_states.pop((tp, b), None)
         self.assignments.pop(topic, None)

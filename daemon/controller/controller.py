@@ -44,10 +44,11 @@ from logstore.names import InvalidTopicError, creation_refused, validate_topic
 
 from . import events as ev
 from .channel import ChannelManager, RequestBatch
-from .context import BrokerInfo, ControllerContext
+from .context import BrokerInfo, ControllerContext, ReplicaAssignment
 from .deletion import TopicDeletionManager
 from .election import ControllerElection
 from .leader_election import preferred_elections_due, round_robin_assignment
+from .reassignment import PartitionReassignments
 from .state_machines import PartitionState as P
 from .state_machines import PartitionStateMachine, ReplicaStateMachine
 from .state_machines import ReplicaState as R
@@ -144,6 +145,7 @@ class Controller:
         self.partition_sm = PartitionStateMachine(self.ctx, lambda: self.zk, unclean_leader_election)
         self.replica_sm = ReplicaStateMachine(self.ctx, lambda: self.zk)
         self.deletion = TopicDeletionManager(self, self._on_topic_deleted)
+        self.reassignments = PartitionReassignments(self)
         self.events = ev.ControllerEventManager(self._process, self._on_error,
                                                 name=f"controller-{broker_id}-event-thread")
         self.active_id = -1
@@ -215,6 +217,26 @@ class Controller:
         Kafka's does)."""
         wanted = None if tps is None else tuple(tps)
         return self.call(lambda: self._elect_leaders(election_type, wanted))
+
+    def alter_partition_reassignments(self, wanted: Mapping[TopicPartition, Sequence[int] | None],
+                                      allow_replication_factor_change: bool = True) -> Future:
+        """Future of {partition: (error code, message)}: AlterPartitionReassignments
+        (daemon.controller.reassignment); a replica list None cancels the partition's
+        reassignment. Answered once each has started (or completed), not finished."""
+        asked = {tp: None if r is None else tuple(r) for tp, r in wanted.items()}
+
+        def run() -> dict[TopicPartition, tuple[int, str | None]]:
+            if not self.is_active:
+                return {tp: (NOT_CONTROLLER, "this broker is not the controller") for tp in asked}
+            return self.reassignments.alter(
+                asked, allow_replication_factor_change=allow_replication_factor_change)
+        return self.call(run)
+
+    def list_partition_reassignments(self, tps: Iterable[TopicPartition] | None = None) -> Future:
+        """Future of {partition: ReplicaAssignment} in progress, or None when this broker
+        is not the controller."""
+        wanted = None if tps is None else tuple(tps)
+        return self.call(lambda: self.reassignments.ongoing(wanted) if self.is_active else None)
 
     def rebalance_leaders(self) -> Future:
         """Future of the partitions whose preferred replica was made leader again: the
@@ -303,6 +325,8 @@ class Controller:
                 except Exception as err:  # noqa: BLE001 - handed to the caller
                     if not fut.done():
                         fut.set_exception(err)
+                    if isinstance(err, ControllerMovedError):
+                        raise  # and we resign
                 else:
                     _answer(fut, result)
             case ev.CreateTopics():
@@ -451,6 +475,7 @@ class Controller:
         batch = RequestBatch()
         self.partition_sm.trigger_online_partition_state_change(batch)
         self.send(batch)
+        self.reassignments.resume()
         self.deletion.resume()
         self._update_metrics()
 
@@ -477,6 +502,10 @@ class Controller:
         added = [TopicPartition(topic, p) for p in sorted(assignment.partitions) if p not in known]
         self.ctx.set_assignment(topic, {p: tuple(r) for p, r in assignment.partitions.items()},
                                 assignment.topic_id)
+        for p, replicas in assignment.partitions.items():
+            self.ctx.set_full_assignment(TopicPartition(topic, p), ReplicaAssignment(
+                tuple(replicas), tuple(assignment.adding_replicas.get(p, ())),
+                tuple(assignment.removing_replicas.get(p, ()))))
         return added
 
     def _on_resignation(self) -> None:
@@ -541,6 +570,7 @@ class Controller:
         batch = RequestBatch()
         self.partition_sm.trigger_online_partition_state_change(batch)
         self.send(batch)
+        self.reassignments.on_brokers_started(brokers)
         self.deletion.resume_for_topics({tp.topic for tp, _ in replicas})
 
     def _on_broker_failure(self, brokers: list[int]) -> None:
@@ -982,5 +1012,6 @@ class Controller:
             if tps:
                 self.ctx.leadership.update(self.zk.partition_states(tps))
                 self._send_update_metadata(self.ctx.live_broker_ids, sorted(tps))
+                self.reassignments.on_isr_change(sorted(tps))
         finally:
             self.zk.delete_notifications(parent, names)

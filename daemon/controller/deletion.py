@@ -19,10 +19,11 @@ When every replica has succeeded, the controller deletes `/brokers/topics/<t>`
 (recursively), `/config/topics/<t>` and `/admin/delete_topics/<t>`, each fenced, and
 forgets the topic.
 
-An ineligible topic waits. It is retried when a broker holding one of its replicas
-starts (onBrokerStartup, as Kafka) and, our extension, when that
-broker writes a log-dir event: the retried StopReplica is the probe, and a dir back
-online answers 0.
+A topic with a partition being reassigned waits until its reassignments end
+(daemon.controller.reassignment resumes it then). An ineligible topic waits. It is
+retried when a broker holding one of its replicas starts (onBrokerStartup, as Kafka)
+and, our extension, when that broker writes a log-dir event: the retried StopReplica is
+the probe, and a dir back online answers 0.
 
 Callers: the controller event thread only.
 """
@@ -107,7 +108,8 @@ class TopicDeletionManager:
                 continue
             if any(s is R.DELETION_INELIGIBLE for s in states):
                 retry.append(topic)
-            if topic not in self.ctx.topics_ineligible_for_deletion:
+            if (topic not in self.ctx.topics_ineligible_for_deletion
+                    and not self.ctx.is_topic_being_reassigned(topic)):
                 start.append(topic)
         for topic in retry:  # Ineligible -> Offline: ready to be started again
             if topic not in self.ctx.topics_ineligible_for_deletion:

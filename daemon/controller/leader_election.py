@@ -46,6 +46,11 @@ class LeaderAndIsr:
                        leader_recovery_state=(znodes.LEADER_RECOVERING if recovering
                                               else znodes.LEADER_RECOVERED))
 
+    def with_next_epoch(self, controller_epoch: int) -> LeaderAndIsr:
+        """Kafka's `newEpoch`: leader, ISR and recovery state as they are, the next
+        leader epoch."""
+        return replace(self, leader_epoch=self.leader_epoch + 1, controller_epoch=controller_epoch)
+
     def to_znode(self) -> znodes.PartitionState:
         return znodes.PartitionState(self.leader, self.leader_epoch, self.controller_epoch,
                                      self.isr, self.leader_recovery_state)
@@ -96,6 +101,17 @@ def elect_preferred_leader(assignment: Sequence[int], current: LeaderAndIsr,
     if preferred == current.leader or preferred not in current.isr or not is_online(preferred):
         return None
     return current.new_leader_and_isr(preferred, current.isr, controller_epoch)
+
+
+def elect_reassigned_leader(target: Sequence[int], current: LeaderAndIsr, is_online: IsOnline,
+                            controller_epoch: int) -> LeaderAndIsr | None:
+    """Kafka's ReassignPartitionLeaderElectionStrategy: the first replica of the
+    reassignment's target that is online and in the ISR leads; the ISR stays as it is.
+    None when none of them can."""
+    leader = next((r for r in target if is_online(r) and r in current.isr), None)
+    if leader is None:
+        return None
+    return current.new_leader_and_isr(leader, current.isr, controller_epoch)
 
 
 def preferred_elections_due(assignments: Mapping[T, Sequence[int]],

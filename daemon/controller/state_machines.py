@@ -173,6 +173,33 @@ class PartitionStateMachine:
             self.ctx.partition_states[tp] = P.ONLINE
         return elected
 
+    def elect_reassigned_leaders(self, tps: Iterable[TopicPartition], batch: RequestBatch
+                                 ) -> dict[TopicPartition, LeaderAndIsr]:
+        """A reassignment's end (Kafka's ReassignPartitionLeaderElectionStrategy): the
+        leader moves to the first replica of the new assignment that is online and in
+        the ISR. Returns the elected; the rest keep their leadership."""
+        def choose(tp: TopicPartition, current: LeaderAndIsr) -> LeaderAndIsr | str:
+            replicas = self.ctx.replicas(tp)
+            new = le.elect_reassigned_leader(replicas, current,
+                                             lambda r: self.ctx.is_replica_online(r, tp), self.ctx.epoch)
+            if new is None:
+                return (f"none of the reassigned replicas {list(replicas)} is online and in the "
+                        f"ISR {list(current.isr)}")
+            return new
+
+        elected = self._elect_leaders(list(tps), batch, choose)
+        for tp in elected:
+            self.ctx.partition_states[tp] = P.ONLINE
+        return elected
+
+    def bump_leader_epochs(self, tps: Iterable[TopicPartition], batch: RequestBatch
+                           ) -> dict[TopicPartition, LeaderAndIsr]:
+        """The same leader and ISR at the next leader epoch (Kafka's updateLeaderEpoch),
+        sent to the partition's online replicas: how a reassignment tells them their new
+        replica set. Returns the partitions written."""
+        return self._elect_leaders(list(tps), batch,
+                                   lambda _tp, current: current.with_next_epoch(self.ctx.epoch))
+
     def _preferred_choice(self, tp: TopicPartition, current: LeaderAndIsr) -> LeaderAndIsr | str:
         replicas = self.ctx.replicas(tp)
         new = le.elect_preferred_leader(replicas, current,
@@ -270,7 +297,12 @@ class ReplicaStateMachine:
                 if lai is not None and not self.ctx.is_topic_queued_for_deletion(tp.topic):
                     batch.add_leader_and_isr(self.ctx, [b], tp, lai, is_new=False)
             elif target is R.DELETION_STARTED:
-                batch.add_stop_replica([b], tp, delete=True, leader_epoch=le.EPOCH_DURING_DELETE)
+                # A topic being deleted: -2, no epoch check; a replica a reassignment
+                # removes: the partition's leader epoch, as Kafka's.
+                lai = self.ctx.leadership.get(tp)
+                epoch = (le.EPOCH_DURING_DELETE if self.ctx.is_topic_queued_for_deletion(tp.topic)
+                         or lai is None else lai.leader_epoch)
+                batch.add_stop_replica([b], tp, delete=True, leader_epoch=epoch)
             self.ctx.replica_states[(tp, b)] = target
 
     def _to_offline(self, replicas: list[tuple[TopicPartition, int]], batch: RequestBatch) -> None:

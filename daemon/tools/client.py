@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import argparse
 import socket
-from typing import Any
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from kafka.protocol.api_key import ApiKey
 from kafka.protocol.metadata import (
@@ -23,8 +25,10 @@ from kafka.protocol.metadata import (
     MetadataResponse,
 )
 
-from ..api.errors import name_of
+from ..api.errors import NOT_CONTROLLER, name_of
 from ..wire import frames
+
+T = TypeVar("T")
 
 
 class ClientError(Exception):
@@ -162,10 +166,34 @@ def metadata(conn: Connection, topics: list[str] | None) -> Any:
                      MetadataResponse, lo=1, hi=8)
 
 
+# A controller that moved between our Metadata and the request answers NOT_CONTROLLER:
+# asked again (at the new one) this many times, as Kafka's admin clients retry.
+CONTROLLER_TRIES = 3
+
+
+def at_controller(bootstrap: str, timeout_ms: int, send: Callable[[Connection], T]) -> T:
+    """`send(conn)` at the active controller; its answer (a tuple whose first item is
+    the error code) is asked again at the new controller when the controller moved
+    meanwhile (NOT_CONTROLLER)."""
+    tries = 0
+    while True:
+        # The broker holds the answer up to timeout_ms: the socket waits longer.
+        with connect_broker(bootstrap, CONTROLLER, timeout=timeout_ms / 1000 + 10) as conn:
+            answer = send(conn)
+        tries += 1
+        if answer[0] != NOT_CONTROLLER or tries == CONTROLLER_TRIES:  # type: ignore[index]
+            return answer
+        time.sleep(0.5 * tries)
+
+
 def add_command(sub: Any, name: str, help_: str) -> argparse.ArgumentParser:
     """A subcommand of an admin command (`sub`: argparse's subparsers), with the broker
     it asks: `--bootstrap-server`, or `--config FILE` (see `bootstrap_of`)."""
-    parser = sub.add_parser(name, help=help_)
+    return add_broker_options(sub.add_parser(name, help=help_))
+
+
+def add_broker_options(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """`--bootstrap-server`, or `--config FILE`: the broker an admin command asks."""
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--bootstrap-server", metavar="HOST:PORT[,HOST:PORT]",
                        help="default: the listener of --config, or of the embedded defaults")

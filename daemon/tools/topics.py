@@ -36,7 +36,6 @@ import argparse
 import json
 import os
 import sys
-import time
 from typing import Any
 
 from kafka.protocol.admin import (
@@ -53,23 +52,19 @@ from kafka.protocol.admin import (
 from ..api import errors
 from ..api.errors import name_of
 from .client import (
-    CONTROLLER,
     ClientError,
     Connection,
     Refused,
     add_command,
+    at_controller,
     bootstrap_of,
     connect_any,
-    connect_broker,
     metadata,
 )
 
 TOPIC_RESOURCE = 2
 DYNAMIC_TOPIC_CONFIG = 1
 DEFAULT_TIMEOUT_MS = 30000
-# A controller that moved between our Metadata and the request answers NOT_CONTROLLER:
-# asked again (at the new one) this many times, as Kafka's admin clients retry.
-CONTROLLER_TRIES = 3
 
 
 # ---- describe and list ----
@@ -180,20 +175,6 @@ def list_topics(bootstrap: str, *, exclude_internal: bool = False) -> list[str]:
 # ---- create, alter, delete: at the controller ----
 
 
-def _at_controller(bootstrap: str, timeout_ms: int, send: Any) -> tuple[int, str | None]:
-    """`send(conn)` -> (error code, message) at the active controller, asked again
-    when the controller moved meanwhile (NOT_CONTROLLER)."""
-    tries = 0
-    while True:
-        # The broker holds the answer up to timeout_ms: the socket waits longer.
-        with connect_broker(bootstrap, CONTROLLER, timeout=timeout_ms / 1000 + 10) as conn:
-            code, message = send(conn)
-        tries += 1
-        if code != errors.NOT_CONTROLLER or tries == CONTROLLER_TRIES:
-            return code, message
-        time.sleep(0.5 * tries)
-
-
 def parse_replica_assignment(text: str) -> dict[int, list[int]]:
     """kafka-topics.sh's `--replica-assignment 1:2,2:3`: partition 0 on brokers 1 and 2
     (1 preferred), partition 1 on 2 and 3; ValueError naming what is wrong."""
@@ -241,7 +222,7 @@ def create(bootstrap: str, topic: str, *, partitions: int = -1, replication_fact
         [r] = resp.topics
         return r.error_code, r.error_message
 
-    code, message = _at_controller(bootstrap, timeout_ms, send)
+    code, message = at_controller(bootstrap, timeout_ms, send)
     if code:
         raise Refused(code, message)
 
@@ -257,7 +238,7 @@ def add_partitions(bootstrap: str, topic: str, count: int, *,
         [r] = resp.results
         return r.error_code, r.error_message
 
-    code, message = _at_controller(bootstrap, timeout_ms, send)
+    code, message = at_controller(bootstrap, timeout_ms, send)
     if code:
         raise Refused(code, message)
 
@@ -269,7 +250,7 @@ def delete(bootstrap: str, topic: str, *, timeout_ms: int = DEFAULT_TIMEOUT_MS) 
         [r] = resp.responses
         return r.error_code, getattr(r, "error_message", None)
 
-    code, message = _at_controller(bootstrap, timeout_ms, send)
+    code, message = at_controller(bootstrap, timeout_ms, send)
     if code:
         raise Refused(code, message)
 

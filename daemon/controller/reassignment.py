@@ -1,0 +1,258 @@
+"""Partition reassignment (KIP-455: Kafka's KafkaController.onPartitionReassignment in
+ZooKeeper mode), docs/controller.md "Reassignment".
+
+AlterPartitionReassignments gives a partition a new replica list (or none: cancel the
+one in progress). With the original replicas ORS and the target TRS, the partition's
+replicas become RS = TRS + ORS, adding AR = RS - ORS and removing RR = RS - TRS, written
+to `/brokers/topics/<t>` (its `adding_replicas` and `removing_replicas`) before any
+broker hears of them, so a controller that takes over carries on from there.
+
+Until every replica of TRS is in the ISR: the leader epoch goes up and every replica of
+RS gets LeaderAndIsr with RS, AR and RR (the added ones with is_new: they are created on
+a good dir), so the leader lets the added replicas fetch and takes them into the ISR
+once caught up; that ISR change (its `/isr_change_notification`) brings the partition
+back here. Then: the assignment becomes TRS; if the leader is not in TRS (or not
+online) the first replica of TRS online and in the ISR leads, else the leader epoch goes
+up again; the removed replicas go Offline (out of the ISR) and are deleted
+(StopReplica delete=true at the partition's leader epoch); `/brokers/topics/<t>` holds
+TRS alone; every broker gets UpdateMetadata. A replica AR or RR drops on a new request
+(a cancel, or another target) is stopped and deleted at once.
+
+A reassignment is resumed when the controller takes over and when a broker of its target
+starts (a LeaderAndIsr to a broker that was down is lost). A topic with a partition
+being reassigned is not deleted until its reassignments end; a topic queued for deletion
+is not reassigned (3, as Kafka).
+
+Callers: the controller event thread only. Errors per partition: 3 unknown partition or
+a topic being deleted, 39 a bad replica list (empty, a broker twice, a negative id, an
+added broker that is not live), 38 a change of replication factor when the request does
+not allow one, 85 a cancel with nothing in progress.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from kafka import errors as kerr
+
+from daemon.cluster import znodes
+from logstore import TopicPartition
+
+from .channel import RequestBatch
+from .context import ReplicaAssignment
+from .state_machines import ReplicaState as R
+from .zkops import ControllerMovedError
+
+if TYPE_CHECKING:
+    from .controller import Controller
+
+log = logging.getLogger("logkeeper.controller.reassignment")
+
+NONE = kerr.NoError.errno
+UNKNOWN_TOPIC = kerr.UnknownTopicOrPartitionError.errno
+INVALID_REPLICA_ASSIGNMENT = kerr.InvalidReplicationAssignmentError.errno
+INVALID_REPLICATION_FACTOR = kerr.InvalidReplicationFactorError.errno
+NO_REASSIGNMENT_IN_PROGRESS = kerr.NoReassignmentInProgressError.errno
+UNKNOWN_SERVER_ERROR = kerr.UnknownError.errno
+
+Result = tuple[int, str | None]
+
+
+class PartitionReassignments:
+    def __init__(self, controller: Controller):
+        self.c = controller
+        self.ctx = controller.ctx
+
+    # -- the API ------------------------------------------------------------------------
+
+    def alter(self, wanted: Mapping[TopicPartition, tuple[int, ...] | None], *,
+              allow_replication_factor_change: bool = True) -> dict[TopicPartition, Result]:
+        """Kafka's processApiPartitionReassignment: start, change or cancel (None)
+        each partition's reassignment; {partition: (error code, message)}."""
+        results: dict[TopicPartition, Result] = {}
+        for tp, target in wanted.items():
+            refused = self._refused(tp, target, allow_replication_factor_change)
+            if refused is not None:
+                results[tp] = refused
+                continue
+            current = self.ctx.full_assignment(tp)
+            if target is None and not current.is_being_reassigned:
+                results[tp] = (NO_REASSIGNMENT_IN_PROGRESS, "no reassignment of the partition "
+                               "is in progress")
+                continue
+            new = current.reassign_to(current.origin if target is None else target)
+            log.info("%s: reassignment %s: replicas %s, adding %s, removing %s", tp,
+                     "cancelled" if target is None else f"to {list(target)}",
+                     list(new.replicas), list(new.adding), list(new.removing))
+            try:
+                self._on_partition_reassignment(tp, new)
+            except ControllerMovedError:
+                raise
+            except Exception as err:  # noqa: BLE001 - this partition's answer, as Kafka's
+                log.error("%s: reassignment failed", tp, exc_info=err)
+                results[tp] = (UNKNOWN_SERVER_ERROR, f"{type(err).__name__}: {err}")
+                continue
+            results[tp] = (NONE, None)
+        return results
+
+    def ongoing(self, tps: Iterable[TopicPartition] | None = None
+                ) -> dict[TopicPartition, ReplicaAssignment]:
+        """The reassignments in progress (of `tps`, or all)."""
+        being = self.ctx.being_reassigned
+        wanted = sorted(being) if tps is None else [tp for tp in tps if tp in being]
+        return {tp: being[tp] for tp in wanted}
+
+    def _refused(self, tp: TopicPartition, target: tuple[int, ...] | None,
+                 allow_rf_change: bool) -> Result | None:
+        """Kafka's validateReplicas and shouldSkipReassignment."""
+        if not self.ctx.replicas(tp) or self.ctx.is_topic_queued_for_deletion(tp.topic):
+            return UNKNOWN_TOPIC, "The partition does not exist."
+        if target is None:
+            return None
+        if not target:
+            return INVALID_REPLICA_ASSIGNMENT, "Empty replica list specified in partition reassignment."
+        if len(set(target)) != len(target):
+            return (INVALID_REPLICA_ASSIGNMENT, "Duplicate replica ids in partition reassignment "
+                    f"replica list: {list(target)}")
+        if any(b < 0 for b in target):
+            return INVALID_REPLICA_ASSIGNMENT, f"Invalid broker id in replica list: {list(target)}"
+        current = self.ctx.full_assignment(tp)
+        adding = current.reassign_to(target).adding
+        if not set(adding) <= set(self.ctx.live_brokers):
+            return (INVALID_REPLICA_ASSIGNMENT, "Replica assignment has brokers that are not alive. "
+                    f"Replica list: {list(adding)}, live broker list: {self.ctx.live_broker_ids}")
+        if not allow_rf_change and len(target) != len(current.origin):
+            return (INVALID_REPLICATION_FACTOR, "The replication factor is changed from "
+                    f"{len(current.origin)} to {len(target)}")
+        return None
+
+    # -- resuming -----------------------------------------------------------------------
+
+    def resume(self, should_resume: Callable[[TopicPartition, ReplicaAssignment], bool]
+               = lambda _tp, _ra: True) -> None:
+        """Kafka's maybeResumeReassignments: at failover (all), when brokers start (those
+        whose target includes one), each from the assignment ZooKeeper holds."""
+        for tp, assignment in list(self.ctx.being_reassigned.items()):
+            if self.ctx.is_topic_queued_for_deletion(tp.topic) or not should_resume(tp, assignment):
+                continue
+            log.info("%s: resuming its reassignment to %s", tp, list(assignment.target))
+            self._on_partition_reassignment(tp, assignment)
+
+    def on_brokers_started(self, brokers: Iterable[int]) -> None:
+        started = set(brokers)
+        self.resume(lambda _tp, ra: bool(started & set(ra.target)))
+
+    def on_isr_change(self, tps: Iterable[TopicPartition]) -> None:
+        """Kafka's processPartitionReassignmentIsrChange: a partition whose target is in
+        its ISR now completes."""
+        for tp in tps:
+            assignment = self.ctx.being_reassigned.get(tp)
+            if assignment is not None and self._is_complete(tp, assignment):
+                log.info("%s: the target replicas %s have caught up with the leader", tp,
+                         list(assignment.target))
+                self._on_partition_reassignment(tp, assignment)
+
+    # -- the steps ----------------------------------------------------------------------
+
+    def _on_partition_reassignment(self, tp: TopicPartition, assignment: ReplicaAssignment) -> None:
+        self._update_current(tp, assignment)
+        if not self._is_complete(tp, assignment):
+            # A2, A3: every replica learns RS; the added ones start following.
+            batch = RequestBatch()
+            bumped = self.c.partition_sm.bump_leader_epochs([tp], batch)
+            if tp in bumped:
+                batch.add_leader_and_isr(self.ctx, assignment.adding, tp, bumped[tp], is_new=True)
+            else:
+                log.error("%s: could not write the next leader epoch of its reassignment", tp)
+            self.c.replica_sm.handle_state_changes(
+                [(tp, b) for b in assignment.adding
+                 if self.c.replica_sm.state(tp, b) is R.NON_EXISTENT], R.NEW, batch)
+            self.c.send(batch)
+            return
+        # B1-B8
+        batch = RequestBatch()
+        self.c.replica_sm.handle_state_changes(
+            [(tp, b) for b in assignment.adding if self.c.replica_sm.state(tp, b) is R.NEW],
+            R.ONLINE, batch)
+        self.c.send(batch)
+        completed = ReplicaAssignment(assignment.target)
+        self.ctx.set_full_assignment(tp, completed)
+        self._move_leader_if_required(tp)
+        self._stop_removed_replicas(tp, assignment.removing)
+        self._write(tp, completed)
+        batch = RequestBatch()
+        batch.add_update_metadata(self.ctx.live_broker_ids, [tp])
+        self.c.send(batch)
+        log.info("%s: reassignment completed: replicas %s", tp, list(completed.replicas))
+        self.c.deletion.resume_for_topics([tp.topic])
+
+    def _update_current(self, tp: TopicPartition, assignment: ReplicaAssignment) -> None:
+        """Kafka's updateCurrentReassignment: ZooKeeper first, then memory; replicas the
+        new assignment no longer has (added by the one it replaces) are removed."""
+        current = self.ctx.full_assignment(tp)
+        if current == assignment:
+            return
+        self._write(tp, assignment)
+        self.ctx.set_full_assignment(tp, assignment)
+        unneeded = [b for b in current.replicas if b not in assignment.replicas]
+        if unneeded:
+            self._stop_removed_replicas(tp, unneeded)
+
+    def _is_complete(self, tp: TopicPartition, assignment: ReplicaAssignment) -> bool:
+        if not assignment.is_being_reassigned:
+            return True
+        state = self.c.zk.partition_states([tp]).get(tp)
+        if state is None:
+            return False
+        self.ctx.leadership[tp] = state
+        return set(assignment.target) <= set(state.isr)
+
+    def _move_leader_if_required(self, tp: TopicPartition) -> None:
+        """B3: a leader outside the new replicas, or not online, is replaced; otherwise
+        its epoch goes up so every replica hears the new replica set."""
+        lai = self.ctx.leadership.get(tp)
+        batch = RequestBatch()
+        if lai is None:
+            log.error("%s: no leadership known at the end of its reassignment", tp)
+        elif lai.leader in self.ctx.replicas(tp) and self.ctx.is_replica_online(lai.leader, tp):
+            self.c.partition_sm.bump_leader_epochs([tp], batch)
+        else:
+            self.c.partition_sm.elect_reassigned_leaders([tp], batch)
+        self.c.send(batch)
+
+    def _stop_removed_replicas(self, tp: TopicPartition, removed: Iterable[int]) -> None:
+        """B4, B5: out of the ISR, stopped and deleted."""
+        replicas = [(tp, b) for b in removed]
+        if not replicas:
+            return
+        batch = RequestBatch()
+        self.c.replica_sm.handle_state_changes(replicas, R.OFFLINE, batch)
+        self.c.replica_sm.handle_state_changes(replicas, R.DELETION_STARTED, batch)
+        self.c.replica_sm.handle_state_changes(replicas, R.DELETION_SUCCESSFUL, batch)
+        self.c.replica_sm.handle_state_changes(replicas, R.NON_EXISTENT, batch)
+        self.c.send(batch)
+        for r in replicas:
+            self.ctx.replica_states.pop(r, None)
+
+    def _write(self, tp: TopicPartition, assignment: ReplicaAssignment) -> None:
+        """The partition's replicas, adding and removing in `/brokers/topics/<t>`."""
+        got = self.c.zk.topic_assignment(tp.topic)
+        if got is None:
+            raise RuntimeError(f"{tp}: /brokers/topics/{tp.topic} is gone")
+        topic, version = got
+
+        def with_partition(m: Mapping[int, tuple[int, ...]], value: tuple[int, ...]
+                           ) -> dict[int, tuple[int, ...]]:
+            out = {p: r for p, r in m.items() if p != tp.partition}
+            if value:
+                out[tp.partition] = value
+            return out
+
+        updated = replace(topic,
+                          partitions={**topic.partitions, tp.partition: assignment.replicas},
+                          adding_replicas=with_partition(topic.adding_replicas, assignment.adding),
+                          removing_replicas=with_partition(topic.removing_replicas, assignment.removing))
+        self.c.zk.set_data(znodes.topic_path(tp.topic), znodes.encode_topic(updated), version)

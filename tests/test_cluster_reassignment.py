@@ -1,0 +1,267 @@
+"""Partition reassignment across brokers (KIP-455; docs/cluster.md "Reassigning
+partitions"): kafka-reassign-partitions.sh's job, through kafka-python's
+`alter_partition_reassignments` and `list_partition_reassignments` and through
+`logkeeper reassign-partitions`.
+
+Real clusters of three brokers under idempotent acks=all load: replicas move to a
+broker that had none and leave one that had them; a reassignment outlives a kill -9 of
+the controller and a paused target broker; a cancel puts the replicas back. Every
+acknowledged record is read back once, the new replicas are byte-identical to the
+leader's, and a removed replica's files are gone from its broker's disk.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+from typing import Any
+
+import kafka.errors as ke
+from kafka import TopicPartition as KTP
+from kafka.admin import KafkaAdminClient
+from kafka.protocol.admin import AlterPartitionReassignmentsRequest, ListPartitionReassignmentsRequest
+from kazoo.client import KazooClient
+
+from .cluster_helpers import SESSION_MS, Cluster, wait_for
+from .daemon_helpers import RawClient
+from .test_cli import cli
+from .test_replication import assert_every_ack_read_once, create, partition_bytes, start_producers
+
+
+def _znode(cl: Cluster, topic: str) -> dict[str, Any]:
+    zk = KazooClient(hosts=cl.zk.hosts)
+    zk.start(10)
+    try:
+        return json.loads(zk.get(f"/brokers/topics/{topic}")[0])
+    finally:
+        zk.stop()
+        zk.close()
+
+
+def _holders(cl: Cluster, topic: str, partition: int) -> list[int]:
+    """The brokers with the partition's directory on one of their disks."""
+    return sorted(b for b, d in cl.brokers.items()
+                  if any((ld / f"{topic}-{partition}").is_dir() for ld in d.log_dirs))
+
+
+def _settled(cl: Cluster, topic: str, want: dict[int, list[int]]) -> bool:
+    """Every live broker's metadata has each partition on `want` (in order), all in the
+    ISR, with a leader among them; ZooKeeper holds no adding or removing replicas."""
+    m = cl.agreed(topic, len(want))
+    if not m:
+        return False
+    for p, replicas in want.items():
+        leader, _, got, isr, _ = m["partitions"][(topic, p)]
+        if got != replicas or sorted(isr) != sorted(replicas) or leader not in replicas:
+            return False
+    z = _znode(cl, topic)
+    return (z["partitions"] == {str(p): r for p, r in want.items()}
+            and not z.get("adding_replicas") and not z.get("removing_replicas"))
+
+
+def _identical(cl: Cluster, topic: str, want: dict[int, list[int]]) -> bool:
+    for p, replicas in want.items():
+        got = {partition_bytes(cl, b, topic, p) for b in replicas}
+        if len(got) != 1 or None in got:
+            return False
+    return True
+
+
+def _admin(cl: Cluster, broker: int) -> KafkaAdminClient:
+    return KafkaAdminClient(bootstrap_servers=cl.brokers[broker].bootstrap, request_timeout_ms=30000)
+
+
+def test_replicas_move_to_other_brokers_under_load_with_the_command(tmp_path: Path) -> None:
+    """Two partitions on brokers 1 and 2 move to [2, 3] and [3, 1] while two idempotent
+    acks=all producers write. The leader of partition 0 (broker 1) leaves its replica
+    set, so leadership moves. The command's --generate proposes a plan, --execute
+    starts it (printing the current assignment for a rollback), --verify says when it
+    is done."""
+    with Cluster(tmp_path, dirs=1) as cl:
+        create(cl, "ra", 2, min_isr=2, assignment=[[1, 2], [1, 2]])
+        loads = start_producers(cl, "ra", 2)
+        want = {0: [2, 3], 1: [3, 1]}
+        try:
+            wait_for(lambda: all(len(x.acked) > 300 for x in loads), 60, "load running")
+            boot = cl.brokers[2].bootstrap
+            gen = cli("reassign-partitions", "--bootstrap-server", boot, "--generate",
+                      "--topics", "ra", "--broker-list", "1,2,3")
+            assert gen.returncode == 0, gen.stderr
+            assert "Current partition replica assignment" in gen.stdout
+            proposed = json.loads(gen.stdout.strip().splitlines()[-1])
+            assert {(p["topic"], p["partition"]) for p in proposed["partitions"]} == {("ra", 0), ("ra", 1)}
+            assert all(len(p["replicas"]) == 2 and set(p["replicas"]) <= {1, 2, 3}
+                       for p in proposed["partitions"])
+
+            plan = tmp_path / "plan.json"
+            plan.write_text(json.dumps({"version": 1, "partitions": [
+                {"topic": "ra", "partition": p, "replicas": r} for p, r in want.items()]}))
+            run = cli("reassign-partitions", "--bootstrap-server", boot,
+                      "--reassignment-json-file", str(plan), "--execute")
+            assert run.returncode == 0, run.stderr
+            rollback = json.loads(run.stdout.split("Current partition replica assignment")[1]
+                                  .strip().splitlines()[0])
+            assert sorted((p["partition"], p["replicas"]) for p in rollback["partitions"]) == \
+                [(0, [1, 2]), (1, [1, 2])]
+            assert "Successfully started partition reassignments for ra-0,ra-1" in run.stdout
+
+            def verified() -> bool:
+                v = cli("reassign-partitions", "--bootstrap-server", boot,
+                        "--reassignment-json-file", str(plan), "--verify")
+                return v.returncode == 0 and "Reassignment of partition ra-1 is completed." in v.stdout
+            wait_for(verified, 90, lambda: f"--verify to say done:\n{cl.views()}")
+            wait_for(lambda: _settled(cl, "ra", want), 30, "metadata and znode on the new replicas")
+            before = [len(x.acked) for x in loads]
+            wait_for(lambda: all(len(x.acked) > n + 200 for x, n in zip(loads, before, strict=True)),
+                     60, "acks after the reassignment")
+        finally:
+            unanswered = [x.finish() for x in loads]
+        assert_every_ack_read_once(cl, "ra", 2, loads, unanswered)
+        wait_for(lambda: _identical(cl, "ra", want), 30, "new replicas byte-identical")
+        # The removed replicas are deleted: broker 1 left partition 0, broker 2 partition 1.
+        wait_for(lambda: _holders(cl, "ra", 0) == [2, 3] and _holders(cl, "ra", 1) == [1, 3], 30,
+                 lambda: f"removed replicas deleted: {_holders(cl, 'ra', 0)}, {_holders(cl, 'ra', 1)}")
+        listed = cli("reassign-partitions", "--bootstrap-server", boot, "--list")
+        assert listed.returncode == 0 and "No partition reassignments found." in listed.stdout, listed
+
+
+def _plan(tmp_path: Path, topic: str, want: dict[int, list[int]]) -> str:
+    plan = tmp_path / f"{topic}-plan.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": topic, "partition": p, "replicas": r, "log_dirs": ["any"] * len(r)}
+        for p, r in want.items()]}))
+    return str(plan)
+
+
+def _listed(cl: Cluster, broker: int) -> list[str]:
+    """`reassign-partitions --list` through `broker`: its lines after the heading."""
+    got = cli("reassign-partitions", "--bootstrap-server", cl.brokers[broker].bootstrap, "--list")
+    assert got.returncode == 0, got.stderr
+    return got.stdout.strip().splitlines()[1:]
+
+
+def test_a_reassignment_outlives_the_controller_and_a_paused_target(tmp_path: Path) -> None:
+    """The partition moves from [x, controller] to [x, y] while y is paused, so it cannot
+    catch up: the reassignment is in progress (listed with its adding and removing
+    replicas) when the controller is killed with -9. The new controller lists it from
+    ZooKeeper; the old controller's broker restarts as a replica still being removed;
+    y resumes, re-registers, catches up, and the reassignment completes: y and x hold
+    identical replicas, the old controller's copy is deleted, no ack is lost. (The
+    command, not kafka-python's admin client, talks to the cluster while y is paused:
+    that client may pick the paused broker for its own metadata and time out.)"""
+    with Cluster(tmp_path, dirs=1) as cl:
+        ctrl = cl.controller()
+        x, y = (b for b in cl.brokers if b != ctrl)
+        create(cl, "rb", 1, min_isr=1, assignment=[[x, ctrl]])
+        loads = start_producers(cl, "rb", 1)
+        want = {0: [x, y]}
+        try:
+            wait_for(lambda: all(len(x_.acked) > 300 for x_ in loads), 60, "load running")
+            cl.brokers[y].proc.send_signal(signal.SIGSTOP)
+            try:
+                run = cli("reassign-partitions", "--bootstrap-server", cl.brokers[x].bootstrap,
+                          "--reassignment-json-file", _plan(tmp_path, "rb", want), "--execute")
+                assert run.returncode == 0, run.stderr
+                in_progress = [f"rb-0: replicas: {x},{y},{ctrl}. adding: {y}. removing: {ctrl}."]
+                assert _listed(cl, x) == in_progress
+                cl.brokers[ctrl].kill()
+                wait_for(lambda: cl.metadata(x)["controller"] == x, SESSION_MS / 1000 + 30,
+                         "broker x to be the controller")
+                assert _listed(cl, x) == in_progress  # read back from ZooKeeper
+                assert _znode(cl, "rb")["adding_replicas"] == {"0": [y]}
+                cl.brokers[ctrl].start()
+            finally:
+                cl.brokers[y].proc.send_signal(signal.SIGCONT)
+            wait_for(lambda: _settled(cl, "rb", want), 90,
+                     lambda: f"the reassignment to complete:\n{cl.views()}")
+            before = [len(x_.acked) for x_ in loads]
+            wait_for(lambda: all(len(x_.acked) > n + 200 for x_, n in zip(loads, before, strict=True)),
+                     60, "acks after the reassignment")
+        finally:
+            unanswered = [x_.finish() for x_ in loads]
+        assert_every_ack_read_once(cl, "rb", 1, loads, unanswered)
+        wait_for(lambda: _identical(cl, "rb", want), 30, "replicas byte-identical")
+        wait_for(lambda: _holders(cl, "rb", 0) == sorted([x, y]), 30,
+                 lambda: f"the old controller's copy deleted: {_holders(cl, 'rb', 0)}")
+
+
+def test_bad_reassignments_are_refused_and_a_cancel_puts_replicas_back(tmp_path: Path) -> None:
+    """Each bad request is refused with Kafka's code and changes nothing; a broker that
+    is not the controller answers 41; a cancel of a reassignment held up by a paused
+    target broker restores the original replicas, and that broker ends without a copy."""
+    with Cluster(tmp_path, dirs=1) as cl:
+        ctrl = cl.controller()
+        x, y = (b for b in cl.brokers if b != ctrl)
+        create(cl, "rc", 1, min_isr=1, assignment=[[x, ctrl]])
+        admin = _admin(cl, x)
+        try:
+            got = admin.alter_partition_reassignments({
+                KTP("rc", 0): [x, 9],  # broker 9 does not exist
+                KTP("rc", 5): [x, y],  # no such partition
+                KTP("nope", 0): [x, y],
+            })
+            assert got == {KTP("rc", 0): ke.InvalidReplicationAssignmentError,
+                           KTP("rc", 5): ke.UnknownTopicOrPartitionError,
+                           KTP("nope", 0): ke.UnknownTopicOrPartitionError}, got
+            for bad in ([x, x], [-1, x]):  # (kafka-python refuses [] itself; sent raw below)
+                assert admin.alter_partition_reassignments({KTP("rc", 0): bad}) == \
+                    {KTP("rc", 0): ke.InvalidReplicationAssignmentError}, bad
+            assert admin.alter_partition_reassignments({KTP("rc", 0): None}) == \
+                {KTP("rc", 0): ke.NoReassignmentInProgressError}
+            assert admin.list_partition_reassignments() == {}
+        finally:
+            admin.close()
+        # v1 may forbid a change of replication factor (KIP-860): 38.
+        c = RawClient(cl.brokers[ctrl].port)
+        try:
+            R = AlterPartitionReassignmentsRequest[1]
+            T = R.ReassignableTopic
+            resp = c.request(R(timeout_ms=10000, allow_replication_factor_change=False, topics=[
+                T(name="rc", partitions=[T.ReassignablePartition(partition_index=0,
+                                                                 replicas=[x, y, ctrl])])]), 1)
+            assert [(p.partition_index, p.error_code) for t in resp.responses for p in t.partitions] \
+                == [(0, ke.InvalidReplicationFactorError.errno)]
+            resp = c.request(R(timeout_ms=10000, allow_replication_factor_change=True, topics=[
+                T(name="rc", partitions=[T.ReassignablePartition(partition_index=0, replicas=[])])]), 1)
+            assert [(p.error_code, p.error_message) for t in resp.responses for p in t.partitions] \
+                == [(ke.InvalidReplicationAssignmentError.errno,
+                     "Empty replica list specified in partition reassignment.")]
+        finally:
+            c.close()
+        # A broker that is not the controller: 41 for the request, nothing listed.
+        c = RawClient(cl.brokers[x].port)
+        try:
+            resp = c.request(ListPartitionReassignmentsRequest[0](timeout_ms=10000, topics=None), 0)
+            assert resp.error_code == ke.NotControllerError.errno
+            resp = c.request(R(timeout_ms=10000, allow_replication_factor_change=True, topics=[
+                T(name="rc", partitions=[T.ReassignablePartition(partition_index=0,
+                                                                 replicas=[x, y])])]), 1)
+            assert resp.error_code == ke.NotControllerError.errno
+        finally:
+            c.close()
+        assert _settled(cl, "rc", {0: [x, ctrl]})
+
+        cl.brokers[y].proc.send_signal(signal.SIGSTOP)
+        try:
+            plan = _plan(tmp_path, "rc", {0: [y, x]})
+            run = cli("reassign-partitions", "--bootstrap-server", cl.brokers[x].bootstrap,
+                      "--reassignment-json-file", plan, "--execute")
+            assert run.returncode == 0, run.stderr
+            assert _listed(cl, x) == [f"rc-0: replicas: {y},{x},{ctrl}. adding: {y}. removing: {ctrl}."]
+            cancel = cli("reassign-partitions", "--bootstrap-server", cl.brokers[x].bootstrap,
+                         "--reassignment-json-file", plan, "--cancel")
+            assert cancel.returncode == 0, cancel.stderr
+            assert "Successfully cancelled partition reassignments for: rc-0" in cancel.stdout
+            assert _listed(cl, x) == []
+        finally:
+            cl.brokers[y].proc.send_signal(signal.SIGCONT)
+        wait_for(lambda: _settled(cl, "rc", {0: [x, ctrl]}), 60,
+                 lambda: f"the original replicas back:\n{cl.views()}")
+        wait_for(lambda: _holders(cl, "rc", 0) == sorted([x, ctrl]), 30,
+                 lambda: f"no copy left on broker {y}: {_holders(cl, 'rc', 0)}")
+        verify = cli("reassign-partitions", "--bootstrap-server", cl.brokers[y].bootstrap,
+                     "--reassignment-json-file", plan, "--verify")
+        assert verify.returncode == 1
+        assert (f"There is no active reassignment of partition rc-0, but replica set is {x},{ctrl} "
+                f"rather than {y},{x}.") in verify.stdout
