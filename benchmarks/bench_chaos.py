@@ -16,7 +16,11 @@ them) and readmitted (`log-dirs readmit`), without a restart. Or a disk fills: a
 ballast file takes every free block of a random log dir's filesystem (ENOSPC on the next
 write there, a leader's or a follower's, or the space probe's floor), the dir turns
 SATURATED while its broker serves the other one, and 1-6 s later the ballast goes and
-the dir comes back ONLINE by itself (the disk-full proposal's flow, no operator).
+the dir comes back ONLINE by itself (the disk-full proposal's flow, no operator). Or a
+partition is reassigned (AlterPartitionReassignments): one of its replicas is dropped,
+its files deleted, and the replica is added back, copying the whole log from the leader
+again, half the time with the controller killed as soon as the re-adding has started
+(the next controller carries the reassignment on from ZooKeeper).
 
 A consumer group reads the topic throughout (confluent-kafka, auto-commit), so the
 group's coordinator meets the same faults: its broker killed, its disk dead or full,
@@ -75,7 +79,7 @@ def test_random_kills_and_pauses_under_acks_all_load(note: Any, benchmark: Any) 
     rng = random.Random(seed)
     topic, parts = "chaos", 3
     done: dict[str, int] = {"kill": 0, "kill-controller": 0, "pause": 0, "move": 0,
-                            "disk": 0, "full": 0}
+                            "disk": 0, "full": 0, "reassign": 0}
     with tempfile.TemporaryDirectory(prefix="lk-chaos-") as tmp, ExitStack() as disks:
         mounts = {b: [disks.enter_context(faults.loop_ext4(DISK_MB)) for _ in range(2)]
                   for b in (1, 2, 3)}
@@ -99,7 +103,7 @@ def test_random_kills_and_pauses_under_acks_all_load(note: Any, benchmark: Any) 
             while time.monotonic() < end:
                 time.sleep(rng.uniform(1, 4))
                 kind = rng.choice(["kill", "kill-controller", "pause", "move", "disk",
-                                   "full"])
+                                   "full", "reassign"])
                 if kind == "kill-controller":
                     victim = cl.controller()
                 else:
@@ -107,6 +111,16 @@ def test_random_kills_and_pauses_under_acks_all_load(note: Any, benchmark: Any) 
                 d = cl.brokers[victim]
                 if kind == "move":
                     _move(d, victim, topic, rng.randrange(parts))
+                elif kind == "reassign":
+                    if _drop_and_readd(cl, victim, topic, rng.randrange(parts), rng.random() < 0.5):
+                        # The controller was killed mid-way: restart it as after a kill.
+                        wait_for(lambda: len(cl.alive()) < len(cl.brokers)
+                                 and cl.controller() in cl.alive(), SESSION_S + 20, "a new controller")
+                        for b, broker in cl.brokers.items():
+                            if b not in cl.alive():
+                                wait_for(lambda b=b: b not in cl.metadata(cl.alive()[0])["brokers"],
+                                         SESSION_S + 20, "death noticed")
+                                broker.start()
                 elif kind == "disk":
                     _disk_dies_and_comes_back(d, rng.choice(mounts[victim]),
                                               rng.uniform(1, 6))
@@ -158,7 +172,8 @@ def test_random_kills_and_pauses_under_acks_all_load(note: Any, benchmark: Any) 
          f"({done['kill']} kills, {done['kill-controller']} controller kills, "
          f"{done['pause']} pauses, {done['disk']} dead disks, {done['full']} full disks, "
          f"{done['move']} replica moves "
-         f"asked, {moved} done) and {rebalances} leader rebalances; {acked} acks=all "
+         f"asked, {moved} done, {done['reassign']} replicas dropped and added back) and "
+         f"{rebalances} leader rebalances; {acked} acks=all "
          "records acknowledged, all read back exactly once, replicas byte-identical; the "
          "consumer group read every one and committed up to the log ends")
     benchmark.extra_info.update(seed=seed, faults=done, acked=acked)
@@ -270,6 +285,35 @@ def _move(d: Any, broker: int, topic: str, partition: int) -> None:
         admin.alter_replica_log_dirs({(topic, partition, broker): str(dest)})
     finally:
         admin.close()
+
+
+def _drop_and_readd(cl: Cluster, broker: int, topic: str, partition: int,
+                    kill_controller: bool) -> bool:
+    """Reassign the partition without `broker`'s replica, wait until that is done (the
+    replica's files deleted), then with it again at the end of the list; with
+    `kill_controller`, kill -9 the controller as soon as the second reassignment has
+    started. True when a broker was killed."""
+    from kafka import TopicPartition as KTP
+    from kafka.admin import KafkaAdminClient
+
+    replicas = cl.metadata(broker, [topic])["partitions"][(topic, partition)][2]
+    if broker not in replicas:
+        return False
+    tp = KTP(topic, partition)
+    admin = KafkaAdminClient(bootstrap_servers=cl.brokers[broker].bootstrap, request_timeout_ms=30000)
+    try:
+        kept = [r for r in replicas if r != broker]
+        assert admin.alter_partition_reassignments({tp: kept}) == {tp: None}
+        wait_for(lambda: not admin.list_partition_reassignments([tp])
+                 and not any((ld / f"{topic}-{partition}").is_dir()
+                             for ld in cl.brokers[broker].log_dirs), 60,
+                 f"broker {broker}'s replica of {topic}-{partition} deleted")
+        assert admin.alter_partition_reassignments({tp: kept + [broker]}) == {tp: None}
+    finally:
+        admin.close()
+    if kill_controller:
+        cl.brokers[cl.controller()].kill()
+    return kill_controller
 
 
 def _stuck(cl: Cluster, topic: str, kind: str, victim: int, seed: int) -> str:

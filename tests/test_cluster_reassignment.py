@@ -5,7 +5,8 @@ partitions"): kafka-reassign-partitions.sh's job, through kafka-python's
 
 Real clusters of three brokers under idempotent acks=all load: replicas move to a
 broker that had none and leave one that had them; a reassignment outlives a kill -9 of
-the controller and a paused target broker; a cancel puts the replicas back. Every
+the controller and a paused target broker; a cancel puts the replicas back, and lets a
+topic deletion held back by a reassignment that cannot finish go on. Every
 acknowledged record is read back once, the new replicas are byte-identical to the
 leader's, and a removed replica's files are gone from its broker's disk.
 """
@@ -165,6 +166,11 @@ def test_a_reassignment_outlives_the_controller_and_a_paused_target(tmp_path: Pa
                 assert run.returncode == 0, run.stderr
                 in_progress = [f"rb-0: replicas: {x},{y},{ctrl}. adding: {y}. removing: {ctrl}."]
                 assert _listed(cl, x) == in_progress
+                shown = cli("topics", "describe", "--bootstrap-server", cl.brokers[x].bootstrap,
+                            "--topic", "rb")
+                assert "ReplicationFactor: 2\t" in shown.stdout, shown  # the replicas it keeps
+                assert f"Replicas: {x},{y},{ctrl}\t" in shown.stdout
+                assert f"\tAdding Replicas: {y}\tRemoving Replicas: {ctrl}" in shown.stdout
                 cl.brokers[ctrl].kill()
                 wait_for(lambda: cl.metadata(x)["controller"] == x, SESSION_MS / 1000 + 30,
                          "broker x to be the controller")
@@ -242,6 +248,18 @@ def test_bad_reassignments_are_refused_and_a_cancel_puts_replicas_back(tmp_path:
             c.close()
         assert _settled(cl, "rc", {0: [x, ctrl]})
 
+        # The command: a refused partition is named with its code, exit 1; a broker
+        # not in the cluster is refused by --generate before anything is asked.
+        bad = cli("reassign-partitions", "--bootstrap-server", cl.brokers[x].bootstrap,
+                  "--reassignment-json-file", _plan(tmp_path, "rc", {0: [x, 9]}), "--execute")
+        assert bad.returncode == 1
+        assert "rc-0: error 39 (InvalidReplicationAssignmentError): Replica assignment has brokers " \
+            "that are not alive" in bad.stderr, bad.stderr
+        gen = cli("reassign-partitions", "--bootstrap-server", cl.brokers[x].bootstrap,
+                  "--generate", "--topics", "rc", "--broker-list", "1,2,7")
+        assert gen.returncode == 2 and "brokers 7 of --broker-list are not in the cluster" in gen.stderr
+        assert _settled(cl, "rc", {0: [x, ctrl]})
+
         cl.brokers[y].proc.send_signal(signal.SIGSTOP)
         try:
             plan = _plan(tmp_path, "rc", {0: [y, x]})
@@ -265,3 +283,61 @@ def test_bad_reassignments_are_refused_and_a_cancel_puts_replicas_back(tmp_path:
         assert verify.returncode == 1
         assert (f"There is no active reassignment of partition rc-0, but replica set is {x},{ctrl} "
                 f"rather than {y},{x}.") in verify.stdout
+
+        # A topic whose reassignment cannot finish (its target paused past the session)
+        # is not deleted while it runs; cancelling it lets the deletion complete.
+        cl.brokers[y].proc.send_signal(signal.SIGSTOP)
+        try:
+            run = cli("reassign-partitions", "--bootstrap-server", cl.brokers[x].bootstrap,
+                      "--reassignment-json-file", plan, "--execute")
+            assert run.returncode == 0, run.stderr
+            wait_for(lambda: y not in cl.metadata(x)["brokers"], SESSION_MS / 1000 + 20, "y's session gone")
+            gone = cli("topics", "delete", "--bootstrap-server", cl.brokers[x].bootstrap, "--topic", "rc",
+                       "--timeout-ms", "2000")
+            assert gone.returncode == 1 and "error 7 (RequestTimedOutError)" in gone.stderr, gone
+            assert _znode(cl, "rc")["adding_replicas"] == {"0": [y]}  # still there, waiting
+            cancel = cli("reassign-partitions", "--bootstrap-server", cl.brokers[x].bootstrap,
+                         "--reassignment-json-file", plan, "--cancel")
+            assert cancel.returncode == 0, cancel.stderr
+            wait_for(lambda: "rc" not in _topics_in_zk(cl), 30, "the deletion to complete")
+        finally:
+            cl.brokers[y].proc.send_signal(signal.SIGCONT)
+        wait_for(lambda: _holders(cl, "rc", 0) == [], 30,
+                 lambda: f"every copy deleted: {_holders(cl, 'rc', 0)}")
+
+
+def _topics_in_zk(cl: Cluster) -> list[str]:
+    zk = KazooClient(hosts=cl.zk.hosts)
+    zk.start(10)
+    try:
+        return zk.get_children("/brokers/topics")
+    finally:
+        zk.stop()
+        zk.close()
+
+
+def test_the_command_refuses_a_bad_reassignment_file_before_asking_anyone(tmp_path: Path) -> None:
+    """Kafka's file format, checked entry by entry: each mistake is named, exit 2, and
+    no broker is asked (none listens on the port given)."""
+    def run(doc: object) -> Any:
+        f = tmp_path / "plan.json"
+        f.write_text(doc if isinstance(doc, str) else json.dumps(doc))
+        return cli("reassign-partitions", "--bootstrap-server", "127.0.0.1:1",
+                   "--reassignment-json-file", str(f), "--execute")
+
+    one = {"topic": "t", "partition": 0, "replicas": [1, 2]}
+    for doc, said in (
+            ("{not json", "not JSON"),
+            ({"version": 1}, 'needs a non-empty "partitions" list'),
+            ({"partitions": [{**one, "replicas": []}]}, 'needs "replicas"'),
+            ({"partitions": [{**one, "partition": -1}]}, 'needs a "partition" number'),
+            ({"partitions": [{**one, "log_dirs": ["/srv/d1", "any"]}]}, '"log_dirs" other than "any"'),
+            ({"partitions": [{**one, "log_dirs": ["any"]}]}, "one entry per replica"),
+            ({"partitions": [one, one]}, "t-0 is named twice")):
+        got = run(doc)
+        assert got.returncode == 2 and said in got.stderr, (doc, got.stderr)
+    got = cli("reassign-partitions", "--bootstrap-server", "127.0.0.1:1", "--verify")
+    assert got.returncode == 2 and "need --reassignment-json-file" in got.stderr
+    got = cli("reassign-partitions", "--bootstrap-server", "127.0.0.1:1", "--generate", "--topics", "t",
+              "--broker-list", "1,1")
+    assert got.returncode == 2 and "distinct broker ids" in got.stderr

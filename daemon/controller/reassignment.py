@@ -20,8 +20,10 @@ TRS alone; every broker gets UpdateMetadata. A replica AR or RR drops on a new r
 
 A reassignment is resumed when the controller takes over and when a broker of its target
 starts (a LeaderAndIsr to a broker that was down is lost). A topic with a partition
-being reassigned is not deleted until its reassignments end; a topic queued for deletion
-is not reassigned (3, as Kafka).
+being reassigned is not deleted until its reassignments end (one that cannot end, its
+target broker gone for good, holds the deletion until it is cancelled: a cancel is taken
+for a topic queued for deletion, where Kafka refuses it and the deletion waits forever);
+a topic queued for deletion is not reassigned anew (3, as Kafka).
 
 Callers: the controller event thread only. Errors per partition: 3 unknown partition or
 a topic being deleted, 39 a bad replica list (empty, a broker twice, a negative id, an
@@ -108,10 +110,12 @@ class PartitionReassignments:
     def _refused(self, tp: TopicPartition, target: tuple[int, ...] | None,
                  allow_rf_change: bool) -> Result | None:
         """Kafka's validateReplicas and shouldSkipReassignment."""
-        if not self.ctx.replicas(tp) or self.ctx.is_topic_queued_for_deletion(tp.topic):
+        if not self.ctx.replicas(tp):
             return UNKNOWN_TOPIC, "The partition does not exist."
         if target is None:
-            return None
+            return None  # a cancel, even of a topic queued for deletion: it lets that go on
+        if self.ctx.is_topic_queued_for_deletion(tp.topic):
+            return UNKNOWN_TOPIC, "The partition does not exist (its topic is being deleted)."
         if not target:
             return INVALID_REPLICA_ASSIGNMENT, "Empty replica list specified in partition reassignment."
         if len(set(target)) != len(target):
@@ -136,7 +140,7 @@ class PartitionReassignments:
         """Kafka's maybeResumeReassignments: at failover (all), when brokers start (those
         whose target includes one), each from the assignment ZooKeeper holds."""
         for tp, assignment in list(self.ctx.being_reassigned.items()):
-            if self.ctx.is_topic_queued_for_deletion(tp.topic) or not should_resume(tp, assignment):
+            if not should_resume(tp, assignment):
                 continue
             log.info("%s: resuming its reassignment to %s", tp, list(assignment.target))
             self._on_partition_reassignment(tp, assignment)

@@ -113,8 +113,9 @@ def _names(tps: Any) -> str:
     return ",".join(f"{t}-{p}" for t, p in sorted(tps))
 
 
-def current_assignment(bootstrap: str, topics: list[str]) -> Plan:
-    """Each partition's replicas, from Metadata; PlanError for a topic that is missing."""
+def current_assignment(bootstrap: str, topics: list[str]) -> tuple[Plan, list[int]]:
+    """(each partition's replicas, the cluster's brokers), from Metadata; PlanError for
+    a topic that is missing."""
     with connect_any(bootstrap) as conn:
         meta = metadata(conn, topics)
     out: Plan = {}
@@ -123,14 +124,18 @@ def current_assignment(bootstrap: str, topics: list[str]) -> Plan:
             raise PlanError(f"topic {t.name}: error {t.error_code} ({name_of(t.error_code)})")
         for p in t.partitions:
             out[(t.name, p.partition_index)] = list(p.replica_nodes)
-    return out
+    return out, sorted(b.node_id for b in meta.brokers)
 
 
 def generate(bootstrap: str, topics: list[str], brokers: list[int],
              rng: random.Random | None = None) -> tuple[Plan, Plan]:
     """(current, proposed): each topic's partitions spread over `brokers` at its
     replication factor."""
-    current = current_assignment(bootstrap, topics)
+    current, live = current_assignment(bootstrap, topics)
+    unknown = sorted(set(brokers) - set(live))
+    if unknown:
+        raise PlanError(f"brokers {_ids(unknown)} of --broker-list are not in the cluster "
+                        f"(brokers {_ids(live)})")
     rng = rng or random.Random()
     proposed: Plan = {}
     for topic in topics:
@@ -187,7 +192,7 @@ def ongoing(bootstrap: str, *, timeout_ms: int = DEFAULT_TIMEOUT_MS
 def verify(bootstrap: str, plan: Plan) -> tuple[bool, list[str]]:
     """(all complete, a line per partition), as kafka-reassign-partitions.sh --verify."""
     running = ongoing(bootstrap)
-    current = current_assignment(bootstrap, sorted({t for t, _ in plan}))
+    current, _ = current_assignment(bootstrap, sorted({t for t, _ in plan}))
     lines, done = [], True
     for tp, target in sorted(plan.items()):
         name = f"{tp[0]}-{tp[1]}"
@@ -294,7 +299,7 @@ def _run(args: argparse.Namespace, bootstrap: str) -> int:
         print("\n".join(lines))
         return 0 if done else 1
     if args.execute:
-        current = current_assignment(bootstrap, sorted({t for t, _ in plan}))
+        current, _ = current_assignment(bootstrap, sorted({t for t, _ in plan}))
         print("Current partition replica assignment")
         print()
         print(plan_json({tp: r for tp, r in current.items() if tp in plan}))

@@ -11,7 +11,8 @@
 
 `describe` prints what `kafka-topics.sh --describe` prints, one line per topic (with the
 topic's own configs, from DescribeConfigs) and one per partition (leader, replicas, ISR,
-offline replicas, from Metadata v5+); `--json` prints the same as JSON. A partition
+offline replicas, from Metadata v5+; a partition being reassigned also its adding and
+removing replicas, from the controller); `--json` prints the same as JSON. A partition
 filter shows only the partitions in that state (and no topic lines), as Kafka's does:
 what an operator asks while a broker or a disk is down. `create`,
 `alter` (more partitions: CreatePartitions) and `delete` go to the cluster's active
@@ -95,26 +96,42 @@ def _topic_configs(conn: Connection, names: list[str]
     return out
 
 
+def _reassignments(bootstrap: str) -> dict[tuple[str, int], tuple[list[int], list[int], list[int]]]:
+    """The reassignments in progress, as kafka-topics.sh shows them; none when the
+    controller cannot say (no controller right now, or one that does not serve it)."""
+    from .reassign import ongoing
+
+    try:
+        return ongoing(bootstrap, timeout_ms=10000)
+    except (ClientError, Refused):
+        return {}
+
+
 def describe(bootstrap: str, topics: list[str] | None = None) -> dict[str, Any]:
     with connect_any(bootstrap) as conn:
         meta = metadata(conn, topics)
         configs = _topic_configs(conn, [t.name for t in meta.topics if not t.error_code])
+    moving = _reassignments(bootstrap)
     out: dict[str, Any] = {"cluster_id": meta.cluster_id, "controller": meta.controller_id,
                            "brokers": [{"id": b.node_id, "host": b.host, "port": b.port}
                                        for b in meta.brokers], "topics": []}
     for t in sorted(meta.topics, key=lambda t: t.name):
         parts = sorted(t.partitions, key=lambda p: p.partition_index)
         own, min_isr = configs.get(t.name, ({}, None))
+        shown = [{
+            "partition": p.partition_index, "leader": p.leader_id,
+            "replicas": list(p.replica_nodes), "isr": list(p.isr_nodes),
+            "offline": list(p.offline_replicas or []), "error_code": p.error_code,
+            "adding": moving.get((t.name, p.partition_index), ([], [], []))[1],
+            "removing": moving.get((t.name, p.partition_index), ([], [], []))[2],
+        } for p in parts]
         out["topics"].append({
             "topic": t.name, "error_code": t.error_code, "internal": bool(t.is_internal),
             "partition_count": len(parts),
-            "replication_factor": max((len(p.replica_nodes) for p in parts), default=0),
-            "configs": own, "min_insync_replicas": min_isr,
-            "partitions": [{
-                "partition": p.partition_index, "leader": p.leader_id,
-                "replicas": list(p.replica_nodes), "isr": list(p.isr_nodes),
-                "offline": list(p.offline_replicas or []), "error_code": p.error_code,
-            } for p in parts]})
+            # As Kafka's: a partition being reassigned counts the replicas it keeps.
+            "replication_factor": max((len(p["replicas"]) - len(p["removing"]) for p in shown),
+                                      default=0),
+            "configs": own, "min_insync_replicas": min_isr, "partitions": shown})
     return out
 
 
@@ -161,7 +178,9 @@ def render(desc: dict[str, Any], *, headers: bool = True) -> str:
             lines.append(f"\tTopic: {t['topic']}\tPartition: {p['partition']}\t"
                          f"Leader: {p['leader'] if p['leader'] >= 0 else 'none'}\t"
                          f"Replicas: {ids(p['replicas'])}\tIsr: {ids(p['isr'])}\t"
-                         f"Offline: {ids(p['offline'])}")
+                         f"Offline: {ids(p['offline'])}"
+                         + (f"\tAdding Replicas: {ids(p['adding'])}\tRemoving Replicas: "
+                            f"{ids(p['removing'])}" if p["adding"] or p["removing"] else ""))
     return "\n".join(lines)
 
 
