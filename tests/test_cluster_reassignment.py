@@ -26,6 +26,7 @@ from kazoo.client import KazooClient
 
 from .cluster_helpers import SESSION_MS, Cluster, wait_for
 from .daemon_helpers import RawClient
+from .sick_helpers import metric
 from .test_cli import cli
 from .test_replication import assert_every_ack_read_once, create, partition_bytes, start_producers
 
@@ -168,9 +169,20 @@ def test_a_reassignment_outlives_the_controller_and_a_paused_target(tmp_path: Pa
                 assert _listed(cl, x) == in_progress
                 shown = cli("topics", "describe", "--bootstrap-server", cl.brokers[x].bootstrap,
                             "--topic", "rb")
-                assert "ReplicationFactor: 2\t" in shown.stdout, shown  # the replicas it keeps
+                assert "ReplicationFactor: 2\t" in shown.stdout, shown  # its original replicas
                 assert f"Replicas: {x},{y},{ctrl}\t" in shown.stdout
                 assert f"\tAdding Replicas: {y}\tRemoving Replicas: {ctrl}" in shown.stdout
+                # Not under-replicated while a replica is being added (Kafka's rule): the
+                # ISR is measured against the original replicas, on the leader and in
+                # describe's filter. (x's metadata has the new set only after its
+                # LeaderAndIsr, which the controller sends first.)
+                assert cl.metadata(x, ["rb"])["partitions"][("rb", 0)][0] == x
+                wait_for(lambda: cl.metadata(x, ["rb"])["partitions"][("rb", 0)][2] == [x, y, ctrl], 10,
+                         "x's metadata with the new replica set")
+                assert metric(cl.brokers[x], "kafka_server_replicamanager_underreplicatedpartitions") == 0
+                urp = cli("topics", "describe", "--bootstrap-server", cl.brokers[x].bootstrap, "--topic",
+                          "rb", "--under-replicated-partitions")
+                assert urp.returncode == 0 and urp.stdout.strip() == "", urp
                 cl.brokers[ctrl].kill()
                 wait_for(lambda: cl.metadata(x)["controller"] == x, SESSION_MS / 1000 + 30,
                          "broker x to be the controller")

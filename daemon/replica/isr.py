@@ -85,6 +85,7 @@ class LeaderState:
     replicas: tuple[int, ...]
     min_isr: int
     followers: dict[int, FollowerState] = field(default_factory=dict)
+    adding: tuple[int, ...] = ()  # replicas a reassignment adds: not yet owed to the ISR
     pending_isr: tuple[int, ...] | None = None  # a write in flight, or refused
     isr_shrinks: int = 0
     isr_expands: int = 0
@@ -96,6 +97,12 @@ class LeaderState:
         if self.pending_isr is None:
             return self.isr
         return tuple(sorted(set(self.isr) | set(self.pending_isr)))
+
+    @property
+    def under_replicated(self) -> bool:
+        """Kafka's isUnderReplicated: while a reassignment adds replicas, the ISR is
+        measured against the original ones."""
+        return len(self.isr) < len(self.replicas) - len(self.adding)
 
     @property
     def under_min_isr(self) -> bool:
@@ -137,7 +144,7 @@ class IsrManager:
 
     def become_leader(self, p: Partition, *, leader_epoch: int, controller_epoch: int,
                       partition_epoch: int, isr: Iterable[int], replicas: Iterable[int],
-                      min_isr: int, log_end_offset: int) -> None:
+                      min_isr: int, log_end_offset: int, adding: Iterable[int] = ()) -> None:
         """Lead `p` at `leader_epoch` (a LeaderAndIsr naming this broker leader). Kafka's
         makeLeader: ISR followers count as caught up now; a broker that led before keeps
         what it knew of each follower's log end, one that did not knows nothing yet. The
@@ -161,7 +168,7 @@ class IsrManager:
             followers[r] = f
         self.leaders[p.tp] = LeaderState(p, leader_epoch, log_end_offset, controller_epoch,
                                          partition_epoch, isr_t, replicas_t, max(min_isr, 1),
-                                         followers)
+                                         followers, tuple(adding))
         self._advance_high_watermark(p)
         p.notify()
 
@@ -323,7 +330,7 @@ class IsrManager:
     # ---- what metrics read ----
 
     def under_replicated(self) -> int:
-        return sum(1 for st in self.leaders.values() if len(st.isr) < len(st.replicas))
+        return sum(1 for st in self.leaders.values() if st.under_replicated)
 
     def under_min_isr(self) -> int:
         return sum(1 for st in self.leaders.values() if st.under_min_isr)

@@ -128,8 +128,8 @@ def describe(bootstrap: str, topics: list[str] | None = None) -> dict[str, Any]:
         out["topics"].append({
             "topic": t.name, "error_code": t.error_code, "internal": bool(t.is_internal),
             "partition_count": len(parts),
-            # As Kafka's: a partition being reassigned counts the replicas it keeps.
-            "replication_factor": max((len(p["replicas"]) - len(p["removing"]) for p in shown),
+            # As Kafka's: a partition being reassigned counts its original replicas.
+            "replication_factor": max((len(p["replicas"]) - len(p["adding"]) for p in shown),
                                       default=0),
             "configs": own, "min_insync_replicas": min_isr, "partitions": shown})
     return out
@@ -138,7 +138,7 @@ def describe(bootstrap: str, topics: list[str] | None = None) -> dict[str, Any]:
 # kafka-topics.sh --describe's partition filters: (topic, live broker ids, partition)
 # -> whether the partition is shown.
 FILTERS: dict[str, Any] = {
-    "under_replicated_partitions": lambda t, live, p: len(p["isr"]) < len(p["replicas"]),
+    "under_replicated_partitions": lambda t, live, p: len(p["isr"]) < len(p["replicas"]) - len(p["adding"]),
     "unavailable_partitions": lambda t, live, p: p["leader"] not in live,
     "under_min_isr_partitions": lambda t, live, p: t["min_insync_replicas"] is not None
     and len(p["isr"]) < t["min_insync_replicas"],
