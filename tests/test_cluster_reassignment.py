@@ -279,6 +279,14 @@ def test_bad_reassignments_are_refused_and_a_cancel_puts_replicas_back(tmp_path:
                       "--reassignment-json-file", plan, "--execute")
             assert run.returncode == 0, run.stderr
             assert _listed(cl, x) == [f"rc-0: replicas: {y},{x},{ctrl}. adding: {y}. removing: {ctrl}."]
+            # Another --execute while one runs: refused, as Kafka's, unless --additional.
+            again = cli("reassign-partitions", "--bootstrap-server", cl.brokers[x].bootstrap,
+                        "--reassignment-json-file", plan, "--execute")
+            assert again.returncode == 1 and "Use --additional" in again.stderr, again
+            again = cli("reassign-partitions", "--bootstrap-server", cl.brokers[x].bootstrap,
+                        "--reassignment-json-file", plan, "--execute", "--additional")
+            assert again.returncode == 0, again.stderr
+            assert _listed(cl, x) == [f"rc-0: replicas: {y},{x},{ctrl}. adding: {y}. removing: {ctrl}."]
             cancel = cli("reassign-partitions", "--bootstrap-server", cl.brokers[x].bootstrap,
                          "--reassignment-json-file", plan, "--cancel")
             assert cancel.returncode == 0, cancel.stderr

@@ -3,7 +3,8 @@ through the Kafka protocol (AlterPartitionReassignments, ListPartitionReassignme
 
     logkeeper reassign-partitions --generate (--topics-to-move-json-file F | --topics T,T)
                                   --broker-list 1,2,3
-    logkeeper reassign-partitions --reassignment-json-file F --execute | --verify | --cancel
+    logkeeper reassign-partitions --reassignment-json-file F --execute [--additional]
+                                  | --verify | --cancel
     logkeeper reassign-partitions --list
 
 The reassignment file is Kafka's: `{"version":1,"partitions":[{"topic":"t","partition":0,
@@ -13,7 +14,8 @@ moves it after). `--generate` prints the current assignment and a proposed one t
 spreads the topics' partitions over `--broker-list` at their replication factor
 (Kafka's rack-unaware placement), both in that format. `--execute` prints the current
 assignment first (to save for a rollback) and starts the moves at the controller;
-they run in the background. `--verify` says of each partition whether its
+they run in the background. While other reassignments are in progress it refuses
+(exit 1), as Kafka's does, unless given `--additional`. `--verify` says of each partition whether its
 reassignment is completed, still in progress, or done with replicas other than asked;
 `--cancel` stops those in progress, putting their original replicas back; `--list`
 shows every reassignment in progress with its adding and removing replicas.
@@ -62,6 +64,10 @@ Plan = dict[tuple[str, int], list[int]]
 
 class PlanError(ValueError):
     """A reassignment or topics file that cannot be used; names the file and the entry."""
+
+
+class Busy(Exception):
+    """--execute while reassignments are in progress, without --additional."""
 
 
 def read_plan(path: str) -> Plan:
@@ -229,6 +235,8 @@ def _parser() -> argparse.ArgumentParser:
     action.add_argument("--cancel", action="store_true",
                         help="cancel the reassignments of --reassignment-json-file in progress")
     action.add_argument("--list", action="store_true", help="the reassignments in progress")
+    p.add_argument("--additional", action="store_true",
+                   help="with --execute: start it while other reassignments are in progress")
     p.add_argument("--reassignment-json-file", metavar="FILE")
     p.add_argument("--topics-to-move-json-file", metavar="FILE",
                    help='for --generate: {"version":1,"topics":[{"topic":"t"}]}')
@@ -299,6 +307,11 @@ def _run(args: argparse.Namespace, bootstrap: str) -> int:
         print("\n".join(lines))
         return 0 if done else 1
     if args.execute:
+        running = ongoing(bootstrap, timeout_ms=args.timeout_ms)
+        if running and not args.additional:
+            raise Busy("Cannot execute because there is an existing partition assignment "
+                       f"({_names(running)}). Use --additional to override this and create a "
+                       "new partition assignment in addition to the existing one.")
         current, _ = current_assignment(bootstrap, sorted({t for t, _ in plan}))
         print("Current partition replica assignment")
         print()
@@ -334,6 +347,9 @@ def main(argv: list[str]) -> int:
         return _run(args, bootstrap_of(args))
     except Refused as err:
         print(f"logkeeper reassign-partitions: refused: {err}", file=sys.stderr)
+        return 1
+    except Busy as err:
+        print(f"logkeeper reassign-partitions: {err}", file=sys.stderr)
         return 1
     except (ClientError, ValueError) as err:  # PlanError and ConfigError are ValueErrors
         print(f"logkeeper reassign-partitions: {err}", file=sys.stderr)
