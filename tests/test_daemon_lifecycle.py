@@ -15,8 +15,10 @@ from pathlib import Path
 import confluent_kafka as ck
 import pytest
 from kafka.protocol.consumer import FetchRequest
+from kafka.protocol.metadata import MetadataRequest
 
 from daemon.api import protocol
+from daemon.api.connections import STOP_GRACE_S
 from logstore import names
 from tests import faults
 from tests.daemon_helpers import REPO, Daemon, RawClient, free_port, running
@@ -86,6 +88,27 @@ def test_sigterm_writes_checkpoints_and_marker_and_next_start_skips_recovery(
             assert not (ld / names.CLEAN_SHUTDOWN_FILE).exists()  # consumed at start
         got = consume_all(d, "t", 3, len(acked))
         assert got == {(p, o): v for p, o, v in acked}
+    finally:
+        d.kill()
+
+
+def test_an_idle_client_connection_does_not_hold_up_the_shutdown(tmp_path: Path) -> None:
+    """A client (or another broker's controller channel) whose last request was answered
+    and that keeps its connection open is idle: SIGTERM closes it at once. Before, such
+    a connection counted as busy and held every stop for the whole grace period meant for
+    requests still in flight (10 s per broker restart)."""
+    d = Daemon(tmp_path).start()
+    try:
+        clients = [RawClient(d.port) for _ in range(3)]
+        for c in clients:
+            c.request(MetadataRequest[1](topics=[]), 1)  # answered; the socket stays open
+        started = time.monotonic()
+        assert d.stop(timeout=STOP_GRACE_S + 20) == 0
+        took = time.monotonic() - started
+        assert took < STOP_GRACE_S / 2, f"stopping took {took:.1f} s with idle connections open"
+        for c in clients:
+            assert c.closed_by_server()
+            c.close()
     finally:
         d.kill()
 
@@ -411,7 +434,7 @@ def test_topics_describe_through_metadata(tmp_path: Path) -> None:
                                 "--json", "--topic", "td").stdout)
         assert js["topics"][0]["partitions"][0] == {
             "partition": 0, "leader": 1, "replicas": [1], "isr": [1], "offline": [],
-            "error_code": 0}
+            "error_code": 0, "adding": [], "removing": []}
         missing = run_cli("topics", "describe", "--bootstrap-server", d.bootstrap,
                           "--topic", "absent")
         assert missing.returncode == 1

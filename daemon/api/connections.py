@@ -203,7 +203,9 @@ class Connections:
         self.stopping = stopping  # set: read no further requests, accept no connections
         self.listener: asyncio.base_events.Server | None = None
         # Connection task -> whether it is in the middle of a request.
-        self._connections: dict[asyncio.Task[None], bool] = {}
+        # Each connection's serving task -> its requests being handled (the list its
+        # `_serve` keeps, updated in place): busy while one of them is not done.
+        self._connections: dict[asyncio.Task[None], list[asyncio.Future[Any]]] = {}
 
     async def listen(self, host: str | None, port: int) -> tuple[str, int]:
         """Start accepting on host:port; returns the bound address. OSError if taken."""
@@ -219,8 +221,8 @@ class Connections:
     async def close(self) -> None:
         """Idle connections close now; in-flight requests get STOP_GRACE_S to finish
         (long-polls return at once), then their connections close."""
-        for task, busy in list(self._connections.items()):
-            if not busy:
+        for task, inflight in list(self._connections.items()):
+            if all(t.done() for t in inflight):
                 task.cancel()  # idle: waiting for a request that will not be served
         if self._connections:
             _, pending = await asyncio.wait(list(self._connections), timeout=STOP_GRACE_S)
@@ -233,7 +235,7 @@ class Connections:
             link.close()
             return
         task = asyncio.get_running_loop().create_task(self._serve(link))
-        self._connections[task] = False
+        self._connections[task] = []
         task.add_done_callback(lambda t: self._connections.pop(t, None))
 
     async def _serve(self, link: _ClientConnection) -> None:
@@ -255,16 +257,14 @@ class Connections:
         outq: asyncio.Queue[tuple[protocol.Request | None, asyncio.Future[Any], float] | None]
         outq = asyncio.Queue(MAX_PIPELINED)
         responder = loop.create_task(self._write_responses(outq, writer, conn))
-        pending: list[asyncio.Future[Any]] = []
+        pending = self._connections.get(me, [])  # in flight; updated in place
         prev_produce = False
         self.metrics.connections.inc()
         try:
             while not self.stopping.is_set() and not responder.done():
-                self._connections[me] = not all(t.done() for t in pending)
                 frame = await link.read_frame()
                 if frame is None:
                     break
-                self._connections[me] = True
                 started = time.perf_counter()
                 try:
                     req = protocol.decode_request(frame)
@@ -280,12 +280,12 @@ class Connections:
                 produce = req.api.key == 0
                 if not (produce and prev_produce) and pending:
                     await asyncio.wait(pending)
-                    pending = []
+                    pending.clear()
                 prev_produce = produce
                 # The handler runs up to its first await now: a Produce queues its appends
                 # on the workers here, in request order.
                 task = loop.create_task(self.handlers.handle(req, conn))
-                pending = [t for t in pending if not t.done()] + [task]
+                pending[:] = [t for t in pending if not t.done()] + [task]
                 await outq.put((req, task, started))
         except protocol.FrameTooLarge as err:
             self.metrics.bad_frames.labels("too_large").inc()
