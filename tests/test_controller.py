@@ -450,3 +450,48 @@ def test_isr_change_notifications_are_read_sent_and_deleted(cluster, admin):
                         and m.zk_version == 1)
     assert wait_for(lambda: admin.get_children("/isr_change_notification") == [])
     assert not any(LEADER_AND_ISR == k for x in b.values() for k in x.api_keys())
+
+
+# -- partition reassignment ---------------------------------------------------------------------
+
+def test_a_reassignment_runs_kafkas_steps_and_completes_on_the_leaders_own_isr_write(cluster, admin):
+    """[1, 2] -> [2, 3] against stand-in brokers. ZooKeeper holds RS [2, 3, 1] with its
+    adding and removing replicas before any broker hears; the leader epoch goes up and
+    every replica gets RS (the added one with is_new). The leader then writes the ISR
+    with 3 in it and announces nothing (a leader dying within its notification delay):
+    the controller's watch on the state znode completes the reassignment all the same.
+    Leader 1 is not in the target, so 2 leads; 1 leaves the ISR and is deleted at the
+    partition's leader epoch; the topic znode holds [2, 3] alone."""
+    from daemon.controller.context import ReplicaAssignment
+
+    c, b = _cluster_with_topic(cluster, {"t": {0: [1, 2]}})
+    tp = TopicPartition("t", 0)
+    for x in b.values():
+        x.clear()
+    assert c.alter_partition_reassignments({tp: [2, 3]}).result(15) == {tp: (0, None)}
+    topic = json.loads(admin.get(znodes.topic_path("t"))[0])
+    assert (topic["partitions"], topic["adding_replicas"], topic["removing_replicas"]) == \
+        ({"0": [2, 3, 1]}, {"0": [3]}, {"0": [1]})
+    assert state_json(admin, "t", 0) == \
+        b'{"version":1,"leader":1,"leader_epoch":1,"controller_epoch":1,"isr":[1,2]}'
+    for i in (1, 2, 3):
+        assert wait_for(lambda i=i: any(p.leader_epoch == 1 for p in b[i].leader_and_isr_states()))
+        (p,) = [p for p in b[i].leader_and_isr_states() if p.leader_epoch == 1]
+        assert (p.replicas, p.adding_replicas, p.removing_replicas, p.is_new) == \
+            ((2, 3, 1), (3,), (1,), i == 3)
+    assert c.list_partition_reassignments().result(15) == {tp: ReplicaAssignment((2, 3, 1), (3,), (1,))}
+    assert c.list_partition_reassignments([TopicPartition("t", 1)]).result(15) == {}
+
+    admin.set(znodes.partition_state_path("t", 0),
+              b'{"version":1,"leader":1,"leader_epoch":1,"controller_epoch":1,"isr":[1,2,3]}', version=1)
+    assert wait_for(lambda: json.loads(admin.get(znodes.topic_path("t"))[0])["partitions"] == {"0": [2, 3]})
+    topic = json.loads(admin.get(znodes.topic_path("t"))[0])
+    assert topic["adding_replicas"] == {} and topic["removing_replicas"] == {}
+    # Elected (epoch 2, the ISR kept), then 1 out of the ISR (epoch 3).
+    assert state_json(admin, "t", 0) == \
+        b'{"version":1,"leader":2,"leader_epoch":3,"controller_epoch":1,"isr":[2,3]}'
+    assert wait_for(lambda: views.StopReplicaPartition("t", 0, True, 3) in b[1].stop_replicas())
+    assert not b[2].stop_replicas() and not b[3].stop_replicas()
+    assert c.list_partition_reassignments().result(15) == {}
+    assert wait_for(lambda: (m := _metadata(b[3], "t", 0)) is not None and m.replicas == (2, 3)
+                    and m.leader == 2)

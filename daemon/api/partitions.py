@@ -286,7 +286,9 @@ class PartitionApis:
                 controller.alter_partition_reassignments(wanted, allow_rf_change)),
                 max(body.timeout_ms, 0) / 1000 + 1.0)
         except TimeoutError:
-            return answer(errors.REQUEST_TIMED_OUT, "the controller did not answer in time", {})
+            return answer(errors.REQUEST_TIMED_OUT, "the controller did not answer in time; the "
+                          "reassignments may still start (ListPartitionReassignments shows "
+                          "them)", {})
         except Exception as err:  # noqa: BLE001 - ZooKeeper trouble or a moved controller
             code, message = errors.error_of(err, "alter partition reassignments")
             return answer(code, message, {})

@@ -152,6 +152,7 @@ class Controller:
         self._creations: list[_Parked] = []
         self._deletions: list[_Parked] = []
         self._topic_watches: dict[str, Any] = {}
+        self._state_watches: dict[TopicPartition, Any] = {}
         self._session_down = False
         self._closed = threading.Event()
         # Metric hooks, plain values for the ops layer (Kafka's names in comments).
@@ -287,6 +288,16 @@ class Controller:
     def _isr_watch(self, _event: Any) -> None:
         self._put(ev.IsrChangeNotification())
 
+    def reassignment_state_watch(self, tp: TopicPartition) -> Any:
+        """The data watch on a reassigning partition's state znode (one callable per
+        partition, so kazoo keeps one watch however often it is armed)."""
+        w = self._state_watches.get(tp)
+        if w is None:
+            def w(_event: Any, tp: TopicPartition = tp) -> None:
+                self._put(ev.PartitionReassignmentIsrChange(tp))
+            self._state_watches[tp] = w
+        return w
+
     def _topic_watch(self, topic: str) -> Any:
         w = self._topic_watches.get(topic)
         if w is None:
@@ -347,6 +358,8 @@ class Controller:
                 self._process_log_dir_events()
             case ev.IsrChangeNotification():
                 self._process_isr_changes()
+            case ev.PartitionReassignmentIsrChange(tp=tp):
+                self.reassignments.on_state_change(tp)
             case ev.LeaderAndIsrResponseReceived():
                 self._process_leader_and_isr_response(event)
             case ev.StopReplicaResponseReceived():

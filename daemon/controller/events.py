@@ -85,6 +85,14 @@ class IsrChangeNotification(ControllerEvent):
 
 
 @dataclass(frozen=True)
+class PartitionReassignmentIsrChange(ControllerEvent):
+    """The state znode of a partition being reassigned changed (Kafka's
+    PartitionReassignmentIsrChangeHandler): its target may be in the ISR now."""
+
+    tp: Any
+
+
+@dataclass(frozen=True)
 class LeaderAndIsrResponseReceived(ControllerEvent):
     broker_id: int
     broker_epoch: int  # the epoch the request was sent to

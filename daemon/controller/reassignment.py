@@ -109,13 +109,10 @@ class PartitionReassignments:
 
     def _refused(self, tp: TopicPartition, target: tuple[int, ...] | None,
                  allow_rf_change: bool) -> Result | None:
-        """Kafka's validateReplicas and shouldSkipReassignment."""
-        if not self.ctx.replicas(tp):
-            return UNKNOWN_TOPIC, "The partition does not exist."
+        """Kafka's validateReplicas then shouldSkipReassignment (in that order: a bad
+        list for an unknown partition is 39, a cancel of one 85)."""
         if target is None:
             return None  # a cancel, even of a topic queued for deletion: it lets that go on
-        if self.ctx.is_topic_queued_for_deletion(tp.topic):
-            return UNKNOWN_TOPIC, "The partition does not exist (its topic is being deleted)."
         if not target:
             return INVALID_REPLICA_ASSIGNMENT, "Empty replica list specified in partition reassignment."
         if len(set(target)) != len(target):
@@ -128,6 +125,10 @@ class PartitionReassignments:
         if not set(adding) <= set(self.ctx.live_brokers):
             return (INVALID_REPLICA_ASSIGNMENT, "Replica assignment has brokers that are not alive. "
                     f"Replica list: {list(adding)}, live broker list: {self.ctx.live_broker_ids}")
+        if not self.ctx.replicas(tp):
+            return UNKNOWN_TOPIC, "The partition does not exist."
+        if self.ctx.is_topic_queued_for_deletion(tp.topic):
+            return UNKNOWN_TOPIC, "The partition does not exist (its topic is being deleted)."
         if not allow_rf_change and len(target) != len(current.origin):
             return (INVALID_REPLICATION_FACTOR, "The replication factor is changed from "
                     f"{len(current.origin)} to {len(target)}")
@@ -143,7 +144,12 @@ class PartitionReassignments:
             if not should_resume(tp, assignment):
                 continue
             log.info("%s: resuming its reassignment to %s", tp, list(assignment.target))
-            self._on_partition_reassignment(tp, assignment)
+            try:
+                self._on_partition_reassignment(tp, assignment)
+            except ControllerMovedError:
+                raise
+            except Exception:  # noqa: BLE001 - one partition's trouble, not the controller's
+                log.exception("%s: resuming its reassignment failed", tp)
 
     def on_brokers_started(self, brokers: Iterable[int]) -> None:
         started = set(brokers)
@@ -151,18 +157,39 @@ class PartitionReassignments:
 
     def on_isr_change(self, tps: Iterable[TopicPartition]) -> None:
         """Kafka's processPartitionReassignmentIsrChange: a partition whose target is in
-        its ISR now completes."""
+        its ISR now completes. An error is this partition's, logged: it is looked at
+        again at the next change of its state, or the next failover."""
         for tp in tps:
             assignment = self.ctx.being_reassigned.get(tp)
-            if assignment is not None and self._is_complete(tp, assignment):
-                log.info("%s: the target replicas %s have caught up with the leader", tp,
-                         list(assignment.target))
-                self._on_partition_reassignment(tp, assignment)
+            try:
+                if assignment is not None and self._is_complete(tp, assignment):
+                    log.info("%s: the target replicas %s have caught up with the leader", tp,
+                             list(assignment.target))
+                    self._on_partition_reassignment(tp, assignment)
+            except ControllerMovedError:
+                raise
+            except Exception:  # noqa: BLE001 - one partition's trouble, not the controller's
+                log.exception("%s: completing its reassignment failed", tp)
+
+    def on_state_change(self, tp: TopicPartition) -> None:
+        """The partition's state znode changed: watch it again while it is being
+        reassigned, and see whether that completes it. (Leaders announce ISR changes
+        under /isr_change_notification too; the watch does not depend on that
+        notice, which a leader that dies within its batching delay never writes.)"""
+        if tp in self.ctx.being_reassigned:
+            self._watch_state(tp)
+            self.on_isr_change([tp])
+
+    def _watch_state(self, tp: TopicPartition) -> None:
+        self.c.zk.get(znodes.partition_state_path(tp.topic, tp.partition),
+                      watch=self.c.reassignment_state_watch(tp))
 
     # -- the steps ----------------------------------------------------------------------
 
     def _on_partition_reassignment(self, tp: TopicPartition, assignment: ReplicaAssignment) -> None:
         self._update_current(tp, assignment)
+        if assignment.is_being_reassigned:
+            self._watch_state(tp)
         if not self._is_complete(tp, assignment):
             # A2, A3: every replica learns RS; the added ones start following.
             batch = RequestBatch()
@@ -184,7 +211,13 @@ class PartitionReassignments:
         self.c.send(batch)
         completed = ReplicaAssignment(assignment.target)
         self.ctx.set_full_assignment(tp, completed)
-        self._move_leader_if_required(tp)
+        if not self._move_leader_if_required(tp):
+            # No replica of the target can lead right now: the old replicas stay (the
+            # leader among them), and the next change of the partition's state tries again.
+            self.ctx.set_full_assignment(tp, assignment)
+            log.error("%s: no replica of the target %s can lead; its reassignment waits", tp,
+                      list(assignment.target))
+            return
         self._stop_removed_replicas(tp, assignment.removing)
         self._write(tp, completed)
         batch = RequestBatch()
@@ -204,6 +237,13 @@ class PartitionReassignments:
         unneeded = [b for b in current.replicas if b not in assignment.replicas]
         if unneeded:
             self._stop_removed_replicas(tp, unneeded)
+            lai = self.ctx.leadership.get(tp)
+            if lai is not None and lai.leader not in assignment.replicas:
+                # It led (an added replica made leader meanwhile) and is gone: the first
+                # replica left online and in the ISR leads, rather than none until the end.
+                batch = RequestBatch()
+                self.c.partition_sm.elect_reassigned_leaders([tp], batch)
+                self.c.send(batch)
 
     def _is_complete(self, tp: TopicPartition, assignment: ReplicaAssignment) -> bool:
         if not assignment.is_being_reassigned:
@@ -214,18 +254,22 @@ class PartitionReassignments:
         self.ctx.leadership[tp] = state
         return set(assignment.target) <= set(state.isr)
 
-    def _move_leader_if_required(self, tp: TopicPartition) -> None:
+    def _move_leader_if_required(self, tp: TopicPartition) -> bool:
         """B3: a leader outside the new replicas, or not online, is replaced; otherwise
-        its epoch goes up so every replica hears the new replica set."""
+        its epoch goes up so every replica hears the new replica set. False when no
+        replica of the new set leads afterwards."""
         lai = self.ctx.leadership.get(tp)
-        batch = RequestBatch()
         if lai is None:
             log.error("%s: no leadership known at the end of its reassignment", tp)
-        elif lai.leader in self.ctx.replicas(tp) and self.ctx.is_replica_online(lai.leader, tp):
+            return False
+        batch = RequestBatch()
+        if lai.leader in self.ctx.replicas(tp) and self.ctx.is_replica_online(lai.leader, tp):
             self.c.partition_sm.bump_leader_epochs([tp], batch)
+            led = True
         else:
-            self.c.partition_sm.elect_reassigned_leaders([tp], batch)
+            led = tp in self.c.partition_sm.elect_reassigned_leaders([tp], batch)
         self.c.send(batch)
+        return led
 
     def _stop_removed_replicas(self, tp: TopicPartition, removed: Iterable[int]) -> None:
         """B4, B5: out of the ISR, stopped and deleted."""

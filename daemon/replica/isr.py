@@ -291,6 +291,10 @@ class IsrManager:
                 st.pending_isr = None
             return
         if self.leaders.get(p.tp) is not st:
+            if version is not None:
+                # Written all the same: the controller still hears of it (a reassignment
+                # waits for this ISR), though the controller's word stands here.
+                self.announce(p.tp)
             return  # leadership changed meanwhile: the controller's word stands
         if version is None:
             log.info("%s: the partition state moved under our ISR write; waiting for the "
