@@ -495,3 +495,32 @@ def test_a_reassignment_runs_kafkas_steps_and_completes_on_the_leaders_own_isr_w
     assert c.list_partition_reassignments().result(15) == {}
     assert wait_for(lambda: (m := _metadata(b[3], "t", 0)) is not None and m.replicas == (2, 3)
                     and m.leader == 2)
+
+
+def test_reassign_partitions_znode_of_the_older_tools_is_taken_and_emptied(cluster, admin):
+    """Tools from before Kafka 3 (and older Cruise Control and CMAK) write
+    `/admin/reassign_partitions`: the controller starts what it asks, drops from it the
+    partitions it refuses, and deletes it once the rest has completed. A znode that is
+    not Kafka's JSON is deleted, changing nothing."""
+    c, b = _cluster_with_topic(cluster, {"t": {0: [1, 2], 1: [2, 3]}})
+    t0, t1 = TopicPartition("t", 0), TopicPartition("t", 1)
+    admin.create(znodes.REASSIGN_PARTITIONS, json.dumps({"version": 1, "partitions": [
+        {"topic": "t", "partition": 0, "replicas": [2, 3]},
+        {"topic": "t", "partition": 7, "replicas": [1, 2]}]}).encode())
+    assert wait_for(lambda: t0 in c.list_partition_reassignments().result(15))
+    assert wait_for(lambda: json.loads(admin.get(znodes.REASSIGN_PARTITIONS)[0])["partitions"] ==
+                    [{"topic": "t", "partition": 0, "replicas": [2, 3]}])  # t-7 refused: gone
+    state = json.loads(state_json(admin, "t", 0))
+    admin.set(znodes.partition_state_path("t", 0), json.dumps({**state, "isr": [1, 2, 3]}).encode(),
+              version=admin.exists(znodes.partition_state_path("t", 0)).version)
+    assert wait_for(lambda: admin.exists(znodes.REASSIGN_PARTITIONS) is None)
+    assert json.loads(admin.get(znodes.topic_path("t"))[0])["partitions"] == {"0": [2, 3], "1": [2, 3]}
+    assert c.list_partition_reassignments().result(15) == {}
+    # Watched again after its deletion: a second request is taken too; not JSON: deleted.
+    admin.create(znodes.REASSIGN_PARTITIONS, b"{not json")
+    assert wait_for(lambda: admin.exists(znodes.REASSIGN_PARTITIONS) is None)
+    admin.create(znodes.REASSIGN_PARTITIONS, znodes.encode_reassign_partitions({("t", 1): [3, 2]}))
+    # The same replicas in another order: nothing to copy, done at once (the leader stays).
+    assert wait_for(lambda: admin.exists(znodes.REASSIGN_PARTITIONS) is None)
+    assert json.loads(admin.get(znodes.topic_path("t"))[0])["partitions"]["1"] == [3, 2]
+    assert c.list_partition_reassignments([t1]).result(15) == {}

@@ -259,3 +259,18 @@ def test_log_dir_event_as_formats_md():
 def test_non_ascii_is_raw_utf8():
     # Jackson (Kafka's encoder) writes non-ASCII as UTF-8, not \\u escapes.
     assert z.encode_topic_config({"x": "é"}) == '{"version":1,"config":{"x":"é"}}'.encode()
+
+
+def test_reassign_partitions_as_kafkas_tools_write_it():
+    data = (b'{"version":1,"partitions":[{"topic":"orders","partition":0,"replicas":[2,3]},'
+            b'{"topic":"orders","partition":1,"replicas":[3,1]}]}')
+    got = z.decode_reassign_partitions(data)
+    assert got == {("orders", 0): (2, 3), ("orders", 1): (3, 1)}
+    assert z.encode_reassign_partitions(got) == data
+    for bad, problem in ((b'{"version":2,"partitions":[]}', "unsupported reassignment version"),
+                         (b'{"version":1}', "'partitions' is not a list"),
+                         (b'{"version":1,"partitions":[{"topic":"t","partition":0,"replicas":"1,2"}]}',
+                          "replicas is '1,2', not a list of integers"),
+                         (b'{"version":1,"partitions":[{"partition":0,"replicas":[1]}]}', "missing 'topic'")):
+        with pytest.raises(z.ZnodeError, match=problem):
+            z.decode_reassign_partitions(bad)

@@ -42,6 +42,7 @@ CONFIG_CHANGE_PREFIX = "config_change_"
 DEFAULT_BROKER_ENTITY = "<default>"  # Kafka's ZooKeeperInternals.DEFAULT_STRING
 ADMIN = "/admin"
 DELETE_TOPICS = "/admin/delete_topics"
+REASSIGN_PARTITIONS = "/admin/reassign_partitions"  # the older tools' way to ask
 ISR_CHANGE_NOTIFICATION = "/isr_change_notification"
 ISR_CHANGE_PREFIX = "isr_change_"
 LOG_DIR_EVENT_NOTIFICATION = "/log_dir_event_notification"
@@ -395,6 +396,33 @@ def decode_topic(topic: str, data: bytes) -> TopicAssignment:
             raise ZnodeError(path, str(err), data) from err
     return TopicAssignment(replicas("partitions", False), topic_id,
                            replicas("adding_replicas", False), replicas("removing_replicas", False))
+
+
+# -- /admin/reassign_partitions ----------------------------------------------------------
+
+def encode_reassign_partitions(targets: Mapping[tuple[str, int], Iterable[int]]) -> bytes:
+    """Version 1: `{"version":1,"partitions":[{"topic":t,"partition":p,"replicas":[...]}]}`."""
+    return _dumps({"version": 1, "partitions": [
+        {"topic": t, "partition": p, "replicas": list(r)} for (t, p), r in sorted(targets.items())]})
+
+
+def decode_reassign_partitions(data: bytes) -> dict[tuple[str, int], tuple[int, ...]]:
+    """(topic, partition) -> target replicas; ZnodeError naming what is wrong."""
+    path = REASSIGN_PARTITIONS
+    obj = _loads(path, data)
+    version = _int(path, obj, "version")
+    if version != 1:
+        raise ZnodeError(path, f"unsupported reassignment version {version}", data)
+    entries = obj.get("partitions")
+    if not isinstance(entries, list):
+        raise ZnodeError(path, "'partitions' is not a list", data)
+    out: dict[tuple[str, int], tuple[int, ...]] = {}
+    for i, e in enumerate(entries):
+        if not isinstance(e, dict):
+            raise ZnodeError(path, f"partitions[{i}] is not an object", data)
+        key = (_str(path, e, "topic"), _int(path, e, "partition"))
+        out[key] = _ints(path, e.get("replicas"), f"partitions[{i}].replicas")
+    return out
 
 
 # -- /brokers/topics/<t>/partitions/<p>/state -------------------------------------------

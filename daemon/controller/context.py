@@ -75,6 +75,7 @@ class ControllerContext:
         self.topic_ids: dict[str, uuid.UUID] = {}
         self.assignments: dict[str, dict[int, tuple[int, ...]]] = {}
         self.being_reassigned: dict[TopicPartition, ReplicaAssignment] = {}
+        self.reassigning_from_znode: set[TopicPartition] = set()  # /admin/reassign_partitions
         self.leadership: dict[TopicPartition, LeaderAndIsr] = {}
         self.partition_states: dict[TopicPartition, Any] = {}  # state_machines.PartitionState
         self.replica_states: dict[tuple[TopicPartition, int], Any] = {}  # ...ReplicaState

@@ -288,6 +288,9 @@ class Controller:
     def _isr_watch(self, _event: Any) -> None:
         self._put(ev.IsrChangeNotification())
 
+    def reassign_partitions_watch(self, _event: Any) -> None:
+        self._put(ev.ZkPartitionReassignment())
+
     def reassignment_state_watch(self, tp: TopicPartition) -> Any:
         """The data watch on a reassigning partition's state znode (one callable per
         partition, so kazoo keeps one watch however often it is armed)."""
@@ -360,6 +363,8 @@ class Controller:
                 self._process_isr_changes()
             case ev.PartitionReassignmentIsrChange(tp=tp):
                 self.reassignments.on_state_change(tp)
+            case ev.ZkPartitionReassignment():
+                self.reassignments.from_znode()
             case ev.LeaderAndIsrResponseReceived():
                 self._process_leader_and_isr_response(event)
             case ev.StopReplicaResponseReceived():
@@ -488,7 +493,7 @@ class Controller:
         batch = RequestBatch()
         self.partition_sm.trigger_online_partition_state_change(batch)
         self.send(batch)
-        self.reassignments.resume()
+        self.reassignments.at_failover()
         self.deletion.resume()
         self._update_metrics()
 

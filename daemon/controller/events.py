@@ -85,6 +85,11 @@ class IsrChangeNotification(ControllerEvent):
 
 
 @dataclass(frozen=True)
+class ZkPartitionReassignment(ControllerEvent):
+    """`/admin/reassign_partitions` was created or changed."""
+
+
+@dataclass(frozen=True)
 class PartitionReassignmentIsrChange(ControllerEvent):
     """The state znode of a partition being reassigned changed (Kafka's
     PartitionReassignmentIsrChangeHandler): its target may be in the ISR now."""

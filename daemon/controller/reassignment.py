@@ -73,7 +73,14 @@ class PartitionReassignments:
     def alter(self, wanted: Mapping[TopicPartition, tuple[int, ...] | None], *,
               allow_replication_factor_change: bool = True) -> dict[TopicPartition, Result]:
         """Kafka's processApiPartitionReassignment: start, change or cancel (None)
-        each partition's reassignment; {partition: (error code, message)}."""
+        each partition's reassignment; {partition: (error code, message)}. The request
+        takes precedence over what `/admin/reassign_partitions` asked for them."""
+        if set(wanted) & self.ctx.reassigning_from_znode:
+            self._remove_from_znode(lambda tp, _replicas: tp in wanted)
+        return self._alter(wanted, allow_replication_factor_change)
+
+    def _alter(self, wanted: Mapping[TopicPartition, tuple[int, ...] | None],
+               allow_replication_factor_change: bool = True) -> dict[TopicPartition, Result]:
         results: dict[TopicPartition, Result] = {}
         for tp, target in wanted.items():
             refused = self._refused(tp, target, allow_replication_factor_change)
@@ -151,6 +158,12 @@ class PartitionReassignments:
             except Exception:  # noqa: BLE001 - one partition's trouble, not the controller's
                 log.exception("%s: resuming its reassignment failed", tp)
 
+    def at_failover(self) -> None:
+        """Kafka's initializePartitionReassignments: what `/admin/reassign_partitions`
+        asks first, then every other reassignment the topic znodes hold."""
+        started = self.from_znode()
+        self.resume(lambda tp, _ra: tp not in started)
+
     def on_brokers_started(self, brokers: Iterable[int]) -> None:
         started = set(brokers)
         self.resume(lambda _tp, ra: bool(started & set(ra.target)))
@@ -183,6 +196,63 @@ class PartitionReassignments:
     def _watch_state(self, tp: TopicPartition) -> None:
         self.c.zk.get(znodes.partition_state_path(tp.topic, tp.partition),
                       watch=self.c.reassignment_state_watch(tp))
+
+    # -- /admin/reassign_partitions -----------------------------------------------------
+
+    def from_znode(self) -> set[TopicPartition]:
+        """Kafka's processZkPartitionReassignment, for tools that write
+        `/admin/reassign_partitions` (kafka-reassign-partitions.sh before Kafka 3, older
+        Cruise Control and CMAK): each partition whose target is not already the one in
+        progress starts as through the API (the same checks, so a broker that is not
+        live is refused where Kafka's znode path takes it); refused partitions leave
+        the znode, as does each one whose reassignment completes, and the znode goes
+        when empty. Watched again every time. Returns the partitions started."""
+        got = self.c.zk.get(znodes.REASSIGN_PARTITIONS, watch=self.c.reassign_partitions_watch)
+        if got is None:
+            self.ctx.reassigning_from_znode.clear()
+            return set()
+        try:
+            asked = znodes.decode_reassign_partitions(got[0])
+        except znodes.ZnodeError as err:
+            log.error("%s; deleting it", err)
+            self.c.zk.delete(znodes.REASSIGN_PARTITIONS)
+            return set()
+        wanted: dict[TopicPartition, tuple[int, ...] | None] = {}
+        for (topic, partition), target in asked.items():
+            tp = TopicPartition(topic, partition)
+            running = self.ctx.being_reassigned.get(tp)
+            if running is None or running.target != target:
+                wanted[tp] = target
+        results = self._alter(wanted)
+        refused = {tp: r for tp, r in results.items() if r[0]}
+        if refused:
+            log.warning("%s: refused %s", znodes.REASSIGN_PARTITIONS,
+                        {str(tp): f"{code}: {message}" for tp, (code, message) in refused.items()})
+        self.ctx.reassigning_from_znode = {
+            TopicPartition(*k) for k in asked} & set(self.ctx.being_reassigned)
+        self._remove_from_znode(lambda tp, _replicas: tp not in self.ctx.reassigning_from_znode)
+        return {tp for tp in results if tp not in refused}
+
+    def _remove_from_znode(self, remove: Callable[[TopicPartition, tuple[int, ...]], bool]) -> None:
+        """Kafka's maybeRemoveFromZkReassignment."""
+        got = self.c.zk.get(znodes.REASSIGN_PARTITIONS)
+        if got is None:
+            self.ctx.reassigning_from_znode.clear()
+            return
+        data, stat = got
+        try:
+            asked = znodes.decode_reassign_partitions(data)
+        except znodes.ZnodeError:
+            asked = {}
+        keep = {k: r for k, r in asked.items() if not remove(TopicPartition(*k), r)}
+        if asked and keep == asked:
+            return
+        if keep:
+            self.c.zk.set_data(znodes.REASSIGN_PARTITIONS, znodes.encode_reassign_partitions(keep),
+                               stat.version)
+        else:
+            self.c.zk.delete(znodes.REASSIGN_PARTITIONS)
+        self.ctx.reassigning_from_znode &= {TopicPartition(*k) for k in keep}
 
     # -- the steps ----------------------------------------------------------------------
 
@@ -220,6 +290,8 @@ class PartitionReassignments:
             return
         self._stop_removed_replicas(tp, assignment.removing)
         self._write(tp, completed)
+        if tp in self.ctx.reassigning_from_znode:
+            self._remove_from_znode(lambda t, replicas: t == tp and replicas == completed.replicas)
         batch = RequestBatch()
         batch.add_update_metadata(self.ctx.live_broker_ids, [tp])
         self.c.send(batch)
