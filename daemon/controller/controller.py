@@ -151,8 +151,7 @@ class Controller:
         self.active_id = -1
         self._creations: list[_Parked] = []
         self._deletions: list[_Parked] = []
-        self._topic_watches: dict[str, Any] = {}
-        self._state_watches: dict[TopicPartition, Any] = {}
+        self._watches: dict[str, dict[ev.ControllerEvent, Any]] = {}  # by topic
         self._session_down = False
         self._closed = threading.Event()
         # Metric hooks, plain values for the ops layer (Kafka's names in comments).
@@ -292,22 +291,25 @@ class Controller:
         self._put(ev.ZkPartitionReassignment())
 
     def reassignment_state_watch(self, tp: TopicPartition) -> Any:
-        """The data watch on a reassigning partition's state znode (one callable per
-        partition, so kazoo keeps one watch however often it is armed)."""
-        w = self._state_watches.get(tp)
-        if w is None:
-            def w(_event: Any, tp: TopicPartition = tp) -> None:
-                self._put(ev.PartitionReassignmentIsrChange(tp))
-            self._state_watches[tp] = w
-        return w
+        """The data watch on a reassigning partition's state znode."""
+        return self._watch_putting(tp.topic, ev.PartitionReassignmentIsrChange(tp))
 
     def _topic_watch(self, topic: str) -> Any:
-        w = self._topic_watches.get(topic)
+        return self._watch_putting(topic, ev.PartitionModifications(topic))
+
+    def _watch_putting(self, topic: str, event: ev.ControllerEvent) -> Any:
+        """A kazoo watch on one of `topic`'s znodes that enqueues `event`: one callable
+        per event, so kazoo keeps one watch however often it is armed."""
+        mine = self._watches.setdefault(topic, {})
+        w = mine.get(event)
         if w is None:
-            def w(_event: Any, topic: str = topic) -> None:
-                self._put(ev.PartitionModifications(topic))
-            self._topic_watches[topic] = w
+            def w(_zk_event: Any, event: ev.ControllerEvent = event) -> None:
+                self._put(event)
+            mine[event] = w
         return w
+
+    def _forget_watches(self, topic: str) -> None:
+        self._watches.pop(topic, None)
 
     def _on_response(self, broker_id: int, request: Any, response: Any) -> None:
         # On a sender thread.
@@ -619,7 +621,7 @@ class Controller:
         topics = set(self.zk.children(znodes.TOPICS, watch=self._topics_watch))
         for t in sorted(self.ctx.all_topics - topics):
             self.ctx.remove_topic(t)
-            self._topic_watches.pop(t, None)
+            self._forget_watches(t)
         added: list[TopicPartition] = []
         for t in sorted(topics - self.ctx.all_topics):
             added += self._load_topic(t)
@@ -915,7 +917,7 @@ class Controller:
             self.deletion.enqueue(new)
 
     def _on_topic_deleted(self, topic: str) -> None:
-        self._topic_watches.pop(topic, None)
+        self._forget_watches(topic)
         still = []
         for parked in self._deletions:
             parked.waiting.discard(topic)

@@ -38,8 +38,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from kafka import errors as kerr
-
+from daemon.api import errors
 from daemon.cluster import znodes
 from logstore import TopicPartition
 
@@ -52,13 +51,6 @@ if TYPE_CHECKING:
     from .controller import Controller
 
 log = logging.getLogger("logkeeper.controller.reassignment")
-
-NONE = kerr.NoError.errno
-UNKNOWN_TOPIC = kerr.UnknownTopicOrPartitionError.errno
-INVALID_REPLICA_ASSIGNMENT = kerr.InvalidReplicationAssignmentError.errno
-INVALID_REPLICATION_FACTOR = kerr.InvalidReplicationFactorError.errno
-NO_REASSIGNMENT_IN_PROGRESS = kerr.NoReassignmentInProgressError.errno
-UNKNOWN_SERVER_ERROR = kerr.UnknownError.errno
 
 Result = tuple[int, str | None]
 
@@ -89,7 +81,7 @@ class PartitionReassignments:
                 continue
             current = self.ctx.full_assignment(tp)
             if target is None and not current.is_being_reassigned:
-                results[tp] = (NO_REASSIGNMENT_IN_PROGRESS, "no reassignment of the partition "
+                results[tp] = (errors.NO_REASSIGNMENT_IN_PROGRESS, "no reassignment of the partition "
                                "is in progress")
                 continue
             new = current.reassign_to(current.origin if target is None else target)
@@ -102,9 +94,9 @@ class PartitionReassignments:
                 raise
             except Exception as err:  # noqa: BLE001 - this partition's answer, as Kafka's
                 log.error("%s: reassignment failed", tp, exc_info=err)
-                results[tp] = (UNKNOWN_SERVER_ERROR, f"{type(err).__name__}: {err}")
+                results[tp] = (errors.UNKNOWN_SERVER_ERROR, f"{type(err).__name__}: {err}")
                 continue
-            results[tp] = (NONE, None)
+            results[tp] = (errors.NONE, None)
         return results
 
     def ongoing(self, tps: Iterable[TopicPartition] | None = None
@@ -121,23 +113,25 @@ class PartitionReassignments:
         if target is None:
             return None  # a cancel, even of a topic queued for deletion: it lets that go on
         if not target:
-            return INVALID_REPLICA_ASSIGNMENT, "Empty replica list specified in partition reassignment."
+            return (errors.INVALID_REPLICA_ASSIGNMENT,
+                    "Empty replica list specified in partition reassignment.")
         if len(set(target)) != len(target):
-            return (INVALID_REPLICA_ASSIGNMENT, "Duplicate replica ids in partition reassignment "
+            return (errors.INVALID_REPLICA_ASSIGNMENT, "Duplicate replica ids in partition reassignment "
                     f"replica list: {list(target)}")
         if any(b < 0 for b in target):
-            return INVALID_REPLICA_ASSIGNMENT, f"Invalid broker id in replica list: {list(target)}"
+            return errors.INVALID_REPLICA_ASSIGNMENT, f"Invalid broker id in replica list: {list(target)}"
         current = self.ctx.full_assignment(tp)
         adding = current.reassign_to(target).adding
         if not set(adding) <= set(self.ctx.live_brokers):
-            return (INVALID_REPLICA_ASSIGNMENT, "Replica assignment has brokers that are not alive. "
+            return (errors.INVALID_REPLICA_ASSIGNMENT, "Replica assignment has brokers that are not alive. "
                     f"Replica list: {list(adding)}, live broker list: {self.ctx.live_broker_ids}")
         if not self.ctx.replicas(tp):
-            return UNKNOWN_TOPIC, "The partition does not exist."
+            return errors.UNKNOWN_TOPIC_OR_PARTITION, "The partition does not exist."
         if self.ctx.is_topic_queued_for_deletion(tp.topic):
-            return UNKNOWN_TOPIC, "The partition does not exist (its topic is being deleted)."
+            return (errors.UNKNOWN_TOPIC_OR_PARTITION,
+                    "The partition does not exist (its topic is being deleted).")
         if not allow_rf_change and len(target) != len(current.origin):
-            return (INVALID_REPLICATION_FACTOR, "The replication factor is changed from "
+            return (errors.INVALID_REPLICATION_FACTOR, "The replication factor is changed from "
                     f"{len(current.origin)} to {len(target)}")
         return None
 
