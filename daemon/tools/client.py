@@ -171,14 +171,16 @@ def metadata(conn: Connection, topics: list[str] | None) -> Any:
 CONTROLLER_TRIES = 3
 
 
-def at_controller(bootstrap: str, timeout_ms: int, send: Callable[[Connection], T]) -> T:
+def at_controller(bootstrap: str, timeout_ms: int, send: Callable[[Connection], T], *,
+                  socket_timeout: float | None = None) -> T:
     """`send(conn)` at the active controller; its answer (a tuple whose first item is
     the error code) is asked again at the new controller when the controller moved
-    meanwhile (NOT_CONTROLLER)."""
+    meanwhile (NOT_CONTROLLER). The socket waits `socket_timeout`, by default longer
+    than the broker may hold the answer (timeout_ms)."""
     tries = 0
+    wait = timeout_ms / 1000 + 10 if socket_timeout is None else socket_timeout
     while True:
-        # The broker holds the answer up to timeout_ms: the socket waits longer.
-        with connect_broker(bootstrap, CONTROLLER, timeout=timeout_ms / 1000 + 10) as conn:
+        with connect_broker(bootstrap, CONTROLLER, timeout=wait) as conn:
             answer = send(conn)
         tries += 1
         if answer[0] != NOT_CONTROLLER or tries == CONTROLLER_TRIES:  # type: ignore[index]

@@ -179,7 +179,8 @@ def alter(bootstrap: str, wanted: dict[tuple[str, int], list[int] | None], *,
             for t in resp.responses for p in t.partitions}
 
 
-def ongoing(bootstrap: str, *, timeout_ms: int = DEFAULT_TIMEOUT_MS
+def ongoing(bootstrap: str, *, timeout_ms: int = DEFAULT_TIMEOUT_MS,
+            socket_timeout: float | None = None
             ) -> dict[tuple[str, int], tuple[list[int], list[int], list[int]]]:
     """Every reassignment in progress: (replicas, adding, removing)."""
     def send(conn: Connection) -> tuple[int, str | None, Any]:
@@ -187,7 +188,7 @@ def ongoing(bootstrap: str, *, timeout_ms: int = DEFAULT_TIMEOUT_MS
                          ListPartitionReassignmentsResponse)
         return resp.error_code, resp.error_message, resp
 
-    code, message, resp = at_controller(bootstrap, timeout_ms, send)
+    code, message, resp = at_controller(bootstrap, timeout_ms, send, socket_timeout=socket_timeout)
     if code:
         raise Refused(code, message)
     return {(t.name, p.partition_index): (list(p.replicas), list(p.adding_replicas),

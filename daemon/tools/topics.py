@@ -98,11 +98,13 @@ def _topic_configs(conn: Connection, names: list[str]
 
 def _reassignments(bootstrap: str) -> dict[tuple[str, int], tuple[list[int], list[int], list[int]]]:
     """The reassignments in progress, as kafka-topics.sh shows them; none when the
-    controller cannot say (no controller right now, or one that does not serve it)."""
+    controller cannot say within a few seconds (no controller right now, one that hangs,
+    or one that does not serve it): describe is what an operator runs when things are
+    wrong."""
     from .reassign import ongoing
 
     try:
-        return ongoing(bootstrap, timeout_ms=10000)
+        return ongoing(bootstrap, timeout_ms=3000, socket_timeout=5.0)
     except (ClientError, Refused):
         return {}
 
