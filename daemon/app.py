@@ -361,6 +361,7 @@ class Server:
         active = ctl is not None and ctl.is_active
         return ReplicationSnapshot(
             leader_count=leaders, under_replicated=self.isr.under_replicated(),
+            reassigning=self.isr.reassigning(),
             under_min_isr=self.isr.under_min_isr(), isr_shrinks=self.isr.isr_shrinks,
             isr_expands=self.isr.isr_expands, active_controller=int(active),
             offline_partitions=ctl.offline_partitions_count if active else 0,

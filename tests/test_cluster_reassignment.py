@@ -180,6 +180,7 @@ def test_a_reassignment_outlives_the_controller_and_a_paused_target(tmp_path: Pa
                 wait_for(lambda: cl.metadata(x, ["rb"])["partitions"][("rb", 0)][2] == [x, y, ctrl], 10,
                          "x's metadata with the new replica set")
                 assert metric(cl.brokers[x], "kafka_server_replicamanager_underreplicatedpartitions") == 0
+                assert metric(cl.brokers[x], "kafka_server_replicamanager_reassigningpartitions") == 1
                 urp = cli("topics", "describe", "--bootstrap-server", cl.brokers[x].bootstrap, "--topic",
                           "rb", "--under-replicated-partitions")
                 assert urp.returncode == 0 and urp.stdout.strip() == "", urp
@@ -193,6 +194,8 @@ def test_a_reassignment_outlives_the_controller_and_a_paused_target(tmp_path: Pa
                 cl.brokers[y].proc.send_signal(signal.SIGCONT)
             wait_for(lambda: _settled(cl, "rb", want), 90,
                      lambda: f"the reassignment to complete:\n{cl.views()}")
+            wait_for(lambda: all(metric(cl.brokers[b], "kafka_server_replicamanager_reassigningpartitions")
+                                 == 0 for b in cl.alive()), 10, "ReassigningPartitions back to 0")
             before = [len(x_.acked) for x_ in loads]
             wait_for(lambda: all(len(x_.acked) > n + 200 for x_, n in zip(loads, before, strict=True)),
                      60, "acks after the reassignment")

@@ -74,6 +74,7 @@ class ReplicationSnapshot:
 
     leader_count: int = 0
     under_replicated: int = 0  # led here, ISR smaller than the replica set
+    reassigning: int = 0  # led here, replicas being added or removed by a reassignment
     under_min_isr: int = 0  # led here, ISR smaller than min.insync.replicas
     isr_shrinks: int = 0
     isr_expands: int = 0
@@ -105,6 +106,9 @@ class ReplicationCollector(Collector):
                 ("kafka_server_replicamanager_underreplicatedpartitions",
                  "Partitions led here whose ISR is smaller than their replica set",
                  s.under_replicated),
+                ("kafka_server_replicamanager_reassigningpartitions",
+                 "Partitions led here whose replicas a reassignment is adding or removing",
+                 s.reassigning),
                 ("kafka_server_replicamanager_underminisrpartitioncount",
                  "Partitions led here whose ISR is smaller than min.insync.replicas",
                  s.under_min_isr),

@@ -175,7 +175,8 @@ class ControlRequests:
                                        controller_epoch=s.controller_epoch,
                                        partition_epoch=s.partition_epoch, isr=s.isr,
                                        replicas=s.replicas, min_isr=min_isr,
-                                       log_end_offset=start, adding=s.adding_replicas)
+                                       log_end_offset=start, adding=s.adding_replicas,
+                                       removing=s.removing_replicas)
             else:
                 self.isr.resign(tp)
         if self.fetchers is not None:

@@ -86,6 +86,7 @@ class LeaderState:
     min_isr: int
     followers: dict[int, FollowerState] = field(default_factory=dict)
     adding: tuple[int, ...] = ()  # replicas a reassignment adds: not yet owed to the ISR
+    removing: tuple[int, ...] = ()  # and those it removes
     pending_isr: tuple[int, ...] | None = None  # a write in flight, or refused
     isr_shrinks: int = 0
     isr_expands: int = 0
@@ -144,7 +145,8 @@ class IsrManager:
 
     def become_leader(self, p: Partition, *, leader_epoch: int, controller_epoch: int,
                       partition_epoch: int, isr: Iterable[int], replicas: Iterable[int],
-                      min_isr: int, log_end_offset: int, adding: Iterable[int] = ()) -> None:
+                      min_isr: int, log_end_offset: int, adding: Iterable[int] = (),
+                      removing: Iterable[int] = ()) -> None:
         """Lead `p` at `leader_epoch` (a LeaderAndIsr naming this broker leader). Kafka's
         makeLeader: ISR followers count as caught up now; a broker that led before keeps
         what it knew of each follower's log end, one that did not knows nothing yet. The
@@ -168,7 +170,7 @@ class IsrManager:
             followers[r] = f
         self.leaders[p.tp] = LeaderState(p, leader_epoch, log_end_offset, controller_epoch,
                                          partition_epoch, isr_t, replicas_t, max(min_isr, 1),
-                                         followers, tuple(adding))
+                                         followers, tuple(adding), tuple(removing))
         self._advance_high_watermark(p)
         p.notify()
 
@@ -335,6 +337,10 @@ class IsrManager:
 
     def under_replicated(self) -> int:
         return sum(1 for st in self.leaders.values() if st.under_replicated)
+
+    def reassigning(self) -> int:
+        """Kafka's ReassigningPartitions: partitions led here being reassigned."""
+        return sum(1 for st in self.leaders.values() if st.adding or st.removing)
 
     def under_min_isr(self) -> int:
         return sum(1 for st in self.leaders.values() if st.under_min_isr)
