@@ -20,7 +20,9 @@ the dir comes back ONLINE by itself (the disk-full proposal's flow, no operator)
 partition is reassigned (AlterPartitionReassignments): one of its replicas is dropped,
 its files deleted, and the replica is added back, copying the whole log from the leader
 again, half the time with the controller killed as soon as the re-adding has started
-(the next controller carries the reassignment on from ZooKeeper).
+(the next controller carries the reassignment on from ZooKeeper). The partition is one
+of the topic's or, one time in three, the consumer group's `__consumer_offsets`
+partition, so the group's commits move with its coordinator's replicas.
 
 A consumer group reads the topic throughout (confluent-kafka, auto-commit), so the
 group's coordinator meets the same faults: its broker killed, its disk dead or full,
@@ -57,6 +59,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from daemon.coordinator.group import partition_for  # noqa: E402
 from tests import faults  # noqa: E402
 from tests.cluster_helpers import Cluster, wait_for  # noqa: E402
 from tests.test_replication import (  # noqa: E402
@@ -68,6 +71,8 @@ from tests.test_replication import (  # noqa: E402
 )
 
 CHAOS_SECONDS = float(os.environ.get("LK_CHAOS_SECONDS", "120"))
+GROUP = "chaos-readers"
+OFFSETS_TOPIC, OFFSETS_PARTITIONS = "__consumer_offsets", 50  # the broker default
 SESSION_S = 4.0
 DISK_MB = 512  # each log dir's loop-mounted ext4 (a sparse image)
 
@@ -112,7 +117,9 @@ def test_random_kills_and_pauses_under_acks_all_load(note: Any, benchmark: Any) 
                 if kind == "move":
                     _move(d, victim, topic, rng.randrange(parts))
                 elif kind == "reassign":
-                    if _drop_and_readd(cl, victim, topic, rng.randrange(parts), rng.random() < 0.5):
+                    moved_tp = ((OFFSETS_TOPIC, partition_for(GROUP, OFFSETS_PARTITIONS))
+                                if rng.random() < 1 / 3 else (topic, rng.randrange(parts)))
+                    if _drop_and_readd(cl, victim, *moved_tp, rng.random() < 0.5):
                         # The controller was killed mid-way: restart it as after a kill.
                         wait_for(lambda: len(cl.alive()) < len(cl.brokers)
                                  and cl.controller() in cl.alive(), SESSION_S + 20, "a new controller")
@@ -150,9 +157,9 @@ def test_random_kills_and_pauses_under_acks_all_load(note: Any, benchmark: Any) 
                      "not read yet")
             assert reader.error is None, reader.error
             bootstrap = ",".join(d.bootstrap for d in cl.brokers.values())
-            wait_for(lambda: group_lags(bootstrap, "chaos-readers") == [0] * parts, 60,
+            wait_for(lambda: group_lags(bootstrap, GROUP) == [0] * parts, 60,
                      lambda: f"the group's commits at the log ends: lags "
-                     f"{group_lags(bootstrap, 'chaos-readers')}")
+                     f"{group_lags(bootstrap, GROUP)}")
         except BaseException:
             _keep_evidence(cl, loads, seed)
             for load in loads[len(unanswered):]:  # stop the producers not yet finished
@@ -180,14 +187,14 @@ def test_random_kills_and_pauses_under_acks_all_load(note: Any, benchmark: Any) 
 
 
 class GroupReader(threading.Thread):
-    """A confluent-kafka consumer in group "chaos-readers", subscribed to the topic,
+    """A confluent-kafka consumer in group GROUP, subscribed to the topic,
     auto-committing as it reads; `seen` is every (partition, value) it read."""
 
     def __init__(self, bootstrap: str, topic: str):
         super().__init__(daemon=True)
         self.topic = topic
         self.consumer = ck.Consumer({
-            "bootstrap.servers": bootstrap, "group.id": "chaos-readers",
+            "bootstrap.servers": bootstrap, "group.id": GROUP,
             "auto.offset.reset": "earliest", "enable.auto.commit": True,
             "auto.commit.interval.ms": 500, "session.timeout.ms": 10000})
         self.seen: set[tuple[int, bytes]] = set()

@@ -575,6 +575,9 @@ class Server:
         for d in self.storage.dirs:
             if d.state is not DirState.ONLINE:  # failed before the link existed
                 self.cluster.announce_log_dir_event(str(d.path))
+        # Written before the registration: the controller looks there for replicas a
+        # reassignment moved off this broker while it was away.
+        self.monitor.publish()
         self.cluster.start()
         log.info("registering as broker %d in ZooKeeper at %s", self.config.broker_id,
                  self.config["zookeeper.connect"])

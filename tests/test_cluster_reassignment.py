@@ -26,9 +26,15 @@ from kazoo.client import KazooClient
 
 from .cluster_helpers import SESSION_MS, Cluster, wait_for
 from .daemon_helpers import RawClient
-from .sick_helpers import metric
+from .sick_helpers import metric, produce_raw
 from .test_cli import cli
-from .test_replication import assert_every_ack_read_once, create, partition_bytes, start_producers
+from .test_replication import (
+    assert_every_ack_read_once,
+    consume_all,
+    create,
+    partition_bytes,
+    start_producers,
+)
 
 
 def _znode(cl: Cluster, topic: str) -> dict[str, Any]:
@@ -364,3 +370,34 @@ def test_the_command_refuses_a_bad_reassignment_file_before_asking_anyone(tmp_pa
     got = cli("reassign-partitions", "--bootstrap-server", "127.0.0.1:1", "--generate", "--topics", "t",
               "--broker-list", "1,1")
     assert got.returncode == 2 and "distinct broker ids" in got.stderr
+
+
+def test_a_replica_moved_off_a_broker_that_was_down_is_deleted_when_it_returns(tmp_path: Path) -> None:
+    """Broker y is killed; its partition moves to [x, controller] without it (the
+    StopReplica for its copy has nowhere to go). When y starts again, the controller
+    finds the copy among what y lists at /logkeeper/brokers/<y>/log_dirs and deletes it;
+    the partition's own replicas keep every record."""
+    with Cluster(tmp_path, dirs=1) as cl:
+        ctrl = cl.controller()
+        x, y = (b for b in cl.brokers if b != ctrl)
+        create(cl, "rd", 1, min_isr=1, assignment=[[x, y]])
+        c = RawClient(cl.brokers[x].port)
+        try:
+            for i in range(5):
+                assert produce_raw(c, "rd", 0, [b"r%d" % i])[0] == 0
+        finally:
+            c.close()
+        wait_for(lambda: _identical(cl, "rd", {0: [x, y]}), 30, "y caught up")
+        cl.brokers[y].kill()
+        wait_for(lambda: y not in cl.metadata(x)["brokers"], SESSION_MS / 1000 + 20, "y's death noticed")
+        run = cli("reassign-partitions", "--bootstrap-server", cl.brokers[x].bootstrap,
+                  "--reassignment-json-file", _plan(tmp_path, "rd", {0: [x, ctrl]}), "--execute")
+        assert run.returncode == 0, run.stderr
+        wait_for(lambda: _settled(cl, "rd", {0: [x, ctrl]}), 60, lambda: f"moved off y:\n{cl.views()}")
+        assert _holders(cl, "rd", 0) == sorted([x, y, ctrl])  # y's copy is still on its disk
+        cl.brokers[y].start()
+        wait_for(lambda: _holders(cl, "rd", 0) == sorted([x, ctrl]), 30,
+                 lambda: f"y's copy deleted once it is back: {_holders(cl, 'rd', 0)}")
+        assert "holds a replica it is not assigned" in cl.brokers[cl.controller()].stderr()
+        assert _identical(cl, "rd", {0: [x, ctrl]})
+        assert [v for _, v in consume_all(cl, "rd", 1)[0]] == [b"r%d" % i for i in range(5)]

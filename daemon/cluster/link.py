@@ -8,7 +8,9 @@
   `{"version":1,"broker":<id>,"event":1}`, which a Kafka controller reads, acts on
   and deletes;
 - publishes each log dir's state at `/logkeeper/brokers/<id>/log_dirs` (persistent
-  JSON, see `log_dirs_payload`), for our controller and for operators;
+  JSON, see `log_dirs_payload`), for our controller and for operators; the latest
+  state is written before a registration or a log-dir event, so the controller that
+  hears of either reads what the broker holds now;
 - as a partition leader, writes its ISR changes to the partition's state znode
   (`write_partition_state`, conditional on the partition epoch; the caller waits on it
   off the event loop) and announces them in batches as sequential
@@ -143,7 +145,7 @@ class ClusterLink:
 
     @property
     def log_dirs_path(self) -> str:
-        return f"/logkeeper/brokers/{self.broker_id}/log_dirs"
+        return znodes.logkeeper_log_dirs_path(self.broker_id)
 
     # ---- lifecycle ----
 
@@ -342,6 +344,19 @@ class ClusterLink:
         return call.get(timeout=self.request_timeout)
 
     def _drain(self) -> None:
+        # The dirs' state first: a controller that hears of this broker (registration)
+        # or of a dir (log-dir event) reads what the broker holds from it.
+        with self._lock:
+            dirs = self._pending.log_dirs
+        if dirs is not None:
+            data = log_dirs_payload(self.broker_id, dirs)
+            try:
+                self._wait(self.client.set_async(self.log_dirs_path, data))
+            except NoNodeError:
+                self._wait(self.client.create_async(self.log_dirs_path, data, makepath=True))
+            with self._lock:
+                if self._pending.log_dirs is dirs:
+                    self._pending.log_dirs = None
         with self._lock:
             register = self._pending.register
         if register:
@@ -361,17 +376,6 @@ class ClusterLink:
                 self._pending.events.popleft()
             self.events_sent += 1
         self._announce_isr_changes()
-        with self._lock:
-            dirs = self._pending.log_dirs
-        if dirs is not None:
-            data = log_dirs_payload(self.broker_id, dirs)
-            try:
-                self._wait(self.client.set_async(self.log_dirs_path, data))
-            except NoNodeError:
-                self._wait(self.client.create_async(self.log_dirs_path, data, makepath=True))
-            with self._lock:
-                if self._pending.log_dirs is dirs:
-                    self._pending.log_dirs = None
 
     def _announce_isr_changes(self) -> None:
         now = time.monotonic()

@@ -80,6 +80,30 @@ def partition_state_path(topic: str, partition: int) -> str:
     return f"{TOPICS}/{topic}/partitions/{partition}/state"
 
 
+def logkeeper_log_dirs_path(broker_id: int) -> str:
+    """Ours: each of a logkeeper broker's dirs, its state and the partitions it holds."""
+    return f"/logkeeper/brokers/{broker_id}/log_dirs"
+
+
+def decode_hosted_partitions(broker_id: int, data: bytes) -> set[tuple[str, int]]:
+    """The partitions `logkeeper_log_dirs_path` lists on any of the broker's dirs."""
+    path = logkeeper_log_dirs_path(broker_id)
+    out = set()
+    dirs = _loads(path, data).get("log_dirs")
+    if not isinstance(dirs, list):
+        raise ZnodeError(path, "'log_dirs' is not a list", data)
+    for d in dirs:
+        names = d.get("partitions") if isinstance(d, dict) else None
+        if not isinstance(names, list):
+            raise ZnodeError(path, "a log dir without a 'partitions' list", data)
+        for name in names:
+            topic, _, p = str(name).rpartition("-")
+            if not topic or not p.isdigit():
+                raise ZnodeError(path, f"partition {name!r} is not <topic>-<n>", data)
+            out.add((topic, int(p)))
+    return out
+
+
 def topic_config_path(topic: str) -> str:
     return f"{CONFIG_TOPICS}/{topic}"
 

@@ -591,6 +591,7 @@ class Controller:
         self.partition_sm.trigger_online_partition_state_change(batch)
         self.send(batch)
         self.reassignments.on_brokers_started(brokers)
+        self.reassignments.delete_strays(brokers)
         self.deletion.resume_for_topics({tp.topic for tp, _ in replicas})
 
     def _on_broker_failure(self, brokers: list[int]) -> None:
@@ -979,6 +980,7 @@ class Controller:
         self.replica_sm.handle_state_changes(
             [r for r in replicas if not self.ctx.is_topic_queued_for_deletion(r[0].topic)], R.ONLINE, batch)
         self.send(batch)
+        self.reassignments.delete_strays(brokers)  # a dir back may hold some
         # docs/controller.md "Topic deletion": a queued deletion waiting on these brokers is tried again.
         self.deletion.resume_for_topics({tp.topic for tp, _ in replicas})
 

@@ -191,6 +191,38 @@ class PartitionReassignments:
         self.c.zk.get(znodes.partition_state_path(tp.topic, tp.partition),
                       watch=self.c.reassignment_state_watch(tp))
 
+    # -- replicas left behind ------------------------------------------------------------
+
+    def delete_strays(self, brokers: Iterable[int]) -> None:
+        """A replica a reassignment removed while its broker was down (or its dir
+        offline) got no StopReplica, or answered 56 to it, and stays on that disk. When
+        the broker starts, or writes a log-dir event (a dir back), the partitions it
+        lists at `/logkeeper/brokers/<id>/log_dirs` that it is no replica of, of topics
+        that exist and are not being deleted, are deleted (StopReplica delete=true at the
+        partition's leader epoch), as Kafka's KRaft brokers delete their stray logs.
+        A broker that lists nothing (not a logkeeper broker) is left as it is."""
+        batch = RequestBatch()
+        for b in brokers:
+            got = self.c.zk.get(znodes.logkeeper_log_dirs_path(b))
+            if got is None:
+                continue
+            try:
+                hosted = znodes.decode_hosted_partitions(b, got[0])
+            except znodes.ZnodeError as err:
+                log.warning("broker %d's stray replicas not looked for: %s", b, err)
+                continue
+            for topic, partition in sorted(hosted):
+                tp = TopicPartition(topic, partition)
+                replicas = self.ctx.replicas(tp)
+                if not replicas or b in replicas or self.ctx.is_topic_queued_for_deletion(topic):
+                    continue
+                lai = self.ctx.leadership.get(tp)
+                log.info("%s: broker %d holds a replica it is not assigned (replicas %s): "
+                         "deleting it", tp, b, list(replicas))
+                batch.add_stop_replica([b], tp, delete=True,
+                                       leader_epoch=lai.leader_epoch if lai is not None else -1)
+        self.c.send(batch)
+
     # -- /admin/reassign_partitions -----------------------------------------------------
 
     def from_znode(self) -> set[TopicPartition]:
