@@ -26,7 +26,7 @@ from kazoo.client import KazooClient
 
 from .cluster_helpers import SESSION_MS, Cluster, wait_for
 from .daemon_helpers import RawClient
-from .sick_helpers import metric, produce_raw
+from .sick_helpers import create_topic, metric, produce_raw
 from .test_cli import cli
 from .test_replication import (
     assert_every_ack_read_once,
@@ -401,3 +401,27 @@ def test_a_replica_moved_off_a_broker_that_was_down_is_deleted_when_it_returns(t
         assert "holds a replica it is not assigned" in cl.brokers[cl.controller()].stderr()
         assert _identical(cl, "rd", {0: [x, ctrl]})
         assert [v for _, v in consume_all(cl, "rd", 1)[0]] == [b"r%d" % i for i in range(5)]
+
+
+def test_a_standalone_broker_answers_reassignments_as_the_only_replica(tmp_path: Path) -> None:
+    """Standalone, the broker is every partition's only replica: a reassignment to it
+    alone is done already, any other broker is refused (39), a cancel finds nothing
+    (85), nothing is ever listed."""
+    from .daemon_helpers import running
+
+    with running(tmp_path) as d:
+        create_topic(d, "solo", 1)
+        admin = KafkaAdminClient(bootstrap_servers=d.bootstrap)
+        try:
+            tp = KTP("solo", 0)
+            assert admin.alter_partition_reassignments({tp: [1]}) == {tp: None}
+            assert admin.alter_partition_reassignments({tp: [1, 2]}) == \
+                {tp: ke.InvalidReplicationAssignmentError}
+            assert admin.alter_partition_reassignments({tp: None}) == {tp: ke.NoReassignmentInProgressError}
+            assert admin.alter_partition_reassignments({KTP("solo", 3): [1]}) == \
+                {KTP("solo", 3): ke.UnknownTopicOrPartitionError}
+            assert admin.list_partition_reassignments() == {}
+        finally:
+            admin.close()
+        listed = cli("reassign-partitions", "--bootstrap-server", d.bootstrap, "--list")
+        assert listed.returncode == 0 and "No partition reassignments found." in listed.stdout
