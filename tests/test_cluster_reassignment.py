@@ -76,6 +76,13 @@ def _identical(cl: Cluster, topic: str, want: dict[int, list[int]]) -> bool:
     return True
 
 
+def _more_acks(loads: list[Any]) -> None:
+    """Every producer gets 200 more records acknowledged: writes go on afterwards."""
+    before = [len(load.acked) for load in loads]
+    wait_for(lambda: all(len(load.acked) > n + 200 for load, n in zip(loads, before, strict=True)),
+             60, "acks after the reassignment")
+
+
 def _admin(cl: Cluster, broker: int) -> KafkaAdminClient:
     return KafkaAdminClient(bootstrap_servers=cl.brokers[broker].bootstrap, request_timeout_ms=30000)
 
@@ -120,9 +127,7 @@ def test_replicas_move_to_other_brokers_under_load_with_the_command(tmp_path: Pa
                 return v.returncode == 0 and "Reassignment of partition ra-1 is completed." in v.stdout
             wait_for(verified, 90, lambda: f"--verify to say done:\n{cl.views()}")
             wait_for(lambda: _settled(cl, "ra", want), 30, "metadata and znode on the new replicas")
-            before = [len(x.acked) for x in loads]
-            wait_for(lambda: all(len(x.acked) > n + 200 for x, n in zip(loads, before, strict=True)),
-                     60, "acks after the reassignment")
+            _more_acks(loads)
         finally:
             unanswered = [x.finish() for x in loads]
         assert_every_ack_read_once(cl, "ra", 2, loads, unanswered)
@@ -202,9 +207,7 @@ def test_a_reassignment_outlives_the_controller_and_a_paused_target(tmp_path: Pa
                      lambda: f"the reassignment to complete:\n{cl.views()}")
             wait_for(lambda: all(metric(cl.brokers[b], "kafka_server_replicamanager_reassigningpartitions")
                                  == 0 for b in cl.alive()), 10, "ReassigningPartitions back to 0")
-            before = [len(x_.acked) for x_ in loads]
-            wait_for(lambda: all(len(x_.acked) > n + 200 for x_, n in zip(loads, before, strict=True)),
-                     60, "acks after the reassignment")
+            _more_acks(loads)
         finally:
             unanswered = [x_.finish() for x_ in loads]
         assert_every_ack_read_once(cl, "rb", 1, loads, unanswered)
