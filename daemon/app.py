@@ -615,6 +615,7 @@ class Server:
 
     def _partitions_changed(self) -> None:
         self.metrics.partitions_changed(len(self.replicas.partitions), self.storage.dirs)
+        self.monitor.publish()  # what this broker holds: the controller reads it
 
     def _on_signal(self, sig: int) -> None:
         if self.stop_event.is_set():

@@ -219,8 +219,10 @@ def test_a_reassignment_outlives_the_controller_and_a_paused_target(tmp_path: Pa
 def test_bad_reassignments_are_refused_and_a_cancel_puts_replicas_back(tmp_path: Path) -> None:
     """Each bad request is refused with Kafka's code and changes nothing; a broker that
     is not the controller answers 41; a cancel of a reassignment held up by a paused
-    target broker restores the original replicas, and that broker ends without a copy."""
-    with Cluster(tmp_path, dirs=1) as cl:
+    target broker restores the original replicas, and that broker ends without a copy.
+    (Sessions of 30 s here: the paused broker stays registered throughout, so what it
+    was sent while paused is delivered in order when it resumes.)"""
+    with Cluster(tmp_path, dirs=1, extra={"zookeeper.session.timeout.ms": 30000}) as cl:
         ctrl = cl.controller()
         x, y = (b for b in cl.brokers if b != ctrl)
         create(cl, "rc", 1, min_isr=1, assignment=[[x, ctrl]])
@@ -316,14 +318,13 @@ def test_bad_reassignments_are_refused_and_a_cancel_puts_replicas_back(tmp_path:
         assert (f"There is no active reassignment of partition rc-0, but replica set is {x},{ctrl} "
                 f"rather than {y},{x}.") in verify.stdout
 
-        # A topic whose reassignment cannot finish (its target paused past the session)
-        # is not deleted while it runs; cancelling it lets the deletion complete.
+        # A topic whose reassignment cannot finish (its target paused) is not deleted
+        # while it runs; cancelling it lets the deletion complete.
         cl.brokers[y].proc.send_signal(signal.SIGSTOP)
         try:
             run = cli("reassign-partitions", "--bootstrap-server", cl.brokers[x].bootstrap,
                       "--reassignment-json-file", plan, "--execute")
             assert run.returncode == 0, run.stderr
-            wait_for(lambda: y not in cl.metadata(x)["brokers"], SESSION_MS / 1000 + 20, "y's session gone")
             gone = cli("topics", "delete", "--bootstrap-server", cl.brokers[x].bootstrap, "--topic", "rc",
                        "--timeout-ms", "2000")
             assert gone.returncode == 1 and "error 7 (RequestTimedOutError)" in gone.stderr, gone

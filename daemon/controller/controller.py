@@ -151,7 +151,7 @@ class Controller:
         self.active_id = -1
         self._creations: list[_Parked] = []
         self._deletions: list[_Parked] = []
-        self._watches: dict[str, dict[ev.ControllerEvent, Any]] = {}  # by topic
+        self._watches: dict[str, dict[ev.ControllerEvent, Any]] = {}  # by topic or broker
         self._session_down = False
         self._closed = threading.Event()
         # Metric hooks, plain values for the ops layer (Kafka's names in comments).
@@ -290,6 +290,10 @@ class Controller:
     def reassign_partitions_watch(self, _event: Any) -> None:
         self._put(ev.ZkPartitionReassignment())
 
+    def broker_log_dirs_watch(self, broker_id: int) -> Any:
+        """The data watch on a logkeeper broker's `/logkeeper/brokers/<id>/log_dirs`."""
+        return self._watch_putting(f"broker {broker_id}", ev.BrokerLogDirsChange(broker_id))
+
     def reassignment_state_watch(self, tp: TopicPartition) -> Any:
         """The data watch on a reassigning partition's state znode."""
         return self._watch_putting(tp.topic, ev.PartitionReassignmentIsrChange(tp))
@@ -297,10 +301,11 @@ class Controller:
     def _topic_watch(self, topic: str) -> Any:
         return self._watch_putting(topic, ev.PartitionModifications(topic))
 
-    def _watch_putting(self, topic: str, event: ev.ControllerEvent) -> Any:
-        """A kazoo watch on one of `topic`'s znodes that enqueues `event`: one callable
-        per event, so kazoo keeps one watch however often it is armed."""
-        mine = self._watches.setdefault(topic, {})
+    def _watch_putting(self, owner: str, event: ev.ControllerEvent) -> Any:
+        """A kazoo watch on one of `owner`'s znodes (a topic's, or "broker <id>") that
+        enqueues `event`: one callable per event, so kazoo keeps one watch however
+        often it is armed."""
+        mine = self._watches.setdefault(owner, {})
         w = mine.get(event)
         if w is None:
             def w(_zk_event: Any, event: ev.ControllerEvent = event) -> None:
@@ -367,6 +372,9 @@ class Controller:
                 self.reassignments.on_state_change(tp)
             case ev.ZkPartitionReassignment():
                 self.reassignments.from_znode()
+            case ev.BrokerLogDirsChange(broker_id=b):
+                if b in self.ctx.live_brokers:
+                    self.reassignments.delete_strays([b])
             case ev.LeaderAndIsrResponseReceived():
                 self._process_leader_and_isr_response(event)
             case ev.StopReplicaResponseReceived():
@@ -496,6 +504,7 @@ class Controller:
         self.partition_sm.trigger_online_partition_state_change(batch)
         self.send(batch)
         self.reassignments.at_failover()
+        self.reassignments.delete_strays(self.ctx.live_broker_ids)
         self.deletion.resume()
         self._update_metrics()
 

@@ -85,6 +85,13 @@ class IsrChangeNotification(ControllerEvent):
 
 
 @dataclass(frozen=True)
+class BrokerLogDirsChange(ControllerEvent):
+    """A logkeeper broker wrote its dirs' state (`/logkeeper/brokers/<id>/log_dirs`)."""
+
+    broker_id: int
+
+
+@dataclass(frozen=True)
 class ZkPartitionReassignment(ControllerEvent):
     """`/admin/reassign_partitions` was created or changed."""
 

@@ -195,15 +195,19 @@ class PartitionReassignments:
 
     def delete_strays(self, brokers: Iterable[int]) -> None:
         """A replica a reassignment removed while its broker was down (or its dir
-        offline) got no StopReplica, or answered 56 to it, and stays on that disk. When
-        the broker starts, or writes a log-dir event (a dir back), the partitions it
-        lists at `/logkeeper/brokers/<id>/log_dirs` that it is no replica of, of topics
-        that exist and are not being deleted, are deleted (StopReplica delete=true at the
-        partition's leader epoch), as Kafka's KRaft brokers delete their stray logs.
-        A broker that lists nothing (not a logkeeper broker) is left as it is."""
+        offline, or paused past its session) got no StopReplica, or answered 56 to it,
+        or was created afterwards by a LeaderAndIsr the broker still had to read: it
+        stays on that disk. The partitions a broker lists at
+        `/logkeeper/brokers/<id>/log_dirs` (watched: read at failover, when the broker
+        starts or writes a log-dir event, and whenever it writes there) that it is no
+        replica of, of topics that exist and are not being deleted, are deleted
+        (StopReplica delete=true at the partition's leader epoch), as Kafka's KRaft
+        brokers delete their stray logs. A broker that lists nothing (not a logkeeper
+        broker) is left as it is."""
         batch = RequestBatch()
         for b in brokers:
-            got = self.c.zk.get(znodes.logkeeper_log_dirs_path(b))
+            got = self.c.zk.get(znodes.logkeeper_log_dirs_path(b),
+                                watch=self.c.broker_log_dirs_watch(b))
             if got is None:
                 continue
             try:
