@@ -21,7 +21,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from daemon.api.errors import NONE
+from daemon.api.errors import NONE, NOT_LEADER_OR_FOLLOWER
 from daemon.cluster.metadata_cache import MetadataCache
 from daemon.replica.leadership import ClusterLeadership
 from daemon.replica.manager import ReplicaManager
@@ -82,6 +82,46 @@ def test_a_batch_queued_as_leader_keeps_its_epoch_when_leadership_moves_before_i
                       for b in iter_batches(await storage.run(d, lg.read, 0, 1 << 20))]
             assert epochs == [12, 12]
             assert [(e.epoch, e.start_offset) for e in lg.epochs.entries] == [(12, 0)]
+
+    asyncio.run(main())
+
+
+def test_an_append_stamped_before_the_same_leaders_next_epoch_is_refused_not_written(
+        tmp_path: Path) -> None:
+    """The same broker stays leader at the next epoch (a reassignment or an ISR change
+    by the controller bumps it): the LeaderAndIsr starts epoch 13 on the dir worker and
+    only then applies it on the loop, so a Produce in between is stamped 12 and queued
+    behind the start. Written, its batch would set the epoch cache back to 12 at that
+    offset and erase 13 and 12's real start (found by bench_chaos: a leader whose cache
+    had lost where its epoch began let a diverged follower fetch forever). It is refused
+    with 6, nothing written; asked again, it lands under 13."""
+    async def main() -> None:
+        async with one_partition(tmp_path) as (storage, d, lg, leadership, replicas, p):
+            await storage.run(d, lg.start_leader_epoch, 12)
+            leadership.apply(_leader_and_isr(1, 12))
+            assert (await replicas.append([(p, build_batch([Record(b"k", b"first")]))]))[0] \
+                .error == NONE
+
+            gate = threading.Event()
+            busy = asyncio.ensure_future(storage.run(d, gate.wait, 10))  # the worker is busy
+            started = asyncio.ensure_future(storage.run(d, lg.start_leader_epoch, 13))
+            await asyncio.sleep(0)  # the start is queued on the worker (as the handler awaits it)
+            queued = replicas.append([(p, build_batch([Record(b"k", b"second")]))])
+            gate.set()
+            await busy
+            await started
+            leadership.apply(_leader_and_isr(1, 13))
+            [result] = await queued
+            assert result.error == NOT_LEADER_OR_FOLLOWER
+            assert [(e.epoch, e.start_offset) for e in lg.epochs.entries] == [(12, 0), (13, 1)]
+            assert lg.log_end_offset == 1
+
+            [again] = await replicas.append([(p, build_batch([Record(b"k", b"second")]))])
+            assert again.error == NONE and again.base_offset == 1
+            epochs = [b.partition_leader_epoch
+                      for b in iter_batches(await storage.run(d, lg.read, 0, 1 << 20))]
+            assert epochs == [12, 13]
+            assert [(e.epoch, e.start_offset) for e in lg.epochs.entries] == [(12, 0), (13, 1)]
 
     asyncio.run(main())
 
