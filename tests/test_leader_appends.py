@@ -123,6 +123,28 @@ def test_an_append_stamped_before_the_same_leaders_next_epoch_is_refused_not_wri
             assert epochs == [12, 13]
             assert [(e.epoch, e.start_offset) for e in lg.epochs.entries] == [(12, 0), (13, 1)]
 
+            # An idempotent producer's retry of a batch already written, caught in the
+            # same gap, is answered as written (its offset), not refused: a "not
+            # written" would make the producer send it again as new (found by
+            # bench_chaos seed 96871284: a record twice, the second under a bumped
+            # producer epoch).
+            sent = build_batch([Record(b"k", b"third")], producer_id=7, producer_epoch=0,
+                               base_sequence=0)
+            [first] = await replicas.append([(p, sent)])
+            assert first.error == NONE and first.base_offset == 2
+            gate = threading.Event()
+            busy = asyncio.ensure_future(storage.run(d, gate.wait, 10))
+            started = asyncio.ensure_future(storage.run(d, lg.start_leader_epoch, 14))
+            await asyncio.sleep(0)
+            retried = replicas.append([(p, sent)])
+            gate.set()
+            await busy
+            await started
+            leadership.apply(_leader_and_isr(1, 14))
+            [dup] = await retried
+            assert (dup.error, dup.base_offset) == (NONE, 2)
+            assert lg.log_end_offset == 3
+
     asyncio.run(main())
 
 

@@ -315,16 +315,6 @@ def _append_all(items: list[tuple[Partition, bytes | memoryview, int, Log | None
             if p.deleted:
                 out.append(AppendResult(UNKNOWN_TOPIC_OR_PARTITION, message=f"{p.tp} was deleted"))
                 continue
-            if lg is not None and 0 <= leader_epoch < lg.epochs.latest_epoch:
-                # A LeaderAndIsr started a newer epoch on this log (it is queued here
-                # before its leadership is applied on the loop) after this append was
-                # stamped: written now, the older epoch would overwrite the newer one in
-                # the epoch cache, and the followers' divergence checks would go by it.
-                # Nothing is written; the client asks again under the new epoch.
-                out.append(AppendResult(NOT_LEADER_OR_FOLLOWER, message=(
-                    f"{p.tp}: leader epoch {leader_epoch} ended (now "
-                    f"{lg.epochs.latest_epoch}) while the append waited; ask again")))
-                continue
             if (batch_attributes(records) or 0) & ATTR_TRANSACTIONAL:
                 out.append(AppendResult(INVALID_TXN_STATE,
                                         message="transactional batches need a transaction "
@@ -342,6 +332,18 @@ def _append_all(items: list[tuple[Partition, bytes | memoryview, int, Log | None
                 out.append(AppendResult(NONE, checked.duplicate_of, lg.log_start_offset,
                                         lg.high_watermark,
                                         end_offset=checked.duplicate_of + count))
+                continue
+            if 0 <= leader_epoch < lg.epochs.latest_epoch:
+                # A LeaderAndIsr started a newer epoch on this log (it is queued here
+                # before its leadership is applied on the loop) after this append was
+                # stamped: written now, the older epoch would overwrite the newer one in
+                # the epoch cache, and the followers' divergence checks would go by it.
+                # Nothing is written; the client asks again under the new epoch. (After
+                # the duplicate check: a retry of a batch already written is answered as
+                # written, never "not written", or the producer resends it anew.)
+                out.append(AppendResult(NOT_LEADER_OR_FOLLOWER, message=(
+                    f"{p.tp}: leader epoch {leader_epoch} ended (now "
+                    f"{lg.epochs.latest_epoch}) while the append waited; ask again")))
                 continue
             # The leader's epoch goes into every batch and the epoch cache, as Kafka's
             # leader writes it: followers and clients check truncation against it.
