@@ -86,6 +86,23 @@ def test_a_batch_queued_as_leader_keeps_its_epoch_when_leadership_moves_before_i
     asyncio.run(main())
 
 
+async def _append_behind_next_epoch(storage: Any, d: Any, lg: Log, leadership: Any, replicas: Any,
+                                    p: Partition, batch: bytes, epoch: int) -> list[Any]:
+    """As a LeaderAndIsr keeping broker 1 leader at `epoch` does it: the epoch started on
+    the (held) dir worker, then applied on the loop; an append of `batch` is stamped
+    and queued in between. Its results."""
+    gate = threading.Event()
+    busy = asyncio.ensure_future(storage.run(d, gate.wait, 10))  # the worker is busy
+    started = asyncio.ensure_future(storage.run(d, lg.start_leader_epoch, epoch))
+    await asyncio.sleep(0)  # the start is queued on the worker (as the handler awaits it)
+    queued = replicas.append([(p, batch)])
+    gate.set()
+    await busy
+    await started
+    leadership.apply(_leader_and_isr(1, epoch))
+    return await queued
+
+
 def test_an_append_stamped_before_the_same_leaders_next_epoch_is_refused_not_written(
         tmp_path: Path) -> None:
     """The same broker stays leader at the next epoch (a reassignment or an ISR change
@@ -102,16 +119,8 @@ def test_an_append_stamped_before_the_same_leaders_next_epoch_is_refused_not_wri
             assert (await replicas.append([(p, build_batch([Record(b"k", b"first")]))]))[0] \
                 .error == NONE
 
-            gate = threading.Event()
-            busy = asyncio.ensure_future(storage.run(d, gate.wait, 10))  # the worker is busy
-            started = asyncio.ensure_future(storage.run(d, lg.start_leader_epoch, 13))
-            await asyncio.sleep(0)  # the start is queued on the worker (as the handler awaits it)
-            queued = replicas.append([(p, build_batch([Record(b"k", b"second")]))])
-            gate.set()
-            await busy
-            await started
-            leadership.apply(_leader_and_isr(1, 13))
-            [result] = await queued
+            [result] = await _append_behind_next_epoch(
+                storage, d, lg, leadership, replicas, p, build_batch([Record(b"k", b"second")]), 13)
             assert result.error == NOT_LEADER_OR_FOLLOWER
             assert [(e.epoch, e.start_offset) for e in lg.epochs.entries] == [(12, 0), (13, 1)]
             assert lg.log_end_offset == 1
@@ -132,16 +141,7 @@ def test_an_append_stamped_before_the_same_leaders_next_epoch_is_refused_not_wri
                                base_sequence=0)
             [first] = await replicas.append([(p, sent)])
             assert first.error == NONE and first.base_offset == 2
-            gate = threading.Event()
-            busy = asyncio.ensure_future(storage.run(d, gate.wait, 10))
-            started = asyncio.ensure_future(storage.run(d, lg.start_leader_epoch, 14))
-            await asyncio.sleep(0)
-            retried = replicas.append([(p, sent)])
-            gate.set()
-            await busy
-            await started
-            leadership.apply(_leader_and_isr(1, 14))
-            [dup] = await retried
+            [dup] = await _append_behind_next_epoch(storage, d, lg, leadership, replicas, p, sent, 14)
             assert (dup.error, dup.base_offset) == (NONE, 2)
             assert lg.log_end_offset == 3
 
