@@ -17,6 +17,7 @@ from typing import Any
 
 import confluent_kafka as ck
 import confluent_kafka.admin as ck_admin
+import pytest
 
 from logstore.records import iter_batches
 
@@ -434,6 +435,35 @@ def resent_under_a_new_epoch(cl: Cluster, topic: str, partition: int, offsets: l
     ids = {found[o][0] for o in offsets}
     epochs = [found[o][1] for o in sorted(offsets)]
     return len(ids) == 1 and -1 not in ids and all(a < b for a, b in zip(epochs, epochs[1:], strict=False))
+
+
+def test_only_a_resend_under_a_newer_producer_epoch_is_excused(tmp_path: Path) -> None:
+    """The read-back's one excuse for a duplicate, checked on segment files: the same
+    record written by one producer under epochs 5 then 6 is the client's re-send; under
+    one epoch twice, or by two producers, it is a broker duplicate and fails."""
+    from types import SimpleNamespace
+
+    from logstore.records import Record, build_batch
+
+    def replica(batches: list[tuple[int, int, int]]) -> Any:  # (producer, epoch, seq)
+        pdir = tmp_path / f"r{len(list(tmp_path.iterdir()))}" / "t-0"
+        pdir.mkdir(parents=True)
+        pdir.joinpath("00000000000000000000.log").write_bytes(b"".join(
+            build_batch([Record(None, b"v")], base_offset=i, producer_id=pid,
+                        producer_epoch=epoch, base_sequence=seq)
+            for i, (pid, epoch, seq) in enumerate(batches)))
+        return SimpleNamespace(brokers={1: SimpleNamespace(log_dirs=[pdir.parent])})
+
+    resent = replica([(7, 5, 493), (7, 6, 0)])
+    assert resent_under_a_new_epoch(resent, "t", 0, [0, 1])
+    assert assert_no_duplicates([(0, b"v"), (1, b"v")], 0, excuse=lambda offs: resent_under_a_new_epoch(
+        resent, "t", 0, offs)) == [(b"v", [0, 1])]
+    for batches in ([(7, 5, 493), (7, 5, 494)], [(7, 5, 0), (8, 6, 0)], [(7, 6, 0), (7, 5, 0)]):
+        cl = replica(batches)
+        assert not resent_under_a_new_epoch(cl, "t", 0, [0, 1]), batches
+        with pytest.raises(AssertionError, match="holds duplicates"):
+            assert_no_duplicates([(0, b"v"), (1, b"v")], 0,
+                                 excuse=lambda offs, cl=cl: resent_under_a_new_epoch(cl, "t", 0, offs))
 
 
 def test_an_old_leader_with_an_uncommitted_tail_truncates_when_it_returns(
