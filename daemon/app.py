@@ -67,6 +67,7 @@ from .replica.leadership import ClusterLeadership, Standalone
 from .replica.manager import ReplicaManager
 from .replica.moves import ReplicaMoves
 from .replica.producer_ids import ProducerIds
+from .replica.quota import ReplicationQuotas
 from .replica.topic_config import TopicConfigs
 from .replica.topics import TopicAdmin, TopicError
 from .storage.cleaner import LogCleanerService
@@ -102,11 +103,19 @@ class Server:
                 controller_id=lambda: self.controller.active_id if self.controller else -1)
             self.isr = self._isr_manager(self.metadata_cache)
         self.replicas = ReplicaManager(self.storage, leadership, self.isr)
+        # Replication throttles: the configs below point them at partitions and rates.
+        self.quotas = ReplicationQuotas(
+            config.broker_id, samples=config["replication.quota.window.num"],
+            window_s=config["replication.quota.window.size.seconds"],
+            moves_samples=config["alter.log.dirs.replication.quota.window.num"],
+            moves_window_s=config["alter.log.dirs.replication.quota.window.size.seconds"])
+        self.replicas.leader_quota = self.quotas.leader
         # Topic and broker configs: ZooKeeper's /config in a cluster (the store is made
         # with the link), the dirs' config file standalone.
         self.topic_configs = TopicConfigs(
             config, hosted=self._hosted, run=self.storage.run,
-            set_min_isr=self.isr.set_min_isr if self.isr is not None else None)
+            set_min_isr=self.isr.set_min_isr if self.isr is not None else None,
+            quotas=self.quotas)
         self.config_files = FileConfigStore(self.storage) if config.standalone else None
         self.config_zk: ZkConfigStore | None = None
         self.topic_admin = TopicAdmin(config, self.replicas,
@@ -117,7 +126,7 @@ class Server:
                         else ProducerIds(self._claim_producer_id_block))
         self.handlers = Handlers(self.replicas, self.topic_admin, self.storage, self.metrics,
                                  producer_ids)
-        self.moves = ReplicaMoves(self.replicas, self.storage)
+        self.moves = ReplicaMoves(self.replicas, self.storage, quota=self.quotas.alter_log_dirs)
         self.handlers.moves = self.moves
         self.coordinator = GroupCoordinator(
             OffsetsTopic(self.replicas, self.handlers.append_replicated,
@@ -158,6 +167,7 @@ class Server:
                 LogFollowerStorage(self.replicas.follower_logs(), self.replicas.run_for,
                                    lambda tp: self.replicas.partitions[tp].producers),
                 endpoint, backoff=config["replica.fetch.backoff.ms"] / 1000,
+                quota=self.quotas.follower,
                 max_wait_ms=config["replica.fetch.wait.max.ms"],
                 min_bytes=config["replica.fetch.min.bytes"],
                 max_bytes=config["replica.fetch.response.max.bytes"],
@@ -368,7 +378,8 @@ class Server:
             failed_partitions=len(self.fetchers.failed) if self.fetchers else 0,
             follower_lag=tuple((tp.topic, tp.partition, lag)
                                for tp, lag in (self.fetchers.lags() if self.fetchers else [])),
-            move_lags=move_lags)
+            move_lags=move_lags, leader_replication_rate=self.quotas.leader.rate(),
+            follower_replication_rate=self.quotas.follower.rate())
 
     async def _cluster_id_from_zookeeper(self, found: str | None) -> str:
         """At start-up, before the dirs open: the cluster's id from `/cluster/id` (the

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -429,3 +430,85 @@ def test_a_standalone_broker_answers_reassignments_as_the_only_replica(tmp_path:
             admin.close()
         listed = cli("reassign-partitions", "--bootstrap-server", d.bootstrap, "--list")
         assert listed.returncode == 0 and "No partition reassignments found." in listed.stdout
+
+
+def _config_znode(cl: Cluster, path: str) -> dict[str, str]:
+    zk = KazooClient(hosts=cl.zk.hosts)
+    zk.start(10)
+    try:
+        return json.loads(zk.get(path)[0])["config"] if zk.exists(path) else {}
+    finally:
+        zk.stop()
+        zk.close()
+
+
+def test_a_throttled_reassignment_copies_at_the_rate_given_and_verify_removes_it(
+        tmp_path: Path) -> None:
+    """`--execute --throttle` (Kafka's replication throttles): partition 0, holding 6 MiB,
+    moves from [1, 2] to [2, 3] at 512 KiB/s. The new replica on broker 3 copies at about
+    that rate, so the move takes seconds where an unthrottled one takes well under one;
+    the in-sync follower is not held back, so the acks=all producers keep going while
+    it copies. --verify, once the move is done, removes the throttles from the brokers
+    and the topic. (Rates measured over 3 windows of 1 s instead of Kafka's 11, so the
+    first burst a new quota lets through is 2 s' worth, not 10.)"""
+    rate = 512 * 1024
+    extra = {"replication.quota.window.num": 3}
+    with Cluster(tmp_path, dirs=1, extra=extra) as cl:
+        create(cl, "rt", 1, min_isr=2, assignment=[[1, 2]])
+        c = RawClient(cl.brokers[1].port)
+        try:
+            for i in range(30):  # 30 batches of 200 KiB: 6 MiB
+                assert produce_raw(c, "rt", 0, [b"fill-%06d" % (i * 200 + j) + b"." * 1012
+                                                for j in range(200)])[0] == 0
+        finally:
+            c.close()
+        loads = start_producers(cl, "rt", 1)
+        want = {0: [2, 3]}
+        plan = _plan(tmp_path, "rt", want)
+        boot = cl.brokers[2].bootstrap
+        try:
+            wait_for(lambda: all(len(x.acked) > 200 for x in loads), 60, "load running")
+            run = cli("reassign-partitions", "--bootstrap-server", boot,
+                      "--reassignment-json-file", plan, "--execute", "--throttle", str(rate))
+            assert run.returncode == 0, run.stderr
+            started = time.monotonic()
+            assert f"The inter-broker throttle limit was set to {rate} B/s" in run.stdout
+            assert "You must run --verify periodically" in run.stdout
+            # What Kafka's command writes: the sources as leader-throttled replicas, the
+            # new replica as follower-throttled, the rate on every broker involved.
+            assert _config_znode(cl, "/config/topics/rt") == {
+                "min.insync.replicas": "2", "leader.replication.throttled.replicas": "0:1,0:2",
+                "follower.replication.throttled.replicas": "0:3"}
+            for b in (1, 2, 3):
+                assert _config_znode(cl, f"/config/brokers/{b}") == {
+                    "leader.replication.throttled.rate": str(rate),
+                    "follower.replication.throttled.rate": str(rate)}
+            # While broker 3 copies, the in-sync follower is not held back: acks go on.
+            _more_acks(loads)
+            assert _listed(cl, 2) == ["rt-0: replicas: 2,3,1. adding: 3. removing: 1."]
+            assert (metric(cl.brokers[1], "kafka_server_leaderreplication_byte_rate") or 0) > 0
+            assert (metric(cl.brokers[3], "kafka_server_followerreplication_byte_rate") or 0) > 0
+
+            def verify() -> Any:
+                return cli("reassign-partitions", "--bootstrap-server", boot,
+                           "--reassignment-json-file", plan, "--verify")
+            done = wait_for(lambda: (v := verify()).returncode == 0 and v, 120,
+                            lambda: f"the throttled move to complete:\n{cl.views()}")
+            took = time.monotonic() - started
+            print(f"throttled move of 6 MiB at {rate} B/s: {took:.1f} s")
+            # 6 MiB at 512 KiB/s, less the 2 s a new quota lets through and one fetch's
+            # overshoot: about 7 s at the least. Unthrottled it is well under 1 s.
+            assert took > 5, f"the throttled copy took {took:.1f} s"
+            assert "Clearing broker-level throttles on brokers 1,2,3" in done.stdout, done.stdout
+            assert "Clearing topic-level throttles on topic rt" in done.stdout
+            assert _config_znode(cl, "/config/topics/rt") == {"min.insync.replicas": "2"}
+            for b in (1, 2, 3):
+                assert _config_znode(cl, f"/config/brokers/{b}") == {}
+            described = cli("configs", "describe", "--bootstrap-server", boot, "--topic", "rt")
+            assert "throttled" not in described.stdout, described.stdout
+            wait_for(lambda: _settled(cl, "rt", want), 30, "metadata and znode on the new replicas")
+            _more_acks(loads)
+        finally:
+            unanswered = [x.finish() for x in loads]
+        assert_every_ack_read_once(cl, "rt", 1, loads, unanswered)
+        wait_for(lambda: _identical(cl, "rt", want), 30, "new replicas byte-identical")

@@ -225,6 +225,10 @@ replica.fetch.response.max.bytes = 20971520
 replica.fetch.wait.max.ms = 250
 replica.fetch.min.bytes = 2
 replica.fetch.backoff.ms = 300
+replication.quota.window.num = 5
+replication.quota.window.size.seconds = 2
+alter.log.dirs.replication.quota.window.num = 7
+alter.log.dirs.replication.quota.window.size.seconds = 3
 replica.high.watermark.checkpoint.interval.ms = 2000
 offsets.topic.num.partitions = 7
 offsets.topic.replication.factor = 2
@@ -268,6 +272,9 @@ def test_every_key_is_read(tmp_path: Path) -> None:
     assert (cfg["leader.imbalance.check.interval.seconds"],
             cfg["leader.imbalance.per.broker.percentage"]) == (30, 25)
     assert cfg["replica.high.watermark.checkpoint.interval.ms"] == 2000
+    assert (cfg["replication.quota.window.num"], cfg["replication.quota.window.size.seconds"]) == (5, 2)
+    assert (cfg["alter.log.dirs.replication.quota.window.num"],
+            cfg["alter.log.dirs.replication.quota.window.size.seconds"]) == (7, 3)
     assert [cfg[f"replica.fetch.{k}"] for k in (
         "max.bytes", "response.max.bytes", "wait.max.ms", "min.bytes", "backoff.ms")] == [
         4194304, 20971520, 250, 2, 300]

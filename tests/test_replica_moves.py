@@ -166,6 +166,61 @@ def test_a_partition_moves_to_another_disk_under_load_and_stays_there(tmp_path: 
             d.stop()
 
 
+def test_moves_copy_at_the_rate_replica_alter_log_dirs_io_max_bytes_per_second_allows(
+        tmp_path: Path) -> None:
+    """Kafka's throttle on moves between a broker's own dirs, a dynamic broker config:
+    at 1 MiB/s a 6 MiB replica takes seconds to move (without it, well under one), is
+    listed as a future replica with its lag meanwhile, and arrives whole. (Measured
+    over 3 samples of 1 s, not Kafka's 11: a new throttle lets 2 s' worth through
+    first, not 10.)"""
+    from .test_cli import cli
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    d = Daemon(tmp_path / "run", {"log.dirs": [str(a), str(b)],
+                                  "alter.log.dirs.replication.quota.window.num": 3})
+    d.log_dirs = [a, b]
+    with d:
+        assert d.admin("log-dirs/cordon", b)[0] == 200
+        create_topic(d, "slow", 1)
+        assert d.admin("log-dirs/uncordon", b)[0] == 200
+        assert (a / "slow-0").is_dir()
+        c = RawClient(d.port)
+        try:
+            for i in range(30):  # 30 batches of 200 KiB: 6 MiB
+                assert produce_raw(c, "slow", 0, [b"m%06d" % (i * 200 + j) + b"." * 1017
+                                                  for j in range(200)])[0] == 0
+        finally:
+            c.close()
+        before = read_back(d.bootstrap, "slow", 0)
+        rate = 1 << 20
+        set_ = cli("configs", "alter", "--bootstrap-server", d.bootstrap, "--broker", str(BROKER),
+                   "--add-config", f"replica.alter.log.dirs.io.max.bytes.per.second={rate}")
+        assert set_.returncode == 0, set_.stderr
+        shown = cli("configs", "describe", "--bootstrap-server", d.bootstrap, "--broker", str(BROKER))
+        assert f"replica.alter.log.dirs.io.max.bytes.per.second={rate}" in shown.stdout, shown.stdout
+        admin = KafkaAdminClient(bootstrap_servers=d.bootstrap)
+        try:
+            started = time.monotonic()
+            got = admin.alter_replica_log_dirs({("slow", 0, BROKER): str(b)})
+            assert list(got.values()) == [ke.NoError]
+            time.sleep(2.5)  # past the 2 s' burst a new throttle allows
+            copy = log_dirs_view(admin, BROKER)[str(b)].get(("slow", 0))
+            assert copy is not None and copy[2] and copy[1] > 0, \
+                f"the copy in B still under way, with its lag: {copy}"
+
+            def moved() -> bool:
+                view = log_dirs_view(admin, BROKER)
+                entry = view[str(b)].get(("slow", 0))
+                return entry is not None and not entry[2] and ("slow", 0) not in view[str(a)]
+            wait_for(moved, 60, lambda: f"the move to finish: {log_dirs_view(admin, BROKER)}")
+            took = time.monotonic() - started
+        finally:
+            admin.close()
+        # 6 MiB at 1 MiB/s less the 2 s' burst and one chunk: about 3 s at the least.
+        assert took > 2.5, f"the throttled move took {took:.1f} s"
+        assert read_back(d.bootstrap, "slow", 0) == before
+
+
 def test_moving_a_partition_off_a_full_disk_brings_the_disk_back_online(tmp_path: Path) -> None:
     """The disk-full story with a move instead of a deletion: dir A (a small tmpfs) fills
     up with partition `big` until appends answer 56 and A turns SATURATED. The operator

@@ -303,6 +303,10 @@ class Handlers:
         out: dict[str, list[FetchPartition]] = {}
         it = iter(results)
         sent = 0
+        # A follower's bytes of partitions the leader throttles count against its quota,
+        # held back or not (Kafka's sizeOfThrottledPartitions).
+        quota = self.replicas.leader_quota if replica_id >= 0 else None
+        throttled_bytes = 0
         for topic, index, _off, _pmax, p in entries:
             code = _topic_error(topic) if p is None else fenced.get((topic, index))
             if code:
@@ -316,6 +320,8 @@ class Handlers:
             sent += len(records)
             if records:
                 self.metrics.bytes_out.labels(topic).inc(len(records))
+                if quota is not None and p is not None and quota.is_throttled(p.tp):
+                    throttled_bytes += len(records)
             if r.error:
                 self.metrics.failed_fetch.labels(str(r.error)).inc()
                 self.metrics.errors.labels("Fetch", str(r.error)).inc()
@@ -323,6 +329,9 @@ class Handlers:
                 index, r.error, r.high_watermark, r.high_watermark, r.log_start_offset,
                 records, r.diverging_epoch,
                 r.aborted_transactions if read_committed and records else None))
+        if throttled_bytes:
+            assert quota is not None
+            quota.record(throttled_bytes)
         return FetchAnswer(topics=list(out.items()))
 
     def _epoch_fence(self, p: Partition, current_leader_epoch: int) -> int:

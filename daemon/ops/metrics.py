@@ -86,6 +86,10 @@ class ReplicationSnapshot:
     follower_lag: tuple[tuple[str, int, int], ...] = ()
     # Replica moves between this broker's log dirs (KIP-113): the lag of each copy.
     move_lags: tuple[int, ...] = ()
+    # Replication throttles (daemon.replica.quota): bytes per second of the throttled
+    # partitions, as each quota measures them (0 with nothing throttled).
+    leader_replication_rate: float = 0.0
+    follower_replication_rate: float = 0.0
 
 
 class ReplicationCollector(Collector):
@@ -116,7 +120,13 @@ class ReplicationCollector(Collector):
                  "1 on the broker that is the active controller", s.active_controller),
                 ("kafka_controller_kafkacontroller_offlinepartitionscount",
                  "Partitions without a live leader (the active controller's count)",
-                 s.offline_partitions)):
+                 s.offline_partitions),
+                ("kafka_server_leaderreplication_byte_rate",
+                 "Bytes per second this broker sends followers of partitions its leader "
+                 "replication throttle names", s.leader_replication_rate),
+                ("kafka_server_followerreplication_byte_rate",
+                 "Bytes per second this broker fetches as a follower of partitions its "
+                 "follower replication throttle names", s.follower_replication_rate)):
             yield GaugeMetricFamily(name, doc, value=value)
         for name, doc, value in (
                 ("kafka_server_replicamanager_isrshrinks", "ISR shrinks made by this leader",

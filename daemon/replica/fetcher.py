@@ -19,6 +19,12 @@ epoch equal to ours marks the partition failed until a new epoch. An answer that
 below our log end (a fetch state behind its own log; Kafka sets the partition aside)
 makes the partition fetch from its log end at once.
 
+Replication throttles (daemon.replica.quota): a partition the follower quota throttles
+here is left out of the Fetch while that quota is exceeded and the partition has not
+caught up with its leader's high watermark (Kafka's shouldFollowerThrottle); its bytes
+count against the quota once appended. With every partition held back, the fetcher
+waits `backoff` before it looks again.
+
 A partition added while a fetch is in flight does not wait for its answer: that fetch may
 be parked at the other partitions' log ends for up to max_wait_ms (Kafka's followers
 wait it out), and the partition that just moved here (a failover) would hold back its
@@ -46,6 +52,7 @@ from logstore.records import iter_batches
 from ..api import errors
 from ..wire.peer import Peer, PeerError
 from . import producer
+from .quota import ReplicationQuota
 
 log = logging.getLogger("logkeeper.fetcher")
 
@@ -115,6 +122,7 @@ class FetchState:
     last_fetched_epoch: int = -1
     delayed_until: float = 0.0  # loop time before which it is not fetched (backoff)
     lag: int = 0  # offsets behind the leader's high watermark at the last answer
+    in_sync: bool = False  # caught up with that high watermark (Kafka's isReplicaInSync)
     errors: int = 0  # consecutive error answers, for the backoff
 
 
@@ -131,7 +139,7 @@ class Fetcher:
     def __init__(self, broker_id: int, leader_id: int, peer: Peer, storage: FollowerStorage, *,
                  max_wait_ms: int = 500, min_bytes: int = 1, max_bytes: int = 10 << 20,
                  partition_max_bytes: int = 1 << 20, backoff: float = 1.0,
-                 fetch_version: int = 12):
+                 fetch_version: int = 12, quota: ReplicationQuota | None = None):
         self.broker_id = broker_id
         self.leader_id = leader_id
         self.peer = peer
@@ -142,6 +150,7 @@ class Fetcher:
         self.partition_max_bytes = partition_max_bytes
         self.backoff = backoff
         self.fetch_version = fetch_version
+        self.quota = quota
         self.partitions: dict[TopicPartition, FetchState] = {}
         self.failed: set[TopicPartition] = set()
         self.rounds = 0
@@ -185,10 +194,15 @@ class Fetcher:
         while True:
             now = loop.time()
             ready = {tp: s for tp, s in self.partitions.items() if s.delayed_until <= now}
+            throttled = self._throttled(ready)
+            if throttled:
+                ready = {tp: s for tp, s in ready.items() if tp not in throttled}
             if not ready:
                 self._wake.clear()
-                wait = min((s.delayed_until - now for s in self.partitions.values()),
-                           default=None)
+                wait = min((s.delayed_until - now for s in self.partitions.values()
+                            if s.delayed_until > now), default=None)
+                if throttled:
+                    wait = min(wait, self.backoff) if wait is not None else self.backoff
                 try:
                     async with asyncio.timeout(wait if wait is not None else None):
                         await self._wake.wait()
@@ -216,6 +230,14 @@ class Fetcher:
                     if state is None or tp not in ready or ready[tp] is not state:
                         continue  # removed or re-added meanwhile: this answer is stale
                     await self._handle(tp, state, part, loop.time())
+
+    def _throttled(self, ready: dict[TopicPartition, FetchState]) -> set[TopicPartition]:
+        """The ready partitions the follower quota holds back this round."""
+        quota = self.quota
+        if quota is None or not quota.throttled:
+            return set()
+        held = {tp for tp, s in ready.items() if not s.in_sync and quota.is_throttled(tp)}
+        return held if held and quota.is_exceeded() else set()
 
     async def _answer(self, request: FetchRequest) -> Any | None:
         """The leader's answer to `request`, or None when partitions joined (or were
@@ -297,6 +319,8 @@ class Fetcher:
             if records:
                 state.fetch_offset = await self.storage.append(tp, records, state.fetch_offset)
                 state.last_fetched_epoch = await self.storage.last_fetched_epoch(tp)
+                if self.quota is not None and self.quota.is_throttled(tp):
+                    self.quota.record(len(records))
             leader_hw = part.high_watermark  # type: ignore[attr-defined]
             self.storage.set_high_watermark(tp, min(leader_hw, state.fetch_offset))
             if leader_start > 0:
@@ -304,6 +328,7 @@ class Fetcher:
                 # the leader move the follower's log start too.
                 await self.storage.follow_log_start(tp, leader_start)
             state.lag = max(0, leader_hw - state.fetch_offset)
+            state.in_sync = state.lag == 0
         except asyncio.CancelledError:
             raise
         except (UnexpectedAppendOffsetError, FetchOffsetMismatch) as err:
@@ -465,8 +490,9 @@ class ReplicaFetchers:
 
     def __init__(self, broker_id: int, storage: FollowerStorage,
                  endpoint: Callable[[int], tuple[str, int] | None], *, backoff: float = 1.0,
-                 **fetch: int):
+                 quota: ReplicationQuota | None = None, **fetch: int):
         self.broker_id = broker_id
+        self.quota = quota  # the follower's replication throttle
         self.storage = storage
         self.endpoint = endpoint
         self.backoff = backoff
@@ -490,7 +516,8 @@ class ReplicaFetchers:
         fetcher = self.fetchers.get(leader_id)
         if fetcher is None:
             fetcher = Fetcher(self.broker_id, leader_id, _LazyPeer(self, leader_id),
-                              self.storage, backoff=self.backoff, **self.fetch)
+                              self.storage, backoff=self.backoff, quota=self.quota,
+                              **self.fetch)
             self.fetchers[leader_id] = fetcher
             fetcher.start()
         await fetcher.add_partitions({tp: leader_epoch})

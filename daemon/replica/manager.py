@@ -41,6 +41,7 @@ from . import producer
 from .isr import IsrManager
 from .leadership import ClusterLeadership, Standalone
 from .partition import AppendResult, Partition, ReadResult
+from .quota import ReplicationQuota
 
 log = logging.getLogger("logkeeper.broker")
 
@@ -55,6 +56,8 @@ class ReplicaManager:
         # ZooKeeper mode: the leader side of replication (follower state, ISR, high
         # watermark); None standalone, where the high watermark is the log end.
         self.isr = isr
+        # The leader's replication throttle (daemon.replica.quota); None: none.
+        self.leader_quota: ReplicationQuota | None = None
         self.partitions: dict[TopicPartition, Partition] = {}
 
     # ---- taking partitions on and letting them go ----
@@ -192,6 +195,8 @@ class ReplicaManager:
         it (daemon.replica.isr), which may move the ISR and the high watermark."""
         refused = [self._refusal(spec) for spec in items]
         led = [spec for spec, no in zip(items, refused, strict=True) if no is None]
+        if self.leader_quota is not None and self.leader_quota.throttled:
+            led = self._throttle(led, self.leader_quota)
         read = await self.storage.fan_out(
             [(spec, spec.partition.log) for spec in led], _read_dir_of, _read_all, max_bytes,
             on_error=lambda item, err: _failed_read(err, item[0].partition)) if led else []
@@ -205,6 +210,23 @@ class ReplicaManager:
             return list(read)
         results = iter(read)
         return [next(results) if no is None else no for no in refused]
+
+    def _throttle(self, specs: list[ReadSpec], quota: ReplicationQuota) -> list[ReadSpec]:
+        """Kafka's shouldLeaderThrottle: a follower's read of a throttled partition gets
+        no records while the leader quota is exceeded, unless that follower is in the
+        partition's ISR (its offsets, high watermark and divergence are still answered)."""
+        out = []
+        exceeded: bool | None = None
+        for spec in specs:
+            if spec.replica_id >= 0 and quota.is_throttled(spec.partition.tp):
+                st = self.isr.state(spec.partition.tp) if self.isr is not None else None
+                if st is None or spec.replica_id not in st.isr:
+                    if exceeded is None:
+                        exceeded = quota.is_exceeded()
+                    if exceeded:
+                        spec = spec._replace(throttled=True)
+            out.append(spec)
+        return out
 
     def _refusal(self, spec: ReadSpec) -> ReadResult | None:
         """Why `spec` is not read, or None. The fetch's leader epoch is checked at every
@@ -369,6 +391,7 @@ class ReadSpec(NamedTuple):
     replica_id: int = -1  # a follower's broker id (it reads to the log end), or -1
     leader_epoch: int = -1  # the fetch's current_leader_epoch (v9+), -1: not checked
     read_committed: bool = False  # a consumer's isolation_level 1 (Fetch v4+)
+    throttled: bool = False  # held back by the leader's replication throttle: no records
 
 
 def _read_all(items: list[tuple[ReadSpec, Log | None]], budget: int) -> list[ReadResult]:
@@ -381,7 +404,8 @@ def _read_all(items: list[tuple[ReadSpec, Log | None]], budget: int) -> list[Rea
     """
     out = []
     total = 0
-    for (p, offset, max_bytes, last_fetched_epoch, replica_id, _, read_committed), lg in items:
+    for (p, offset, max_bytes, last_fetched_epoch, replica_id, _, read_committed,
+         throttled), lg in items:
         try:
             if p.deleted:
                 out.append(ReadResult(UNKNOWN_TOPIC_OR_PARTITION))
@@ -402,7 +426,7 @@ def _read_all(items: list[tuple[ReadSpec, Log | None]], budget: int) -> list[Rea
                                       f"[{lg.log_start_offset}, {lg.log_end_offset}]"))
                 continue
             upto = leo if replica_id >= 0 else hw
-            if offset >= upto or (limit <= 0 and total > 0):
+            if offset >= upto or throttled or (limit <= 0 and total > 0):
                 out.append(ReadResult(NONE, b"", hw, lg.log_start_offset, log_end_offset=leo))
                 continue
             # The bytes go into pipes here, on the worker, and from there to the socket

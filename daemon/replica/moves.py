@@ -16,8 +16,10 @@ A source truncated meanwhile (a follower cut to its leader) is followed as a fol
 follows its leader: the copy is cut where the epoch they share ends. A move is given up,
 its copy removed, when either dir leaves ONLINE, the partition is deleted or goes
 offline, or the broker stops; the copy of an interrupted move found at start-up is
-removed, the replica being whole in its source dir (Kafka resumes it instead). Moves are
-not throttled (Kafka's `replica.alter.log.dirs.io.max.bytes.per.second`).
+removed, the replica being whole in its source dir (Kafka resumes it instead). The
+copying of every move together is capped by the dynamic broker config
+`replica.alter.log.dirs.io.max.bytes.per.second` (Kafka's; daemon.replica.quota): a move
+waits while that rate is exceeded; the retiring step's tail is never held back.
 
 Errors per partition are Kafka's: LOG_DIR_NOT_FOUND (57) for a path not in log.dirs,
 KAFKA_STORAGE_ERROR (56) for a destination not ONLINE, an offline replica or any
@@ -44,11 +46,13 @@ from ..storage.log_manager import LogManager
 from ..storage.workers import ManagedDir
 from .manager import ReplicaManager
 from .partition import Partition
+from .quota import ReplicationQuota
 
 log = logging.getLogger("logkeeper.moves")
 
 CHUNK_BYTES = 1 << 20  # read from the source per step
 MAX_DIR_NAME = 255  # a future dir's name must fit the filesystem's (Kafka's KAFKA-4893 check)
+THROTTLE_WAIT_S = 0.1  # how long a throttled move waits before it looks at the rate again
 
 
 @dataclass
@@ -90,9 +94,11 @@ class _Retired:
 class ReplicaMoves:
     """The moves under way on this broker, by partition. Event loop only."""
 
-    def __init__(self, replicas: ReplicaManager, storage: LogManager):
+    def __init__(self, replicas: ReplicaManager, storage: LogManager, *,
+                 quota: ReplicationQuota | None = None):
         self.replicas = replicas
         self.storage = storage
+        self.quota = quota  # replica.alter.log.dirs.io.max.bytes.per.second
         self.moves: dict[TopicPartition, Move] = {}
 
     # ---- AlterReplicaLogDirs ----
@@ -182,6 +188,9 @@ class ReplicaMoves:
             while True:
                 if (why := self._live(m)) is not None:
                     raise _GiveUp(why)
+                if self.quota is not None and self.quota.is_exceeded():
+                    await asyncio.sleep(THROTTLE_WAIT_S)
+                    continue
                 step = await self.storage.run(m.source, _read_source, src_log, m.next_offset,
                                               m.last_epoch)
                 if await self._apply(m, step):
@@ -265,6 +274,8 @@ class ReplicaMoves:
                 return False
             m.next_offset, m.last_epoch = await self.storage.run(m.dest, _append_copy,
                                                                  m.future, step[1])
+            if self.quota is not None:
+                self.quota.record(len(step[1]))
         elif kind == "diverged":
             m.next_offset, m.last_epoch = await self.storage.run(
                 m.dest, _truncate_copy, m.future, step[1], step[2])

@@ -33,6 +33,7 @@ from logstore import LogConfig
 
 from ..config import KEYS, Config
 from ..kafka_keys import KAFKA_BROKER_KEYS
+from . import quota
 from .partition import on_log
 
 log = logging.getLogger("logkeeper.configs")
@@ -108,6 +109,13 @@ def _parse_compression(name: str, text: str) -> str:
     return s
 
 
+def _parse_throttled(name: str, text: str) -> tuple[str, ...]:
+    try:
+        return quota.parse_throttled_replicas(name, text)
+    except quota.ThrottledReplicasError as err:
+        raise ConfigValueError(str(err)) from None
+
+
 @dataclass(frozen=True)
 class TopicKey:
     """One topic config: its type, its broker synonyms with their unit in ms (or 1),
@@ -160,6 +168,9 @@ TOPIC_CONFIGS: dict[str, TopicKey] = {k.name: k for k in (
              "min_cleanable_dirty_ratio"),
     TopicKey("min.compaction.lag.ms", TYPE_LONG, (("log.cleaner.min.compaction.lag.ms", 1),),
              _int_key(0, _LONG_MAX), 0, "min_compaction_lag_ms"),
+    # Replication throttles (daemon.replica.quota): topic-only, no broker synonym.
+    TopicKey(quota.LEADER_REPLICAS, TYPE_LIST, (), _parse_throttled, (), None),
+    TopicKey(quota.FOLLOWER_REPLICAS, TYPE_LIST, (), _parse_throttled, (), None),
 )}
 
 # Kafka topic configs logkeeper knows but does not apply: refused with a clear message
@@ -167,7 +178,6 @@ TOPIC_CONFIGS: dict[str, TopicKey] = {k.name: k for k in (
 UNSUPPORTED_TOPIC_CONFIGS = frozenset({
     "compression.gzip.level", "compression.lz4.level",
     "compression.zstd.level", "file.delete.delay.ms", "flush.messages", "flush.ms",
-    "follower.replication.throttled.replicas", "leader.replication.throttled.replicas",
     "local.retention.bytes", "local.retention.ms", "max.compaction.lag.ms",
     "message.downconversion.enable", "message.format.version", "message.timestamp.type",
     "message.timestamp.difference.max.ms", "message.timestamp.before.max.ms",
@@ -177,9 +187,17 @@ UNSUPPORTED_TOPIC_CONFIGS = frozenset({
 })
 
 # Broker keys that change without a restart (a subset of Kafka's
-# DynamicBrokerConfig.AllDynamicConfigs: the log defaults of the topic configs above).
+# DynamicBrokerConfig.AllDynamicConfigs: the log defaults of the topic configs above,
+# and the replication throttles' rates and the replica moves' one, which exist only as
+# dynamic configs).
 DYNAMIC_BROKER_KEYS: dict[str, TopicKey] = {
     syn: k for k in TOPIC_CONFIGS.values() for syn, _ in k.synonyms}
+DYNAMIC_BROKER_KEYS.update({name: TopicKey(name, TYPE_LONG, ((name, 1),), _int_key(0, _LONG_MAX),
+                                           quota.UNBOUNDED, None)
+                            for name in (quota.LEADER_RATE, quota.FOLLOWER_RATE,
+                                         quota.ALTER_LOG_DIRS_RATE)})
+# Dynamic broker keys that are no topic config's synonym and no key of the config file.
+DYNAMIC_ONLY_BROKER_KEYS = (quota.LEADER_RATE, quota.FOLLOWER_RATE, quota.ALTER_LOG_DIRS_RATE)
 _BROKER_UNITS = {syn: unit for k in TOPIC_CONFIGS.values() for syn, unit in k.synonyms}
 
 
@@ -277,6 +295,8 @@ class Layers:
 
     def topic_value(self, key: TopicKey) -> tuple[Any, list[tuple[str, str | None, int]]]:
         """The broker's value for topic config `key` and the chain it came from."""
+        if not key.synonyms:
+            return key.default, []
         chain = self.broker_chain(key.synonyms[0][0])
         for n, text, _source in chain:
             if text is None:
@@ -370,6 +390,11 @@ def broker_entries(layers: Layers) -> list[Entry]:
         kind = key.kind if key is not None else _kind_of(KEYS[name].kind)
         out.append(Entry(name, value, source, kind, tuple(chain),
                          read_only=name not in DYNAMIC_BROKER_KEYS))
+    # The throttle rates exist only as dynamic configs: listed where set, as Kafka does.
+    for name in DYNAMIC_ONLY_BROKER_KEYS:
+        chain = [link for link in layers.broker_chain(name) if link[2] != SOURCE_DEFAULT]
+        if chain:
+            out.append(Entry(name, chain[0][1], chain[0][2], TYPE_LONG, tuple(chain)))
     return out
 
 
@@ -421,13 +446,16 @@ class TopicConfigs:
 
     `hosted(topic)` lists the partitions held here of a topic: objects with `tp`, `log`
     and `dir`; `run(dir, fn, *args)` runs `fn` on a dir's worker; `set_min_isr(tp, n)`
-    tells a leader's ISR state (None standalone)."""
+    tells a leader's ISR state (None standalone). `quotas`, the replication throttles,
+    follow every change of the configs that name them."""
 
     def __init__(self, static: Config, *,
                  hosted: Callable[[str | None], list[Any]],
                  run: Callable[..., Awaitable[Any]],
-                 set_min_isr: Callable[[Any, int], None] | None = None):
+                 set_min_isr: Callable[[Any, int], None] | None = None,
+                 quotas: quota.ReplicationQuotas | None = None):
         self.static = static
+        self.quotas = quotas
         self.layers = Layers(static, static.broker_id)
         self.base = static.log_config()
         self.topics: dict[str, dict[str, str]] = {}
@@ -453,6 +481,19 @@ class TopicConfigs:
     def describe(self, topic: str) -> dict[str, Entry]:
         return effective(self.layers, self.topics.get(topic, {}))
 
+    def broker_value(self, name: str) -> Any:
+        """Dynamic broker key `name`'s value here, typed (its default when not set)."""
+        key = DYNAMIC_BROKER_KEYS[name]
+        for n, text, source in self.layers.broker_chain(name):
+            if n == name and text is not None and source != SOURCE_DEFAULT:
+                return key.parse(n, text)
+        return key.default
+
+    def configure_quotas(self) -> None:
+        """Point the replication throttles at what the configs now say."""
+        if self.quotas is not None:
+            self.quotas.configure(self.topics, self.broker_value)
+
     def broker_dynamic(self, entity: str) -> dict[str, str]:
         layer = self.layers.dynamic_default if entity == DEFAULT_BROKER else self.layers.dynamic
         return dict(layer)
@@ -463,6 +504,7 @@ class TopicConfigs:
         self.topics = {t: dict(c) for t, c in topics.items() if c}
         self.layers.dynamic = dict(brokers.get(str(self.static.broker_id), {}))
         self.layers.dynamic_default = dict(brokers.get(DEFAULT_BROKER, {}))
+        self.configure_quotas()
 
     async def set_topic(self, topic: str, overrides: Mapping[str, str]) -> None:
         """`topic`'s overrides are now `overrides`: apply them to its logs here (nothing
@@ -475,6 +517,7 @@ class TopicConfigs:
         else:
             self.topics.pop(topic, None)
         log.info("topic %s: config overrides %s", topic, dict(overrides) or "none")
+        self.configure_quotas()
         await self.apply(topic)
 
     async def set_broker(self, entity: str, configs: Mapping[str, str]) -> None:
@@ -486,10 +529,12 @@ class TopicConfigs:
         else:
             return
         log.info("dynamic broker config %s: %s", entity, dict(configs) or "none")
+        self.configure_quotas()
         await self.apply(None)
 
     def forget(self, topic: str) -> None:
         self.topics.pop(topic, None)
+        self.configure_quotas()
 
     async def apply(self, topic: str | None, why: str = "after a config change") -> None:
         """Give `topic`'s logs here (every topic's with None) the config that applies,

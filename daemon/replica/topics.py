@@ -220,6 +220,7 @@ class TopicAdmin:
             except BaseException:
                 self.topic_configs.forget(topic)
                 raise
+            self.topic_configs.configure_quotas()
         return self.topic_configs.log_config(topic)
 
     async def _write_configs(self) -> None:

@@ -4,7 +4,7 @@ through the Kafka protocol (AlterPartitionReassignments, ListPartitionReassignme
     logkeeper reassign-partitions --generate (--topics-to-move-json-file F | --topics T,T)
                                   --broker-list 1,2,3
     logkeeper reassign-partitions --reassignment-json-file F --execute [--additional]
-                                  | --verify | --cancel
+                                  [--throttle B/s] | --verify [--preserve-throttles] | --cancel
     logkeeper reassign-partitions --list
 
 The reassignment file is Kafka's: `{"version":1,"partitions":[{"topic":"t","partition":0,
@@ -19,6 +19,15 @@ they run in the background. While other reassignments are in progress it refuses
 reassignment is completed, still in progress, or done with replicas other than asked;
 `--cancel` stops those in progress, putting their original replicas back; `--list`
 shows every reassignment in progress with its adding and removing replicas.
+
+`--execute --throttle B` caps the copying at B bytes per second, as Kafka's does, before
+the moves start (docs/cluster.md "Replication throttles"): each moving partition's
+current replicas go in its topic's `leader.replication.throttled.replicas`, its new ones
+in `follower.replication.throttled.replicas`, and every broker involved gets
+`leader.replication.throttled.rate` and `follower.replication.throttled.rate` = B. A
+`--verify` that finds nothing of the file still in progress removes them (from every
+broker, and from the file's topics) unless given `--preserve-throttles`; run it until
+then, or the throttles stay.
 
 The broker asked is `--bootstrap-server`, else the listener of the daemon on this host
 (that of `--config FILE`, or of the embedded defaults).
@@ -45,8 +54,10 @@ from kafka.protocol.admin import (
     ListPartitionReassignmentsResponse,
 )
 
-from ..api.errors import name_of
+from ..api.errors import UNKNOWN_TOPIC_OR_PARTITION, name_of
 from ..controller.leader_election import round_robin_assignment
+from ..replica import quota
+from . import configs
 from .client import (
     ClientError,
     Connection,
@@ -196,15 +207,16 @@ def ongoing(bootstrap: str, *, timeout_ms: int = DEFAULT_TIMEOUT_MS,
             for t in resp.topics for p in t.partitions}
 
 
-def verify(bootstrap: str, plan: Plan) -> tuple[bool, list[str]]:
-    """(all complete, a line per partition), as kafka-reassign-partitions.sh --verify."""
+def verify(bootstrap: str, plan: Plan) -> tuple[bool, bool, list[str]]:
+    """(all complete, any still in progress, a line per partition), as
+    kafka-reassign-partitions.sh --verify."""
     running = ongoing(bootstrap)
     current, _ = current_assignment(bootstrap, sorted({t for t, _ in plan}))
-    lines, done = [], True
+    lines, done, in_progress = [], True, False
     for tp, target in sorted(plan.items()):
         name = f"{tp[0]}-{tp[1]}"
         if tp in running:
-            done = False
+            done, in_progress = False, True
             lines.append(f"Reassignment of partition {name} is still in progress.")
         elif tp not in current:
             done = False
@@ -215,7 +227,75 @@ def verify(bootstrap: str, plan: Plan) -> tuple[bool, list[str]]:
                          f"set is {_ids(current[tp])} rather than {_ids(target)}.")
         else:
             lines.append(f"Reassignment of partition {name} is completed.")
-    return done, lines
+    return done, in_progress, lines
+
+
+# ---- throttles ----
+
+Moves = dict[tuple[str, int], tuple[list[int], list[int]]]  # (sources, destinations)
+
+
+def proposed_moves(plan: Plan, current: Plan,
+                   running: dict[tuple[str, int], tuple[list[int], list[int], list[int]]]) -> Moves:
+    """Kafka's calculateProposedMoveMap: for every partition of `plan` and every one
+    being reassigned, the replicas the data comes from (the current ones; for one in
+    progress, its original ones) and the replicas it goes to (those not among them)."""
+    moves: Moves = {}
+    for tp, (replicas, adding, _removing) in running.items():
+        moves[tp] = ([r for r in replicas if r not in adding], list(adding))
+    for tp, target in plan.items():
+        sources = moves[tp][0] if tp in moves else current.get(tp, [])
+        moves[tp] = (sources, [r for r in target if r not in sources])
+    return moves
+
+
+def throttled_replicas(moves: Moves) -> dict[str, tuple[str, str]]:
+    """Per topic: (its leader.replication.throttled.replicas, its follower one)."""
+    out: dict[str, tuple[list[str], list[str]]] = {}
+    for (t, p), (sources, destinations) in sorted(moves.items()):
+        leader, follower = out.setdefault(t, ([], []))
+        leader += [f"{p}:{b}" for b in sources]
+        follower += [f"{p}:{b}" for b in destinations]
+    return {t: (",".join(lead), ",".join(follow)) for t, (lead, follow) in out.items()}
+
+
+def set_throttles(bootstrap: str, moves: Moves, rate: int) -> None:
+    """Kafka's modifyReassignmentThrottle: the topics' throttled replicas, then the rate
+    on every broker a move reads from or writes to."""
+    for topic, (leader, follower) in sorted(throttled_replicas(moves).items()):
+        add = {quota.LEADER_REPLICAS: leader}
+        if follower:
+            add[quota.FOLLOWER_REPLICAS] = follower
+        configs.alter(bootstrap, configs.TOPIC, topic, add, [])
+    brokers = sorted({b for sources, dests in moves.values() for b in sources + dests})
+    for b in brokers:
+        configs.alter(bootstrap, configs.BROKER, str(b),
+                      {quota.LEADER_RATE: str(rate), quota.FOLLOWER_RATE: str(rate)}, [])
+
+
+def clear_throttles(bootstrap: str, plan: Plan) -> list[str]:
+    """Kafka's clearAllThrottles: the rates off every broker of the cluster (and of the
+    plan), the throttled replicas off the plan's topics. What it did, as lines."""
+    with connect_any(bootstrap) as conn:
+        live = {b.node_id for b in metadata(conn, []).brokers}
+    brokers = sorted(live | {b for target in plan.values() for b in target})
+    topics = sorted({t for t, _ in plan})
+    lines = [f"Clearing broker-level throttles on broker{'s' * (len(brokers) != 1)} "
+             f"{_ids(brokers)}"]
+    for b in brokers:
+        if b in live:  # a broker not running has nobody to ask; its znode keeps them
+            configs.alter(bootstrap, configs.BROKER, str(b), {},
+                          [quota.LEADER_RATE, quota.FOLLOWER_RATE, quota.ALTER_LOG_DIRS_RATE])
+    lines.append(f"Clearing topic-level throttles on topic{'s' * (len(topics) != 1)} "
+                 f"{','.join(topics)}")
+    for t in topics:
+        try:
+            configs.alter(bootstrap, configs.TOPIC, t, {},
+                          [quota.LEADER_REPLICAS, quota.FOLLOWER_REPLICAS])
+        except Refused as err:
+            if err.code != UNKNOWN_TOPIC_OR_PARTITION:  # a deleted topic has none left
+                raise
+    return lines
 
 
 def _ids(xs: list[int]) -> str:
@@ -238,6 +318,11 @@ def _parser() -> argparse.ArgumentParser:
     action.add_argument("--list", action="store_true", help="the reassignments in progress")
     p.add_argument("--additional", action="store_true",
                    help="with --execute: start it while other reassignments are in progress")
+    p.add_argument("--throttle", type=int, default=None, metavar="B/s",
+                   help="with --execute: cap the replicas' copying at this many bytes per "
+                        "second (removed by a --verify that finds it done)")
+    p.add_argument("--preserve-throttles", action="store_true",
+                   help="with --verify: keep the throttles even when the moves are done")
     p.add_argument("--reassignment-json-file", metavar="FILE")
     p.add_argument("--topics-to-move-json-file", metavar="FILE",
                    help='for --generate: {"version":1,"topics":[{"topic":"t"}]}')
@@ -281,6 +366,12 @@ def _refusals(results: dict[tuple[str, int], tuple[int, str | None]]) -> list[st
 
 
 def _run(args: argparse.Namespace, bootstrap: str) -> int:
+    if args.throttle is not None and (not args.execute or args.throttle < 0):
+        raise PlanError("--throttle goes with --execute, as a number of bytes per second "
+                        f"(got {args.throttle})" if args.execute else
+                        "--throttle goes with --execute")
+    if args.preserve_throttles and not args.verify:
+        raise PlanError("--preserve-throttles goes with --verify")
     if args.list:
         running = ongoing(bootstrap, timeout_ms=args.timeout_ms)
         if not running:
@@ -303,9 +394,11 @@ def _run(args: argparse.Namespace, bootstrap: str) -> int:
         raise PlanError("--execute, --verify and --cancel need --reassignment-json-file")
     plan = read_plan(args.reassignment_json_file)
     if args.verify:
-        done, lines = verify(bootstrap, plan)
+        done, in_progress, lines = verify(bootstrap, plan)
         print("Status of partition reassignment:")
         print("\n".join(lines))
+        if not in_progress and not args.preserve_throttles:
+            print("\n".join(clear_throttles(bootstrap, plan)))
         return 0 if done else 1
     if args.execute:
         running = ongoing(bootstrap, timeout_ms=args.timeout_ms)
@@ -319,6 +412,11 @@ def _run(args: argparse.Namespace, bootstrap: str) -> int:
         print(plan_json({tp: r for tp, r in current.items() if tp in plan}))
         print()
         print("Save this to use as the --reassignment-json-file option during rollback")
+        if args.throttle is not None:
+            print("Warning: You must run --verify periodically, until the reassignment "
+                  "completes, to ensure the throttle is removed.")
+            set_throttles(bootstrap, proposed_moves(plan, current, running), args.throttle)
+            print(f"The inter-broker throttle limit was set to {args.throttle} B/s")
         results = alter(bootstrap, dict(plan), timeout_ms=args.timeout_ms)
         started = [tp for tp, (code, _) in results.items() if not code]
         if started:
