@@ -20,7 +20,9 @@ the dir comes back ONLINE by itself (the disk-full proposal's flow, no operator)
 partition is reassigned (AlterPartitionReassignments): one of its replicas is dropped,
 its files deleted, and the replica is added back, copying the whole log from the leader
 again, half the time with the controller killed as soon as the re-adding has started
-(the next controller carries the reassignment on from ZooKeeper). The partition is one
+(the next controller carries the reassignment on from ZooKeeper), otherwise half the
+time throttled (`reassign-partitions --throttle`, 512 KiB/s: the copy is held back
+while the faults go on, and the `--verify` that sees it done removes the throttle). The partition is one
 of the topic's or, one time in three, the consumer group's `__consumer_offsets`
 partition, so the group's commits move with its coordinator's replicas.
 
@@ -41,6 +43,7 @@ records acknowledged are reported (and the seed, to replay a run).
 from __future__ import annotations
 
 import errno
+import json
 import os
 import random
 import shutil
@@ -75,6 +78,7 @@ GROUP = "chaos-readers"
 OFFSETS_TOPIC, OFFSETS_PARTITIONS = "__consumer_offsets", 50  # the broker default
 SESSION_S = 4.0
 DISK_MB = 512  # each log dir's loop-mounted ext4 (a sparse image)
+THROTTLE = 512 * 1024  # bytes per second of a throttled re-add
 
 
 def test_random_kills_and_pauses_under_acks_all_load(note: Any, benchmark: Any) -> None:
@@ -84,7 +88,7 @@ def test_random_kills_and_pauses_under_acks_all_load(note: Any, benchmark: Any) 
     rng = random.Random(seed)
     topic, parts = "chaos", 3
     done: dict[str, int] = {"kill": 0, "kill-controller": 0, "pause": 0, "move": 0,
-                            "disk": 0, "full": 0, "reassign": 0}
+                            "disk": 0, "full": 0, "reassign": 0, "throttled": 0}
     with tempfile.TemporaryDirectory(prefix="lk-chaos-") as tmp, ExitStack() as disks:
         mounts = {b: [disks.enter_context(faults.loop_ext4(DISK_MB)) for _ in range(2)]
                   for b in (1, 2, 3)}
@@ -119,7 +123,10 @@ def test_random_kills_and_pauses_under_acks_all_load(note: Any, benchmark: Any) 
                 elif kind == "reassign":
                     moved_tp = ((OFFSETS_TOPIC, partition_for(GROUP, OFFSETS_PARTITIONS))
                                 if rng.random() < 1 / 3 else (topic, rng.randrange(parts)))
-                    if _drop_and_readd(cl, victim, *moved_tp, rng.random() < 0.5):
+                    kill_controller = rng.random() < 0.5
+                    throttle = not kill_controller and rng.random() < 0.5
+                    done["throttled"] += throttle
+                    if _drop_and_readd(cl, victim, *moved_tp, kill_controller, throttle):
                         # The controller was killed mid-way: restart it as after a kill.
                         wait_for(lambda: len(cl.alive()) < len(cl.brokers)
                                  and cl.controller() in cl.alive(), SESSION_S + 20, "a new controller")
@@ -173,13 +180,14 @@ def test_random_kills_and_pauses_under_acks_all_load(note: Any, benchmark: Any) 
         rebalances = sum(d.stderr().count("back to their preferred replicas")
                          for d in cl.brokers.values())
         moved = sum(d.stderr().count(f"moved {topic}-") for d in cl.brokers.values())
-    total = sum(done.values())
+    total = sum(n for kind, n in done.items() if kind != "throttled")
     acked = sum(len(load.acked) for load in loads)
     note(f"chaos (seed {seed}, {CHAOS_SECONDS:.0f} s): survived {total} faults "
          f"({done['kill']} kills, {done['kill-controller']} controller kills, "
          f"{done['pause']} pauses, {done['disk']} dead disks, {done['full']} full disks, "
          f"{done['move']} replica moves "
-         f"asked, {moved} done, {done['reassign']} replicas dropped and added back) and "
+         f"asked, {moved} done, {done['reassign']} replicas dropped and added back, "
+         f"{done['throttled']} of them throttled) and "
          f"{rebalances} leader rebalances; {acked} acks=all "
          "records acknowledged, all read back exactly once, replicas byte-identical; the "
          "consumer group read every one and committed up to the log ends")
@@ -295,13 +303,17 @@ def _move(d: Any, broker: int, topic: str, partition: int) -> None:
 
 
 def _drop_and_readd(cl: Cluster, broker: int, topic: str, partition: int,
-                    kill_controller: bool) -> bool:
+                    kill_controller: bool, throttle: bool) -> bool:
     """Reassign the partition without `broker`'s replica, wait until that is done (the
     replica's files deleted), then with it again at the end of the list; with
     `kill_controller`, kill -9 the controller as soon as the second reassignment has
-    started. True when a broker was killed."""
+    started; with `throttle`, add it back through `reassign-partitions --execute
+    --throttle` and `--verify` it until done (which removes the throttle). True when a
+    broker was killed."""
     from kafka import TopicPartition as KTP
     from kafka.admin import KafkaAdminClient
+
+    from tests.test_cli import cli
 
     replicas = cl.metadata(broker, [topic])["partitions"][(topic, partition)][2]
     if broker not in replicas:
@@ -315,9 +327,21 @@ def _drop_and_readd(cl: Cluster, broker: int, topic: str, partition: int,
                  and not any((ld / f"{topic}-{partition}").is_dir()
                              for ld in cl.brokers[broker].log_dirs), 60,
                  f"broker {broker}'s replica of {topic}-{partition} deleted")
-        assert admin.alter_partition_reassignments({tp: kept + [broker]}) == {tp: None}
+        if not throttle:
+            assert admin.alter_partition_reassignments({tp: kept + [broker]}) == {tp: None}
     finally:
         admin.close()
+    if throttle:
+        with tempfile.NamedTemporaryFile("w", suffix=".json") as plan:
+            plan.write(json.dumps({"version": 1, "partitions": [
+                {"topic": topic, "partition": partition, "replicas": kept + [broker]}]}))
+            plan.flush()
+            args = ("reassign-partitions", "--bootstrap-server", cl.brokers[broker].bootstrap,
+                    "--reassignment-json-file", plan.name)
+            run = cli(*args, "--execute", "--additional", "--throttle", str(THROTTLE))
+            assert run.returncode == 0, run.stderr
+            wait_for(lambda: cli(*args, "--verify").returncode == 0, 120,
+                     f"the throttled re-add of {topic}-{partition} to broker {broker}")
     if kill_controller:
         cl.brokers[cl.controller()].kill()
     return kill_controller
