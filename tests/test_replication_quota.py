@@ -88,3 +88,19 @@ def test_the_rate_is_kafkas_sampled_rate_over_at_least_all_but_one_window() -> N
     # Unbounded (Kafka's default): never exceeded, whatever flows.
     quota.bound = q.UNBOUNDED
     assert not quota.is_exceeded()
+
+
+def test_a_bad_value_stored_by_hand_throttles_nothing_and_breaks_nothing(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Values that reached ZooKeeper without a broker's validation (a hand edit): the
+    list is skipped, the rate is unbounded, each with a warning; the rest applies."""
+    static = config.from_mapping({"broker.id": 1})
+    configs = tc.TopicConfigs(static, hosted=lambda topic: [], run=None,  # type: ignore[arg-type]
+                              quotas=q.ReplicationQuotas(1))
+    configs.load({"bad": {q.LEADER_REPLICAS: "all of them"}, "good": {q.LEADER_REPLICAS: "0:1"}},
+                 {"1": {q.LEADER_RATE: "fast"}, tc.DEFAULT_BROKER: {q.FOLLOWER_RATE: "100"}})
+    assert configs.quotas is not None
+    assert configs.quotas.leader.throttled == {"good": frozenset({0})}
+    assert (configs.quotas.leader.bound, configs.quotas.follower.bound) == (q.UNBOUNDED, 100)
+    assert "topic bad: Invalid value all of them" in caplog.text
+    assert "Invalid value fast for configuration leader.replication.throttled.rate" in caplog.text

@@ -31,6 +31,7 @@ Event loop only (the leader's fetch handler and the fetchers run there)."""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -44,6 +45,8 @@ LEADER_RATE = "leader.replication.throttled.rate"
 FOLLOWER_RATE = "follower.replication.throttled.rate"
 ALTER_LOG_DIRS_RATE = "replica.alter.log.dirs.io.max.bytes.per.second"
 ALL_REPLICAS = "*"
+
+log = logging.getLogger("logkeeper.quota")
 
 
 class ThrottledReplicasError(ValueError):
@@ -176,7 +179,12 @@ class ReplicationQuotas:
                 text = overrides.get(key)
                 if not text:
                     continue
-                parts = partitions_on(parse_throttled_replicas(key, text), self.broker_id)
+                try:
+                    items = parse_throttled_replicas(key, text)
+                except ThrottledReplicasError as err:  # a znode edited by hand: not ours
+                    log.warning("topic %s: %s; not throttled", topic, err)
+                    continue
+                parts = partitions_on(items, self.broker_id)
                 if parts is None or parts:
                     throttled[topic] = parts
             quota.throttled = throttled

@@ -486,7 +486,10 @@ class TopicConfigs:
         key = DYNAMIC_BROKER_KEYS[name]
         for n, text, source in self.layers.broker_chain(name):
             if n == name and text is not None and source != SOURCE_DEFAULT:
-                return key.parse(n, text)
+                try:
+                    return key.parse(n, text)
+                except ConfigValueError as err:  # stored by hand, not through a broker
+                    log.warning("%s; %s applies", err, to_text(key, key.default))
         return key.default
 
     def configure_quotas(self) -> None:
