@@ -37,7 +37,8 @@ read every acknowledged record at least once, and its committed offsets reach th
 end: commits survived every move of the coordinator. The faults survived and the
 records acknowledged are reported (and the seed, to replay a run).
 
-`LK_CHAOS_SECONDS` (default 120) and `LK_CHAOS_SEED` (default: random) tune it.
+`LK_CHAOS_SECONDS` (default 120) and `LK_CHAOS_SEED` (default: random) tune it;
+`LK_CHAOS_FAULTS` (a comma list, default all) picks the kinds of fault drawn from.
 """
 
 from __future__ import annotations
@@ -79,6 +80,9 @@ OFFSETS_TOPIC, OFFSETS_PARTITIONS = "__consumer_offsets", 50  # the broker defau
 SESSION_S = 4.0
 DISK_MB = 512  # each log dir's loop-mounted ext4 (a sparse image)
 THROTTLE = 512 * 1024  # bytes per second of a throttled re-add
+ALL_FAULTS = ("kill", "kill-controller", "pause", "move", "disk", "full", "reassign")
+FAULTS = [f for f in os.environ.get("LK_CHAOS_FAULTS", ",".join(ALL_FAULTS)).split(",") if f]
+assert set(FAULTS) <= set(ALL_FAULTS), f"LK_CHAOS_FAULTS: unknown {set(FAULTS) - set(ALL_FAULTS)}"
 
 
 def test_random_kills_and_pauses_under_acks_all_load(note: Any, benchmark: Any) -> None:
@@ -111,8 +115,7 @@ def test_random_kills_and_pauses_under_acks_all_load(note: Any, benchmark: Any) 
             end = time.monotonic() + CHAOS_SECONDS
             while time.monotonic() < end:
                 time.sleep(rng.uniform(1, 4))
-                kind = rng.choice(["kill", "kill-controller", "pause", "move", "disk",
-                                   "full", "reassign"])
+                kind = rng.choice(FAULTS)
                 if kind == "kill-controller":
                     victim = cl.controller()
                 else:

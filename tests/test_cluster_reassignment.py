@@ -512,3 +512,62 @@ def test_a_throttled_reassignment_copies_at_the_rate_given_and_verify_removes_it
             unanswered = [x.finish() for x in loads]
         assert_every_ack_read_once(cl, "rt", 1, loads, unanswered)
         wait_for(lambda: _identical(cl, "rt", want), 30, "new replicas byte-identical")
+
+
+def test_each_side_of_a_throttle_holds_a_new_replica_back_alone(tmp_path: Path) -> None:
+    """The two lists work on their own, set by hand as with kafka-configs.sh: partition 0
+    is throttled only on its leader (broker 1 sends it slowly), partition 1 only on the
+    new follower (broker 3 fetches it slowly), each at 512 KiB/s. Both get a replica on
+    broker 3 at once; each copy of 4 MiB takes seconds, not a fraction of one, and each
+    ends complete."""
+    rate = 512 * 1024
+    # Fetches of 256 KiB: what one passes beyond the rate (the check comes before it) is
+    # small beside the 4 MiB.
+    extra = {"replication.quota.window.num": 3, "replica.fetch.max.bytes": 256 * 1024}
+    with Cluster(tmp_path, dirs=1, extra=extra) as cl:
+        create(cl, "rs", 2, min_isr=1, assignment=[[1, 2], [1, 2]])
+        c = RawClient(cl.brokers[1].port)
+        try:
+            for p in (0, 1):
+                for i in range(20):  # 20 batches of 200 KiB: 4 MiB each
+                    assert produce_raw(c, "rs", p, [b"s%d-%06d" % (p, i * 200 + j) + b"." * 1014
+                                                    for j in range(200)])[0] == 0
+        finally:
+            c.close()
+        boot = cl.brokers[1].bootstrap
+
+        def configs(*args: str) -> None:
+            got = cli("configs", "alter", "--bootstrap-server", boot, *args)
+            assert got.returncode == 0, got.stderr
+
+        configs("--topic", "rs", "--add-config", "leader.replication.throttled.replicas=[0:1,0:2],"
+                "follower.replication.throttled.replicas=[1:3]")
+        configs("--broker", "1", "--add-config", f"leader.replication.throttled.rate={rate}")
+        configs("--broker", "3", "--add-config", f"follower.replication.throttled.rate={rate}")
+        admin = _admin(cl, 1)
+        try:
+            started = time.monotonic()
+            assert admin.alter_partition_reassignments({KTP("rs", 0): [1, 2, 3], KTP("rs", 1): [1, 2, 3]}) \
+                == {KTP("rs", 0): None, KTP("rs", 1): None}
+            done: dict[int, float] = {}
+
+            def both_copied() -> bool:
+                isr = {p: v[3] for (t, p), v in cl.metadata(1, ["rs"])["partitions"].items()}
+                for p in (0, 1):
+                    if p not in done and 3 in isr.get(p, []):
+                        done[p] = time.monotonic() - started
+                return len(done) == 2
+            wait_for(both_copied, 90, lambda: f"both copies on broker 3: {done}\n{cl.views()}")
+        finally:
+            admin.close()
+        print(f"4 MiB to a new replica at {rate} B/s: leader-throttled {done[0]:.1f} s, "
+              f"follower-throttled {done[1]:.1f} s")
+        # 4 MiB at 512 KiB/s, less the 2 s' burst of a new quota and a fetch or two: over 4 s.
+        assert done[0] > 3 and done[1] > 3, done
+        wait_for(lambda: _identical(cl, "rs", {0: [1, 2, 3], 1: [1, 2, 3]}), 30, "identical replicas")
+
+        # Taken off by hand, as kafka-configs.sh --delete-config: nothing is throttled.
+        configs("--topic", "rs", "--delete-config", "leader.replication.throttled.replicas,"
+                "follower.replication.throttled.replicas")
+        shown = cli("configs", "describe", "--bootstrap-server", boot, "--topic", "rs")
+        assert "throttled" not in shown.stdout, shown.stdout
