@@ -67,6 +67,18 @@ def placement(d: Daemon, topic: str) -> dict[int, Path]:
     return out
 
 
+def fill(port: int, topic: str, partition: int, batches: int, tag: bytes) -> None:
+    """`batches` acks=-1 batches of 200 distinct records of 1 KiB (`tag` and a number)
+    into the partition through the broker at `port`: 200 KiB each."""
+    c = RawClient(port)
+    try:
+        for i in range(batches):
+            assert produce_raw(c, topic, partition, [
+                (tag + b"-%06d" % (i * 200 + j)).ljust(1024, b".") for j in range(200)])[0] == 0
+    finally:
+        c.close()
+
+
 def produce_raw(c: RawClient, topic: str, partition: int, records: list[bytes]) -> tuple[int, int]:
     """(error code, base offset) of one acks=-1 produce of `records` as one batch."""
     T = ProduceRequest.TopicProduceData

@@ -27,7 +27,7 @@ from kazoo.client import KazooClient
 
 from .cluster_helpers import SESSION_MS, Cluster, wait_for
 from .daemon_helpers import RawClient
-from .sick_helpers import create_topic, metric, produce_raw
+from .sick_helpers import create_topic, fill, metric, produce_raw
 from .test_cli import cli
 from .test_replication import (
     assert_every_ack_read_once,
@@ -455,13 +455,7 @@ def test_a_throttled_reassignment_copies_at_the_rate_given_and_verify_removes_it
     extra = {"replication.quota.window.num": 3}
     with Cluster(tmp_path, dirs=1, extra=extra) as cl:
         create(cl, "rt", 1, min_isr=2, assignment=[[1, 2]])
-        c = RawClient(cl.brokers[1].port)
-        try:
-            for i in range(30):  # 30 batches of 200 KiB: 6 MiB
-                assert produce_raw(c, "rt", 0, [b"fill-%06d" % (i * 200 + j) + b"." * 1012
-                                                for j in range(200)])[0] == 0
-        finally:
-            c.close()
+        fill(cl.brokers[1].port, "rt", 0, 30, b"fill")  # 6 MiB
         loads = start_producers(cl, "rt", 1)
         want = {0: [2, 3]}
         plan = _plan(tmp_path, "rt", want)
@@ -526,14 +520,8 @@ def test_each_side_of_a_throttle_holds_a_new_replica_back_alone(tmp_path: Path) 
     extra = {"replication.quota.window.num": 3, "replica.fetch.max.bytes": 256 * 1024}
     with Cluster(tmp_path, dirs=1, extra=extra) as cl:
         create(cl, "rs", 2, min_isr=1, assignment=[[1, 2], [1, 2]])
-        c = RawClient(cl.brokers[1].port)
-        try:
-            for p in (0, 1):
-                for i in range(20):  # 20 batches of 200 KiB: 4 MiB each
-                    assert produce_raw(c, "rs", p, [b"s%d-%06d" % (p, i * 200 + j) + b"." * 1014
-                                                    for j in range(200)])[0] == 0
-        finally:
-            c.close()
+        for p in (0, 1):
+            fill(cl.brokers[1].port, "rs", p, 20, b"s%d" % p)  # 4 MiB each
         boot = cl.brokers[1].bootstrap
 
         def configs(*args: str) -> None:

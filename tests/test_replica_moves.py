@@ -29,7 +29,7 @@ from tests.fusefs import faulty_fuse
 
 from .cluster_helpers import Cluster, wait_for
 from .daemon_helpers import Daemon, RawClient
-from .sick_helpers import KAFKA_STORAGE_ERROR, create_topic, metric, produce_raw
+from .sick_helpers import KAFKA_STORAGE_ERROR, create_topic, fill, metric, produce_raw
 from .test_cluster_disks import holding_dir
 from .test_replication import (
     Load,
@@ -184,13 +184,7 @@ def test_moves_copy_at_the_rate_replica_alter_log_dirs_io_max_bytes_per_second_a
         create_topic(d, "slow", 1)
         assert d.admin("log-dirs/uncordon", b)[0] == 200
         assert (a / "slow-0").is_dir()
-        c = RawClient(d.port)
-        try:
-            for i in range(30):  # 30 batches of 200 KiB: 6 MiB
-                assert produce_raw(c, "slow", 0, [b"m%06d" % (i * 200 + j) + b"." * 1017
-                                                  for j in range(200)])[0] == 0
-        finally:
-            c.close()
+        fill(d.port, "slow", 0, 30, b"m")  # 6 MiB
         before = read_back(d.bootstrap, "slow", 0)
         rate = 1 << 20
         set_ = cli("configs", "alter", "--bootstrap-server", d.bootstrap, "--broker", str(BROKER),
