@@ -41,12 +41,14 @@ from logstore.names import OFFSETS_TOPIC
 from . import config as config_mod
 from .api import errors
 from .api.acls import AclApis
+from .api.client_quotas import DEFAULT as CLIENT_DEFAULT
+from .api.client_quotas import ClientQuotaApis, ClientQuotas, desanitize, sanitize
 from .api.configs import ConfigApis
 from .api.connections import Connections
 from .api.groups import GroupApis
 from .api.handlers import Handlers
 from .api.partitions import PartitionApis
-from .cluster.config_store import BROKERS, TOPICS, ZkConfigStore
+from .cluster.config_store import BROKERS, CLIENTS, TOPICS, ZkConfigStore
 from .cluster.link import ClusterLink, cluster_id_from_zookeeper
 from .cluster.metadata_cache import MetadataCache
 from .cluster.znodes import ProducerIdBlock
@@ -68,7 +70,7 @@ from .replica.manager import ReplicaManager
 from .replica.moves import ReplicaMoves
 from .replica.producer_ids import ProducerIds
 from .replica.quota import ReplicationQuotas
-from .replica.topic_config import TopicConfigs
+from .replica.topic_config import DEFAULT_BROKER, TopicConfigs
 from .replica.topics import TopicAdmin, TopicError
 from .storage.cleaner import LogCleanerService
 from .storage.config_store import FileConfigStore
@@ -152,6 +154,13 @@ class Server:
             self.replicas, self.topic_admin, controller=lambda: self.controller,
             metadata=self.metadata_cache, stopping=self.handlers.stopping).dispatch())
         self.handlers.register(AclApis().dispatch())
+        # Client quotas: ZooKeeper's /config/clients in a cluster, the dirs' config file
+        # standalone (daemon.api.client_quotas).
+        self.client_quotas = ClientQuotas(samples=config["quota.window.num"],
+                                          window_s=config["quota.window.size.seconds"])
+        self.handlers.client_quotas = self.client_quotas
+        self.handlers.register(ClientQuotaApis(self.client_quotas,
+                                               self._store_client_quotas).dispatch())
         self.handlers.check_served()
         self.fetchers: ReplicaFetchers | None = None
         if isinstance(leadership, ClusterLeadership):
@@ -340,10 +349,18 @@ class Server:
             log.warning("loading topic and broker configs from ZooKeeper failed (%s: %s)",
                         type(err).__name__, err)
             return
+        try:
+            clients = await asyncio.to_thread(zk.read_all, CLIENTS)
+        except Exception as err:  # noqa: BLE001 - as above
+            log.warning("loading client quotas from ZooKeeper failed (%s: %s)",
+                        type(err).__name__, err)
+            return
         self.topic_configs.load(topics, brokers)
+        self.client_quotas.load({desanitize(c): q for c, q in clients.items()})
         await self.topic_configs.apply(None, "as the configs were loaded")
         log.info("configs loaded from ZooKeeper: %d topics with overrides, dynamic broker "
-                 "configs %s", len(self.topic_configs.topics), sorted(brokers))
+                 "configs %s, client quotas of %d client-ids", len(self.topic_configs.topics),
+                 sorted(brokers), len(self.client_quotas.quotas))
 
     async def _on_config_change(self, entity_type: str, name: str) -> None:
         zk = self.config_zk
@@ -352,12 +369,28 @@ class Server:
             await self.topic_configs.set_topic(name, await asyncio.to_thread(zk.read, TOPICS, name))
         elif entity_type == BROKERS:
             await self.topic_configs.set_broker(name, await asyncio.to_thread(zk.read, BROKERS, name))
+        elif entity_type == CLIENTS:
+            self.client_quotas.set(desanitize(name), await asyncio.to_thread(zk.read, CLIENTS, name))
 
     async def _load_configs_from_files(self) -> None:
         assert self.config_files is not None
         topics, brokers = await self.config_files.load()
         self.topic_configs.load(topics, brokers)
+        self.client_quotas.load(self.config_files.clients)
         await self.topic_configs.apply(None, "as the configs were loaded")
+
+    async def _store_client_quotas(self, client: str, quotas: dict[str, str]) -> None:
+        """Keep a client-id's quotas where Kafka keeps them (or the dirs' config file)."""
+        if self.config_files is not None:
+            brokers = {b: self.topic_configs.broker_dynamic(b)
+                       for b in (DEFAULT_BROKER, str(self.config.broker_id))}
+            await self.config_files.write(self.topic_configs.topics, brokers,
+                                          {**self.config_files.clients, client: quotas})
+            return
+        if self.config_zk is None:
+            raise RuntimeError("not connected to ZooKeeper yet")
+        name = client if client == CLIENT_DEFAULT else sanitize(client)
+        await asyncio.to_thread(self.config_zk.write, CLIENTS, name, quotas)
 
     def _replication_snapshot(self) -> ReplicationSnapshot:
         """For the metrics, at scrape time (on the HTTP endpoint's loop: this one)."""

@@ -352,6 +352,11 @@ KEYS: dict[str, Key] = {k.name: k for k in (
         "samples the replication throttles' byte rates are measured over"),
     Key("replication.quota.window.size.seconds", int, 1, _int(1, 2**31 - 1),
         "length of each of those samples"),
+    Key("quota.window.num", int, 11, _int(1, 2**31 - 1),
+        "samples the client quotas' byte rates (producer_byte_rate, consumer_byte_rate) "
+        "are measured over"),
+    Key("quota.window.size.seconds", int, 1, _int(1, 2**31 - 1),
+        "length of each of those samples"),
     Key("alter.log.dirs.replication.quota.window.num", int, 11, _int(1, 2**31 - 1),
         "samples the replica moves' byte rate (between this broker's dirs) is measured over"),
     Key("alter.log.dirs.replication.quota.window.size.seconds", int, 1, _int(1, 2**31 - 1),

@@ -198,9 +198,10 @@ def snapshot(dirs: list[Path]) -> dict[str, str]:
 class RawClient:
     """One TCP connection speaking frames: send bytes, read one framed response."""
 
-    def __init__(self, port: int, timeout: float = 10.0):
+    def __init__(self, port: int, timeout: float = 10.0, client_id: str = "logkeeper"):
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
         self.correlation = 0
+        self.client_id = client_id
 
     def close(self) -> None:
         self.sock.close()
@@ -233,7 +234,7 @@ class RawClient:
         from daemon.api import protocol
 
         self.correlation += 1
-        self.send_raw(protocol.encode_request(body, version, self.correlation))
+        self.send_raw(protocol.encode_request(body, version, self.correlation, self.client_id))
         frame = self.recv_frame()
         if frame is None:
             raise ConnectionError("server closed the connection")

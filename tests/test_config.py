@@ -227,6 +227,8 @@ replica.fetch.min.bytes = 2
 replica.fetch.backoff.ms = 300
 replication.quota.window.num = 5
 replication.quota.window.size.seconds = 2
+quota.window.num = 4
+quota.window.size.seconds = 5
 alter.log.dirs.replication.quota.window.num = 7
 alter.log.dirs.replication.quota.window.size.seconds = 3
 replica.high.watermark.checkpoint.interval.ms = 2000
@@ -273,6 +275,7 @@ def test_every_key_is_read(tmp_path: Path) -> None:
             cfg["leader.imbalance.per.broker.percentage"]) == (30, 25)
     assert cfg["replica.high.watermark.checkpoint.interval.ms"] == 2000
     assert (cfg["replication.quota.window.num"], cfg["replication.quota.window.size.seconds"]) == (5, 2)
+    assert (cfg["quota.window.num"], cfg["quota.window.size.seconds"]) == (4, 5)
     assert (cfg["alter.log.dirs.replication.quota.window.num"],
             cfg["alter.log.dirs.replication.quota.window.size.seconds"]) == (7, 3)
     assert [cfg[f"replica.fetch.{k}"] for k in (

@@ -281,6 +281,15 @@ class Connections:
                 if not (produce and prev_produce) and pending:
                     await asyncio.wait(pending)
                     pending.clear()
+                if conn.muted_until:
+                    # A client quota throttled this client (Kafka mutes its channel):
+                    # nothing more of it is taken until the throttle time is over.
+                    wait = conn.muted_until - loop.time()
+                    conn.muted_until = 0.0
+                    if wait > 0:
+                        await asyncio.sleep(wait)
+                if produce:
+                    self.handlers.admit_produce(req, conn)
                 prev_produce = produce
                 # The handler runs up to its first await now: a Produce queues its appends
                 # on the workers here, in request order.

@@ -44,6 +44,7 @@ from ..replica.topics import TopicAdmin, TopicError, refuse_internal
 from ..storage.log_manager import LogManager
 from ..wire import LeaderAndIsrResponse, StopReplicaResponse, UpdateMetadataResponse
 from . import errors, protocol
+from .client_quotas import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, ClientQuotas
 from .record_messages import FetchAnswer, FetchPartition, ProduceAnswer, ProducedPartition
 
 log = logging.getLogger("logkeeper.handlers")
@@ -51,13 +52,20 @@ log = logging.getLogger("logkeeper.handlers")
 CLOSE = object()  # sentinel: close the connection without a response
 
 
-@dataclass(frozen=True)
+@dataclass(eq=False)
 class ConnInfo:
-    """What a handler may know about the connection a request came on."""
+    """What a handler may know about the connection a request came on. `muted_until`
+    (loop time): a client quota throttled it; no request of it is read before then."""
 
     local_host: str
     local_port: int
     peer: str
+    muted_until: float = 0.0
+
+    def mute(self, throttle_ms: int) -> None:
+        """Kafka's channel muting after a throttled answer (KIP-219)."""
+        until = asyncio.get_running_loop().time() + throttle_ms / 1000
+        self.muted_until = max(self.muted_until, until)
 
 
 _topic_error = errors.unknown_topic_code
@@ -93,6 +101,8 @@ class Handlers:
         # The topic configs (set by the app): a standalone acks=all checks the topic's
         # min.insync.replicas (daemon.replica.topic_config).
         self.topic_configs: TopicConfigs | None = None
+        # Client quotas (set by the app; daemon.api.client_quotas).
+        self.client_quotas: ClientQuotas | None = None
         self._dispatch = {
             0: self.produce, 1: self.fetch, 2: self.list_offsets, 3: self.metadata,
             4: self.leader_and_isr, 5: self.stop_replica, 6: self.update_metadata,
@@ -173,7 +183,27 @@ class Handlers:
             by_topic.setdefault(topic, []).append(produced)
         if acks == 0:
             return CLOSE if failed else None
-        return ProduceAnswer(list(by_topic.items()))
+        return ProduceAnswer(list(by_topic.items()), req.throttle_ms)
+
+    def admit_produce(self, req: protocol.Request, conn: ConnInfo) -> None:
+        """A Produce just read: its bytes count against the client's producer_byte_rate
+        now, in the order read (a pipelined request behind it waits out the throttle
+        before it is taken); the answer carries the throttle time (Kafka records the
+        whole request's size)."""
+        req.throttle_ms = self._client_throttle(PRODUCER_BYTE_RATE, req, conn, req.size)
+
+    def _client_throttle(self, key: str, req: protocol.Request, conn: ConnInfo, nbytes: int, *,
+                         keep_if_throttled: bool = True) -> int:
+        """The client quota's throttle time for these bytes (0: none); mutes `conn`."""
+        quotas = self.client_quotas
+        if quotas is None or not quotas.quotas:
+            return 0
+        throttle = quotas.throttle_ms(key, req.client_id, nbytes,
+                                      keep_if_throttled=keep_if_throttled)
+        if throttle:
+            conn.mute(throttle)
+            self.metrics.client_throttled.labels(key).inc()
+        return throttle
 
     async def append_replicated(self, p: Partition, records: bytes,
                                 timeout_ms: int) -> AppendResult:
@@ -261,6 +291,11 @@ class Handlers:
             # only sends a nonzero id by mistake; Kafka answers this code then.
             return FetchAnswer(error_code=errors.FETCH_SESSION_ID_NOT_FOUND)
         max_bytes = body.max_bytes if req.version >= 3 else 2**31 - 1
+        if body.replica_id < 0 and self.client_quotas is not None and self.client_quotas.quotas:
+            # An answer the consumer's quota could never let through is cut to what it can.
+            allowed = self.client_quotas.window_allowance(CONSUMER_BYTE_RATE, req.client_id)
+            if allowed is not None:
+                max_bytes = max(1, min(max_bytes, allowed))
         # A follower (replica_id >= 0) reads to the log end; a consumer to the HW.
         replica_id = body.replica_id if body.replica_id >= 0 else -1
         read_committed = req.version >= 4 and body.isolation_level == 1 and replica_id < 0
@@ -332,7 +367,16 @@ class Handlers:
         if throttled_bytes:
             assert quota is not None
             quota.record(throttled_bytes)
-        return FetchAnswer(topics=list(out.items()))
+        answer = FetchAnswer(topics=list(out.items()))
+        if replica_id < 0 and sent:
+            throttle = self._client_throttle(CONSUMER_BYTE_RATE, req, conn, sent,
+                                             keep_if_throttled=False)
+            if throttle:
+                # Over its quota: answered empty, the bytes not counted (Kafka's
+                # getThrottledResponse); the client asks again after the throttle.
+                answer.release()
+                return FetchAnswer(throttle_time_ms=throttle)
+        return answer
 
     def _epoch_fence(self, p: Partition, current_leader_epoch: int) -> int:
         """Kafka's leader-epoch fencing of Fetch and OffsetForLeaderEpoch: a client or

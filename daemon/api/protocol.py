@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from kafka.protocol.admin import (
+    AlterClientQuotasRequest,
+    AlterClientQuotasResponse,
     AlterConfigsRequest,
     AlterConfigsResponse,
     AlterPartitionReassignmentsRequest,
@@ -44,6 +46,8 @@ from kafka.protocol.admin import (
     DeleteTopicsResponse,
     DescribeAclsRequest,
     DescribeAclsResponse,
+    DescribeClientQuotasRequest,
+    DescribeClientQuotasResponse,
     DescribeConfigsRequest,
     DescribeConfigsResponse,
     DescribeGroupsRequest,
@@ -220,6 +224,9 @@ SUPPORTED: dict[int, Api] = {a.key: a for a in (
     # v1 may refuse a change of replication factor (KIP-860).
     _api(AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse, 0, 1),
     _api(ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse, 0, 0),
+    # Client quotas (daemon/api/client_quotas.py): client-id byte rates.
+    _api(DescribeClientQuotasRequest, DescribeClientQuotasResponse, 0, 1),
+    _api(AlterClientQuotasRequest, AlterClientQuotasResponse, 0, 1),
     # The controller's requests (docs/cluster.md): every version a ZooKeeper-mode
     # Kafka 3.x controller sends.
     _api(LeaderAndIsrRequest, LeaderAndIsrResponse, 0, 7),
@@ -236,6 +243,7 @@ class Request:
     client_id: str | None
     body: Any  # the decoded kafka.protocol request object
     size: int  # frame size, for metrics
+    throttle_ms: int = 0  # a client quota's throttle time for this request (Produce)
 
     @property
     def name(self) -> str:

@@ -3,6 +3,7 @@
 
 A change is written as Kafka's AdminZkClient.changeEntityConfig writes it: the entity's
 node (`/config/topics/<t>`, `/config/brokers/<id>` or `/config/brokers/<default>`,
+`/config/clients/<sanitized client-id>` or `/config/clients/<default>` for quotas,
 `{"version":1,"config":{...}}`) set or created, then a persistent sequential
 `/config/changes/config_change_<seq>` holding `{"version":2,"entity_path":"topics/<t>"}`.
 Every broker watches `/config/changes` (Kafka's ZkConfigManager): each notification past
@@ -36,7 +37,9 @@ from . import znodes
 log = logging.getLogger("logkeeper.configs")
 
 CHANGE_EXPIRATION_S = 15 * 60  # Kafka's ZkConfigManager changeExpirationMs
-TOPICS, BROKERS = "topics", "brokers"
+TOPICS, BROKERS, CLIENTS = "topics", "brokers", "clients"
+_PARENTS = {TOPICS: znodes.CONFIG_TOPICS, BROKERS: znodes.CONFIG_BROKERS,
+            CLIENTS: znodes.CONFIG_CLIENTS}
 
 
 def entity_path(entity_type: str, name: str) -> str:
@@ -44,6 +47,8 @@ def entity_path(entity_type: str, name: str) -> str:
         return znodes.topic_config_path(name)
     if entity_type == BROKERS:
         return znodes.broker_config_path(name)
+    if entity_type == CLIENTS:
+        return znodes.client_config_path(name)
     raise ValueError(f"unknown config entity type {entity_type!r}")
 
 
@@ -69,7 +74,7 @@ class ZkConfigStore:
         return znodes.decode_entity_config(path, data)
 
     def read_all(self, entity_type: str) -> dict[str, dict[str, str]]:
-        parent = znodes.CONFIG_TOPICS if entity_type == TOPICS else znodes.CONFIG_BROKERS
+        parent = _PARENTS[entity_type]
         try:
             names = self._wait(self.client.get_children_async(parent))
         except NoNodeError:

@@ -37,6 +37,7 @@ CONTROLLER_EPOCH = "/controller_epoch"
 CONFIG = "/config"
 CONFIG_TOPICS = "/config/topics"
 CONFIG_BROKERS = "/config/brokers"
+CONFIG_CLIENTS = "/config/clients"  # client quotas, by sanitized client-id
 CONFIG_CHANGES = "/config/changes"
 CONFIG_CHANGE_PREFIX = "config_change_"
 DEFAULT_BROKER_ENTITY = "<default>"  # Kafka's ZooKeeperInternals.DEFAULT_STRING
@@ -111,6 +112,11 @@ def topic_config_path(topic: str) -> str:
 def broker_config_path(entity: str) -> str:
     """`/config/brokers/<id>`, or `/config/brokers/<default>` for the cluster default."""
     return f"{CONFIG_BROKERS}/{entity}"
+
+
+def client_config_path(entity: str) -> str:
+    """`/config/clients/<sanitized client-id>`, or `/config/clients/<default>`."""
+    return f"{CONFIG_CLIENTS}/{entity}"
 
 
 def config_change_path(sequence: str = "") -> str:

@@ -185,6 +185,10 @@ class Metrics:
         self.messages_in = _TopicCounter(Counter(
             "kafka_server_brokertopicmetrics_messages_in", "Records appended", ["topic"],
             registry=r))
+        self.client_throttled = Counter(
+            "logkeeper_client_quota_throttled_requests",
+            "Produce and Fetch requests answered with a throttle time by a client quota, by "
+            "quota (producer_byte_rate, consumer_byte_rate)", ["quota"], registry=r)
         self.failed_produce = Counter(
             "kafka_server_brokertopicmetrics_failed_produce_requests",
             "Partition appends refused or failed, by Kafka error code", ["error"], registry=r)

@@ -113,16 +113,22 @@ class Rate:
     def measure(self, now: float) -> float:
         if not self._samples:
             return 0.0
+        elapsed = self.window(now)
+        return sum(s.value for s in self._samples) / elapsed
+
+    def window(self, now: float) -> float:
+        """The seconds the rate divides by: from the oldest sample not expired to now,
+        at least all but one whole window (Kafka's Rate.windowSize)."""
         expire = self.samples * self.window_s
         for s in self._samples:
             if now - s.start >= expire:
                 s.start, s.value = now, 0.0
-        oldest = min(s.start for s in self._samples)
+        oldest = min((s.start for s in self._samples), default=now)
         elapsed = now - oldest
         full = int(elapsed / self.window_s)
         if full < self.samples - 1:
             elapsed += (self.samples - 1 - full) * self.window_s
-        return sum(s.value for s in self._samples) / max(elapsed, 0.001)
+        return max(elapsed, 0.001)
 
 
 class ReplicationQuota:

@@ -6,6 +6,13 @@ IncrementalAlterConfigs).
     logkeeper configs describe --broker N | --broker-defaults
     logkeeper configs alter --topic T --add-config retention.ms=60000[,k=v...]
                             [--delete-config k[,k...]]
+    logkeeper configs describe --client ID | --client-defaults
+    logkeeper configs alter --client ID | --client-defaults
+                            --add-config producer_byte_rate=1048576[,consumer_byte_rate=...]
+
+Client quotas (`--client`, a client-id, or `--client-defaults`) go through
+DescribeClientQuotas and AlterClientQuotas, to any broker, as kafka-configs.sh
+`--entity-type clients` does; each broker enforces them on its own traffic.
 
 The broker asked is `--bootstrap-server`, else the listener of the daemon on this host
 (`--config FILE`, or the embedded defaults). A `--broker N` request goes to broker N
@@ -26,6 +33,10 @@ import sys
 from typing import Any
 
 from kafka.protocol.admin import (
+    AlterClientQuotasRequest,
+    AlterClientQuotasResponse,
+    DescribeClientQuotasRequest,
+    DescribeClientQuotasResponse,
     DescribeConfigsRequest,
     DescribeConfigsResponse,
     IncrementalAlterConfigsRequest,
@@ -75,7 +86,47 @@ def parse_add_config(text: str) -> dict[str, str]:
     return out
 
 
+CLIENT = -1  # not a ConfigResource type: client quotas have their own APIs
+MATCH_EXACT, MATCH_DEFAULT = 0, 1
+
+
+def describe_client(bootstrap: str, client: str | None) -> dict[str, float]:
+    """A client-id's quotas (None: the default client-id's)."""
+    C = DescribeClientQuotasRequest.ComponentData
+    with connect_any(bootstrap) as conn:
+        resp = conn.call(DescribeClientQuotasRequest(components=[C(
+            entity_type="client-id", match_type=MATCH_DEFAULT if client is None else MATCH_EXACT,
+            match=client)], strict=True), DescribeClientQuotasResponse, lo=0, hi=1)
+    if resp.error_code:
+        raise Refused(resp.error_code, resp.error_message)
+    return {v.key: v.value for e in resp.entries or [] for v in e.values}
+
+
+def alter_client(bootstrap: str, client: str | None, add: dict[str, str], delete: list[str]) -> None:
+    E = AlterClientQuotasRequest.EntryData
+    ops = []
+    for k, v in add.items():
+        try:
+            value = float(v)
+        except ValueError:
+            raise ValueError(f"--add-config {k}={v}: a quota is a number of bytes per "
+                             "second") from None
+        ops.append(E.OpData(key=k, value=value, remove=False))
+    ops += [E.OpData(key=k, value=0.0, remove=True) for k in delete]
+    with connect_any(bootstrap) as conn:
+        resp = conn.call(AlterClientQuotasRequest(entries=[E(
+            entity=[E.EntityData(entity_type="client-id", entity_name=client)], ops=ops)],
+            validate_only=False), AlterClientQuotasResponse, lo=0, hi=1)
+    [res] = resp.entries
+    if res.error_code:
+        raise Refused(res.error_code, res.error_message)
+
+
 def _resource(args: argparse.Namespace) -> tuple[int, str]:
+    if getattr(args, "client", None) is not None:
+        return CLIENT, args.client
+    if getattr(args, "client_defaults", False):
+        return CLIENT, ""
     if args.topic is not None:
         return TOPIC, args.topic
     if args.broker is not None:
@@ -125,6 +176,8 @@ def alter(bootstrap: str, rtype: int, name: str, add: dict[str, str], delete: li
 def _what(rtype: int, name: str) -> str:
     if rtype == TOPIC:
         return f"topic {name}"
+    if rtype == CLIENT:
+        return f"client-id {name}" if name else "the default client-id"
     return f"broker {name}" if name else "default brokers"
 
 
@@ -151,6 +204,10 @@ def _parser() -> argparse.ArgumentParser:
         what.add_argument("--broker", type=int, help="a broker id (its dynamic configs)")
         what.add_argument("--broker-defaults", action="store_true",
                           help="the cluster-wide dynamic broker defaults")
+        what.add_argument("--client", metavar="ID",
+                          help="a client-id's quotas (producer_byte_rate, consumer_byte_rate)")
+        what.add_argument("--client-defaults", action="store_true",
+                          help="the quotas of every client-id without its own")
         if action == "describe":
             s.add_argument("--all", action="store_true",
                            help="every config with the value that applies, not only those set")
@@ -171,6 +228,23 @@ def main(argv: list[str]) -> int:
     rtype, name = _resource(args)
     try:
         bootstrap = bootstrap_of(args)
+        if rtype == CLIENT:
+            client = name or None
+            if args.action == "describe":
+                quotas = describe_client(bootstrap, client)
+                shown = ", ".join(f"{k}={v}" for k, v in sorted(quotas.items()))
+                print(f"Quota configs for {_what(rtype, name)} are {shown}" if quotas
+                      else f"No quota configs for {_what(rtype, name)}")
+                return 0
+            add = parse_add_config(args.add_config) if args.add_config else {}
+            delete = [k.strip() for k in args.delete_config.split(",") if k.strip()]
+            if not add and not delete:
+                print("logkeeper configs: alter needs --add-config or --delete-config",
+                      file=sys.stderr)
+                return 2
+            alter_client(bootstrap, client, add, delete)
+            print(f"Completed updating config for {_what(rtype, name)}.")
+            return 0
         if args.action == "describe":
             entries = describe(bootstrap, rtype, name)
             print(json.dumps(entries, indent=2) if args.json
