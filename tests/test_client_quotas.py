@@ -260,3 +260,30 @@ def test_client_ids_are_sanitized_as_kafka_does(client: str) -> None:
 
     assert desanitize(sanitize(client)) == client
     assert sanitize("my app*") == "my%20app%2A" and sanitize("a.b_c-d") == "a.b_c-d"
+
+
+def test_the_throttle_time_is_kafkas_and_idle_client_ids_are_forgotten() -> None:
+    """Without a broker, on a fake clock: a client-id's own quota, else the default's;
+    Kafka's (observed - quota) / quota x window; a throttled Fetch's bytes taken back
+    out; the largest answer one window allows; a rate unused for an hour dropped."""
+    from daemon.api.client_quotas import CONSUMER_BYTE_RATE, DEFAULT, PRODUCER_BYTE_RATE, ClientQuotas
+
+    now = [1000.0]
+    q = ClientQuotas(samples=3, window_s=1.0, clock=lambda: now[0])
+    q.load({"a": {PRODUCER_BYTE_RATE: "1000"}, DEFAULT: {PRODUCER_BYTE_RATE: "500",
+                                                        CONSUMER_BYTE_RATE: "100"}})
+    assert (q.bound(PRODUCER_BYTE_RATE, "a"), q.bound(PRODUCER_BYTE_RATE, "b")) == (1000, 500)
+    assert q.throttle_ms(PRODUCER_BYTE_RATE, "a", 1500) == 0  # 1,500 B over 2 s: 750 B/s
+    # 3,000 B over 2 s: 1,500 B/s against 1,000: (1500 - 1000) / 1000 x 2 s = 1 s.
+    assert q.throttle_ms(PRODUCER_BYTE_RATE, "a", 1500) == 1000
+    assert q.throttle_ms(PRODUCER_BYTE_RATE, "b", 1500) == 1000  # the default: 750 vs 500
+    assert q.window_allowance(CONSUMER_BYTE_RATE, "x") == 200
+    assert q.throttle_ms(CONSUMER_BYTE_RATE, "x", 300, keep_if_throttled=False) == 1000
+    assert q.throttle_ms(CONSUMER_BYTE_RATE, "x", 200) == 0  # the 300 were taken back out
+    q.set(DEFAULT, {})
+    assert q.throttle_ms(PRODUCER_BYTE_RATE, "b", 10**9) == 0 and q.window_allowance(
+        CONSUMER_BYTE_RATE, "x") is None
+    assert ("producer_byte_rate", "a") in q._rates
+    now[0] += 2 * 3600
+    q.throttle_ms(PRODUCER_BYTE_RATE, "a", 1)
+    assert set(q._rates) == {("producer_byte_rate", "a")}  # b's and x's went, a's is new

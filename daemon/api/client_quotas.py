@@ -48,6 +48,9 @@ CLIENT_ID = "client-id"
 DEFAULT = "<default>"  # Kafka's ZooKeeperInternals.DEFAULT_STRING: the default entity
 MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED = 0, 1, 2
 _UNSAFE = re.compile(rb"[^A-Za-z0-9._\-]")
+# A client-id's rate not recorded to for this long is dropped (Kafka's
+# InactiveSensorExpirationTimeSeconds): a default quota meets every client-id there is.
+INACTIVE_S = 3600.0
 
 
 def sanitize(client_id: str) -> str:
@@ -113,6 +116,8 @@ class ClientQuotas:
         self.clock = clock
         self.quotas: dict[str, dict[str, str]] = {}  # client-id or DEFAULT -> key -> value
         self._rates: dict[tuple[str, str], Rate] = {}  # (key, client-id) -> its rate
+        self._used: dict[tuple[str, str], float] = {}  # when each rate was last recorded to
+        self._next_purge = clock() + INACTIVE_S
 
     def load(self, quotas: Mapping[str, Mapping[str, str]]) -> None:
         self.quotas = {c: dict(q) for c, q in quotas.items() if q}
@@ -152,10 +157,13 @@ class ClientQuotas:
         bound = self.bound(key, cid)
         if bound is None:
             return 0
+        now = self.clock()
+        if now >= self._next_purge:
+            self._purge(now)
         rate = self._rates.get((key, cid))
         if rate is None:
             rate = self._rates[(key, cid)] = Rate(self.samples, self.window_s)
-        now = self.clock()
+        self._used[(key, cid)] = now
         rate.record(nbytes, now)
         observed = rate.measure(now)
         if observed <= bound:
@@ -163,6 +171,11 @@ class ClientQuotas:
         if not keep_if_throttled:
             rate.record(-nbytes, now)
         return round((observed - bound) / bound * rate.window(now) * 1000)
+
+    def _purge(self, now: float) -> None:
+        for k in [k for k, used in self._used.items() if now - used > INACTIVE_S]:
+            del self._used[k], self._rates[k]
+        self._next_purge = now + INACTIVE_S
 
     def describe(self, components: Any, strict: bool) -> list[tuple[str, dict[str, str]]]:
         """(client-id or DEFAULT, quotas) matching DescribeClientQuotas' filter."""
