@@ -345,15 +345,10 @@ class Server:
             await asyncio.to_thread(zk.watch, asyncio.get_running_loop(), self._on_config_change)
             topics = await asyncio.to_thread(zk.read_all, TOPICS)
             brokers = await asyncio.to_thread(zk.read_all, BROKERS)
-        except Exception as err:  # noqa: BLE001 - retried at the next registration
-            log.warning("loading topic and broker configs from ZooKeeper failed (%s: %s)",
-                        type(err).__name__, err)
-            return
-        try:
             clients = await asyncio.to_thread(zk.read_all, CLIENTS)
-        except Exception as err:  # noqa: BLE001 - as above
-            log.warning("loading client quotas from ZooKeeper failed (%s: %s)",
-                        type(err).__name__, err)
+        except Exception as err:  # noqa: BLE001 - retried at the next registration
+            log.warning("loading topic, broker and client configs from ZooKeeper failed "
+                        "(%s: %s)", type(err).__name__, err)
             return
         self.topic_configs.load(topics, brokers)
         self.client_quotas.load({desanitize(c): q for c, q in clients.items()})
