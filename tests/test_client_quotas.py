@@ -102,6 +102,11 @@ def test_a_client_over_its_produce_quota_is_throttled_and_others_are_not(tmp_pat
         shown = cli("configs", "describe", "--bootstrap-server", d.bootstrap, "--client", "metered")
         assert shown.stdout.strip() == \
             f"Quota configs for client-id metered are producer_byte_rate={RATE:.1f}"
+        shown = cli("configs", "describe", "--bootstrap-server", d.bootstrap, "--client", "metered",
+                    "--json")
+        assert json.loads(shown.stdout) == {"producer_byte_rate": RATE}
+        shown = cli("configs", "describe", "--bootstrap-server", d.bootstrap, "--client-defaults")
+        assert shown.stdout.strip() == "No quota configs for the default client-id"
 
         free, metered = RawClient(d.port, client_id="free"), RawClient(d.port, client_id="metered")
         try:

@@ -228,24 +228,14 @@ def main(argv: list[str]) -> int:
     rtype, name = _resource(args)
     try:
         bootstrap = bootstrap_of(args)
-        if rtype == CLIENT:
-            client = name or None
-            if args.action == "describe":
-                quotas = describe_client(bootstrap, client)
+        if args.action == "describe":
+            if rtype == CLIENT:
+                quotas = describe_client(bootstrap, name or None)
                 shown = ", ".join(f"{k}={v}" for k, v in sorted(quotas.items()))
-                print(f"Quota configs for {_what(rtype, name)} are {shown}" if quotas
+                print(json.dumps(quotas, sort_keys=True) if args.json else
+                      f"Quota configs for {_what(rtype, name)} are {shown}" if quotas
                       else f"No quota configs for {_what(rtype, name)}")
                 return 0
-            add = parse_add_config(args.add_config) if args.add_config else {}
-            delete = [k.strip() for k in args.delete_config.split(",") if k.strip()]
-            if not add and not delete:
-                print("logkeeper configs: alter needs --add-config or --delete-config",
-                      file=sys.stderr)
-                return 2
-            alter_client(bootstrap, client, add, delete)
-            print(f"Completed updating config for {_what(rtype, name)}.")
-            return 0
-        if args.action == "describe":
             entries = describe(bootstrap, rtype, name)
             print(json.dumps(entries, indent=2) if args.json
                   else render(entries, rtype, name, args.all))
@@ -256,7 +246,10 @@ def main(argv: list[str]) -> int:
             print("logkeeper configs: alter needs --add-config or --delete-config",
                   file=sys.stderr)
             return 2
-        alter(bootstrap, rtype, name, add, delete)
+        if rtype == CLIENT:
+            alter_client(bootstrap, name or None, add, delete)
+        else:
+            alter(bootstrap, rtype, name, add, delete)
     except Refused as err:
         print(f"logkeeper configs: {_what(rtype, name)}: {err}; nothing changed",
               file=sys.stderr)
