@@ -3,9 +3,9 @@ broker keeps and enforces them (Kafka's ClientQuotaManager, KIP-13 and KIP-219;
 docs/cluster.md "Client quotas"), and the two APIs that set and show them,
 DescribeClientQuotas (48) and AlterClientQuotas (49).
 
-Quotas are per broker, as Kafka's: `producer_byte_rate` bounds the record bytes a
-client-id's Produce requests bring this broker per second, `consumer_byte_rate` the record
-bytes its consumer Fetches take. A client-id's own quota applies, else the `<default>`
+Quotas are per broker, as Kafka's: `producer_byte_rate` bounds the bytes per second of a
+client-id's Produce requests to this broker (their whole size, as Kafka counts them),
+`consumer_byte_rate` the record bytes its consumer Fetches take. A client-id's own quota applies, else the `<default>`
 client-id's, else none. A request that takes the client over its quota is still answered
 (a Produce has been written; a Fetch is answered empty, its bytes not counted, as
 Kafka's), with `throttle_time_ms` set to how long the rate needs to come back within the
