@@ -87,7 +87,13 @@ class Cluster:
         self.zk.close()
 
     def __enter__(self) -> Cluster:
-        return self.start()
+        try:
+            return self.start()
+        except BaseException:
+            # A broker that failed to start: `__exit__` is not called then, and the
+            # brokers already up and the ZooKeeper server would be left running.
+            self.close()
+            raise
 
     def __exit__(self, *exc: object) -> None:
         self.close()

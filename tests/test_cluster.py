@@ -16,6 +16,7 @@ from pathlib import Path
 
 import confluent_kafka as ck
 import confluent_kafka.admin as ck_admin
+import pytest
 from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.protocol.consumer import FetchRequest
 from kafka.protocol.producer import InitProducerIdRequest
@@ -513,3 +514,17 @@ def test_every_broker_names_the_cluster_id_zookeeper_holds_and_producer_ids_are_
             assert "cluster.id" in str(err) and cid in str(err)
         else:
             raise AssertionError("a broker with another cluster's dir started")
+
+
+def test_a_cluster_whose_broker_cannot_start_leaves_nothing_running(tmp_path: Path) -> None:
+    """The harness's own clean-up: a broker that exits during start-up (a bad config)
+    fails the `with` at once, and the ZooKeeper server and the brokers already up are
+    stopped, not left running for the rest of the suite."""
+    cl = Cluster(tmp_path, brokers=2, dirs=1, extra={"num.partitions": 0})
+    zk = cl.zk.proc
+    assert zk is not None and zk.poll() is None
+    with pytest.raises(RuntimeError, match="during start-up"):
+        with cl:
+            pass
+    assert zk.wait(10) is not None
+    assert all(d.proc is None or d.proc.poll() is not None for d in cl.brokers.values())
