@@ -5,14 +5,15 @@ DescribeClientQuotas (48) and AlterClientQuotas (49).
 
 Quotas are per broker, as Kafka's: `producer_byte_rate` bounds the bytes per second of a
 client-id's Produce requests to this broker (their whole size, as Kafka counts them),
-`consumer_byte_rate` the record bytes its consumer Fetches take. A client-id's own quota applies, else the `<default>`
-client-id's, else none. A request that takes the client over its quota is still answered
-(a Produce has been written; a Fetch is answered empty, its bytes not counted, as
-Kafka's), with `throttle_time_ms` set to how long the rate needs to come back within the
-quota, (observed - quota) / quota x the rate's window; the connection then reads nothing
-more from the client for that long (Kafka mutes the channel). The rate is the one of the
-replication throttles (daemon.replica.quota.Rate) over `quota.window.num` samples of
-`quota.window.size.seconds`. A follower's fetches are never client-throttled.
+`consumer_byte_rate` the record bytes its consumer Fetches take. A client-id's own quota
+applies, else the `<default>` client-id's, else none. A request that takes the client
+over its quota is still answered (a Produce has been written; a Fetch is answered empty,
+its bytes not counted, as Kafka's), with `throttle_time_ms` set to how long the rate
+needs to come back within the quota, (observed - quota) / quota x the rate's window; the
+connection then reads nothing more from the client for that long (Kafka mutes the
+channel). The rate is the one of the replication throttles (daemon.replica.quota.Rate)
+over `quota.window.num` samples of `quota.window.size.seconds`. A follower's fetches are
+never client-throttled.
 
 Stored where Kafka stores them: with ZooKeeper `/config/clients/<client-id>` (the id
 sanitized as Kafka's Sanitizer does, `<default>` for the default) with a `/config/changes`
