@@ -43,13 +43,10 @@ _PARENTS = {TOPICS: znodes.CONFIG_TOPICS, BROKERS: znodes.CONFIG_BROKERS,
 
 
 def entity_path(entity_type: str, name: str) -> str:
-    if entity_type == TOPICS:
-        return znodes.topic_config_path(name)
-    if entity_type == BROKERS:
-        return znodes.broker_config_path(name)
-    if entity_type == CLIENTS:
-        return znodes.client_config_path(name)
-    raise ValueError(f"unknown config entity type {entity_type!r}")
+    parent = _PARENTS.get(entity_type)
+    if parent is None:
+        raise ValueError(f"unknown config entity type {entity_type!r}")
+    return f"{parent}/{name}"
 
 
 class ZkConfigStore:

@@ -114,11 +114,6 @@ def broker_config_path(entity: str) -> str:
     return f"{CONFIG_BROKERS}/{entity}"
 
 
-def client_config_path(entity: str) -> str:
-    """`/config/clients/<sanitized client-id>`, or `/config/clients/<default>`."""
-    return f"{CONFIG_CLIENTS}/{entity}"
-
-
 def config_change_path(sequence: str = "") -> str:
     """With no sequence: the prefix to create a sequential node with."""
     return f"{CONFIG_CHANGES}/{CONFIG_CHANGE_PREFIX}{sequence}"

@@ -190,14 +190,13 @@ UNSUPPORTED_TOPIC_CONFIGS = frozenset({
 # DynamicBrokerConfig.AllDynamicConfigs: the log defaults of the topic configs above,
 # and the replication throttles' rates and the replica moves' one, which exist only as
 # dynamic configs).
+# Dynamic broker keys that are no topic config's synonym and no key of the config file.
+DYNAMIC_ONLY_BROKER_KEYS = (quota.LEADER_RATE, quota.FOLLOWER_RATE, quota.ALTER_LOG_DIRS_RATE)
 DYNAMIC_BROKER_KEYS: dict[str, TopicKey] = {
     syn: k for k in TOPIC_CONFIGS.values() for syn, _ in k.synonyms}
 DYNAMIC_BROKER_KEYS.update({name: TopicKey(name, TYPE_LONG, ((name, 1),), _int_key(0, _LONG_MAX),
                                            quota.UNBOUNDED, None)
-                            for name in (quota.LEADER_RATE, quota.FOLLOWER_RATE,
-                                         quota.ALTER_LOG_DIRS_RATE)})
-# Dynamic broker keys that are no topic config's synonym and no key of the config file.
-DYNAMIC_ONLY_BROKER_KEYS = (quota.LEADER_RATE, quota.FOLLOWER_RATE, quota.ALTER_LOG_DIRS_RATE)
+                            for name in DYNAMIC_ONLY_BROKER_KEYS})
 _BROKER_UNITS = {syn: unit for k in TOPIC_CONFIGS.values() for syn, unit in k.synonyms}
 
 
@@ -496,6 +495,11 @@ class TopicConfigs:
         """Point the replication throttles at what the configs now say."""
         if self.quotas is not None:
             self.quotas.configure(self.topics, self.broker_value)
+
+    def dynamic_brokers(self) -> dict[str, dict[str, str]]:
+        """The dynamic broker configs this broker keeps: the default's and its own."""
+        return {DEFAULT_BROKER: dict(self.layers.dynamic_default),
+                str(self.static.broker_id): dict(self.layers.dynamic)}
 
     def broker_dynamic(self, entity: str) -> dict[str, str]:
         layer = self.layers.dynamic_default if entity == DEFAULT_BROKER else self.layers.dynamic
