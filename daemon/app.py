@@ -70,7 +70,7 @@ from .replica.manager import ReplicaManager
 from .replica.moves import ReplicaMoves
 from .replica.producer_ids import ProducerIds
 from .replica.quota import ReplicationQuotas
-from .replica.topic_config import DEFAULT_BROKER, TopicConfigs
+from .replica.topic_config import TopicConfigs
 from .replica.topics import TopicAdmin, TopicError
 from .storage.cleaner import LogCleanerService
 from .storage.config_store import FileConfigStore
@@ -377,9 +377,8 @@ class Server:
     async def _store_client_quotas(self, client: str, quotas: dict[str, str]) -> None:
         """Keep a client-id's quotas where Kafka keeps them (or the dirs' config file)."""
         if self.config_files is not None:
-            brokers = {b: self.topic_configs.broker_dynamic(b)
-                       for b in (DEFAULT_BROKER, str(self.config.broker_id))}
-            await self.config_files.write(self.topic_configs.topics, brokers,
+            await self.config_files.write(self.topic_configs.topics,
+                                          self.topic_configs.dynamic_brokers(),
                                           {**self.config_files.clients, client: quotas})
             return
         if self.config_zk is None:

@@ -248,8 +248,7 @@ class ConfigApis:
 
     def _brokers_with(self, entity: str | None = None,
                       new: dict[str, str] | None = None) -> dict[str, dict[str, str]]:
-        out = {tc.DEFAULT_BROKER: self.configs.broker_dynamic(tc.DEFAULT_BROKER),
-               str(self.broker_id): self.configs.broker_dynamic(str(self.broker_id))}
+        out = self.configs.dynamic_brokers()
         if entity is not None and new is not None:
             out[entity] = new
         return out

@@ -35,7 +35,7 @@ from ..storage.config_store import FileConfigStore
 from ..storage.workers import ManagedDir
 from .manager import ReplicaManager
 from .partition import Partition
-from .topic_config import DEFAULT_BROKER, ConfigValueError, TopicConfigs, validate_topic_configs
+from .topic_config import ConfigValueError, TopicConfigs, validate_topic_configs
 
 log = logging.getLogger("logkeeper.broker")
 
@@ -227,8 +227,7 @@ class TopicAdmin:
         tcs = self.topic_configs
         if self.config_store is None or tcs is None:
             return
-        await self.config_store.write(tcs.topics, {
-            b: tcs.broker_dynamic(b) for b in (DEFAULT_BROKER, str(self.config.broker_id))})
+        await self.config_store.write(tcs.topics, tcs.dynamic_brokers())
 
 
 def _collision(topic: str, existing: Iterable[str]) -> str | None:
