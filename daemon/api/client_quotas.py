@@ -116,12 +116,14 @@ class ClientQuotas:
         self.window_s = window_s
         self.clock = clock
         self.quotas: dict[str, dict[str, str]] = {}  # client-id or DEFAULT -> key -> value
+        self._bounds: dict[tuple[str, str], float] = {}  # (client-id or DEFAULT, key) -> B/s
         self._rates: dict[tuple[str, str], Rate] = {}  # (key, client-id) -> its rate
         self._used: dict[tuple[str, str], float] = {}  # when each rate was last recorded to
         self._next_purge = clock() + INACTIVE_S
 
     def load(self, quotas: Mapping[str, Mapping[str, str]]) -> None:
         self.quotas = {c: dict(q) for c, q in quotas.items() if q}
+        self._parse_bounds()
 
     def set(self, client: str, quotas: Mapping[str, str]) -> None:
         """`client`'s quotas are now `quotas` (a notification, or our own change)."""
@@ -129,18 +131,25 @@ class ClientQuotas:
             self.quotas[client] = dict(quotas)
         else:
             self.quotas.pop(client, None)
+        self._parse_bounds()
         log.info("client quotas of %s: %s", "the default client-id" if client == DEFAULT
                  else f"client-id {client!r}", dict(quotas) or "none")
 
-    def bound(self, key: str, client_id: str) -> float | None:
-        for entity in (client_id, DEFAULT):
-            text = self.quotas.get(entity, {}).get(key)
-            if text is not None:
+    def _parse_bounds(self) -> None:
+        """The stored values as numbers, once per change, not once per request."""
+        bounds = {}
+        for entity, quotas in self.quotas.items():
+            for key, text in quotas.items():
                 try:
-                    return float(text)
+                    bounds[(entity, key)] = float(text)
                 except ValueError:  # stored by hand: not ours to guess
-                    log.warning("client quota %s of %s is not a number: %r", key, entity, text)
-        return None
+                    log.warning("client quota %s of %s is not a number: %r; not applied",
+                                key, entity, text)
+        self._bounds = bounds
+
+    def bound(self, key: str, client_id: str) -> float | None:
+        found = self._bounds.get((client_id, key))
+        return found if found is not None else self._bounds.get((DEFAULT, key))
 
     def window_allowance(self, key: str, client_id: str | None) -> int | None:
         """The most bytes one answer may carry without being throttled for them alone
