@@ -207,11 +207,11 @@ def ongoing(bootstrap: str, *, timeout_ms: int = DEFAULT_TIMEOUT_MS,
             for t in resp.topics for p in t.partitions}
 
 
-def verify(bootstrap: str, plan: Plan) -> tuple[bool, bool, list[str]]:
-    """(all complete, any still in progress, a line per partition), as
+def verify(bootstrap: str, plan: Plan) -> tuple[bool, bool, list[str], list[int]]:
+    """(all complete, any still in progress, a line per partition, the live brokers), as
     kafka-reassign-partitions.sh --verify."""
     running = ongoing(bootstrap)
-    current, _ = current_assignment(bootstrap, sorted({t for t, _ in plan}))
+    current, live = current_assignment(bootstrap, sorted({t for t, _ in plan}))
     lines, done, in_progress = [], True, False
     for tp, target in sorted(plan.items()):
         name = f"{tp[0]}-{tp[1]}"
@@ -227,7 +227,7 @@ def verify(bootstrap: str, plan: Plan) -> tuple[bool, bool, list[str]]:
                          f"set is {_ids(current[tp])} rather than {_ids(target)}.")
         else:
             lines.append(f"Reassignment of partition {name} is completed.")
-    return done, in_progress, lines
+    return done, in_progress, lines, live
 
 
 # ---- throttles ----
@@ -273,12 +273,11 @@ def set_throttles(bootstrap: str, moves: Moves, rate: int) -> None:
                       {quota.LEADER_RATE: str(rate), quota.FOLLOWER_RATE: str(rate)}, [])
 
 
-def clear_throttles(bootstrap: str, plan: Plan) -> list[str]:
-    """Kafka's clearAllThrottles: the rates off every broker of the cluster (and of the
-    plan), the throttled replicas off the plan's topics. What it did, as lines."""
-    with connect_any(bootstrap) as conn:
-        live = {b.node_id for b in metadata(conn, []).brokers}
-    brokers = sorted(live | {b for target in plan.values() for b in target})
+def clear_throttles(bootstrap: str, plan: Plan, live: list[int]) -> list[str]:
+    """Kafka's clearAllThrottles: the rates off every broker of the cluster (`live`; those
+    of the plan not running are named, their znodes kept), the throttled replicas off the
+    plan's topics. What it did, as lines."""
+    brokers = sorted(set(live) | {b for target in plan.values() for b in target})
     topics = sorted({t for t, _ in plan})
     lines = [f"Clearing broker-level throttles on broker{'s' * (len(brokers) != 1)} "
              f"{_ids(brokers)}"]
@@ -394,11 +393,11 @@ def _run(args: argparse.Namespace, bootstrap: str) -> int:
         raise PlanError("--execute, --verify and --cancel need --reassignment-json-file")
     plan = read_plan(args.reassignment_json_file)
     if args.verify:
-        done, in_progress, lines = verify(bootstrap, plan)
+        done, in_progress, lines, live = verify(bootstrap, plan)
         print("Status of partition reassignment:")
         print("\n".join(lines))
         if not in_progress and not args.preserve_throttles:
-            print("\n".join(clear_throttles(bootstrap, plan)))
+            print("\n".join(clear_throttles(bootstrap, plan, live)))
         return 0 if done else 1
     if args.execute:
         running = ongoing(bootstrap, timeout_ms=args.timeout_ms)
