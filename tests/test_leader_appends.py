@@ -59,14 +59,20 @@ async def one_partition(root: Path, isr: Any = None) -> AsyncIterator[
         await storage.stop()
 
 
+async def _lead_at_12_with_a_first_record(storage: Any, d: Any, lg: Log, leadership: Any,
+                                          replicas: Any, p: Partition) -> None:
+    """Broker 1 leads at epoch 12 (started on the worker, applied on the loop) and has
+    appended one record."""
+    await storage.run(d, lg.start_leader_epoch, 12)
+    leadership.apply(_leader_and_isr(1, 12))
+    assert (await replicas.append([(p, build_batch([Record(b"k", b"first")]))]))[0].error == NONE
+
+
 def test_a_batch_queued_as_leader_keeps_its_epoch_when_leadership_moves_before_it_lands(
         tmp_path: Path) -> None:
     async def main() -> None:
         async with one_partition(tmp_path) as (storage, d, lg, leadership, replicas, p):
-            await storage.run(d, lg.start_leader_epoch, 12)
-            leadership.apply(_leader_and_isr(1, 12))
-            assert (await replicas.append([(p, build_batch([Record(b"k", b"first")]))]))[0] \
-                .error == NONE
+            await _lead_at_12_with_a_first_record(storage, d, lg, leadership, replicas, p)
 
             gate = threading.Event()
             busy = asyncio.ensure_future(storage.run(d, gate.wait, 10))  # the worker is busy
@@ -114,10 +120,7 @@ def test_an_append_stamped_before_the_same_leaders_next_epoch_is_refused_not_wri
     with 6, nothing written; asked again, it lands under 13."""
     async def main() -> None:
         async with one_partition(tmp_path) as (storage, d, lg, leadership, replicas, p):
-            await storage.run(d, lg.start_leader_epoch, 12)
-            leadership.apply(_leader_and_isr(1, 12))
-            assert (await replicas.append([(p, build_batch([Record(b"k", b"first")]))]))[0] \
-                .error == NONE
+            await _lead_at_12_with_a_first_record(storage, d, lg, leadership, replicas, p)
 
             [result] = await _append_behind_next_epoch(
                 storage, d, lg, leadership, replicas, p, build_batch([Record(b"k", b"second")]), 13)
