@@ -76,15 +76,19 @@ class Cluster:
         return "\n".join(out)
 
     def close(self) -> None:
-        for d in self.brokers.values():
-            if d.proc is not None and d.proc.poll() is None:
+        """Stop every broker, then the ZooKeeper server, even when a stop raises."""
+        try:
+            for d in self.brokers.values():
                 try:
-                    d.proc.send_signal(signal.SIGCONT)
-                    d.stop()
-                except RuntimeError:
+                    if d.proc is not None and d.proc.poll() is None:
+                        d.proc.send_signal(signal.SIGCONT)
+                        d.stop()
+                except (RuntimeError, OSError):
                     pass
-            d.kill()
-        self.zk.close()
+                finally:
+                    d.kill()
+        finally:
+            self.zk.close()
 
     def __enter__(self) -> Cluster:
         try:
