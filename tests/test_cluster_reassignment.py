@@ -365,7 +365,8 @@ def test_the_command_refuses_a_bad_reassignment_file_before_asking_anyone(tmp_pa
             ({"version": 1}, 'needs a non-empty "partitions" list'),
             ({"partitions": [{**one, "replicas": []}]}, 'needs "replicas"'),
             ({"partitions": [{**one, "partition": -1}]}, 'needs a "partition" number'),
-            ({"partitions": [{**one, "log_dirs": ["/srv/d1", "any"]}]}, '"log_dirs" other than "any"'),
+            ({"partitions": [{**one, "log_dirs": ["d1", "any"]}]}, 'is "any" or the absolute path'),
+            ({"partitions": [{**one, "log_dirs": [1, "any"]}]}, "(got 1)"),
             ({"partitions": [{**one, "log_dirs": ["any"]}]}, "one entry per replica"),
             ({"partitions": [one, one]}, "t-0 is named twice")):
         got = run(doc)
@@ -559,3 +560,108 @@ def test_each_side_of_a_throttle_holds_a_new_replica_back_alone(tmp_path: Path) 
                 "follower.replication.throttled.replicas")
         shown = cli("configs", "describe", "--bootstrap-server", boot, "--topic", "rs")
         assert "throttled" not in shown.stdout, shown.stdout
+
+
+def _dirs_holding(cl: Cluster, broker: int, topic: str, partition: int) -> list[str]:
+    """The log dirs of `broker` with a directory of the partition, its copies included."""
+    return sorted(str(ld) for ld in cl.brokers[broker].log_dirs
+                  for d in ld.glob(f"{topic}-{partition}*")
+                  if d.name == f"{topic}-{partition}" or d.name.endswith("-future"))
+
+
+def test_log_dirs_in_the_reassignment_file_put_each_replica_on_the_disk_named(
+        tmp_path: Path) -> None:
+    """Kafka's `log_dirs` in a reassignment file (KIP-113): ld-0 moves from [1, 2] to
+    [1, 3] with broker 1's replica to its other disk and broker 3's new replica on its
+    second disk; ld-1 keeps its brokers and only broker 1's replica changes disk.
+    --execute starts the reassignment, then AlterReplicaLogDirs to each broker named,
+    retried until broker 3 holds ld-0: broker 3 remembered the dir and created the
+    replica there (it never had it elsewhere: no move on broker 3), while broker 1's
+    replicas were moved. --replica-alter-log-dirs-throttle sets the rate on the brokers
+    with moves, --verify says each replica's move completed and then removes it.
+
+    Then a move held back by a low rate (64 KiB/s, 2 MiB to copy) is listed by --verify
+    as still in progress and --cancel keeps the replica where it is: the copy goes and
+    --verify says the replica is not being moved. A dir that is not one of the broker's
+    fails the command with Kafka's error and changes nothing."""
+    extra = {"alter.log.dirs.replication.quota.window.num": 3}
+    with Cluster(tmp_path, dirs=2, extra=extra) as cl:
+        create(cl, "ld", 2, min_isr=1, assignment=[[1, 2], [2, 1]])
+        fill(cl.brokers[1].port, "ld", 0, 10, b"ld0")  # 2 MiB
+        fill(cl.brokers[2].port, "ld", 1, 5, b"ld1")
+        d1, d3 = cl.brokers[1].log_dirs, cl.brokers[3].log_dirs
+        [ld0_on_1] = _dirs_holding(cl, 1, "ld", 0)
+        [ld1_on_1] = _dirs_holding(cl, 1, "ld", 1)
+        to_1 = {p: next(str(d) for d in d1 if str(d) != now)
+                for p, now in ((0, ld0_on_1), (1, ld1_on_1))}
+        plan = tmp_path / "dirs.json"
+        plan.write_text(json.dumps({"version": 1, "partitions": [
+            {"topic": "ld", "partition": 0, "replicas": [1, 3], "log_dirs": [to_1[0], str(d3[1])]},
+            {"topic": "ld", "partition": 1, "replicas": [2, 1], "log_dirs": ["any", to_1[1]]}]}))
+        boot = cl.brokers[2].bootstrap
+        run = cli("reassign-partitions", "--bootstrap-server", boot, "--reassignment-json-file",
+                  str(plan), "--execute", "--replica-alter-log-dirs-throttle", "50000000")
+        assert run.returncode == 0, run.stderr
+        assert "The replica-alter-dir throttle limit was set to 50000000 B/s" in run.stdout
+        for b, d, tp in ((1, to_1[0], "ld-0"), (1, to_1[1], "ld-1"), (3, str(d3[1]), "ld-0")):
+            assert (f"Successfully started moving log directory to {d} for replica {tp} with "
+                    f"broker {b} ") in run.stdout, run.stdout
+        for b in (1, 3):
+            assert _config_znode(cl, f"/config/brokers/{b}") == {
+                "replica.alter.log.dirs.io.max.bytes.per.second": "50000000"}
+
+        def verified() -> bool:
+            v = cli("reassign-partitions", "--bootstrap-server", boot,
+                    "--reassignment-json-file", str(plan), "--verify")
+            return v.returncode == 0 and all(
+                f"Reassignment of replica {r} completed successfully." in v.stdout
+                for r in ("ld-0-1", "ld-0-3", "ld-1-1"))
+        wait_for(verified, 90, lambda: f"--verify to say done:\n{cl.views()}")
+        assert _dirs_holding(cl, 1, "ld", 0) == [to_1[0]]
+        assert _dirs_holding(cl, 1, "ld", 1) == [to_1[1]]
+        assert _dirs_holding(cl, 3, "ld", 0) == [str(d3[1])]
+        assert "moving ld-0 from log dir" not in cl.brokers[3].stderr()  # created in place
+        assert "moving ld-0 from log dir" in cl.brokers[1].stderr()
+        for b in (1, 3):
+            assert _config_znode(cl, f"/config/brokers/{b}") == {}  # --verify removed it
+        wait_for(lambda: _settled(cl, "ld", {0: [1, 3], 1: [2, 1]}), 30, "replicas settled")
+        wait_for(lambda: _identical(cl, "ld", {0: [1, 3], 1: [2, 1]}), 30, "replicas identical")
+
+        # A slow move, cancelled: broker 3's ld-0 stays on its second disk.
+        slow = tmp_path / "slow.json"
+        slow.write_text(json.dumps({"version": 1, "partitions": [
+            {"topic": "ld", "partition": 0, "replicas": [1, 3], "log_dirs": ["any", str(d3[0])]}]}))
+        run = cli("reassign-partitions", "--bootstrap-server", boot, "--reassignment-json-file",
+                  str(slow), "--execute", "--replica-alter-log-dirs-throttle", str(64 * 1024))
+        assert run.returncode == 0, run.stderr
+        assert (f"Successfully started moving log directory to {d3[0]} for replica ld-0 with "
+                "broker 3 ") in run.stdout, run.stdout
+        v = cli("reassign-partitions", "--bootstrap-server", boot, "--reassignment-json-file",
+                str(slow), "--verify")
+        assert v.returncode == 1 and "Reassignment of replica ld-0-3 is still in progress." in v.stdout, v
+        assert _config_znode(cl, "/config/brokers/3") != {}  # a move under way: kept
+        assert _dirs_holding(cl, 3, "ld", 0) == sorted([str(d3[0]), str(d3[1])])
+        cancel = cli("reassign-partitions", "--bootstrap-server", boot, "--reassignment-json-file",
+                     str(slow), "--cancel")
+        assert cancel.returncode == 0, cancel.stderr
+        assert (f"Successfully started moving log directory to {d3[1]} for replica ld-0 with "
+                "broker 3 ") in cancel.stdout, cancel.stdout
+        wait_for(lambda: _dirs_holding(cl, 3, "ld", 0) == [str(d3[1])], 30, "the copy removed")
+        v = cli("reassign-partitions", "--bootstrap-server", boot, "--reassignment-json-file",
+                str(slow), "--verify")
+        assert v.returncode == 1, v
+        assert (f"Partition ld-0 on broker 3 is not being moved from log dir {d3[1]} to "
+                f"{d3[0]}.") in v.stdout, v.stdout
+        assert _config_znode(cl, "/config/brokers/3") == {}  # nothing under way: removed
+
+        # A dir the broker does not have: Kafka's error, exit 1, nothing moved.
+        bad = tmp_path / "bad.json"
+        bad.write_text(json.dumps({"version": 1, "partitions": [
+            {"topic": "ld", "partition": 1, "replicas": [2, 1], "log_dirs": ["/no/such/dir", "any"]}]}))
+        run = cli("reassign-partitions", "--bootstrap-server", boot, "--reassignment-json-file",
+                  str(bad), "--execute")
+        assert run.returncode == 1, run
+        assert "Failed to alter dir for ld-1-2: /no/such/dir is not a log dir of broker 2" in run.stderr
+        assert "Successfully started" not in run.stdout, run.stdout  # checked before anything
+        assert len(_dirs_holding(cl, 2, "ld", 1)) == 1
+        assert _identical(cl, "ld", {0: [1, 3], 1: [2, 1]})

@@ -166,6 +166,29 @@ def test_a_partition_moves_to_another_disk_under_load_and_stays_there(tmp_path: 
             d.stop()
 
 
+def test_a_replica_asked_for_before_it_exists_is_created_in_the_dir_named(tmp_path: Path) -> None:
+    """Kafka's preferred log dir: AlterReplicaLogDirs for a partition this broker does
+    not hold answers REPLICA_NOT_AVAILABLE and is remembered; when the partition comes
+    (here a topic created after) its log is created in that dir, the others placed as
+    usual (spread from the first dir). A dir that is not a log dir is refused and
+    remembers nothing."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    d = Daemon(tmp_path / "run", {"log.dirs": [str(a), str(b)]})
+    d.log_dirs = [a, b]
+    with d:
+        admin = KafkaAdminClient(bootstrap_servers=d.bootstrap)
+        try:
+            got = admin.alter_replica_log_dirs({("later", 0, BROKER): str(b),
+                                                ("later", 2, BROKER): "/no/such/dir"})
+            assert {k.partition: v for k, v in got.items()} == {
+                0: ke.ReplicaNotAvailableError, 2: ke.LogDirNotFoundError}
+            create_topic(d, "later", 3)
+        finally:
+            admin.close()
+        placed = sorted((p.name, p.parent.name) for root in (a, b) for p in root.glob("later-*"))
+        assert placed == [("later-0", "b"), ("later-1", "a"), ("later-2", "b")], placed
+
+
 def test_moves_copy_at_the_rate_replica_alter_log_dirs_io_max_bytes_per_second_allows(
         tmp_path: Path) -> None:
     """Kafka's throttle on moves between a broker's own dirs, a dynamic broker config:

@@ -143,7 +143,7 @@ class ControlRequests:
                 return errors.KAFKA_STORAGE_ERROR, False
             try:
                 cfg = await self.log_config_of(tp.topic) if self.log_config_of else None
-                [d] = await self.storage.place(1)
+                [d] = await self.storage.place_partitions([tp])
                 lg = await self.storage.run(d, d.logdir.create_log, tp.topic, tp.partition,  # type: ignore[union-attr]
                                             cfg)
             except (StorageError, OSError) as err:

@@ -24,7 +24,10 @@ waits while that rate is exceeded; the retiring step's tail is never held back.
 Errors per partition are Kafka's: LOG_DIR_NOT_FOUND (57) for a path not in log.dirs,
 KAFKA_STORAGE_ERROR (56) for a destination not ONLINE, an offline replica or any
 offline dir on this broker (Kafka creates no future log then), REPLICA_NOT_AVAILABLE
-(9) for a partition not hosted here.
+(9) for a partition not hosted here. As in Kafka, that last one is remembered: when the
+replica arrives (a reassignment adding this broker, a topic created after), its log is
+created in the dir asked for if that dir is ONLINE then (LogManager.place_partitions),
+so kafka-reassign-partitions.sh's `log_dirs` places a new replica on the disk named.
 """
 
 from __future__ import annotations
@@ -108,9 +111,11 @@ class ReplicaMoves:
         dest = self.storage.by_path(path) if path.startswith("/") else None
         out = {}
         for tp in tps:
-            out[tp] = self._alter_one(tp, dest, path)
-            if out[tp][0] != errors.NONE:
-                log.warning("moving %s to %s refused: %s", tp, path, out[tp][1])
+            out[tp] = code, why = self._alter_one(tp, dest, path)
+            if code == errors.REPLICA_NOT_AVAILABLE:
+                log.info("%s", why)
+            elif code != errors.NONE:
+                log.warning("moving %s to %s refused: %s", tp, path, why)
         return out
 
     def _alter_one(self, tp: TopicPartition, dest: ManagedDir | None, path: str
@@ -127,7 +132,11 @@ class ReplicaMoves:
             return errors.INVALID_TOPIC_EXCEPTION, "the topic name is too long to move"
         p = self.replicas.partitions.get(tp)
         if p is None or p.deleted:
-            return errors.REPLICA_NOT_AVAILABLE, f"{tp} has no replica on this broker"
+            # Kafka's maybeUpdatePreferredLogDir: a replica on its way here (a
+            # reassignment adding this broker) is created in `dest` when it arrives.
+            self.storage.preferred[tp] = dest
+            return errors.REPLICA_NOT_AVAILABLE, (f"{tp} has no replica on this broker yet; "
+                                                  f"it will be created in {path}")
         if p.offline:
             return errors.KAFKA_STORAGE_ERROR, f"{tp} is offline (log dir {p.dir.path})"
         current = self.moves.get(tp)

@@ -114,7 +114,8 @@ class TopicAdmin:
             if validate_only:
                 return
             try:
-                placed = await self.storage.place(num_partitions)
+                placed = await self.storage.place_partitions(
+                    [TopicPartition(topic, i) for i in range(num_partitions)])
                 log_config = await self._store_configs(topic, overrides)
             except StorageError as err:
                 raise TopicError(KAFKA_STORAGE_ERROR, str(err)) from err
@@ -152,7 +153,8 @@ class TopicAdmin:
             if validate_only:
                 return
             try:
-                placed = await self.storage.place(count - current)
+                placed = await self.storage.place_partitions(
+                    [TopicPartition(topic, i) for i in range(current, count)])
             except StorageError as err:
                 raise TopicError(KAFKA_STORAGE_ERROR, str(err)) from err
             cfg = self.topic_configs.log_config(topic) if self.topic_configs else None

@@ -80,6 +80,9 @@ class LogManager(DirWorkers):
         self.failure_channel = failure_channel or FailureChannel()
         self.cluster_id = ""
         self._placement_generation = 0
+        # Kafka's preferredLogDirs: where an operator asked (AlterReplicaLogDirs) for a
+        # replica this broker does not hold yet to be created; used once, in memory only.
+        self.preferred: dict[TopicPartition, ManagedDir] = {}
         resolved = [Path(os.path.abspath(os.fspath(p))) for p in paths]
         self.states = LogDirStates([str(p) for p in resolved])
         super().__init__([ManagedDir(i, path, new_worker(i, path), self.states)
@@ -199,6 +202,24 @@ class LogManager(DirWorkers):
             extra[best.index] += 1
             out.append(best)
         return out
+
+    async def place_partitions(self, tps: list[TopicPartition]) -> list[ManagedDir]:
+        """Dirs for these new partitions, in order: each one's preferred dir (an
+        operator's AlterReplicaLogDirs before it arrived) while that dir is ONLINE, the
+        others as `place` chooses. A preference is used once; one whose dir is not
+        ONLINE is dropped with a warning (the replica goes where `place` puts it)."""
+        chosen: dict[TopicPartition, ManagedDir] = {}
+        for tp in tps:
+            d = self.preferred.pop(tp, None)
+            if d is None:
+                continue
+            if d.state is DirState.ONLINE and d.logdir is not None:
+                chosen[tp] = d
+            else:
+                log.warning("%s was to be created in log dir %s, which is %s: placed as "
+                            "usual instead", tp, d.path, d.state.value)
+        others = iter(await self.place(len(tps) - len(chosen)) if len(chosen) < len(tps) else [])
+        return [chosen[tp] if tp in chosen else next(others) for tp in tps]
 
     async def write_placement(self) -> None:
         """Record where every partition lives, in every dir that can take a write."""

@@ -55,6 +55,14 @@ from ..api.errors import java_name
 from .client import ClientError, Connection, connect_any
 
 
+def broker_addresses(bootstrap: str) -> dict[int, tuple[str, int]]:
+    """Each broker of the cluster's (host, port), from Metadata."""
+    with connect_any(bootstrap) as conn:
+        meta = conn.call(MetadataRequest(topics=None, allow_auto_topic_creation=False),
+                         MetadataResponse, hi=8)
+    return {b.node_id: (b.host, b.port) for b in meta.brokers}
+
+
 def describe(bootstrap: str, *, topics: list[str] | None = None,
              brokers: list[int] | None = None) -> tuple[dict[str, Any], list[str]]:
     """The kafka-log-dirs.sh JSON and a list of problems (empty when all went well)."""
@@ -110,28 +118,18 @@ def move(bootstrap: str, broker: int, log_dir: str, partitions: list[TopicPartit
     (kafka-reassign-partitions.sh's `log_dirs`). With `wait`, up to that many seconds
     until DescribeLogDirs shows each one there and no copy under way. Returns one entry
     per partition and the problems."""
-    with connect_any(bootstrap) as conn:
-        meta = conn.call(MetadataRequest(topics=None, allow_auto_topic_creation=False),
-                         MetadataResponse, hi=8)
-    nodes = {b.node_id: (b.host, b.port) for b in meta.brokers}
+    nodes = broker_addresses(bootstrap)
     if broker not in nodes:
         raise ClientError(f"broker {broker} is not in the cluster metadata "
                           f"(brokers: {sorted(nodes)})")
-    by_topic: dict[str, list[int]] = {}
-    for tp in partitions:
-        by_topic.setdefault(tp.topic, []).append(tp.partition)
-    D = AlterReplicaLogDirsRequest.AlterReplicaLogDir
-    req = AlterReplicaLogDirsRequest(dirs=[D(path=log_dir, topics=[
-        D.AlterReplicaLogDirTopic(name=t, partitions=ps) for t, ps in by_topic.items()])])
-    with Connection(*nodes[broker]) as conn:
-        resp = conn.call(req, AlterReplicaLogDirsResponse, lo=1, hi=2)
-    entries = {f"{t.topic_name}-{p.partition_index}": java_name(p.error_code)
-               for t in resp.results for p in t.partitions}
+    topics = sorted({tp.topic for tp in partitions})
+    codes = alter_replica_log_dirs(nodes[broker], {tp: log_dir for tp in partitions})
+    entries = {f"{tp.topic}-{tp.partition}": java_name(code) for tp, code in codes.items()}
     problems = [f"{name}: {err}" for name, err in entries.items() if err]
     moving = {name for name, err in entries.items() if not err}
     deadline = time.monotonic() + wait
     while wait and moving:
-        out, _ = describe(bootstrap, topics=sorted(by_topic), brokers=[broker])
+        out, _ = describe(bootstrap, topics=topics, brokers=[broker])
         dirs = out["brokers"][0]["logDirs"] if out["brokers"] else []
         done = {p["partition"] for d in dirs if d["logDir"] == log_dir
                 for p in d["partitions"] if not p["isFuture"]}
@@ -145,6 +143,24 @@ def move(bootstrap: str, broker: int, log_dir: str, partitions: list[TopicPartit
         time.sleep(0.5)
     return [{"partition": name, "logDir": log_dir, "error": err}
             for name, err in entries.items()], problems
+
+
+def alter_replica_log_dirs(address: tuple[str, int], dirs: dict[TopicPartition, str]
+                           ) -> dict[TopicPartition, int]:
+    """AlterReplicaLogDirs to the broker at `address`: each of its replicas to the log
+    dir given; the broker's error code for each (0: the move started or was not needed;
+    9 REPLICA_NOT_AVAILABLE: not hosted there yet, created in that dir when it comes)."""
+    by_dir: dict[str, dict[str, list[int]]] = {}
+    for tp, d in dirs.items():
+        by_dir.setdefault(d, {}).setdefault(tp.topic, []).append(tp.partition)
+    D = AlterReplicaLogDirsRequest.AlterReplicaLogDir
+    req = AlterReplicaLogDirsRequest(dirs=[D(path=d, topics=[
+        D.AlterReplicaLogDirTopic(name=t, partitions=ps) for t, ps in topics.items()])
+        for d, topics in by_dir.items()])
+    with Connection(*address) as conn:
+        resp = conn.call(req, AlterReplicaLogDirsResponse, lo=1, hi=2)
+    return {TopicPartition(t.topic_name, p.partition_index): p.error_code
+            for t in resp.results for p in t.partitions}
 
 
 class DaemonError(Exception):

@@ -4,13 +4,25 @@ through the Kafka protocol (AlterPartitionReassignments, ListPartitionReassignme
     logkeeper reassign-partitions --generate (--topics-to-move-json-file F | --topics T,T)
                                   --broker-list 1,2,3
     logkeeper reassign-partitions --reassignment-json-file F --execute [--additional]
-                                  [--throttle B/s] | --verify [--preserve-throttles] | --cancel
+                                  [--throttle B/s] [--replica-alter-log-dirs-throttle B/s]
+                                  [--timeout MS] | --verify [--preserve-throttles] | --cancel
     logkeeper reassign-partitions --list
 
 The reassignment file is Kafka's: `{"version":1,"partitions":[{"topic":"t","partition":0,
-"replicas":[1,2]}]}`, with `log_dirs` allowed only as "any" for each replica (a replica
-is placed on its new broker's dir with the most free space; `logkeeper log-dirs move`
-moves it after). `--generate` prints the current assignment and a proposed one that
+"replicas":[1,2],"log_dirs":["any","/data/d2"]}]}`, `log_dirs` optional. "any" leaves
+the choice to the broker (its ONLINE, uncordoned dir with the most free space). A
+replica whose entry names a log dir (an absolute path among its broker's `log.dirs`,
+checked before anything is changed) is put there, as Kafka's tool does:
+AlterReplicaLogDirs goes to its broker before the reassignment starts and after, every
+0.1 s while the broker does not hold the replica yet, for up to `--timeout` ms (10000).
+A broker keeps the dir for a replica it does not hold and creates it there when the
+reassignment brings it; one it holds elsewhere is moved between its dirs while it keeps
+serving (daemon.replica.moves). `--replica-alter-log-dirs-throttle B` caps those copies
+on each broker named (`replica.alter.log.dirs.io.max.bytes.per.second`). `--verify`
+then also says of each such replica whether it is in its dir, still being copied, or
+elsewhere; `--cancel` moves back a copy under way.
+
+`--generate` prints the current assignment and a proposed one that
 spreads the topics' partitions over `--broker-list` at their replication factor
 (Kafka's rack-unaware placement), both in that format. `--execute` prints the current
 assignment first (to save for a rollback) and starts the moves at the controller;
@@ -32,18 +44,21 @@ then, or the throttles stay.
 The broker asked is `--bootstrap-server`, else the listener of the daemon on this host
 (that of `--config FILE`, or of the embedded defaults).
 
-Exit codes: 0 done (for `--verify`: every partition's reassignment is complete); 1 a
-partition refused (the error code, its name and the broker's message; the others
-started), or for `--verify` one still in progress or on other replicas; 2 a usage
-error, a bad file, or no broker reachable.
+Exit codes: 0 done (for `--verify`: every partition's reassignment is complete, and
+every replica of `log_dirs` in its dir); 1 a partition refused (the error code, its name
+and the broker's message; the others started), a log dir move refused or not started
+within `--timeout`, or for `--verify` one still in progress or on other replicas or
+dirs; 2 a usage error, a bad file, or no broker reachable.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +69,9 @@ from kafka.protocol.admin import (
     ListPartitionReassignmentsResponse,
 )
 
-from ..api.errors import UNKNOWN_TOPIC_OR_PARTITION, name_of
+from logstore.names import TopicPartition
+
+from ..api.errors import REPLICA_NOT_AVAILABLE, UNKNOWN_TOPIC_OR_PARTITION, name_of
 from ..controller.leader_election import round_robin_assignment
 from ..replica import quota
 from . import configs
@@ -68,9 +85,13 @@ from .client import (
     connect_any,
     metadata,
 )
+from .log_dirs import alter_replica_log_dirs, broker_addresses, describe
 
 DEFAULT_TIMEOUT_MS = 30000
+DEFAULT_MOVE_TIMEOUT_MS = 10000  # Kafka's --timeout: for log dir moves to start
+MOVE_RETRY_S = 0.1  # Kafka's executeMoves asks again this often
 Plan = dict[tuple[str, int], list[int]]
+ReplicaDirs = dict[tuple[str, int, int], str]  # (topic, partition, broker): its log dir
 
 
 class PlanError(ValueError):
@@ -81,8 +102,18 @@ class Busy(Exception):
     """--execute while reassignments are in progress, without --additional."""
 
 
+class MovesFailed(Exception):
+    """A log dir move a broker refused, or one not started within --timeout (exit 1)."""
+
+
 def read_plan(path: str) -> Plan:
     """Kafka's reassignment JSON -> {(topic, partition): replicas}."""
+    return read_reassignment(path)[0]
+
+
+def read_reassignment(path: str) -> tuple[Plan, ReplicaDirs]:
+    """Kafka's reassignment JSON -> ({(topic, partition): replicas}, the replicas whose
+    `log_dirs` entry names a log dir rather than "any", with that dir)."""
     where = f"{path}:"
     try:
         doc = json.loads(Path(path).read_text())
@@ -94,6 +125,7 @@ def read_plan(path: str) -> Plan:
     if not isinstance(entries, list) or not entries:
         raise PlanError(f'{where} needs a non-empty "partitions" list')
     plan: Plan = {}
+    dirs_of: ReplicaDirs = {}
     for i, e in enumerate(entries):
         at = f"{where} partitions[{i}]"
         if not isinstance(e, dict):
@@ -110,14 +142,16 @@ def read_plan(path: str) -> Plan:
         if dirs is not None:
             if not isinstance(dirs, list) or len(dirs) != len(replicas):
                 raise PlanError(f'{at}: "log_dirs" needs one entry per replica')
-            if any(d != "any" for d in dirs):
-                raise PlanError(f'{at}: "log_dirs" other than "any" are not supported: the '
-                                "replica goes to its broker's dir with the most free space; "
-                                "move it after with `logkeeper log-dirs move`")
+            for broker, d in zip(replicas, dirs, strict=True):
+                if not isinstance(d, str) or d != "any" and not os.path.isabs(d):
+                    raise PlanError(f'{at}: each "log_dirs" entry is "any" or the absolute '
+                                    f"path of a log dir of its broker (got {d!r})")
+                if d != "any":
+                    dirs_of[(topic, partition, broker)] = os.path.normpath(d)
         if (topic, partition) in plan:
             raise PlanError(f"{at}: {topic}-{partition} is named twice")
         plan[(topic, partition)] = list(replicas)
-    return plan
+    return plan, dirs_of
 
 
 def plan_json(plan: Plan) -> str:
@@ -230,6 +264,139 @@ def verify(bootstrap: str, plan: Plan) -> tuple[bool, bool, list[str], list[int]
     return done, in_progress, lines, live
 
 
+# ---- log dir moves (the file's `log_dirs`) ----
+
+
+def _replica(key: tuple[str, int, int]) -> str:
+    """Kafka's TopicPartitionReplica: topic-partition-broker."""
+    return f"{key[0]}-{key[1]}-{key[2]}"
+
+
+def _by_broker(key: tuple[str, int, int]) -> tuple[int, str, int]:
+    return key[2], key[0], key[1]
+
+
+def check_dirs(bootstrap: str, dirs: ReplicaDirs) -> None:
+    """Every dir named is one of its broker's log dirs (DescribeLogDirs), before
+    anything is asked: a wrong path changes nothing. A broker not answering is left to
+    `start_moves`' timeout."""
+    described, _ = describe(bootstrap, topics=sorted({t for t, _, _ in dirs}),
+                            brokers=sorted({b for _, _, b in dirs}))
+    known = {e["broker"]: {os.path.normpath(d["logDir"]) for d in e["logDirs"]}
+             for e in described["brokers"]}
+    for key in sorted(dirs, key=_by_broker):
+        b = key[2]
+        if b in known and dirs[key] not in known[b]:
+            raise MovesFailed(f"Failed to alter dir for {_replica(key)}: {dirs[key]} is not a "
+                              f"log dir of broker {b} (its log dirs: "
+                              f"{', '.join(sorted(known[b]))})")
+
+
+def ask_moves(bootstrap: str, pending: ReplicaDirs) -> list[tuple[str, int, int]]:
+    """One round of AlterReplicaLogDirs to each replica's broker: the replicas whose move
+    started (or that are in their dir already). A replica its broker does not hold yet
+    (REPLICA_NOT_AVAILABLE) is not among them, and the broker keeps the dir for it: it
+    creates the replica there when the reassignment brings it. Any other refusal raises
+    MovesFailed."""
+    nodes = broker_addresses(bootstrap)
+    started = []
+    for broker in sorted({b for _, _, b in pending}):
+        if broker not in nodes:
+            continue  # not running now
+        want = {TopicPartition(t, p): d for (t, p, b), d in pending.items() if b == broker}
+        for tp, code in alter_replica_log_dirs(nodes[broker], want).items():
+            key = (tp.topic, tp.partition, broker)
+            if code == 0:
+                started.append(key)
+            elif code != REPLICA_NOT_AVAILABLE:
+                raise MovesFailed(f"Failed to alter dir for {_replica(key)}: error {code} "
+                                  f"({name_of(code)})")
+    return started
+
+
+def start_moves(bootstrap: str, dirs: ReplicaDirs, timeout_ms: int,
+                started: list[tuple[str, int, int]] | None = None) -> None:
+    """Kafka's executeMoves: `ask_moves` every MOVE_RETRY_S until every replica's move
+    has started (those in `started` already had), printing each, for up to
+    `timeout_ms`; MovesFailed after that."""
+    pending = dict(dirs)
+    deadline = time.monotonic() + timeout_ms / 1000
+    done = list(started or [])
+    while True:
+        done += ask_moves(bootstrap, {k: d for k, d in pending.items() if k not in done})
+        for key in sorted(done, key=_by_broker):
+            print(f"Successfully started moving log directory to {pending.pop(key)} for "
+                  f"replica {key[0]}-{key[1]} with broker {key[2]} ")
+        done = []
+        if not pending:
+            return
+        if time.monotonic() >= deadline:
+            raise MovesFailed(
+                f"Timed out before log directory move{'s' * (len(pending) != 1)} could be "
+                f"started for: {','.join(_replica(k) for k in sorted(pending, key=_by_broker))}")
+        time.sleep(MOVE_RETRY_S)
+
+
+def move_states(bootstrap: str, dirs: ReplicaDirs
+                ) -> dict[tuple[str, int, int], tuple[str, str | None, str | None]]:
+    """Kafka's findLogDirMoveStates, from DescribeLogDirs of each broker named: per
+    replica (state, its current dir, its future dir). States: "completed" (in its target
+    dir), "active" (being copied), "cancelled" (elsewhere, not moving), "missing" (no
+    live dir of its broker holds it) and "missing-dir" (the same, with a dir of that
+    broker offline)."""
+    brokers = sorted({b for _, _, b in dirs})
+    described, _ = describe(bootstrap, topics=sorted({t for t, _, _ in dirs}), brokers=brokers)
+    found: dict[tuple[str, int, int], list[str | None]] = {}
+    offline: set[int] = set()
+    for entry in described["brokers"]:
+        b = entry["broker"]
+        for d in entry["logDirs"]:
+            if d["error"]:
+                offline.add(b)
+            for part in d["partitions"]:
+                t, _, p = part["partition"].rpartition("-")
+                where = found.setdefault((t, int(p), b), [None, None])
+                where[1 if part["isFuture"] else 0] = os.path.normpath(d["logDir"])
+    states = {}
+    for key, target in dirs.items():
+        current, future = found.get(key, (None, None))
+        if current is None:
+            state = "missing-dir" if key[2] in offline else "missing"
+        elif future is not None:
+            state = "active"
+        else:
+            state = "completed" if current == target else "cancelled"
+        states[key] = (state, current, future)
+    return states
+
+
+def move_lines(dirs: ReplicaDirs,
+               states: dict[tuple[str, int, int], tuple[str, str | None, str | None]]
+               ) -> list[str]:
+    """Kafka's replicaMoveStatesToString."""
+    lines = []
+    for key in sorted(states, key=_by_broker):
+        (state, current, future), target = states[key], dirs[key]
+        t, p, b = key
+        if state == "missing-dir":
+            lines.append(f"Partition {t}-{p} is not found in any live log dir on broker {b}. "
+                         "There is likely an offline log directory on the broker.")
+        elif state == "missing":
+            lines.append(f"Partition {t}-{p} cannot be found in any live log directory on "
+                         f"broker {b}.")
+        elif state == "active" and future == target:
+            lines.append(f"Reassignment of replica {_replica(key)} is still in progress.")
+        elif state == "active":
+            lines.append(f"Partition {t}-{p} on broker {b} is being moved to log dir {future} "
+                         f"instead of {target}.")
+        elif state == "cancelled":
+            lines.append(f"Partition {t}-{p} on broker {b} is not being moved from log dir "
+                         f"{current} to {target}.")
+        else:
+            lines.append(f"Reassignment of replica {_replica(key)} completed successfully.")
+    return lines
+
+
 # ---- throttles ----
 
 Moves = dict[tuple[str, int], tuple[list[int], list[int]]]  # (sources, destinations)
@@ -320,6 +487,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--throttle", type=int, default=None, metavar="B/s",
                    help="with --execute: cap the replicas' copying at this many bytes per "
                         "second (removed by a --verify that finds it done)")
+    p.add_argument("--replica-alter-log-dirs-throttle", type=int, default=None, metavar="B/s",
+                   help="with --execute: cap the copying of replicas between a broker's log "
+                        "dirs (the file's log_dirs) at this many bytes per second")
     p.add_argument("--preserve-throttles", action="store_true",
                    help="with --verify: keep the throttles even when the moves are done")
     p.add_argument("--reassignment-json-file", metavar="FILE")
@@ -327,7 +497,11 @@ def _parser() -> argparse.ArgumentParser:
                    help='for --generate: {"version":1,"topics":[{"topic":"t"}]}')
     p.add_argument("--topics", metavar="T[,T]", help="for --generate: instead of the JSON file")
     p.add_argument("--broker-list", metavar="1,2,3", help="for --generate: the brokers to use")
-    p.add_argument("--timeout-ms", type=int, default=DEFAULT_TIMEOUT_MS)
+    p.add_argument("--timeout-ms", type=int, default=DEFAULT_TIMEOUT_MS,
+                   help="how long the controller may take to answer (ms)")
+    p.add_argument("--timeout", type=int, default=DEFAULT_MOVE_TIMEOUT_MS, metavar="MS",
+                   help="how long to wait for the log dir moves of the file's log_dirs to "
+                        f"start (default {DEFAULT_MOVE_TIMEOUT_MS})")
     return p
 
 
@@ -365,10 +539,11 @@ def _refusals(results: dict[tuple[str, int], tuple[int, str | None]]) -> list[st
 
 
 def _run(args: argparse.Namespace, bootstrap: str) -> int:
-    if args.throttle is not None and (not args.execute or args.throttle < 0):
-        raise PlanError("--throttle goes with --execute, as a number of bytes per second "
-                        f"(got {args.throttle})" if args.execute else
-                        "--throttle goes with --execute")
+    for option, value in (("--throttle", args.throttle),
+                          ("--replica-alter-log-dirs-throttle", args.replica_alter_log_dirs_throttle)):
+        if value is not None and (not args.execute or value < 0):
+            raise PlanError(f"{option} goes with --execute, as a number of bytes per second "
+                            f"(got {value})" if args.execute else f"{option} goes with --execute")
     if args.preserve_throttles and not args.verify:
         raise PlanError("--preserve-throttles goes with --verify")
     if args.list:
@@ -391,11 +566,17 @@ def _run(args: argparse.Namespace, bootstrap: str) -> int:
         return 0
     if not args.reassignment_json_file:
         raise PlanError("--execute, --verify and --cancel need --reassignment-json-file")
-    plan = read_plan(args.reassignment_json_file)
+    plan, dirs = read_reassignment(args.reassignment_json_file)
     if args.verify:
         done, in_progress, lines, live = verify(bootstrap, plan)
         print("Status of partition reassignment:")
         print("\n".join(lines))
+        if dirs:
+            states = move_states(bootstrap, dirs)
+            print("\n".join(move_lines(dirs, states)))
+            done = done and all(st == "completed" for st, _, _ in states.values())
+            in_progress = in_progress or any(st not in ("completed", "cancelled")
+                                             for st, _, _ in states.values())
         if not in_progress and not args.preserve_throttles:
             print("\n".join(clear_throttles(bootstrap, plan, live)))
         return 0 if done else 1
@@ -411,25 +592,49 @@ def _run(args: argparse.Namespace, bootstrap: str) -> int:
         print(plan_json({tp: r for tp, r in current.items() if tp in plan}))
         print()
         print("Save this to use as the --reassignment-json-file option during rollback")
-        if args.throttle is not None:
+        if dirs:
+            check_dirs(bootstrap, dirs)
+        log_dir_rate = args.replica_alter_log_dirs_throttle
+        if args.throttle is not None or log_dir_rate is not None:
             print("Warning: You must run --verify periodically, until the reassignment "
                   "completes, to ensure the throttle is removed.")
+        if args.throttle is not None:
             set_throttles(bootstrap, proposed_moves(plan, current, running), args.throttle)
             print(f"The inter-broker throttle limit was set to {args.throttle} B/s")
+        if log_dir_rate is not None:
+            # Kafka's modifyLogDirThrottle: on the brokers of the file's log dir moves.
+            for b in sorted({b for _, _, b in dirs}):
+                configs.alter(bootstrap, configs.BROKER, str(b),
+                              {quota.ALTER_LOG_DIRS_RATE: str(log_dir_rate)}, [])
+            print(f"The replica-alter-dir throttle limit was set to {log_dir_rate} B/s")
+        # Asked before the reassignment too (as Kafka's tool did up to 2.x): a replica
+        # on its way to a broker is then created in its dir, not created elsewhere and
+        # copied over after.
+        early = ask_moves(bootstrap, dirs) if dirs else []
         results = alter(bootstrap, dict(plan), timeout_ms=args.timeout_ms)
         started = [tp for tp, (code, _) in results.items() if not code]
         if started:
             print(f"Successfully started partition reassignments for {_names(started)}")
+        if dirs and not _refusals(results):
+            start_moves(bootstrap, dirs, args.timeout, early)
     else:
         running = ongoing(bootstrap, timeout_ms=args.timeout_ms)
         active = {tp: None for tp in plan if tp in running}
-        if not active:
-            print("None of the specified partition reassignments are active.")
-            return 0
-        results = alter(bootstrap, active, timeout_ms=args.timeout_ms)
+        results = alter(bootstrap, active, timeout_ms=args.timeout_ms) if active else {}
         cancelled = [tp for tp, (code, _) in results.items() if not code]
         if cancelled:
             print(f"Successfully cancelled partition reassignments for: {_names(cancelled)}")
+        elif not active:
+            print("None of the specified partition reassignments are active.")
+        if dirs:
+            # Kafka's cancelAssignment: a replica being copied to another dir of its
+            # broker is moved back to (kept in) the dir it is served from.
+            states = move_states(bootstrap, dirs)
+            back = {k: cur for k, (st, cur, _) in states.items() if st == "active" and cur}
+            if back:
+                start_moves(bootstrap, back, args.timeout)
+            else:
+                print("None of the specified partition moves are active.")
     refused = _refusals(results)
     for line in refused:
         print(f"logkeeper reassign-partitions: {line}", file=sys.stderr)
@@ -446,7 +651,7 @@ def main(argv: list[str]) -> int:
     except Refused as err:
         print(f"logkeeper reassign-partitions: refused: {err}", file=sys.stderr)
         return 1
-    except Busy as err:
+    except (Busy, MovesFailed) as err:
         print(f"logkeeper reassign-partitions: {err}", file=sys.stderr)
         return 1
     except (ClientError, ValueError) as err:  # PlanError and ConfigError are ValueErrors
