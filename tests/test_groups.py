@@ -390,6 +390,69 @@ def test_admin_clients_list_describe_and_delete_groups(tmp_path: Path) -> None:
             assert ka.list_group_offsets("done")["done"] == {}
 
 
+def test_reset_offsets_over_several_topics_exports_and_restores_a_groups_offsets(
+        tmp_path: Path) -> None:
+    """kafka-consumer-groups.sh's reset scopes: --topic given twice (one with a
+    partition list), --all-topics (the partitions the group has offsets for), --export
+    (topic,partition,offset lines) and --from-file putting a saved set back, each checked
+    against what kafka-python's admin client reads; a bad file, a missing scope or
+    --dry-run with --execute is refused (exit 2) and changes nothing."""
+    with daemon(tmp_path) as d:
+        def groups(*args: str) -> subprocess.CompletedProcess:
+            return cli("groups", "reset-offsets", "--bootstrap-server", d.bootstrap,
+                       "--group", "ops", *args)
+
+        def committed() -> dict[tuple[str, int], int]:
+            ka = KafkaAdminClient(bootstrap_servers=d.bootstrap)
+            try:
+                return {(tp.topic, tp.partition): o.offset
+                        for tp, o in ka.list_group_offsets("ops")["ops"].items()}
+            finally:
+                ka.close()
+
+        for topic in ("pay", "ship", "other"):
+            create_topic(d.bootstrap, topic, 2)
+            produce(d.bootstrap, topic, 20, partitions=2)  # 10 per partition
+        first = groups("--topic", "pay", "--topic", "ship:1", "--to-offset", "4", "--execute")
+        assert first.returncode == 0, first.stderr
+        assert committed() == {("pay", 0): 4, ("pay", 1): 4, ("ship", 1): 4}
+        saved = groups("--all-topics", "--to-current", "--export")
+        assert saved.returncode == 0, saved.stderr
+        assert saved.stdout.split() == ["pay,0,4", "pay,1,4", "ship,1,4"]
+        backup = tmp_path / "ops.csv"
+        backup.write_text(saved.stdout)
+
+        moved = groups("--all-topics", "--shift-by", "3", "--execute")
+        assert moved.returncode == 0, moved.stderr
+        assert committed() == {("pay", 0): 7, ("pay", 1): 7, ("ship", 1): 7}
+        latest = groups("--topic", "ship", "--topic", "other:0", "--to-latest", "--execute")
+        assert latest.returncode == 0, latest.stderr
+        assert committed() == {("pay", 0): 7, ("pay", 1): 7, ("ship", 0): 10, ("ship", 1): 10,
+                               ("other", 0): 10}
+
+        for bad, said in ((["--all-topics", "--to-earliest", "--dry-run", "--execute"],
+                           "not allowed with argument"),
+                          (["--to-earliest", "--execute"], "needs its partitions"),
+                          (["--from-file", str(tmp_path / "none.csv"), "--execute"], "none.csv"),
+                          (["--from-file", str(tmp_path / "bad.csv"), "--execute"],
+                           "bad.csv:2: 'pay,x,1' is not topic,partition,offset")):
+            (tmp_path / "bad.csv").write_text("pay,0,1\npay,x,1\n")
+            got = groups(*bad)
+            assert got.returncode == 2 and said in got.stderr, (bad, got.stderr)
+        assert committed()[("pay", 0)] == 7
+
+        dry = groups("--from-file", str(backup), "--dry-run")
+        assert dry.returncode == 0 and dry.stdout.splitlines()[-1].split() == ["ops", "ship", "1", "4"]
+        assert committed()[("ship", 1)] == 10
+        only_pay = groups("--from-file", str(backup), "--topic", "pay", "--execute")
+        assert only_pay.returncode == 0, only_pay.stderr
+        assert committed()[("pay", 0)] == 4 and committed()[("ship", 1)] == 10
+        restored = groups("--from-file", str(backup), "--execute")
+        assert restored.returncode == 0, restored.stderr
+        assert committed() == {("pay", 0): 4, ("pay", 1): 4, ("ship", 0): 10, ("ship", 1): 4,
+                               ("other", 0): 10}
+
+
 def test_the_groups_command_shows_lag_resets_offsets_and_deletes(tmp_path: Path) -> None:
     """kafka-consumer-groups.sh's --list, --describe (offsets, lag, who holds each
     partition), --reset-offsets and --delete, checked against what a consumer then

@@ -3,9 +3,10 @@ protocol.
 
     logkeeper groups list [--json]
     logkeeper groups describe --group G [--json]
-    logkeeper groups reset-offsets --group G --topic T[:P,P...] (--to-earliest |
-        --to-latest | --to-offset N | --shift-by N | --to-datetime T | --by-duration D)
-        [--execute]
+    logkeeper groups reset-offsets --group G (--topic T[:P,P...] ... | --all-topics)
+        (--to-earliest | --to-latest | --to-current | --to-offset N | --shift-by N |
+         --to-datetime T | --by-duration D | --from-file CSV) [--execute | --dry-run]
+        [--export]
     logkeeper groups delete --group G
 
 `list` asks every broker (each coordinator knows its own groups: ListGroups). `describe`
@@ -14,7 +15,11 @@ partition's log end offset (ListOffsets at the partition's leader) and the lag, 
 member that holds it (DescribeGroups at the group's coordinator, found with
 FindCoordinator); a group with no members says so, as Kafka's does. `reset-offsets`
 commits new offsets for a group with no members (the consumers stopped), and without
-`--execute` only prints what it would commit. `delete` removes an empty group and its
+`--execute` only prints what it would commit. Its partitions are those of each `--topic`
+(repeatable; `T:0,2` for some), every one the group has an offset for
+(`--all-topics`), or those of `--from-file`, the CSV (`topic,partition,offset` lines)
+that `--export` prints instead of the table: a group's offsets saved and put back
+later, as with kafka-consumer-groups.sh. `delete` removes an empty group and its
 committed offsets (DeleteGroups).
 
 The broker asked first is `--bootstrap-server`, else the listener of the daemon on this
@@ -34,6 +39,7 @@ import json
 import re
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from kafka.protocol.admin import (
@@ -262,42 +268,99 @@ def parse_duration_ms(text: str) -> int:
     return int((((days * 24 + hours) * 60 + minutes) * 60 + seconds) * 1000)
 
 
-def plan_reset(conn: Connection, bootstrap: str, group: str, topic: str,
-               partitions: list[int] | None, how: str, value: int = 0) -> list[dict[str, Any]]:
-    """The offsets a reset would commit: [{"topic", "partition", "offset"}]. `how`
-    ("earliest", "latest", "offset", "shift", "time") with `value`: the log start, the
-    log end, offset `value`, the
-    committed offset (the log end when none) plus `value`, or the first record at or
-    after time `value` (ms; ListOffsets by timestamp, the log end when none is). Each is
-    kept within the partition's log start and end, as Kafka's tool does. Refused while
-    the group has members (they would commit over it). `conn`: its coordinator."""
+def read_offsets_file(path: str, group: str) -> dict[tuple[str, int], int]:
+    """kafka-consumer-groups.sh's --from-file: the CSV its --export writes, one
+    `topic,partition,offset` per line (or `group,topic,partition,offset`, of which this
+    group's lines count). ValueError naming the line for anything else."""
+    try:
+        text = Path(path).read_text()
+    except OSError as err:
+        raise ValueError(f"--from-file {path}: {err.strerror or err}") from err
+    out: dict[tuple[str, int], int] = {}
+    for n, line in enumerate(text.splitlines(), 1):
+        fields = [f.strip() for f in line.split(",")]
+        if fields == [""]:
+            continue
+        if len(fields) == 4:
+            if fields[0] != group:
+                continue
+            fields = fields[1:]
+        try:
+            topic, partition, offset = fields[0], int(fields[1]), int(fields[2])
+            if not topic or len(fields) != 3 or partition < 0 or offset < 0:
+                raise ValueError
+        except (ValueError, IndexError):
+            raise ValueError(f"--from-file {path}:{n}: {line!r} is not topic,partition,offset "
+                             "(or group,topic,partition,offset)") from None
+        out[(topic, partition)] = offset
+    if not out:
+        raise ValueError(f"--from-file {path}: no offsets for group {group}")
+    return out
+
+
+Scope = dict[str, list[int] | None]  # topic: its partitions, None for all of them
+
+
+def plan_reset(conn: Connection, bootstrap: str, group: str, scope: Scope | None, how: str,
+               value: int = 0, offsets: dict[tuple[str, int], int] | None = None
+               ) -> list[dict[str, Any]]:
+    """The offsets a reset would commit: [{"topic", "partition", "offset"}], for the
+    partitions of `scope` (None: every partition the group has an offset for, Kafka's
+    --all-topics). `how` ("earliest", "latest", "current", "offset", "shift", "time",
+    "file") with `value`: the log start, the log end, the committed offset, offset
+    `value`, the committed offset plus `value`, or the first record at or after time
+    `value` (ms; ListOffsets by timestamp); "file" takes each partition's from
+    `offsets`. A partition with no committed offset counts its log end as one; where a
+    time has no record, the log end. Each is kept within the partition's log start and
+    end, as Kafka's tool does. Refused while the group has members (they would commit
+    over it). `conn`: its coordinator."""
     g = _group(conn, group)
     if g.members:
         raise Refused(errors.NON_EMPTY_GROUP, f"group {group} has {len(g.members)} active "
                       "member(s); offsets can be reset only while its consumers are stopped")
     committed = _committed(conn, group)
+    if scope is None:
+        if not committed:
+            raise ValueError(f"--all-topics: group {group} has no committed offsets; name "
+                             "the topics with --topic")
+        scope = {}
+        for t, p in sorted(committed):
+            scope.setdefault(t, []).append(p)  # type: ignore[union-attr]
     with connect_any(bootstrap) as c:
-        meta = metadata(c, [topic])
-    [t] = meta.topics
-    if t.error_code:
-        raise Refused(t.error_code, f"topic {topic}")
-    known = sorted(p.partition_index for p in t.partitions)
-    wanted = known if partitions is None else partitions
-    missing = sorted(set(wanted) - set(known))
-    if missing:
-        raise ValueError(f"--topic {topic}: no partition {missing} (it has {len(known)})")
-    tps = {(topic, p) for p in wanted}
+        meta = metadata(c, sorted(scope))
+    tps: set[tuple[str, int]] = set()
+    for t in meta.topics:
+        if t.error_code:
+            raise Refused(t.error_code, f"topic {t.name}")
+        known = sorted(p.partition_index for p in t.partitions)
+        wanted = scope.get(t.name)
+        wanted = known if wanted is None else wanted
+        missing = sorted(set(wanted) - set(known))
+        if missing:
+            raise ValueError(f"--topic {t.name}: no partition {missing} (it has {len(known)})")
+        tps |= {(t.name, p) for p in wanted}
     starts, ends = _offsets(meta, tps, EARLIEST), _offsets(meta, tps, LATEST)
     at_time = _offsets(meta, tps, value) if how == "time" else {}
     plan = []
     for tp in sorted(tps):
         if tp not in starts or tp not in ends:
             raise ClientError(f"{tp[0]}-{tp[1]} has no leader now; try again")
-        offset = {"earliest": starts[tp], "latest": ends[tp], "offset": value,
-                  "shift": committed.get(tp, ends[tp]) + value,
-                  "time": at_time.get(tp, -1)}[how]
-        if how == "time" and offset < 0:
+        current = committed.get(tp, ends[tp])
+        if how == "earliest":
+            offset = starts[tp]
+        elif how == "latest":
             offset = ends[tp]
+        elif how == "current":
+            offset = current
+        elif how == "offset":
+            offset = value
+        elif how == "shift":
+            offset = current + value
+        elif how == "file":
+            offset = (offsets or {})[tp]
+        else:
+            offset = at_time.get(tp, -1)
+            offset = ends[tp] if offset < 0 else offset
         plan.append({"topic": tp[0], "partition": tp[1],
                      "offset": min(max(offset, starts[tp]), ends[tp])})
     return plan
@@ -352,11 +415,18 @@ def _parser() -> argparse.ArgumentParser:
     s = add_command(sub, "reset-offsets",
                     "commit new offsets for a group whose consumers are stopped")
     s.add_argument("--group", required=True)
-    s.add_argument("--topic", required=True, metavar="T[:P,P]",
-                   help="a topic, all its partitions or those listed")
+    scope = s.add_mutually_exclusive_group()
+    scope.add_argument("--topic", action="append", metavar="T[:P,P]",
+                       help="a topic, all its partitions or those listed (again for more)")
+    scope.add_argument("--all-topics", action="store_true",
+                       help="every partition the group has committed an offset for")
     to = s.add_mutually_exclusive_group(required=True)
     to.add_argument("--to-earliest", action="store_true")
     to.add_argument("--to-latest", action="store_true")
+    to.add_argument("--to-current", action="store_true",
+                    help="the committed offset (the log end where none is)")
+    to.add_argument("--from-file", metavar="CSV",
+                    help="the offsets of a file --export wrote (topic,partition,offset lines)")
     to.add_argument("--to-offset", type=int, metavar="N")
     to.add_argument("--to-datetime", type=parse_datetime_ms, metavar="YYYY-MM-DDTHH:mm:SS.sss",
                     help="the first record at or after this time (local time unless it "
@@ -365,8 +435,12 @@ def _parser() -> argparse.ArgumentParser:
                     help="the first record at or after this long ago (ISO 8601, e.g. PT1H)")
     to.add_argument("--shift-by", type=int, metavar="N",
                     help="from the committed offset (the log end when none), +/-N")
-    s.add_argument("--execute", action="store_true",
-                   help="commit them (without it, only print the plan)")
+    run = s.add_mutually_exclusive_group()
+    run.add_argument("--execute", action="store_true",
+                     help="commit them (without it, only print the plan)")
+    run.add_argument("--dry-run", action="store_true", help="only print the plan (the default)")
+    s.add_argument("--export", action="store_true",
+                   help="print the plan as topic,partition,offset lines, for --from-file")
     s = add_command(sub, "delete", "delete an empty group and its committed offsets")
     s.add_argument("--group", required=True)
     return p
@@ -378,6 +452,10 @@ def _reset_target(args: argparse.Namespace) -> tuple[str, int]:
         return "earliest", 0
     if args.to_latest:
         return "latest", 0
+    if args.to_current:
+        return "current", 0
+    if args.from_file is not None:
+        return "file", 0
     if args.to_offset is not None:
         return "offset", args.to_offset
     if args.shift_by is not None:
@@ -399,13 +477,38 @@ def _run(args: argparse.Namespace, bootstrap: str) -> int:
         desc = describe(bootstrap, args.group)
         print(json.dumps(desc, indent=2) if args.json else render(desc))
     elif args.action == "reset-offsets":
-        topic, partitions = parse_topic_partitions(args.topic)
         how, value = _reset_target(args)
+        offsets = read_offsets_file(args.from_file, args.group) if how == "file" else None
+        scope: Scope | None = None
+        if offsets is not None:
+            # The file names the partitions (Kafka's --from-file); --topic narrows them.
+            named = {parse_topic_partitions(text)[0] for text in args.topic or []}
+            scope = {}
+            for t, p in sorted(offsets):
+                if not named or t in named:
+                    scope.setdefault(t, []).append(p)  # type: ignore[union-attr]
+            if not scope:
+                raise ValueError(f"--from-file {args.from_file}: no offsets for the topics "
+                                 f"of --topic ({', '.join(sorted(named))})")
+        elif args.topic:
+            scope = {}
+            for text in args.topic:
+                topic, partitions = parse_topic_partitions(text)
+                if topic in scope and partitions is not None and scope[topic] is not None:
+                    scope[topic] = sorted(set(scope[topic] or []) | set(partitions))
+                else:
+                    scope[topic] = None if topic in scope or partitions is None else partitions
+        elif not args.all_topics:
+            raise ValueError("reset-offsets needs its partitions: --topic T[:P,P] (again for "
+                             "more), --all-topics or --from-file")
         with coordinator(bootstrap, args.group) as conn:
-            plan = plan_reset(conn, bootstrap, args.group, topic, partitions, how, value)
+            plan = plan_reset(conn, bootstrap, args.group, scope, how, value, offsets)
             if args.execute:
                 commit(conn, args.group, plan)
-        print("\n".join(_table(args.group, plan, {"NEW-OFFSET": "offset"})))
+        if args.export:
+            print("\n".join(f"{r['topic']},{r['partition']},{r['offset']}" for r in plan))
+        else:
+            print("\n".join(_table(args.group, plan, {"NEW-OFFSET": "offset"})))
         if not args.execute:
             print("(a plan only: add --execute to commit it)", file=sys.stderr)
     else:
