@@ -22,7 +22,8 @@ its files deleted, and the replica is added back, copying the whole log from the
 again, half the time with the controller killed as soon as the re-adding has started
 (the next controller carries the reassignment on from ZooKeeper), otherwise half the
 time throttled (`reassign-partitions --throttle`, 512 KiB/s: the copy is held back
-while the faults go on, and the `--verify` that sees it done removes the throttle). The partition is one
+while the faults go on, and the `--verify` that sees it done removes the throttle), the
+file naming the broker's second log dir for the re-added replica. The partition is one
 of the topic's or, one time in three, the consumer group's `__consumer_offsets`
 partition, so the group's commits move with its coordinator's replicas.
 
@@ -335,16 +336,30 @@ def _drop_and_readd(cl: Cluster, broker: int, topic: str, partition: int,
     finally:
         admin.close()
     if throttle:
+        # The re-added replica goes to a log dir the file names (its broker's second),
+        # as a JBOD operator's plan would put it on a given disk.
+        where = str(cl.brokers[broker].log_dirs[-1])
         with tempfile.NamedTemporaryFile("w", suffix=".json") as plan:
             plan.write(json.dumps({"version": 1, "partitions": [
-                {"topic": topic, "partition": partition, "replicas": kept + [broker]}]}))
+                {"topic": topic, "partition": partition, "replicas": kept + [broker],
+                 "log_dirs": ["any"] * len(kept) + [where]}]}))
             plan.flush()
             args = ("reassign-partitions", "--bootstrap-server", cl.brokers[broker].bootstrap,
                     "--reassignment-json-file", plan.name)
             run = cli(*args, "--execute", "--additional", "--throttle", str(THROTTLE))
-            assert run.returncode == 0, run.stderr
-            wait_for(lambda: cli(*args, "--verify").returncode == 0, 120,
-                     f"the throttled re-add of {topic}-{partition} to broker {broker}")
+            # That dir may be dead or full right now (the other faults go on): the
+            # broker refuses the dir (56) and the reassignment is not started.
+            refused = run.returncode == 1 and "Failed to alter dir" in run.stderr
+            assert run.returncode == 0 or refused, run.stdout + run.stderr
+            if refused:
+                with KafkaAdminClient(bootstrap_servers=cl.brokers[broker].bootstrap) as again:
+                    assert again.alter_partition_reassignments({tp: kept + [broker]}) == {tp: None}
+            done = f"Reassignment of partition {topic}-{partition} is completed."
+
+            def verified() -> bool:  # the partition's replicas, and no copy under way
+                out = cli(*args, "--verify").stdout
+                return done in out and "is still in progress" not in out
+            wait_for(verified, 120, f"the throttled re-add of {topic}-{partition} to broker {broker}")
     if kill_controller:
         cl.brokers[cl.controller()].kill()
     return kill_controller
