@@ -453,6 +453,54 @@ def test_reset_offsets_over_several_topics_exports_and_restores_a_groups_offsets
                                ("other", 0): 10}
 
 
+def test_delete_offsets_removes_a_groups_offsets_of_the_topics_named_only(tmp_path: Path) -> None:
+    """kafka-consumer-groups.sh --delete-offsets (OffsetDelete): with the group's member
+    reading `live`, its offsets of `old` (no longer subscribed) go and those of `live`
+    stay; asking for `live` is refused per partition (the member subscribes to it), an
+    unknown topic gets a row of its own, an unknown group Kafka's error; each refusal
+    exits 1 and changes nothing."""
+    with daemon(tmp_path) as d:
+        def groups(action: str, *args: str) -> subprocess.CompletedProcess:
+            return cli("groups", action, "--bootstrap-server", d.bootstrap, *args)
+
+        def committed() -> dict[tuple[str, int], int]:
+            ka = KafkaAdminClient(bootstrap_servers=d.bootstrap)
+            try:
+                return {(tp.topic, tp.partition): o.offset
+                        for tp, o in ka.list_group_offsets("mixed")["mixed"].items()}
+            finally:
+                ka.close()
+
+        for topic in ("old", "live"):
+            create_topic(d.bootstrap, topic, 2)
+            produce(d.bootstrap, topic, 10, partitions=2)
+        assert groups("reset-offsets", "--group", "mixed", "--topic", "old", "--to-offset", "3",
+                      "--execute").returncode == 0
+        m = Member(d.bootstrap, "live", "mixed")
+        m.start()
+        try:
+            wait_for(lambda: len(m.read) == 10 and len(committed()) == 4, 60,
+                     "the member reading live and committing")
+            refused = groups("delete-offsets", "--group", "mixed", "--topic", "live:0")
+            assert refused.returncode == 1, refused
+            assert "partition level error" in refused.stderr
+            assert refused.stdout.splitlines()[-1].split()[:3] == ["live", "0", "Error:"]
+            assert "actively subscribed" in refused.stdout
+            done = groups("delete-offsets", "--group", "mixed", "--topic", "old", "--topic", "nosuch")
+            assert done.returncode == 1, done  # the unknown topic's row
+            lines = done.stdout.splitlines()
+            assert lines[0] == "Request succeed for deleting offsets with topic old, nosuch group mixed"
+            assert [x.split()[:3] for x in lines[2:]] == [
+                ["TOPIC", "PARTITION", "STATUS"], ["nosuch", "-", "Error:"],
+                ["old", "0", "Successful"], ["old", "1", "Successful"]]
+            assert committed() == {("live", 0): 5, ("live", 1): 5}
+        finally:
+            m.leave()
+        nog = groups("delete-offsets", "--group", "nog", "--topic", "old")
+        assert nog.returncode == 1 and "Error: 'nog' does not exist." in nog.stderr, nog
+        assert committed() == {("live", 0): 5, ("live", 1): 5}
+
+
 def test_the_groups_command_shows_lag_resets_offsets_and_deletes(tmp_path: Path) -> None:
     """kafka-consumer-groups.sh's --list, --describe (offsets, lag, who holds each
     partition), --reset-offsets and --delete, checked against what a consumer then

@@ -8,6 +8,7 @@ protocol.
          --to-datetime T | --by-duration D | --from-file CSV) [--execute | --dry-run]
         [--export]
     logkeeper groups delete --group G
+    logkeeper groups delete-offsets --group G --topic T[:P,P...] ...
 
 `list` asks every broker (each coordinator knows its own groups: ListGroups). `describe`
 prints, per partition the group committed or was assigned, its committed offset, the
@@ -20,7 +21,9 @@ commits new offsets for a group with no members (the consumers stopped), and wit
 (`--all-topics`), or those of `--from-file`, the CSV (`topic,partition,offset` lines)
 that `--export` prints instead of the table: a group's offsets saved and put back
 later, as with kafka-consumer-groups.sh. `delete` removes an empty group and its
-committed offsets (DeleteGroups).
+committed offsets (DeleteGroups); `delete-offsets` removes only those of the topics
+named (OffsetDelete), refused for a topic the group's members subscribe to, and prints
+kafka-consumer-groups.sh's table of each partition's status (exit 1 when any failed).
 
 The broker asked first is `--bootstrap-server`, else the listener of the daemon on this
 host (`--config FILE`, or the embedded defaults).
@@ -42,6 +45,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import kafka.errors as ke
 from kafka.protocol.admin import (
     DeleteGroupsRequest,
     DeleteGroupsResponse,
@@ -55,6 +59,8 @@ from kafka.protocol.consumer import (
     ListOffsetsResponse,
     OffsetCommitRequest,
     OffsetCommitResponse,
+    OffsetDeleteRequest,
+    OffsetDeleteResponse,
     OffsetFetchRequest,
     OffsetFetchResponse,
 )
@@ -244,6 +250,19 @@ def parse_topic_partitions(text: str) -> tuple[str, list[int] | None]:
         raise ValueError(f"--topic {text!r}: partitions are numbers separated by ','") from None
 
 
+def parse_scope(texts: list[str]) -> dict[str, list[int] | None]:
+    """Several `--topic`s (`T` or `T:0,2`), merged per topic: its partitions, None for
+    all of them."""
+    scope: dict[str, list[int] | None] = {}
+    for text in texts:
+        topic, partitions = parse_topic_partitions(text)
+        if topic in scope and partitions is not None and scope[topic] is not None:
+            scope[topic] = sorted(set(scope[topic] or []) | set(partitions))
+        else:
+            scope[topic] = None if topic in scope or partitions is None else partitions
+    return scope
+
+
 def parse_datetime_ms(text: str) -> int:
     """kafka-consumer-groups.sh's --to-datetime, `2026-01-31T12:00:00.000` (local time)
     or with `Z`/`+hh:mm`: milliseconds since the epoch."""
@@ -386,6 +405,61 @@ def commit(conn: Connection, group: str, plan: list[dict[str, Any]]) -> None:
                 raise Refused(p.error_code, f"OffsetCommit of {t.name}-{p.partition_index}")
 
 
+def delete_offsets(bootstrap: str, group: str, scope: Scope
+                   ) -> tuple[int, dict[tuple[str, int], int]]:
+    """OffsetDelete (KIP-496) at the group's coordinator for the partitions of `scope`
+    (a topic alone: all its partitions): the group-level error code and one per
+    partition. A topic that does not exist is answered here, as Kafka's tool does: its
+    partition -1, UNKNOWN_TOPIC_OR_PARTITION; the coordinator is not asked about it."""
+    with connect_any(bootstrap) as c:
+        meta = metadata(c, sorted(scope))
+    per: dict[tuple[str, int], int] = {}
+    tps = []
+    for t in meta.topics:
+        if t.error_code:
+            per[(t.name, -1)] = t.error_code
+            continue
+        wanted = scope.get(t.name)
+        tps += [(t.name, p) for p in (sorted(p.partition_index for p in t.partitions)
+                                      if wanted is None else wanted)]
+    if not tps:
+        return errors.NONE, per
+    T = OffsetDeleteRequest.OffsetDeleteRequestTopic
+    by_topic: dict[str, list[Any]] = {}
+    for t, p in tps:
+        by_topic.setdefault(t, []).append(T.OffsetDeleteRequestPartition(partition_index=p))
+    with coordinator(bootstrap, group) as conn:
+        resp = conn.call(OffsetDeleteRequest(group_id=group, topics=[
+            T(name=t, partitions=ps) for t, ps in by_topic.items()]), OffsetDeleteResponse,
+            lo=0, hi=0)
+    per.update({(t.name, p.partition_index): p.error_code
+                for t in resp.topics for p in t.partitions})
+    return resp.error_code, per
+
+
+def render_offset_deletion(group: str, scope: Scope, code: int,
+                           per: dict[tuple[str, int], int]) -> tuple[list[str], list[str]]:
+    """kafka-consumer-groups.sh --delete-offsets' output: (stdout lines, stderr lines)."""
+    err = []
+    if code == errors.NONE:
+        out = [f"Request succeed for deleting offsets with topic {', '.join(scope)} group {group}"]
+    else:
+        out = []
+        err.append({
+            errors.GROUP_ID_NOT_FOUND: f"Error: '{group}' does not exist.",
+            errors.NON_EMPTY_GROUP: f"Error: Deleting offsets of a consumer group '{group}' is "
+                                    "forbidden if the group is not empty.",
+        }.get(code, f"Error: Encounter some unknown error: {ke.for_code(code).__name__}"))
+    if any(per.values()) and code == errors.NONE:
+        err.append("Error: Encounter some partition level error, see the follow-up details:")
+    rows = [("TOPIC", "PARTITION", "STATUS")] + [
+        (t, str(p) if p >= 0 else "-",
+         f"Error: {ke.for_code(c).description}" if c else "Successful")
+        for (t, p), c in sorted(per.items())]
+    out += [""] + [f"{a:<30} {b:<15} {c}".rstrip() for a, b, c in rows]
+    return out, err
+
+
 def delete(bootstrap: str, group: str) -> None:
     with coordinator(bootstrap, group) as conn:
         resp = conn.call(DeleteGroupsRequest(groups_names=[group]), DeleteGroupsResponse,
@@ -443,6 +517,11 @@ def _parser() -> argparse.ArgumentParser:
                    help="print the plan as topic,partition,offset lines, for --from-file")
     s = add_command(sub, "delete", "delete an empty group and its committed offsets")
     s.add_argument("--group", required=True)
+    s = add_command(sub, "delete-offsets", "delete a group's committed offsets of some "
+                    "topics (none of them subscribed to by its members)")
+    s.add_argument("--group", required=True)
+    s.add_argument("--topic", action="append", required=True, metavar="T[:P,P]",
+                   help="a topic, all its partitions or those listed (again for more)")
     return p
 
 
@@ -491,13 +570,7 @@ def _run(args: argparse.Namespace, bootstrap: str) -> int:
                 raise ValueError(f"--from-file {args.from_file}: no offsets for the topics "
                                  f"of --topic ({', '.join(sorted(named))})")
         elif args.topic:
-            scope = {}
-            for text in args.topic:
-                topic, partitions = parse_topic_partitions(text)
-                if topic in scope and partitions is not None and scope[topic] is not None:
-                    scope[topic] = sorted(set(scope[topic] or []) | set(partitions))
-                else:
-                    scope[topic] = None if topic in scope or partitions is None else partitions
+            scope = parse_scope(args.topic)
         elif not args.all_topics:
             raise ValueError("reset-offsets needs its partitions: --topic T[:P,P] (again for "
                              "more), --all-topics or --from-file")
@@ -511,6 +584,14 @@ def _run(args: argparse.Namespace, bootstrap: str) -> int:
             print("\n".join(_table(args.group, plan, {"NEW-OFFSET": "offset"})))
         if not args.execute:
             print("(a plan only: add --execute to commit it)", file=sys.stderr)
+    elif args.action == "delete-offsets":
+        scope = parse_scope(args.topic)
+        code, per = delete_offsets(bootstrap, args.group, scope)
+        out, err = render_offset_deletion(args.group, scope, code, per)
+        print("\n".join(out))
+        for line in err:
+            print(line, file=sys.stderr)
+        return 1 if code or any(per.values()) else 0
     else:
         delete(bootstrap, args.group)
         print(f"Deleted group {args.group}.")
