@@ -390,6 +390,16 @@ def test_admin_clients_list_describe_and_delete_groups(tmp_path: Path) -> None:
             assert ka.list_group_offsets("done")["done"] == {}
 
 
+def committed_offsets(bootstrap: str, group: str) -> dict[tuple[str, int], int]:
+    """The group's committed offsets, as kafka-python's admin client lists them."""
+    ka = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        return {(tp.topic, tp.partition): o.offset
+                for tp, o in ka.list_group_offsets(group)[group].items()}
+    finally:
+        ka.close()
+
+
 def test_reset_offsets_over_several_topics_exports_and_restores_a_groups_offsets(
         tmp_path: Path) -> None:
     """kafka-consumer-groups.sh's reset scopes: --topic given twice (one with a
@@ -403,12 +413,7 @@ def test_reset_offsets_over_several_topics_exports_and_restores_a_groups_offsets
                        "--group", "ops", *args)
 
         def committed() -> dict[tuple[str, int], int]:
-            ka = KafkaAdminClient(bootstrap_servers=d.bootstrap)
-            try:
-                return {(tp.topic, tp.partition): o.offset
-                        for tp, o in ka.list_group_offsets("ops")["ops"].items()}
-            finally:
-                ka.close()
+            return committed_offsets(d.bootstrap, "ops")
 
         for topic in ("pay", "ship", "other"):
             create_topic(d.bootstrap, topic, 2)
@@ -464,12 +469,7 @@ def test_delete_offsets_removes_a_groups_offsets_of_the_topics_named_only(tmp_pa
             return cli("groups", action, "--bootstrap-server", d.bootstrap, *args)
 
         def committed() -> dict[tuple[str, int], int]:
-            ka = KafkaAdminClient(bootstrap_servers=d.bootstrap)
-            try:
-                return {(tp.topic, tp.partition): o.offset
-                        for tp, o in ka.list_group_offsets("mixed")["mixed"].items()}
-            finally:
-                ka.close()
+            return committed_offsets(d.bootstrap, "mixed")
 
         for topic in ("old", "live"):
             create_topic(d.bootstrap, topic, 2)
