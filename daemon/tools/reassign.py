@@ -29,7 +29,8 @@ assignment first (to save for a rollback) and starts the moves at the controller
 they run in the background. While other reassignments are in progress it refuses
 (exit 1), as Kafka's does, unless given `--additional`. `--verify` says of each partition whether its
 reassignment is completed, still in progress, or done with replicas other than asked;
-`--cancel` stops those in progress, putting their original replicas back; `--list`
+`--cancel` stops those in progress, putting their original replicas back, and removes
+the throttles below (as Kafka's, unless given `--preserve-throttles`); `--list`
 shows every reassignment in progress with its adding and removing replicas.
 
 `--execute --throttle B` caps the copying at B bytes per second, as Kafka's does, before
@@ -39,7 +40,8 @@ in `follower.replication.throttled.replicas`, and every broker involved gets
 `leader.replication.throttled.rate` and `follower.replication.throttled.rate` = B. A
 `--verify` that finds nothing of the file still in progress removes them (from every
 broker, and from the file's topics) unless given `--preserve-throttles`; run it until
-then, or the throttles stay.
+then, or the throttles stay. A broker that does not answer then (hung) keeps its rates:
+the others are cleared, the command names it and exits 1.
 
 The broker asked is `--bootstrap-server`, else the listener of the daemon on this host
 (that of `--config FILE`, or of the embedded defaults).
@@ -440,18 +442,24 @@ def set_throttles(bootstrap: str, moves: Moves, rate: int) -> None:
                       {quota.LEADER_RATE: str(rate), quota.FOLLOWER_RATE: str(rate)}, [])
 
 
-def clear_throttles(bootstrap: str, plan: Plan, live: list[int]) -> list[str]:
+def clear_throttles(bootstrap: str, plan: Plan, live: list[int]) -> tuple[list[str], list[str]]:
     """Kafka's clearAllThrottles: the rates off every broker of the cluster (`live`; those
     of the plan not running are named, their znodes kept), the throttled replicas off the
-    plan's topics. What it did, as lines."""
+    plan's topics. What it did, as lines, and the brokers that did not answer (a hung
+    one: the others are cleared all the same), as problems."""
     brokers = sorted(set(live) | {b for target in plan.values() for b in target})
     topics = sorted({t for t, _ in plan})
     lines = [f"Clearing broker-level throttles on broker{'s' * (len(brokers) != 1)} "
              f"{_ids(brokers)}"]
+    problems = []
     for b in brokers:
         if b in live:  # a broker not running has nobody to ask; its znode keeps them
-            configs.alter(bootstrap, configs.BROKER, str(b), {},
-                          [quota.LEADER_RATE, quota.FOLLOWER_RATE, quota.ALTER_LOG_DIRS_RATE])
+            try:
+                configs.alter(bootstrap, configs.BROKER, str(b), {},
+                              [quota.LEADER_RATE, quota.FOLLOWER_RATE, quota.ALTER_LOG_DIRS_RATE])
+            except ClientError as err:
+                problems.append(f"the throttles of broker {b} are not removed ({err}); run "
+                                "--verify again once it answers")
     lines.append(f"Clearing topic-level throttles on topic{'s' * (len(topics) != 1)} "
                  f"{','.join(topics)}")
     for t in topics:
@@ -461,7 +469,16 @@ def clear_throttles(bootstrap: str, plan: Plan, live: list[int]) -> list[str]:
         except Refused as err:
             if err.code != UNKNOWN_TOPIC_OR_PARTITION:  # a deleted topic has none left
                 raise
-    return lines
+    return lines, problems
+
+
+def _clear(bootstrap: str, plan: Plan, live: list[int]) -> bool:
+    """`clear_throttles`, printed; False when a broker's could not be removed."""
+    lines, problems = clear_throttles(bootstrap, plan, live)
+    print("\n".join(lines))
+    for line in problems:
+        print(f"logkeeper reassign-partitions: {line}", file=sys.stderr)
+    return not problems
 
 
 def _ids(xs: list[int]) -> str:
@@ -491,7 +508,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="with --execute: cap the copying of replicas between a broker's log "
                         "dirs (the file's log_dirs) at this many bytes per second")
     p.add_argument("--preserve-throttles", action="store_true",
-                   help="with --verify: keep the throttles even when the moves are done")
+                   help="with --verify or --cancel: keep the throttles (by default "
+                        "removed once nothing of the file is in progress, and by --cancel)")
     p.add_argument("--reassignment-json-file", metavar="FILE")
     p.add_argument("--topics-to-move-json-file", metavar="FILE",
                    help='for --generate: {"version":1,"topics":[{"topic":"t"}]}')
@@ -544,8 +562,8 @@ def _run(args: argparse.Namespace, bootstrap: str) -> int:
         if value is not None and (not args.execute or value < 0):
             raise PlanError(f"{option} goes with --execute, as a number of bytes per second "
                             f"(got {value})" if args.execute else f"{option} goes with --execute")
-    if args.preserve_throttles and not args.verify:
-        raise PlanError("--preserve-throttles goes with --verify")
+    if args.preserve_throttles and not (args.verify or args.cancel):
+        raise PlanError("--preserve-throttles goes with --verify or --cancel")
     if args.list:
         running = ongoing(bootstrap, timeout_ms=args.timeout_ms)
         if not running:
@@ -577,9 +595,11 @@ def _run(args: argparse.Namespace, bootstrap: str) -> int:
             done = done and all(st == "completed" for st, _, _ in states.values())
             in_progress = in_progress or any(st not in ("completed", "cancelled")
                                              for st, _, _ in states.values())
+        cleared = True
         if not in_progress and not args.preserve_throttles:
-            print("\n".join(clear_throttles(bootstrap, plan, live)))
-        return 0 if done else 1
+            cleared = _clear(bootstrap, plan, live)
+        return 0 if done and cleared else 1
+    cleared = True
     if args.execute:
         running = ongoing(bootstrap, timeout_ms=args.timeout_ms)
         if running and not args.additional:
@@ -635,10 +655,13 @@ def _run(args: argparse.Namespace, bootstrap: str) -> int:
                 start_moves(bootstrap, back, args.timeout)
             else:
                 print("None of the specified partition moves are active.")
+        if not args.preserve_throttles:
+            # As Kafka's cancelAssignment: the throttles go with the moves.
+            cleared = _clear(bootstrap, plan, sorted(broker_addresses(bootstrap)))
     refused = _refusals(results)
     for line in refused:
         print(f"logkeeper reassign-partitions: {line}", file=sys.stderr)
-    return 1 if refused else 0
+    return 1 if refused or not cleared else 0
 
 
 def main(argv: list[str]) -> int:
