@@ -498,8 +498,7 @@ class TopicConfigs:
 
     def dynamic_brokers(self) -> dict[str, dict[str, str]]:
         """The dynamic broker configs this broker keeps: the default's and its own."""
-        return {DEFAULT_BROKER: dict(self.layers.dynamic_default),
-                str(self.static.broker_id): dict(self.layers.dynamic)}
+        return {e: self.broker_dynamic(e) for e in (DEFAULT_BROKER, str(self.static.broker_id))}
 
     def broker_dynamic(self, entity: str) -> dict[str, str]:
         layer = self.layers.dynamic_default if entity == DEFAULT_BROKER else self.layers.dynamic

@@ -42,6 +42,7 @@ import json
 import re
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -320,6 +321,14 @@ def read_offsets_file(path: str, group: str) -> dict[tuple[str, int], int]:
 Scope = dict[str, list[int] | None]  # topic: its partitions, None for all of them
 
 
+def scope_of(tps: Iterable[tuple[str, int]]) -> Scope:
+    """These partitions as a Scope, each topic's in order."""
+    scope: dict[str, list[int] | None] = {}
+    for t, p in sorted(tps):
+        scope.setdefault(t, []).append(p)  # type: ignore[union-attr]
+    return scope
+
+
 def plan_reset(conn: Connection, bootstrap: str, group: str, scope: Scope | None, how: str,
                value: int = 0, offsets: dict[tuple[str, int], int] | None = None
                ) -> list[dict[str, Any]]:
@@ -342,9 +351,7 @@ def plan_reset(conn: Connection, bootstrap: str, group: str, scope: Scope | None
         if not committed:
             raise ValueError(f"--all-topics: group {group} has no committed offsets; name "
                              "the topics with --topic")
-        scope = {}
-        for t, p in sorted(committed):
-            scope.setdefault(t, []).append(p)  # type: ignore[union-attr]
+        scope = scope_of(committed)
     with connect_any(bootstrap) as c:
         meta = metadata(c, sorted(scope))
     tps: set[tuple[str, int]] = set()
@@ -562,10 +569,7 @@ def _run(args: argparse.Namespace, bootstrap: str) -> int:
         if offsets is not None:
             # The file names the partitions (Kafka's --from-file); --topic narrows them.
             named = {parse_topic_partitions(text)[0] for text in args.topic or []}
-            scope = {}
-            for t, p in sorted(offsets):
-                if not named or t in named:
-                    scope.setdefault(t, []).append(p)  # type: ignore[union-attr]
+            scope = scope_of(tp for tp in offsets if not named or tp[0] in named)
             if not scope:
                 raise ValueError(f"--from-file {args.from_file}: no offsets for the topics "
                                  f"of --topic ({', '.join(sorted(named))})")

@@ -108,11 +108,6 @@ class MovesFailed(Exception):
     """A log dir move a broker refused, or one not started within --timeout (exit 1)."""
 
 
-def read_plan(path: str) -> Plan:
-    """Kafka's reassignment JSON -> {(topic, partition): replicas}."""
-    return read_reassignment(path)[0]
-
-
 def read_reassignment(path: str) -> tuple[Plan, ReplicaDirs]:
     """Kafka's reassignment JSON -> ({(topic, partition): replicas}, the replicas whose
     `log_dirs` entry names a log dir rather than "any", with that dir)."""
