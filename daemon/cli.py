@@ -25,6 +25,12 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
                             "move partitions' replicas between brokers (generate, execute, verify)"),
     "groups": ("daemon.tools.groups",
                "list, describe (lag), reset the offsets of or delete consumer groups"),
+    "get-offsets": ("daemon.tools.get_offsets",
+                    "each partition's offset at a time: log end, log start or a timestamp"),
+    "delete-records": ("daemon.tools.delete_records",
+                       "delete partitions' records below an offset"),
+    "leader-election": ("daemon.tools.leader_election",
+                        "elect partition leaders: back to the preferred replicas, or unclean"),
     "dev-cluster": ("daemon.tools.dev_cluster", "run a local ZooKeeper and N brokers"),
     "audit": ("spark_audit.main", "audit segment integrity across hosts with PySpark"),
 }
@@ -32,7 +38,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 
 def _usage() -> str:
     lines = ["usage: logkeeper COMMAND [ARGS...]", "", "commands:"]
-    lines += [f"  {name:<10} {help_}" for name, (_, help_) in SUBCOMMANDS.items()]
+    lines += [f"  {name:<19} {help_}" for name, (_, help_) in SUBCOMMANDS.items()]
     return "\n".join(lines)
 
 

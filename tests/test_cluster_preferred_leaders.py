@@ -9,6 +9,9 @@ election moves them back; acknowledged records are read back exactly once throug
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import confluent_kafka as ck
@@ -17,7 +20,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.protocol.admin import ElectLeadersRequest
 
 from .cluster_helpers import Cluster, wait_for
-from .daemon_helpers import RawClient
+from .daemon_helpers import REPO, RawClient
 
 # Broker 1 is preferred for partitions 0 and 1, broker 2 for partition 2.
 ASSIGNMENT = [[1, 2, 3], [1, 3, 2], [2, 3, 1]]
@@ -123,6 +126,58 @@ def test_elect_leaders_moves_leadership_back_to_the_preferred_replica(tmp_path: 
 
         _produce(cl, 200, 100)
         assert _consume_all(cl, 300) == list(range(300))
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "daemon.cli", *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_the_leader_election_command_moves_leadership_back(tmp_path: Path) -> None:
+    """`logkeeper leader-election` (kafka-leader-election.sh), asked of a broker that is
+    not the controller: one partition, a JSON file, then every partition; and
+    `logkeeper get-offsets` reading each partition's log end from its leader."""
+    with Cluster(tmp_path, extra={"auto.leader.rebalance.enable": False}) as cl:
+        _create(cl)
+        _produce(cl, 0, 99)
+        _restart_broker_1(cl)  # 100 more written while broker 1 was down
+        moved = _leaders(cl)
+        assert moved[0] != 1 and moved[1] != 1 and moved[2] == 2
+        other = next(b for b in cl.alive() if b != cl.controller())
+        bs = cl.brokers[other].bootstrap
+        elect = ["leader-election", "--bootstrap-server", bs, "--election-type", "preferred"]
+
+        one = _cli(*elect, "--topic", "pl", "--partition", "0")
+        assert (one.returncode, one.stdout) == (
+            0, "Successfully completed leader election (PREFERRED) for partitions pl-0\n"), one.stderr
+        assert _leaders(cl) == {0: 1, 1: moved[1], 2: 2}
+
+        plan = tmp_path / "elect.json"
+        plan.write_text(json.dumps({"partitions": [{"topic": "pl", "partition": 2},
+                                                   {"topic": "pl", "partition": 0}]}))
+        noop = _cli(*elect, "--path-to-json-file", str(plan))
+        assert (noop.returncode, noop.stdout) == (
+            0, "Valid replica already elected for partitions pl-0, pl-2\n"), noop.stderr
+
+        every = _cli(*elect, "--all-topic-partitions")
+        assert every.returncode == 0, every.stderr
+        done = every.stdout.splitlines()
+        assert len(done) == 1 and done[0].startswith(
+            "Successfully completed leader election (PREFERRED) for partitions "), every.stdout
+        elected = done[0].rsplit("partitions ", 1)[1].split(", ")
+        assert "pl-1" in elected and "pl-0" not in elected and "pl-2" not in elected
+        assert _leaders(cl) == {0: 1, 1: 1, 2: 2}
+
+        unclean = _cli("leader-election", "--bootstrap-server", bs, "--election-type", "unclean",
+                       "--all-topic-partitions")
+        assert (unclean.returncode, unclean.stdout) == (0, ""), unclean.stderr
+
+        _produce(cl, 200, 99)
+        assert _consume_all(cl, 298) == list(range(99)) + list(range(100, 200)) + \
+            list(range(200, 299))
+        # Record i went to partition i % 3: 99, 100 and 99 of them.
+        ends = _cli("get-offsets", "--bootstrap-server", bs, "--topic", "pl")
+        assert (ends.returncode, ends.stdout) == (0, "pl:0:99\npl:1:100\npl:2:99\n"), ends.stderr
 
 
 def test_the_controller_rebalances_leaders_on_its_own(tmp_path: Path) -> None:

@@ -56,8 +56,6 @@ from kafka.protocol.admin import (
     ListGroupsResponse,
 )
 from kafka.protocol.consumer import (
-    ListOffsetsRequest,
-    ListOffsetsResponse,
     OffsetCommitRequest,
     OffsetCommitResponse,
     OffsetDeleteRequest,
@@ -81,8 +79,8 @@ from .client import (
     connect_any,
     metadata,
 )
+from .leaders import EARLIEST, LATEST, list_offsets
 
-EARLIEST, LATEST = -2, -1
 # A coordinator still loading its offsets partition, or one not elected yet (the first
 # FindCoordinator creates __consumer_offsets): asked again this often, this long.
 COORDINATOR_WAIT_S = 15.0
@@ -132,31 +130,10 @@ def list_groups(bootstrap: str) -> tuple[list[dict[str, Any]], list[str]]:
 def _offsets(meta: Any, tps: set[tuple[str, int]], which: int = LATEST
              ) -> dict[tuple[str, int], int]:
     """Each partition's log end offset (LATEST), log start offset (EARLIEST) or first
-    offset at or after a time (ms; -1 when none is), as a consumer sees it: ListOffsets
-    at its leader, as `meta` (the Metadata of their topics) names it; a partition with no
-    leader, or one that is gone, is left out."""
-    address = {b.node_id: (b.host, b.port) for b in meta.brokers}
-    by_leader: dict[int, list[tuple[str, int]]] = {}
-    for t in meta.topics:
-        for p in t.partitions:
-            if (t.name, p.partition_index) in tps and p.leader_id in address:
-                by_leader.setdefault(p.leader_id, []).append((t.name, p.partition_index))
-    out: dict[tuple[str, int], int] = {}
-    T = ListOffsetsRequest.ListOffsetsTopic
-    for leader, parts in by_leader.items():
-        topics: dict[str, list[int]] = {}
-        for t, p in parts:
-            topics.setdefault(t, []).append(p)
-        with Connection(*address[leader]) as conn:
-            resp = conn.call(ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=[
-                T(name=t, partitions=[T.ListOffsetsPartition(partition_index=p, timestamp=which)
-                                      for p in ps]) for t, ps in topics.items()]),
-                ListOffsetsResponse, lo=1, hi=5)
-        for t in resp.topics:
-            for p in t.partitions:
-                if not p.error_code:
-                    out[(t.name, p.partition_index)] = p.offset
-    return out
+    offset at or after a time (ms; -1 when none is), as its leader answers ListOffsets;
+    a partition with no leader, one that is gone or whose leader cannot say is left
+    out."""
+    return list_offsets(meta, tps, which)[0]
 
 
 def _committed(conn: Connection, group: str) -> dict[tuple[str, int], int]:

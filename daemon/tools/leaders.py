@@ -1,0 +1,117 @@
+"""What the admin commands ask of each partition's leader, as Kafka's admin client asks
+it: ListOffsets (`logkeeper get-offsets`, the offsets `logkeeper groups` shows and
+resets to) and DeleteRecords (`logkeeper delete-records`), one request per leader,
+which the Metadata of the partitions' topics names.
+
+Each call answers per partition: its offset, or why there is none (no such partition,
+no leader right now, a leader that cannot be reached or that answered an error). A
+broker that is down costs the partitions it leads, not the whole command.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import kafka.errors as ke
+from kafka.protocol.admin import DeleteRecordsRequest, DeleteRecordsResponse
+from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
+
+from ..api import errors
+from .client import ClientError, Connection
+
+TP = tuple[str, int]
+EARLIEST, LATEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -2, -1, -3, -4, -5
+# The lowest ListOffsets version that can ask each special timestamp (Kafka's
+# ListOffsetsRequest): asking an older broker for it fails instead of being misread.
+_VERSION_FOR = {MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8, LATEST_TIERED: 9}
+
+
+def error_text(code: int, message: str | None = None) -> str:
+    """An error answered for a partition, as the operator reads it: Kafka's error name
+    and the broker's message (else the error's own description)."""
+    err = ke.for_code(code)
+    return f"{err.__name__} ({code}): {message or err.description}"
+
+
+def by_leader(meta: Any, tps: Iterable[TP]) -> tuple[dict[tuple[str, int], list[TP]], dict[TP, str]]:
+    """`tps` grouped by the address of their leader, as `meta` (the Metadata of their
+    topics) names it; and why each of the others has none."""
+    address = {b.node_id: (b.host, b.port) for b in meta.brokers}
+    topic_error = {t.name: t.error_code for t in meta.topics if t.error_code}
+    leader = {(t.name, p.partition_index): p.leader_id for t in meta.topics for p in t.partitions}
+    groups: dict[tuple[str, int], list[TP]] = {}
+    problems: dict[TP, str] = {}
+    for tp in sorted(set(tps)):
+        if tp not in leader:
+            problems[tp] = error_text(topic_error.get(tp[0], errors.UNKNOWN_TOPIC_OR_PARTITION))
+        elif leader[tp] not in address:
+            problems[tp] = error_text(errors.LEADER_NOT_AVAILABLE,
+                                      "the partition has no leader right now")
+        else:
+            groups.setdefault(address[leader[tp]], []).append(tp)
+    return groups, problems
+
+
+def _by_topic(tps: Iterable[TP]) -> dict[str, list[int]]:
+    topics: dict[str, list[int]] = {}
+    for t, p in tps:
+        topics.setdefault(t, []).append(p)
+    return topics
+
+
+def _at_leaders(meta: Any, tps: Iterable[TP], ask: Callable[[Connection, list[TP]], Any]
+                ) -> tuple[dict[TP, int], dict[TP, str]]:
+    """`ask(conn, partitions)` of each leader, which answers [(tp, error code, value)]:
+    (the values, the problems) per partition."""
+    groups, problems = by_leader(meta, tps)
+    values: dict[TP, int] = {}
+    for (host, port), parts in groups.items():
+        try:
+            with Connection(host, port) as conn:
+                answers = ask(conn, parts)
+        except ClientError as err:
+            problems.update({tp: str(err) for tp in parts})
+            continue
+        for tp, code, value in answers:
+            if code:
+                problems[tp] = error_text(code)
+            else:
+                values[tp] = value
+    return values, problems
+
+
+def list_offsets(meta: Any, tps: Iterable[TP], timestamp: int = LATEST
+                 ) -> tuple[dict[TP, int], dict[TP, str]]:
+    """Each partition's log end offset (LATEST), log start offset (EARLIEST), the offset
+    of its newest timestamp (MAX_TIMESTAMP) or of its first record at or after a time (ms;
+    -1 when there is none), as a consumer sees them; and why the others have none."""
+    T = ListOffsetsRequest.ListOffsetsTopic
+
+    def ask(conn: Connection, parts: list[TP]) -> list[tuple[TP, int, int]]:
+        resp = conn.call(ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=[
+            T(name=t, partitions=[T.ListOffsetsPartition(partition_index=p, timestamp=timestamp)
+                                  for p in ps]) for t, ps in _by_topic(parts).items()]),
+            ListOffsetsResponse, lo=_VERSION_FOR.get(timestamp, 1), hi=9)
+        return [((t.name, p.partition_index), p.error_code, p.offset)
+                for t in resp.topics for p in t.partitions]
+
+    return _at_leaders(meta, tps, ask)
+
+
+def delete_records(meta: Any, before: dict[TP, int], timeout_ms: int
+                   ) -> tuple[dict[TP, int], dict[TP, str]]:
+    """Delete each partition's records below its offset in `before` (-1: its high
+    watermark): each one's new log start offset (Kafka's low watermark), and why the
+    others failed, deleting nothing there."""
+    T = DeleteRecordsRequest.DeleteRecordsTopic
+
+    def ask(conn: Connection, parts: list[TP]) -> list[tuple[TP, int, int]]:
+        resp = conn.call(DeleteRecordsRequest(timeout_ms=timeout_ms, topics=[
+            T(name=t, partitions=[T.DeleteRecordsPartition(partition_index=p, offset=before[(t, p)])
+                                  for p in ps]) for t, ps in _by_topic(parts).items()]),
+            DeleteRecordsResponse, lo=0, hi=2)
+        return [((t.name, p.partition_index), p.error_code, p.low_watermark)
+                for t in resp.topics for p in t.partitions]
+
+    return _at_leaders(meta, before, ask)
