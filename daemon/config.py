@@ -41,6 +41,7 @@ from types import MappingProxyType
 from typing import Any
 
 from logstore import LogConfig
+from logstore.config import COMPRESSION_TYPES
 
 from .kafka_keys import KAFKA_BROKER_KEYS
 
@@ -216,6 +217,12 @@ def _advertised_listeners(value: Any) -> tuple[Listener, ...] | None:
     return listeners
 
 
+def _compression_type(value: Any) -> str:
+    if not isinstance(value, str) or value.strip() not in COMPRESSION_TYPES:
+        raise ValueError(f"expected one of {', '.join(COMPRESSION_TYPES)}, got {value!r}")
+    return value.strip()
+
+
 def _cleanup_policy(value: Any) -> tuple[str, ...]:
     # Kafka's form is a comma-separated list of "delete" and "compact".
     if isinstance(value, str):
@@ -315,6 +322,9 @@ KEYS: dict[str, Key] = {k.name: k for k in (
         "a record stays uncompacted at least this long"),
     Key("log.cleaner.max.compaction.lag.ms", int, 2**63 - 1, _int(1),
         "a dirty segment older than this is cleaned whatever the dirty ratio"),
+    Key("compression.type", str, "producer", _compression_type,
+        "the codec of the batches a leader writes: producer (each as its producer sent "
+        "it), or uncompressed, gzip, snappy, lz4, zstd (recompressed when in another)"),
     Key("log.index.interval.bytes", int, 4096, _int(0, 2**31 - 1),
         "bytes between index entries"),
     Key("message.max.bytes", int, 1024 * 1024 + 12, _int(0, 2**31 - 1),
@@ -466,6 +476,7 @@ class Config:
             min_cleanable_dirty_ratio=self["log.cleaner.min.cleanable.ratio"],
             min_compaction_lag_ms=self["log.cleaner.min.compaction.lag.ms"],
             max_compaction_lag_ms=self["log.cleaner.max.compaction.lag.ms"],
+            compression_type=self["compression.type"],
             **LogConfig.policy_fields(self["log.cleanup.policy"]),
         )
 

@@ -1,5 +1,9 @@
 """Per-log settings, with Apache Kafka's defaults (topic-level names in comments).
 
+`compression.type` is `compression_type`: "producer" keeps each batch as its producer
+compressed it; "uncompressed", "gzip", "snappy", "lz4" or "zstd" has a leader's append
+recompress each batch that is in another codec (Kafka's LogValidator; see `Log.append`).
+
 `cleanup.policy` is two fields: `compacted` (the policy names compact: the log cleaner
 keeps the latest record per key, logstore.cleaner) and `compact_delete` (it names
 delete as well: retention still deletes old segments of a compacted log). A policy of
@@ -11,6 +15,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
+
+# Kafka's BrokerCompressionType names, in Kafka's order.
+COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
 
 
 @dataclass(frozen=True)
@@ -29,6 +36,7 @@ class LogConfig:
     min_cleanable_dirty_ratio: float = 0.5  # min.cleanable.dirty.ratio
     min_compaction_lag_ms: int = 0  # min.compaction.lag.ms
     max_compaction_lag_ms: int = 2**63 - 1  # max.compaction.lag.ms
+    compression_type: str = "producer"  # compression.type
 
     def __post_init__(self) -> None:
         checks = {
@@ -43,12 +51,13 @@ class LogConfig:
             "min_cleanable_dirty_ratio": 0 <= self.min_cleanable_dirty_ratio <= 1,
             "min_compaction_lag_ms": self.min_compaction_lag_ms >= 0,
             "max_compaction_lag_ms": self.max_compaction_lag_ms >= 1,
+            "compression_type": self.compression_type in COMPRESSION_TYPES,
         }
         for name, ok in checks.items():
             if not ok:
                 raise ValueError(f"LogConfig.{name}={getattr(self, name)!r} is out of range")
 
-    def replace(self, **changes: int | float | bool) -> LogConfig:
+    def replace(self, **changes: int | float | bool | str) -> LogConfig:
         return dataclasses.replace(self, **changes)
 
     @property

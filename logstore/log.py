@@ -28,7 +28,7 @@ from typing import Any, NamedTuple, TypeVar
 
 import native
 
-from . import checkpoint, names, txnindex
+from . import checkpoint, names, records, txnindex
 from .config import LogConfig
 from .epochs import LeaderEpochCache
 from .errors import (
@@ -194,6 +194,8 @@ class Log:
         guard = self.guard
         if guard.verdict is not _ONLINE:
             guard.check_usable("append", writing=True)
+        if assign_offsets and self.config.compression_type != "producer":
+            batch_bytes = self._recompress(batch_bytes)
         if self.config.compacted and assign_offsets:
             self._require_keys(batch_bytes)
         seg = self._segments.active
@@ -260,6 +262,14 @@ class Log:
         if changed:
             with self.guard.io("write leader epochs", self.dir):
                 epochs.write()
+
+    def _recompress(self, data: bytes | bytearray | memoryview) -> bytes | bytearray | memoryview:
+        """A leader's batches in the codec of compression.type (Kafka's LogValidator
+        recompresses in the same place): only data whose framing and CRCs check out is
+        rewritten; anything else goes on as it came, for the append to refuse."""
+        if native.scan_batches(data, legacy=True).status is not native.ScanStatus.OK:
+            return data
+        return records.recompress(data, records.CODEC_OF[self.config.compression_type])
 
     def _require_keys(self, data: bytes | bytearray | memoryview) -> None:
         """A compacted log takes only records with keys (Kafka's LogValidator): the

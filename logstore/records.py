@@ -131,7 +131,8 @@ def _compress(codec: Codec, data: bytes) -> bytes:
         if codec is Codec.LZ4:
             import lz4.frame
 
-            return lz4.frame.compress(data)
+            # Independent blocks: the LZ4 frame every Kafka client's reader takes.
+            return lz4.frame.compress(data, block_linked=False)
         if codec is Codec.ZSTD:
             import zstandard
 
@@ -201,6 +202,48 @@ def decompress(codec: Codec, data: bytes | memoryview) -> bytes:
     """A batch's compressed records area, decompressed; CorruptRecordError if it is not
     valid, UnsupportedCodecError without the codec's library."""
     return _decompress(codec, data)
+
+
+CODEC_OF = {"uncompressed": Codec.NONE, "gzip": Codec.GZIP, "snappy": Codec.SNAPPY,
+            "lz4": Codec.LZ4, "zstd": Codec.ZSTD}  # compression.type's codecs
+
+
+def recompress(data: bytes | bytearray | memoryview, codec: Codec) -> bytes | bytearray | memoryview:
+    """`data`'s magic-2 batches with their records in `codec` (a topic's compression.type,
+    Kafka's LogValidator): a batch in another codec has its records area decompressed
+    and compressed again, and its header's codec, length and CRC rewritten (records,
+    offsets, timestamps and producer fields unchanged); a batch already in `codec`, a
+    control batch and old Kafka's legacy messages stay as they are. `data` itself when
+    nothing changes. Only for data whose framing and CRCs were checked: a corrupt batch
+    must be refused, not given a new CRC. CorruptRecordError for a records area that
+    does not decompress."""
+    view = memoryview(data)
+    parts: list[bytes | memoryview] = []
+    changed = False
+    pos = done = 0
+    while pos + LOG_OVERHEAD <= len(view):
+        (length,) = struct.unpack_from(">i", view, pos + 8)
+        end = pos + LOG_OVERHEAD + length
+        if view[pos + MAGIC_AT] != MAGIC or end > len(view):
+            pos = end
+            continue
+        (attributes,) = _ATTRIBUTES.unpack_from(view, pos + ATTRIBUTES_AT)
+        old = attributes & ATTR_CODEC_MASK
+        if old == codec or attributes & ATTR_CONTROL:
+            pos = end
+            continue
+        raw = _decompress(Codec(old), view[pos + HEADER_SIZE:end])
+        batch = bytearray(view[pos:pos + HEADER_SIZE]) + _compress(codec, raw)
+        struct.pack_into(">i", batch, 8, len(batch) - LOG_OVERHEAD)
+        _ATTRIBUTES.pack_into(batch, ATTRIBUTES_AT, (attributes & ~ATTR_CODEC_MASK) | codec)
+        struct.pack_into(">I", batch, 17, native.crc32c(memoryview(batch)[CRC_START:]))
+        parts += [view[done:pos], batch]
+        done = pos = end
+        changed = True
+    if not changed:
+        return data
+    parts.append(view[done:])
+    return b"".join(parts)
 
 
 # ---- encoding ----

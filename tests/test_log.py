@@ -20,7 +20,7 @@ from logstore import (
     verify,
 )
 from logstore.index import read_index_entries
-from logstore.records import Record, build_batch, iter_batches
+from logstore.records import Codec, Record, build_batch, iter_batches
 from logstore.segments import LogSegments, open_segment
 
 from .logutil import batch, snapshot
@@ -582,3 +582,52 @@ def test_reads_match_a_scan_of_the_segments(pdir):
     assert got(18, 1 << 20) == reference(18, 1 << 20, None)
     assert got(21, 300) == reference(21, 300, None)
     log.close()
+
+
+def test_compression_type_recompresses_a_leaders_batches_only(pdir, tmp_path):
+    """compression.type=zstd: a leader's batches in other codecs are written in zstd with
+    their records, producer fields and timestamps as sent; a zstd batch and a control
+    batch are written as they came; a follower's batches are copied as they are; a
+    corrupt batch is refused, not given a new CRC."""
+    log = Log.open(pdir, LogConfig(compression_type="zstd"))
+    recs = [Record(key=b"k%d" % i, value=b"v" * 200, headers=[("h", b"%d" % i)],
+                   timestamp=1_700_000_000_000 + i) for i in range(20)]
+    plain = build_batch(recs, producer_id=9, producer_epoch=2, base_sequence=40)
+    gz = build_batch(recs[:5], codec=Codec.GZIP)
+    zs = build_batch(recs[5:8], codec=Codec.ZSTD)
+    control = build_batch([Record(key=b"\0\0\0\0", value=b"\0\0\0\0\0\0")], control=True,
+                          transactional=True, producer_id=9, producer_epoch=2)
+    info = log.append(plain + gz + zs + control, leader_epoch=4)
+    assert (info.base_offset, info.last_offset, info.record_count) == (0, 28, 29)
+    got = list(iter_batches(log.read(0, 1 << 20)))
+    assert [Codec(b.codec) for b in got] == [Codec.ZSTD, Codec.ZSTD, Codec.ZSTD, Codec.NONE]
+    assert all(b.crc_valid for b in got)
+    assert (got[0].producer_id, got[0].producer_epoch, got[0].base_sequence) == (9, 2, 40)
+    assert [(r.key, r.value, r.headers, r.timestamp) for r in got[0].records()] == \
+        [(r.key, r.value, r.headers, r.timestamp) for r in recs]
+    assert [r.offset for r in got[1].records()] == list(range(20, 25))
+    assert got[2].data[61:] == zs[61:]  # already zstd: its records area as sent
+    assert got[3].is_control and got[3].data[61:] == control[61:]
+
+    # A follower copies the leader's batches, whatever its own compression.type.
+    (tmp_path / "f").mkdir()
+    follower = Log.open(tmp_path / "f" / "orders-0", LogConfig(compression_type="gzip"))
+    follower.append(bytes(log.read(0, 1 << 20)), assign_offsets=False)
+    assert bytes(follower.read(0, 1 << 20)) == bytes(log.read(0, 1 << 20))
+
+    # uncompressed: a compressed batch is written decompressed.
+    log.update_config(log.config.replace(compression_type="uncompressed"))
+    log.append(build_batch(recs[:3], codec=Codec.LZ4), leader_epoch=4)
+    last = list(iter_batches(log.read(29, 1 << 20)))
+    assert [Codec(b.codec) for b in last] == [Codec.NONE] and last[0].records_count == 3
+
+    # A corrupt batch (a flipped byte in its compressed records) is refused, as it
+    # would be without a compression.type: nothing is written.
+    bad = bytearray(build_batch(recs[:3], codec=Codec.GZIP))
+    bad[-5] ^= 0xFF
+    end = log.log_end_offset
+    with pytest.raises(CorruptRecordError):
+        log.append(bytes(bad), leader_epoch=4)
+    assert log.log_end_offset == end
+    log.close()
+    follower.close()

@@ -53,7 +53,9 @@ def test_log_config_carries_the_topic_values() -> None:
     ({"cleanup.policy": "shred"}, "String must be one of: compact, delete"),
     ({"min.cleanable.dirty.ratio": "1.5"}, "between 0 and 1"),
     ({"no.such": "1"}, "Unknown topic config name: no.such"),
-    ({"compression.type": "zstd"}, "only \"producer\" is supported"),
+    ({"compression.type": "brotli"},
+     "String must be one of: uncompressed, zstd, lz4, snappy, gzip, producer"),
+    ({"compression.lz4.level": "9"}, "not supported by logkeeper"),
     ({"preallocate": "true"}, "not supported by logkeeper"),
 ])
 def test_bad_topic_configs_are_refused_naming_them(configs: dict[str, str], message: str) -> None:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from logstore import LogConfig
+from logstore.config import COMPRESSION_TYPES
 
 from ..config import KEYS, Config
 from ..kafka_keys import KAFKA_BROKER_KEYS
@@ -102,10 +103,9 @@ def _parse_policy(name: str, text: str) -> tuple[str, ...]:
 
 def _parse_compression(name: str, text: str) -> str:
     s = text.strip()
-    if s != "producer":
-        raise ConfigValueError(f"Invalid value {text} for configuration {name}: logkeeper "
-                               "keeps batches as the producer compressed them; only "
-                               "\"producer\" is supported")
+    if s not in COMPRESSION_TYPES:
+        raise ConfigValueError(f"Invalid value {text} for configuration {name}: String must "
+                               f"be one of: {', '.join(COMPRESSION_TYPES)}")
     return s
 
 
@@ -159,7 +159,7 @@ TOPIC_CONFIGS: dict[str, TopicKey] = {k.name: k for k in (
              _int_key(0, _INT_MAX), 4096, "index_interval_bytes"),
     # Batches are kept as the producer wrote them: "producer" is the one value served.
     TopicKey("compression.type", TYPE_STRING, (("compression.type", 1),), _parse_compression,
-             "producer", None),
+             "producer", "compression_type"),
     # Kept, described and handed to LogConfig when it has the field: the log cleaner's.
     TopicKey("delete.retention.ms", TYPE_LONG, (("log.cleaner.delete.retention.ms", 1),),
              _int_key(0, _LONG_MAX), 24 * _H, "delete_retention_ms"),

@@ -1,0 +1,189 @@
+"""`compression.type` on the broker (a topic's, else the broker's): the leader writes
+each batch in that codec whatever its producer used (Kafka's LogValidator recompresses),
+or as the producer sent it with "producer", Kafka's default. Real producers of every
+codec (confluent-kafka, kafka-python, aiokafka), then the segment files' own codecs read
+back, and every record read back by confluent-kafka, kafka-python, aiokafka and kcat.
+In a cluster the followers copy the leader's recompressed batches byte for byte.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import confluent_kafka as ck
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
+from kafka import KafkaConsumer, KafkaProducer
+
+from logstore.records import Codec, iter_batches
+from tests.cluster_helpers import Cluster, wait_for
+from tests.daemon_helpers import Daemon, running
+from tests.test_replication import create, replicas_identical
+
+N = 40  # records per producer
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    with running(tmp_path_factory.mktemp("compression"), {
+            "compression.type": "gzip", "auto.create.topics.enable": False}) as d:
+        admin = AdminClient({"bootstrap.servers": d.bootstrap})
+        for fut in admin.create_topics([
+                NewTopic("g", 1, 1),  # the broker's gzip
+                NewTopic("z", 1, 1, config={"compression.type": "zstd"}),
+                NewTopic("p", 1, 1, config={"compression.type": "producer"})]).values():
+            fut.result(30)
+        yield d
+
+
+def _codecs(d: Daemon, topic: str) -> list[Codec]:
+    """The codec of each batch in the partition's segment files, in order."""
+    out: list[Codec] = []
+    for ld in d.log_dirs:
+        for seg in sorted((ld / f"{topic}-0").glob("*.log")):
+            out += [Codec(b.codec) for b in iter_batches(seg.read_bytes())]
+    return out
+
+
+def _produce_every_codec(d: Daemon, topic: str) -> list[bytes]:
+    """N records from each producer and codec; the values sent, in order."""
+    sent: list[bytes] = []
+    for codec in ("none", "zstd", "lz4", "snappy", "gzip"):
+        p = ck.Producer({"bootstrap.servers": d.bootstrap, "compression.type": codec,
+                         "linger.ms": 20})
+        values = [b"ck-%s-%03d-" % (codec.encode(), i) + b"x" * 200 for i in range(N)]
+        for i, v in enumerate(values):
+            p.produce(topic, key=b"k%d" % i, value=v, headers=[("codec", codec.encode())])
+        assert p.flush(30) == 0
+        sent += values
+    kp = KafkaProducer(bootstrap_servers=d.bootstrap, compression_type="lz4", linger_ms=20)
+    values = [b"kp-lz4-%03d" % i for i in range(N)]
+    for v in values:
+        kp.send(topic, key=b"kp", value=v)
+    kp.flush(30)
+    kp.close()
+    sent += values
+
+    async def aio() -> list[bytes]:
+        ap = AIOKafkaProducer(bootstrap_servers=d.bootstrap, compression_type="snappy",
+                              linger_ms=20)
+        await ap.start()
+        try:
+            vals = [b"aio-snappy-%03d" % i for i in range(N)]
+            await asyncio.gather(*[await ap.send(topic, key=b"aio", value=v) for v in vals])
+            return vals
+        finally:
+            await ap.stop()
+
+    sent += asyncio.run(aio())
+    return sent
+
+
+def _set(admin: AdminClient, topic: str, **configs: str) -> None:
+    """IncrementalAlterConfigs SET of the topic's configs (dots as underscores)."""
+    res = ConfigResource("topic", topic, incremental_configs=[
+        ConfigEntry(k.replace("_", "."), v, incremental_operation=AlterConfigOpType.SET)
+        for k, v in configs.items()])
+    admin.incremental_alter_configs([res])[res].result(30)
+
+
+def _read_back(d: Daemon, topic: str, count: int) -> dict[str, list[bytes]]:
+    """Every value of the topic as each client reads it."""
+    got: dict[str, list[bytes]] = {}
+    c = ck.Consumer({"bootstrap.servers": d.bootstrap, "group.id": f"{topic}-ck",
+                     "auto.offset.reset": "earliest"})
+    c.assign([ck.TopicPartition(topic, 0, 0)])
+    values: list[bytes] = []
+    wait_for(lambda: values.extend(m.value() for m in c.consume(500, 0.5) if not m.error())
+             or len(values) >= count, 30, "confluent-kafka reading")
+    c.close()
+    got["confluent-kafka"] = values
+    kc = KafkaConsumer(topic, bootstrap_servers=d.bootstrap, auto_offset_reset="earliest",
+                       consumer_timeout_ms=5000)
+    got["kafka-python"] = [m.value for m in kc]
+    kc.close()
+
+    async def aio() -> list[bytes]:
+        ac = AIOKafkaConsumer(topic, bootstrap_servers=d.bootstrap, auto_offset_reset="earliest")
+        await ac.start()
+        try:
+            out: list[bytes] = []
+            while len(out) < count:
+                batch = await ac.getmany(timeout_ms=5000)
+                assert batch, "aiokafka got nothing"
+                out += [m.value for msgs in batch.values() for m in msgs]
+            return out
+        finally:
+            await ac.stop()
+
+    got["aiokafka"] = asyncio.run(aio())
+    kcat = subprocess.run(["kcat", "-C", "-b", d.bootstrap, "-t", topic, "-o", "beginning", "-e",
+                           "-q", "-D", "\x1e", "-c", str(count)],
+                          capture_output=True, timeout=60)
+    assert kcat.returncode == 0, kcat.stderr
+    got["kcat"] = kcat.stdout.split(b"\x1e")[:-1]
+    return got
+
+
+@pytest.mark.parametrize("topic, codec", [("g", Codec.GZIP), ("z", Codec.ZSTD)])
+def test_the_leader_writes_every_batch_in_the_topics_codec(daemon: Daemon, topic: str,
+                                                            codec: Codec) -> None:
+    sent = _produce_every_codec(daemon, topic)
+    codecs = _codecs(daemon, topic)
+    assert codecs and set(codecs) == {codec}, codecs
+    for client, values in _read_back(daemon, topic, len(sent)).items():
+        assert values == sent, client
+    # DescribeConfigs says where the codec comes from.
+    admin = AdminClient({"bootstrap.servers": daemon.bootstrap})
+    res = ConfigResource("topic", topic)
+    entry = admin.describe_configs([res])[res].result(30)["compression.type"]
+    assert entry.value == codec.name.lower()
+    assert entry.source == (ck.admin.ConfigSource.STATIC_BROKER_CONFIG if topic == "g" else
+                            ck.admin.ConfigSource.DYNAMIC_TOPIC_CONFIG).value
+
+
+def test_producer_keeps_each_batch_as_sent_and_a_change_applies_to_new_batches(
+        daemon: Daemon) -> None:
+    sent = _produce_every_codec(daemon, "p")
+    codecs = _codecs(daemon, "p")
+    # confluent's five codecs, kafka-python's lz4, aiokafka's snappy: each kept.
+    assert {Codec.NONE, Codec.ZSTD, Codec.LZ4, Codec.SNAPPY, Codec.GZIP} == set(codecs)
+    before = len(codecs)
+    admin = AdminClient({"bootstrap.servers": daemon.bootstrap})
+    _set(admin, "p", compression_type="uncompressed")
+    p = ck.Producer({"bootstrap.servers": daemon.bootstrap, "compression.type": "zstd",
+                     "linger.ms": 20})
+    more = [b"after-%03d" % i for i in range(N)]
+    for v in more:
+        p.produce("p", value=v)
+    assert p.flush(30) == 0
+    after = _codecs(daemon, "p")[before:]
+    assert after and set(after) == {Codec.NONE}, after
+    assert _read_back(daemon, "p", len(sent) + N)["kcat"] == sent + more
+    # Bad values are refused, changing nothing.
+    with pytest.raises(ck.KafkaException, match="compression.type"):
+        _set(admin, "p", compression_type="brotli")
+    now = admin.describe_configs([ConfigResource("topic", "p")])
+    assert list(now.values())[0].result(30)["compression.type"].value == "uncompressed"
+
+
+def test_followers_copy_the_leaders_recompressed_batches(tmp_path: Path) -> None:
+    with Cluster(tmp_path, dirs=1) as cl:
+        create(cl, "lz", 2)
+        admin = AdminClient({"bootstrap.servers": cl.brokers[1].bootstrap})
+        _set(admin, "lz", compression_type="lz4")
+        p = ck.Producer({"bootstrap.servers": cl.brokers[1].bootstrap, "acks": "all",
+                         "compression.type": "gzip", "linger.ms": 20})
+        for i in range(400):
+            p.produce("lz", value=b"v%04d" % i + b"y" * 300, partition=i % 2)
+        assert p.flush(30) == 0
+        wait_for(lambda: replicas_identical(cl, "lz", 2), 30, "replicas byte-identical")
+        for broker in cl.brokers.values():
+            for part in range(2):
+                segs = sorted((broker.log_dirs[0] / f"lz-{part}").glob("*.log"))
+                codecs = {Codec(b.codec) for s in segs for b in iter_batches(s.read_bytes())}
+                assert codecs == {Codec.LZ4}, (broker, part, codecs)
