@@ -113,14 +113,16 @@ def run_setup(checkout: Path, python: str, venv: Path, mode: str = "run",
     return res.returncode, res.stdout, time.monotonic() - start
 
 
-def produce_and_fetch(bootstrap: str, topic: str, count: int = 20) -> None:
-    """Produce `count` records with kafka-python (acks=all) and fetch them back from
-    offset 0; AssertionError naming what differs."""
+def produce_and_fetch(bootstrap: str, topic: str, count: int = 20, *,
+                      compression: str | None = None) -> None:
+    """Produce `count` records with kafka-python (acks=all, batches in `compression`)
+    and fetch them back from offset 0; AssertionError naming what differs."""
     from kafka import KafkaConsumer, KafkaProducer
     from kafka import TopicPartition as KTP
 
     sent = [(b"k%d" % i, b"value-%d" % i) for i in range(count)]
-    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5,
+                             compression_type=compression)
     try:
         futures = [producer.send(topic, key=k, value=v, partition=0) for k, v in sent]
         producer.flush(timeout=30)

@@ -3,7 +3,8 @@
 For each interpreter (on PATH, in /usr/bin and /usr/local/bin, and under pyenv) a fresh
 copy of the checkout is installed the README's way (`PYTHON=... LK_VENV=... bash
 scripts/setup.sh run`, a new venv), then that venv's `logkeeper serve` runs and a
-kafka-python client produces and fetches through it. The interpreters run in parallel
+kafka-python client produces (lz4 batches into a compacted topic the broker writes in
+zstd: the codecs are runtime dependencies) and fetches through it. The interpreters run in parallel
 (an install mostly waits on pip); pip's cache keeps a reinstall well under a minute.
 Under CI (CI=true) the suite fails unless a 3.12 or newer was among them: 3.12 removed
 asyncore, which pyinotify imports, so 3.11 alone proves little.
@@ -54,11 +55,15 @@ def install_and_serve(python: Python, root: Path) -> Outcome:
             out.detail = text[-4000:]
             return out
         out.step = "serve"
-        d = Daemon(root / "run", {"num.partitions": 1}, command=[str(venv / "bin" / "logkeeper")])
+        # A compacted topic written in zstd from lz4 batches: the installed codecs read
+        # each batch's keys and write it again.
+        d = Daemon(root / "run", {"num.partitions": 1, "log.cleanup.policy": "compact",
+                                  "compression.type": "zstd"},
+                   command=[str(venv / "bin" / "logkeeper")])
         d.start(timeout=60)
         try:
             out.step = "produce and fetch"
-            produce_and_fetch(d.bootstrap, "install-check")
+            produce_and_fetch(d.bootstrap, "install-check", compression="lz4")
             out.step = "SIGTERM"
             code = d.stop()
             assert code == 0 and "stopped cleanly" in d.stderr(), \
