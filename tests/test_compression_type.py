@@ -18,13 +18,17 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 from kafka import KafkaConsumer, KafkaProducer
+from kafka.errors import UnsupportedCompressionTypeError
+from kafka.protocol.producer import ProduceRequest
 
-from logstore.records import Codec, iter_batches
+from logstore.records import Codec, Record, build_batch, iter_batches
 from tests.cluster_helpers import Cluster, wait_for
-from tests.daemon_helpers import Daemon, running
+from tests.daemon_helpers import Daemon, RawClient, running
+from tests.test_daemon_fetch import fetch
 from tests.test_replication import create, replicas_identical
 
 N = 40  # records per producer
+UNSUPPORTED_COMPRESSION_TYPE = UnsupportedCompressionTypeError.errno
 
 
 @pytest.fixture(scope="module")
@@ -187,3 +191,28 @@ def test_followers_copy_the_leaders_recompressed_batches(tmp_path: Path) -> None
                 segs = sorted((broker.log_dirs[0] / f"lz-{part}").glob("*.log"))
                 codecs = {Codec(b.codec) for s in segs for b in iter_batches(s.read_bytes())}
                 assert codecs == {Codec.LZ4}, (broker, part, codecs)
+
+
+def test_clients_too_old_for_zstd_are_told_so(daemon: Daemon) -> None:
+    """As Kafka: a consumer's Fetch below v10 of a topic written in zstd answers
+    UNSUPPORTED_COMPRESSION_TYPE (it could not read the batches), as does a Produce
+    below v7 that sends a zstd batch; a newer request of the same works."""
+    c = RawClient(daemon.port)
+    try:
+        T = ProduceRequest.TopicProduceData
+        batch = build_batch([Record(key=b"old", value=b"z" * 500)], codec=Codec.ZSTD)
+        codes = {}
+        for version in (6, 7):
+            resp = c.request(ProduceRequest(transactional_id=None, acks=1, timeout_ms=10000,
+                                            topic_data=[T(name="p", partition_data=[
+                                                T.PartitionProduceData(index=0, records=batch)])]),
+                             version)
+            codes[version] = resp.responses[0].partition_responses[0].error_code
+        assert codes == {6: UNSUPPORTED_COMPRESSION_TYPE, 7: 0}
+        for topic, version, code in (("z", 9, UNSUPPORTED_COMPRESSION_TYPE), ("z", 10, 0),
+                                     ("g", 9, 0)):
+            part = fetch(c, topic, 0, 0, version=version)
+            assert part.error_code == code, (topic, version)
+            assert bool(part.records) == (code == 0), (topic, version)
+    finally:
+        c.close()

@@ -31,6 +31,7 @@ from kafka.protocol.producer import InitProducerIdResponse
 
 from logstore import TopicPartition, names
 from logstore.errors import InvalidTopicError
+from logstore.records import MAGIC, MAGIC_AT, Codec, batch_attributes
 
 from ..controller.controller import Controller, TopicSpec
 from ..ops.metrics import Metrics
@@ -154,6 +155,10 @@ class Handlers:
                 elif not pd.records:
                     slots.append((t.name, pd.index, AppendResult(
                         errors.CORRUPT_MESSAGE, message="no record batch")))
+                elif req.version < 7 and _zstd(pd.records):
+                    slots.append((t.name, pd.index, AppendResult(
+                        errors.UNSUPPORTED_COMPRESSION_TYPE, message=f"Produce requests with "
+                        f"version {req.version} are not allowed to use ZStandard compression")))
                 else:
                     slots.append((t.name, pd.index, None))
                     items.append((p, pd.records))
@@ -219,6 +224,12 @@ class Handlers:
         if self.replicas.isr is not None:
             await self._await_replication(items, results, timeout_ms)
         return results[0]
+
+    def _compression_type(self, topic: str) -> str:
+        """The compression.type that applies to `topic`."""
+        if self.topic_configs is not None:
+            return str(self.topic_configs.values(topic)["compression.type"])
+        return str(self.config["compression.type"])
 
     def _under_min_isr(self, p: Partition) -> AppendResult | None:
         """acks=all before the append: NOT_ENOUGH_REPLICAS (19) while the ISR is smaller
@@ -300,14 +311,21 @@ class Handlers:
         replica_id = body.replica_id if body.replica_id >= 0 else -1
         read_committed = req.version >= 4 and body.isolation_level == 1 and replica_id < 0
         entries: list[tuple[str, int, int, int, Partition | None]] = []
-        fenced: dict[tuple[str, int], int] = {}
+        fenced: dict[tuple[str, int], int] = {}  # partitions answered an error unread
         items: list[ReadSpec] = []
+        # A consumer's Fetch below v10 cannot take zstd: a topic the leader writes in zstd
+        # answers UNSUPPORTED_COMPRESSION_TYPE to it, as Kafka's does.
+        zstd = {t.topic: self._compression_type(t.topic) == "zstd" for t in body.topics
+                } if req.version < 10 and replica_id < 0 else {}
         for t in body.topics:
             for fp in t.partitions:
                 p = self.replicas.get(t.topic, fp.partition)
                 entries.append((t.topic, fp.partition, fp.fetch_offset, fp.partition_max_bytes,
                                 p))
                 if p is None:
+                    continue
+                if zstd.get(t.topic):
+                    fenced[(t.topic, fp.partition)] = errors.UNSUPPORTED_COMPRESSION_TYPE
                     continue
                 epoch = fp.current_leader_epoch if req.version >= 9 else -1
                 code = self._epoch_fence(p, epoch)
@@ -794,3 +812,9 @@ class Handlers:
                              total_bytes=entry["total_bytes"],
                              usable_bytes=entry["usable_bytes"]))
         return DescribeLogDirsResponse(throttle_time_ms=0, error_code=0, results=results)
+
+
+def _zstd(records: bytes | memoryview) -> bool:
+    """Whether a Produce's records start with a zstd-compressed (magic 2) batch."""
+    return (len(records) > MAGIC_AT and records[MAGIC_AT] == MAGIC
+            and ((batch_attributes(records) or 0) & 7) == Codec.ZSTD)
