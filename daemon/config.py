@@ -41,7 +41,7 @@ from types import MappingProxyType
 from typing import Any
 
 from logstore import LogConfig
-from logstore.config import COMPRESSION_TYPES
+from logstore.config import COMPRESSION_TYPES, TIMESTAMP_TYPES
 
 from .kafka_keys import KAFKA_BROKER_KEYS
 
@@ -223,6 +223,12 @@ def _compression_type(value: Any) -> str:
     return value.strip()
 
 
+def _timestamp_type(value: Any) -> str:
+    if not isinstance(value, str) or value.strip() not in TIMESTAMP_TYPES:
+        raise ValueError(f"expected CreateTime or LogAppendTime, got {value!r}")
+    return value.strip()
+
+
 def _cleanup_policy(value: Any) -> tuple[str, ...]:
     # Kafka's form is a comma-separated list of "delete" and "compact".
     if isinstance(value, str):
@@ -325,6 +331,9 @@ KEYS: dict[str, Key] = {k.name: k for k in (
     Key("compression.type", str, "producer", _compression_type,
         "the codec of the batches a leader writes: producer (each as its producer sent "
         "it), or uncompressed, gzip, snappy, lz4, zstd (recompressed when in another)"),
+    Key("log.message.timestamp.type", str, "CreateTime", _timestamp_type,
+        "CreateTime keeps the producers' timestamps; LogAppendTime stamps each batch with "
+        "the time its leader wrote it"),
     Key("log.index.interval.bytes", int, 4096, _int(0, 2**31 - 1),
         "bytes between index entries"),
     Key("message.max.bytes", int, 1024 * 1024 + 12, _int(0, 2**31 - 1),
@@ -477,6 +486,7 @@ class Config:
             min_compaction_lag_ms=self["log.cleaner.min.compaction.lag.ms"],
             max_compaction_lag_ms=self["log.cleaner.max.compaction.lag.ms"],
             compression_type=self["compression.type"],
+            timestamp_type=self["log.message.timestamp.type"],
             **LogConfig.policy_fields(self["log.cleanup.policy"]),
         )
 

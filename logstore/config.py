@@ -3,6 +3,9 @@
 `compression.type` is `compression_type`: "producer" keeps each batch as its producer
 compressed it; "uncompressed", "gzip", "snappy", "lz4" or "zstd" has a leader's append
 recompress each batch that is in another codec (Kafka's LogValidator; see `Log.append`).
+`message.timestamp.type` is `timestamp_type`: "CreateTime" keeps the producers'
+timestamps; "LogAppendTime" has a leader's append stamp each batch with the time it was
+written.
 
 `cleanup.policy` is two fields: `compacted` (the policy names compact: the log cleaner
 keeps the latest record per key, logstore.cleaner) and `compact_delete` (it names
@@ -18,6 +21,7 @@ from dataclasses import dataclass
 
 # Kafka's BrokerCompressionType names, in Kafka's order.
 COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
+TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")  # message.timestamp.type
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,7 @@ class LogConfig:
     min_compaction_lag_ms: int = 0  # min.compaction.lag.ms
     max_compaction_lag_ms: int = 2**63 - 1  # max.compaction.lag.ms
     compression_type: str = "producer"  # compression.type
+    timestamp_type: str = "CreateTime"  # message.timestamp.type
 
     def __post_init__(self) -> None:
         checks = {
@@ -52,6 +57,7 @@ class LogConfig:
             "min_compaction_lag_ms": self.min_compaction_lag_ms >= 0,
             "max_compaction_lag_ms": self.max_compaction_lag_ms >= 1,
             "compression_type": self.compression_type in COMPRESSION_TYPES,
+            "timestamp_type": self.timestamp_type in TIMESTAMP_TYPES,
         }
         for name, ok in checks.items():
             if not ok:
@@ -59,6 +65,11 @@ class LogConfig:
 
     def replace(self, **changes: int | float | bool | str) -> LogConfig:
         return dataclasses.replace(self, **changes)
+
+    @property
+    def leader_rewrites(self) -> bool:
+        """Whether a leader's append rewrites batches (a codec, or LogAppendTime)."""
+        return self.compression_type != "producer" or self.timestamp_type == "LogAppendTime"
 
     @property
     def retention_deletes(self) -> bool:

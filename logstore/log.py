@@ -71,6 +71,7 @@ class Log:
     def __init__(self, partition_dir: Path, config: LogConfig, guard: IoGuard):
         self.dir = partition_dir if isinstance(partition_dir, Path) else Path(partition_dir)
         self.config = config
+        self._rewrites = config.leader_rewrites  # read on every append
         self.guard = guard
         self.topic_partition = names.parse_partition_dir(self.dir.name)
         self._segments = LogSegments()
@@ -173,6 +174,7 @@ class Log:
 
     def update_config(self, config: LogConfig) -> None:
         self.config = config
+        self._rewrites = config.leader_rewrites  # read on every append
         self._appender.configure(segment_bytes=config.segment_bytes,
                                  segment_ms=config.segment_ms,
                                  max_batch_size=config.max_message_bytes)
@@ -194,8 +196,9 @@ class Log:
         guard = self.guard
         if guard.verdict is not _ONLINE:
             guard.check_usable("append", writing=True)
-        if assign_offsets and self.config.compression_type != "producer":
-            batch_bytes = self._recompress(batch_bytes)
+        stamped = -1
+        if assign_offsets and self._rewrites:
+            batch_bytes, stamped = self._rewrite(batch_bytes)
         if self.config.compacted and assign_offsets:
             self._require_keys(batch_bytes)
         seg = self._segments.active
@@ -206,10 +209,12 @@ class Log:
             seg.cut_back_failed_append()
             raise guard.translate(err, "append", seg.log_path) from err
         if out[7]:  # not AppendStatus.OK
-            return self._append_after_roll(out[7], batch_bytes, leader_epoch, assign_offsets)
-        if out[9] >= 0 or out[8] > 1:  # leader epochs to record
-            self._assign_epochs(self._appender.result)
-        return _new_tuple(AppendInfo, out[:7])
+            info = self._append_after_roll(out[7], batch_bytes, leader_epoch, assign_offsets)
+        else:
+            if out[9] >= 0 or out[8] > 1:  # leader epochs to record
+                self._assign_epochs(self._appender.result)
+            info = _new_tuple(AppendInfo, out[:7])
+        return info if stamped < 0 else info._replace(log_append_time=stamped)
 
     def _append_after_roll(self, status: int, data: bytes | bytearray | memoryview,
                            leader_epoch: int, assign_offsets: bool) -> AppendInfo:
@@ -263,13 +268,22 @@ class Log:
             with self.guard.io("write leader epochs", self.dir):
                 epochs.write()
 
-    def _recompress(self, data: bytes | bytearray | memoryview) -> bytes | bytearray | memoryview:
-        """A leader's batches in the codec of compression.type (Kafka's LogValidator
-        recompresses in the same place): only data whose framing and CRCs check out is
-        rewritten; anything else goes on as it came, for the append to refuse."""
+    def _rewrite(self, data: bytes | bytearray | memoryview
+                 ) -> tuple[bytes | bytearray | memoryview, int]:
+        """A leader's batches as compression.type and message.timestamp.type want them
+        (Kafka's LogValidator rewrites in the same place): in the topic's codec, and
+        stamped with the append time (returned, else -1). Only data whose framing and
+        CRCs check out is rewritten; anything else goes on as it came, for the append to
+        refuse."""
         if native.scan_batches(data, legacy=True).status is not native.ScanStatus.OK:
-            return data
-        return records.recompress(data, records.CODEC_OF[self.config.compression_type])
+            return data, -1
+        config = self.config
+        if config.compression_type != "producer":
+            data = records.recompress(data, records.CODEC_OF[config.compression_type])
+        if config.timestamp_type != "LogAppendTime":
+            return data, -1
+        now = int(time.time() * 1000)
+        return records.stamp_log_append_time(data, now), now
 
     def _require_keys(self, data: bytes | bytearray | memoryview) -> None:
         """A compacted log takes only records with keys (Kafka's LogValidator): the

@@ -246,6 +246,31 @@ def recompress(data: bytes | bytearray | memoryview, codec: Codec) -> bytes | by
     return b"".join(parts)
 
 
+_MAX_TIMESTAMP_AT = 35  # int64, in a magic-2 batch header
+
+
+def stamp_log_append_time(data: bytes | bytearray | memoryview, now_ms: int) -> bytearray:
+    """A copy of `data` whose magic-2 batches carry LogAppendTime `now_ms` (a topic's
+    message.timestamp.type, Kafka's setMaxTimestamp): the timestamp-type attribute set,
+    the max timestamp `now_ms`, the CRC rewritten; records untouched (a reader takes
+    the batch's max timestamp for each). Old Kafka's legacy messages stay as they came.
+    Only for data whose framing and CRCs were checked."""
+    out = bytearray(data)
+    view = memoryview(out)
+    pos = 0
+    while pos + LOG_OVERHEAD <= len(out):
+        (length,) = struct.unpack_from(">i", out, pos + 8)
+        end = pos + LOG_OVERHEAD + length
+        if out[pos + MAGIC_AT] == MAGIC and end <= len(out):
+            (attributes,) = _ATTRIBUTES.unpack_from(out, pos + ATTRIBUTES_AT)
+            _ATTRIBUTES.pack_into(out, pos + ATTRIBUTES_AT, attributes | ATTR_LOG_APPEND_TIME)
+            struct.pack_into(">q", out, pos + _MAX_TIMESTAMP_AT, now_ms)
+            struct.pack_into(">I", out, pos + 17, native.crc32c(view[pos + CRC_START:end]))
+        pos = end
+    view.release()
+    return out
+
+
 # ---- encoding ----
 
 

@@ -202,6 +202,7 @@ log.retention.check.interval.ms = 1000
 log.index.interval.bytes = 8192
 message.max.bytes = 2000000
 compression.type = "zstd"
+log.message.timestamp.type = "LogAppendTime"
 num.partitions = 6
 default.replication.factor = 3
 auto.create.topics.enable = false
@@ -264,6 +265,7 @@ def test_every_key_is_read(tmp_path: Path) -> None:
     assert (cfg["num.partitions"], cfg["default.replication.factor"]) == (6, 3)
     assert cfg["auto.create.topics.enable"] is False
     assert cfg["compression.type"] == "zstd" and cfg.log_config().compression_type == "zstd"
+    assert cfg.log_config().timestamp_type == "LogAppendTime"
     assert cfg.http_listen == ("0.0.0.0", 19308)
     assert (cfg["log.dir.reserve.bytes"], cfg["log.dir.resume.free.bytes"]) == (1000, 7000)
     assert cfg["log.dir.min.free.bytes"] == 500
@@ -389,6 +391,7 @@ def test_properties_values_convert_to_each_keys_type(tmp_path: Path) -> None:
     ("log.retention.hours=-2\n", ["log.retention.hours", ">= -1"]),
     ("log.roll.hours=0\n", ["log.roll.hours", ">= 1"]),
     ("compression.type=brotli\n", ["compression.type", "'brotli'", "zstd, lz4"]),
+    ("log.message.timestamp.type=WallClock\n", ["log.message.timestamp.type", "'WallClock'"]),
 ])
 def test_bad_properties_values_name_key_value_file_and_line(
         tmp_path: Path, text: str, names: list[str]) -> None:

@@ -601,7 +601,7 @@ def test_compression_type_recompresses_a_leaders_batches_only(pdir, tmp_path):
     assert (info.base_offset, info.last_offset, info.record_count) == (0, 28, 29)
     got = list(iter_batches(log.read(0, 1 << 20)))
     assert [Codec(b.codec) for b in got] == [Codec.ZSTD, Codec.ZSTD, Codec.ZSTD, Codec.NONE]
-    assert all(b.crc_valid for b in got)
+    assert all(b.crc_valid() for b in got)
     assert (got[0].producer_id, got[0].producer_epoch, got[0].base_sequence) == (9, 2, 40)
     assert [(r.key, r.value, r.headers, r.timestamp) for r in got[0].records()] == \
         [(r.key, r.value, r.headers, r.timestamp) for r in recs]
@@ -629,5 +629,38 @@ def test_compression_type_recompresses_a_leaders_batches_only(pdir, tmp_path):
     with pytest.raises(CorruptRecordError):
         log.append(bytes(bad), leader_epoch=4)
     assert log.log_end_offset == end
+    log.close()
+    follower.close()
+
+
+def test_log_append_time_stamps_a_leaders_batches_with_the_time_written(pdir, tmp_path):
+    """message.timestamp.type=LogAppendTime: each batch a leader writes carries the
+    LogAppendTime attribute and the append's time as its max timestamp (CRC rewritten,
+    records untouched, compressed ones too), which the append returns and the time
+    index keeps; a follower copies the leader's batches as they are."""
+    import time
+
+    log = Log.open(pdir, LogConfig(timestamp_type="LogAppendTime"))
+    old = 1_600_000_000_000
+    recs = [Record(key=b"k%d" % i, value=b"v", timestamp=old + i) for i in range(5)]
+    before = int(time.time() * 1000)
+    info = log.append(build_batch(recs) + build_batch(recs, codec=Codec.GZIP), leader_epoch=1)
+    after = int(time.time() * 1000)
+    assert before <= info.log_append_time <= after
+    got = list(iter_batches(log.read(0, 1 << 20)))
+    assert [(b.log_append_time, b.max_timestamp, b.crc_valid()) for b in got] == \
+        [(True, info.log_append_time, True)] * 2
+    assert [r.timestamp for r in got[1].records()] == [info.log_append_time] * 5
+    assert log.offset_for_timestamp(before)[0] == 0
+    assert log.offset_for_timestamp(after + 1) is None
+    (tmp_path / "f").mkdir()
+    follower = Log.open(tmp_path / "f" / "orders-0", LogConfig())
+    assert follower.append(bytes(log.read(0, 1 << 20)), assign_offsets=False).log_append_time == -1
+    assert bytes(follower.read(0, 1 << 20)) == bytes(log.read(0, 1 << 20))
+    # CreateTime (the default): the producers' timestamps, no append time.
+    log.update_config(log.config.replace(timestamp_type="CreateTime"))
+    info = log.append(build_batch(recs), leader_epoch=1)
+    assert info.log_append_time == -1
+    assert list(iter_batches(log.read(10, 1 << 20)))[0].max_timestamp == old + 4
     log.close()
     follower.close()

@@ -56,6 +56,10 @@ def test_log_config_carries_the_topic_values() -> None:
     ({"compression.type": "brotli"},
      "String must be one of: uncompressed, zstd, lz4, snappy, gzip, producer"),
     ({"compression.lz4.level": "9"}, "not supported by logkeeper"),
+    ({"message.timestamp.type": "logappendtime"}, "String must be one of: CreateTime"),
+    ({"max.compaction.lag.ms": "0"}, "Value must be at least 1"),
+    ({"min.compaction.lag.ms": "5000", "max.compaction.lag.ms": "4000"},
+     r"conflict topic config setting min.compaction.lag.ms \(5000\) > max.compaction.lag.ms"),
     ({"preallocate": "true"}, "not supported by logkeeper"),
 ])
 def test_bad_topic_configs_are_refused_naming_them(configs: dict[str, str], message: str) -> None:

@@ -176,7 +176,8 @@ class Handlers:
                 self.metrics.bytes_in.labels(topic).inc(res.size)
                 self.metrics.messages_in.labels(topic).inc(res.records)
                 produced = ProducedPartition(index, errors.NONE, res.base_offset,
-                                             res.log_start_offset)
+                                             res.log_start_offset,
+                                             log_append_time_ms=res.log_append_time)
             else:
                 failed = True
                 self.metrics.failed_produce.labels(str(res.error)).inc()

@@ -156,6 +156,7 @@ class ProducedPartition(NamedTuple):
     base_offset: int = -1
     log_start_offset: int = -1
     error_message: str | None = None  # v8+
+    log_append_time_ms: int = -1  # the batch's LogAppendTime, -1 for CreateTime (v2+)
 
 
 class ProduceAnswer(NamedTuple):
@@ -166,8 +167,8 @@ class ProduceAnswer(NamedTuple):
 
 
 def encode_produce(answer: ProduceAnswer, version: int, correlation_id: int) -> bytearray:
-    """The framed Produce response v3-v8 (size prefix, header v0, body). Log append time
-    is -1 (create time) and record_errors empty, as Kafka answers a valid batch."""
+    """The framed Produce response v3-v8 (size prefix, header v0, body); record_errors
+    empty, as Kafka answers a valid batch."""
     buf = bytearray(4)  # the size prefix, filled in at the end
     buf += _I32.pack(correlation_id)
     buf += _I32.pack(len(answer.topics))
@@ -177,7 +178,7 @@ def encode_produce(answer: ProduceAnswer, version: int, correlation_id: int) -> 
         buf += name
         buf += _I32.pack(len(partitions))
         for p in partitions:
-            buf += _PRODUCED.pack(p.index, p.error_code, p.base_offset, -1)
+            buf += _PRODUCED.pack(p.index, p.error_code, p.base_offset, p.log_append_time_ms)
             if version >= 5:
                 buf += _I64.pack(p.log_start_offset)
             if version >= 8:

@@ -374,7 +374,8 @@ def _append_all(items: list[tuple[Partition, bytes | memoryview, int, Log | None
             producer.record(p.producers, checked.token, info.base_offset)
             out.append(AppendResult(NONE, info.base_offset, lg.log_start_offset,
                                     lg.high_watermark, info.record_count, info.size,
-                                    end_offset=info.last_offset + 1))
+                                    end_offset=info.last_offset + 1,
+                                    log_append_time=info.log_append_time))
         except Exception as err:  # noqa: BLE001 - per-partition isolation, see error_of
             code, message = error_of(err, where)
             out.append(AppendResult(code, message=message))

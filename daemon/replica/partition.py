@@ -84,6 +84,7 @@ class AppendResult:
     size: int = 0
     message: str | None = None
     end_offset: int = -1  # past the appended batch's last offset: what acks=all waits for
+    log_append_time: int = -1  # the time it was stamped with (LogAppendTime), else -1
 
 
 @dataclass

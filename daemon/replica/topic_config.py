@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from logstore import LogConfig
-from logstore.config import COMPRESSION_TYPES
+from logstore.config import COMPRESSION_TYPES, TIMESTAMP_TYPES
 
 from ..config import KEYS, Config
 from ..kafka_keys import KAFKA_BROKER_KEYS
@@ -109,6 +109,14 @@ def _parse_compression(name: str, text: str) -> str:
     return s
 
 
+def _parse_timestamp_type(name: str, text: str) -> str:
+    s = text.strip()
+    if s not in TIMESTAMP_TYPES:
+        raise ConfigValueError(f"Invalid value {text} for configuration {name}: String must "
+                               f"be one of: {', '.join(TIMESTAMP_TYPES)}")
+    return s
+
+
 def _parse_throttled(name: str, text: str) -> tuple[str, ...]:
     try:
         return quota.parse_throttled_replicas(name, text)
@@ -157,9 +165,12 @@ TOPIC_CONFIGS: dict[str, TopicKey] = {k.name: k for k in (
              (("unclean.leader.election.enable", 1),), _parse_bool, False, None),
     TopicKey("index.interval.bytes", TYPE_INT, (("log.index.interval.bytes", 1),),
              _int_key(0, _INT_MAX), 4096, "index_interval_bytes"),
-    # Batches are kept as the producer wrote them: "producer" is the one value served.
+    # "producer" keeps batches as their producers wrote them; a codec has the leader
+    # recompress the others (logstore.records.recompress).
     TopicKey("compression.type", TYPE_STRING, (("compression.type", 1),), _parse_compression,
              "producer", "compression_type"),
+    TopicKey("message.timestamp.type", TYPE_STRING, (("log.message.timestamp.type", 1),),
+             _parse_timestamp_type, "CreateTime", "timestamp_type"),
     # Kept, described and handed to LogConfig when it has the field: the log cleaner's.
     TopicKey("delete.retention.ms", TYPE_LONG, (("log.cleaner.delete.retention.ms", 1),),
              _int_key(0, _LONG_MAX), 24 * _H, "delete_retention_ms"),
@@ -168,6 +179,8 @@ TOPIC_CONFIGS: dict[str, TopicKey] = {k.name: k for k in (
              "min_cleanable_dirty_ratio"),
     TopicKey("min.compaction.lag.ms", TYPE_LONG, (("log.cleaner.min.compaction.lag.ms", 1),),
              _int_key(0, _LONG_MAX), 0, "min_compaction_lag_ms"),
+    TopicKey("max.compaction.lag.ms", TYPE_LONG, (("log.cleaner.max.compaction.lag.ms", 1),),
+             _int_key(1, _LONG_MAX), _LONG_MAX, "max_compaction_lag_ms"),
     # Replication throttles (daemon.replica.quota): topic-only, no broker synonym.
     TopicKey(quota.LEADER_REPLICAS, TYPE_LIST, (), _parse_throttled, (), None),
     TopicKey(quota.FOLLOWER_REPLICAS, TYPE_LIST, (), _parse_throttled, (), None),
@@ -178,8 +191,8 @@ TOPIC_CONFIGS: dict[str, TopicKey] = {k.name: k for k in (
 UNSUPPORTED_TOPIC_CONFIGS = frozenset({
     "compression.gzip.level", "compression.lz4.level",
     "compression.zstd.level", "file.delete.delay.ms", "flush.messages", "flush.ms",
-    "local.retention.bytes", "local.retention.ms", "max.compaction.lag.ms",
-    "message.downconversion.enable", "message.format.version", "message.timestamp.type",
+    "local.retention.bytes", "local.retention.ms",
+    "message.downconversion.enable", "message.format.version",
     "message.timestamp.difference.max.ms", "message.timestamp.before.max.ms",
     "message.timestamp.after.max.ms", "preallocate", "remote.storage.enable",
     "segment.index.bytes", "segment.jitter.ms", "remote.log.copy.disable",
@@ -225,6 +238,10 @@ def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, str]:
                                    "value is required")
         key.parse(name, value)
         out[name] = value.strip()
+    lags = [int(out[n]) for n in ("min.compaction.lag.ms", "max.compaction.lag.ms") if n in out]
+    if len(lags) == 2 and lags[0] > lags[1]:
+        raise ConfigValueError(f"conflict topic config setting min.compaction.lag.ms ({lags[0]}) "
+                               f"> max.compaction.lag.ms ({lags[1]})")
     return out
 
 
