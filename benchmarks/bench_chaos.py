@@ -40,6 +40,9 @@ records acknowledged are reported (and the seed, to replay a run).
 
 `LK_CHAOS_SECONDS` (default 120) and `LK_CHAOS_SEED` (default: random) tune it;
 `LK_CHAOS_FAULTS` (a comma list, default all) picks the kinds of fault drawn from.
+`LK_CHAOS_BROKER_CONFIG` (`key=value,key=value`) adds broker settings, e.g.
+`compression.type=zstd,log.message.timestamp.type=LogAppendTime` to have every leader
+rewrite the batches it takes while the faults come.
 """
 
 from __future__ import annotations
@@ -84,6 +87,8 @@ THROTTLE = 512 * 1024  # bytes per second of a throttled re-add
 ALL_FAULTS = ("kill", "kill-controller", "pause", "move", "disk", "full", "reassign")
 FAULTS = [f for f in os.environ.get("LK_CHAOS_FAULTS", ",".join(ALL_FAULTS)).split(",") if f]
 assert set(FAULTS) <= set(ALL_FAULTS), f"LK_CHAOS_FAULTS: unknown {set(FAULTS) - set(ALL_FAULTS)}"
+BROKER_CONFIG = dict(kv.split("=", 1) for kv in
+                     os.environ.get("LK_CHAOS_BROKER_CONFIG", "").split(",") if kv)
 
 
 def test_random_kills_and_pauses_under_acks_all_load(note: Any, benchmark: Any) -> None:
@@ -106,7 +111,7 @@ def test_random_kills_and_pauses_under_acks_all_load(note: Any, benchmark: Any) 
             # timeout only guards against a hang.
             "log.dir.probe.interval.ms": 500, "log.dir.probe.timeout.ms": 5000,
             # A full disk is SATURATED within a probe even when nothing writes there.
-            "log.dir.min.free.bytes": 1 << 20}))
+            "log.dir.min.free.bytes": 1 << 20, **BROKER_CONFIG}))
         create(cl, topic, parts)
         loads = start_producers(cl, topic, parts)
         reader = GroupReader(",".join(d.bootstrap for d in cl.brokers.values()), topic)
