@@ -216,7 +216,7 @@ def recompress(data: bytes | bytearray | memoryview, codec: Codec) -> bytes | by
     control batch and old Kafka's legacy messages stay as they are. `data` itself when
     nothing changes. Only for data whose framing and CRCs were checked: a corrupt batch
     must be refused, not given a new CRC. CorruptRecordError for a records area that
-    does not decompress."""
+    does not decompress, UnsupportedCodecError for a codec id Kafka does not define."""
     view = memoryview(data)
     parts: list[bytes | memoryview] = []
     changed = False
@@ -232,6 +232,8 @@ def recompress(data: bytes | bytearray | memoryview, codec: Codec) -> bytes | by
         if old == codec or attributes & ATTR_CONTROL:
             pos = end
             continue
+        if old > Codec.ZSTD:
+            raise UnsupportedCodecError(f"batch at {pos}: unknown codec id {old}")
         raw = _decompress(Codec(old), view[pos + HEADER_SIZE:end])
         batch = bytearray(view[pos:pos + HEADER_SIZE]) + _compress(codec, raw)
         struct.pack_into(">i", batch, 8, len(batch) - LOG_OVERHEAD)

@@ -19,6 +19,7 @@ from logstore import (
     names,
     verify,
 )
+from logstore.errors import UnsupportedCodecError
 from logstore.index import read_index_entries
 from logstore.records import Codec, Record, build_batch, iter_batches
 from logstore.segments import LogSegments, open_segment
@@ -628,6 +629,13 @@ def test_compression_type_recompresses_a_leaders_batches_only(pdir, tmp_path):
     end = log.log_end_offset
     with pytest.raises(CorruptRecordError):
         log.append(bytes(bad), leader_epoch=4)
+    assert log.log_end_offset == end
+    # A codec id Kafka does not define (6), CRC and all valid: refused (76), not written.
+    odd = bytearray(build_batch(recs[:3]))
+    struct.pack_into(">h", odd, 21, 6)
+    struct.pack_into(">I", odd, 17, native.crc32c(memoryview(odd)[21:]))
+    with pytest.raises(UnsupportedCodecError):
+        log.append(bytes(odd), leader_epoch=4)
     assert log.log_end_offset == end
     log.close()
     follower.close()
