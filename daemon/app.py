@@ -606,6 +606,7 @@ class Server:
             default_num_partitions=self.config["num.partitions"],
             default_replication_factor=self.config["default.replication.factor"],
             unclean_leader_election=self.config["unclean.leader.election.enable"],
+            delete_topic_enable=self.config["delete.topic.enable"],
             leader_imbalance_percentage=self.config["leader.imbalance.per.broker.percentage"])
         self.handlers.controller = self.controller
         self._controller_started = False

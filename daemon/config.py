@@ -384,6 +384,8 @@ KEYS: dict[str, Key] = {k.name: k for k in (
         "how often the high watermarks are written to replication-offset-checkpoint"),
     Key("auto.create.topics.enable", bool, True, _bool,
         "create topics named in Metadata requests"),
+    Key("delete.topic.enable", bool, True, _bool,
+        "false: DeleteTopics is refused (TOPIC_DELETION_DISABLED) and nothing is deleted"),
     Key("socket.request.max.bytes", int, 100 * 1024 * 1024, _int(1, 2**31 - 1),
         "largest request frame; bigger ones are refused before their body is read"),
     Key("http.listen", str, DEFAULT_HTTP_LISTEN, _host_port,

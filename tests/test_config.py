@@ -206,6 +206,7 @@ log.message.timestamp.type = "LogAppendTime"
 num.partitions = 6
 default.replication.factor = 3
 auto.create.topics.enable = false
+delete.topic.enable = false
 socket.request.max.bytes = 3000000
 http.listen = "0.0.0.0:19308"
 log.dir.reserve.bytes = 1000
@@ -263,7 +264,7 @@ def test_every_key_is_read(tmp_path: Path) -> None:
     assert any("KRaft" in w and "CONTROLLER" in w and "ZooKeeper mode" in w
                for w in cfg.warnings), cfg.warnings
     assert (cfg["num.partitions"], cfg["default.replication.factor"]) == (6, 3)
-    assert cfg["auto.create.topics.enable"] is False
+    assert cfg["auto.create.topics.enable"] is False and cfg["delete.topic.enable"] is False
     assert cfg["compression.type"] == "zstd" and cfg.log_config().compression_type == "zstd"
     assert cfg.log_config().timestamp_type == "LogAppendTime"
     assert cfg.http_listen == ("0.0.0.0", 19308)

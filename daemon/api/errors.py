@@ -75,6 +75,7 @@ GROUP_MAX_SIZE_REACHED = ke.GroupMaxSizeReachedError.errno
 FENCED_INSTANCE_ID = ke.FencedInstanceIdError.errno
 SECURITY_DISABLED = ke.SecurityDisabledError.errno
 UNSUPPORTED_COMPRESSION_TYPE = ke.UnsupportedCompressionTypeError.errno
+TOPIC_DELETION_DISABLED = ke.TopicDeletionDisabledError.errno
 
 # The Java exception names Kafka's own tools print for a code (kafka-log-dirs.sh's JSON
 # "error" field); kafka-python's class names differ, so the few we report are listed.

@@ -616,9 +616,17 @@ class Handlers:
         return CreateTopicsResponse(throttle_time_ms=0, topics=out)
 
     async def delete_topics(self, req: protocol.Request, conn: ConnInfo) -> Any:
+        R = DeleteTopicsResponse.DeletableTopicResult
+        if not self.config["delete.topic.enable"]:
+            # Kafka's broker refuses the whole request, whichever broker is asked.
+            code = (errors.TOPIC_DELETION_DISABLED if req.version >= 3
+                    else errors.INVALID_REQUEST)
+            self.metrics.errors.labels("DeleteTopics", str(code)).inc()
+            return DeleteTopicsResponse(throttle_time_ms=0, responses=[
+                R(name=name, error_code=code, error_message="Topic deletion is disabled.")
+                for name in req.body.topic_names])
         if self.controller is not None:
             return await self._delete_topics_cluster(req)
-        R = DeleteTopicsResponse.DeletableTopicResult
         out = []
         for name in req.body.topic_names:
             code, message = errors.NONE, None
