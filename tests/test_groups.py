@@ -961,3 +961,65 @@ def test_an_empty_groups_offsets_expire_after_the_retention_and_stay_expired(
     assert expired == 2
     assert after == reloaded == ["stays"]
     assert kept == 9
+
+
+def test_describe_members_state_every_group_and_list_by_state(tmp_path: Path) -> None:
+    """kafka-consumer-groups.sh's --describe --members [--verbose], --describe --state,
+    several --group / --all-groups, and --list --state [S]: a Stable group with one
+    kafka-python member and an Empty one with offsets only."""
+    topic = "shown"
+    with daemon(tmp_path) as d:
+        def groups(action: str, *args: str) -> subprocess.CompletedProcess:
+            return cli("groups", action, "--bootstrap-server", d.bootstrap, *args)
+        create_topic(d.bootstrap, topic, 3)
+        produce(d.bootstrap, topic, 9, partitions=3)
+        assert groups("reset-offsets", "--group", "idle", "--topic", topic, "--to-earliest",
+                      "--execute").returncode == 0
+        m = Member(d.bootstrap, topic, "app")
+        m.start()
+        try:
+            wait_for(lambda: len(m.read) == 9, 60, "the member to read")
+            wait_for(lambda: "Stable" in groups("describe", "--group", "app", "--state").stdout,
+                     30, "app Stable")
+            members = groups("describe", "--group", "app", "--members")
+            assert members.returncode == 0, members.stderr
+            head, row = [line.split() for line in members.stdout.splitlines()]
+            assert head == ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS"]
+            assert row[0] == "app" and row[-1] == "3" and row[1].startswith("kafka-python")
+            verbose = groups("describe", "--group", "app", "--members", "--verbose")
+            head, row = [line.split() for line in verbose.stdout.splitlines()]
+            assert head[-1] == "ASSIGNMENT" and row[-1] == f"{topic}(0,1,2)", verbose.stdout
+
+            state = groups("describe", "--all-groups", "--state")
+            assert state.returncode == 0, state.stderr
+            blocks = [b.splitlines() for b in state.stdout.strip().split("\n\n")]
+            assert [b[0].split() for b in blocks] == [
+                ["GROUP", "COORDINATOR", "(ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"]] * 2
+            app, idle = (b[1].split() for b in blocks)
+            assert (app[0], app[1], app[2], app[-2:]) == ("app", d.bootstrap, "(1)",
+                                                          ["Stable", "1"])
+            assert app[3] in ("range", "roundrobin", "sticky", "cooperative-sticky"), app
+            assert idle == ["idle", d.bootstrap, "(1)", "-", "Empty", "0"]
+
+            listed = groups("list", "--state")
+            assert [line.split() for line in listed.stdout.splitlines()] == [
+                ["GROUP", "STATE"], ["app", "Stable"], ["idle", "Empty"]]
+            only = groups("list", "--state", "empty,DEAD")
+            assert [line.split() for line in only.stdout.splitlines()] == [
+                ["GROUP", "STATE"], ["idle", "Empty"]]
+            bad = groups("list", "--state", "sleeping")
+            assert bad.returncode == 2 and "Invalid state list 'sleeping'" in bad.stderr
+
+            # Several groups, one that does not exist: the others are shown, it is named.
+            some = groups("describe", "--group", "idle", "--group", "nope", "--group", "app")
+            assert some.returncode == 1 and "group nope does not exist" in some.stderr
+            assert "Consumer group 'idle' has no active members." in some.stdout
+            rows = [line.split() for line in some.stdout.splitlines() if line.strip()]
+            assert {(r[0], r[2]) for r in rows if r[1] == topic} == {
+                (g, str(p)) for g in ("idle", "app") for p in range(3)}
+            both = groups("describe", "--group", "app", "--members", "--state")
+            assert both.returncode == 2 and "not allowed with" in both.stderr
+        finally:
+            m.leave()
+        empty = groups("describe", "--group", "app", "--members")
+        assert empty.stdout == "Consumer group 'app' has no active members.\n"

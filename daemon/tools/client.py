@@ -59,6 +59,7 @@ class Connection:
         except OSError as err:
             raise ClientError(f"cannot connect to {self.address}: {err.strerror or err}") from err
         self._correlation = 0
+        self.node_id = -1  # the broker's id, where the caller learnt it (FindCoordinator)
         self.versions: dict[int, tuple[int, int]] = {}
         resp = self._call(ApiVersionsRequest(), ApiVersionsResponse, 0)
         if resp.error_code:

@@ -1,8 +1,9 @@
 """`logkeeper groups`: what Kafka's `kafka-consumer-groups.sh` does, through the Kafka
 protocol.
 
-    logkeeper groups list [--json]
-    logkeeper groups describe --group G [--json]
+    logkeeper groups list [--state [S1,S2]] [--json]
+    logkeeper groups describe (--group G ... | --all-groups) [--offsets | --members
+        [--verbose] | --state] [--json]
     logkeeper groups reset-offsets --group G (--topic T[:P,P...] ... | --all-topics)
         (--to-earliest | --to-latest | --to-current | --to-offset N | --shift-by N |
          --to-datetime T | --by-duration D | --from-file CSV) [--execute | --dry-run]
@@ -10,11 +11,16 @@ protocol.
     logkeeper groups delete --group G
     logkeeper groups delete-offsets --group G --topic T[:P,P...] ...
 
-`list` asks every broker (each coordinator knows its own groups: ListGroups). `describe`
-prints, per partition the group committed or was assigned, its committed offset, the
-partition's log end offset (ListOffsets at the partition's leader) and the lag, with the
-member that holds it (DescribeGroups at the group's coordinator, found with
-FindCoordinator); a group with no members says so, as Kafka's does. `reset-offsets`
+`list` asks every broker (each coordinator knows its own groups: ListGroups); with
+`--state` it prints each group's state, and only those in the states named, as Kafka's.
+`describe` prints, per partition the group committed or was assigned, its committed
+offset, the partition's log end offset (ListOffsets at the partition's leader) and the
+lag, with the member that holds it (DescribeGroups at the group's coordinator, found with
+FindCoordinator); a group with no members says so, as Kafka's does. `--members` prints
+each member instead (host, client id, partition count; `--verbose` the partitions),
+`--state` the group's coordinator, assignor, state and member count; several `--group`s
+or `--all-groups` (every consumer group) print one block each, and a rebalancing group
+is warned about on stderr, as Kafka's tool does. `reset-offsets`
 commits new offsets for a group with no members (the consumers stopped), and without
 `--execute` only prints what it would commit. Its partitions are those of each `--topic`
 (repeatable; `T:0,2` for some), every one the group has an offset for
@@ -97,7 +103,9 @@ def coordinator(bootstrap: str, group: str) -> Connection:
             resp = conn.call(FindCoordinatorRequest(key=group, key_type=0),
                              FindCoordinatorResponse, lo=0, hi=3)
         if not resp.error_code:
-            return Connection(resp.host, resp.port)
+            conn = Connection(resp.host, resp.port)
+            conn.node_id = resp.node_id
+            return conn
         if resp.error_code not in _NOT_READY or time.monotonic() > deadline:
             raise Refused(resp.error_code, getattr(resp, "error_message", None))
         time.sleep(0.5)
@@ -157,6 +165,8 @@ def describe(bootstrap: str, group: str) -> dict[str, Any]:
     with coordinator(bootstrap, group) as conn:
         g = _group(conn, group)
         committed = _committed(conn, group)
+        host, _, port = conn.address.rpartition(":")
+        where = {"id": conn.node_id, "host": host, "port": int(port)}
     if g.group_state == "Dead" and not committed:
         raise Refused(errors.GROUP_ID_NOT_FOUND, f"group {group} does not exist")
     holder: dict[tuple[str, int], Any] = {}
@@ -191,7 +201,8 @@ def describe(bootstrap: str, group: str) -> dict[str, Any]:
                      "host": m.client_host if m else None,
                      "client_id": m.client_id if m else None})
     return {"group": group, "state": g.group_state, "protocol_type": g.protocol_type,
-            "assignor": g.protocol_data, "members": members, "partitions": rows}
+            "assignor": g.protocol_data, "coordinator": where, "members": members,
+            "partitions": rows}
 
 
 def _table(group: str, rows: list[dict[str, Any]], columns: dict[str, str]) -> list[str]:
@@ -206,6 +217,7 @@ def _table(group: str, rows: list[dict[str, Any]], columns: dict[str, str]) -> l
 
 
 def render(desc: dict[str, Any]) -> str:
+    """kafka-consumer-groups.sh --describe (--offsets): each partition's offsets and lag."""
     lines = []
     if not desc["members"]:
         lines.append(f"Consumer group '{desc['group']}' has no active members.\n")
@@ -213,6 +225,73 @@ def render(desc: dict[str, Any]) -> str:
         "CURRENT-OFFSET": "current_offset", "LOG-END-OFFSET": "log_end_offset", "LAG": "lag",
         "CONSUMER-ID": "consumer_id", "HOST": "host", "CLIENT-ID": "client_id"})
     return "\n".join(lines)
+
+
+def _columns(rows: list[list[str]], widths: list[int]) -> list[str]:
+    """Kafka's printf columns: each padded to its width (at least `widths`, at least its
+    longest value), the last unpadded, one space apart."""
+    n = len(rows[0])
+    width = [max([widths[i]] + [len(r[i]) for r in rows]) for i in range(n - 1)]
+    return [" ".join([c.ljust(w) for c, w in zip(r, width, strict=False)] + [r[-1]]).rstrip()
+            for r in rows]
+
+
+def _assignment(partitions: list[str]) -> str:
+    """kafka-consumer-groups.sh --members --verbose's ASSIGNMENT: `t(0,1), u(2)`, or -."""
+    by_topic: dict[str, list[int]] = {}
+    for tp in partitions:
+        topic, _, p = tp.rpartition("-")
+        by_topic.setdefault(topic, []).append(int(p))
+    return ", ".join(f"{t}({','.join(map(str, sorted(ps)))})"
+                     for t, ps in sorted(by_topic.items())) or "-"
+
+
+def render_members(desc: dict[str, Any], verbose: bool = False) -> str:
+    """kafka-consumer-groups.sh --describe --members [--verbose]: one line per member."""
+    if not desc["members"]:
+        return f"Consumer group '{desc['group']}' has no active members."
+    instances = any(m["group_instance_id"] for m in desc["members"])
+    head = ["GROUP", "CONSUMER-ID"] + ["GROUP-INSTANCE-ID"] * instances + [
+        "HOST", "CLIENT-ID", "#PARTITIONS"] + ["ASSIGNMENT"] * verbose
+    rows = [[desc["group"], m["member_id"]] + [m["group_instance_id"] or "-"] * instances + [
+        m["host"], m["client_id"], str(len(m["partitions"]))] + [
+        _assignment(m["partitions"])] * verbose for m in desc["members"]]
+    widths = [15, 15] + [17] * instances + [15, 15, 15, 0]
+    return "\n".join(_columns([head] + rows, widths))
+
+
+def render_state(desc: dict[str, Any]) -> str:
+    """kafka-consumer-groups.sh --describe --state: the group's coordinator, assignor,
+    state and member count."""
+    where = desc["coordinator"]
+    head = ["GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"]
+    row = [desc["group"], f"{where['host']}:{where['port']}  ({where['id']})",
+           desc["assignor"] or "-", desc["state"], str(len(desc["members"]))]
+    return "\n".join(_columns([head, row], [15, 25, 20, 20, 0]))
+
+
+# What kafka-consumer-groups.sh --list --state takes (Kafka's GroupState names).
+GROUP_STATES = ("PreparingRebalance", "CompletingRebalance", "Stable", "Dead", "Empty",
+                "Assigning", "Reconciling")
+_REBALANCING = frozenset(("PreparingRebalance", "CompletingRebalance", "Assigning",
+                          "Reconciling"))
+
+
+def parse_states(text: str) -> set[str]:
+    """`--state S1,S2` of `list` (case-insensitive): Kafka's state names; ValueError."""
+    by_lower = {s.lower(): s for s in GROUP_STATES}
+    wanted = [w.strip().lower() for w in text.split(",") if w.strip()]
+    if not wanted or any(w not in by_lower for w in wanted):
+        raise ValueError(f"Invalid state list '{text}'. Valid states are: "
+                         f"{', '.join(GROUP_STATES)}")
+    return {by_lower[w] for w in wanted}
+
+
+def render_list_states(groups: list[dict[str, Any]]) -> str:
+    """kafka-consumer-groups.sh --list --state: each group with its state."""
+    width = max([15] + [len(g["group"]) for g in groups]) + 10
+    return "\n".join(f"{a:<{width}} {b}".rstrip() for a, b in [("GROUP", "STATE")] + [
+        (g["group"], g["state"] or "Unknown") for g in groups])
 
 
 def parse_topic_partitions(text: str) -> tuple[str, list[int] | None]:
@@ -467,8 +546,21 @@ def _parser() -> argparse.ArgumentParser:
 
     s = add_command(sub, "list", "every group's name")
     s.add_argument("--json", action="store_true", help="with state and protocol type")
+    s.add_argument("--state", nargs="?", const="", metavar="S1,S2",
+                   help="print each group's state; with states named, only groups in them")
     s = add_command(sub, "describe", "committed offsets, log end offsets, lag and members")
-    s.add_argument("--group", required=True)
+    which = s.add_mutually_exclusive_group(required=True)
+    which.add_argument("--group", action="append", help="a group (again for more)")
+    which.add_argument("--all-groups", action="store_true", help="every consumer group")
+    mode = s.add_mutually_exclusive_group()
+    mode.add_argument("--offsets", action="store_true",
+                      help="each partition's offsets, lag and member (the default)")
+    mode.add_argument("--members", action="store_true",
+                      help="each member: host, client id, how many partitions")
+    mode.add_argument("--state", action="store_true",
+                      help="the group's coordinator, assignor, state and member count")
+    s.add_argument("--verbose", action="store_true",
+                   help="with --members: each member's partitions too")
     s.add_argument("--json", action="store_true", help="print JSON")
     s = add_command(sub, "reset-offsets",
                     "commit new offsets for a group whose consumers are stopped")
@@ -528,17 +620,55 @@ def _reset_target(args: argparse.Namespace) -> tuple[str, int]:
     return "time", int(time.time() * 1000) - args.by_duration
 
 
+def _describe(args: argparse.Namespace, bootstrap: str) -> int:
+    """Each group named (or every consumer group) as --offsets, --members or --state
+    shows it, one block each, a blank line between; a group that cannot be described is
+    named on stderr and the others still are (exit 1)."""
+    names = args.group
+    failed = []
+    if args.all_groups:
+        listed, failed = list_groups(bootstrap)
+        # Kafka's listConsumerGroups: "consumer" groups, and those with offsets only.
+        names = [g["group"] for g in listed if g["protocol_type"] in ("consumer", "")]
+    blocks, described = [], []
+    for name in dict.fromkeys(names):
+        try:
+            desc = describe(bootstrap, name)
+        except Refused as err:
+            failed.append(str(err))
+            continue
+        described.append(desc)
+        if desc["state"] in _REBALANCING:
+            print(f"Warning: Consumer group '{name}' is rebalancing.", file=sys.stderr)
+        blocks.append(render_state(desc) if args.state else
+                      render_members(desc, args.verbose) if args.members else render(desc))
+    one = len(names) == 1 and not args.all_groups  # one object, as before several
+    if args.json and (described or not one):
+        print(json.dumps(described[0] if one else described, indent=2))
+    elif blocks:
+        print("\n\n".join(blocks))
+    for why in failed:
+        print(f"logkeeper groups: {why}", file=sys.stderr)
+    return 1 if failed else 0
+
+
 def _run(args: argparse.Namespace, bootstrap: str) -> int:
     if args.action == "list":
+        states = parse_states(args.state) if args.state else None
         groups, failed = list_groups(bootstrap)
-        print(json.dumps(groups, indent=2) if args.json
-              else "\n".join(g["group"] for g in groups))
+        if states is not None:
+            groups = [g for g in groups if g["state"] in states]
+        if args.json:
+            print(json.dumps(groups, indent=2))
+        elif args.state is not None:
+            print(render_list_states(groups))
+        else:
+            print("\n".join(g["group"] for g in groups))
         for why in failed:
             print(f"logkeeper groups: the groups of {why} are not listed", file=sys.stderr)
         return 1 if failed else 0
     elif args.action == "describe":
-        desc = describe(bootstrap, args.group)
-        print(json.dumps(desc, indent=2) if args.json else render(desc))
+        return _describe(args, bootstrap)
     elif args.action == "reset-offsets":
         how, value = _reset_target(args)
         offsets = read_offsets_file(args.from_file, args.group) if how == "file" else None
