@@ -41,7 +41,7 @@ from types import MappingProxyType
 from typing import Any
 
 from logstore import LogConfig
-from logstore.config import COMPRESSION_TYPES, TIMESTAMP_TYPES
+from logstore.config import COMPRESSION_LEVELS, COMPRESSION_TYPES, TIMESTAMP_TYPES, compression_level_ok
 
 from .kafka_keys import KAFKA_BROKER_KEYS
 
@@ -223,6 +223,19 @@ def _compression_type(value: Any) -> str:
     return value.strip()
 
 
+def _compression_level(codec: str) -> Callable[[Any], int]:
+    lo, hi, default = COMPRESSION_LEVELS[codec]
+
+    def check(value: Any) -> int:
+        value = _int()(value)
+        if not compression_level_ok(codec, value):
+            raise ValueError(f"must be between {lo} and {hi}"
+                             f"{'' if lo <= default <= hi else f' or {default}'}, got {value}")
+        return value
+
+    return check
+
+
 def _timestamp_type(value: Any) -> str:
     if not isinstance(value, str) or value.strip() not in TIMESTAMP_TYPES:
         raise ValueError(f"expected CreateTime or LogAppendTime, got {value!r}")
@@ -331,6 +344,10 @@ KEYS: dict[str, Key] = {k.name: k for k in (
     Key("compression.type", str, "producer", _compression_type,
         "the codec of the batches a leader writes: producer (each as its producer sent "
         "it), or uncompressed, gzip, snappy, lz4, zstd (recompressed when in another)"),
+    *(Key(f"compression.{codec}.level", int, COMPRESSION_LEVELS[codec][2],
+          _compression_level(codec), f"the level {codec} batches are written at, when "
+          f"compression.type = {codec} has the leader compress them")
+      for codec in COMPRESSION_LEVELS),
     Key("log.message.timestamp.type", str, "CreateTime", _timestamp_type,
         "CreateTime keeps the producers' timestamps; LogAppendTime stamps each batch with "
         "the time its leader wrote it"),
@@ -489,6 +506,9 @@ class Config:
             max_compaction_lag_ms=self["log.cleaner.max.compaction.lag.ms"],
             compression_type=self["compression.type"],
             timestamp_type=self["log.message.timestamp.type"],
+            compression_gzip_level=self["compression.gzip.level"],
+            compression_lz4_level=self["compression.lz4.level"],
+            compression_zstd_level=self["compression.zstd.level"],
             **LogConfig.policy_fields(self["log.cleanup.policy"]),
         )
 

@@ -22,6 +22,14 @@ from dataclasses import dataclass
 # Kafka's BrokerCompressionType names, in Kafka's order.
 COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")  # message.timestamp.type
+# The levels a codec takes (Kafka's compression.<codec>.level, KIP-390): (lowest,
+# highest, default); gzip's -1 is zlib's default (6).
+COMPRESSION_LEVELS = {"gzip": (1, 9, -1), "lz4": (1, 17, 9), "zstd": (-131072, 22, 3)}
+
+
+def compression_level_ok(codec: str, level: int) -> bool:
+    lo, hi, default = COMPRESSION_LEVELS[codec]
+    return lo <= level <= hi or level == default
 
 
 @dataclass(frozen=True)
@@ -42,6 +50,9 @@ class LogConfig:
     max_compaction_lag_ms: int = 2**63 - 1  # max.compaction.lag.ms
     compression_type: str = "producer"  # compression.type
     timestamp_type: str = "CreateTime"  # message.timestamp.type
+    compression_gzip_level: int = -1  # compression.gzip.level
+    compression_lz4_level: int = 9  # compression.lz4.level
+    compression_zstd_level: int = 3  # compression.zstd.level
 
     def __post_init__(self) -> None:
         checks = {
@@ -58,6 +69,9 @@ class LogConfig:
             "max_compaction_lag_ms": self.max_compaction_lag_ms >= 1,
             "compression_type": self.compression_type in COMPRESSION_TYPES,
             "timestamp_type": self.timestamp_type in TIMESTAMP_TYPES,
+            "compression_gzip_level": compression_level_ok("gzip", self.compression_gzip_level),
+            "compression_lz4_level": compression_level_ok("lz4", self.compression_lz4_level),
+            "compression_zstd_level": compression_level_ok("zstd", self.compression_zstd_level),
         }
         for name, ok in checks.items():
             if not ok:
@@ -65,6 +79,12 @@ class LogConfig:
 
     def replace(self, **changes: int | float | bool | str) -> LogConfig:
         return dataclasses.replace(self, **changes)
+
+    @property
+    def compression_level(self) -> int | None:
+        """The level compression.type's codec is written at (None: it has none)."""
+        return {"gzip": self.compression_gzip_level, "lz4": self.compression_lz4_level,
+                "zstd": self.compression_zstd_level}.get(self.compression_type)
 
     @property
     def leader_rewrites(self) -> bool:

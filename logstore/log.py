@@ -279,7 +279,8 @@ class Log:
             return data, -1
         config = self.config
         if config.compression_type != "producer":
-            data = records.recompress(data, records.CODEC_OF[config.compression_type])
+            data = records.recompress(data, records.CODEC_OF[config.compression_type],
+                                      config.compression_level)
         if config.timestamp_type != "LogAppendTime":
             return data, -1
         now = int(time.time() * 1000)

@@ -122,21 +122,23 @@ def _read_bytes(buf: memoryview, pos: int) -> tuple[bytes | None, int]:
 # ---- codecs ----
 
 
-def _compress(codec: Codec, data: bytes) -> bytes:
+def _compress(codec: Codec, data: bytes, level: int | None = None) -> bytes:
     if codec is Codec.NONE:
         return data
     if codec is Codec.GZIP:
-        return gzip.compress(data, compresslevel=6, mtime=0)
+        return gzip.compress(data, compresslevel=6 if level in (None, -1) else level, mtime=0)
     try:
         if codec is Codec.LZ4:
             import lz4.frame
 
-            # Independent blocks: the LZ4 frame every Kafka client's reader takes.
-            return lz4.frame.compress(data, block_linked=False)
+            # Independent blocks: the LZ4 frame every Kafka client's reader takes. Its
+            # highest level is 16 (Kafka's range ends at 17, the same compression).
+            return lz4.frame.compress(data, block_linked=False,
+                                      compression_level=0 if level is None else min(level, 16))
         if codec is Codec.ZSTD:
             import zstandard
 
-            return zstandard.ZstdCompressor().compress(data)
+            return zstandard.ZstdCompressor(level=3 if level is None else level).compress(data)
         if codec is Codec.SNAPPY:
             import cramjam
 
@@ -208,12 +210,14 @@ CODEC_OF = {"uncompressed": Codec.NONE, "gzip": Codec.GZIP, "snappy": Codec.SNAP
             "lz4": Codec.LZ4, "zstd": Codec.ZSTD}  # compression.type's codecs
 
 
-def recompress(data: bytes | bytearray | memoryview, codec: Codec) -> bytes | bytearray | memoryview:
+def recompress(data: bytes | bytearray | memoryview, codec: Codec, level: int | None = None
+               ) -> bytes | bytearray | memoryview:
     """`data`'s magic-2 batches with their records in `codec` (a topic's compression.type,
     Kafka's LogValidator): a batch in another codec has its records area decompressed
     and compressed again, and its header's codec, length and CRC rewritten (records,
     offsets, timestamps and producer fields unchanged); a batch already in `codec`, a
-    control batch and old Kafka's legacy messages stay as they are. `data` itself when
+    control batch and old Kafka's legacy messages stay as they are; `level` is the
+    codec's (compression.<codec>.level, None: the library's default). `data` itself when
     nothing changes. Only for data whose framing and CRCs were checked: a corrupt batch
     must be refused, not given a new CRC. CorruptRecordError for a records area that
     does not decompress, UnsupportedCodecError for a codec id Kafka does not define."""
@@ -235,7 +239,7 @@ def recompress(data: bytes | bytearray | memoryview, codec: Codec) -> bytes | by
         if old > Codec.ZSTD:
             raise UnsupportedCodecError(f"batch at {pos}: unknown codec id {old}")
         raw = _decompress(Codec(old), view[pos + HEADER_SIZE:end])
-        batch = bytearray(view[pos:pos + HEADER_SIZE]) + _compress(codec, raw)
+        batch = bytearray(view[pos:pos + HEADER_SIZE]) + _compress(codec, raw, level)
         struct.pack_into(">i", batch, 8, len(batch) - LOG_OVERHEAD)
         _ATTRIBUTES.pack_into(batch, ATTRIBUTES_AT, (attributes & ~ATTR_CODEC_MASK) | codec)
         struct.pack_into(">I", batch, 17, native.crc32c(memoryview(batch)[CRC_START:]))

@@ -202,6 +202,9 @@ log.retention.check.interval.ms = 1000
 log.index.interval.bytes = 8192
 message.max.bytes = 2000000
 compression.type = "zstd"
+compression.zstd.level = 12
+compression.gzip.level = 4
+compression.lz4.level = 1
 log.message.timestamp.type = "LogAppendTime"
 num.partitions = 6
 default.replication.factor = 3
@@ -267,6 +270,8 @@ def test_every_key_is_read(tmp_path: Path) -> None:
     assert cfg["auto.create.topics.enable"] is False and cfg["delete.topic.enable"] is False
     assert cfg["compression.type"] == "zstd" and cfg.log_config().compression_type == "zstd"
     assert cfg.log_config().timestamp_type == "LogAppendTime"
+    assert cfg.log_config().compression_level == 12
+    assert (cfg["compression.gzip.level"], cfg["compression.lz4.level"]) == (4, 1)
     assert cfg.http_listen == ("0.0.0.0", 19308)
     assert (cfg["log.dir.reserve.bytes"], cfg["log.dir.resume.free.bytes"]) == (1000, 7000)
     assert cfg["log.dir.min.free.bytes"] == 500
@@ -393,6 +398,7 @@ def test_properties_values_convert_to_each_keys_type(tmp_path: Path) -> None:
     ("log.roll.hours=0\n", ["log.roll.hours", ">= 1"]),
     ("compression.type=brotli\n", ["compression.type", "'brotli'", "zstd, lz4"]),
     ("log.message.timestamp.type=WallClock\n", ["log.message.timestamp.type", "'WallClock'"]),
+    ("compression.gzip.level=0\n", ["compression.gzip.level", "between 1 and 9 or -1"]),
 ])
 def test_bad_properties_values_name_key_value_file_and_line(
         tmp_path: Path, text: str, names: list[str]) -> None:

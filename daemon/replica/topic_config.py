@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from logstore import LogConfig
-from logstore.config import COMPRESSION_TYPES, TIMESTAMP_TYPES
+from logstore.config import COMPRESSION_LEVELS, COMPRESSION_TYPES, TIMESTAMP_TYPES, compression_level_ok
 
 from ..config import KEYS, Config
 from ..kafka_keys import KAFKA_BROKER_KEYS
@@ -109,6 +109,20 @@ def _parse_compression(name: str, text: str) -> str:
     return s
 
 
+def _level_key(codec: str) -> Callable[[str, str], int]:
+    lo, hi, default = COMPRESSION_LEVELS[codec]
+
+    def parse(name: str, text: str) -> int:
+        value = _parse_int(name, text, None, None)
+        if not compression_level_ok(codec, value):
+            extra = f" or {default}" if not lo <= default <= hi else ""
+            raise ConfigValueError(f"Invalid value {text} for configuration {name}: Value "
+                                   f"must be between {lo} and {hi}{extra}")
+        return value
+
+    return parse
+
+
 def _parse_timestamp_type(name: str, text: str) -> str:
     s = text.strip()
     if s not in TIMESTAMP_TYPES:
@@ -169,6 +183,9 @@ TOPIC_CONFIGS: dict[str, TopicKey] = {k.name: k for k in (
     # recompress the others (logstore.records.recompress).
     TopicKey("compression.type", TYPE_STRING, (("compression.type", 1),), _parse_compression,
              "producer", "compression_type"),
+    *(TopicKey(f"compression.{codec}.level", TYPE_INT, ((f"compression.{codec}.level", 1),),
+               _level_key(codec), COMPRESSION_LEVELS[codec][2], f"compression_{codec}_level")
+      for codec in COMPRESSION_LEVELS),
     TopicKey("message.timestamp.type", TYPE_STRING, (("log.message.timestamp.type", 1),),
              _parse_timestamp_type, "CreateTime", "timestamp_type"),
     # Kept, described and handed to LogConfig when it has the field: the log cleaner's.
@@ -189,8 +206,7 @@ TOPIC_CONFIGS: dict[str, TopicKey] = {k.name: k for k in (
 # Kafka topic configs logkeeper knows but does not apply: refused with a clear message
 # rather than stored and silently ignored.
 UNSUPPORTED_TOPIC_CONFIGS = frozenset({
-    "compression.gzip.level", "compression.lz4.level",
-    "compression.zstd.level", "file.delete.delay.ms", "flush.messages", "flush.ms",
+    "file.delete.delay.ms", "flush.messages", "flush.ms",
     "local.retention.bytes", "local.retention.ms",
     "message.downconversion.enable", "message.format.version",
     "message.timestamp.difference.max.ms", "message.timestamp.before.max.ms",
