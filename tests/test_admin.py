@@ -18,6 +18,7 @@ import pytest
 
 from daemon.tools import log_dirs as log_dirs_tool
 from daemon.tools import topics as topics_tool
+from tests.cluster_helpers import wait_for
 from tests.daemon_helpers import REPO, Daemon, free_port, running
 
 ADMIN = [(log_dirs_tool.main, "log-dirs"), (topics_tool.main, "topics")]
@@ -138,3 +139,43 @@ def test_unknown_topic_is_a_broker_error_exit_1(daemon: Daemon) -> None:
     proc = cli("topics", "describe", "--bootstrap-server", daemon.bootstrap, "--topic", "nope")
     assert proc.returncode == 1
     assert "'nope'" in proc.stderr and "UnknownTopicOrPartitionError" in proc.stderr
+
+
+def test_topics_describe_by_pattern_with_overrides_and_without_internal(tmp_path: Path) -> None:
+    """kafka-topics.sh --describe's --topic as a regular expression, --topics-with-overrides
+    (only topics with configs of their own, their summary lines) and --exclude-internal."""
+    import confluent_kafka as ck
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    with running(tmp_path, {"num.partitions": 2}) as d:
+        admin = AdminClient({"bootstrap.servers": d.bootstrap})
+        for fut in admin.create_topics([
+                NewTopic("orders.eu", 2, 1, config={"retention.ms": "60000"}),
+                NewTopic("orders.us", 2, 1), NewTopic("payments", 1, 1)]).values():
+            fut.result(30)
+        c = ck.Consumer({"bootstrap.servers": d.bootstrap, "group.id": "g"})  # makes
+        c.list_topics(timeout=10)                                           # __consumer_offsets
+        c.close()
+        bs = ["--bootstrap-server", d.bootstrap]
+
+        def topics(*args: str) -> list[str]:
+            proc = cli("topics", "describe", *bs, *args)
+            assert proc.returncode == 0, proc.stderr
+            return [line.split("\t")[0] for line in proc.stdout.splitlines()
+                    if line.startswith("Topic: ")]
+
+        assert topics("--topic", "orders.*") == ["Topic: orders.eu", "Topic: orders.us"]
+        assert topics("--topic", "orders.us") == ["Topic: orders.us"]  # a name, not a pattern
+        overrides = cli("topics", "describe", *bs, "--topics-with-overrides",
+                        "--exclude-internal")
+        assert overrides.stdout.splitlines() == [
+            "Topic: orders.eu\tPartitionCount: 2\tReplicationFactor: 1\tConfigs: "
+            "retention.ms=60000"], overrides.stdout
+        wait_for(lambda: "Topic: __consumer_offsets" in topics(), 30, "__consumer_offsets")
+        assert "Topic: __consumer_offsets" in topics("--topics-with-overrides")
+        assert topics("--exclude-internal") == ["Topic: orders.eu", "Topic: orders.us",
+                                                "Topic: payments"]
+        none = cli("topics", "describe", *bs, "--topic", "shipping.*")
+        assert none.returncode == 1 and "no topic matches shipping.*" in none.stderr
+        bad = cli("topics", "describe", *bs, "--topic", "orders[")
+        assert bad.returncode == 2 and "not a regular expression" in bad.stderr

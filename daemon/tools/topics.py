@@ -1,8 +1,9 @@
 """`logkeeper topics`: what Kafka's `kafka-topics.sh` does, through the Kafka protocol.
 
     logkeeper topics list [--exclude-internal]
-    logkeeper topics describe [--topic T ...] [--json] [--under-replicated-partitions |
-        --unavailable-partitions | --under-min-isr-partitions | --at-min-isr-partitions]
+    logkeeper topics describe [--topic T|REGEX ...] [--exclude-internal] [--json]
+        [--under-replicated-partitions | --unavailable-partitions |
+         --under-min-isr-partitions | --at-min-isr-partitions | --topics-with-overrides]
     logkeeper topics create --topic T [--partitions N] [--replication-factor R]
                             [--replica-assignment 1:2,2:3] [--topic-config K=V ...]
                             [--if-not-exists]
@@ -36,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from typing import Any
 
@@ -63,6 +65,9 @@ from .client import (
     metadata,
 )
 
+# What a topic name is made of (Kafka's Topic.validate): any other character makes a
+# --topic of describe a regular expression.
+_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 TOPIC_RESOURCE = 2
 DYNAMIC_TOPIC_CONFIG = 1
 DEFAULT_TIMEOUT_MS = 30000
@@ -289,10 +294,14 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--exclude-internal", action="store_true",
                    help="leave out internal topics (__consumer_offsets)")
     s = add_command(sub, "describe", "leader, replicas, ISR, offline replicas per partition")
-    s.add_argument("--topic", action="append", default=[], help="a topic (repeatable; "
-                   "default: all)")
+    s.add_argument("--topic", action="append", default=[], help="a topic, or a regular "
+                   "expression its whole name matches (repeatable; default: all)")
+    s.add_argument("--exclude-internal", action="store_true",
+                   help="leave out internal topics (__consumer_offsets)")
     s.add_argument("--json", action="store_true", help="print JSON")
     shown = s.add_mutually_exclusive_group()
+    shown.add_argument("--topics-with-overrides", action="store_true",
+                       help="only the topics with configs of their own, without partitions")
     for flag, what in (("--under-replicated-partitions", "ISR smaller than the replicas"),
                        ("--unavailable-partitions", "no leader, or a leader not alive"),
                        ("--under-min-isr-partitions", "ISR below min.insync.replicas"),
@@ -326,8 +335,38 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _topics_named(bootstrap: str, names: list[str]) -> list[str] | None:
+    """kafka-topics.sh's --topic: a name, or a regular expression the whole name matches
+    (one with a character a topic name cannot hold); None for every topic."""
+    if not names:
+        return None
+    if not any(set(n) - _NAME_CHARS for n in names):
+        return names
+    every = list_topics(bootstrap)
+    out: list[str] = []
+    for n in names:
+        if not set(n) - _NAME_CHARS:
+            out.append(n)
+            continue
+        try:
+            pattern = re.compile(n)
+        except re.error as err:
+            raise ValueError(f"--topic {n!r} is not a regular expression: {err}") from None
+        out += [t for t in every if pattern.fullmatch(t)]
+    return list(dict.fromkeys(out))
+
+
 def _describe(args: argparse.Namespace, bootstrap: str) -> int:
-    desc = describe(bootstrap, args.topic or None)
+    topics = _topics_named(bootstrap, args.topic)
+    if topics == []:
+        print(f"logkeeper topics: no topic matches {', '.join(args.topic)}", file=sys.stderr)
+        return 1
+    desc = describe(bootstrap, topics)
+    if args.exclude_internal:
+        desc = {**desc, "topics": [t for t in desc["topics"] if not t["internal"]]}
+    if args.topics_with_overrides:  # Kafka's: their summary lines, no partitions
+        desc = {**desc, "topics": [{**t, "partitions": []} for t in desc["topics"]
+                                   if t["configs"] and not t["error_code"]]}
     which = next((f for f in FILTERS if getattr(args, f)), None)
     if which is not None:
         desc = only(desc, which)
