@@ -12,6 +12,11 @@ broker processes on loopback, each figure against a baseline timed in the same r
   same batches into a fresh log in this process. Target >= 0.5.
 - acks=all vs acks=1: the same confluent-kafka produce of PRODUCE_BYTES into an RF 3
   topic with each setting; the ratio is acks=all's throughput over acks=1's.
+- The replication floor: what the kernel alone costs to move the same bytes the way
+  the catch-up does, with no Python per byte and no broker: one process sendfile()s the
+  file to two others over loopback, 1 MiB per request, and each writes what it receives
+  to a file, against the same `Log.append` baseline. The catch-up's ratio cannot pass
+  this one on the same machine; on two cores it is below the 0.5 target already.
 
 Run with `make bench` (or `pytest benchmarks/bench_cluster.py --benchmark-enable`); it
 takes a few minutes, most of it waiting for ZooKeeper sessions to end.
@@ -19,7 +24,9 @@ takes a few minutes, most of it waiting for ZooKeeper sessions to end.
 
 from __future__ import annotations
 
+import os
 import signal
+import socket
 import statistics
 import sys
 import tempfile
@@ -195,3 +202,84 @@ def test_produce_acks_all_vs_acks_1(measured: Any, cluster: Cluster, benchmark: 
     measured("produce RF 3: acks=all vs acks=1", statistics.median(times[-1]),
              statistics.median(times[1]), unit_bytes=total, ours_label="acks=all",
              baseline_label="acks=1")
+
+
+FLOOR_CHUNK = 1 << 20  # a follower's fetch: replica.fetch.max.bytes
+
+
+def _floor_follower(port: int, size: int, out: Path) -> None:
+    """Ask for `size` bytes in FLOOR_CHUNK requests and write each answer to `out`."""
+    with socket.create_connection(("127.0.0.1", port)) as s, open(out, "wb", buffering=0) as f:
+        buf = bytearray(FLOOR_CHUNK)
+        view = memoryview(buf)
+        for start in range(0, size, FLOOR_CHUNK):
+            want = min(FLOOR_CHUNK, size - start)
+            s.sendall(b"x")
+            got = 0
+            while got < want:
+                n = s.recv_into(view[got:want])
+                assert n, "the sender went away"
+                got += n
+            f.write(view[:want])
+
+
+def _replication_floor(data: Path, size: int, out_dir: Path, followers: int = 2) -> float:
+    """Seconds for `followers` processes to copy `data` over loopback as the catch-up
+    does (1 MiB asked, sendfile()d, received, written), with only system calls."""
+    srv = socket.create_server(("127.0.0.1", 0))
+    port = srv.getsockname()[1]
+    pids = []
+    started = time.perf_counter()
+    for i in range(followers):
+        pid = os.fork()
+        if pid == 0:  # the child only copies; it never returns into pytest
+            code = 0
+            try:
+                _floor_follower(port, size, out_dir / f"copy{i}")
+            except BaseException:  # noqa: BLE001 - reported by the exit status
+                code = 1
+            os._exit(code)
+        pids.append(pid)
+    conns = [srv.accept()[0] for _ in range(followers)]
+    srv.close()
+    with open(data, "rb") as f:
+        sent = dict.fromkeys(range(followers), 0)
+        while any(v < size for v in sent.values()):
+            for i, c in enumerate(conns):
+                if sent[i] < size and c.recv(1):
+                    want = min(FLOOR_CHUNK, size - sent[i])
+                    done = 0
+                    while done < want:
+                        done += os.sendfile(c.fileno(), f.fileno(), sent[i] + done, want - done)
+                    sent[i] += want
+    codes = [os.waitpid(pid, 0)[1] for pid in pids]
+    elapsed = time.perf_counter() - started
+    for c in conns:
+        c.close()
+    assert codes == [0] * followers, codes
+    return elapsed
+
+
+def test_replication_floor_vs_log_append(measured: Any, benchmark: Any, tmp_path: Path) -> None:
+    if benchmark.disabled:
+        pytest.skip("a figure, not a test: run with --benchmark-enable")
+    batches = _batches(REPLICATE_BYTES)
+    data = tmp_path / "leader.log"
+    data.write_bytes(b"".join(batches))
+    size = data.stat().st_size
+    floor, append = [], []
+    for run in range(3):
+        (tmp_path / f"f{run}").mkdir()
+        floor.append(_replication_floor(data, size, tmp_path / f"f{run}"))
+        (tmp_path / f"a{run}").mkdir()
+        lg = Log.open(tmp_path / f"a{run}" / "t-0", LogConfig(segment_bytes=256 << 20))
+        try:
+            started = time.perf_counter()
+            for b in batches:
+                lg.append(b, leader_epoch=0)
+            append.append(time.perf_counter() - started)
+        finally:
+            lg.close()
+    measured("replication floor: 2 bare-socket copies vs Log.append", statistics.median(floor),
+             statistics.median(append), unit_bytes=size, ours_label="sendfile+recv+write",
+             baseline_label="Log.append")
