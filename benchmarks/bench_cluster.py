@@ -75,6 +75,20 @@ def _batches(n_bytes: int) -> list[bytes]:
     return [one] * (n_bytes // len(one))
 
 
+def _log_append_s(where: Path, batches: list[bytes]) -> float:
+    """Seconds for a leader's `Log.append` of `batches` into a fresh log under `where`:
+    the baseline of the replication figures."""
+    where.mkdir()
+    lg = Log.open(where / "t-0", LogConfig(segment_bytes=256 << 20))
+    try:
+        started = time.perf_counter()
+        for b in batches:
+            lg.append(b, leader_epoch=0)
+        return time.perf_counter() - started
+    finally:
+        lg.close()
+
+
 def _high_watermark(c: RawClient, topic: str) -> int:
     """Partition 0's high watermark as its leader answers ListOffsets(LATEST) on `c`."""
     T = ListOffsetsRequest[2].ListOffsetsTopic
@@ -170,15 +184,7 @@ def test_follower_catch_up_vs_log_append(measured: Any, cluster: Cluster, benchm
             catch_up.append(time.perf_counter() - started)
         finally:
             poll.close()
-        (tmp_path / f"a{run}").mkdir()
-        lg = Log.open(tmp_path / f"a{run}" / "t-0", LogConfig(segment_bytes=256 << 20))
-        try:
-            started = time.perf_counter()
-            for b in batches:
-                lg.append(b, leader_epoch=0)
-            append.append(time.perf_counter() - started)
-        finally:
-            lg.close()
+        append.append(_log_append_s(tmp_path / f"a{run}", batches))
     measured("replication: 2 followers catch up vs Log.append", statistics.median(catch_up),
              statistics.median(append), target=0.5, unit_bytes=total,
              ours_label="follower fetch", baseline_label="Log.append")
@@ -271,15 +277,7 @@ def test_replication_floor_vs_log_append(measured: Any, benchmark: Any, tmp_path
     for run in range(3):
         (tmp_path / f"f{run}").mkdir()
         floor.append(_replication_floor(data, size, tmp_path / f"f{run}"))
-        (tmp_path / f"a{run}").mkdir()
-        lg = Log.open(tmp_path / f"a{run}" / "t-0", LogConfig(segment_bytes=256 << 20))
-        try:
-            started = time.perf_counter()
-            for b in batches:
-                lg.append(b, leader_epoch=0)
-            append.append(time.perf_counter() - started)
-        finally:
-            lg.close()
+        append.append(_log_append_s(tmp_path / f"a{run}", batches))
     measured("replication floor: 2 bare-socket copies vs Log.append", statistics.median(floor),
              statistics.median(append), unit_bytes=size, ours_label="sendfile+recv+write",
              baseline_label="Log.append")

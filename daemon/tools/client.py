@@ -12,7 +12,9 @@ that do not decode raises `ClientError` naming the broker address and the API.
 from __future__ import annotations
 
 import argparse
+import json
 import socket
+import sys
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -187,6 +189,39 @@ def at_controller(bootstrap: str, timeout_ms: int, send: Callable[[Connection], 
         if answer[0] != NOT_CONTROLLER or tries == CONTROLLER_TRIES:  # type: ignore[index]
             return answer
         time.sleep(0.5 * tries)
+
+
+def run_tool(prog: str, parser: argparse.ArgumentParser, argv: list[str],
+             body: Callable[[argparse.Namespace], int]) -> int:
+    """An admin command's `main`: `argv` parsed (argparse's own exit for --help and usage
+    errors), then `body(args)`, its exit code. On stderr after `logkeeper <prog>:`, a
+    broker that cannot be reached, a bad file or config (ClientError, ValueError) exits
+    2; a broker's refusal (Refused) 1, nothing changed."""
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    try:
+        return body(args)
+    except Refused as err:
+        print(f"logkeeper {prog}: {err}; nothing changed", file=sys.stderr)
+        return 1
+    except (ClientError, ValueError) as err:  # ConfigError is a ValueError
+        print(f"logkeeper {prog}: {err}", file=sys.stderr)
+        return 2
+
+
+def read_json_option(option: str, path: str, fmt: str) -> Any:
+    """The JSON document of the file `option` names (Kafka's tools' plan and election
+    files); ValueError naming the option, the file and what is wrong, with the format
+    expected when it is not JSON."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, UnicodeDecodeError) as err:
+        raise ValueError(f"{option} {path}: {getattr(err, 'strerror', None) or err}") from None
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{option} {path}: not JSON ({err}); the format is {fmt}") from None
 
 
 def add_command(sub: Any, name: str, help_: str) -> argparse.ArgumentParser:

@@ -27,22 +27,25 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
+from typing import Any
 
-from .client import ClientError, add_broker_options, bootstrap_of, connect_any, metadata
+from .client import (
+    add_broker_options,
+    bootstrap_of,
+    connect_any,
+    metadata,
+    read_json_option,
+    run_tool,
+)
 from .leaders import TP, delete_records
 
 DEFAULT_TIMEOUT_MS = 30000
 FORMAT = '{"partitions": [{"topic": "foo", "partition": 1, "offset": 1}], "version": 1}'
 
 
-def parse_offsets(text: str, where: str = "--offset-json-file") -> dict[TP, int]:
-    """Kafka's offset JSON: {(topic, partition): offset}; ValueError naming what is
-    wrong (nothing is deleted then)."""
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{where}: not JSON ({err}); the format is {FORMAT}") from None
+def parse_offsets(doc: Any, where: str = "--offset-json-file") -> dict[TP, int]:
+    """Kafka's offset JSON (parsed): {(topic, partition): offset}; ValueError naming
+    what is wrong (nothing is deleted then)."""
     if not isinstance(doc, dict):
         raise ValueError(f"{where}: not a JSON object; the format is {FORMAT}")
     version = doc.get("version", 1)
@@ -104,24 +107,15 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str]) -> int:
-    try:
-        args = _parser().parse_args(argv)
-    except SystemExit as exc:
-        return int(exc.code or 0)
-    try:
-        try:
-            with open(args.offset_json_file, encoding="utf-8") as f:
-                text = f.read()
-        except (OSError, UnicodeDecodeError) as err:
-            raise ValueError(f"--offset-json-file {args.offset_json_file}: {err}") from None
-        before = parse_offsets(text)
-        bootstrap = bootstrap_of(args)
-        print("Executing records delete operation")
-        low, problems = delete(bootstrap, before, args.timeout_ms)
-    except (ClientError, ValueError) as err:  # ConfigError is a ValueError
-        print(f"logkeeper delete-records: {err}", file=sys.stderr)
-        return 2
+def _run(args: argparse.Namespace) -> int:
+    before = parse_offsets(read_json_option("--offset-json-file", args.offset_json_file, FORMAT))
+    bootstrap = bootstrap_of(args)
+    print("Executing records delete operation")
+    low, problems = delete(bootstrap, before, args.timeout_ms)
     print("Records delete operation completed:")
     print("\n".join(render(low, problems)))
     return 1 if problems else 0
+
+
+def main(argv: list[str]) -> int:
+    return run_tool("delete-records", _parser(), argv, _run)

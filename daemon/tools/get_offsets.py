@@ -38,7 +38,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from .client import ClientError, add_broker_options, bootstrap_of, connect_any, metadata
+from .client import add_broker_options, bootstrap_of, connect_any, metadata, run_tool
 from .leaders import EARLIEST, EARLIEST_LOCAL, LATEST, LATEST_TIERED, MAX_TIMESTAMP, list_offsets
 
 TIMES = {"latest": LATEST, "earliest": EARLIEST, "max-timestamp": MAX_TIMESTAMP,
@@ -152,22 +152,15 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str]) -> int:
+def _run(args: argparse.Namespace) -> int:
+    if args.topic_partitions is not None and (args.topic is not None or args.partitions):
+        raise ValueError("--topic-partitions cannot be used with --topic or --partitions")
+    rules = (parse_rules(args.topic_partitions) if args.topic_partitions is not None
+             else topic_and_partitions(args.topic, args.partitions))
+    timestamp = parse_time(args.time)
     try:
-        args = _parser().parse_args(argv)
-    except SystemExit as exc:
-        return int(exc.code or 0)
-    try:
-        if args.topic_partitions is not None and (args.topic is not None or args.partitions):
-            raise ValueError("--topic-partitions cannot be used with --topic or --partitions")
-        rules = (parse_rules(args.topic_partitions) if args.topic_partitions is not None
-                 else topic_and_partitions(args.topic, args.partitions))
-        timestamp = parse_time(args.time)
         offsets, problems = get_offsets(bootstrap_of(args), rules, timestamp,
                                         exclude_internal=args.exclude_internal_topics)
-    except (ClientError, ValueError) as err:  # ConfigError is a ValueError
-        print(f"logkeeper get-offsets: {err}", file=sys.stderr)
-        return 2
     except LookupError as err:
         print(f"logkeeper get-offsets: {err}", file=sys.stderr)
         return 1
@@ -177,3 +170,7 @@ def main(argv: list[str]) -> int:
         print(f"Skip getting offsets for topic-partition {_kafka_order(tp)} due to error: "
               f"{problems[tp]}", file=sys.stderr)
     return 1 if problems else 0
+
+
+def main(argv: list[str]) -> int:
+    return run_tool("get-offsets", _parser(), argv, _run)

@@ -38,7 +38,15 @@ from typing import Any
 from kafka.protocol.admin import ElectLeadersRequest, ElectLeadersResponse
 
 from ..api import errors
-from .client import ClientError, Connection, Refused, add_broker_options, at_controller, bootstrap_of
+from .client import (
+    Connection,
+    Refused,
+    add_broker_options,
+    at_controller,
+    bootstrap_of,
+    read_json_option,
+    run_tool,
+)
 from .leaders import TP, error_text
 
 ELECTIONS = {"preferred": 0, "unclean": 1}
@@ -46,12 +54,9 @@ TIMEOUT_MS = 30000  # Kafka's tool waits as long
 FORMAT = '{"partitions": [{"topic": "foo", "partition": 1}, {"topic": "foobar", "partition": 2}]}'
 
 
-def parse_election_file(text: str, where: str = "--path-to-json-file") -> list[TP]:
-    """Kafka's replica election JSON: its partitions; ValueError naming what is wrong."""
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{where}: not JSON ({err}); the format is {FORMAT}") from None
+def parse_election_file(doc: Any, where: str = "--path-to-json-file") -> list[TP]:
+    """Kafka's replica election JSON (parsed): its partitions; ValueError naming what is
+    wrong."""
     if not doc:
         raise ValueError(f"{where}: Replica election data is empty")
     if not isinstance(doc, dict) or not isinstance(doc.get("partitions"), list):
@@ -156,34 +161,21 @@ def _partitions(args: argparse.Namespace) -> list[TP] | None:
         return [(args.topic, args.partition)]
     if args.all_topic_partitions:
         return None
-    try:
-        with open(args.path_to_json_file, encoding="utf-8") as f:
-            text = f.read()
-    except (OSError, UnicodeDecodeError) as err:
-        raise ValueError(f"--path-to-json-file {args.path_to_json_file}: {err}") from None
-    return parse_election_file(text)
+    return parse_election_file(read_json_option("--path-to-json-file", args.path_to_json_file,
+                                                FORMAT))
 
 
-def main(argv: list[str]) -> int:
-    try:
-        args = _parser().parse_args(argv)
-    except SystemExit as exc:
-        return int(exc.code or 0)
+def _run(args: argparse.Namespace) -> int:
     election = ELECTIONS[args.election_type]
-    try:
-        partitions = _partitions(args)
-        results = elect(bootstrap_of(args), election, partitions)
-    except (ClientError, ValueError) as err:  # ConfigError is a ValueError
-        print(f"logkeeper leader-election: {err}", file=sys.stderr)
-        return 2
-    except Refused as err:
-        print(f"logkeeper leader-election: {err}; nothing changed", file=sys.stderr)
-        return 1
+    results = elect(bootstrap_of(args), election, _partitions(args))
     lines = render(election, results)
     if lines:
         print("\n".join(lines))
-    timed_out = [tp for tp, (code, _) in results.items() if code == errors.REQUEST_TIMED_OUT]
-    if timed_out:
+    if any(code == errors.REQUEST_TIMED_OUT for code, _ in results.values()):
         print("Timeout waiting for election results", file=sys.stderr)
     return 1 if any(code not in (errors.NONE, errors.ELECTION_NOT_NEEDED)
                     for code, _ in results.values()) else 0
+
+
+def main(argv: list[str]) -> int:
+    return run_tool("leader-election", _parser(), argv, _run)
