@@ -53,7 +53,7 @@ from .cluster.link import ClusterLink, cluster_id_from_zookeeper
 from .cluster.metadata_cache import MetadataCache
 from .cluster.znodes import ProducerIdBlock
 from .controller.controller import Controller
-from .controller.leader_election import round_robin_assignment
+from .controller.leader_election import replica_assignment
 from .coordinator.coordinator import GroupCoordinator, GroupSettings
 from .coordinator.offsets_topic import OffsetsTopic
 from .health.commands import AdminError, OperatorCommands
@@ -96,7 +96,8 @@ class Server:
         # cache UpdateMetadata fills; standalone: this broker leads everything.
         self.controller: Controller | None = None
         self.metadata_cache: MetadataCache | None = None
-        leadership: Standalone | ClusterLeadership = Standalone(config.broker_id)
+        leadership: Standalone | ClusterLeadership = Standalone(config.broker_id,
+                                                                config["broker.rack"])
         self.isr: IsrManager | None = None
         if not config.standalone:
             self.metadata_cache = MetadataCache()
@@ -294,8 +295,9 @@ class Server:
                         "brokers are alive", OFFSETS_TOPIC, rf, len(brokers))
             return errors.COORDINATOR_NOT_AVAILABLE
         rng = random.Random()
-        assignment = round_robin_assignment(brokers, partitions, rf, rng.randrange(len(brokers)),
-                                            rng.randrange(len(brokers)))
+        assignment = replica_assignment(
+            {b: self.metadata_cache.brokers[b].rack for b in brokers}, partitions, rf,
+            rng.randrange(len(brokers)), rng.randrange(len(brokers)))
         try:
             created = await asyncio.to_thread(self.cluster.create_topic, OFFSETS_TOPIC,
                                               assignment, self._offsets_topic_configs())
@@ -595,7 +597,8 @@ class Server:
         loop = self._loop = asyncio.get_running_loop()
         session_timeout = self.config["zookeeper.session.timeout.ms"] / 1000
         self.cluster = ClusterLink(self.config["zookeeper.connect"], self.config.broker_id,
-                                   host, port, session_timeout=session_timeout,
+                                   host, port, rack=self.config["broker.rack"],
+                                   session_timeout=session_timeout,
                                    on_fatal=lambda why: loop.call_soon_threadsafe(self._on_fatal, why),
                                    on_registered=self._on_registered)
         # The controller shares the link's ZooKeeper session, so losing it loses both the

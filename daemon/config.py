@@ -236,6 +236,12 @@ def _compression_level(codec: str) -> Callable[[Any], int]:
     return check
 
 
+def _rack(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"expected a rack name, got {value!r}")
+    return value.strip()
+
+
 def _timestamp_type(value: Any) -> str:
     if not isinstance(value, str) or value.strip() not in TIMESTAMP_TYPES:
         raise ValueError(f"expected CreateTime or LogAppendTime, got {value!r}")
@@ -309,6 +315,9 @@ KEYS: dict[str, Key] = {k.name: k for k in (
     Key("advertised.listeners", str, None, _advertised_listeners,
         "the endpoint Metadata and ZooKeeper give clients; default: listeners (empty host: "
         "this host's name; port 0: the bound port; 0.0.0.0 is refused, as in Kafka)"),
+    Key("broker.rack", str, None, _rack,
+        "this broker's rack (or availability zone): with every broker's set, a topic's "
+        "replicas are spread across racks"),
     Key("zookeeper.connect", str, None, _zookeeper,
         "ZooKeeper connect string; unset = standalone (this broker leads everything)"),
     Key("zookeeper.session.timeout.ms", int, 18000, _int(1000, 600000),

@@ -38,15 +38,18 @@ def wait_for(pred: Any, timeout: float = 30.0, what: Any = "") -> Any:
 class Cluster:
     def __init__(self, root: Path, brokers: int = 3, dirs: int = 2,
                  extra: dict[str, Any] | None = None,
-                 log_dirs: dict[int, list[Path]] | None = None):
-        """`log_dirs` gives some brokers their own dirs (mounts made by the test)."""
+                 log_dirs: dict[int, list[Path]] | None = None,
+                 per_broker: dict[int, dict[str, Any]] | None = None):
+        """`log_dirs` gives some brokers their own dirs (mounts made by the test);
+        `per_broker` some brokers settings of their own (broker.rack...)."""
         self.zk = ZooKeeperServer()
         self.zk.start()
         self.brokers: dict[int, Daemon] = {}
         for b in range(1, brokers + 1):
             own = (log_dirs or {}).get(b)
             values = {"broker.id": b, "zookeeper.connect": self.zk.hosts,
-                      "zookeeper.session.timeout.ms": SESSION_MS, **(extra or {})}
+                      "zookeeper.session.timeout.ms": SESSION_MS, **(extra or {}),
+                      **(per_broker or {}).get(b, {})}
             if own:
                 values["log.dirs"] = [str(p) for p in own]
             self.brokers[b] = Daemon(root / f"broker{b}", values, dirs=dirs)

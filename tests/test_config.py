@@ -173,6 +173,7 @@ def test_embedded_defaults() -> None:
 
 EVERY_KEY = """
 broker.id = 42
+broker.rack = "r7"
 node.id = 42
 process.roles = "broker,controller"
 controller.listener.names = "CONTROLLER"
@@ -258,7 +259,7 @@ def test_every_key_is_read(tmp_path: Path) -> None:
     cfg = config.load(str(path))
     assert set(config.KEYS) <= {line.split(" =")[0].strip('"')
                                 for line in EVERY_KEY.split("\n") if line}
-    assert cfg.broker_id == 42
+    assert cfg.broker_id == 42 and cfg["broker.rack"] == "r7"
     assert cfg.log_dirs == ("/srv/k/a", "/srv/k/b")
     assert (cfg.listener.host, cfg.listener.port) == ("::1", 19093)
     assert (cfg.advertised_listener.host, cfg.advertised_listener.port) == ("::1", 29093)

@@ -136,6 +136,30 @@ def test_round_robin_assignment_matches_kafkas_layout():
         le.round_robin_assignment([1, 2], 1, 3, 0, 0)
 
 
+def test_rack_aware_assignment_matches_kafkas_layout():
+    # AdminUtils' documented example: the rack-alternated list, then the round robin.
+    racks = {0: "rack1", 1: "rack3", 2: "rack3", 3: "rack2", 4: "rack2", 5: "rack1"}
+    assert le.rack_alternated(racks) == [0, 3, 1, 5, 4, 2]
+    got = le.rack_aware_assignment(racks, 6, 3, start=0, shift=0)
+    assert got == {0: (0, 3, 1), 1: (3, 1, 5), 2: (1, 5, 4), 3: (5, 4, 2), 4: (4, 2, 0),
+                   5: (2, 0, 3)}
+    # Whatever the random start and shift: every partition on three racks, leaders and
+    # replicas spread evenly.
+    for start in range(6):
+        for shift in range(6):
+            got = le.rack_aware_assignment(racks, 12, 3, start, shift)
+            assert all(len({racks[b] for b in r}) == 3 for r in got.values())
+            assert sorted(r[0] for r in got.values()) == sorted(list(racks) * 2)
+            assert sorted(b for r in got.values() for b in r) == sorted(list(racks) * 6)
+    # Two racks of unequal size: each partition still on both.
+    uneven = {1: "a", 2: "a", 3: "b"}
+    assert all({uneven[b] for b in r} == {"a", "b"}
+               for r in le.rack_aware_assignment(uneven, 6, 2, 1, 2).values())
+    # Kafka's RackAwareMode.Safe: a broker without a rack means no rack awareness.
+    assert le.replica_assignment({1: "a", 2: None, 3: "b"}, 3, 2, 0, 0) == \
+        le.round_robin_assignment([1, 2, 3], 3, 2, 0, 0)
+
+
 # -- state machines ---------------------------------------------------------------------
 
 def test_transition_tables_are_kafkas():

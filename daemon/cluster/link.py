@@ -83,12 +83,13 @@ def _json(obj: object) -> bytes:
     return json.dumps(obj, separators=(",", ":")).encode()
 
 
-def broker_payload(host: str, port: int, *, now_ms: int | None = None) -> bytes:
+def broker_payload(host: str, port: int, *, rack: str | None = None,
+                   now_ms: int | None = None) -> bytes:
     ts = int(time.time() * 1000) if now_ms is None else now_ms
     return _json({
         "features": {}, "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"},
-        "endpoints": [f"PLAINTEXT://{host}:{port}"], "jmx_port": -1, "port": port,
-        "host": host, "version": 5, "timestamp": str(ts),
+        "endpoints": [f"PLAINTEXT://{host}:{port}"], **({"rack": rack} if rack else {}),
+        "jmx_port": -1, "port": port, "host": host, "version": 5, "timestamp": str(ts),
     })
 
 
@@ -115,13 +116,15 @@ class _Pending:
 
 class ClusterLink:
     def __init__(self, hosts: str, broker_id: int, host: str, port: int, *,
-                 session_timeout: float = 10.0, connect_timeout: float = 5.0,
+                 rack: str | None = None, session_timeout: float = 10.0,
+                 connect_timeout: float = 5.0,
                  on_fatal: Callable[[str], None] | None = None,
                  on_registered: Callable[[int], None] | None = None):
         self.broker_id = broker_id
         self.on_registered = on_registered
         self.broker_epoch = -1  # czxid of our /brokers/ids node (docs/cluster.md "Znodes")
         self.host, self.port = host, port
+        self.rack = rack  # broker.rack, in the registration
         self.client = KazooClient(hosts=hosts, timeout=session_timeout,
                                   connection_retry={"max_tries": -1, "max_delay": 2})
         self.connect_timeout = connect_timeout
@@ -402,7 +405,7 @@ class ClusterLink:
 
     def _register(self) -> None:
         self._ensure_path("/brokers/ids")
-        data = broker_payload(self.host, self.port)
+        data = broker_payload(self.host, self.port, rack=self.rack)
         try:
             _, stat = self._wait(self.client.create_async(self.broker_path, data, ephemeral=True,
                                                          include_data=True))

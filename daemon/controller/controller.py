@@ -47,7 +47,7 @@ from .channel import ChannelManager, RequestBatch
 from .context import BrokerInfo, ControllerContext, ReplicaAssignment
 from .deletion import TopicDeletionManager
 from .election import ControllerElection
-from .leader_election import preferred_elections_due, round_robin_assignment
+from .leader_election import preferred_elections_due, replica_assignment
 from .reassignment import PartitionReassignments
 from .state_machines import PartitionState as P
 from .state_machines import PartitionStateMachine, ReplicaStateMachine
@@ -789,8 +789,8 @@ class Controller:
                 raise _TopicError(INVALID_REPLICATION_FACTOR, f"Replication factor: {rf} larger than "
                                   f"available brokers: {len(brokers)}.")
             n = len(brokers)
-            assignment = round_robin_assignment(brokers, partitions, rf, self.rng.randrange(n),
-                                                self.rng.randrange(n))
+            assignment = replica_assignment(self._racks(brokers), partitions, rf,
+                                            self.rng.randrange(n), self.rng.randrange(n))
         configs = self._validate_configs(name, dict(spec.configs))
         rf = len(next(iter(assignment.values())))
         result = TopicResult(NONE, None, len(assignment), rf, configs)
@@ -863,8 +863,8 @@ class Controller:
             ids = sorted(brokers)
             first = existing.get(0, (ids[0],))[0]
             start = ids.index(first) if first in ids else self.rng.randrange(len(ids))
-            whole = round_robin_assignment(brokers, count, rf, start,
-                                           self.rng.randrange(len(ids)))
+            whole = replica_assignment(self._racks(brokers), count, rf, start,
+                                       self.rng.randrange(len(ids)))
             new = {p: r for p, r in whole.items() if p >= current}
         if validate_only:
             return NONE, None
@@ -887,6 +887,10 @@ class Controller:
             else:
                 _answer(parked.future, parked.results)
         self._creations = still
+
+    def _racks(self, brokers: Iterable[int]) -> dict[int, str | None]:
+        """Each live broker's broker.rack, from its registration (None: it has none)."""
+        return {b: self.ctx.live_brokers[b].registration.rack for b in brokers}
 
     # -- deletion -------------------------------------------------------------------------
 

@@ -170,3 +170,65 @@ def round_robin_assignment(brokers: Sequence[int], partitions: int, replication_
             replicas.append(ids[(first + s) % n])
         out[p] = tuple(replicas)
     return out
+
+
+def rack_alternated(racks: Mapping[int, str]) -> list[int]:
+    """The brokers in rack-alternating order (Kafka's getRackAlternatedBrokerList): the
+    racks sorted, each one's brokers sorted, one broker of each rack in turn."""
+    by_rack: dict[str, list[int]] = {}
+    for broker, rack in racks.items():
+        by_rack.setdefault(rack, []).append(broker)
+    queues = [sorted(by_rack[r]) for r in sorted(by_rack)]
+    out: list[int] = []
+    while len(out) < len(racks):
+        for q in queues:
+            if q:
+                out.append(q.pop(0))
+    return out
+
+
+def rack_aware_assignment(racks: Mapping[int, str], partitions: int, replication_factor: int,
+                          start: int, shift: int) -> dict[int, tuple[int, ...]]:
+    """Rack-aware replica assignment (Kafka's AdminUtils.assignReplicasToBrokersRackAware):
+    over the rack-alternated broker list, each partition's first replica as in the round
+    robin, and each further one the next broker (at the partition's shift) whose rack
+    holds no replica of it yet, until every rack has one; then whose broker holds none.
+    A partition's replicas are on min(replication factor, racks) racks, and leaders and
+    followers spread over the brokers evenly."""
+    ids = rack_alternated(racks)
+    n = len(ids)
+    if not 1 <= replication_factor <= n:
+        raise ValueError(f"replication factor {replication_factor} with {n} brokers")
+    n_racks = len(set(racks.values()))
+    out: dict[int, tuple[int, ...]] = {}
+    next_shift = shift
+    for p in range(partitions):
+        if p > 0 and p % n == 0:
+            next_shift += 1
+        first = (start + p) % n
+        replicas = [ids[first]]
+        used_racks, used = {racks[ids[first]]}, {ids[first]}
+        k = 0
+        while len(replicas) < replication_factor:
+            s = 1 + (next_shift * n_racks + k) % (n - 1) if n > 1 else 0
+            broker = ids[(first + s) % n]
+            k += 1
+            if ((racks[broker] not in used_racks or len(used_racks) == n_racks)
+                    and (broker not in used or len(used) == n)):
+                replicas.append(broker)
+                used_racks.add(racks[broker])
+                used.add(broker)
+        out[p] = tuple(replicas)
+    return out
+
+
+def replica_assignment(racks: Mapping[int, str | None], partitions: int,
+                       replication_factor: int, start: int, shift: int
+                       ) -> dict[int, tuple[int, ...]]:
+    """Kafka's assignment for a new topic or new partitions over these brokers (id ->
+    broker.rack): rack-aware when every broker has a rack, else the round robin (Kafka's
+    RackAwareMode.Safe)."""
+    if racks and all(r is not None for r in racks.values()):
+        return rack_aware_assignment({b: str(r) for b, r in racks.items()}, partitions,
+                                     replication_factor, start, shift)
+    return round_robin_assignment(sorted(racks), partitions, replication_factor, start, shift)

@@ -46,8 +46,9 @@ class LeaderAndIsr:
 class Standalone:
     """This broker leads every partition it holds; the ISR is itself."""
 
-    def __init__(self, broker_id: int):
+    def __init__(self, broker_id: int, rack: str | None = None):
         self.broker_id = broker_id
+        self.rack = rack  # broker.rack, shown in Metadata
 
     @property
     def controller_id(self) -> int:
@@ -89,7 +90,7 @@ class Standalone:
 
     def broker_rows(self, me: tuple[str, int]) -> list[BrokerRow]:
         """The brokers Metadata lists; `me` is this broker's advertised address."""
-        return [(self.broker_id, me[0], me[1], None)]
+        return [(self.broker_id, me[0], me[1], self.rack)]
 
 
 @dataclass(frozen=True)

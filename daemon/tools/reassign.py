@@ -74,7 +74,7 @@ from kafka.protocol.admin import (
 from logstore.names import TopicPartition
 
 from ..api.errors import REPLICA_NOT_AVAILABLE, UNKNOWN_TOPIC_OR_PARTITION, name_of
-from ..controller.leader_election import round_robin_assignment
+from ..controller.leader_election import replica_assignment
 from ..replica import quota
 from . import configs
 from .client import (
@@ -161,9 +161,9 @@ def _names(tps: Any) -> str:
     return ",".join(f"{t}-{p}" for t, p in sorted(tps))
 
 
-def current_assignment(bootstrap: str, topics: list[str]) -> tuple[Plan, list[int]]:
-    """(each partition's replicas, the cluster's brokers), from Metadata; PlanError for
-    a topic that is missing."""
+def current_assignment(bootstrap: str, topics: list[str]) -> tuple[Plan, dict[int, str | None]]:
+    """(each partition's replicas, the cluster's brokers with their broker.rack), from
+    Metadata; PlanError for a topic that is missing."""
     with connect_any(bootstrap) as conn:
         meta = metadata(conn, topics)
     out: Plan = {}
@@ -172,18 +172,19 @@ def current_assignment(bootstrap: str, topics: list[str]) -> tuple[Plan, list[in
             raise PlanError(f"topic {t.name}: error {t.error_code} ({name_of(t.error_code)})")
         for p in t.partitions:
             out[(t.name, p.partition_index)] = list(p.replica_nodes)
-    return out, sorted(b.node_id for b in meta.brokers)
+    return out, {b.node_id: b.rack for b in sorted(meta.brokers, key=lambda b: b.node_id)}
 
 
 def generate(bootstrap: str, topics: list[str], brokers: list[int],
-             rng: random.Random | None = None) -> tuple[Plan, Plan]:
+             rng: random.Random | None = None, *, rack_aware: bool = True) -> tuple[Plan, Plan]:
     """(current, proposed): each topic's partitions spread over `brokers` at its
-    replication factor."""
+    replication factor, across their racks when every one has a broker.rack (unless
+    `rack_aware` is False: kafka-reassign-partitions.sh's --disable-rack-aware)."""
     current, live = current_assignment(bootstrap, topics)
     unknown = sorted(set(brokers) - set(live))
     if unknown:
         raise PlanError(f"brokers {_ids(unknown)} of --broker-list are not in the cluster "
-                        f"(brokers {_ids(live)})")
+                        f"(brokers {_ids(sorted(live))})")
     rng = rng or random.Random()
     proposed: Plan = {}
     for topic in topics:
@@ -192,8 +193,9 @@ def generate(bootstrap: str, topics: list[str], brokers: list[int],
         if rf > len(brokers):
             raise PlanError(f"topic {topic} has replication factor {rf}, more than the "
                             f"{len(brokers)} brokers of --broker-list")
-        placed = round_robin_assignment(brokers, len(parts), rf, rng.randrange(len(brokers)),
-                                        rng.randrange(len(brokers)))
+        racks = {b: live[b] if rack_aware else None for b in brokers}
+        placed = replica_assignment(racks, len(parts), rf, rng.randrange(len(brokers)),
+                                    rng.randrange(len(brokers)))
         proposed.update({(topic, p): list(placed[i]) for i, p in enumerate(parts)})
     return current, proposed
 
@@ -258,7 +260,7 @@ def verify(bootstrap: str, plan: Plan) -> tuple[bool, bool, list[str], list[int]
                          f"set is {_ids(current[tp])} rather than {_ids(target)}.")
         else:
             lines.append(f"Reassignment of partition {name} is completed.")
-    return done, in_progress, lines, live
+    return done, in_progress, lines, sorted(live)
 
 
 # ---- log dir moves (the file's `log_dirs`) ----
@@ -510,6 +512,9 @@ def _parser() -> argparse.ArgumentParser:
                    help='for --generate: {"version":1,"topics":[{"topic":"t"}]}')
     p.add_argument("--topics", metavar="T[,T]", help="for --generate: instead of the JSON file")
     p.add_argument("--broker-list", metavar="1,2,3", help="for --generate: the brokers to use")
+    p.add_argument("--disable-rack-aware", action="store_true",
+                   help="for --generate: spread replicas over the brokers without regard to "
+                        "their broker.rack")
     p.add_argument("--timeout-ms", type=int, default=DEFAULT_TIMEOUT_MS,
                    help="how long the controller may take to answer (ms)")
     p.add_argument("--timeout", type=int, default=DEFAULT_MOVE_TIMEOUT_MS, metavar="MS",
@@ -570,7 +575,9 @@ def _run(args: argparse.Namespace, bootstrap: str) -> int:
                   f"removing: {_ids(removing)}.")
         return 0
     if args.generate:
-        current, proposed = generate(bootstrap, _topics_to_move(args), _broker_list(args.broker_list))
+        current, proposed = generate(bootstrap, _topics_to_move(args),
+                                     _broker_list(args.broker_list),
+                                     rack_aware=not args.disable_rack_aware)
         print("Current partition replica assignment")
         print(plan_json(current))
         print()
