@@ -18,6 +18,10 @@ broker processes on loopback, each figure against a baseline timed in the same r
   to a file, against the same `Log.append` baseline. The catch-up's ratio cannot pass
   this one on the same machine; on two cores it is below the 0.5 target already.
 
+The brokers' log dirs, the baselines' logs and the floor's files are on a tmpfs when the
+machine has one (conftest's PAGE_CACHE_ROOT), as bench_daemon's: the targets are
+page-cache figures.
+
 Run with `make bench` (or `pytest benchmarks/bench_cluster.py --benchmark-enable`); it
 takes a few minutes, most of it waiting for ZooKeeper sessions to end.
 """
@@ -25,11 +29,12 @@ takes a few minutes, most of it waiting for ZooKeeper sessions to end.
 from __future__ import annotations
 
 import os
+import selectors
 import signal
 import socket
 import statistics
+import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -56,16 +61,17 @@ PRODUCE_BYTES = 32 << 20
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[Cluster]:
-    with tempfile.TemporaryDirectory(prefix="lk-bench-cluster-") as tmp:
-        cl = Cluster(Path(tmp), dirs=1, extra={
-            "zookeeper.session.timeout.ms": SESSION_MS, "log.segment.bytes": 256 << 20,
-            "replica.lag.time.max.ms": 120000})
-        cl.start()
-        try:
-            yield cl
-        finally:
-            cl.close()
+def cluster(page_cache_module_path: Path) -> Iterator[Cluster]:
+    # The brokers' dirs on a tmpfs when there is one, as bench_daemon's: the targets are
+    # page-cache figures, and a disk's writeback swung them several-fold between runs.
+    cl = Cluster(page_cache_module_path, dirs=1, extra={
+        "zookeeper.session.timeout.ms": SESSION_MS, "log.segment.bytes": 256 << 20,
+        "replica.lag.time.max.ms": 120000})
+    cl.start()
+    try:
+        yield cl
+    finally:
+        cl.close()
 
 
 def _batches(n_bytes: int) -> list[bytes]:
@@ -150,7 +156,7 @@ def test_failover_to_first_acks_all_ack(cluster: Cluster, note: Any, benchmark: 
 
 
 def test_follower_catch_up_vs_log_append(measured: Any, cluster: Cluster, benchmark: Any,
-                                         tmp_path: Path) -> None:
+                                         page_cache_path: Path) -> None:
     if benchmark.disabled:
         pytest.skip("a figure, not a test: run with --benchmark-enable")
     cl = cluster
@@ -184,7 +190,7 @@ def test_follower_catch_up_vs_log_append(measured: Any, cluster: Cluster, benchm
             catch_up.append(time.perf_counter() - started)
         finally:
             poll.close()
-        append.append(_log_append_s(tmp_path / f"a{run}", batches))
+        append.append(_log_append_s(page_cache_path / f"a{run}", batches))
     measured("replication: 2 followers catch up vs Log.append", statistics.median(catch_up),
              statistics.median(append), target=0.5, unit_bytes=total,
              ours_label="follower fetch", baseline_label="Log.append")
@@ -211,73 +217,86 @@ def test_produce_acks_all_vs_acks_1(measured: Any, cluster: Cluster, benchmark: 
 
 
 FLOOR_CHUNK = 1 << 20  # a follower's fetch: replica.fetch.max.bytes
-
-
-def _floor_follower(port: int, size: int, out: Path) -> None:
-    """Ask for `size` bytes in FLOOR_CHUNK requests and write each answer to `out`."""
-    with socket.create_connection(("127.0.0.1", port)) as s, open(out, "wb", buffering=0) as f:
-        buf = bytearray(FLOOR_CHUNK)
-        view = memoryview(buf)
-        for start in range(0, size, FLOOR_CHUNK):
-            want = min(FLOOR_CHUNK, size - start)
-            s.sendall(b"x")
-            got = 0
-            while got < want:
-                n = s.recv_into(view[got:want])
-                assert n, "the sender went away"
-                got += n
-            f.write(view[:want])
+# A follower of the floor, a fresh interpreter (argv: port, bytes, file): waits for the
+# go, asks for FLOOR_CHUNK at a time and writes each answer, then says it is done.
+_FLOOR_FOLLOWER = f"""
+import socket, sys
+port, size, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+chunk = {FLOOR_CHUNK}
+with socket.create_connection(("127.0.0.1", port)) as s, open(out, "wb", buffering=0) as f:
+    assert s.recv(1) == b"g"
+    view = memoryview(bytearray(chunk))
+    for start in range(0, size, chunk):
+        want = min(chunk, size - start)
+        s.sendall(b"x")
+        got = 0
+        while got < want:
+            n = s.recv_into(view[got:want])
+            assert n, "the sender went away"
+            got += n
+        f.write(view[:want])
+    s.sendall(b"d")
+"""
 
 
 def _replication_floor(data: Path, size: int, out_dir: Path, followers: int = 2) -> float:
     """Seconds for `followers` processes to copy `data` over loopback as the catch-up
-    does (1 MiB asked, sendfile()d, received, written), with only system calls."""
+    does (1 MiB asked, sendfile()d, received, written), with only system calls: from
+    the go to the last follower's "done"."""
     srv = socket.create_server(("127.0.0.1", 0))
     port = srv.getsockname()[1]
-    pids = []
-    started = time.perf_counter()
-    for i in range(followers):
-        pid = os.fork()
-        if pid == 0:  # the child only copies; it never returns into pytest
-            code = 0
-            try:
-                _floor_follower(port, size, out_dir / f"copy{i}")
-            except BaseException:  # noqa: BLE001 - reported by the exit status
-                code = 1
-            os._exit(code)
-        pids.append(pid)
-    conns = [srv.accept()[0] for _ in range(followers)]
-    srv.close()
-    with open(data, "rb") as f:
-        sent = dict.fromkeys(range(followers), 0)
-        while any(v < size for v in sent.values()):
-            for i, c in enumerate(conns):
-                if sent[i] < size and c.recv(1):
-                    want = min(FLOOR_CHUNK, size - sent[i])
+    procs = [subprocess.Popen([sys.executable, "-c", _FLOOR_FOLLOWER, str(port), str(size),
+                               str(out_dir / f"copy{i}")]) for i in range(followers)]
+    try:
+        srv.settimeout(60)
+        conns = [srv.accept()[0] for _ in range(followers)]
+        srv.close()
+        with open(data, "rb") as f, selectors.DefaultSelector() as sel:
+            sent = dict.fromkeys(conns, 0)
+            for c in conns:
+                sel.register(c, selectors.EVENT_READ)
+            started = time.perf_counter()
+            for c in conns:
+                c.sendall(b"g")
+            busy = len(conns)
+            # Whichever follower asks is answered, as the leader's event loop does.
+            while busy:
+                for key, _ in sel.select():
+                    c = key.fileobj
+                    assert isinstance(c, socket.socket)
+                    ask = c.recv(1)
+                    assert ask, "a follower went away"
+                    if ask == b"d":
+                        sel.unregister(c)
+                        busy -= 1
+                        continue
+                    want = min(FLOOR_CHUNK, size - sent[c])
                     done = 0
                     while done < want:
-                        done += os.sendfile(c.fileno(), f.fileno(), sent[i] + done, want - done)
-                    sent[i] += want
-    codes = [os.waitpid(pid, 0)[1] for pid in pids]
-    elapsed = time.perf_counter() - started
-    for c in conns:
-        c.close()
+                        done += os.sendfile(c.fileno(), f.fileno(), sent[c] + done, want - done)
+                    sent[c] += want
+            elapsed = time.perf_counter() - started
+        for c in conns:
+            c.close()
+    finally:
+        codes = [p.wait(60) for p in procs]
     assert codes == [0] * followers, codes
     return elapsed
 
 
-def test_replication_floor_vs_log_append(measured: Any, benchmark: Any, tmp_path: Path) -> None:
+def test_replication_floor_vs_log_append(measured: Any, benchmark: Any,
+                                         page_cache_path: Path) -> None:
     if benchmark.disabled:
         pytest.skip("a figure, not a test: run with --benchmark-enable")
     batches = _batches(REPLICATE_BYTES)
-    data = tmp_path / "leader.log"
+    data = page_cache_path / "leader.log"
     data.write_bytes(b"".join(batches))
     size = data.stat().st_size
     floor, append = [], []
     for run in range(3):
-        (tmp_path / f"f{run}").mkdir()
-        floor.append(_replication_floor(data, size, tmp_path / f"f{run}"))
-        append.append(_log_append_s(tmp_path / f"a{run}", batches))
+        (page_cache_path / f"f{run}").mkdir()
+        floor.append(_replication_floor(data, size, page_cache_path / f"f{run}"))
+        append.append(_log_append_s(page_cache_path / f"a{run}", batches))
     measured("replication floor: 2 bare-socket copies vs Log.append", statistics.median(floor),
              statistics.median(append), unit_bytes=size, ours_label="sendfile+recv+write",
              baseline_label="Log.append")
