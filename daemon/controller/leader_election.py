@@ -152,11 +152,21 @@ def round_robin_assignment(brokers: Sequence[int], partitions: int, replication_
     without racks): partition p's first replica is brokers[(start + p) % n]; the others
     follow at a shift that grows by one every n partitions, so followers spread too.
     `start` and `shift` are the random starting points (0 <= both < n); the caller checks
-    1 <= replication_factor <= n."""
+    1 <= replication_factor <= n. (The rack-aware walk with each broker its own rack.)"""
     ids = sorted(brokers)
+    return _assign(ids, {b: b for b in ids}, partitions, replication_factor, start, shift)
+
+
+def _assign(ids: list[int], rack_of: Mapping[int, object], partitions: int,
+            replication_factor: int, start: int, shift: int) -> dict[int, tuple[int, ...]]:
+    """Kafka's assignment walk over `ids` (AdminUtils): partition p's first replica is
+    ids[(start + p) % n]; each further one the next broker at the partition's shift
+    (growing by one every n partitions) on a rack that holds no replica of it yet, until
+    every rack holds one, then one that holds none."""
     n = len(ids)
     if not 1 <= replication_factor <= n:
         raise ValueError(f"replication factor {replication_factor} with {n} brokers")
+    n_racks = len(set(rack_of.values()))
     out: dict[int, tuple[int, ...]] = {}
     next_shift = shift
     for p in range(partitions):
@@ -164,10 +174,17 @@ def round_robin_assignment(brokers: Sequence[int], partitions: int, replication_
             next_shift += 1
         first = (start + p) % n
         replicas = [ids[first]]
-        for j in range(replication_factor - 1):
+        used_racks, used = {rack_of[ids[first]]}, {ids[first]}
+        k = 0
+        while len(replicas) < replication_factor:
             # Kafka's replicaIndex: never lands on the first replica again.
-            s = 1 + (next_shift + j) % (n - 1)
-            replicas.append(ids[(first + s) % n])
+            broker = ids[(first + 1 + (next_shift * n_racks + k) % (n - 1)) % n]
+            k += 1
+            if ((rack_of[broker] not in used_racks or len(used_racks) == n_racks)
+                    and (broker not in used or len(used) == n)):
+                replicas.append(broker)
+                used_racks.add(rack_of[broker])
+                used.add(broker)
         out[p] = tuple(replicas)
     return out
 
@@ -190,36 +207,10 @@ def rack_alternated(racks: Mapping[int, str]) -> list[int]:
 def rack_aware_assignment(racks: Mapping[int, str], partitions: int, replication_factor: int,
                           start: int, shift: int) -> dict[int, tuple[int, ...]]:
     """Rack-aware replica assignment (Kafka's AdminUtils.assignReplicasToBrokersRackAware):
-    over the rack-alternated broker list, each partition's first replica as in the round
-    robin, and each further one the next broker (at the partition's shift) whose rack
-    holds no replica of it yet, until every rack has one; then whose broker holds none.
-    A partition's replicas are on min(replication factor, racks) racks, and leaders and
-    followers spread over the brokers evenly."""
-    ids = rack_alternated(racks)
-    n = len(ids)
-    if not 1 <= replication_factor <= n:
-        raise ValueError(f"replication factor {replication_factor} with {n} brokers")
-    n_racks = len(set(racks.values()))
-    out: dict[int, tuple[int, ...]] = {}
-    next_shift = shift
-    for p in range(partitions):
-        if p > 0 and p % n == 0:
-            next_shift += 1
-        first = (start + p) % n
-        replicas = [ids[first]]
-        used_racks, used = {racks[ids[first]]}, {ids[first]}
-        k = 0
-        while len(replicas) < replication_factor:
-            s = 1 + (next_shift * n_racks + k) % (n - 1) if n > 1 else 0
-            broker = ids[(first + s) % n]
-            k += 1
-            if ((racks[broker] not in used_racks or len(used_racks) == n_racks)
-                    and (broker not in used or len(used) == n)):
-                replicas.append(broker)
-                used_racks.add(racks[broker])
-                used.add(broker)
-        out[p] = tuple(replicas)
-    return out
+    the walk over the rack-alternated broker list, so a partition's replicas are on
+    min(replication factor, racks) racks, and leaders and followers spread over the
+    brokers evenly."""
+    return _assign(rack_alternated(racks), racks, partitions, replication_factor, start, shift)
 
 
 def replica_assignment(racks: Mapping[int, str | None], partitions: int,
