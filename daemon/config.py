@@ -41,7 +41,13 @@ from types import MappingProxyType
 from typing import Any
 
 from logstore import LogConfig
-from logstore.config import COMPRESSION_LEVELS, COMPRESSION_TYPES, TIMESTAMP_TYPES, compression_level_ok
+from logstore.config import (
+    COMPRESSION_LEVELS,
+    COMPRESSION_TYPES,
+    TIMESTAMP_TYPES,
+    compression_level_ok,
+    compression_level_range,
+)
 
 from .kafka_keys import KAFKA_BROKER_KEYS
 
@@ -224,13 +230,10 @@ def _compression_type(value: Any) -> str:
 
 
 def _compression_level(codec: str) -> Callable[[Any], int]:
-    lo, hi, default = COMPRESSION_LEVELS[codec]
-
     def check(value: Any) -> int:
         value = _int()(value)
         if not compression_level_ok(codec, value):
-            raise ValueError(f"must be between {lo} and {hi}"
-                             f"{'' if lo <= default <= hi else f' or {default}'}, got {value}")
+            raise ValueError(f"must be {compression_level_range(codec)}, got {value}")
         return value
 
     return check

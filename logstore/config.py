@@ -32,6 +32,12 @@ def compression_level_ok(codec: str, level: int) -> bool:
     return lo <= level <= hi or level == default
 
 
+def compression_level_range(codec: str) -> str:
+    """The levels `codec` takes, as its configs' errors say them."""
+    lo, hi, default = COMPRESSION_LEVELS[codec]
+    return f"between {lo} and {hi}" + ("" if lo <= default <= hi else f" or {default}")
+
+
 @dataclass(frozen=True)
 class LogConfig:
     segment_bytes: int = 1024 * 1024 * 1024  # segment.bytes

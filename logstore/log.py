@@ -196,15 +196,16 @@ class Log:
         guard = self.guard
         if guard.verdict is not _ONLINE:
             guard.check_usable("append", writing=True)
-        stamped = -1
+        stamped, verify = -1, True
         if assign_offsets and self._rewrites:
-            batch_bytes, stamped = self._rewrite(batch_bytes)
+            # Checked there (CRCs included) before any rewrite: not verified twice.
+            batch_bytes, stamped, verify = self._rewrite(batch_bytes)
         if self.config.compacted and assign_offsets:
             self._require_keys(batch_bytes)
         seg = self._segments.active
         try:
             out = self._appender.append(seg.c_address, batch_bytes, leader_epoch,
-                                        assign_offsets, True, seg._log_path_str)
+                                        assign_offsets, verify, seg._log_path_str)
         except OSError as err:  # the hot path: IoGuard.translate without a context manager
             seg.cut_back_failed_append()
             raise guard.translate(err, "append", seg.log_path) from err
@@ -269,22 +270,22 @@ class Log:
                 epochs.write()
 
     def _rewrite(self, data: bytes | bytearray | memoryview
-                 ) -> tuple[bytes | bytearray | memoryview, int]:
+                 ) -> tuple[bytes | bytearray | memoryview, int, bool]:
         """A leader's batches as compression.type and message.timestamp.type want them
-        (Kafka's LogValidator rewrites in the same place): in the topic's codec, and
-        stamped with the append time (returned, else -1). Only data whose framing and
-        CRCs check out is rewritten; anything else goes on as it came, for the append to
-        refuse."""
+        (Kafka's LogValidator rewrites in the same place): (the batches in the topic's
+        codec and stamped with the append time, that time or -1, whether the append must
+        still verify their CRCs). Only data whose framing and CRCs check out is
+        rewritten; anything else goes on as it came, for the append to refuse."""
         if native.scan_batches(data, legacy=True).status is not native.ScanStatus.OK:
-            return data, -1
+            return data, -1, True
         config = self.config
         if config.compression_type != "producer":
             data = records.recompress(data, records.CODEC_OF[config.compression_type],
                                       config.compression_level)
         if config.timestamp_type != "LogAppendTime":
-            return data, -1
+            return data, -1, False
         now = int(time.time() * 1000)
-        return records.stamp_log_append_time(data, now), now
+        return records.stamp_log_append_time(data, now), now, False
 
     def _require_keys(self, data: bytes | bytearray | memoryview) -> None:
         """A compacted log takes only records with keys (Kafka's LogValidator): the

@@ -206,6 +206,20 @@ def decompress(codec: Codec, data: bytes | memoryview) -> bytes:
     return _decompress(codec, data)
 
 
+def _whole_v2_batches(view: memoryview) -> Iterator[tuple[int, int]]:
+    """(start, end) of each whole magic-2 batch in `view`, in order; legacy messages and
+    a cut last batch are stepped over."""
+    pos = 0
+    while pos + LOG_OVERHEAD <= len(view):
+        (length,) = struct.unpack_from(">i", view, pos + 8)
+        if length < 0:
+            return  # not framing: the caller's data was to be checked first
+        end = pos + LOG_OVERHEAD + length
+        if view[pos + MAGIC_AT] == MAGIC and end <= len(view):
+            yield pos, end
+        pos = end
+
+
 CODEC_OF = {"uncompressed": Codec.NONE, "gzip": Codec.GZIP, "snappy": Codec.SNAPPY,
             "lz4": Codec.LZ4, "zstd": Codec.ZSTD}  # compression.type's codecs
 
@@ -224,17 +238,11 @@ def recompress(data: bytes | bytearray | memoryview, codec: Codec, level: int | 
     view = memoryview(data)
     parts: list[bytes | memoryview] = []
     changed = False
-    pos = done = 0
-    while pos + LOG_OVERHEAD <= len(view):
-        (length,) = struct.unpack_from(">i", view, pos + 8)
-        end = pos + LOG_OVERHEAD + length
-        if view[pos + MAGIC_AT] != MAGIC or end > len(view):
-            pos = end
-            continue
+    done = 0
+    for pos, end in _whole_v2_batches(view):
         (attributes,) = _ATTRIBUTES.unpack_from(view, pos + ATTRIBUTES_AT)
         old = attributes & ATTR_CODEC_MASK
         if old == codec or attributes & ATTR_CONTROL:
-            pos = end
             continue
         if old > Codec.ZSTD:
             raise UnsupportedCodecError(f"batch at {pos}: unknown codec id {old}")
@@ -244,7 +252,7 @@ def recompress(data: bytes | bytearray | memoryview, codec: Codec, level: int | 
         _ATTRIBUTES.pack_into(batch, ATTRIBUTES_AT, (attributes & ~ATTR_CODEC_MASK) | codec)
         struct.pack_into(">I", batch, 17, native.crc32c(memoryview(batch)[CRC_START:]))
         parts += [view[done:pos], batch]
-        done = pos = end
+        done = end
         changed = True
     if not changed:
         return data
@@ -263,16 +271,11 @@ def stamp_log_append_time(data: bytes | bytearray | memoryview, now_ms: int) -> 
     Only for data whose framing and CRCs were checked."""
     out = bytearray(data)
     view = memoryview(out)
-    pos = 0
-    while pos + LOG_OVERHEAD <= len(out):
-        (length,) = struct.unpack_from(">i", out, pos + 8)
-        end = pos + LOG_OVERHEAD + length
-        if out[pos + MAGIC_AT] == MAGIC and end <= len(out):
-            (attributes,) = _ATTRIBUTES.unpack_from(out, pos + ATTRIBUTES_AT)
-            _ATTRIBUTES.pack_into(out, pos + ATTRIBUTES_AT, attributes | ATTR_LOG_APPEND_TIME)
-            struct.pack_into(">q", out, pos + _MAX_TIMESTAMP_AT, now_ms)
-            struct.pack_into(">I", out, pos + 17, native.crc32c(view[pos + CRC_START:end]))
-        pos = end
+    for pos, end in _whole_v2_batches(view):
+        (attributes,) = _ATTRIBUTES.unpack_from(out, pos + ATTRIBUTES_AT)
+        _ATTRIBUTES.pack_into(out, pos + ATTRIBUTES_AT, attributes | ATTR_LOG_APPEND_TIME)
+        struct.pack_into(">q", out, pos + _MAX_TIMESTAMP_AT, now_ms)
+        struct.pack_into(">I", out, pos + 17, native.crc32c(view[pos + CRC_START:end]))
     view.release()
     return out
 

@@ -83,14 +83,12 @@ def _json(obj: object) -> bytes:
     return json.dumps(obj, separators=(",", ":")).encode()
 
 
-def broker_payload(host: str, port: int, *, rack: str | None = None,
+def broker_payload(broker_id: int, host: str, port: int, *, rack: str | None = None,
                    now_ms: int | None = None) -> bytes:
+    """This broker's `/brokers/ids/<id>` JSON: one PLAINTEXT endpoint, its rack."""
     ts = int(time.time() * 1000) if now_ms is None else now_ms
-    return _json({
-        "features": {}, "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"},
-        "endpoints": [f"PLAINTEXT://{host}:{port}"], **({"rack": rack} if rack else {}),
-        "jmx_port": -1, "port": port, "host": host, "version": 5, "timestamp": str(ts),
-    })
+    return znodes.encode_broker(znodes.BrokerRegistration(
+        broker_id, (znodes.BrokerEndpoint("PLAINTEXT", host, port),), ts, rack=rack))
 
 
 def log_dir_event_payload(broker_id: int) -> bytes:
@@ -405,7 +403,7 @@ class ClusterLink:
 
     def _register(self) -> None:
         self._ensure_path("/brokers/ids")
-        data = broker_payload(self.host, self.port, rack=self.rack)
+        data = broker_payload(self.broker_id, self.host, self.port, rack=self.rack)
         try:
             _, stat = self._wait(self.client.create_async(self.broker_path, data, ephemeral=True,
                                                          include_data=True))

@@ -30,7 +30,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from logstore import LogConfig
-from logstore.config import COMPRESSION_LEVELS, COMPRESSION_TYPES, TIMESTAMP_TYPES, compression_level_ok
+from logstore.config import (
+    COMPRESSION_LEVELS,
+    COMPRESSION_TYPES,
+    TIMESTAMP_TYPES,
+    compression_level_ok,
+    compression_level_range,
+)
 
 from ..config import KEYS, Config
 from ..kafka_keys import KAFKA_BROKER_KEYS
@@ -110,14 +116,11 @@ def _parse_compression(name: str, text: str) -> str:
 
 
 def _level_key(codec: str) -> Callable[[str, str], int]:
-    lo, hi, default = COMPRESSION_LEVELS[codec]
-
     def parse(name: str, text: str) -> int:
         value = _parse_int(name, text, None, None)
         if not compression_level_ok(codec, value):
-            extra = f" or {default}" if not lo <= default <= hi else ""
             raise ConfigValueError(f"Invalid value {text} for configuration {name}: Value "
-                                   f"must be between {lo} and {hi}{extra}")
+                                   f"must be {compression_level_range(codec)}")
         return value
 
     return parse
