@@ -363,6 +363,14 @@ KEYS: dict[str, Key] = {k.name: k for k in (
     Key("log.message.timestamp.type", str, "CreateTime", _timestamp_type,
         "CreateTime keeps the producers' timestamps; LogAppendTime stamps each batch with "
         "the time its leader wrote it"),
+    Key("log.message.timestamp.before.max.ms", int, 2**63 - 1, _int(0, 2**63 - 1),
+        "how far behind the leader's clock a CreateTime timestamp may be (2**63-1: any, "
+        "or log.message.timestamp.difference.max.ms when that is set)"),
+    Key("log.message.timestamp.after.max.ms", int, 2**63 - 1, _int(0, 2**63 - 1),
+        "how far ahead of the leader's clock a CreateTime timestamp may be (2**63-1: any, "
+        "or log.message.timestamp.difference.max.ms when that is set)"),
+    Key("log.message.timestamp.difference.max.ms", int, 2**63 - 1, _int(0, 2**63 - 1),
+        "Kafka's deprecated bound both ways, for a before/after key left at 2**63-1"),
     Key("log.index.interval.bytes", int, 4096, _int(0, 2**31 - 1),
         "bytes between index entries"),
     Key("message.max.bytes", int, 1024 * 1024 + 12, _int(0, 2**31 - 1),
@@ -518,6 +526,9 @@ class Config:
             max_compaction_lag_ms=self["log.cleaner.max.compaction.lag.ms"],
             compression_type=self["compression.type"],
             timestamp_type=self["log.message.timestamp.type"],
+            timestamp_before_max_ms=self["log.message.timestamp.before.max.ms"],
+            timestamp_after_max_ms=self["log.message.timestamp.after.max.ms"],
+            timestamp_difference_max_ms=self["log.message.timestamp.difference.max.ms"],
             compression_gzip_level=self["compression.gzip.level"],
             compression_lz4_level=self["compression.lz4.level"],
             compression_zstd_level=self["compression.zstd.level"],

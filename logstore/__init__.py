@@ -19,6 +19,7 @@ from .errors import (
     CheckpointError,
     CorruptRecordError,
     InvalidRecordError,
+    InvalidTimestampError,
     InvalidTopicError,
     LogDirLockedError,
     LogDirOfflineError,
@@ -38,7 +39,7 @@ from .names import TopicPartition
 
 __all__ = [
     "AppendInfo", "CheckpointError", "CorruptRecordError", "FailureChannel", "InvalidRecordError",
-    "InvalidTopicError",
+    "InvalidTimestampError", "InvalidTopicError",
     "IoGuard", "Log", "LogConfig", "LogDir", "LogDirFailure", "LogDirLockedError",
     "LogDirOfflineError", "LogDirSaturatedError", "LogMovedError",
     "LogStoreError", "OffsetOutOfRangeError", "RecordTooLargeError", "RecoveryResult",

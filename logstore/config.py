@@ -25,6 +25,7 @@ TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")  # message.timestamp.type
 # The levels a codec takes (Kafka's compression.<codec>.level, KIP-390): (lowest,
 # highest, default); gzip's -1 is zlib's default (6).
 COMPRESSION_LEVELS = {"gzip": (1, 9, -1), "lz4": (1, 17, 9), "zstd": (-131072, 22, 3)}
+LONG_MAX = 2**63 - 1  # Java's Long.MAX_VALUE: "no bound" in Kafka's configs
 
 
 def compression_level_ok(codec: str, level: int) -> bool:
@@ -53,12 +54,18 @@ class LogConfig:
     delete_retention_ms: int = 24 * 3600 * 1000  # delete.retention.ms: tombstones kept
     min_cleanable_dirty_ratio: float = 0.5  # min.cleanable.dirty.ratio
     min_compaction_lag_ms: int = 0  # min.compaction.lag.ms
-    max_compaction_lag_ms: int = 2**63 - 1  # max.compaction.lag.ms
+    max_compaction_lag_ms: int = LONG_MAX  # max.compaction.lag.ms
     compression_type: str = "producer"  # compression.type
     timestamp_type: str = "CreateTime"  # message.timestamp.type
     compression_gzip_level: int = -1  # compression.gzip.level
     compression_lz4_level: int = 9  # compression.lz4.level
     compression_zstd_level: int = 3  # compression.zstd.level
+    # How far before or after the leader's clock a CreateTime timestamp may be
+    # (message.timestamp.before.max.ms / after.max.ms; each left at Long.MAX_VALUE
+    # falls back to the deprecated message.timestamp.difference.max.ms, as Kafka's).
+    timestamp_before_max_ms: int = LONG_MAX
+    timestamp_after_max_ms: int = LONG_MAX
+    timestamp_difference_max_ms: int = LONG_MAX
 
     def __post_init__(self) -> None:
         checks = {
@@ -78,6 +85,9 @@ class LogConfig:
             "compression_gzip_level": compression_level_ok("gzip", self.compression_gzip_level),
             "compression_lz4_level": compression_level_ok("lz4", self.compression_lz4_level),
             "compression_zstd_level": compression_level_ok("zstd", self.compression_zstd_level),
+            "timestamp_before_max_ms": self.timestamp_before_max_ms >= 0,
+            "timestamp_after_max_ms": self.timestamp_after_max_ms >= 0,
+            "timestamp_difference_max_ms": self.timestamp_difference_max_ms >= 0,
         }
         for name, ok in checks.items():
             if not ok:
@@ -96,6 +106,27 @@ class LogConfig:
     def leader_rewrites(self) -> bool:
         """Whether a leader's append rewrites batches (a codec, or LogAppendTime)."""
         return self.compression_type != "producer" or self.timestamp_type == "LogAppendTime"
+
+    @property
+    def timestamp_window(self) -> tuple[int, int] | None:
+        """(before, after): how many ms before and after the leader's clock a CreateTime
+        record's timestamp may be; None when any timestamp goes (LogAppendTime, or no
+        bound set). Kafka's LogConfig getters: a bound left at Long.MAX_VALUE is
+        message.timestamp.difference.max.ms."""
+        if self.timestamp_type != "CreateTime":
+            return None
+        before, after = self.timestamp_before_max_ms, self.timestamp_after_max_ms
+        if before == LONG_MAX:
+            before = self.timestamp_difference_max_ms
+        if after == LONG_MAX:
+            after = self.timestamp_difference_max_ms
+        return None if before == after == LONG_MAX else (before, after)
+
+    @property
+    def validates_records(self) -> bool:
+        """Whether a leader's append reads each record first: a compacted topic's need
+        keys, and timestamps may be bounded."""
+        return self.compacted or self.timestamp_window is not None
 
     @property
     def retention_deletes(self) -> bool:

@@ -49,10 +49,21 @@ class UnexpectedAppendOffsetError(CorruptRecordError):
 
 
 class InvalidRecordError(LogStoreError):
-    """A record the log refuses whole (a record without a key for a compacted topic);
-    nothing was written."""
+    """Records the log refuses (a record without a key for a compacted topic); nothing
+    was written. `record_errors`: (the record's index in its batch, why) for each, as
+    Kafka's Produce answer lists them."""
 
     error_code = 87  # INVALID_RECORD
+
+    def __init__(self, message: str, *, record_errors: list[tuple[int, str]] | None = None):
+        super().__init__(message)
+        self.record_errors = record_errors or []
+
+
+class InvalidTimestampError(InvalidRecordError):
+    """A CreateTime timestamp outside message.timestamp.before/after.max.ms of now."""
+
+    error_code = 32  # INVALID_TIMESTAMP
 
 
 class UnsupportedCodecError(LogStoreError):

@@ -34,6 +34,7 @@ from .epochs import LeaderEpochCache
 from .errors import (
     CorruptRecordError,
     InvalidRecordError,
+    InvalidTimestampError,
     LogStoreError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
@@ -42,7 +43,7 @@ from .errors import (
 )
 from .failure import IoGuard, RetiredGuard
 from .loader import LogLoader, RecoveryResult
-from .records import first_keyless
+from .records import record_errors
 from .segment import LogSegment
 from .segments import LogSegments, open_segment
 
@@ -72,6 +73,7 @@ class Log:
         self.dir = partition_dir if isinstance(partition_dir, Path) else Path(partition_dir)
         self.config = config
         self._rewrites = config.leader_rewrites  # read on every append
+        self._validates = config.validates_records
         self.guard = guard
         self.topic_partition = names.parse_partition_dir(self.dir.name)
         self._segments = LogSegments()
@@ -175,6 +177,7 @@ class Log:
     def update_config(self, config: LogConfig) -> None:
         self.config = config
         self._rewrites = config.leader_rewrites  # read on every append
+        self._validates = config.validates_records
         self._appender.configure(segment_bytes=config.segment_bytes,
                                  segment_ms=config.segment_ms,
                                  max_batch_size=config.max_message_bytes)
@@ -197,11 +200,11 @@ class Log:
         if guard.verdict is not _ONLINE:
             guard.check_usable("append", writing=True)
         stamped, verify = -1, True
+        if assign_offsets and self._validates:
+            self._validate_records(batch_bytes)
         if assign_offsets and self._rewrites:
             # Checked there (CRCs included) before any rewrite: not verified twice.
             batch_bytes, stamped, verify = self._rewrite(batch_bytes)
-        if self.config.compacted and assign_offsets:
-            self._require_keys(batch_bytes)
         seg = self._segments.active
         try:
             out = self._appender.append(seg.c_address, batch_bytes, leader_epoch,
@@ -287,16 +290,33 @@ class Log:
         now = int(time.time() * 1000)
         return records.stamp_log_append_time(data, now), now, False
 
-    def _require_keys(self, data: bytes | bytearray | memoryview) -> None:
-        """A compacted log takes only records with keys (Kafka's LogValidator): the
-        cleaner could never keep a record without one."""
-        if native.scan_batches(data).status is not native.ScanStatus.OK:
+    def _validate_records(self, data: bytes | bytearray | memoryview) -> None:
+        """Kafka's LogValidator.validateRecord on a leader's batches, before anything is
+        written: a compacted log takes only records with keys (the cleaner could never
+        keep one without), and a CreateTime timestamp must lie within
+        message.timestamp.before/after.max.ms of now. InvalidRecordError or
+        InvalidTimestampError, with Kafka's record errors, refuses the whole append."""
+        if native.scan_batches(data, legacy=True).status is not native.ScanStatus.OK:
             return  # the append's own validation names the fault
-        at = first_keyless(data)
-        if at is not None:
-            raise InvalidRecordError(
-                f"append to {self.dir.name}: the batch at {at} has a record without a key; "
-                "a compacted topic cannot accept records without keys")
+        config = self.config
+        window = config.timestamp_window
+        bounds = None
+        if window is not None:
+            now = int(time.time() * 1000)
+            bounds = (now - window[0], now + window[1])
+        found = record_errors(data, self.dir.name, keys=config.compacted, bounds=bounds)
+        if found is None:
+            return
+        at, errors = found
+        where = f"append to {self.dir.name}: the batch at {at}"
+        if any(why.startswith("Timestamp ") for _, why in errors):
+            raise InvalidTimestampError(
+                f"{where}: One or more records have been rejected due to invalid timestamp",
+                record_errors=errors)
+        raise InvalidRecordError(
+            f"{where}: One or more records have been rejected due to {len(errors)} record "
+            "errors in total, and only showing the first three errors at most: "
+            f"{[why for _, why in errors[:3]]}", record_errors=errors)
 
     def start_leader_epoch(self, epoch: int) -> int:
         """Become leader at `epoch` (Kafka's makeLeader): the epoch starts at the log end,

@@ -260,7 +260,7 @@ def recompress(data: bytes | bytearray | memoryview, codec: Codec, level: int | 
     return b"".join(parts)
 
 
-_MAX_TIMESTAMP_AT = 35  # int64, in a magic-2 batch header
+MAX_TIMESTAMP_AT = 35  # int64, in a magic-2 batch header
 
 
 def stamp_log_append_time(data: bytes | bytearray | memoryview, now_ms: int) -> bytearray:
@@ -274,7 +274,7 @@ def stamp_log_append_time(data: bytes | bytearray | memoryview, now_ms: int) -> 
     for pos, end in _whole_v2_batches(view):
         (attributes,) = _ATTRIBUTES.unpack_from(out, pos + ATTRIBUTES_AT)
         _ATTRIBUTES.pack_into(out, pos + ATTRIBUTES_AT, attributes | ATTR_LOG_APPEND_TIME)
-        struct.pack_into(">q", out, pos + _MAX_TIMESTAMP_AT, now_ms)
+        struct.pack_into(">q", out, pos + MAX_TIMESTAMP_AT, now_ms)
         struct.pack_into(">I", out, pos + 17, native.crc32c(view[pos + CRC_START:end]))
     view.release()
     return out
@@ -574,14 +574,35 @@ def iter_batches(buf: bytes | memoryview, *, base_position: int = 0,
         pos += batch.size
 
 
-def first_keyless(buf: bytes | memoryview) -> int | None:
-    """The position of the first batch in `buf` holding a record without a key (None
-    when every record has one); control batches are skipped. Framing errors raise
-    CorruptRecordError, as the decoder does."""
+RecordErrors = list[tuple[int, str]]  # (the record's index in its batch, why)
+
+
+def record_errors(buf: bytes | memoryview, where: str, *, keys: bool,
+                  bounds: tuple[int, int] | None) -> tuple[int, RecordErrors] | None:
+    """Kafka's LogValidator.validateRecord over a leader's incoming batches: the first
+    batch (its position) holding records Kafka refuses, with each such record's index
+    in the batch and Kafka's words for it; None when every record passes. `keys`: a
+    record needs a key (a compacted topic). `bounds`: (lowest, highest) CreateTime
+    timestamp taken, in ms (message.timestamp.before/after.max.ms around now); records
+    without a timestamp pass, as Kafka's. Control batches are skipped. Framing errors
+    raise CorruptRecordError, as the decoder does."""
     for batch in iter_batches(buf, verify_crc=False):
         if isinstance(batch, LegacyMessage):
-            if batch.key is None:
-                return batch.position
-        elif not batch.is_control and any(r.key is None for r in batch.records()):
-            return batch.position
+            found = [(m.offset, m.key, m.timestamp) for m in batch.messages()]
+        elif batch.is_control:
+            continue
+        else:
+            found = [(r.offset, r.key, r.timestamp) for r in batch.records()]
+        errors = []
+        for index, (offset, key, timestamp) in enumerate(found):
+            if keys and key is None:
+                errors.append((index, "Compacted topic cannot accept message without key in "
+                                      f"topic partition {where}"))
+            elif bounds is not None and timestamp not in (None, NO_TIMESTAMP) \
+                    and not bounds[0] <= timestamp <= bounds[1]:
+                errors.append((index, f"Timestamp {timestamp} of message with offset {offset} "
+                                      "is out of range. The timestamp should be within "
+                                      f"[{bounds[0]}, {bounds[1]}]"))
+        if errors:
+            return batch.position, errors
     return None

@@ -172,8 +172,11 @@ def test_records_without_keys_are_refused_and_cleaned_away_as_kafka_does(tmp_pat
     produce(log, history(rounds=1))
     # A leader refuses them (Kafka's LogValidator: INVALID_RECORD), writing nothing.
     end = log.log_end_offset
-    with pytest.raises(InvalidRecordError, match="without a key"):
+    with pytest.raises(InvalidRecordError, match="without key") as refused:
         log.append(build_batch([Record(b"k", b"v"), Record(None, b"no key")]))
+    # Kafka's record errors: the second record of the batch, named.
+    assert refused.value.record_errors == [
+        (1, "Compacted topic cannot accept message without key in topic partition state-0")]
     assert log.log_end_offset == end
     # A copy of a log that has them (a follower's append) takes them; the cleaner
     # drops them, as Kafka's does.

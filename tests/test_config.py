@@ -207,6 +207,9 @@ compression.zstd.level = 12
 compression.gzip.level = 4
 compression.lz4.level = 1
 log.message.timestamp.type = "LogAppendTime"
+log.message.timestamp.before.max.ms = 86400000
+log.message.timestamp.after.max.ms = 3600000
+log.message.timestamp.difference.max.ms = 604800000
 num.partitions = 6
 default.replication.factor = 3
 auto.create.topics.enable = false
@@ -271,6 +274,11 @@ def test_every_key_is_read(tmp_path: Path) -> None:
     assert cfg["auto.create.topics.enable"] is False and cfg["delete.topic.enable"] is False
     assert cfg["compression.type"] == "zstd" and cfg.log_config().compression_type == "zstd"
     assert cfg.log_config().timestamp_type == "LogAppendTime"
+    lc = cfg.log_config()
+    assert (lc.timestamp_before_max_ms, lc.timestamp_after_max_ms,
+            lc.timestamp_difference_max_ms) == (86400000, 3600000, 604800000)
+    assert lc.timestamp_window is None  # LogAppendTime: the leader's own time, unbounded
+    assert lc.replace(timestamp_type="CreateTime").timestamp_window == (86400000, 3600000)
     assert cfg.log_config().compression_level == 12
     assert (cfg["compression.gzip.level"], cfg["compression.lz4.level"]) == (4, 1)
     assert cfg.http_listen == ("0.0.0.0", 19308)

@@ -15,9 +15,11 @@ import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KTP
+from kafka.protocol.producer import ProduceRequest
 
+from logstore.records import Record, build_batch
 from tests.cluster_helpers import wait_for
-from tests.daemon_helpers import Daemon, running
+from tests.daemon_helpers import Daemon, RawClient, running
 
 OLD = 1_600_000_000_000  # what the producers claim (September 2020)
 
@@ -98,3 +100,31 @@ def test_create_time_keeps_the_producers_timestamps(daemon: Daemon) -> None:
     assert delivered == [(ck.TIMESTAMP_CREATE_TIME, OLD + i) for i in range(5)]
     assert _consume(daemon, "events", 5) == [(ck.TIMESTAMP_CREATE_TIME, OLD + i)
                                              for i in range(5)]
+
+
+def test_a_retried_idempotent_batch_is_answered_its_first_append_time(daemon: Daemon) -> None:
+    """Kafka answers a duplicate with the metadata of the batch already written,
+    including its timestamp: the retry gets the first write's append time, also from a
+    broker restarted since (which rebuilt its producer state from the log)."""
+    batch = build_batch([Record(b"k", b"once", timestamp=OLD)], producer_id=4242,
+                        producer_epoch=0, base_sequence=0)
+    T = ProduceRequest.TopicProduceData
+
+    def produce() -> tuple[int, int, int]:
+        raw = RawClient(daemon.port)
+        try:
+            p = raw.request(ProduceRequest(transactional_id=None, acks=-1, timeout_ms=10000,
+                                           topic_data=[T(name="ingest", partition_data=[
+                                               T.PartitionProduceData(index=0, records=batch)])]),
+                            8).responses[0].partition_responses[0]
+        finally:
+            raw.close()
+        return p.error_code, p.base_offset, p.log_append_time_ms
+
+    code, offset, stamped = produce()
+    assert code == 0 and stamped > OLD
+    time.sleep(0.05)
+    assert produce() == (0, offset, stamped)
+    daemon.stop()
+    daemon.start()
+    assert produce() == (0, offset, stamped)

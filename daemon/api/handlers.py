@@ -185,7 +185,8 @@ class Handlers:
                 log.debug("produce to %s-%d from %s refused: error %d %s", topic, index,
                          conn.peer, res.error, res.message or "")
                 produced = ProducedPartition(index, res.error, res.base_offset,
-                                             res.log_start_offset, res.message)
+                                             res.log_start_offset, res.message,
+                                             record_errors=res.record_errors)
             by_topic.setdefault(topic, []).append(produced)
         if acks == 0:
             return CLOSE if failed else None

@@ -29,6 +29,7 @@ connection it came on.
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -157,6 +158,7 @@ class ProducedPartition(NamedTuple):
     log_start_offset: int = -1
     error_message: str | None = None  # v8+
     log_append_time_ms: int = -1  # the batch's LogAppendTime, -1 for CreateTime (v2+)
+    record_errors: Sequence[tuple[int, str]] = ()  # (batch_index, message) refused, v8+
 
 
 class ProduceAnswer(NamedTuple):
@@ -166,9 +168,18 @@ class ProduceAnswer(NamedTuple):
     throttle_time_ms: int = 0
 
 
+def _put_string(buf: bytearray, text: str | None) -> None:
+    """A nullable STRING: int16 length (-1 for null), then UTF-8."""
+    if text is None:
+        buf += b"\xff\xff"
+        return
+    data = text.encode()
+    buf += _I16.pack(len(data))
+    buf += data
+
+
 def encode_produce(answer: ProduceAnswer, version: int, correlation_id: int) -> bytearray:
-    """The framed Produce response v3-v8 (size prefix, header v0, body); record_errors
-    empty, as Kafka answers a valid batch."""
+    """The framed Produce response v3-v8 (size prefix, header v0, body)."""
     buf = bytearray(4)  # the size prefix, filled in at the end
     buf += _I32.pack(correlation_id)
     buf += _I32.pack(len(answer.topics))
@@ -182,13 +193,11 @@ def encode_produce(answer: ProduceAnswer, version: int, correlation_id: int) -> 
             if version >= 5:
                 buf += _I64.pack(p.log_start_offset)
             if version >= 8:
-                buf += b"\x00\x00\x00\x00"  # record_errors: empty
-                if p.error_message is None:
-                    buf += b"\xff\xff"
-                else:
-                    message = p.error_message.encode()
-                    buf += _I16.pack(len(message))
-                    buf += message
+                buf += _I32.pack(len(p.record_errors))
+                for index, why in p.record_errors:
+                    buf += _I32.pack(index)
+                    _put_string(buf, why)
+                _put_string(buf, p.error_message)
     buf += _I32.pack(answer.throttle_time_ms)
     struct.pack_into(">i", buf, 0, len(buf) - 4)
     return buf

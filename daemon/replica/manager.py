@@ -353,7 +353,8 @@ def _append_all(items: list[tuple[Partition, bytes | memoryview, int, Log | None
                 count = (batch_producer(records) or (0, 0, 0, 1))[3]
                 out.append(AppendResult(NONE, checked.duplicate_of, lg.log_start_offset,
                                         lg.high_watermark,
-                                        end_offset=checked.duplicate_of + count))
+                                        end_offset=checked.duplicate_of + count,
+                                        log_append_time=checked.append_time))
                 continue
             if 0 <= leader_epoch < lg.epochs.latest_epoch:
                 # A LeaderAndIsr started a newer epoch on this log (it is queued here
@@ -371,14 +372,15 @@ def _append_all(items: list[tuple[Partition, bytes | memoryview, int, Log | None
             # leader writes it: followers and clients check truncation against it.
             info = lg.append(records, leader_epoch=leader_epoch)
             lg.high_watermark = leadership.high_watermark(lg)
-            producer.record(p.producers, checked.token, info.base_offset)
+            producer.record(p.producers, checked.token, info.base_offset, info.log_append_time)
             out.append(AppendResult(NONE, info.base_offset, lg.log_start_offset,
                                     lg.high_watermark, info.record_count, info.size,
                                     end_offset=info.last_offset + 1,
                                     log_append_time=info.log_append_time))
         except Exception as err:  # noqa: BLE001 - per-partition isolation, see error_of
             code, message = error_of(err, where)
-            out.append(AppendResult(code, message=message))
+            out.append(AppendResult(code, message=message,
+                                    record_errors=getattr(err, "record_errors", ())))
     return out
 
 

@@ -8,7 +8,7 @@ daemon.replica.leadership's answer.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -85,6 +85,8 @@ class AppendResult:
     message: str | None = None
     end_offset: int = -1  # past the appended batch's last offset: what acks=all waits for
     log_append_time: int = -1  # the time it was stamped with (LogAppendTime), else -1
+    # (a record's index in its batch, why) for each record refused (Produce v8+)
+    record_errors: Sequence[tuple[int, str]] = ()
 
 
 @dataclass

@@ -28,9 +28,12 @@ from dataclasses import dataclass, field
 
 from logstore import Log
 from logstore.records import (
+    ATTR_LOG_APPEND_TIME,
+    ATTRIBUTES_AT,
     HEADER_SIZE,
     LOG_OVERHEAD,
     MAGIC_AT,
+    MAX_TIMESTAMP_AT,
     PRODUCER,
     PRODUCER_AT,
     batch_producer,
@@ -41,6 +44,8 @@ from ..api.errors import INVALID_PRODUCER_EPOCH, NONE, OUT_OF_ORDER_SEQUENCE_NUM
 WINDOW = 5  # Kafka keeps the metadata of the last 5 batches per producer
 TAIL_BYTES = 1 << 20  # how much of a log's end `from_log` reads
 _FRAME = struct.Struct(">qi")  # base offset, batch length: every batch's and legacy message's
+_ATTRIBUTES = struct.Struct(">h")
+_MAX_TIMESTAMP = struct.Struct(">q")  # at MAX_TIMESTAMP_AT: the append time, under LogAppendTime
 
 
 @dataclass
@@ -48,6 +53,7 @@ class BatchMeta:
     first_seq: int
     last_seq: int
     first_offset: int
+    append_time: int = -1  # the LogAppendTime it was written with, else -1
 
 
 @dataclass
@@ -63,6 +69,7 @@ class Check:
 
     error: int = NONE
     duplicate_of: int | None = None  # first offset of the batch already appended
+    append_time: int = -1  # that batch's LogAppendTime, answered again (else -1)
     token: tuple[int, int, int, int] | None = None  # (pid, epoch, first_seq, last_seq)
 
 
@@ -84,7 +91,7 @@ def check(producers: dict[int, ProducerState], records: bytes) -> Check:
         if epoch == state.epoch and state.batches:
             for meta in state.batches:
                 if meta.first_seq == base_seq and meta.last_seq == last_seq:
-                    return Check(duplicate_of=meta.first_offset)
+                    return Check(duplicate_of=meta.first_offset, append_time=meta.append_time)
             expected = (state.batches[-1].last_seq + 1) % 2**31
             if base_seq != expected:
                 return Check(OUT_OF_ORDER_SEQUENCE_NUMBER)
@@ -92,15 +99,17 @@ def check(producers: dict[int, ProducerState], records: bytes) -> Check:
 
 
 def record(producers: dict[int, ProducerState], token: tuple[int, int, int, int] | None,
-           first_offset: int) -> None:
-    """Remember an appended batch that `check` passed with `token`."""
+           first_offset: int, append_time: int = -1) -> None:
+    """Remember an appended batch that `check` passed with `token` (and the
+    LogAppendTime it was stamped with: a retry of it is answered that time, as Kafka's
+    duplicate answer carries the batch's timestamp)."""
     if token is None:
         return
     pid, epoch, first_seq, last_seq = token
     state = producers.get(pid)
     if state is None or state.epoch != epoch:
         state = producers[pid] = ProducerState(epoch)
-    state.batches.append(BatchMeta(first_seq, last_seq, first_offset))
+    state.batches.append(BatchMeta(first_seq, last_seq, first_offset, append_time))
 
 
 def record_replicated(producers: dict[int, ProducerState], records: bytes | memoryview) -> None:
@@ -114,8 +123,11 @@ def record_replicated(producers: dict[int, ProducerState], records: bytes | memo
         if view[pos + MAGIC_AT] == 2 and len(view) - pos >= HEADER_SIZE:
             pid, epoch, base_seq, count = PRODUCER.unpack_from(view, pos + PRODUCER_AT)
             if pid >= 0 and base_seq >= 0 and count > 0:
+                append_time = -1
+                if _ATTRIBUTES.unpack_from(view, pos + ATTRIBUTES_AT)[0] & ATTR_LOG_APPEND_TIME:
+                    append_time = _MAX_TIMESTAMP.unpack_from(view, pos + MAX_TIMESTAMP_AT)[0]
                 record(producers, (pid, epoch, base_seq, (base_seq + count - 1) % 2**31),
-                       base_offset)
+                       base_offset, append_time)
         pos += LOG_OVERHEAD + batch_length
 
 

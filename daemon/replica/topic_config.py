@@ -191,6 +191,12 @@ TOPIC_CONFIGS: dict[str, TopicKey] = {k.name: k for k in (
       for codec in COMPRESSION_LEVELS),
     TopicKey("message.timestamp.type", TYPE_STRING, (("log.message.timestamp.type", 1),),
              _parse_timestamp_type, "CreateTime", "timestamp_type"),
+    # How far a CreateTime timestamp may be from the leader's clock (KIP-937); each
+    # left at Long.MAX_VALUE falls back to the deprecated difference key.
+    *(TopicKey(f"message.timestamp.{which}.max.ms", TYPE_LONG,
+               ((f"log.message.timestamp.{which}.max.ms", 1),), _int_key(0, _LONG_MAX),
+               _LONG_MAX, f"timestamp_{which}_max_ms")
+      for which in ("before", "after", "difference")),
     # Kept, described and handed to LogConfig when it has the field: the log cleaner's.
     TopicKey("delete.retention.ms", TYPE_LONG, (("log.cleaner.delete.retention.ms", 1),),
              _int_key(0, _LONG_MAX), 24 * _H, "delete_retention_ms"),
@@ -212,8 +218,7 @@ UNSUPPORTED_TOPIC_CONFIGS = frozenset({
     "file.delete.delay.ms", "flush.messages", "flush.ms",
     "local.retention.bytes", "local.retention.ms",
     "message.downconversion.enable", "message.format.version",
-    "message.timestamp.difference.max.ms", "message.timestamp.before.max.ms",
-    "message.timestamp.after.max.ms", "preallocate", "remote.storage.enable",
+    "preallocate", "remote.storage.enable",
     "segment.index.bytes", "segment.jitter.ms", "remote.log.copy.disable",
     "remote.log.delete.on.disable",
 })
