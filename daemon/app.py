@@ -106,6 +106,7 @@ class Server:
                 controller_id=lambda: self.controller.active_id if self.controller else -1)
             self.isr = self._isr_manager(self.metadata_cache)
         self.replicas = ReplicaManager(self.storage, leadership, self.isr)
+        self.replicas.rack_aware_reads = config["replica.selector.class"] is not None
         # Replication throttles: the configs below point them at partitions and rates.
         self.quotas = ReplicationQuotas(
             config.broker_id, samples=config["replication.quota.window.num"],
@@ -175,7 +176,8 @@ class Server:
             self.fetchers = ReplicaFetchers(
                 config.broker_id,
                 LogFollowerStorage(self.replicas.follower_logs(), self.replicas.run_for,
-                                   lambda tp: self.replicas.partitions[tp].producers),
+                                   lambda tp: self.replicas.partitions[tp].producers,
+                                   self.replicas.high_watermark_moved),
                 endpoint, backoff=config["replica.fetch.backoff.ms"] / 1000,
                 quota=self.quotas.follower,
                 max_wait_ms=config["replica.fetch.wait.max.ms"],

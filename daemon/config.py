@@ -245,6 +245,17 @@ def _rack(value: Any) -> str:
     return value.strip()
 
 
+# Kafka's rack-aware selector (KIP-392), the one replica.selector.class logkeeper has.
+RACK_AWARE_REPLICA_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
+
+
+def _replica_selector(value: Any) -> str:
+    if not isinstance(value, str) or value.strip() != RACK_AWARE_REPLICA_SELECTOR:
+        raise ValueError(f"the one replica selector logkeeper has is Kafka's "
+                         f"{RACK_AWARE_REPLICA_SELECTOR}, got {value!r}")
+    return value.strip()
+
+
 def _timestamp_type(value: Any) -> str:
     if not isinstance(value, str) or value.strip() not in TIMESTAMP_TYPES:
         raise ValueError(f"expected CreateTime or LogAppendTime, got {value!r}")
@@ -321,6 +332,9 @@ KEYS: dict[str, Key] = {k.name: k for k in (
     Key("broker.rack", str, None, _rack,
         "this broker's rack (or availability zone): with every broker's set, a topic's "
         "replicas are spread across racks"),
+    Key("replica.selector.class", str, None, _replica_selector,
+        "with Kafka's RackAwareReplicaSelector, a consumer that gives its client.rack is "
+        "sent to read from an in-sync replica in its rack (KIP-392); unset: the leader"),
     Key("zookeeper.connect", str, None, _zookeeper,
         "ZooKeeper connect string; unset = standalone (this broker leads everything)"),
     Key("zookeeper.session.timeout.ms", int, 18000, _int(1000, 600000),

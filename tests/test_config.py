@@ -207,6 +207,7 @@ compression.zstd.level = 12
 compression.gzip.level = 4
 compression.lz4.level = 1
 log.message.timestamp.type = "LogAppendTime"
+replica.selector.class = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
 log.message.timestamp.before.max.ms = 86400000
 log.message.timestamp.after.max.ms = 3600000
 log.message.timestamp.difference.max.ms = 604800000
@@ -263,6 +264,7 @@ def test_every_key_is_read(tmp_path: Path) -> None:
     assert set(config.KEYS) <= {line.split(" =")[0].strip('"')
                                 for line in EVERY_KEY.split("\n") if line}
     assert cfg.broker_id == 42 and cfg["broker.rack"] == "r7"
+    assert cfg["replica.selector.class"] == config.RACK_AWARE_REPLICA_SELECTOR
     assert cfg.log_dirs == ("/srv/k/a", "/srv/k/b")
     assert (cfg.listener.host, cfg.listener.port) == ("::1", 19093)
     assert (cfg.advertised_listener.host, cfg.advertised_listener.port) == ("::1", 29093)
@@ -408,6 +410,8 @@ def test_properties_values_convert_to_each_keys_type(tmp_path: Path) -> None:
     ("compression.type=brotli\n", ["compression.type", "'brotli'", "zstd, lz4"]),
     ("log.message.timestamp.type=WallClock\n", ["log.message.timestamp.type", "'WallClock'"]),
     ("compression.gzip.level=0\n", ["compression.gzip.level", "between 1 and 9 or -1"]),
+    ("replica.selector.class=com.example.Nearest\n",
+     ["replica.selector.class", "'com.example.Nearest'", "RackAwareReplicaSelector"]),
 ])
 def test_bad_properties_values_name_key_value_file_and_line(
         tmp_path: Path, text: str, names: list[str]) -> None:

@@ -312,8 +312,13 @@ class Handlers:
         # A follower (replica_id >= 0) reads to the log end; a consumer to the HW.
         replica_id = body.replica_id if body.replica_id >= 0 else -1
         read_committed = req.version >= 4 and body.isolation_level == 1 and replica_id < 0
+        # A consumer's Fetch v11+ may be served by a follower, and may be sent to one in
+        # its rack (KIP-392, daemon.replica.selector).
+        any_replica = req.version >= 11 and replica_id < 0
+        client_rack = body.rack_id if any_replica and self.replicas.rack_aware_reads else ""
         entries: list[tuple[str, int, int, int, Partition | None]] = []
         fenced: dict[tuple[str, int], int] = {}  # partitions answered an error unread
+        redirected: dict[tuple[str, int], FetchPartition] = {}  # sent to another replica
         items: list[ReadSpec] = []
         # A consumer's Fetch below v10 cannot take zstd: a topic the leader writes in zstd
         # answers UNSUPPORTED_COMPRESSION_TYPE to it, as Kafka's does.
@@ -334,14 +339,25 @@ class Handlers:
                 if code:
                     fenced[(t.topic, fp.partition)] = code
                     continue
+                if client_rack and p.log is not None and self.leadership.is_leader(p):
+                    preferred = self.replicas.preferred_read_replica(p, client_rack,
+                                                                     fp.fetch_offset)
+                    if preferred is not None:  # no records: where to read them instead
+                        redirected[(t.topic, fp.partition)] = FetchPartition(
+                            fp.partition, errors.NONE, p.high_watermark, p.high_watermark,
+                            p.log.log_start_offset, preferred_read_replica=preferred)
+                        continue
                 # The epoch is checked again at each read of a long poll (ReplicaManager).
                 items.append(ReadSpec(p, fp.fetch_offset, fp.partition_max_bytes,
                                       fp.last_fetched_epoch if req.version >= 12 else -1,
-                                      replica_id, epoch, read_committed))
+                                      replica_id, epoch, read_committed,
+                                      any_replica=any_replica,
+                                      log_start_offset=fp.log_start_offset))
         # A partition in error answers at once, as one whose read fails (Kafka's
         # errorReadingData): a follower asking a leader that has not applied its
         # LeaderAndIsr yet learns it now and asks again, not after max_wait_ms.
-        errored = bool(fenced) or any(e[4] is None for e in entries)
+        # So does one sent to another replica (Kafka's hasPreferredReadReplica).
+        errored = bool(fenced) or bool(redirected) or any(e[4] is None for e in entries)
         deadline = time.monotonic() + max(body.max_wait_ms, 0) / 1000
         while True:
             results = await self.replicas.read(items, max_bytes) if items else []
@@ -367,16 +383,22 @@ class Handlers:
             if code:
                 out.setdefault(topic, []).append(FetchPartition(index, code))
                 continue
+            elsewhere = redirected.get((topic, index))
+            if elsewhere is not None:
+                out.setdefault(topic, []).append(elsewhere)
+                continue
             r = next(it)
             records = r.records
             if sent and sent + len(records) > max_bytes:
                 r.release()  # past the response budget: the client asks again
                 records = b""
             sent += len(records)
-            if records:
-                self.metrics.bytes_out.labels(topic).inc(len(records))
+            if records and replica_id >= 0:
+                self.metrics.replication_bytes_out.inc(len(records))
                 if quota is not None and p is not None and quota.is_throttled(p.tp):
                     throttled_bytes += len(records)
+            elif records:
+                self.metrics.bytes_out.labels(topic).inc(len(records))
             if r.error:
                 self.metrics.failed_fetch.labels(str(r.error)).inc()
                 self.metrics.errors.labels("Fetch", str(r.error)).inc()

@@ -220,6 +220,7 @@ class FetchPartition:
     # (producer id, first offset) per aborted transaction in `records`: a read_committed
     # consumer's, in a log taken over from Kafka; None (null) otherwise.
     aborted_transactions: list[tuple[int, int]] | None = None
+    preferred_read_replica: int = -1  # v11+: the replica to fetch from instead (KIP-392)
 
     def release(self) -> None:
         """Close spliced records that will not be sent."""
@@ -295,7 +296,7 @@ def encode_fetch(answer: FetchAnswer, version: int, correlation_id: int) -> list
                     if flexible:
                         buf.append(0)  # the entry's tagged fields
             if version >= 11:
-                buf += b"\xff\xff\xff\xff"  # preferred_read_replica -1
+                buf += _I32.pack(p.preferred_read_replica)
             records = p.records
             size = len(records)
             buf += _uvarint(size + 1) if flexible else _I32.pack(size)

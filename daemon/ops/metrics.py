@@ -182,6 +182,10 @@ class Metrics:
         self.bytes_out = _TopicCounter(Counter(
             "kafka_server_brokertopicmetrics_bytes_out", "Record bytes sent to consumers",
             ["topic"], registry=r))
+        # Kafka's ReplicationBytesOutPerSec: what followers fetched, kept out of bytes_out.
+        self.replication_bytes_out = Counter(
+            "kafka_server_brokertopicmetrics_replication_bytes_out",
+            "Record bytes sent to follower replicas", registry=r)
         self.messages_in = _TopicCounter(Counter(
             "kafka_server_brokertopicmetrics_messages_in", "Records appended", ["topic"],
             registry=r))

@@ -400,13 +400,17 @@ class LogFollowerStorage:
     returns an awaitable), so the event loop never does; `logs` maps a partition to its
     log (a dict, or a live view of the replica manager's partitions). `producers(tp)`,
     when given, is the partition's idempotent-producer state, kept as the leader's
-    (daemon.replica.producer), on the same worker."""
+    (daemon.replica.producer), on the same worker. `hw_moved(tp)`, when given, is told
+    each time a partition's high watermark moves here: the consumers a follower serves
+    (KIP-392) wait on it."""
 
     def __init__(self, logs: Mapping[TopicPartition, Log], run: Callable[..., Awaitable[Any]],
-                 producers: Callable[[TopicPartition], dict[int, Any]] | None = None):
+                 producers: Callable[[TopicPartition], dict[int, Any]] | None = None,
+                 hw_moved: Callable[[TopicPartition], None] | None = None):
         self.logs = logs
         self.run = run
         self.producers = producers
+        self.hw_moved = hw_moved
 
     async def fetch_position(self, tp: TopicPartition) -> tuple[int, int]:
         lg = self.logs[tp]
@@ -477,6 +481,8 @@ class LogFollowerStorage:
         lg = self.logs[tp]
         if hw > lg.high_watermark:
             lg.high_watermark = hw
+            if self.hw_moved is not None:
+                self.hw_moved(tp)
 
 
 class ReplicaFetchers:

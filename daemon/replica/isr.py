@@ -55,6 +55,7 @@ class FollowerState:
     """What the leader knows of one follower replica (Kafka's Replica)."""
 
     log_end_offset: int = -1  # unknown until it fetches
+    log_start_offset: int = -1  # as its last fetch said (Fetch v5+); -1: unknown
     last_fetch_leader_log_end: int = -1
     last_fetch_time: float = 0.0
     last_caught_up_time: float = 0.0
@@ -200,9 +201,10 @@ class IsrManager:
         self._advance_high_watermark(p)
 
     def on_follower_fetch(self, p: Partition, replica_id: int, fetch_offset: int,
-                          leader_log_end: int) -> None:
+                          leader_log_end: int, log_start_offset: int = -1) -> None:
         """A follower fetched `p` at `fetch_offset`; `leader_log_end` is our log end
-        offset as the read found it (before it)."""
+        offset as the read found it (before it); `log_start_offset` the follower's own,
+        as its fetch gave it."""
         st = self.leaders.get(p.tp)
         if st is None:
             return
@@ -210,6 +212,7 @@ class IsrManager:
         if f is None:
             return  # not a replica of this partition: served, not tracked
         f.on_fetch(fetch_offset, leader_log_end, self.clock())
+        f.log_start_offset = log_start_offset
         self._maybe_expand(p, st, replica_id, f)
         self._advance_high_watermark(p)
 

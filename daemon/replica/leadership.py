@@ -62,6 +62,10 @@ class Standalone:
         """Whether produce and consumer fetch requests for `p` are served here."""
         return True
 
+    def is_follower(self, p: Partition) -> bool:
+        """Whether `p` is followed here (standalone: never)."""
+        return False
+
     def leader_epoch(self, tp: TopicPartition) -> int:
         """Standalone, every partition is led at epoch 0 (a Kafka broker's first)."""
         return 0
@@ -151,6 +155,13 @@ class ClusterLeadership:
             return True
         rec = self.records.get(p.tp)
         return rec is not None and rec.leader == self.broker_id
+
+    def is_follower(self, p: Partition) -> bool:
+        """A replica of `p` led by another broker at the last epoch applied here: it
+        serves a consumer's Fetch v11+ up to its own high watermark (KIP-392)."""
+        rec = self.records.get(p.tp)
+        return rec is not None and rec.leader >= 0 and rec.leader != self.broker_id \
+            and self.broker_id in rec.replicas and not p.offline
 
     def state(self, p: Partition) -> LeaderAndIsr:
         m = self.cache.partition(p.tp.topic, p.tp.partition)

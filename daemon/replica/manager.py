@@ -42,6 +42,7 @@ from .isr import IsrManager
 from .leadership import ClusterLeadership, Standalone
 from .partition import AppendResult, Partition, ReadResult
 from .quota import ReplicationQuota
+from .selector import ReplicaView, select_read_replica
 
 log = logging.getLogger("logkeeper.broker")
 
@@ -58,6 +59,9 @@ class ReplicaManager:
         self.isr = isr
         # The leader's replication throttle (daemon.replica.quota); None: none.
         self.leader_quota: ReplicationQuota | None = None
+        # replica.selector.class is Kafka's rack-aware one: consumers that give their
+        # rack are sent to an in-sync replica in it (daemon.replica.selector).
+        self.rack_aware_reads = False
         self.partitions: dict[TopicPartition, Partition] = {}
 
     # ---- taking partitions on and letting them go ----
@@ -205,7 +209,7 @@ class ReplicaManager:
                 if spec.replica_id >= 0 and r.error == NONE and r.diverging_epoch is None \
                         and self._still_in_epoch(spec):
                     self.isr.on_follower_fetch(spec.partition, spec.replica_id, spec.offset,
-                                               r.log_end_offset)
+                                               r.log_end_offset, spec.log_start_offset)
         if len(led) == len(items):
             return list(read)
         results = iter(read)
@@ -235,7 +239,8 @@ class ReplicaManager:
         controller just took out of the ISR (its broker gone) is not added back by a
         fetch from before."""
         p = spec.partition
-        if not self.leadership.is_leader(p):
+        if not self.leadership.is_leader(p) and not (
+                spec.any_replica and self.leadership.is_follower(p)):
             return ReadResult(NOT_LEADER_OR_FOLLOWER, message=f"{p.tp} is not led here")
         if spec.leader_epoch >= 0:
             ours = self.leadership.fencing_epoch(p)
@@ -244,6 +249,31 @@ class ReplicaManager:
                 return ReadResult(code, message=f"{p.tp}: fetch at leader epoch "
                                                 f"{spec.leader_epoch}, ours is {ours}")
         return None
+
+    def preferred_read_replica(self, p: Partition, client_rack: str, offset: int) -> int | None:
+        """KIP-392 (daemon.replica.selector): the in-sync follower in `client_rack` that a
+        consumer fetching `p` (led here) at `offset` should read from; None: here."""
+        if not self.rack_aware_reads or not client_rack or self.isr is None \
+                or not isinstance(self.leadership, ClusterLeadership):
+            return None
+        st = self.isr.state(p.tp)
+        lg = p.log
+        if st is None or lg is None:
+            return None
+        brokers = self.leadership.cache.brokers
+        me = self.leadership.broker_id
+        now = self.isr.clock()
+        followers = []
+        for r in st.isr:
+            f = st.followers.get(r)
+            b = brokers.get(r)
+            if r != me and f is not None and b is not None \
+                    and f.log_start_offset <= offset <= f.log_end_offset:
+                followers.append(ReplicaView(r, b.rack, f.log_end_offset,
+                                             (now - f.last_caught_up_time) * 1000))
+        own = brokers.get(me)
+        leader = ReplicaView(me, own.rack if own is not None else None, lg.log_end_offset, 0)
+        return select_read_replica(client_rack, leader, followers)
 
     def _still_in_epoch(self, spec: ReadSpec) -> bool:
         """A follower's fetch counts for its ISR membership only in the leader epoch it
@@ -275,6 +305,14 @@ class ReplicaManager:
         return await self.storage.fan_out(
             _with_logs(items), _dir_of, _end_offsets_for,
             on_error=lambda item, err: (error_of(err, "offset for leader epoch")[0], -1, -1))
+
+    def high_watermark_moved(self, tp: TopicPartition) -> None:
+        """A follower's high watermark moved (its fetcher): wake the consumers waiting
+        on it (a follower serves Fetch v11+, KIP-392)."""
+        p = self.partitions.get(tp)
+        if p is not None and p.log is not None:
+            p.high_watermark = p.log.high_watermark
+            p.notify()
 
     def follower_logs(self) -> Mapping[TopicPartition, Log]:
         """A live view: partition -> its log, for the fetchers (KeyError when not held)."""
@@ -395,6 +433,10 @@ class ReadSpec(NamedTuple):
     leader_epoch: int = -1  # the fetch's current_leader_epoch (v9+), -1: not checked
     read_committed: bool = False  # a consumer's isolation_level 1 (Fetch v4+)
     throttled: bool = False  # held back by the leader's replication throttle: no records
+    # A consumer's Fetch v11+ (Kafka's !fetchOnlyLeader): a follower serves it too, up
+    # to its own high watermark (KIP-392).
+    any_replica: bool = False
+    log_start_offset: int = -1  # a follower's own log start, as its fetch gives it
 
 
 def _read_all(items: list[tuple[ReadSpec, Log | None]], budget: int) -> list[ReadResult]:
@@ -408,7 +450,7 @@ def _read_all(items: list[tuple[ReadSpec, Log | None]], budget: int) -> list[Rea
     out = []
     total = 0
     for (p, offset, max_bytes, last_fetched_epoch, replica_id, _, read_committed,
-         throttled), lg in items:
+         throttled, _any, _start), lg in items:
         try:
             if p.deleted:
                 out.append(ReadResult(UNKNOWN_TOPIC_OR_PARTITION))
