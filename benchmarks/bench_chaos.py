@@ -42,7 +42,10 @@ records acknowledged are reported (and the seed, to replay a run).
 `LK_CHAOS_FAULTS` (a comma list, default all) picks the kinds of fault drawn from.
 `LK_CHAOS_BROKER_CONFIG` (`key=value,key=value`) adds broker settings, e.g.
 `compression.type=zstd,log.message.timestamp.type=LogAppendTime` to have every leader
-rewrite the batches it takes while the faults come.
+rewrite the batches it takes while the faults come. `LK_CHAOS_RACKS=1` puts the brokers
+in racks a, b and c with Kafka's rack-aware replica selector, and the group's consumer in
+rack c: it reads from broker 3 wherever broker 3 follows (KIP-392), and goes back to the
+leaders whenever broker 3 is killed, paused or loses a disk.
 """
 
 from __future__ import annotations
@@ -67,6 +70,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from daemon.config import RACK_AWARE_REPLICA_SELECTOR  # noqa: E402
 from daemon.coordinator.group import partition_for  # noqa: E402
 from tests import faults  # noqa: E402
 from tests.cluster_helpers import Cluster, wait_for  # noqa: E402
@@ -89,6 +93,9 @@ FAULTS = [f for f in os.environ.get("LK_CHAOS_FAULTS", ",".join(ALL_FAULTS)).spl
 assert set(FAULTS) <= set(ALL_FAULTS), f"LK_CHAOS_FAULTS: unknown {set(FAULTS) - set(ALL_FAULTS)}"
 BROKER_CONFIG = dict(kv.split("=", 1) for kv in
                      os.environ.get("LK_CHAOS_BROKER_CONFIG", "").split(",") if kv)
+RACKS = {1: "a", 2: "b", 3: "c"} if os.environ.get("LK_CHAOS_RACKS") == "1" else {}
+if RACKS:
+    BROKER_CONFIG["replica.selector.class"] = RACK_AWARE_REPLICA_SELECTOR
 
 
 def test_random_kills_and_pauses_under_acks_all_load(note: Any, benchmark: Any) -> None:
@@ -103,7 +110,8 @@ def test_random_kills_and_pauses_under_acks_all_load(note: Any, benchmark: Any) 
         mounts = {b: [disks.enter_context(faults.loop_ext4(DISK_MB)) for _ in range(2)]
                   for b in (1, 2, 3)}
         cl = disks.enter_context(Cluster(Path(tmp), dirs=2, log_dirs={
-            b: [m / "d" for m in ms] for b, ms in mounts.items()}, extra={
+            b: [m / "d" for m in ms] for b, ms in mounts.items()},
+            per_broker={b: {"broker.rack": r} for b, r in RACKS.items()}, extra={
             # Preferred elections every few seconds too: each restarted broker gets
             # its partitions back while producers write and the next fault comes.
             "leader.imbalance.check.interval.seconds": 3,
@@ -213,7 +221,8 @@ class GroupReader(threading.Thread):
         self.consumer = ck.Consumer({
             "bootstrap.servers": bootstrap, "group.id": GROUP,
             "auto.offset.reset": "earliest", "enable.auto.commit": True,
-            "auto.commit.interval.ms": 500, "session.timeout.ms": 10000})
+            "auto.commit.interval.ms": 500, "session.timeout.ms": 10000,
+            **({"client.rack": RACKS[3]} if RACKS else {})})
         self.seen: set[tuple[int, bytes]] = set()
         self.error: str | None = None
         self.lock = threading.Lock()
