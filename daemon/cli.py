@@ -31,6 +31,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
                        "delete partitions' records below an offset"),
     "leader-election": ("daemon.tools.leader_election",
                         "elect partition leaders: back to the preferred replicas, or unclean"),
+    "console-producer": ("daemon.tools.console_producer",
+                         "write lines of standard input to a topic (kafka-console-producer.sh)"),
+    "console-consumer": ("daemon.tools.console_consumer",
+                         "print a topic's records (kafka-console-consumer.sh)"),
     "dev-cluster": ("daemon.tools.dev_cluster", "run a local ZooKeeper and N brokers"),
     "audit": ("spark_audit.main", "audit segment integrity across hosts with PySpark"),
 }
