@@ -42,15 +42,15 @@ def _admin_create(bootstrap: str, topic: str, partitions: int, rf: int) -> None:
         a.close()
 
 
-def _fetch_error(port: int, topic: str, partition: int) -> int:
+def _fetch_error(port: int, topic: str, partition: int, version: int = 11) -> int:
     c = RawClient(port)
     try:
-        T = FetchRequest[11].FetchTopic
-        resp = c.request(FetchRequest[11](
+        T = FetchRequest[version].FetchTopic
+        resp = c.request(FetchRequest[version](
             replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, isolation_level=0,
             session_id=0, session_epoch=-1, topics=[T(topic=topic, partitions=[T.FetchPartition(
                 partition=partition, current_leader_epoch=-1, fetch_offset=0, log_start_offset=-1,
-                partition_max_bytes=1 << 20)])], forgotten_topics_data=[], rack_id=""), 11)
+                partition_max_bytes=1 << 20)])], forgotten_topics_data=[], rack_id=""), version)
         return resp.responses[0].partitions[0].error_code
     finally:
         c.close()
@@ -90,7 +90,10 @@ def test_topics_through_any_broker_metadata_agrees_and_only_the_leader_takes_wri
         c = RawClient(cl.brokers[follower].port)
         assert produce_raw(c, "kp", 0, [b"c"])[0] == NOT_LEADER_OR_FOLLOWER
         c.close()
-        assert _fetch_error(cl.brokers[follower].port, "kp", 0) == NOT_LEADER_OR_FOLLOWER
+        # A consumer's Fetch below v11 is the leader's alone; from v11 on a follower serves
+        # it too (KIP-392: fetching from the closest replica).
+        assert _fetch_error(cl.brokers[follower].port, "kp", 0, 10) == NOT_LEADER_OR_FOLLOWER
+        assert _fetch_error(cl.brokers[follower].port, "kp", 0) == 0
         assert _fetch_error(cl.brokers[leader].port, "kp", 0) == 0
         # A second creation of the same topic is refused by the controller.
         a2 = ck_admin.AdminClient({"bootstrap.servers": cl.brokers[controller].bootstrap})
