@@ -387,6 +387,9 @@ KEYS: dict[str, Key] = {k.name: k for k in (
         "Kafka's deprecated bound both ways, for a before/after key left at 2**63-1"),
     Key("log.index.interval.bytes", int, 4096, _int(0, 2**31 - 1),
         "bytes between index entries"),
+    Key("log.index.size.max.bytes", int, 10 * 1024 * 1024, _int(4, 2**31 - 1),
+        "the size a segment's offset and time indexes are preallocated to; a full one "
+        "rolls the segment"),
     Key("message.max.bytes", int, 1024 * 1024 + 12, _int(0, 2**31 - 1),
         "largest batch accepted"),
     Key("num.partitions", int, 1, _int(1, 100000), "partitions of auto-created topics"),
@@ -531,6 +534,7 @@ class Config:
             segment_bytes=self["log.segment.bytes"],
             segment_ms=self["log.roll.ms"],
             index_interval_bytes=self["log.index.interval.bytes"],
+            max_index_bytes=self["log.index.size.max.bytes"],
             retention_ms=self["log.retention.ms"],
             retention_bytes=self["log.retention.bytes"],
             max_message_bytes=self["message.max.bytes"],

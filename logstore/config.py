@@ -72,7 +72,7 @@ class LogConfig:
             "segment_bytes": self.segment_bytes >= 14,
             "segment_ms": self.segment_ms >= 1,
             "index_interval_bytes": self.index_interval_bytes >= 0,
-            "max_index_bytes": self.max_index_bytes >= 12,
+            "max_index_bytes": self.max_index_bytes >= 4,
             "retention_ms": self.retention_ms >= -1,
             "retention_bytes": self.retention_bytes >= -1,
             "max_message_bytes": self.max_message_bytes >= 0,

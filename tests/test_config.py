@@ -201,6 +201,7 @@ log.cleaner.max.compaction.lag.ms = 600000
 log.retention.bytes = 10000000
 log.retention.check.interval.ms = 1000
 log.index.interval.bytes = 8192
+log.index.size.max.bytes = 65536
 message.max.bytes = 2000000
 compression.type = "zstd"
 compression.zstd.level = 12
@@ -277,6 +278,7 @@ def test_every_key_is_read(tmp_path: Path) -> None:
     assert cfg["compression.type"] == "zstd" and cfg.log_config().compression_type == "zstd"
     assert cfg.log_config().timestamp_type == "LogAppendTime"
     lc = cfg.log_config()
+    assert lc.max_index_bytes == 65536
     assert (lc.timestamp_before_max_ms, lc.timestamp_after_max_ms,
             lc.timestamp_difference_max_ms) == (86400000, 3600000, 604800000)
     assert lc.timestamp_window is None  # LogAppendTime: the leader's own time, unbounded

@@ -119,6 +119,45 @@ def test_lowering_retention_at_runtime_frees_segments(daemon: Daemon) -> None:
     assert high == 3000 and low > 0
 
 
+def test_segment_index_bytes_sizes_the_indexes_and_rolls_when_full(daemon: Daemon) -> None:
+    """A topic created with configs copied from a Kafka cluster: segment.index.bytes sizes
+    each new segment's preallocated indexes (a full one rolls the segment), and the
+    deprecated message.format.version and message.downconversion.enable are taken and
+    described, with no effect, as Kafka 3.x takes them."""
+    a = ca.AdminClient({"bootstrap.servers": daemon.bootstrap})
+    [f] = a.create_topics([ca.NewTopic("idx", 1, 1, config={
+        "segment.index.bytes": "8192", "index.interval.bytes": "0",
+        "message.format.version": "2.8-IV1", "message.downconversion.enable": "false"})]).values()
+    f.result(30)
+    p = ck.Producer({"bootstrap.servers": daemon.bootstrap, "linger.ms": 0})
+    p.produce("idx", value=b"first", partition=0)
+    assert p.flush(30) == 0
+    [log_dir] = {s.parent for s in segments(daemon, "idx")}
+    assert (log_dir / "00000000000000000000.index").stat().st_size == 8192
+    assert (log_dir / "00000000000000000000.timeindex").stat().st_size == 8192 // 12 * 12
+    entries = describe(daemon, "idx")
+    assert (entries["segment.index.bytes"].value, entries["segment.index.bytes"].source) == (
+        "8192", DYNAMIC_TOPIC_CONFIG)
+    assert entries["message.format.version"].value == "2.8-IV1"
+    assert entries["message.downconversion.enable"].value == "false"
+    # Room for 3 offset entries and 2 time entries: one entry a batch (index.interval.bytes
+    # 0), so the segments roll every 2 batches, and every record reads back.
+    [f] = a.create_topics([ca.NewTopic("idx-small", 1, 1, config={
+        "segment.index.bytes": "24", "index.interval.bytes": "0"})]).values()
+    f.result(30)
+    for i in range(12):
+        p.produce("idx-small", value=b"%d" % i, partition=0, timestamp=1_700_000_000_000 + i)
+        assert p.flush(30) == 0
+    assert len(segments(daemon, "idx-small")) == 6
+    c = ck.Consumer({"bootstrap.servers": daemon.bootstrap, "group.id": "idx"})
+    c.assign([ck.TopicPartition("idx-small", 0, 0)])
+    got: list[bytes] = []
+    wait_for(lambda: got.extend(m.value() for m in c.consume(50, 0.5) if not m.error())
+             or len(got) >= 12, 30, "every record")
+    c.close()
+    assert got == [b"%d" % i for i in range(12)]
+
+
 def test_min_insync_replicas_changes_what_acks_all_answers(daemon: Daemon) -> None:
     a = ca.AdminClient({"bootstrap.servers": daemon.bootstrap})
     [f] = a.create_topics([ca.NewTopic("mir", 1, 1)]).values()

@@ -36,12 +36,19 @@ def test_sources_follow_kafkas_order_with_units() -> None:
 
 
 def test_log_config_carries_the_topic_values() -> None:
-    lay = layers(**{"log.segment.bytes": 1 << 20})
+    lay = layers(**{"log.segment.bytes": 1 << 20, "log.index.size.max.bytes": 4096})
     values = tc.typed(lay, {"cleanup.policy": "compact", "retention.bytes": "500",
                             "max.message.bytes": "2000"})
     cfg = tc.log_config(config.from_mapping({}).log_config(), values)
     assert (cfg.segment_bytes, cfg.retention_bytes, cfg.max_message_bytes, cfg.compacted) == \
         (1 << 20, 500, 2000, True)
+    assert cfg.max_index_bytes == 4096  # the broker's log.index.size.max.bytes
+    values = tc.typed(lay, {"segment.index.bytes": "240", "message.format.version": "2.8",
+                            "message.downconversion.enable": "false"})
+    assert tc.log_config(cfg, values).max_index_bytes == 240
+    # Accepted and described, with no effect (Kafka 3.x's record format is always v2).
+    assert (values["message.format.version"], values["message.downconversion.enable"]) == \
+        ("2.8", False)
 
 
 @pytest.mark.parametrize(("configs", "message"), [
@@ -63,6 +70,10 @@ def test_log_config_carries_the_topic_values() -> None:
     ({"min.compaction.lag.ms": "5000", "max.compaction.lag.ms": "4000"},
      r"conflict topic config setting min.compaction.lag.ms \(5000\) > max.compaction.lag.ms"),
     ({"preallocate": "true"}, "not supported by logkeeper"),
+    ({"segment.index.bytes": "3"}, "Value must be at least 4"),
+    ({"message.format.version": "4.7-beta"}, "Version `4.7-beta` is not a valid version"),
+    ({"message.downconversion.enable": "maybe"}, "either true or false"),
+    ({"message.timestamp.after.max.ms": "-1"}, "Value must be at least 0"),
 ])
 def test_bad_topic_configs_are_refused_naming_them(configs: dict[str, str], message: str) -> None:
     with pytest.raises(tc.ConfigValueError, match=message):

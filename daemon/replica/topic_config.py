@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -134,6 +135,17 @@ def _parse_timestamp_type(name: str, text: str) -> str:
     return s
 
 
+_FORMAT_VERSION = re.compile(r"(0\.(8|9|10|11)\.[0-9]+(\.[0-9]+)?|[1-3]\.[0-9]+)(-IV[0-9]+)?")
+
+
+def _parse_format_version(name: str, text: str) -> str:
+    s = text.strip()
+    if not _FORMAT_VERSION.fullmatch(s):
+        raise ConfigValueError(f"Invalid value {text} for configuration {name}: Version "
+                               f"`{s}` is not a valid version")
+    return s
+
+
 def _parse_throttled(name: str, text: str) -> tuple[str, ...]:
     try:
         return quota.parse_throttled_replicas(name, text)
@@ -182,6 +194,15 @@ TOPIC_CONFIGS: dict[str, TopicKey] = {k.name: k for k in (
              (("unclean.leader.election.enable", 1),), _parse_bool, False, None),
     TopicKey("index.interval.bytes", TYPE_INT, (("log.index.interval.bytes", 1),),
              _int_key(0, _INT_MAX), 4096, "index_interval_bytes"),
+    # The preallocated size of a new segment's offset and time indexes: a full one rolls.
+    TopicKey("segment.index.bytes", TYPE_INT, (("log.index.size.max.bytes", 1),),
+             _int_key(4, _INT_MAX), 10 * 1024 * 1024, "max_index_bytes"),
+    # Kept and described with no effect, as in Kafka 3.x: the record format is always
+    # v2 there (message.format.version is ignored from inter.broker.protocol 3.0), and
+    # only Fetch below v4, which logkeeper does not serve, is ever down-converted.
+    TopicKey("message.format.version", TYPE_STRING, (), _parse_format_version, "3.0-IV1", None),
+    TopicKey("message.downconversion.enable", TYPE_BOOLEAN,
+             (("log.message.downconversion.enable", 1),), _parse_bool, True, None),
     # "producer" keeps batches as their producers wrote them; a codec has the leader
     # recompress the others (logstore.records.recompress).
     TopicKey("compression.type", TYPE_STRING, (("compression.type", 1),), _parse_compression,
@@ -217,9 +238,8 @@ TOPIC_CONFIGS: dict[str, TopicKey] = {k.name: k for k in (
 UNSUPPORTED_TOPIC_CONFIGS = frozenset({
     "file.delete.delay.ms", "flush.messages", "flush.ms",
     "local.retention.bytes", "local.retention.ms",
-    "message.downconversion.enable", "message.format.version",
     "preallocate", "remote.storage.enable",
-    "segment.index.bytes", "segment.jitter.ms", "remote.log.copy.disable",
+    "segment.jitter.ms", "remote.log.copy.disable",
     "remote.log.delete.on.disable",
 })
 
