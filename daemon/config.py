@@ -17,6 +17,7 @@ then `dirs = ...`); all three name the same Kafka property.
 Every key is checked against `KEYS`, the one table of properties logkeeper uses, with
 their types, Kafka's defaults and validators. Kafka's key families resolve as Kafka
 resolves them: `log.retention.ms` > `.minutes` > `.hours`, `log.roll.ms` > `.hours`,
+`log.roll.jitter.ms` > `.hours`,
 `log.dirs` > `log.dir`, `advertised.listeners` defaulting to `listeners`. A KRaft-mode
 file (Kafka 4's) is read as one broker: `node.id` is the broker id, the listeners of
 `controller.listener.names` are set aside (`_kraft_file`, `_broker_listeners`). A key of
@@ -342,6 +343,10 @@ KEYS: dict[str, Key] = {k.name: k for k in (
     Key("log.segment.bytes", int, 1024 * 1024 * 1024, _int(14, 2**31 - 1), "segment size"),
     Key("log.roll.ms", int, None, _int(1), "roll a segment this old (default: log.roll.hours)"),
     Key("log.roll.hours", int, 168, _int(1), "used when log.roll.ms is not given"),
+    Key("log.roll.jitter.ms", int, None, _int(0),
+        "each segment rolls up to this much before its roll time, at random (default: "
+        "log.roll.jitter.hours)"),
+    Key("log.roll.jitter.hours", int, 0, _int(0), "used when log.roll.jitter.ms is not given"),
     Key("log.retention.ms", int, None, _int(-1),
         "-1 keeps forever (default: log.retention.minutes, else log.retention.hours)"),
     Key("log.retention.minutes", int, None, _int(-1), "used when log.retention.ms is not given"),
@@ -533,6 +538,7 @@ class Config:
         return LogConfig(
             segment_bytes=self["log.segment.bytes"],
             segment_ms=self["log.roll.ms"],
+            segment_jitter_ms=self["log.roll.jitter.ms"],
             index_interval_bytes=self["log.index.interval.bytes"],
             max_index_bytes=self["log.index.size.max.bytes"],
             retention_ms=self["log.retention.ms"],
@@ -759,6 +765,8 @@ def _resolve_families(values: dict[str, Any], given: Mapping[str, Any]) -> None:
         values["log.retention.ms"] = -1  # any negative time means unlimited, as in Kafka
     if values["log.roll.ms"] is None:
         values["log.roll.ms"] = values["log.roll.hours"] * _HOUR_MS
+    if values["log.roll.jitter.ms"] is None:
+        values["log.roll.jitter.ms"] = values["log.roll.jitter.hours"] * _HOUR_MS
     if "log.dirs" not in given and values["log.dir"] is not None:
         values["log.dirs"] = values["log.dir"]
 

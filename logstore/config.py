@@ -16,6 +16,7 @@ delete alone is `compacted=False`; `LogConfig.policy_fields` maps Kafka's value 
 from __future__ import annotations
 
 import dataclasses
+import random
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -43,6 +44,7 @@ def compression_level_range(codec: str) -> str:
 class LogConfig:
     segment_bytes: int = 1024 * 1024 * 1024  # segment.bytes
     segment_ms: int = 7 * 24 * 3600 * 1000  # segment.ms
+    segment_jitter_ms: int = 0  # segment.jitter.ms: up to this much earlier, at random
     index_interval_bytes: int = 4096  # index.interval.bytes
     max_index_bytes: int = 10 * 1024 * 1024  # segment.index.bytes
     retention_ms: int = 7 * 24 * 3600 * 1000  # retention.ms; -1 = forever
@@ -71,6 +73,7 @@ class LogConfig:
         checks = {
             "segment_bytes": self.segment_bytes >= 14,
             "segment_ms": self.segment_ms >= 1,
+            "segment_jitter_ms": self.segment_jitter_ms >= 0,
             "index_interval_bytes": self.index_interval_bytes >= 0,
             "max_index_bytes": self.max_index_bytes >= 4,
             "retention_ms": self.retention_ms >= -1,
@@ -95,6 +98,13 @@ class LogConfig:
 
     def replace(self, **changes: int | float | bool | str) -> LogConfig:
         return dataclasses.replace(self, **changes)
+
+    def random_segment_jitter(self) -> int:
+        """A new segment's roll jitter (Kafka's randomSegmentJitter): uniform below
+        min(segment.jitter.ms, segment.ms), 0 without jitter."""
+        if self.segment_jitter_ms == 0:
+            return 0
+        return random.randrange(min(self.segment_jitter_ms, self.segment_ms))
 
     @property
     def compression_level(self) -> int | None:

@@ -81,8 +81,11 @@ class Log:
         self.recovery_point = 0
         self._high_watermark = 0
         self.epochs = LeaderEpochCache(self.dir / names.LEADER_EPOCH_CHECKPOINT)
+        # The active segment's segment.jitter.ms draw (Kafka's rollJitterMs): it rolls
+        # that much before segment.ms, so a fleet's segments do not all roll at once.
+        self.roll_jitter_ms = config.random_segment_jitter()
         self._appender = native.Appender(segment_bytes=config.segment_bytes,
-                                          segment_ms=config.segment_ms,
+                                          segment_ms=config.segment_ms - self.roll_jitter_ms,
                                           max_batch_size=config.max_message_bytes)
         self.recovery = RecoveryResult(self.topic_partition)
         # Bumped whenever segments are removed or replaced (retention, truncation,
@@ -134,7 +137,16 @@ class Log:
         return log
 
     def _new_segment(self, base_offset: int) -> LogSegment:
-        return open_segment(self.dir, base_offset, self.config, active=True)
+        seg = open_segment(self.dir, base_offset, self.config, active=True)
+        self.roll_jitter_ms = self.config.random_segment_jitter()
+        self._configure_appender()
+        return seg
+
+    def _configure_appender(self) -> None:
+        config = self.config
+        self._appender.configure(segment_bytes=config.segment_bytes,
+                                 segment_ms=max(0, config.segment_ms - self.roll_jitter_ms),
+                                 max_batch_size=config.max_message_bytes)
 
     # ---- properties ----
 
@@ -178,9 +190,7 @@ class Log:
         self.config = config
         self._rewrites = config.leader_rewrites  # read on every append
         self._validates = config.validates_records
-        self._appender.configure(segment_bytes=config.segment_bytes,
-                                 segment_ms=config.segment_ms,
-                                 max_batch_size=config.max_message_bytes)
+        self._configure_appender()  # the active segment keeps its jitter, as in Kafka
 
     # ---- append ----
 

@@ -185,6 +185,8 @@ zookeeper.session.timeout.ms = 6000
 log.segment.bytes = 1048576
 log.roll.ms = 3600000
 log.roll.hours = 5
+log.roll.jitter.ms = 600000
+log.roll.jitter.hours = 1
 log.retention.ms = -1
 log.retention.minutes = 30
 log.retention.hours = 2
@@ -279,6 +281,7 @@ def test_every_key_is_read(tmp_path: Path) -> None:
     assert cfg.log_config().timestamp_type == "LogAppendTime"
     lc = cfg.log_config()
     assert lc.max_index_bytes == 65536
+    assert lc.segment_jitter_ms == 600000  # .ms wins over .hours
     assert (lc.timestamp_before_max_ms, lc.timestamp_after_max_ms,
             lc.timestamp_difference_max_ms) == (86400000, 3600000, 604800000)
     assert lc.timestamp_window is None  # LogAppendTime: the leader's own time, unbounded
@@ -445,6 +448,8 @@ def test_roll_family_takes_kafkas_precedence(tmp_path: Path) -> None:
     assert load_props(tmp_path, "log.roll.hours=2\n")["log.roll.ms"] == 2 * 3600 * 1000
     cfg = load_props(tmp_path, "log.roll.hours=2\nlog.roll.ms=1234\n")
     assert cfg["log.roll.ms"] == 1234 and cfg.log_config().segment_ms == 1234
+    assert load_props(tmp_path, "log.roll.jitter.hours=2\n").log_config().segment_jitter_ms == \
+        2 * 3600 * 1000
 
 
 def test_the_families_resolve_in_toml_too(tmp_path: Path) -> None:

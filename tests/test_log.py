@@ -369,6 +369,29 @@ def test_incoming_timestamps_past_segment_ms_roll_the_whole_append(pdir):
     log.close()
 
 
+def test_segment_jitter_rolls_each_segment_a_random_while_before_segment_ms(pdir):
+    """segment.jitter.ms (Kafka's rollJitterMs): each new segment draws a jitter below
+    min(segment.jitter.ms, segment.ms) and rolls that much before segment.ms."""
+    log = Log.open(pdir, LogConfig(segment_ms=10_000, segment_jitter_ms=8_000))
+    base = 1_700_000_000_000  # the active segment's first timestamp
+    log.append(batch(1, ts=base))
+    jitters = []
+    for _ in range(20):
+        j = log.roll_jitter_ms
+        jitters.append(j)
+        assert 0 <= j < 8_000
+        first = log.segment_count
+        log.append(batch(1, ts=base + 10_000 - j))  # exactly the jittered roll time: kept
+        assert log.segment_count == first
+        base += 10_000 - j + 1
+        log.append(batch(1, ts=base))  # past it: a new segment, with a jitter of its own
+        assert log.segment_count == first + 1
+    assert len(set(jitters)) > 1  # drawn per segment, not once
+    log.close()
+    # Without jitter (the default) every segment rolls at segment.ms exactly.
+    assert Log.open(pdir, LogConfig(segment_ms=10_000)).roll_jitter_ms == 0
+
+
 def test_a_reopened_segment_rolls_by_its_first_batchs_timestamp(pdir):
     """The segment.ms base of a segment opened from disk is its first batch's timestamp,
     read from the .log by the append (nothing in memory knows it after a restart)."""

@@ -186,6 +186,9 @@ TOPIC_CONFIGS: dict[str, TopicKey] = {k.name: k for k in (
              1 << 30, "segment_bytes"),
     TopicKey("segment.ms", TYPE_LONG, (("log.roll.ms", 1), ("log.roll.hours", _H)),
              _int_key(1, _LONG_MAX), 7 * 24 * _H, "segment_ms"),
+    TopicKey("segment.jitter.ms", TYPE_LONG, (("log.roll.jitter.ms", 1),
+                                              ("log.roll.jitter.hours", _H)),
+             _int_key(0, _LONG_MAX), 0, "segment_jitter_ms"),
     TopicKey("min.insync.replicas", TYPE_INT, (("min.insync.replicas", 1),),
              _int_key(1, _INT_MAX), 1, None),
     TopicKey("max.message.bytes", TYPE_INT, (("message.max.bytes", 1),),
@@ -239,7 +242,7 @@ UNSUPPORTED_TOPIC_CONFIGS = frozenset({
     "file.delete.delay.ms", "flush.messages", "flush.ms",
     "local.retention.bytes", "local.retention.ms",
     "preallocate", "remote.storage.enable",
-    "segment.jitter.ms", "remote.log.copy.disable",
+    "remote.log.copy.disable",
     "remote.log.delete.on.disable",
 })
 
