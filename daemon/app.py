@@ -80,6 +80,7 @@ from .storage.log_manager import LogManager, new_cluster_id
 log = logging.getLogger("logkeeper.server")
 
 CHECKPOINT_INTERVAL_S = 60.0  # Kafka's log.flush.offset.checkpoint.interval.ms default
+FLUSH_CHECK_MS = 1000  # how often flush.ms is checked when the scheduler is unbounded
 METRICS_REFRESH_S = 10.0
 
 
@@ -563,6 +564,12 @@ class Server:
                 self.config["replica.high.watermark.checkpoint.interval.ms"] / 1000,
                 lambda: self.storage.maintenance(retention=False, checkpoints=False,
                                                  watermarks=True))),
+            # flush.ms (Kafka's log flusher): every log.flush.scheduler.interval.ms, or
+            # each second when that is left unbounded, so a topic's flush.ms works alone.
+            asyncio.ensure_future(self._periodic(
+                min(self.config["log.flush.scheduler.interval.ms"], FLUSH_CHECK_MS) / 1000,
+                lambda: self.storage.maintenance(retention=False, checkpoints=False,
+                                                 flushes=True))),
         ]
         if self.controller is not None and self.config["auto.leader.rebalance.enable"]:
             controller = self.controller

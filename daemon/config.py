@@ -390,6 +390,14 @@ KEYS: dict[str, Key] = {k.name: k for k in (
         "or log.message.timestamp.difference.max.ms when that is set)"),
     Key("log.message.timestamp.difference.max.ms", int, 2**63 - 1, _int(0, 2**63 - 1),
         "Kafka's deprecated bound both ways, for a before/after key left at 2**63-1"),
+    Key("log.flush.interval.messages", int, 2**63 - 1, _int(1, 2**63 - 1),
+        "fsync a log once this many messages are unflushed (2**63-1: never; the 60 s "
+        "checkpoint round and replication keep records)"),
+    Key("log.flush.interval.ms", int, None, _int(0, 2**63 - 1),
+        "fsync a log once its last fsync is this old (default: "
+        "log.flush.scheduler.interval.ms)"),
+    Key("log.flush.scheduler.interval.ms", int, 2**63 - 1, _int(0, 2**63 - 1),
+        "how often flush.ms is checked (2**63-1: each second)"),
     Key("log.index.interval.bytes", int, 4096, _int(0, 2**31 - 1),
         "bytes between index entries"),
     Key("log.index.size.max.bytes", int, 10 * 1024 * 1024, _int(4, 2**31 - 1),
@@ -539,6 +547,8 @@ class Config:
             segment_bytes=self["log.segment.bytes"],
             segment_ms=self["log.roll.ms"],
             segment_jitter_ms=self["log.roll.jitter.ms"],
+            flush_messages=self["log.flush.interval.messages"],
+            flush_ms=self["log.flush.interval.ms"],
             index_interval_bytes=self["log.index.interval.bytes"],
             max_index_bytes=self["log.index.size.max.bytes"],
             retention_ms=self["log.retention.ms"],
@@ -765,6 +775,8 @@ def _resolve_families(values: dict[str, Any], given: Mapping[str, Any]) -> None:
         values["log.retention.ms"] = -1  # any negative time means unlimited, as in Kafka
     if values["log.roll.ms"] is None:
         values["log.roll.ms"] = values["log.roll.hours"] * _HOUR_MS
+    if values["log.flush.interval.ms"] is None:
+        values["log.flush.interval.ms"] = values["log.flush.scheduler.interval.ms"]
     if values["log.roll.jitter.ms"] is None:
         values["log.roll.jitter.ms"] = values["log.roll.jitter.hours"] * _HOUR_MS
     if "log.dirs" not in given and values["log.dir"] is not None:

@@ -51,6 +51,11 @@ class LogConfig:
     retention_bytes: int = -1  # retention.bytes; -1 = no limit
     max_message_bytes: int = 1024 * 1024 + 12  # max.message.bytes (1048588)
     file_delete_delay_ms: int = 60000  # file.delete.delay.ms
+    # fsync the log once this many messages are unflushed (flush.messages), and once its
+    # last flush is this old (flush.ms, checked by the daemon's flush scheduler); Kafka's
+    # defaults never do (replication is the durability), the 60 s checkpoint round does.
+    flush_messages: int = LONG_MAX
+    flush_ms: int = LONG_MAX
     compacted: bool = False  # cleanup.policy has compact: the cleaner compacts this log
     compact_delete: bool = False  # cleanup.policy=compact,delete: retention deletes too
     delete_retention_ms: int = 24 * 3600 * 1000  # delete.retention.ms: tombstones kept
@@ -74,6 +79,8 @@ class LogConfig:
             "segment_bytes": self.segment_bytes >= 14,
             "segment_ms": self.segment_ms >= 1,
             "segment_jitter_ms": self.segment_jitter_ms >= 0,
+            "flush_messages": self.flush_messages >= 1,
+            "flush_ms": self.flush_ms >= 0,
             "index_interval_bytes": self.index_interval_bytes >= 0,
             "max_index_bytes": self.max_index_bytes >= 4,
             "retention_ms": self.retention_ms >= -1,

@@ -29,7 +29,7 @@ from typing import Any, NamedTuple, TypeVar
 import native
 
 from . import checkpoint, names, records, txnindex
-from .config import LogConfig
+from .config import LONG_MAX, LogConfig
 from .epochs import LeaderEpochCache
 from .errors import (
     CorruptRecordError,
@@ -74,11 +74,13 @@ class Log:
         self.config = config
         self._rewrites = config.leader_rewrites  # read on every append
         self._validates = config.validates_records
+        self._flush_messages = config.flush_messages  # read on every append
         self.guard = guard
         self.topic_partition = names.parse_partition_dir(self.dir.name)
         self._segments = LogSegments()
         self.log_start_offset = 0
         self.recovery_point = 0
+        self.last_flush_ms = int(time.time() * 1000)
         self._high_watermark = 0
         self.epochs = LeaderEpochCache(self.dir / names.LEADER_EPOCH_CHECKPOINT)
         # The active segment's segment.jitter.ms draw (Kafka's rollJitterMs): it rolls
@@ -190,6 +192,7 @@ class Log:
         self.config = config
         self._rewrites = config.leader_rewrites  # read on every append
         self._validates = config.validates_records
+        self._flush_messages = config.flush_messages
         self._configure_appender()  # the active segment keeps its jitter, as in Kafka
 
     # ---- append ----
@@ -228,6 +231,9 @@ class Log:
             if out[9] >= 0 or out[8] > 1:  # leader epochs to record
                 self._assign_epochs(self._appender.result)
             info = _new_tuple(AppendInfo, out[:7])
+        if self._flush_messages != LONG_MAX and \
+                self.log_end_offset - self.recovery_point >= self._flush_messages:
+            self._flush_segments()  # flush.messages: Kafka's UnifiedLog.append
         return info if stamped < 0 else info._replace(log_append_time=stamped)
 
     def _append_after_roll(self, status: int, data: bytes | bytearray | memoryview,
@@ -524,10 +530,28 @@ class Log:
     def flush(self) -> None:
         """fdatasync every segment past the recovery point; advance the recovery point."""
         with self.guard.io("flush", self.dir, writing=False):
+            self._flush_segments()
+            self.epochs.write()
+
+    def _flush_segments(self) -> None:
+        """The segments' part of `flush` (a new leader epoch is checkpointed when it is
+        assigned): what flush.messages and flush.ms ask for."""
+        end = self.log_end_offset
+        with self.guard.io("flush", self.dir, writing=False):
             for seg in self._segments[self._segments.floor_index(self.recovery_point):]:
                 seg.flush()
-            self.epochs.write()
-        self.recovery_point = self.log_end_offset
+        self.recovery_point = end
+        self.last_flush_ms = int(time.time() * 1000)
+
+    def flush_if_due(self, now_ms: int) -> bool:
+        """flush.ms: flush when the last flush is that old and something is unflushed
+        (Kafka's LogManager.flushDirtyLogs); whether it flushed."""
+        due = self.config.flush_ms
+        if due == LONG_MAX or now_ms - self.last_flush_ms < due \
+                or self.log_end_offset <= self.recovery_point:
+            return False
+        self._flush_segments()
+        return True
 
     def close(self) -> None:
         """Trim the active indexes, write the epoch checkpoint, close every file."""

@@ -187,6 +187,9 @@ log.roll.ms = 3600000
 log.roll.hours = 5
 log.roll.jitter.ms = 600000
 log.roll.jitter.hours = 1
+log.flush.interval.messages = 10000
+log.flush.interval.ms = 1000
+log.flush.scheduler.interval.ms = 2000
 log.retention.ms = -1
 log.retention.minutes = 30
 log.retention.hours = 2
@@ -282,6 +285,7 @@ def test_every_key_is_read(tmp_path: Path) -> None:
     lc = cfg.log_config()
     assert lc.max_index_bytes == 65536
     assert lc.segment_jitter_ms == 600000  # .ms wins over .hours
+    assert (lc.flush_messages, lc.flush_ms) == (10000, 1000)
     assert (lc.timestamp_before_max_ms, lc.timestamp_after_max_ms,
             lc.timestamp_difference_max_ms) == (86400000, 3600000, 604800000)
     assert lc.timestamp_window is None  # LogAppendTime: the leader's own time, unbounded
@@ -450,6 +454,9 @@ def test_roll_family_takes_kafkas_precedence(tmp_path: Path) -> None:
     assert cfg["log.roll.ms"] == 1234 and cfg.log_config().segment_ms == 1234
     assert load_props(tmp_path, "log.roll.jitter.hours=2\n").log_config().segment_jitter_ms == \
         2 * 3600 * 1000
+    # log.flush.interval.ms defaults to the flush scheduler's interval, as in Kafka.
+    assert load_props(tmp_path, "log.flush.scheduler.interval.ms=3000\n").log_config().flush_ms \
+        == 3000
 
 
 def test_the_families_resolve_in_toml_too(tmp_path: Path) -> None:

@@ -186,6 +186,12 @@ TOPIC_CONFIGS: dict[str, TopicKey] = {k.name: k for k in (
              1 << 30, "segment_bytes"),
     TopicKey("segment.ms", TYPE_LONG, (("log.roll.ms", 1), ("log.roll.hours", _H)),
              _int_key(1, _LONG_MAX), 7 * 24 * _H, "segment_ms"),
+    # fsync policies (Kafka's defaults: never; replication keeps the records).
+    TopicKey("flush.messages", TYPE_LONG, (("log.flush.interval.messages", 1),),
+             _int_key(1, _LONG_MAX), _LONG_MAX, "flush_messages"),
+    TopicKey("flush.ms", TYPE_LONG, (("log.flush.interval.ms", 1),
+                                     ("log.flush.scheduler.interval.ms", 1)),
+             _int_key(0, _LONG_MAX), _LONG_MAX, "flush_ms"),
     TopicKey("segment.jitter.ms", TYPE_LONG, (("log.roll.jitter.ms", 1),
                                               ("log.roll.jitter.hours", _H)),
              _int_key(0, _LONG_MAX), 0, "segment_jitter_ms"),
@@ -239,7 +245,7 @@ TOPIC_CONFIGS: dict[str, TopicKey] = {k.name: k for k in (
 # Kafka topic configs logkeeper knows but does not apply: refused with a clear message
 # rather than stored and silently ignored.
 UNSUPPORTED_TOPIC_CONFIGS = frozenset({
-    "file.delete.delay.ms", "flush.messages", "flush.ms",
+    "file.delete.delay.ms",
     "local.retention.bytes", "local.retention.ms",
     "preallocate", "remote.storage.enable",
     "remote.log.copy.disable",

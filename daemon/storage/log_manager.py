@@ -238,13 +238,14 @@ class LogManager(DirWorkers):
     # ---- keeping the logs ----
 
     async def maintenance(self, *, retention: bool, checkpoints: bool,
-                          only: ManagedDir | None = None, watermarks: bool = False) -> None:
-        """Retention and/or flush + checkpoints (or the high-watermark checkpoint alone)
-        on every dir (or `only` one), each on its own worker. A failed round is logged
-        here and retried at the next."""
+                          only: ManagedDir | None = None, watermarks: bool = False,
+                          flushes: bool = False) -> None:
+        """Retention and/or flush + checkpoints (or the high-watermark checkpoint alone,
+        or the flush of the logs whose flush.ms is due) on every dir (or `only` one),
+        each on its own worker. A failed round is logged here and retried at the next."""
         dirs = [d for d in self.dirs if only in (None, d) and d.usable]
         for d, deleted in await self.run_each(dirs, _maintain, retention, checkpoints,
-                                              watermarks):
+                                              watermarks, flushes):
             if isinstance(deleted, BaseException):
                 error_of(deleted, f"maintenance of {d.path}")
             elif deleted:
@@ -327,10 +328,15 @@ def _describe_dir(d: ManagedDir) -> dict[str, Any]:
             "usable_bytes": space.avail_bytes}
 
 
-def _maintain(d: ManagedDir, retention: bool, checkpoints: bool, watermarks: bool) -> int:
+def _maintain(d: ManagedDir, retention: bool, checkpoints: bool, watermarks: bool,
+              flushes: bool = False) -> int:
     ld = d.logdir
     assert ld is not None
     deleted = 0
+    if flushes:
+        now = int(time.time() * 1000)
+        for lg in ld.logs.values():
+            lg.flush_if_due(now)
     if retention:
         now = int(time.time() * 1000)
         for lg in ld.logs.values():
