@@ -91,8 +91,9 @@ THROTTLE = 512 * 1024  # bytes per second of a throttled re-add
 ALL_FAULTS = ("kill", "kill-controller", "pause", "move", "disk", "full", "reassign")
 FAULTS = [f for f in os.environ.get("LK_CHAOS_FAULTS", ",".join(ALL_FAULTS)).split(",") if f]
 assert set(FAULTS) <= set(ALL_FAULTS), f"LK_CHAOS_FAULTS: unknown {set(FAULTS) - set(ALL_FAULTS)}"
-BROKER_CONFIG = dict(kv.split("=", 1) for kv in
-                     os.environ.get("LK_CHAOS_BROKER_CONFIG", "").split(",") if kv)
+BROKER_CONFIG: dict[str, Any] = {
+    k: int(v) if v.lstrip("-").isdigit() else v for k, v in (
+        kv.split("=", 1) for kv in os.environ.get("LK_CHAOS_BROKER_CONFIG", "").split(",") if kv)}
 RACKS = {1: "a", 2: "b", 3: "c"} if os.environ.get("LK_CHAOS_RACKS") == "1" else {}
 if RACKS:
     BROKER_CONFIG["replica.selector.class"] = RACK_AWARE_REPLICA_SELECTOR
