@@ -60,7 +60,7 @@ from .health.commands import AdminError, OperatorCommands
 from .health.monitor import LogDirMonitor
 from .health.transitions import TransitionHandler
 from .ops.http import HttpEndpoint
-from .ops.metrics import Metrics, ReplicationSnapshot
+from .ops.metrics import LogStats, Metrics, ReplicationSnapshot
 from .ops.notify import Notifier
 from .replica.control import ControlRequests
 from .replica.fetcher import LogFollowerStorage, ReplicaFetchers
@@ -178,7 +178,8 @@ class Server:
                 config.broker_id,
                 LogFollowerStorage(self.replicas.follower_logs(), self.replicas.run_for,
                                    lambda tp: self.replicas.partitions[tp].producers,
-                                   self.replicas.high_watermark_moved),
+                                   self.replicas.high_watermark_moved,
+                                   self.metrics.replication_bytes_in.inc),
                 endpoint, backoff=config["replica.fetch.backoff.ms"] / 1000,
                 quota=self.quotas.follower,
                 max_wait_ms=config["replica.fetch.wait.max.ms"],
@@ -211,6 +212,7 @@ class Server:
         self.cluster: ClusterLink | None = None
         self.notifier = notifier or Notifier.from_environment()
         self.metrics.watch_replication(self._replication_snapshot)
+        self.metrics.watch_logs(self._log_stats)
         self.http = HttpEndpoint(self.metrics, self.health, admin=self._admin,
                                  views={"/log-dirs": self.monitor.describe,
                                         "/cleaner": self.cleaner.describe})
@@ -390,6 +392,18 @@ class Server:
             raise RuntimeError("not connected to ZooKeeper yet")
         name = client if client == CLIENT_DEFAULT else sanitize(client)
         await asyncio.to_thread(self.config_zk.write, CLIENTS, name, quotas)
+
+    def _log_stats(self) -> list[LogStats]:
+        """For the metrics, at scrape time: every partition held here with a log (an
+        offline dir's have none). Read on the loop while the dir workers append: each
+        value is one the log had, not all taken at one instant."""
+        out = []
+        for tp, p in sorted(self.replicas.partitions.items()):
+            lg = p.log
+            if lg is not None:
+                out.append(LogStats(tp.topic, tp.partition, lg.log_start_offset,
+                                    lg.log_end_offset, lg.size_bytes, lg.segment_count))
+        return out
 
     def _replication_snapshot(self) -> ReplicationSnapshot:
         """For the metrics, at scrape time (on the HTTP endpoint's loop: this one)."""

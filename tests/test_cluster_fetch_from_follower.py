@@ -29,9 +29,14 @@ TOPIC = "near"
 
 def _bytes_out(cl: Cluster, broker: int) -> float:
     """Record bytes the broker sent to consumers for TOPIC (its /metrics)."""
+    return _metric(cl, broker, 'kafka_server_brokertopicmetrics_bytes_out_total{topic="'
+                   + TOPIC + '"}')
+
+
+def _metric(cl: Cluster, broker: int, series: str) -> float:
+    """One series' value in the broker's /metrics (0 when absent)."""
     _, text = cl.brokers[broker].http("/metrics")
-    line = 'kafka_server_brokertopicmetrics_bytes_out_total{topic="' + TOPIC + '"} '
-    m = re.search("^" + re.escape(line) + r"(\S+)$", text, re.M)
+    m = re.search("^" + re.escape(series) + r" (\S+)$", text, re.M)
     return float(m.group(1)) if m else 0.0
 
 
@@ -88,6 +93,14 @@ def test_a_consumer_reads_from_the_replica_in_its_rack(cluster: Cluster) -> None
     served = {b: _bytes_out(cl, b) for b in RACKS}
     assert served[3] >= sum(len(v) for v in values), served
     assert served[2] == 0, served
+    # What followers fetched counts apart (Kafka's ReplicationBytesIn/OutPerSec), and
+    # every replica's log gauges show the same log end.
+    size = sum(len(v) for v in values)
+    assert _metric(cl, 1, "kafka_server_brokertopicmetrics_replication_bytes_out_total") >= 2 * size
+    for b in (2, 3):
+        assert _metric(cl, b, "kafka_server_brokertopicmetrics_replication_bytes_in_total") >= size
+    for b in RACKS:
+        assert _metric(cl, b, 'kafka_log_log_logendoffset{partition="0",topic="near"}') == 2000
 
     # Rack a (the leader's) and no rack at all: the leader serves them.
     for rack, group in (("a", "in-a"), (None, "nowhere")):

@@ -380,6 +380,13 @@ def test_metrics_and_healthz(tmp_path: Path) -> None:
             assert needle in text, needle
         for p in d.log_dirs:
             assert f'kafka_log_logdir_size_bytes{{log_dir="{p}"}}' in text
+        # Kafka's per-partition log gauges (kafka.log:type=Log), read when scraped.
+        [seg] = [f for ld in d.log_dirs for f in ld.glob("m-0/*.log")]
+        for needle in ('kafka_log_log_logstartoffset{partition="0",topic="m"} 0.0',
+                       'kafka_log_log_logendoffset{partition="0",topic="m"} 100.0',
+                       f'kafka_log_log_size{{partition="0",topic="m"}} {seg.stat().st_size}.0',
+                       'kafka_log_log_numlogsegments{partition="0",topic="m"} 1.0'):
+            assert needle in text, needle
         assert d.http("/nope")[0] == 404
 
 

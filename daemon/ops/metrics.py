@@ -12,7 +12,9 @@ name exists, the metric follows Prometheus' base units (seconds, bytes) rather t
 JMX's milliseconds. Values only known at scrape time come from collectors
 (`Crc32cCollector`; `ReplicationCollector`: leader count, under-replicated and
 under-min-ISR partitions, ISR shrinks and expands, the controller's active count and
-offline partitions, the fetchers' failed partitions and lag). Recording never raises.
+offline partitions, the fetchers' failed partitions and lag; `LogCollector`: each
+partition's log start and end offsets, size and segment count, Kafka's
+`kafka.log:type=Log` gauges). Recording never raises.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -163,6 +165,52 @@ class ReplicationCollector(Collector):
                                 value=len(s.move_lags))
 
 
+class LogStats(NamedTuple):
+    """One partition's log as its `kafka.log:type=Log` gauges show it."""
+
+    topic: str
+    partition: int
+    log_start_offset: int
+    log_end_offset: int
+    size: int
+    segments: int
+
+
+class LogCollector(Collector):
+    """Kafka's per-partition log gauges (LogStartOffset, LogEndOffset, Size,
+    NumLogSegments by topic and partition), read when scraped: nothing is kept per
+    partition between scrapes, so idle partitions cost no memory here."""
+
+    def __init__(self, snapshot: Callable[[], Iterable[LogStats]]):
+        self.snapshot = snapshot
+
+    def collect(self) -> Any:
+        try:
+            stats = list(self.snapshot())
+        except Exception:  # noqa: BLE001 - a scrape never fails for a metric
+            log.exception("log metrics snapshot failed")
+            return
+        labels = ["topic", "partition"]
+        families = [
+            (GaugeMetricFamily("kafka_log_log_logstartoffset",
+                               "First offset of the partition's log", labels=labels),
+             "log_start_offset"),
+            (GaugeMetricFamily("kafka_log_log_logendoffset",
+                               "Offset after the last record of the partition's log",
+                               labels=labels), "log_end_offset"),
+            (GaugeMetricFamily("kafka_log_log_size", "Bytes of the partition's segments",
+                               labels=labels), "size"),
+            (GaugeMetricFamily("kafka_log_log_numlogsegments",
+                               "Segments of the partition's log", labels=labels),
+             "segments")]
+        for st in stats:
+            key = [st.topic, str(st.partition)]
+            for family, field in families:
+                family.add_metric(key, getattr(st, field))
+        for family, _ in families:
+            yield family
+
+
 def _default_health() -> tuple[bool, dict[str, Any]]:
     return True, {"status": "serving"}
 
@@ -182,10 +230,14 @@ class Metrics:
         self.bytes_out = _TopicCounter(Counter(
             "kafka_server_brokertopicmetrics_bytes_out", "Record bytes sent to consumers",
             ["topic"], registry=r))
-        # Kafka's ReplicationBytesOutPerSec: what followers fetched, kept out of bytes_out.
+        # Kafka's ReplicationBytesOutPerSec: what followers fetched, kept out of bytes_out;
+        # and ReplicationBytesInPerSec: what this broker's fetchers appended as a follower.
         self.replication_bytes_out = Counter(
             "kafka_server_brokertopicmetrics_replication_bytes_out",
             "Record bytes sent to follower replicas", registry=r)
+        self.replication_bytes_in = Counter(
+            "kafka_server_brokertopicmetrics_replication_bytes_in",
+            "Record bytes appended as a follower replica", registry=r)
         self.messages_in = _TopicCounter(Counter(
             "kafka_server_brokertopicmetrics_messages_in", "Records appended", ["topic"],
             registry=r))
@@ -309,6 +361,10 @@ class Metrics:
     def watch_replication(self, snapshot: Callable[[], ReplicationSnapshot]) -> None:
         """Serve the replication and controller metrics from `snapshot()` at scrape time."""
         self.registry.register(ReplicationCollector(snapshot))
+
+    def watch_logs(self, snapshot: Callable[[], Iterable[LogStats]]) -> None:
+        """Serve the per-partition log gauges from `snapshot()` at scrape time."""
+        self.registry.register(LogCollector(snapshot))
 
     def partitions_changed(self, partitions: int, dirs: Iterable[Any]) -> None:
         """Partitions held and each log dir's partition count."""

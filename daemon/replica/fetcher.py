@@ -402,15 +402,17 @@ class LogFollowerStorage:
     when given, is the partition's idempotent-producer state, kept as the leader's
     (daemon.replica.producer), on the same worker. `hw_moved(tp)`, when given, is told
     each time a partition's high watermark moves here: the consumers a follower serves
-    (KIP-392) wait on it."""
+    (KIP-392) wait on it. `replicated(n)`, when given, counts the bytes appended."""
 
     def __init__(self, logs: Mapping[TopicPartition, Log], run: Callable[..., Awaitable[Any]],
                  producers: Callable[[TopicPartition], dict[int, Any]] | None = None,
-                 hw_moved: Callable[[TopicPartition], None] | None = None):
+                 hw_moved: Callable[[TopicPartition], None] | None = None,
+                 replicated: Callable[[int], None] | None = None):
         self.logs = logs
         self.run = run
         self.producers = producers
         self.hw_moved = hw_moved
+        self.replicated = replicated
 
     async def fetch_position(self, tp: TopicPartition) -> tuple[int, int]:
         lg = self.logs[tp]
@@ -446,7 +448,10 @@ class LogFollowerStorage:
                 producer.record_replicated(self.producers(tp), records)
             return lg.log_end_offset
 
-        return await self.run(tp, append)
+        end = await self.run(tp, append)
+        if self.replicated is not None:
+            self.replicated(len(records))
+        return end
 
     async def truncate(self, tp: TopicPartition, offset: int) -> int:
         lg = self.logs[tp]
