@@ -20,6 +20,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from daemon.api.protocol import FetchRequest
 from daemon.config import RACK_AWARE_REPLICA_SELECTOR
+from tests import faults
 from tests.cluster_helpers import Cluster, wait_for
 from tests.daemon_helpers import RawClient
 
@@ -214,3 +215,52 @@ def test_the_selector_follows_kafkas_rules() -> None:
     assert select_read_replica("a", leader, [c2, ReplicaView(6, "a", 100, 0)]) is None
     assert select_read_replica("", leader, [c2]) is None
     assert select_read_replica("d", leader, [c2, b5]) is None
+
+
+@pytest.mark.fault
+def test_the_consumer_goes_back_to_the_leader_when_its_replicas_disk_dies(
+        tmp_path: Path) -> None:
+    """Broker 3's replica sits on a disk that dies (EIO, FS_IOC_SHUTDOWN) while a
+    consumer in rack c reads from it and producers write: only that dir goes offline,
+    broker 3 leaves the ISR, and the consumer reads on from the leader, every
+    acknowledged record exactly once and in order."""
+    with faults.loop_ext4(64) as mnt:
+        sick, good = mnt / "d", tmp_path / "b3-good"
+        with Cluster(tmp_path, dirs=1, log_dirs={3: [sick, good]},
+                     extra={"replica.selector.class": RACK_AWARE_REPLICA_SELECTOR,
+                            "log.dir.probe.interval.ms": 100, "log.dir.probe.timeout.ms": 1000},
+                     per_broker={b: {"broker.rack": r} for b, r in RACKS.items()}) as cl:
+            b3 = cl.brokers[3]
+            assert b3.admin("log-dirs/cordon", good)[0] == 200  # the replica goes on `sick`
+            admin = AdminClient({"bootstrap.servers": cl.brokers[1].bootstrap})
+            admin.create_topics([NewTopic(TOPIC, 1, replica_assignment=[[1, 2, 3]])])[
+                TOPIC].result(30)
+            assert b3.admin("log-dirs/uncordon", good)[0] == 200
+            assert list(sick.glob(f"{TOPIC}-0"))
+            wait_for(lambda: _isr(cl, 1) == [1, 2, 3], 30, "the ISR to be 1, 2, 3")
+            first = [b"a%04d" % i for i in range(500)]
+            _produce(cl, first)
+            c = ck.Consumer({"bootstrap.servers": cl.brokers[2].bootstrap, "group.id": "disk",
+                             "client.rack": "c", "enable.auto.commit": False,
+                             "topic.metadata.refresh.interval.ms": 1000})
+            c.assign([ck.TopicPartition(TOPIC, 0, 0)])
+            got: list[bytes] = []
+            try:
+                wait_for(lambda: got.extend(m.value() for m in c.consume(500, 0.5)
+                                            if not m.error()) or len(got) >= 500, 60,
+                         "the first records")
+                assert _bytes_out(cl, 3) > 0 and got == first  # from broker 3's replica
+                from_leader = _bytes_out(cl, 1)
+                faults.shutdown_fs(mnt)
+                wait_for(lambda: b3.log_dir_states()[str(sick)] == "offline", 10, "OFFLINE")
+                wait_for(lambda: _isr(cl, 1) == [1, 2], 30, "broker 3 out of the ISR")
+                second = [b"b%04d" % i for i in range(500)]
+                _produce(cl, second)
+                wait_for(lambda: got.extend(m.value() for m in c.consume(500, 0.5)
+                                            if not m.error()) or len(got) >= 1000, 60,
+                         lambda: f"every record: {len(got)} of 1000")
+                got.extend(m.value() for m in c.consume(500, 1.0) if not m.error())
+                assert _bytes_out(cl, 1) > from_leader  # the leader serves it now
+            finally:
+                c.close()
+            assert got == first + second
