@@ -9,6 +9,8 @@ once. Real brokers in racks a, b and c, a real ZooKeeper, confluent-kafka consum
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -22,7 +24,7 @@ from daemon.api.protocol import FetchRequest
 from daemon.config import RACK_AWARE_REPLICA_SELECTOR
 from tests import faults
 from tests.cluster_helpers import Cluster, wait_for
-from tests.daemon_helpers import RawClient
+from tests.daemon_helpers import REPO, RawClient
 
 RACKS = {1: "a", 2: "b", 3: "c"}
 TOPIC = "near"
@@ -102,6 +104,18 @@ def test_a_consumer_reads_from_the_replica_in_its_rack(cluster: Cluster) -> None
         assert _metric(cl, b, "kafka_server_brokertopicmetrics_replication_bytes_in_total") >= size
     for b in RACKS:
         assert _metric(cl, b, 'kafka_log_log_logendoffset{partition="0",topic="near"}') == 2000
+
+    # kafka-python follows preferred_read_replica too, here through `logkeeper
+    # console-consumer` (kafka-console-consumer.sh) with its client.rack.
+    before = _bytes_out(cl, 3)
+    proc = subprocess.run([sys.executable, "-m", "daemon.cli", "console-consumer",
+                           "--bootstrap-server", cl.brokers[1].bootstrap, "--topic", TOPIC,
+                           "--from-beginning", "--max-messages", str(len(values)),
+                           "--consumer-property", "client.rack=c"],
+                          capture_output=True, cwd=REPO, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split(b"\n")[:-1] == values
+    assert _bytes_out(cl, 3) - before >= size
 
     # Rack a (the leader's) and no rack at all: the leader serves them.
     for rack, group in (("a", "in-a"), (None, "nowhere")):
