@@ -72,8 +72,8 @@ class Log:
     def __init__(self, partition_dir: Path, config: LogConfig, guard: IoGuard):
         self.dir = partition_dir if isinstance(partition_dir, Path) else Path(partition_dir)
         self.config = config
-        self._rewrites = config.leader_rewrites  # read on every append
         self._validates = config.validates_records
+        self._leader_work = config.leader_rewrites or self._validates  # read on every append
         self._flush_messages = config.flush_messages  # read on every append
         self.guard = guard
         self.topic_partition = names.parse_partition_dir(self.dir.name)
@@ -87,7 +87,7 @@ class Log:
         # that much before segment.ms, so a fleet's segments do not all roll at once.
         self.roll_jitter_ms = config.random_segment_jitter()
         self._appender = native.Appender(segment_bytes=config.segment_bytes,
-                                          segment_ms=config.segment_ms - self.roll_jitter_ms,
+                                          segment_ms=self._roll_ms(),
                                           max_batch_size=config.max_message_bytes)
         self.recovery = RecoveryResult(self.topic_partition)
         # Bumped whenever segments are removed or replaced (retention, truncation,
@@ -144,10 +144,13 @@ class Log:
         self._configure_appender()
         return seg
 
+    def _roll_ms(self) -> int:
+        """segment.ms less the active segment's jitter: the age the appender rolls at."""
+        return max(0, self.config.segment_ms - self.roll_jitter_ms)
+
     def _configure_appender(self) -> None:
         config = self.config
-        self._appender.configure(segment_bytes=config.segment_bytes,
-                                 segment_ms=max(0, config.segment_ms - self.roll_jitter_ms),
+        self._appender.configure(segment_bytes=config.segment_bytes, segment_ms=self._roll_ms(),
                                  max_batch_size=config.max_message_bytes)
 
     # ---- properties ----
@@ -190,8 +193,8 @@ class Log:
 
     def update_config(self, config: LogConfig) -> None:
         self.config = config
-        self._rewrites = config.leader_rewrites  # read on every append
         self._validates = config.validates_records
+        self._leader_work = config.leader_rewrites or self._validates
         self._flush_messages = config.flush_messages
         self._configure_appender()  # the active segment keeps its jitter, as in Kafka
 
@@ -213,11 +216,9 @@ class Log:
         if guard.verdict is not _ONLINE:
             guard.check_usable("append", writing=True)
         stamped, verify = -1, True
-        if assign_offsets and self._validates:
-            self._validate_records(batch_bytes)
-        if assign_offsets and self._rewrites:
+        if assign_offsets and self._leader_work:
             # Checked there (CRCs included) before any rewrite: not verified twice.
-            batch_bytes, stamped, verify = self._rewrite(batch_bytes)
+            batch_bytes, stamped, verify = self._leader_checks(batch_bytes)
         seg = self._segments.active
         try:
             out = self._appender.append(seg.c_address, batch_bytes, leader_epoch,
@@ -288,16 +289,19 @@ class Log:
             with self.guard.io("write leader epochs", self.dir):
                 epochs.write()
 
-    def _rewrite(self, data: bytes | bytearray | memoryview
-                 ) -> tuple[bytes | bytearray | memoryview, int, bool]:
-        """A leader's batches as compression.type and message.timestamp.type want them
-        (Kafka's LogValidator rewrites in the same place): (the batches in the topic's
-        codec and stamped with the append time, that time or -1, whether the append must
-        still verify their CRCs). Only data whose framing and CRCs check out is
+    def _leader_checks(self, data: bytes | bytearray | memoryview
+                       ) -> tuple[bytes | bytearray | memoryview, int, bool]:
+        """What Kafka's LogValidator does to a leader's batches before they are written:
+        each record checked (`_validate_records`), then the batches rewritten as
+        compression.type and message.timestamp.type want them. Returns (the batches to
+        write, the append time stamped or -1, whether the append must still verify their
+        CRCs). Only data whose framing and CRCs check out (one scan) is checked and
         rewritten; anything else goes on as it came, for the append to refuse."""
         if native.scan_batches(data, legacy=True).status is not native.ScanStatus.OK:
             return data, -1, True
         config = self.config
+        if self._validates:
+            self._validate_records(data)
         if config.compression_type != "producer":
             data = records.recompress(data, records.CODEC_OF[config.compression_type],
                                       config.compression_level)
@@ -311,9 +315,8 @@ class Log:
         written: a compacted log takes only records with keys (the cleaner could never
         keep one without), and a CreateTime timestamp must lie within
         message.timestamp.before/after.max.ms of now. InvalidRecordError or
-        InvalidTimestampError, with Kafka's record errors, refuses the whole append."""
-        if native.scan_batches(data, legacy=True).status is not native.ScanStatus.OK:
-            return  # the append's own validation names the fault
+        InvalidTimestampError, with Kafka's record errors, refuses the whole append. The
+        data's framing and CRCs were checked."""
         config = self.config
         window = config.timestamp_window
         bounds = None
@@ -323,9 +326,9 @@ class Log:
         found = record_errors(data, self.dir.name, keys=config.compacted, bounds=bounds)
         if found is None:
             return
-        at, errors = found
+        at, errors, timestamps = found
         where = f"append to {self.dir.name}: the batch at {at}"
-        if any(why.startswith("Timestamp ") for _, why in errors):
+        if timestamps:
             raise InvalidTimestampError(
                 f"{where}: One or more records have been rejected due to invalid timestamp",
                 record_errors=errors)
@@ -529,8 +532,8 @@ class Log:
 
     def flush(self) -> None:
         """fdatasync every segment past the recovery point; advance the recovery point."""
+        self._flush_segments()
         with self.guard.io("flush", self.dir, writing=False):
-            self._flush_segments()
             self.epochs.write()
 
     def _flush_segments(self) -> None:

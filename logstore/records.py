@@ -261,6 +261,7 @@ def recompress(data: bytes | bytearray | memoryview, codec: Codec, level: int | 
 
 
 MAX_TIMESTAMP_AT = 35  # int64, in a magic-2 batch header
+_MAX_TIMESTAMP = struct.Struct(">q")
 
 
 def stamp_log_append_time(data: bytes | bytearray | memoryview, now_ms: int) -> bytearray:
@@ -274,7 +275,7 @@ def stamp_log_append_time(data: bytes | bytearray | memoryview, now_ms: int) -> 
     for pos, end in _whole_v2_batches(view):
         (attributes,) = _ATTRIBUTES.unpack_from(out, pos + ATTRIBUTES_AT)
         _ATTRIBUTES.pack_into(out, pos + ATTRIBUTES_AT, attributes | ATTR_LOG_APPEND_TIME)
-        struct.pack_into(">q", out, pos + MAX_TIMESTAMP_AT, now_ms)
+        _MAX_TIMESTAMP.pack_into(out, pos + MAX_TIMESTAMP_AT, now_ms)
         struct.pack_into(">I", out, pos + 17, native.crc32c(view[pos + CRC_START:end]))
     view.release()
     return out
@@ -511,6 +512,15 @@ def batch_attributes(buf: bytes | memoryview) -> int | None:
     return _ATTRIBUTES.unpack_from(buf, ATTRIBUTES_AT)[0]
 
 
+def batch_log_append_time(buf: bytes | memoryview) -> int:
+    """The LogAppendTime the batch at buf[0] was stamped with (its max timestamp), -1
+    for a CreateTime batch or when `buf` is shorter than a batch header."""
+    if len(buf) < HEADER_SIZE or not _ATTRIBUTES.unpack_from(buf, ATTRIBUTES_AT)[0] \
+            & ATTR_LOG_APPEND_TIME:
+        return -1
+    return _MAX_TIMESTAMP.unpack_from(buf, MAX_TIMESTAMP_AT)[0]
+
+
 def batch_producer(buf: bytes | memoryview) -> tuple[int, int, int, int] | None:
     """(producerId, producerEpoch, baseSequence, recordsCount) of the batch at buf[0];
     None when `buf` is shorter than a batch header. Framing is not checked."""
@@ -578,10 +588,11 @@ RecordErrors = list[tuple[int, str]]  # (the record's index in its batch, why)
 
 
 def record_errors(buf: bytes | memoryview, where: str, *, keys: bool,
-                  bounds: tuple[int, int] | None) -> tuple[int, RecordErrors] | None:
+                  bounds: tuple[int, int] | None) -> tuple[int, RecordErrors, bool] | None:
     """Kafka's LogValidator.validateRecord over a leader's incoming batches: the first
     batch (its position) holding records Kafka refuses, with each such record's index
-    in the batch and Kafka's words for it; None when every record passes. `keys`: a
+    in the batch and Kafka's words for it, and whether a timestamp was among the
+    reasons (Kafka then answers INVALID_TIMESTAMP); None when every record passes. `keys`: a
     record needs a key (a compacted topic). `bounds`: (lowest, highest) CreateTime
     timestamp taken, in ms (message.timestamp.before/after.max.ms around now); records
     without a timestamp pass, as Kafka's. Control batches are skipped. Framing errors
@@ -594,15 +605,17 @@ def record_errors(buf: bytes | memoryview, where: str, *, keys: bool,
         else:
             found = [(r.offset, r.key, r.timestamp) for r in batch.records()]
         errors = []
+        timestamps = False
         for index, (offset, key, timestamp) in enumerate(found):
             if keys and key is None:
                 errors.append((index, "Compacted topic cannot accept message without key in "
                                       f"topic partition {where}"))
             elif bounds is not None and timestamp not in (None, NO_TIMESTAMP) \
                     and not bounds[0] <= timestamp <= bounds[1]:
+                timestamps = True
                 errors.append((index, f"Timestamp {timestamp} of message with offset {offset} "
                                       "is out of range. The timestamp should be within "
                                       f"[{bounds[0]}, {bounds[1]}]"))
         if errors:
-            return batch.position, errors
+            return batch.position, errors, timestamps
     return None

@@ -54,12 +54,26 @@ def _consume(cl: Cluster, count: int, rack: str | None, group: str,
     c.assign([ck.TopicPartition(TOPIC, 0, 0)])
     got: list[bytes] = []
     try:
-        wait_for(lambda: got.extend(m.value() for m in c.consume(500, 0.5) if not m.error())
-                 or len(got) >= count, timeout, lambda: f"{count} records, got {len(got)}")
+        _read_until(c, got, count, timeout, lambda: f"{count} records, got {len(got)}")
         got.extend(m.value() for m in c.consume(500, 1.0) if not m.error())
     finally:
         c.close()
     return got
+
+
+def _rack_c_consumer(cl: Cluster, group: str) -> ck.Consumer:
+    """A confluent consumer in rack c, assigned TOPIC-0 from offset 0."""
+    c = ck.Consumer({"bootstrap.servers": cl.brokers[2].bootstrap, "group.id": group,
+                     "client.rack": "c", "enable.auto.commit": False,
+                     "topic.metadata.refresh.interval.ms": 1000})
+    c.assign([ck.TopicPartition(TOPIC, 0, 0)])
+    return c
+
+
+def _read_until(c: ck.Consumer, got: list[bytes], count: int, timeout: float, what: Any) -> None:
+    """Consume into `got` until it holds `count` values."""
+    wait_for(lambda: got.extend(m.value() for m in c.consume(500, 0.5) if not m.error())
+             or len(got) >= count, timeout, what)
 
 
 def _produce(cl: Cluster, values: list[bytes]) -> None:
@@ -183,14 +197,10 @@ def test_the_consumer_goes_back_to_the_leader_when_its_replica_dies(cluster: Clu
 
     producer = threading.Thread(target=keep_producing)
     producer.start()
-    c = ck.Consumer({"bootstrap.servers": cl.brokers[2].bootstrap, "group.id": "dies",
-                     "client.rack": "c", "enable.auto.commit": False,
-                     "topic.metadata.refresh.interval.ms": 1000})
-    c.assign([ck.TopicPartition(TOPIC, 0, 0)])
+    c = _rack_c_consumer(cl, "dies")
     got: list[bytes] = []
     try:
-        wait_for(lambda: got.extend(m.value() for m in c.consume(500, 0.5) if not m.error())
-                 or len(got) >= 1000, 60, "the first records")
+        _read_until(c, got, 1000, 60, "the first records")
         assert _bytes_out(cl, 3) > 0  # read from broker 3 so far
         from_leader = _bytes_out(cl, 1)
         cl.brokers[3].kill()
@@ -198,9 +208,8 @@ def test_the_consumer_goes_back_to_the_leader_when_its_replica_dies(cluster: Clu
         stop.set()
         producer.join(60)
         assert not producer.is_alive()
-        wait_for(lambda: got.extend(m.value() for m in c.consume(500, 0.5) if not m.error())
-                 or len(got) >= len(acked), 90,
-                 lambda: f"every acknowledged record: {len(got)} of {len(acked)}")
+        _read_until(c, got, len(acked), 90,
+                    lambda: f"every acknowledged record: {len(got)} of {len(acked)}")
         assert _bytes_out(cl, 1) > from_leader  # the leader serves it now
     finally:
         stop.set()
@@ -254,15 +263,10 @@ def test_the_consumer_goes_back_to_the_leader_when_its_replicas_disk_dies(
             wait_for(lambda: _isr(cl, 1) == [1, 2, 3], 30, "the ISR to be 1, 2, 3")
             first = [b"a%04d" % i for i in range(500)]
             _produce(cl, first)
-            c = ck.Consumer({"bootstrap.servers": cl.brokers[2].bootstrap, "group.id": "disk",
-                             "client.rack": "c", "enable.auto.commit": False,
-                             "topic.metadata.refresh.interval.ms": 1000})
-            c.assign([ck.TopicPartition(TOPIC, 0, 0)])
+            c = _rack_c_consumer(cl, "disk")
             got: list[bytes] = []
             try:
-                wait_for(lambda: got.extend(m.value() for m in c.consume(500, 0.5)
-                                            if not m.error()) or len(got) >= 500, 60,
-                         "the first records")
+                _read_until(c, got, 500, 60, "the first records")
                 assert _bytes_out(cl, 3) > 0 and got == first  # from broker 3's replica
                 from_leader = _bytes_out(cl, 1)
                 faults.shutdown_fs(mnt)
@@ -270,9 +274,7 @@ def test_the_consumer_goes_back_to_the_leader_when_its_replicas_disk_dies(
                 wait_for(lambda: _isr(cl, 1) == [1, 2], 30, "broker 3 out of the ISR")
                 second = [b"b%04d" % i for i in range(500)]
                 _produce(cl, second)
-                wait_for(lambda: got.extend(m.value() for m in c.consume(500, 0.5)
-                                            if not m.error()) or len(got) >= 1000, 60,
-                         lambda: f"every record: {len(got)} of 1000")
+                _read_until(c, got, 1000, 60, lambda: f"every record: {len(got)} of 1000")
                 got.extend(m.value() for m in c.consume(500, 1.0) if not m.error())
                 assert _bytes_out(cl, 1) > from_leader  # the leader serves it now
             finally:

@@ -161,7 +161,7 @@ class ClusterLeadership:
         serves a consumer's Fetch v11+ up to its own high watermark (KIP-392)."""
         rec = self.records.get(p.tp)
         return rec is not None and rec.leader >= 0 and rec.leader != self.broker_id \
-            and self.broker_id in rec.replicas and not p.offline
+            and self.broker_id in rec.replicas
 
     def state(self, p: Partition) -> LeaderAndIsr:
         m = self.cache.partition(p.tp.topic, p.tp.partition)

@@ -28,14 +28,12 @@ from dataclasses import dataclass, field
 
 from logstore import Log
 from logstore.records import (
-    ATTR_LOG_APPEND_TIME,
-    ATTRIBUTES_AT,
     HEADER_SIZE,
     LOG_OVERHEAD,
     MAGIC_AT,
-    MAX_TIMESTAMP_AT,
     PRODUCER,
     PRODUCER_AT,
+    batch_log_append_time,
     batch_producer,
 )
 
@@ -44,8 +42,6 @@ from ..api.errors import INVALID_PRODUCER_EPOCH, NONE, OUT_OF_ORDER_SEQUENCE_NUM
 WINDOW = 5  # Kafka keeps the metadata of the last 5 batches per producer
 TAIL_BYTES = 1 << 20  # how much of a log's end `from_log` reads
 _FRAME = struct.Struct(">qi")  # base offset, batch length: every batch's and legacy message's
-_ATTRIBUTES = struct.Struct(">h")
-_MAX_TIMESTAMP = struct.Struct(">q")  # at MAX_TIMESTAMP_AT: the append time, under LogAppendTime
 
 
 @dataclass
@@ -123,11 +119,8 @@ def record_replicated(producers: dict[int, ProducerState], records: bytes | memo
         if view[pos + MAGIC_AT] == 2 and len(view) - pos >= HEADER_SIZE:
             pid, epoch, base_seq, count = PRODUCER.unpack_from(view, pos + PRODUCER_AT)
             if pid >= 0 and base_seq >= 0 and count > 0:
-                append_time = -1
-                if _ATTRIBUTES.unpack_from(view, pos + ATTRIBUTES_AT)[0] & ATTR_LOG_APPEND_TIME:
-                    append_time = _MAX_TIMESTAMP.unpack_from(view, pos + MAX_TIMESTAMP_AT)[0]
                 record(producers, (pid, epoch, base_seq, (base_seq + count - 1) % 2**31),
-                       base_offset, append_time)
+                       base_offset, batch_log_append_time(view[pos:]))
         pos += LOG_OVERHEAD + batch_length
 
 

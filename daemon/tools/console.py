@@ -18,9 +18,11 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from ..config import ConfigError, parse_properties
+
+T = TypeVar("T")
 
 # Kafka config names whose kafka-python argument is not the name with "." -> "_".
 _RENAMED = {"security.protocol": "security_protocol"}
@@ -66,6 +68,17 @@ def client_args(props: Mapping[str, str], defaults: Mapping[str, Any]) -> dict[s
             continue
         out[arg] = _typed(name, text.strip(), defaults[arg])
     return out
+
+
+def open_client(client_class: type[T], bootstrap: str, args: Mapping[str, Any]) -> T:
+    """A kafka-python KafkaProducer or KafkaConsumer on `bootstrap` (comma-separated
+    HOST:PORT); ValueError naming the address when no broker answers."""
+    from kafka.errors import KafkaError
+
+    try:
+        return client_class(bootstrap_servers=bootstrap.split(","), **args)
+    except KafkaError as err:
+        raise ValueError(f"no broker at {bootstrap}: {err}") from None
 
 
 def _typed(name: str, text: str, default: Any) -> Any:

@@ -46,7 +46,7 @@ from types import FrameType
 from typing import Any, BinaryIO
 
 from .client import add_broker_options, bootstrap_of, run_tool
-from .console import client_args, key_values, load_properties
+from .console import client_args, key_values, load_properties, open_client
 
 DEFAULT_FORMATTER = ("kafka.tools.DefaultMessageFormatter",
                      "org.apache.kafka.tools.consumer.DefaultMessageFormatter")
@@ -220,10 +220,7 @@ def _run(args: argparse.Namespace) -> int:
         except re.error as err:
             raise ValueError(f"--include {args.include!r} is not a regular expression: "
                              f"{err}") from None
-    try:
-        consumer = KafkaConsumer(bootstrap_servers=bootstrap_of(args).split(","), **config)
-    except KafkaError as err:
-        raise ValueError(f"no broker at {bootstrap_of(args)}: {err}") from None
+    consumer = open_client(KafkaConsumer, bootstrap_of(args), config)
     stopping = False
 
     def stop(signum: int, frame: FrameType | None) -> None:

@@ -41,7 +41,7 @@ import sys
 from typing import Any
 
 from .client import add_broker_options, bootstrap_of, run_tool
-from .console import client_args, key_values, load_properties
+from .console import client_args, key_values, load_properties, open_client
 
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 
@@ -205,10 +205,7 @@ def _run(args: argparse.Namespace) -> int:
     reader_props.update(key_values(args.property, "--property"))
     reader = LineReader(reader_props)
     config = producer_config(args)
-    try:
-        producer = KafkaProducer(bootstrap_servers=bootstrap_of(args).split(","), **config)
-    except KafkaError as err:
-        raise ValueError(f"no broker at {bootstrap_of(args)}: {err}") from None
+    producer = open_client(KafkaProducer, bootstrap_of(args), config)
     failed = 0
 
     def refused(key: bytes | None, value: bytes | None, err: Exception) -> None:
