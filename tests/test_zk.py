@@ -16,7 +16,10 @@ pytestmark = pytest.mark.zookeeper
 
 @pytest.fixture
 def admin(zk):
-    client = KazooClient(hosts=zk.hosts)
+    # Reconnects at most 1 s apart: kazoo's default back-off doubles up to an hour, so
+    # after ZooKeeper has been away a few seconds this checking client could sleep
+    # through the whole wait of a test that restarts it.
+    client = KazooClient(hosts=zk.hosts, connection_retry={"max_tries": -1, "max_delay": 1})
     client.start(timeout=15)
     yield client
     client.stop()
@@ -80,7 +83,7 @@ def test_events_wait_while_zookeeper_is_down(zk, admin):
         time.sleep(1.0)
         assert link.pending_events == 2  # queued, not dropped
         zk.start()  # same port and data: both clients reconnect by themselves
-        assert wait_for(lambda: len(events(admin)) == before + 2, timeout=30)
+        assert wait_for(lambda: len(events(admin)) == before + 2, timeout=60)
         assert link.pending_events == 0
     finally:
         link.stop()
