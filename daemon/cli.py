@@ -35,6 +35,12 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
                          "write lines of standard input to a topic (kafka-console-producer.sh)"),
     "console-consumer": ("daemon.tools.console_consumer",
                          "print a topic's records (kafka-console-consumer.sh)"),
+    "producer-perf-test": ("daemon.tools.producer_perf_test",
+                           "send records and print throughput and latency "
+                           "(kafka-producer-perf-test.sh)"),
+    "consumer-perf-test": ("daemon.tools.consumer_perf_test",
+                           "read records in a group and print throughput "
+                           "(kafka-consumer-perf-test.sh)"),
     "dev-cluster": ("daemon.tools.dev_cluster", "run a local ZooKeeper and N brokers"),
     "audit": ("spark_audit.main", "audit segment integrity across hosts with PySpark"),
 }
