@@ -412,15 +412,27 @@ class Server:
         if self.isr is None:  # standalone: a one-broker cluster, its own controller
             return ReplicationSnapshot(leader_count=leaders, active_controller=1,
                                        offline_partitions=self.replicas.offline_count(),
+                                       global_topics=len(self.replicas.topics()),
+                                       global_partitions=len(self.replicas.partitions),
                                        move_lags=move_lags)
         ctl = self.controller
         active = ctl is not None and ctl.is_active
+        link = self.cluster
         return ReplicationSnapshot(
             leader_count=leaders, under_replicated=self.isr.under_replicated(),
             reassigning=self.isr.reassigning(),
-            under_min_isr=self.isr.under_min_isr(), isr_shrinks=self.isr.isr_shrinks,
-            isr_expands=self.isr.isr_expands, active_controller=int(active),
+            under_min_isr=self.isr.under_min_isr(), at_min_isr=self.isr.at_min_isr(),
+            isr_shrinks=self.isr.isr_shrinks, isr_expands=self.isr.isr_expands,
+            zookeeper_disconnects=link.disconnects if link else 0,
+            zookeeper_expires=link.expires if link else 0,
+            zookeeper_sync_connects=link.sync_connects if link else 0,
+            active_controller=int(active),
             offline_partitions=ctl.offline_partitions_count if active else 0,
+            global_topics=ctl.global_topic_count if active else 0,
+            global_partitions=ctl.global_partition_count if active else 0,
+            preferred_replica_imbalance=ctl.preferred_replica_imbalance_count if active else 0,
+            topics_to_delete=ctl.topics_to_delete_count if active else 0,
+            unclean_elections=ctl.partition_sm.unclean_elections if ctl else 0,
             failed_partitions=len(self.fetchers.failed) if self.fetchers else 0,
             follower_lag=tuple((tp.topic, tp.partition, lag)
                                for tp, lag in (self.fetchers.lags() if self.fetchers else [])),

@@ -21,6 +21,7 @@ from kafka.protocol.admin import ElectLeadersRequest
 
 from .cluster_helpers import Cluster, wait_for
 from .daemon_helpers import REPO, RawClient
+from .test_replication import controller_gauges
 
 # Broker 1 is preferred for partitions 0 and 1, broker 2 for partition 2.
 ASSIGNMENT = [[1, 2, 3], [1, 3, 2], [2, 3, 1]]
@@ -128,6 +129,13 @@ def test_elect_leaders_moves_leadership_back_to_the_preferred_replica(tmp_path: 
         assert _consume_all(cl, 300) == list(range(300))
 
 
+def _topics(cl: Cluster) -> dict[str, int]:
+    """Every topic (internal ones too) and its partition count, as Metadata says."""
+    meta = AdminClient({"bootstrap.servers": cl.brokers[cl.alive()[0]].bootstrap}) \
+        .list_topics(timeout=10)
+    return {t: len(m.partitions) for t, m in meta.topics.items()}
+
+
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "daemon.cli", *args], cwd=REPO,
                           capture_output=True, text=True, timeout=120)
@@ -143,6 +151,12 @@ def test_the_leader_election_command_moves_leadership_back(tmp_path: Path) -> No
         _restart_broker_1(cl)  # 100 more written while broker 1 was down
         moved = _leaders(cl)
         assert moved[0] != 1 and moved[1] != 1 and moved[2] == 2
+        # Kafka's PreferredReplicaImbalanceCount, on the active controller only.
+        wait_for(lambda: controller_gauges(cl)["preferredreplicaimbalancecount"] == 2, 20,
+                 "two partitions led by other than their preferred replica")
+        gauges = controller_gauges(cl)
+        assert (gauges["globaltopiccount"], gauges["globalpartitioncount"]) == (
+            len(_topics(cl)), sum(_topics(cl).values()))
         other = next(b for b in cl.alive() if b != cl.controller())
         bs = cl.brokers[other].bootstrap
         elect = ["leader-election", "--bootstrap-server", bs, "--election-type", "preferred"]
@@ -167,6 +181,7 @@ def test_the_leader_election_command_moves_leadership_back(tmp_path: Path) -> No
         elected = done[0].rsplit("partitions ", 1)[1].split(", ")
         assert "pl-1" in elected and "pl-0" not in elected and "pl-2" not in elected
         assert _leaders(cl) == {0: 1, 1: 1, 2: 2}
+        assert controller_gauges(cl)["preferredreplicaimbalancecount"] == 0
 
         unclean = _cli("leader-election", "--bootstrap-server", bs, "--election-type", "unclean",
                        "--all-topic-partitions")

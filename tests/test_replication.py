@@ -139,6 +139,77 @@ def test_acks_all_answers_19_below_min_insync_and_resumes_when_brokers_return(
                  20, "high watermark 3 in every replica's replication-offset-checkpoint")
 
 
+def controller_gauges(cl: Cluster) -> dict[str, float]:
+    """The active controller's KafkaController gauges; every other live broker reports 0
+    for each, as Kafka's."""
+    names = ("activecontrollercount", "offlinepartitionscount", "globaltopiccount",
+             "globalpartitioncount", "preferredreplicaimbalancecount", "topicstodeletecount")
+    seen = {b: {n: metric(cl.brokers[b], f"kafka_controller_kafkacontroller_{n}") for n in names}
+            for b in cl.alive()}
+    active = [b for b, g in seen.items() if g["activecontrollercount"] == 1]
+    assert len(active) == 1, seen
+    assert all(v == 0 for b, g in seen.items() if b != active[0] for v in g.values()), seen
+    return seen[active[0]]
+
+
+def unclean_elections(cl: Cluster) -> float:
+    return sum(metric(cl.brokers[b], "kafka_controller_controllerstats_uncleanleaderelections_total")
+               or 0 for b in cl.alive())
+
+
+def test_an_unclean_election_brings_a_partition_back_and_the_old_leader_truncates(
+        tmp_path: Path) -> None:
+    """unclean.leader.election.enable on the topic: its only in-sync replica (the leader)
+    dies after taking writes its stopped follower never saw; the partition is offline
+    until that follower comes back and is elected from outside the ISR. What only the
+    old leader had is lost, as Kafka's unclean election loses it: the old leader, back,
+    truncates to the new leader's log and follows it. The controller counts the
+    election and the offline partition under Kafka's metric names."""
+    with Cluster(tmp_path, dirs=1) as cl:
+        a = ck_admin.AdminClient({"bootstrap.servers": cl.brokers[3].bootstrap})
+        spec = ck_admin.NewTopic("u", 1, replica_assignment=[[1, 2]], config={
+            "min.insync.replicas": "1", "unclean.leader.election.enable": "true"})
+        for fut in a.create_topics([spec], request_timeout=30).values():
+            fut.result(30)
+        wait_for(lambda: full_isr(cl, "u", 1), 30, "u agreed, ISR full")
+        assert controller_gauges(cl)["globalpartitioncount"] >= 1
+        c = RawClient(cl.brokers[1].port)
+        try:
+            assert produce_raw(c, "u", 0, [b"a0", b"a1"]) == (0, 0)  # on both replicas
+            cl.brokers[2].kill()
+            wait_for(lambda: isr_of(cl, 1, "u", 0) == [1], SESSION_MS / 1000 + 20,
+                     "the ISR to shrink to the leader")
+            assert produce_raw(c, "u", 0, [b"only-on-1"]) == (0, 2)
+        finally:
+            c.close()
+        cl.brokers[1].kill()
+        wait_for(lambda: cl.metadata(3, ["u"])["partitions"][("u", 0)][0] == -1,
+                 SESSION_MS / 1000 + 20, "u-0 without a leader")
+        wait_for(lambda: controller_gauges(cl)["offlinepartitionscount"] == 1, 20,
+                 "the controller to count u-0 offline")
+        assert unclean_elections(cl) == 0
+
+        cl.brokers[2].start()
+        wait_for(lambda: cl.metadata(3, ["u"])["partitions"][("u", 0)][0] == 2, 40,
+                 "broker 2 elected leader of u-0")
+        assert unclean_elections(cl) == 1
+        assert controller_gauges(cl)["offlinepartitionscount"] == 0
+        c = RawClient(cl.brokers[2].port)
+        try:
+            assert produce_raw(c, "u", 0, [b"b2"]) == (0, 2)  # offset 2 again: the loss
+        finally:
+            c.close()
+
+        cl.brokers[1].start()
+        wait_for(lambda: full_isr(cl, "u", 1), 40, "broker 1 back in the ISR as a follower")
+        assert cl.metadata(3, ["u"])["partitions"][("u", 0)][0] == 2
+        assert [v for _, v in consume_all(cl, "u", 1)[0]] == [b"a0", b"a1", b"b2"]
+        wait_for(lambda: partition_bytes(cl, 1, "u", 0) == partition_bytes(cl, 2, "u", 0)
+                 is not None, 30, "the two replicas byte-identical")
+        # The preferred replica (1) no longer leads.
+        assert controller_gauges(cl)["preferredreplicaimbalancecount"] >= 1
+
+
 def checkpointed_high_watermark(cl: Cluster, broker: int, topic: str, partition: int) -> int | None:
     for ld in cl.brokers[broker].log_dirs:
         try:
@@ -185,11 +256,14 @@ def test_a_paused_follower_leaves_the_isr_and_rejoins_when_it_catches_up(tmp_pat
             assert metric(d, "kafka_server_replicamanager_isrshrinks_total") == 1
             assert metric(d, "kafka_server_replicamanager_underreplicatedpartitions") == 1
             assert metric(d, "kafka_server_replicamanager_underminisrpartitioncount") == 0
+            # Two in the ISR, min.insync.replicas 2: one more out and acks=all stops.
+            assert metric(d, "kafka_server_replicamanager_atminisrpartitioncount") == 1
         finally:
             cl.brokers[paused].proc.send_signal(signal.SIGCONT)
         wait_for(lambda: full_isr(cl, "s", 1), 30, "the follower back in the ISR")
         assert metric(cl.brokers[leader], "kafka_server_replicamanager_isrexpands_total") == 1
         assert metric(cl.brokers[leader], "kafka_server_replicamanager_underreplicatedpartitions") == 0
+        assert metric(cl.brokers[leader], "kafka_server_replicamanager_atminisrpartitioncount") == 0
         wait_for(lambda: replicas_identical(cl, "s", 1), 30, "replicas byte-identical")
         # The resumed follower's fetcher reports no lag once it caught up.
         wait_for(lambda: metric(cl.brokers[paused], "kafka_server_replicafetchermanager_maxlag",

@@ -383,6 +383,10 @@ def test_notification_waits_for_zookeeper_and_the_broker_reregisters(tmp_path: P
             finally:
                 zc.stop()
                 zc.close()
+            # Kafka's SessionExpireListener meters saw both: ZooKeeper away, then the expiry.
+            assert metric(d, "kafka_server_sessionexpirelistener_zookeeperexpires_total") == 1
+            assert metric(d, "kafka_server_sessionexpirelistener_zookeeperdisconnects_total") >= 2
+            assert metric(d, "kafka_server_sessionexpirelistener_zookeepersyncconnects_total") >= 3
 
 
 # ---- h. EMFILE is the process's fault, not a disk's ----

@@ -85,6 +85,8 @@ def test_events_wait_while_zookeeper_is_down(zk, admin):
         zk.start()  # same port and data: both clients reconnect by themselves
         assert wait_for(lambda: len(events(admin)) == before + 2, timeout=60)
         assert link.pending_events == 0
+        # Kafka's SessionExpireListener meters: connected again, the session not expired.
+        assert link.sync_connects >= 2 and link.disconnects >= 1 and link.expires == 0
     finally:
         link.stop()
 
@@ -103,6 +105,7 @@ def test_reregisters_after_session_expiry(zk, admin):
         thief.stop()
         thief.close()
         assert wait_for(lambda: link.registrations >= 2, timeout=30)
+        assert link.expires == 1 and link.disconnects >= 1 and link.sync_connects >= 2
         stat = admin.exists("/brokers/ids/13")
         assert stat is not None and stat.ephemeralOwner != first_owner
     finally:

@@ -138,6 +138,9 @@ class ClusterLink:
         self.events_sent = 0
         self.registrations = 0
         self._sessions: set[int] = set()  # every ZooKeeper session this link has had
+        # Kafka's SessionExpireListener meters, for the metrics: connections made, lost,
+        # and sessions expired.
+        self.sync_connects = self.disconnects = self.expires = 0
         self._restart_client = False  # kazoo gave up connecting (CLOSED) without stop()
 
     @property
@@ -171,8 +174,14 @@ class ClusterLink:
         if state == KazooState.CONNECTED:
             self._sessions.add(self.client.client_id[0])
             self._connected.set()
+            self.sync_connects += 1
         else:
             self._connected.clear()
+            if not self._stop.is_set():
+                if state == KazooState.SUSPENDED:
+                    self.disconnects += 1
+                else:
+                    self.expires += 1
             if state == KazooState.LOST:  # session expired: the ephemeral node is gone
                 with self._lock:
                     self._pending.register = True

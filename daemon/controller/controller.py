@@ -157,6 +157,10 @@ class Controller:
         # Metric hooks, plain values for the ops layer (Kafka's names in comments).
         self.active_controller_count = 0  # ActiveControllerCount
         self.offline_partitions_count = 0  # OfflinePartitionsCount
+        self.global_topic_count = 0  # GlobalTopicCount
+        self.global_partition_count = 0  # GlobalPartitionCount
+        self.preferred_replica_imbalance_count = 0  # PreferredReplicaImbalanceCount
+        self.topics_to_delete_count = 0  # TopicsToDeleteCount
         self.controller_epoch = 0  # the epoch of the controller we last knew
         self.elections_won = 0
         self.resignations = 0
@@ -410,12 +414,31 @@ class Controller:
                         self.broker_id, err2)
         self._update_metrics()
 
+    def _preferred_replica(self, tp: TopicPartition) -> int:
+        moving = self.ctx.being_reassigned.get(tp)
+        replicas = moving.target if moving is not None else self.ctx.replicas(tp)
+        return replicas[0] if replicas else -1
+
     def _update_metrics(self) -> None:
-        self.active_controller_count = 1 if self.is_active else 0
+        """Kafka's KafkaController gauges: the active controller's view, 0 elsewhere."""
+        active = self.is_active
+        self.active_controller_count = 1 if active else 0
+        ctx = self.ctx
         self.offline_partitions_count = sum(
-            1 for tp, s in self.ctx.partition_states.items()
-            if s is P.OFFLINE and not self.ctx.is_topic_queued_for_deletion(tp.topic)
-        ) if self.is_active else 0
+            1 for tp, s in ctx.partition_states.items()
+            if s is P.OFFLINE and not ctx.is_topic_queued_for_deletion(tp.topic)
+        ) if active else 0
+        self.global_topic_count = len(ctx.all_topics) if active else 0
+        self.global_partition_count = sum(len(ps) for ps in ctx.assignments.values()) \
+            if active else 0
+        # Partitions whose leader is not their preferred replica (the first of the
+        # target replicas while being reassigned), topics being deleted aside.
+        self.preferred_replica_imbalance_count = sum(
+            1 for tp, lai in ctx.leadership.items()
+            if not ctx.is_topic_queued_for_deletion(tp.topic)
+            and lai.leader != self._preferred_replica(tp)
+        ) if active else 0
+        self.topics_to_delete_count = len(ctx.topics_to_be_deleted) if active else 0
 
     def send(self, batch: RequestBatch) -> None:
         if not batch.is_empty():

@@ -86,6 +86,7 @@ class PartitionStateMachine:
         self.ctx = ctx
         self._zk = zk
         self.default_unclean = default_unclean
+        self.unclean_elections = 0  # leaders elected from outside the ISR, for the metrics
 
     def state(self, tp: TopicPartition) -> PartitionState:
         return self.ctx.partition_states.get(tp, P.NON_EXISTENT)
@@ -236,6 +237,7 @@ class PartitionStateMachine:
         out: dict[TopicPartition, LeaderAndIsr] = {}
         zk = self._zk()
         pending = list(tps)
+        before: dict[TopicPartition, LeaderAndIsr] = {}
         while pending:
             updates = {}
             for tp, current in zk.partition_states(pending).items():
@@ -249,8 +251,14 @@ class PartitionStateMachine:
                     log.error("%s: %s", tp, new)
                     continue
                 updates[tp] = new
+                before[tp] = current
             done, pending_set = zk.update_leader_and_isr(updates)
             for tp, lai in done.items():
+                if lai.leader not in before[tp].isr:  # Kafka's UncleanLeaderElectionsPerSec
+                    self.unclean_elections += 1
+                    log.warning("%s: unclean election: broker %d leads from outside the ISR "
+                                "%s; records only the old ISR had are lost", tp, lai.leader,
+                                list(before[tp].isr))
                 self.ctx.leadership[tp] = lai
                 live = [r for r in self.ctx.replicas(tp) if self.ctx.is_replica_online(r, tp)]
                 batch.add_leader_and_isr(self.ctx, live, tp, lai, is_new=False)

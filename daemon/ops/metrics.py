@@ -80,8 +80,19 @@ class ReplicationSnapshot:
     under_min_isr: int = 0  # led here, ISR smaller than min.insync.replicas
     isr_shrinks: int = 0
     isr_expands: int = 0
+    at_min_isr: int = 0  # led here, ISR exactly min.insync.replicas
+    zookeeper_disconnects: int = 0  # the ZooKeeper session's connection lost
+    zookeeper_expires: int = 0  # the ZooKeeper session expired
+    zookeeper_sync_connects: int = 0  # (re)connected to ZooKeeper
+    # The active controller's view (0 on the other brokers, as Kafka's).
     active_controller: int = 0
-    offline_partitions: int = 0  # the controller's count; 0 elsewhere
+    offline_partitions: int = 0
+    global_topics: int = 0
+    global_partitions: int = 0
+    preferred_replica_imbalance: int = 0
+    topics_to_delete: int = 0
+    # Leaders elected from outside the ISR by this broker's controller (cumulative).
+    unclean_elections: int = 0
     failed_partitions: int = 0  # KIP-461: set aside by this broker's fetchers
     # (topic, partition, lag in offsets behind the leader's high watermark), per follower
     # partition; the max is Kafka's ReplicaFetcherManager MaxLag.
@@ -120,9 +131,23 @@ class ReplicationCollector(Collector):
                  s.under_min_isr),
                 ("kafka_controller_kafkacontroller_activecontrollercount",
                  "1 on the broker that is the active controller", s.active_controller),
+                ("kafka_server_replicamanager_atminisrpartitioncount",
+                 "Partitions led here whose ISR is exactly min.insync.replicas",
+                 s.at_min_isr),
                 ("kafka_controller_kafkacontroller_offlinepartitionscount",
                  "Partitions without a live leader (the active controller's count)",
                  s.offline_partitions),
+                ("kafka_controller_kafkacontroller_globaltopiccount",
+                 "Topics in the cluster (the active controller's count)", s.global_topics),
+                ("kafka_controller_kafkacontroller_globalpartitioncount",
+                 "Partitions in the cluster (the active controller's count)",
+                 s.global_partitions),
+                ("kafka_controller_kafkacontroller_preferredreplicaimbalancecount",
+                 "Partitions whose leader is not their preferred replica (the active "
+                 "controller's count)", s.preferred_replica_imbalance),
+                ("kafka_controller_kafkacontroller_topicstodeletecount",
+                 "Topics queued for deletion (the active controller's count)",
+                 s.topics_to_delete),
                 ("kafka_server_leaderreplication_byte_rate",
                  "Bytes per second this broker sends followers of partitions its leader "
                  "replication throttle names", s.leader_replication_rate),
@@ -134,7 +159,16 @@ class ReplicationCollector(Collector):
                 ("kafka_server_replicamanager_isrshrinks", "ISR shrinks made by this leader",
                  s.isr_shrinks),
                 ("kafka_server_replicamanager_isrexpands", "ISR expansions made by this leader",
-                 s.isr_expands)):
+                 s.isr_expands),
+                ("kafka_controller_controllerstats_uncleanleaderelections",
+                 "Leaders this broker's controller elected from outside the ISR",
+                 s.unclean_elections),
+                ("kafka_server_sessionexpirelistener_zookeeperdisconnects",
+                 "Times the ZooKeeper session's connection was lost", s.zookeeper_disconnects),
+                ("kafka_server_sessionexpirelistener_zookeeperexpires",
+                 "Times the ZooKeeper session expired", s.zookeeper_expires),
+                ("kafka_server_sessionexpirelistener_zookeepersyncconnects",
+                 "Times the ZooKeeper session (re)connected", s.zookeeper_sync_connects)):
             yield CounterMetricFamily(name, doc, value=value)
         failed = GaugeMetricFamily(
             "kafka_server_replicafetchermanager_failedpartitionscount",

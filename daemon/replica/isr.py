@@ -110,6 +110,11 @@ class LeaderState:
     def under_min_isr(self) -> bool:
         return len(self.isr) < self.min_isr
 
+    @property
+    def at_min_isr(self) -> bool:
+        """Kafka's isAtMinIsr: one more replica out of the ISR and acks=all stops."""
+        return len(self.isr) == self.min_isr
+
 
 class IsrManager:
     """The leader-side replication of every partition led here (module docstring).
@@ -347,3 +352,6 @@ class IsrManager:
 
     def under_min_isr(self) -> int:
         return sum(1 for st in self.leaders.values() if st.under_min_isr)
+
+    def at_min_isr(self) -> int:
+        return sum(1 for st in self.leaders.values() if st.at_min_isr)
