@@ -101,7 +101,7 @@ class Server:
                                                                 config["broker.rack"])
         self.isr: IsrManager | None = None
         if not config.standalone:
-            self.metadata_cache = MetadataCache()
+            self.metadata_cache = MetadataCache(config.inter_broker_listener)
             leadership = ClusterLeadership(
                 config.broker_id, self.metadata_cache,
                 controller_id=lambda: self.controller.active_id if self.controller else -1)
@@ -220,8 +220,10 @@ class Server:
         self.stuck_workers = False  # a hung disk's worker: exit without joining it
         self.state = "starting"
         self._background: list[asyncio.Task[None]] = []
-        self.bound: tuple[str, int] | None = None
-        self.advertised: tuple[str, int] | None = None
+        # Each listener's bound address, and each advertised one's (host, port) for
+        # clients, by listener name.
+        self.bound: dict[str, tuple[str, int]] = {}
+        self.advertised: dict[str, tuple[str, int]] = {}
 
     # ---- replication (ZooKeeper mode) ----
 
@@ -255,15 +257,17 @@ class Server:
             return len(self.metadata_cache.partitions.get(OFFSETS_TOPIC, {})) or None
         return sum(1 for tp in self.replicas.partitions if tp.topic == OFFSETS_TOPIC) or None
 
-    def _coordinator_node(self, partition: int) -> tuple[int, int, str, int]:
-        """(error, broker id, host, port) of the leader of __consumer_offsets-`partition`."""
+    def _coordinator_node(self, partition: int, listener: str) -> tuple[int, int, str, int]:
+        """(error, broker id, host, port) of the leader of __consumer_offsets-`partition`,
+        at its endpoint on `listener`."""
         if self.metadata_cache is None:
             p = self.replicas.get(OFFSETS_TOPIC, partition)
-            if p is None or p.offline or self.advertised is None:
+            me = self.advertised.get(listener)
+            if p is None or p.offline or me is None:
                 return errors.COORDINATOR_NOT_AVAILABLE, -1, "", -1
-            return errors.NONE, self.config.broker_id, self.advertised[0], self.advertised[1]
+            return errors.NONE, self.config.broker_id, me[0], me[1]
         m = self.metadata_cache.partition(OFFSETS_TOPIC, partition)
-        b = self.metadata_cache.brokers.get(m.leader) if m is not None else None
+        b = self.metadata_cache.listener_brokers(listener).get(m.leader) if m is not None else None
         if b is None:
             return errors.COORDINATOR_NOT_AVAILABLE, -1, "", -1
         return errors.NONE, b.broker_id, b.host, b.port
@@ -555,25 +559,30 @@ class Server:
             self.stuck_workers = not self.storage.shutdown_workers()
             return 1
         self._log_recovery(time.monotonic() - started)
-        lst = self.config.listener
-        try:
-            self.bound = await self.connections.listen(lst.host or None, lst.port)
-        except OSError as err:
-            log.error("cannot listen on %s: %s", lst, err.strerror or err)
-            await self._shutdown()
-            return 1
-        self.advertised = self._advertised_address()
+        for lst in self.config.listeners:
+            try:
+                self.bound[lst.name] = await self.connections.listen(lst.name, lst.host or None,
+                                                                     lst.port)
+            except OSError as err:
+                log.error("cannot listen on %s: %s", lst, err.strerror or err)
+                await self._shutdown()
+                return 1
+        self.advertised = self._advertised_addresses()
         self.handlers.advertised = self.advertised
         if not self.config.standalone:
             self._join_cluster()
             await self._await_controller(self.config["zookeeper.session.timeout.ms"] / 1000)
         await self.monitor.start()
         self.state = "serving"
-        log.info("serving Kafka protocol on %s:%d, advertised as %s:%d (broker.id %d, "
-                 "%d partitions, %d log dirs)", self.bound[0], self.bound[1],
-                 self.advertised[0], self.advertised[1], self.config.broker_id,
-                 len(self.replicas.partitions), len(self.storage.dirs))
-        self.notifier.ready(f"serving on {self.bound[0]}:{self.bound[1]}")
+        served = ", ".join(
+            f"{name} {h}:{p}" + (f" (advertised as {self.advertised[name][0]}:"
+                                 f"{self.advertised[name][1]})" if name in self.advertised
+                                 else " (not advertised)")
+            for name, (h, p) in self.bound.items())
+        log.info("serving Kafka protocol on %s (broker.id %d, %d partitions, %d log dirs)",
+                 served, self.config.broker_id, len(self.replicas.partitions),
+                 len(self.storage.dirs))
+        self.notifier.ready("serving on " + ", ".join(f"{h}:{p}" for h, p in self.bound.values()))
         self.cleaner.start()
         self.coordinator.start()
         self.coordinator.leadership_changed()
@@ -618,21 +627,23 @@ class Server:
         code = await self._shutdown()
         return 1 if self.fatal is not None else code
 
-    def _advertised_address(self) -> tuple[str, int]:
-        """What Metadata and the ZooKeeper registration give clients (Kafka's
-        KafkaServer.createBrokerInfo): advertised.listeners, else the listener; an empty
-        host is this host's name, port 0 the port the listener was given."""
-        assert self.bound is not None  # called once the listener is bound
-        adv = self.config.advertised_listener
-        return adv.host or socket.getfqdn(), adv.port or self.bound[1]
+    def _advertised_addresses(self) -> dict[str, tuple[str, int]]:
+        """What Metadata and the ZooKeeper registration give clients, by listener name
+        (Kafka's KafkaServer.createBrokerInfo): advertised.listeners, else the
+        listeners; an empty host is this host's name, port 0 the port that listener
+        was given."""
+        return {adv.name: (adv.host or socket.getfqdn(), adv.port or self.bound[adv.name][1])
+                for adv in self.config.advertised_listeners}
 
     def _join_cluster(self) -> None:
-        assert self.advertised is not None  # called once the listener is bound
-        host, port = self.advertised
+        assert self.advertised  # called once the listeners are bound
+        host, port = self.advertised[self.config.inter_broker_listener]
         loop = self._loop = asyncio.get_running_loop()
         session_timeout = self.config["zookeeper.session.timeout.ms"] / 1000
         self.cluster = ClusterLink(self.config["zookeeper.connect"], self.config.broker_id,
                                    host, port, rack=self.config["broker.rack"],
+                                   listeners=[(name, h, p) for name, (h, p)
+                                              in self.advertised.items()],
                                    session_timeout=session_timeout,
                                    on_fatal=lambda why: loop.call_soon_threadsafe(self._on_fatal, why),
                                    on_registered=self._on_registered)
@@ -641,6 +652,7 @@ class Server:
         # registered (_on_registered), never before.
         self.controller = Controller(
             self.config.broker_id, client=self.cluster.client, session_timeout=session_timeout,
+            listener=self.config.inter_broker_listener,
             default_num_partitions=self.config["num.partitions"],
             default_replication_factor=self.config["default.replication.factor"],
             unclean_leader_election=self.config["unclean.leader.election.enable"],

@@ -224,6 +224,45 @@ def _advertised_listeners(value: Any) -> tuple[Listener, ...] | None:
     return listeners
 
 
+# Kafka's SecurityProtocol names, and its default listener.security.protocol.map.
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+DEFAULT_PROTOCOL_MAP = tuple((p, p) for p in SECURITY_PROTOCOLS)
+
+
+def _protocol_map(value: Any) -> tuple[tuple[str, str], ...]:
+    """`NAME:PROTOCOL[,...]` (listener.security.protocol.map), names upper-cased."""
+    out: dict[str, str] = {}
+    for item in _names(value):
+        name, sep, protocol = item.partition(":")
+        name, protocol = name.strip().upper(), protocol.strip().upper()
+        if not sep or not name or not protocol:
+            raise ValueError(f"{item!r} is not LISTENER_NAME:SECURITY_PROTOCOL")
+        if protocol not in SECURITY_PROTOCOLS:
+            raise ValueError(f"{protocol} is not a security protocol (one of "
+                             f"{', '.join(SECURITY_PROTOCOLS)})")
+        if name in out:
+            raise ValueError(f"listener {name} is mapped twice")
+        out[name] = protocol
+    if not out:
+        raise ValueError("expected LISTENER_NAME:SECURITY_PROTOCOL pairs, got nothing")
+    return tuple(out.items())
+
+
+def _listener_name(value: Any) -> str:
+    if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value.strip()):
+        raise ValueError(f"expected a listener name, got {value!r}")
+    return value.strip().upper()
+
+
+def _inter_broker_protocol(value: Any) -> str:
+    name = _listener_name(value)
+    if name not in SECURITY_PROTOCOLS:
+        raise ValueError(f"expected one of {', '.join(SECURITY_PROTOCOLS)}, got {value!r}")
+    if name != "PLAINTEXT":
+        raise ValueError(f"{name}: only PLAINTEXT is served (TLS and SASL are not)")
+    return name
+
+
 def _compression_type(value: Any) -> str:
     if not isinstance(value, str) or value.strip() not in COMPRESSION_TYPES:
         raise ValueError(f"expected one of {', '.join(COMPRESSION_TYPES)}, got {value!r}")
@@ -325,11 +364,23 @@ KEYS: dict[str, Key] = {k.name: k for k in (
     Key("log.dirs", list, DEFAULT_LOG_DIRS, _log_dirs, "log directories, one per disk"),
     Key("log.dir", list, None, _log_dirs, "used when log.dirs is not given (Kafka's rule)"),
     Key("listeners", str, (Listener("PLAINTEXT", "127.0.0.1", 9092),), _listeners,
-        "the Kafka protocol endpoint bound, PLAINTEXT://host:port (empty host: every "
-        "interface); one PLAINTEXT listener, besides a KRaft file's controller listeners"),
+        "the Kafka protocol endpoints bound, NAME://host:port[,...] (empty host: every "
+        "interface), each on its own port; every one a PLAINTEXT listener (besides a KRaft "
+        "file's controller listeners)"),
     Key("advertised.listeners", str, None, _advertised_listeners,
-        "the endpoint Metadata and ZooKeeper give clients; default: listeners (empty host: "
-        "this host's name; port 0: the bound port; 0.0.0.0 is refused, as in Kafka)"),
+        "the endpoints Metadata and ZooKeeper give clients, by listener name (a client is "
+        "told the brokers' endpoints of the listener it connected to); default: listeners "
+        "(empty host: this host's name; port 0: the bound port; 0.0.0.0 is refused, as in "
+        "Kafka)"),
+    Key("listener.security.protocol.map", str, DEFAULT_PROTOCOL_MAP, _protocol_map,
+        "each listener name's security protocol (default: PLAINTEXT, SSL, SASL_PLAINTEXT "
+        "and SASL_SSL to themselves); only PLAINTEXT listeners are served"),
+    Key("inter.broker.listener.name", str, None, _listener_name,
+        "the listener brokers and the controller reach each other on; default: the one "
+        "security.inter.broker.protocol names, or the only one"),
+    Key("security.inter.broker.protocol", str, "PLAINTEXT", _inter_broker_protocol,
+        "the inter-broker listener's name when inter.broker.listener.name is not set "
+        "(PLAINTEXT, the only protocol served)"),
     Key("broker.rack", str, None, _rack,
         "this broker's rack (or availability zone): with every broker's set, a topic's "
         "replicas are spread across racks"),
@@ -521,16 +572,31 @@ class Config:
         return self.values["log.dirs"]
 
     @property
+    def listeners(self) -> tuple[Listener, ...]:
+        """The Kafka listeners bound (a KRaft file's controller listeners set aside)."""
+        return self.values["listeners"]
+
+    @property
     def listener(self) -> Listener:
-        """What the Kafka listener binds."""
+        """The first Kafka listener: the one this host's tools connect to."""
         return self.values["listeners"][0]
 
     @property
+    def advertised_listeners(self) -> tuple[Listener, ...]:
+        """What clients are told to connect to, by listener name: an empty host stands
+        for this host's name and port 0 for the bound port, both filled in once the
+        listeners are bound. A listener not among them is bound but not advertised."""
+        return self.values["advertised.listeners"] or self.values["listeners"]
+
+    @property
+    def inter_broker_listener(self) -> str:
+        """The listener name other brokers and the controller connect to."""
+        return self.values["inter.broker.listener.name"]
+
+    @property
     def advertised_listener(self) -> Listener:
-        """What clients are told to connect to: an empty host stands for this host's
-        name and port 0 for the bound port, both filled in once the listener is bound."""
-        advertised = self.values["advertised.listeners"]
-        return self.listener if advertised is None else advertised[0]
+        """The inter-broker listener's advertised endpoint."""
+        return next(a for a in self.advertised_listeners if a.name == self.inter_broker_listener)
 
     @property
     def http_listen(self) -> tuple[str, int] | None:
@@ -657,15 +723,7 @@ def _validate(flat: Mapping[str, Any], origin: _Origin, *, text: bool = False,
     _kraft_file(values, given, flat, origin, warnings)
     for name in ("listeners", "advertised.listeners"):
         values[name] = _broker_listeners(values, name, origin)
-    if values["advertised.listeners"] is None and values["listeners"][0].host in \
-            UNADVERTISABLE_HOSTS:
-        lst = values["listeners"][0]
-        raise ConfigError(
-            f"{origin.at('listeners')}: listeners = {str(lst)!r} binds every interface, but "
-            f"{lst.host} is no address a client can connect to and advertised.listeners is "
-            f"not set (Kafka refuses this too): set advertised.listeners to "
-            f"PLAINTEXT://<this host's name>:{lst.port}, or bind PLAINTEXT://:{lst.port} to "
-            "advertise this host's name")
+    _check_listeners(values, given, origin)
     if "compact" in values["log.cleanup.policy"] and not values["log.cleaner.enable"]:
         warnings.append(f"{source}: log.cleanup.policy has compact but log.cleaner.enable = "
                         "false: compacted logs are neither cleaned nor deleted by retention")
@@ -744,24 +802,78 @@ def _kraft_file(values: dict[str, Any], given: Mapping[str, Any], flat: Mapping[
 
 def _broker_listeners(values: Mapping[str, Any], name: str,
                       origin: _Origin) -> tuple[Listener, ...] | None:
-    """The one PLAINTEXT listener served (or advertised) once a KRaft file's controller
-    listeners are set aside."""
+    """The listeners served (or advertised) once a KRaft file's controller listeners are
+    set aside: each a PLAINTEXT one by listener.security.protocol.map, and (of
+    `listeners`) each on its own port, as Kafka requires."""
     given = values[name]
     if given is None:
         return None
     controllers = set(values["controller.listener.names"])
-    served = [lst for lst in given if lst.name not in controllers]
-    if len(served) == 1 and served[0].name == "PLAINTEXT":
-        return tuple(served)
+    served = tuple(lst for lst in given if lst.name not in controllers)
     spelled = ",".join(str(lst) for lst in given)
-    besides = (f" besides the controller listeners ({', '.join(sorted(controllers))})"
-               if controllers else "")
-    why = (f"{len(served)} listeners{besides}" if len(served) != 1
-           else f"{served[0].name} is not PLAINTEXT")
-    raise ConfigError(
-        f"{origin.at(name)}: {name} = {spelled!r}: exactly one PLAINTEXT://host:port "
-        f"listener is served (the only protocol; named listeners, SSL and SASL are not), "
-        f"got {why}")
+    if not served:
+        raise ConfigError(f"{origin.at(name)}: {name} = {spelled!r}: no listener besides the "
+                          f"controller listeners ({', '.join(sorted(controllers))})")
+    protocols = dict(values["listener.security.protocol.map"])
+    for lst in served:
+        protocol = protocols.get(lst.name)
+        if protocol is None:
+            raise ConfigError(
+                f"{origin.at(name)}: {name} = {spelled!r}: no security protocol is defined "
+                f"for listener {lst.name}; map it in listener.security.protocol.map (e.g. "
+                f"{lst.name}:PLAINTEXT), which names {', '.join(protocols)}")
+        if protocol != "PLAINTEXT":
+            raise ConfigError(
+                f"{origin.at(name)}: {name} = {spelled!r}: listener {lst.name} is {protocol}; "
+                "only PLAINTEXT listeners are served (TLS and SASL are not)")
+    ports = [lst.port for lst in served if lst.port]
+    if name == "listeners" and len(set(ports)) != len(ports):
+        raise ConfigError(f"{origin.at(name)}: {name} = {spelled!r}: each listener must have "
+                          "a different port (Kafka's rule)")
+    return served
+
+
+def _check_listeners(values: dict[str, Any], given: Mapping[str, Any], origin: _Origin) -> None:
+    """Kafka's rules between listeners, advertised.listeners and the inter-broker
+    listener; sets inter.broker.listener.name when it was left to its default."""
+    names = [lst.name for lst in values["listeners"]]
+    advertised = values["advertised.listeners"]
+    if advertised is not None:
+        unknown = [a.name for a in advertised if a.name not in names]
+        if unknown:
+            raise ConfigError(
+                f"{origin.at('advertised.listeners')}: advertised.listeners names "
+                f"{', '.join(unknown)}, which listeners does not define; its listener names "
+                f"must be among those of listeners ({', '.join(names)})")
+    else:
+        for lst in values["listeners"]:
+            if lst.host in UNADVERTISABLE_HOSTS:
+                raise ConfigError(
+                    f"{origin.at('listeners')}: listeners = {str(lst)!r} binds every "
+                    f"interface, but {lst.host} is no address a client can connect to and "
+                    f"advertised.listeners is not set (Kafka refuses this too): set "
+                    f"advertised.listeners to {lst.name}://<this host's name>:{lst.port}, or "
+                    f"bind {lst.name}://:{lst.port} to advertise this host's name")
+    offered = [a.name for a in (advertised or values["listeners"])]
+    inter = values["inter.broker.listener.name"]
+    if inter is not None and "security.inter.broker.protocol" in given:
+        raise ConfigError(f"{origin.at('inter.broker.listener.name')}: only one of "
+                          "inter.broker.listener.name and security.inter.broker.protocol may "
+                          "be set (Kafka's rule)")
+    if inter is None:
+        inter = values["security.inter.broker.protocol"]
+        if inter not in offered:
+            if len(offered) != 1:
+                raise ConfigError(
+                    f"{origin.at('listeners')}: no advertised listener is named {inter}, so "
+                    "set inter.broker.listener.name to the one brokers reach each other on "
+                    f"(one of {', '.join(offered)})")
+            inter = offered[0]  # the only listener (Kafka would ask for the name)
+    elif inter not in offered:
+        raise ConfigError(
+            f"{origin.at('inter.broker.listener.name')}: inter.broker.listener.name = {inter} "
+            f"must be a listener name of advertised.listeners (one of {', '.join(offered)})")
+    values["inter.broker.listener.name"] = inter
 
 
 def _resolve_families(values: dict[str, Any], given: Mapping[str, Any]) -> None:
@@ -908,5 +1020,7 @@ def describe() -> str:
         default = key.default
         if isinstance(default, tuple) and default and isinstance(default[0], Listener):
             default = ",".join(str(x) for x in default)
+        elif isinstance(default, tuple) and default and isinstance(default[0], tuple):
+            default = ",".join(":".join(x) for x in default)
         lines.append(f"{key.name:<34} default {default!r}\n    {key.doc}")
     return "\n".join(lines)

@@ -87,8 +87,33 @@ def test_resume_mark_follows_the_reserve_unless_given(tmp_path: Path) -> None:
     ("listeners = \"SSL://h:9093\"\n", ["listeners", "PLAINTEXT"]),
     ("listeners = \"PLAINTEXT://h:99999\"\n", ["listeners", "65535"]),
     ("listeners = \"PLAINTEXT://a:1,PLAINTEXT://b:2\"\n", ["listeners", "once"]),
-    ("listeners = \"PLAINTEXT://a:1,CLIENT://b:2\"\n", ["listeners", "exactly one", "2 "]),
-    ("listeners = \"CLIENT://b:2\"\n", ["listeners", "CLIENT is not PLAINTEXT"]),
+    ("listeners = \"PLAINTEXT://a:1,CLIENT://b:2\"\n",
+     ["listeners", "no security protocol is defined for listener CLIENT", "CLIENT:PLAINTEXT"]),
+    ("listeners = \"CLIENT://b:2\"\n", ["listeners", "listener CLIENT"]),
+    ("listeners = \"SSL://h:9093,PLAINTEXT://h:9092\"\n",
+     ["listeners", "listener SSL is SSL", "only PLAINTEXT listeners are served"]),
+    ("listeners = \"A://h:1,B://h:1\"\n"
+     "\"listener.security.protocol.map\" = \"A:PLAINTEXT,B:PLAINTEXT\"\n",
+     ["listeners", "a different port"]),
+    ("listeners = \"A://h:1,B://h:2\"\n"
+     "\"listener.security.protocol.map\" = \"A:PLAINTEXT,B:PLAINTEXT\"\n",
+     ["no advertised listener is named PLAINTEXT", "inter.broker.listener.name", "A, B"]),
+    ("listeners = \"A://h:1,B://h:2\"\n"
+     "\"listener.security.protocol.map\" = \"A:PLAINTEXT,B:PLAINTEXT\"\n"
+     "\"inter.broker.listener.name\" = \"C\"\n",
+     ["inter.broker.listener.name = C", "one of A, B"]),
+    ("listeners = \"A://h:1,B://h:2\"\n"
+     "\"listener.security.protocol.map\" = \"A:PLAINTEXT,B:PLAINTEXT,C:PLAINTEXT\"\n"
+     "\"inter.broker.listener.name\" = \"B\"\n"
+     "\"advertised.listeners\" = \"B://x:2,C://x:3\"\n",
+     ["advertised.listeners", "names C, which listeners does not define"]),
+    ("\"inter.broker.listener.name\" = \"PLAINTEXT\"\n"
+     "\"security.inter.broker.protocol\" = \"PLAINTEXT\"\n",
+     ["only one of inter.broker.listener.name and security.inter.broker.protocol"]),
+    ("\"security.inter.broker.protocol\" = \"SASL_SSL\"\n",
+     ["security.inter.broker.protocol", "only PLAINTEXT is served"]),
+    ("\"listener.security.protocol.map\" = \"PLAINTEXT:TLS\"\n",
+     ["listener.security.protocol.map", "TLS is not a security protocol"]),
     ("node.id = 2\nbroker.id = 1\n", ["broker.id", "node.id", "equal"]),
     ("process.roles = \"controller\"\n", ["process.roles", "controller-only"]),
     ("process.roles = \"broker,controller\"\n"
@@ -96,7 +121,10 @@ def test_resume_mark_follows_the_reserve_unless_given(tmp_path: Path) -> None:
      ["process.roles", "quorum of 2", "zookeeper.connect"]),
     ("process.roles = \"broker,controller\"\ncontroller.listener.names = \"CONTROLLER\"\n"
      "listeners = \"PLAINTEXT://a:1,CONTROLLER://a:2,OTHER://a:3\"\n",
-     ["listeners", "besides the controller listeners (CONTROLLER)"]),
+     ["listeners", "for listener OTHER"]),
+    ("process.roles = \"broker,controller\"\ncontroller.listener.names = \"CONTROLLER\"\n"
+     "listeners = \"CONTROLLER://a:2\"\n",
+     ["listeners", "no listener besides the controller listeners (CONTROLLER)"]),
     ("http.listen = \"9308\"\n", ["http.listen", "host:port"]),
     ("log.dirs = []\n", ["log.dirs"]),
     ("log.dirs = [\"/a\", \"/a\"]\n", ["log.dirs", "twice"]),
@@ -180,6 +208,8 @@ controller.listener.names = "CONTROLLER"
 log.dirs = "/srv/k/a,/srv/k/b"
 listeners = "PLAINTEXT://[::1]:19093,CONTROLLER://[::1]:19094"
 advertised.listeners = "PLAINTEXT://[::1]:29093"
+listener.security.protocol.map = "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
+inter.broker.listener.name = "PLAINTEXT"
 zookeeper.connect = "zk1:2181,zk2:2181/logkeeper"
 zookeeper.session.timeout.ms = 6000
 log.segment.bytes = 1048576
@@ -263,12 +293,34 @@ group.max.size = 9
 """
 
 
+def test_inter_broker_listener(tmp_path: Path) -> None:
+    cfg = load_props(tmp_path, "listeners=PLAINTEXT://:9092,EXTERNAL://:9094\n"
+                               "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,"
+                               "EXTERNAL:PLAINTEXT\nsecurity.inter.broker.protocol=PLAINTEXT\n")
+    assert cfg.inter_broker_listener == "PLAINTEXT"
+    assert [lst.name for lst in cfg.listeners] == ["PLAINTEXT", "EXTERNAL"]
+    cfg = load_props(tmp_path, "listeners=INSIDE://:9092,OUTSIDE://:9094\n"
+                               "advertised.listeners=INSIDE://kafka:9092,OUTSIDE://localhost:29094\n"
+                               "listener.security.protocol.map=INSIDE:PLAINTEXT,OUTSIDE:PLAINTEXT\n"
+                               "inter.broker.listener.name=INSIDE\n")
+    assert cfg.inter_broker_listener == "INSIDE"
+    assert (cfg.advertised_listener.host, cfg.advertised_listener.port) == ("kafka", 9092)
+    assert [(a.name, a.host, a.port) for a in cfg.advertised_listeners] == [
+        ("INSIDE", "kafka", 9092), ("OUTSIDE", "localhost", 29094)]
+    # One listener of another name is the inter-broker one (Kafka would ask for it).
+    cfg = load_props(tmp_path, "listeners=CLIENT://:9092\n"
+                               "listener.security.protocol.map=CLIENT:PLAINTEXT\n")
+    assert cfg.inter_broker_listener == "CLIENT"
+
+
 def test_every_key_is_read(tmp_path: Path) -> None:
     path = tmp_path / "all.toml"
     path.write_text(EVERY_KEY)
     cfg = config.load(str(path))
-    assert set(config.KEYS) <= {line.split(" =")[0].strip('"')
-                                for line in EVERY_KEY.split("\n") if line}
+    # security.inter.broker.protocol is inter.broker.listener.name's older form: only
+    # one of the two may be set (test_inter_broker_listener).
+    assert set(config.KEYS) - {"security.inter.broker.protocol"} <= {
+        line.split(" =")[0].strip('"') for line in EVERY_KEY.split("\n") if line}
     assert cfg.broker_id == 42 and cfg["broker.rack"] == "r7"
     assert cfg["replica.selector.class"] == config.RACK_AWARE_REPLICA_SELECTOR
     assert cfg.log_dirs == ("/srv/k/a", "/srv/k/b")

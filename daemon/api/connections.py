@@ -79,8 +79,9 @@ class _ClientConnection(asyncio.BufferedProtocol):
 
     MAX_QUEUED = 2 * MAX_PIPELINED
 
-    def __init__(self, connections: Connections):
+    def __init__(self, connections: Connections, listener: str):
         self.connections = connections
+        self.listener = listener  # the listener name it came on
         self.frames = protocol.FrameAssembler(connections.max_frame)
         self.transport: asyncio.Transport = None  # type: ignore[assignment]
         self._ready: collections.deque[bytes | bytearray] = collections.deque()
@@ -193,7 +194,7 @@ class _ClientConnection(asyncio.BufferedProtocol):
 
 
 class Connections:
-    """The listener's open connections. Event loop only."""
+    """The listeners' open connections. Event loop only."""
 
     def __init__(self, handlers: Handlers, metrics: Metrics, *, max_frame: int,
                  stopping: asyncio.Event):
@@ -201,22 +202,24 @@ class Connections:
         self.metrics = metrics
         self.max_frame = max_frame
         self.stopping = stopping  # set: read no further requests, accept no connections
-        self.listener: asyncio.base_events.Server | None = None
+        self.servers: list[asyncio.base_events.Server] = []
         # Connection task -> whether it is in the middle of a request.
         # Each connection's serving task -> its requests being handled (the list its
         # `_serve` keeps, updated in place): busy while one of them is not done.
         self._connections: dict[asyncio.Task[None], list[asyncio.Future[Any]]] = {}
 
-    async def listen(self, host: str | None, port: int) -> tuple[str, int]:
-        """Start accepting on host:port; returns the bound address. OSError if taken."""
+    async def listen(self, listener: str, host: str | None, port: int) -> tuple[str, int]:
+        """Start accepting on host:port for the listener named `listener`; returns the
+        bound address. OSError if taken."""
         loop = asyncio.get_running_loop()
-        self.listener = await loop.create_server(
-            lambda: _ClientConnection(self), host, port, reuse_address=True)
-        return self.listener.sockets[0].getsockname()[:2]
+        server = await loop.create_server(
+            lambda: _ClientConnection(self, listener), host, port, reuse_address=True)
+        self.servers.append(server)
+        return server.sockets[0].getsockname()[:2]
 
     def stop_accepting(self) -> None:
-        if self.listener is not None:
-            self.listener.close()
+        for server in self.servers:
+            server.close()
 
     async def close(self) -> None:
         """Idle connections close now; in-flight requests get STOP_GRACE_S to finish
@@ -250,7 +253,8 @@ class Connections:
         writer = link
         local = writer.get_extra_info("sockname")
         peer = writer.get_extra_info("peername")
-        conn = ConnInfo(local[0], local[1], f"{peer[0]}:{peer[1]}" if peer else "?")
+        conn = ConnInfo(local[0], local[1], f"{peer[0]}:{peer[1]}" if peer else "?",
+                        link.listener)
         me = asyncio.current_task()
         assert me is not None
         loop = me.get_loop()

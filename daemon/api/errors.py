@@ -24,6 +24,7 @@ OFFSET_OUT_OF_RANGE = ke.OffsetOutOfRangeError.errno
 CORRUPT_MESSAGE = ke.CorruptRecordError.errno
 UNKNOWN_TOPIC_OR_PARTITION = ke.UnknownTopicOrPartitionError.errno
 LEADER_NOT_AVAILABLE = ke.LeaderNotAvailableError.errno
+LISTENER_NOT_FOUND = ke.ListenerNotFoundError.errno
 NOT_LEADER_OR_FOLLOWER = ke.NotLeaderForPartitionError.errno
 MESSAGE_TOO_LARGE = ke.MessageSizeTooLargeError.errno
 INVALID_TOPIC_EXCEPTION = ke.InvalidTopicError.errno

@@ -49,7 +49,7 @@ class GroupApis:
     partition of __consumer_offsets, `ensure_offsets_topic` creates the topic."""
 
     def __init__(self, coordinator: GroupCoordinator,
-                 coordinator_node: Callable[[int], tuple[int, int, str, int]],
+                 coordinator_node: Callable[[int, str], tuple[int, int, str, int]],
                  ensure_offsets_topic: Callable[[], Awaitable[int]]):
         self.coordinator = coordinator
         self.coordinator_node = coordinator_node
@@ -67,7 +67,7 @@ class GroupApis:
         body = req.body
         keys = list(body.coordinator_keys) if req.version >= 4 else [body.key]
         key_type = body.key_type if req.version >= 1 else KEY_TYPE_GROUP
-        answers = [await self._coordinator_for(k, key_type) for k in keys]
+        answers = [await self._coordinator_for(k, key_type, conn.listener) for k in keys]
         if req.version >= 4:
             C = FindCoordinatorResponse.Coordinator
             return FindCoordinatorResponse(throttle_time_ms=0, coordinators=[
@@ -77,8 +77,10 @@ class GroupApis:
         return FindCoordinatorResponse(throttle_time_ms=0, error_code=e, error_message=m,
                                        node_id=n, host=h, port=p)
 
-    async def _coordinator_for(self, key: str, key_type: int
+    async def _coordinator_for(self, key: str, key_type: int, listener: str
                                ) -> tuple[int, str | None, int, str, int]:
+        """The coordinator of `key` (a group id), at its endpoint on `listener`, the
+        listener the request came on."""
         if key_type != KEY_TYPE_GROUP:
             return (errors.INVALID_REQUEST, "only group coordinators (key type 0) are served: "
                     "transactions are not", -1, "", -1)
@@ -91,7 +93,7 @@ class GroupApis:
             if p is None:
                 return (code or errors.COORDINATOR_NOT_AVAILABLE,
                         "the __consumer_offsets topic is being created", -1, "", -1)
-        code, node, host, port = self.coordinator_node(p)
+        code, node, host, port = self.coordinator_node(p, listener)
         if code:
             return code, "the group's __consumer_offsets partition has no leader", -1, "", -1
         return errors.NONE, None, node, host, port

@@ -61,6 +61,7 @@ class ConnInfo:
     local_host: str
     local_port: int
     peer: str
+    listener: str = "PLAINTEXT"  # the listener name it came on
     muted_until: float = 0.0
 
     def mute(self, throttle_ms: int) -> None:
@@ -80,6 +81,18 @@ def _partition_metadata(index: int, s: Any) -> Any:
         replica_nodes=s.replicas, isr_nodes=s.isr, offline_replicas=s.offline_replicas)
 
 
+def _unreachable_leaders(topics: list[Any], listed: set[int], live: set[int]) -> None:
+    """Kafka's rule for a partition whose leader the client cannot reach on its listener
+    (it has no endpoint there): no leader, and LISTENER_NOT_FOUND while that broker is
+    alive, LEADER_NOT_AVAILABLE otherwise."""
+    for t in topics:
+        for p in t.partitions:
+            if p.leader_id >= 0 and p.leader_id not in listed:
+                p.error_code = (errors.LISTENER_NOT_FOUND if p.leader_id in live
+                                else errors.LEADER_NOT_AVAILABLE)
+                p.leader_id = -1
+
+
 class Handlers:
     def __init__(self, replicas: ReplicaManager, topic_admin: TopicAdmin, storage: LogManager,
                  metrics: Metrics, producer_ids: ProducerIds):
@@ -90,8 +103,9 @@ class Handlers:
         self.storage = storage
         self.metrics = metrics
         self.config = topic_admin.config
-        # The (host, port) Metadata gives clients: set by the server once it is bound.
-        self.advertised: tuple[str, int] | None = None
+        # The (host, port) Metadata gives clients, by listener name: set by the server
+        # once its listeners are bound.
+        self.advertised: dict[str, tuple[str, int]] = {}
         self.stopping = asyncio.Event()
         # Cluster mode (set by the app): the controller's requests, the controller that
         # CreateTopics and DeleteTopics go to, and the metadata cache Metadata answers from.
@@ -543,11 +557,13 @@ class Handlers:
             out.append(R(error_code=0, name=name, is_internal=names.is_internal(name), partitions=[
                 _partition_metadata(i, s) for i, s in parts]))
         B = MetadataResponse.MetadataResponseBroker
-        me = self.advertised or (conn.local_host, conn.local_port)
+        me = self.advertised.get(conn.listener) if self.advertised else \
+            (conn.local_host, conn.local_port)
+        rows = self.leadership.broker_rows(me, conn.listener)
+        _unreachable_leaders(out, {b for b, *_ in rows}, set(self.leadership.live_brokers()))
         return MetadataResponse(
             throttle_time_ms=0,
-            brokers=[B(node_id=b, host=h, port=pt, rack=rack)
-                     for b, h, pt, rack in self.leadership.broker_rows(me)],
+            brokers=[B(node_id=b, host=h, port=pt, rack=rack) for b, h, pt, rack in rows],
             cluster_id=self.storage.cluster_id, controller_id=self.leadership.controller_id,
             topics=out)
 

@@ -37,7 +37,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,11 +84,15 @@ def _json(obj: object) -> bytes:
 
 
 def broker_payload(broker_id: int, host: str, port: int, *, rack: str | None = None,
-                   now_ms: int | None = None) -> bytes:
-    """This broker's `/brokers/ids/<id>` JSON: one PLAINTEXT endpoint, its rack."""
+                   now_ms: int | None = None,
+                   listeners: Sequence[tuple[str, str, int]] | None = None) -> bytes:
+    """This broker's `/brokers/ids/<id>` JSON: its endpoints, one per advertised listener
+    (`listeners`: (name, host, port); by default one PLAINTEXT endpoint at host:port),
+    each a PLAINTEXT one, and its rack."""
     ts = int(time.time() * 1000) if now_ms is None else now_ms
-    return znodes.encode_broker(znodes.BrokerRegistration(
-        broker_id, (znodes.BrokerEndpoint("PLAINTEXT", host, port),), ts, rack=rack))
+    endpoints = tuple(znodes.BrokerEndpoint(name, h, p)
+                      for name, h, p in (listeners or (("PLAINTEXT", host, port),)))
+    return znodes.encode_broker(znodes.BrokerRegistration(broker_id, endpoints, ts, rack=rack))
 
 
 def log_dir_event_payload(broker_id: int) -> bytes:
@@ -114,6 +118,7 @@ class _Pending:
 
 class ClusterLink:
     def __init__(self, hosts: str, broker_id: int, host: str, port: int, *,
+                 listeners: Sequence[tuple[str, str, int]] | None = None,
                  rack: str | None = None, session_timeout: float = 10.0,
                  connect_timeout: float = 5.0,
                  on_fatal: Callable[[str], None] | None = None,
@@ -122,6 +127,7 @@ class ClusterLink:
         self.on_registered = on_registered
         self.broker_epoch = -1  # czxid of our /brokers/ids node (docs/cluster.md "Znodes")
         self.host, self.port = host, port
+        self.listeners = tuple(listeners) if listeners else None  # (name, host, port)
         self.rack = rack  # broker.rack, in the registration
         self.client = KazooClient(hosts=hosts, timeout=session_timeout,
                                   connection_retry={"max_tries": -1, "max_delay": 2})
@@ -412,7 +418,8 @@ class ClusterLink:
 
     def _register(self) -> None:
         self._ensure_path("/brokers/ids")
-        data = broker_payload(self.broker_id, self.host, self.port, rack=self.rack)
+        data = broker_payload(self.broker_id, self.host, self.port, rack=self.rack,
+                              listeners=self.listeners)
         try:
             _, stat = self._wait(self.client.create_async(self.broker_path, data, ephemeral=True,
                                                          include_data=True))

@@ -3,6 +3,11 @@
 leader, leader epoch, replicas, ISR and offline replicas. It answers Metadata requests in
 cluster mode, so every broker tells clients the same thing.
 
+`brokers` holds each live broker's endpoint on `listener`, the inter-broker listener
+(followers and the request paths between brokers use it); `listener_brokers(name)` the
+endpoints on another listener, for a client that came in on that one (Kafka answers
+each client with the endpoints of its own listener, and leaves out brokers without one).
+
 `update` replaces the live-broker list and merges the partition states; a partition
 announced with leader -2 (LeaderDuringDelete) is dropped, with its topic once it has no
 partition left. Thread-safety: event loop only (UpdateMetadata is handled there, and so
@@ -31,6 +36,7 @@ class MetadataCache:
     def __init__(self, listener: str = "PLAINTEXT"):
         self.listener = listener
         self.brokers: dict[int, BrokerEndpoint] = {}
+        self._by_listener: dict[str, dict[int, BrokerEndpoint]] = {}
         self.partitions: dict[str, dict[int, views.MetadataPartition]] = {}
         self.controller_id = -1
         self.updates = 0
@@ -40,13 +46,18 @@ class MetadataCache:
         """Apply one UpdateMetadata; returns the partitions it removed (topic deletion)."""
         self.controller_id = controller_id
         live = {}
+        by_listener: dict[str, dict[int, BrokerEndpoint]] = {}
         for b in brokers:
+            for e in b.endpoints:
+                by_listener.setdefault(e.listener, {})[b.broker_id] = BrokerEndpoint(
+                    b.broker_id, e.host, e.port, b.rack)
             ep = next((e for e in b.endpoints if e.listener == self.listener), None)
             if ep is None and b.endpoints:
                 ep = b.endpoints[0]
             if ep is not None:
                 live[b.broker_id] = BrokerEndpoint(b.broker_id, ep.host, ep.port, b.rack)
         self.brokers = live
+        self._by_listener = by_listener
         removed = []
         for p in partitions:
             if p.leader == LEADER_DURING_DELETE:
@@ -59,6 +70,13 @@ class MetadataCache:
             self.partitions.setdefault(p.topic, {})[p.partition] = p
         self.updates += 1
         return removed
+
+    def listener_brokers(self, listener: str) -> dict[int, BrokerEndpoint]:
+        """The live brokers' endpoints on `listener`, by broker id; brokers without one
+        are left out."""
+        if listener == self.listener:
+            return self.brokers
+        return self._by_listener.get(listener, {})
 
     def topics(self) -> dict[str, list[views.MetadataPartition]]:
         return {t: [ps[i] for i in sorted(ps)] for t, ps in self.partitions.items()}

@@ -92,9 +92,10 @@ class Standalone:
         """Every topic Metadata may list: (partition, state) in partition order."""
         return {t: [(p.tp.partition, self.state(p)) for p in ps] for t, ps in local.items()}
 
-    def broker_rows(self, me: tuple[str, int]) -> list[BrokerRow]:
-        """The brokers Metadata lists; `me` is this broker's advertised address."""
-        return [(self.broker_id, me[0], me[1], self.rack)]
+    def broker_rows(self, me: tuple[str, int] | None, listener: str) -> list[BrokerRow]:
+        """The brokers Metadata lists to a client of `listener`; `me` is this broker's
+        advertised address on it (None: that listener is not advertised)."""
+        return [] if me is None else [(self.broker_id, me[0], me[1], self.rack)]
 
 
 @dataclass(frozen=True)
@@ -195,8 +196,8 @@ class ClusterLeadership:
         return {t: [(m.partition, self._from_cache(m)) for m in ps]
                 for t, ps in self.cache.topics().items()}
 
-    def broker_rows(self, me: tuple[str, int]) -> list[BrokerRow]:
+    def broker_rows(self, me: tuple[str, int] | None, listener: str) -> list[BrokerRow]:
         if not self.cache.brokers:  # no UpdateMetadata yet: at least this broker
-            return [(self.broker_id, me[0], me[1], None)]
+            return [] if me is None else [(self.broker_id, me[0], me[1], None)]
         return [(b.broker_id, b.host, b.port, b.rack)
-                for _, b in sorted(self.cache.brokers.items())]
+                for _, b in sorted(self.cache.listener_brokers(listener).items())]

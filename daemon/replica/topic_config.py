@@ -383,8 +383,8 @@ def _static_text(name: str, value: Any) -> str | None:
         return None
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, (tuple, list)):
-        return ",".join(str(v) for v in value)
+    if isinstance(value, (tuple, list)):  # pairs: listener.security.protocol.map
+        return ",".join(":".join(v) if isinstance(v, tuple) else str(v) for v in value)
     return str(value)
 
 
