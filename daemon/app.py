@@ -39,7 +39,7 @@ from logstore import LogStoreError
 from logstore.names import OFFSETS_TOPIC
 
 from . import config as config_mod
-from .api import errors
+from .api import errors, protocol
 from .api.acls import AclApis
 from .api.client_quotas import DEFAULT as CLIENT_DEFAULT
 from .api.client_quotas import ClientQuotaApis, ClientQuotas, desanitize, sanitize
@@ -48,6 +48,7 @@ from .api.connections import Connections
 from .api.groups import GroupApis
 from .api.handlers import Handlers
 from .api.partitions import PartitionApis
+from .cluster import controlled_shutdown
 from .cluster.config_store import BROKERS, CLIENTS, TOPICS, ZkConfigStore
 from .cluster.link import ClusterLink, cluster_id_from_zookeeper
 from .cluster.metadata_cache import MetadataCache
@@ -714,7 +715,18 @@ class Server:
         self.stop_event.set()
 
     async def _shutdown(self) -> int:
+        serving = self.state == "serving"
         self.state = "stopping"
+        if (serving and self.cluster is not None and self.fatal is None
+                and self.config["controlled.shutdown.enable"]):
+            # Still serving: clients are answered NOT_LEADER_OR_FOLLOWER as leadership
+            # moves, and follow it to the new leaders.
+            await controlled_shutdown.run(
+                self._ask_controlled_shutdown,
+                retries=self.config["controlled.shutdown.max.retries"],
+                backoff=self.config["controlled.shutdown.retry.backoff.ms"] / 1000,
+                others_live=lambda: any(b != self.config.broker_id
+                                        for b in self.replicas.leadership.live_brokers()))
         self.handlers.stopping.set()
         self.connections.stop_accepting()  # stop accepting first
         if self.controller is not None:
@@ -744,6 +756,30 @@ class Server:
             return 1
         log.info("stopped cleanly: checkpoints and clean-shutdown markers written")
         return 0
+
+    async def _ask_controlled_shutdown(self) -> controlled_shutdown.Answer | str:
+        """One ControlledShutdown asked of the controller, or why it could not be."""
+        assert self.cluster is not None and self.metadata_cache is not None
+        me, epoch = self.config.broker_id, self.cluster.broker_epoch
+        timeout = max(self.config["zookeeper.session.timeout.ms"] / 1000, 10.0)
+        cid = self.replicas.leadership.controller_id
+        if cid < 0:
+            return "no controller is known"
+        if cid == me and self.controller is not None:
+            try:
+                code, remaining = await asyncio.wait_for(
+                    asyncio.wrap_future(self.controller.controlled_shutdown(me, epoch)), timeout)
+            except TimeoutError:
+                return "this broker's controller did not answer"
+            return code, [(tp.topic, tp.partition) for tp in remaining]
+        ep = self.metadata_cache.brokers.get(cid)
+        if ep is None:
+            return f"the controller, broker {cid}, has no endpoint known here"
+        try:
+            return await asyncio.to_thread(controlled_shutdown.ask, ep.host, ep.port, me, epoch,
+                                           timeout=timeout)
+        except (OSError, ValueError, protocol.ProtocolError) as err:
+            return f"asking the controller, broker {cid} at {ep.host}:{ep.port}, failed: {err}"
 
     async def _stop_background(self) -> None:
         for task in self._background:

@@ -391,6 +391,13 @@ KEYS: dict[str, Key] = {k.name: k for k in (
         "ZooKeeper connect string; unset = standalone (this broker leads everything)"),
     Key("zookeeper.session.timeout.ms", int, 18000, _int(1000, 600000),
         "ZooKeeper session timeout; after an expiry the broker registers again"),
+    Key("controlled.shutdown.enable", bool, True, _bool,
+        "ZooKeeper mode: before it stops, the broker asks the controller to move its "
+        "partitions' leadership to other in-sync replicas"),
+    Key("controlled.shutdown.max.retries", int, 3, _int(1),
+        "how many times it asks while partitions are left to move"),
+    Key("controlled.shutdown.retry.backoff.ms", int, 5000, _int(0),
+        "the wait between those asks"),
     Key("log.segment.bytes", int, 1024 * 1024 * 1024, _int(14, 2**31 - 1), "segment size"),
     Key("log.roll.ms", int, None, _int(1), "roll a segment this old (default: log.roll.hours)"),
     Key("log.roll.hours", int, 168, _int(1), "used when log.roll.ms is not given"),

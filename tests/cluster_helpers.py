@@ -48,7 +48,10 @@ class Cluster:
         for b in range(1, brokers + 1):
             own = (log_dirs or {}).get(b)
             values = {"broker.id": b, "zookeeper.connect": self.zk.hosts,
-                      "zookeeper.session.timeout.ms": SESSION_MS, **(extra or {}),
+                      "zookeeper.session.timeout.ms": SESSION_MS,
+                      # A broker stopping while another replica has not caught up asks
+                      # the controller again this soon (Kafka's default waits 5 s).
+                      "controlled.shutdown.retry.backoff.ms": 500, **(extra or {}),
                       **(per_broker or {}).get(b, {})}
             if own:
                 values["log.dirs"] = [str(p) for p in own]

@@ -210,6 +210,9 @@ listeners = "PLAINTEXT://[::1]:19093,CONTROLLER://[::1]:19094"
 advertised.listeners = "PLAINTEXT://[::1]:29093"
 listener.security.protocol.map = "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
 inter.broker.listener.name = "PLAINTEXT"
+controlled.shutdown.enable = false
+controlled.shutdown.max.retries = 5
+controlled.shutdown.retry.backoff.ms = 1000
 zookeeper.connect = "zk1:2181,zk2:2181/logkeeper"
 zookeeper.session.timeout.ms = 6000
 log.segment.bytes = 1048576
@@ -323,6 +326,7 @@ def test_every_key_is_read(tmp_path: Path) -> None:
         line.split(" =")[0].strip('"') for line in EVERY_KEY.split("\n") if line}
     assert cfg.broker_id == 42 and cfg["broker.rack"] == "r7"
     assert cfg["replica.selector.class"] == config.RACK_AWARE_REPLICA_SELECTOR
+    assert cfg["controlled.shutdown.enable"] is False and cfg["controlled.shutdown.max.retries"] == 5
     assert cfg.log_dirs == ("/srv/k/a", "/srv/k/b")
     assert (cfg.listener.host, cfg.listener.port) == ("::1", 19093)
     assert (cfg.advertised_listener.host, cfg.advertised_listener.port) == ("::1", 29093)

@@ -43,7 +43,12 @@ from ..replica.producer_ids import ProducerIds
 from ..replica.topic_config import TopicConfigs
 from ..replica.topics import TopicAdmin, TopicError, refuse_internal
 from ..storage.log_manager import LogManager
-from ..wire import LeaderAndIsrResponse, StopReplicaResponse, UpdateMetadataResponse
+from ..wire import (
+    ControlledShutdownResponse,
+    LeaderAndIsrResponse,
+    StopReplicaResponse,
+    UpdateMetadataResponse,
+)
 from . import errors, protocol
 from .client_quotas import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, ClientQuotas
 from .record_messages import FetchAnswer, FetchPartition, ProduceAnswer, ProducedPartition
@@ -121,6 +126,7 @@ class Handlers:
         self._dispatch = {
             0: self.produce, 1: self.fetch, 2: self.list_offsets, 3: self.metadata,
             4: self.leader_and_isr, 5: self.stop_replica, 6: self.update_metadata,
+            7: self.controlled_shutdown,
             18: self.api_versions, 19: self.create_topics, 20: self.delete_topics,
             22: self.init_producer_id, 23: self.offset_for_leader_epoch,
             34: self.alter_replica_log_dirs, 35: self.describe_log_dirs,
@@ -782,6 +788,23 @@ class Handlers:
         if self.control is None:
             return UpdateMetadataResponse(version=req.version, error_code=errors.INVALID_REQUEST)
         return await self.control.update_metadata(req.body, req.version)
+
+    async def controlled_shutdown(self, req: protocol.Request, conn: ConnInfo) -> Any:
+        """A broker about to stop asks the controller to move its leadership away first
+        (daemon.controller.Controller.controlled_shutdown); NOT_CONTROLLER (41) from a
+        broker that is not the controller, and from a standalone one."""
+        body = req.body
+        if self.controller is None:
+            return ControlledShutdownResponse(version=req.version, error_code=errors.NOT_CONTROLLER,
+                                              remaining_partitions=[])
+        epoch = body.broker_epoch if req.version >= 2 else -1
+        code, remaining = await asyncio.wrap_future(
+            self.controller.controlled_shutdown(body.broker_id, epoch))
+        R = ControlledShutdownResponse.RemainingPartition
+        return ControlledShutdownResponse(
+            version=req.version, error_code=code,
+            remaining_partitions=[R(topic_name=tp.topic, partition_index=tp.partition)
+                                  for tp in remaining])
 
     # ---- InitProducerId ----
 

@@ -102,6 +102,8 @@ from kafka.protocol.producer import (
 )
 
 from ..wire.messages import (
+    ControlledShutdownRequest,
+    ControlledShutdownResponse,
     LeaderAndIsrRequest,
     LeaderAndIsrResponse,
     StopReplicaRequest,
@@ -232,6 +234,9 @@ SUPPORTED: dict[int, Api] = {a.key: a for a in (
     _api(LeaderAndIsrRequest, LeaderAndIsrResponse, 0, 7),
     _api(StopReplicaRequest, StopReplicaResponse, 0, 4),
     _api(UpdateMetadataRequest, UpdateMetadataResponse, 0, 8),
+    # A broker's request to the controller before it stops (daemon/controller); v0's
+    # header, without a client id, is not taken.
+    _api(ControlledShutdownRequest, ControlledShutdownResponse, 1, 3),
 )}
 
 

@@ -80,6 +80,9 @@ class ControllerContext:
         self.partition_states: dict[TopicPartition, Any] = {}  # state_machines.PartitionState
         self.replica_states: dict[tuple[TopicPartition, int], Any] = {}  # ...ReplicaState
         self.replicas_on_offline_dirs: dict[int, set[TopicPartition]] = {}
+        # Brokers in a controlled shutdown (Kafka's shuttingDownBrokerIds): still live,
+        # still sent requests, but never elected leader.
+        self.shutting_down: set[int] = set()
         self.topics_to_be_deleted: set[str] = set()
         self.topics_with_deletion_started: set[str] = set()
         self.topics_ineligible_for_deletion: set[str] = set()
@@ -93,6 +96,11 @@ class ControllerContext:
     def is_replica_online(self, broker_id: int, tp: TopicPartition) -> bool:
         return (broker_id in self.live_brokers
                 and tp not in self.replicas_on_offline_dirs.get(broker_id, ()))
+
+    def can_lead(self, broker_id: int, tp: TopicPartition) -> bool:
+        """Online, and not in a controlled shutdown (Kafka's isReplicaOnline without
+        the shutting-down brokers): what every leader election asks of a candidate."""
+        return broker_id not in self.shutting_down and self.is_replica_online(broker_id, tp)
 
     # -- topics and partitions ----------------------------------------------------------
 

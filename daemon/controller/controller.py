@@ -59,6 +59,8 @@ log = logging.getLogger("logkeeper.controller")
 NONE = kerr.NoError.errno
 STORAGE_ERROR = kerr.KafkaStorageError.errno
 NOT_CONTROLLER = kerr.NotControllerError.errno
+BROKER_NOT_AVAILABLE = kerr.BrokerNotAvailableError.errno
+STALE_BROKER_EPOCH = kerr.StaleBrokerEpochError.errno
 TOPIC_ALREADY_EXISTS = kerr.TopicAlreadyExistsError.errno
 INVALID_REPLICATION_FACTOR = kerr.InvalidReplicationFactorError.errno
 INVALID_REPLICA_ASSIGNMENT = kerr.InvalidReplicationAssignmentError.errno
@@ -241,6 +243,11 @@ class Controller:
         is not the controller."""
         wanted = None if tps is None else tuple(tps)
         return self.call(lambda: self.reassignments.ongoing(wanted) if self.is_active else None)
+
+    def controlled_shutdown(self, broker_id: int, broker_epoch: int) -> Future:
+        """Future of (error code, partitions it still leads): Kafka's
+        doControlledShutdown for a broker about to stop (docs/controller.md)."""
+        return self.call(lambda: self._controlled_shutdown(broker_id, broker_epoch))
 
     def rebalance_leaders(self) -> Future:
         """Future of the partitions whose preferred replica was made leader again: the
@@ -590,6 +597,7 @@ class Controller:
         log.info("controller: brokers new %s, dead %s, bounced %s", new, dead, bounced)
         for b in bounced + dead:
             self.channel.remove_broker(b)
+            self.ctx.shutting_down.discard(b)  # its controlled shutdown is over
         for b in new + bounced:
             self.channel.add_broker(current[b])
         if new:
@@ -605,6 +613,44 @@ class Controller:
             for b in dead:
                 del live[b]
             self._on_broker_failure(dead)
+
+    def _controlled_shutdown(self, broker_id: int, broker_epoch: int
+                             ) -> tuple[int, list[TopicPartition]]:
+        """Kafka's doControlledShutdown: leadership of the partitions the broker leads
+        moves to another live in-sync replica, and it leaves the ISR of those it follows
+        (StopReplica, without deleting, stops its fetching), so it can stop without a
+        leaderless moment. Partitions of one replica, or being deleted, stay; those no
+        other replica could take are answered as remaining (the broker asks again)."""
+        if not self.is_active:
+            return NOT_CONTROLLER, []
+        info = self.ctx.live_brokers.get(broker_id)
+        if info is None:
+            return BROKER_NOT_AVAILABLE, []
+        if broker_epoch != -1 and broker_epoch < info.epoch:
+            log.info("controller: controlled shutdown of broker %d at epoch %d, before its "
+                     "current %d: answered 77", broker_id, broker_epoch, info.epoch)
+            return STALE_BROKER_EPOCH, []
+        self.ctx.shutting_down.add(broker_id)
+        acted_on = [tp for tp, _ in self.ctx.replicas_on_brokers([broker_id])
+                    if len(self.ctx.replicas(tp)) > 1 and tp in self.ctx.leadership
+                    and not self.ctx.is_topic_queued_for_deletion(tp.topic)]
+        led = [tp for tp in acted_on if self.ctx.leadership[tp].leader == broker_id]
+        followed = [tp for tp in acted_on if self.ctx.leadership[tp].leader != broker_id]
+        batch = RequestBatch()
+        moved = self.partition_sm.elect_for_controlled_shutdown(led, batch)
+        self.send(batch)
+        batch = RequestBatch()
+        self.replica_sm.handle_state_changes([(tp, broker_id) for tp in followed], R.OFFLINE,
+                                             batch)
+        self.send(batch)
+        remaining = sorted(tp for tp in acted_on
+                           if self.ctx.leadership[tp].leader == broker_id)
+        log.info("controller: controlled shutdown of broker %d: leadership of %d partitions "
+                 "moved, it left the ISR of %d, %d still led there%s", broker_id, len(moved),
+                 len(followed), len(remaining),
+                 f" ({', '.join(f'{tp.topic}-{tp.partition}' for tp in remaining)})"
+                 if remaining else "")
+        return NONE, remaining
 
     def _on_broker_startup(self, brokers: list[int]) -> None:
         """docs/controller.md "Brokers"."""
@@ -736,7 +782,7 @@ class Controller:
         def can_lead(tp: TopicPartition, broker: int) -> bool:
             lai = self.ctx.leadership.get(tp)
             return (lai is not None and broker in lai.isr
-                    and self.ctx.is_replica_online(broker, tp))
+                    and self.ctx.can_lead(broker, tp))
 
         due = preferred_elections_due(movable, leaders, can_lead, self.leader_imbalance_percentage)
         if not due:

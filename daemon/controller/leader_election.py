@@ -10,7 +10,7 @@ No function raises for an unelectable partition; None says so.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
@@ -101,6 +101,19 @@ def elect_preferred_leader(assignment: Sequence[int], current: LeaderAndIsr,
     if preferred == current.leader or preferred not in current.isr or not is_online(preferred):
         return None
     return current.new_leader_and_isr(preferred, current.isr, controller_epoch)
+
+
+def elect_controlled_shutdown_leader(assignment: Sequence[int], current: LeaderAndIsr,
+                                     is_online: IsOnline, shutting_down: Collection[int],
+                                     controller_epoch: int) -> LeaderAndIsr | None:
+    """Kafka's ControlledShutdownPartitionLeaderElectionStrategy: the first assigned
+    replica that is online, in the ISR and not shutting down leads; the ISR drops the
+    brokers shutting down. None when no replica can."""
+    isr = [r for r in current.isr if r not in shutting_down]
+    leader = next((r for r in assignment if r in isr and is_online(r)), None)
+    if leader is None:
+        return None
+    return current.new_leader_and_isr(leader, isr, controller_epoch)
 
 
 def elect_reassigned_leader(target: Sequence[int], current: LeaderAndIsr, is_online: IsOnline,

@@ -365,7 +365,7 @@ class PartitionReassignments:
             log.error("%s: no leadership known at the end of its reassignment", tp)
             return False
         batch = RequestBatch()
-        if lai.leader in self.ctx.replicas(tp) and self.ctx.is_replica_online(lai.leader, tp):
+        if lai.leader in self.ctx.replicas(tp) and self.ctx.can_lead(lai.leader, tp):
             self.c.partition_sm.bump_leader_epochs([tp], batch)
             led = True
         else:

@@ -146,7 +146,7 @@ class PartitionStateMachine:
         zk = self._zk()
         for tp in tps:
             replicas = self.ctx.replicas(tp)
-            lai = le.initial_leader_and_isr(replicas, lambda r, tp=tp: self.ctx.is_replica_online(r, tp),
+            lai = le.initial_leader_and_isr(replicas, lambda r, tp=tp: self.ctx.can_lead(r, tp),
                                             self.ctx.epoch)
             if lai is None:
                 log.error("%s: no online replica among %s; it stays New", tp, list(replicas))
@@ -182,7 +182,7 @@ class PartitionStateMachine:
         def choose(tp: TopicPartition, current: LeaderAndIsr) -> LeaderAndIsr | str:
             replicas = self.ctx.replicas(tp)
             new = le.elect_reassigned_leader(replicas, current,
-                                             lambda r: self.ctx.is_replica_online(r, tp), self.ctx.epoch)
+                                             lambda r: self.ctx.can_lead(r, tp), self.ctx.epoch)
             if new is None:
                 return (f"none of the reassigned replicas {list(replicas)} is online and in the "
                         f"ISR {list(current.isr)}")
@@ -192,6 +192,23 @@ class PartitionStateMachine:
         for tp in elected:
             self.ctx.partition_states[tp] = P.ONLINE
         return elected
+
+    def elect_for_controlled_shutdown(self, tps: Iterable[TopicPartition], batch: RequestBatch
+                                      ) -> dict[TopicPartition, LeaderAndIsr]:
+        """Kafka's ControlledShutdownPartitionLeaderElectionStrategy, for partitions a
+        broker in a controlled shutdown leads: the first assigned replica that is live,
+        in the ISR and not shutting down leads; the ISR loses the brokers shutting
+        down. Returns the elected; the others stay led where they are."""
+        def choose(tp: TopicPartition, current: LeaderAndIsr) -> LeaderAndIsr | str:
+            new = le.elect_controlled_shutdown_leader(
+                self.ctx.replicas(tp), current, lambda r: self.ctx.can_lead(r, tp),
+                self.ctx.shutting_down, self.ctx.epoch)
+            if new is None:
+                return (f"no other live in-sync replica (ISR {list(current.isr)}) can take over "
+                        "from a broker in a controlled shutdown; it stays led there")
+            return new
+
+        return self._elect_leaders(list(tps), batch, choose)
 
     def bump_leader_epochs(self, tps: Iterable[TopicPartition], batch: RequestBatch
                            ) -> dict[TopicPartition, LeaderAndIsr]:
@@ -204,7 +221,7 @@ class PartitionStateMachine:
     def _preferred_choice(self, tp: TopicPartition, current: LeaderAndIsr) -> LeaderAndIsr | str:
         replicas = self.ctx.replicas(tp)
         new = le.elect_preferred_leader(replicas, current,
-                                        lambda r: self.ctx.is_replica_online(r, tp), self.ctx.epoch)
+                                        lambda r: self.ctx.can_lead(r, tp), self.ctx.epoch)
         if new is None:
             return (f"preferred replica {replicas[0] if replicas else None} cannot lead "
                     f"(leader {current.leader}, ISR {list(current.isr)})")
@@ -219,7 +236,7 @@ class PartitionStateMachine:
                 unclean[tp.topic] = force_unclean or unclean_enabled(
                     self._zk().topic_config(tp.topic), self.default_unclean)
             new = le.elect_offline_leader(self.ctx.replicas(tp), current,
-                                          lambda r: self.ctx.is_replica_online(r, tp),
+                                          lambda r: self.ctx.can_lead(r, tp),
                                           unclean[tp.topic], self.ctx.epoch)
             if new is None:
                 return (f"no live in-sync replica among ISR {list(current.isr)} (unclean "
