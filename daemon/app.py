@@ -719,14 +719,7 @@ class Server:
         self.state = "stopping"
         if (serving and self.cluster is not None and self.fatal is None
                 and self.config["controlled.shutdown.enable"]):
-            # Still serving: clients are answered NOT_LEADER_OR_FOLLOWER as leadership
-            # moves, and follow it to the new leaders.
-            await controlled_shutdown.run(
-                self._ask_controlled_shutdown,
-                retries=self.config["controlled.shutdown.max.retries"],
-                backoff=self.config["controlled.shutdown.retry.backoff.ms"] / 1000,
-                others_live=lambda: any(b != self.config.broker_id
-                                        for b in self.replicas.leadership.live_brokers()))
+            await self._controlled_shutdown()
         self.handlers.stopping.set()
         self.connections.stop_accepting()  # stop accepting first
         if self.controller is not None:
@@ -756,6 +749,20 @@ class Server:
             return 1
         log.info("stopped cleanly: checkpoints and clean-shutdown markers written")
         return 0
+
+    async def _controlled_shutdown(self) -> None:
+        """Before anything stops: leadership moved to other brokers while this one still
+        serves, so clients are answered NOT_LEADER_OR_FOLLOWER and follow it."""
+        assert self.cluster is not None
+        if not self.cluster.connected:  # the controller could write no new leadership
+            log.warning("controlled shutdown skipped: ZooKeeper is not reachable")
+            return
+        await controlled_shutdown.run(
+            self._ask_controlled_shutdown,
+            retries=self.config["controlled.shutdown.max.retries"],
+            backoff=self.config["controlled.shutdown.retry.backoff.ms"] / 1000,
+            others_live=lambda: any(b != self.config.broker_id
+                                    for b in self.replicas.leadership.live_brokers()))
 
     async def _ask_controlled_shutdown(self) -> controlled_shutdown.Answer | str:
         """One ControlledShutdown asked of the controller, or why it could not be."""

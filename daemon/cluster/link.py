@@ -197,6 +197,11 @@ class ClusterLink:
 
     # ---- what the daemon calls (thread-safe, non-blocking) ----
 
+    @property
+    def connected(self) -> bool:
+        """Whether the ZooKeeper session is connected now."""
+        return self._connected.is_set()
+
     def announce_log_dir_event(self, log_dir: str) -> None:
         """Queue one LogDirFailure notification (OFFLINE or SATURATED transition)."""
         with self._lock:
