@@ -208,7 +208,12 @@ class PartitionStateMachine:
                         "from a broker in a controlled shutdown; it stays led there")
             return new
 
-        return self._elect_leaders(list(tps), batch, choose)
+        # Those without a candidate by the leadership known here are left out before
+        # ZooKeeper is read (the controller's summary names them); the rest are elected
+        # on their state as ZooKeeper has it.
+        movable = [tp for tp in tps if tp in self.ctx.leadership
+                   and not isinstance(choose(tp, self.ctx.leadership[tp]), str)]
+        return self._elect_leaders(movable, batch, choose)
 
     def bump_leader_epochs(self, tps: Iterable[TopicPartition], batch: RequestBatch
                            ) -> dict[TopicPartition, LeaderAndIsr]:

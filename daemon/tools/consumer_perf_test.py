@@ -173,10 +173,17 @@ def _run(args: argparse.Namespace) -> int:
 
     join_ms = 0  # the whole run's time in rebalances
     join_in_round = 0  # since the last detailed line
-    join_start = start_ms = time.time_ns() // 1_000_000
+    # Durations on the monotonic clock (a step of the wall clock distorts no rate); the
+    # times printed are the wall clock's at the start plus those durations.
+    wall_start, mono_start = time.time_ns() // 1_000_000, time.monotonic_ns() // 1_000_000
 
     def now_ms() -> int:
-        return time.time_ns() // 1_000_000
+        return time.monotonic_ns() // 1_000_000
+
+    def wall(mono_ms: int) -> int:
+        return wall_start + mono_ms - mono_start
+
+    join_start = start_ms = now_ms()
 
     def revoked(_consumer: Any, _parts: Any) -> None:
         nonlocal join_start
@@ -210,7 +217,7 @@ def _run(args: argparse.Namespace) -> int:
                     if args.show_detailed_stats:
                         elapsed = current - last_report
                         fetch_ms = elapsed - join_in_round
-                        print(f"{fmt(current)}, 0, {nbytes / MB:.4f}, "
+                        print(f"{fmt(wall(current))}, 0, {nbytes / MB:.4f}, "
                               f"{_rate((nbytes - last_bytes) / MB, elapsed)}, {read}, "
                               f"{_rate(read - last_read, elapsed)}, {join_in_round}, {fetch_ms}, "
                               f"{_rate((nbytes - last_bytes) / MB, fetch_ms) if fetch_ms > 0 else '0.0000'}, "
@@ -238,7 +245,7 @@ def _run(args: argparse.Namespace) -> int:
         elapsed = end_ms - start_ms
         fetch_ms = elapsed - join_ms
         mb = nbytes / MB
-        print(f"{fmt(start_ms)}, {fmt(end_ms)}, {mb:.4f}, {_rate(mb, elapsed)}, {read}, "
+        print(f"{fmt(wall(start_ms))}, {fmt(wall(end_ms))}, {mb:.4f}, {_rate(mb, elapsed)}, {read}, "
               f"{_rate(read, elapsed)}, {join_ms}, {fetch_ms}, {_rate(mb, fetch_ms)}, "
               f"{_rate(read, fetch_ms)}", flush=True)
     if args.print_metrics:
