@@ -753,10 +753,11 @@ class Server:
     async def _controlled_shutdown(self) -> None:
         """Before anything stops: leadership moved to other brokers while this one still
         serves, so clients are answered NOT_LEADER_OR_FOLLOWER and follow it."""
-        assert self.cluster is not None
+        assert self.cluster is not None and self.handlers.control is not None
         if not self.cluster.connected:  # the controller could write no new leadership
             log.warning("controlled shutdown skipped: ZooKeeper is not reachable")
             return
+        self.handlers.control.shutting_down = True
         await controlled_shutdown.run(
             self._ask_controlled_shutdown,
             retries=self.config["controlled.shutdown.max.retries"],

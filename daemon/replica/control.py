@@ -76,6 +76,10 @@ class ControlRequests:
         self.log_config_of = log_config_of
         self.on_leadership = on_leadership  # what this broker leads may have changed
         self.controller_epoch = -1  # the newest controller epoch seen
+        # In a controlled shutdown: a partition whose leadership moved away is not
+        # followed, so this broker does not fetch its way back into the ISR (and hold up
+        # acks=all) in the moments before it stops.
+        self.shutting_down = False
         self._lock = asyncio.Lock()
 
     # ---- request level ----
@@ -180,7 +184,9 @@ class ControlRequests:
             else:
                 self.isr.resign(tp)
         if self.fetchers is not None:
-            if s.leader >= 0 and not leads:
+            if s.leader >= 0 and not leads and self.shutting_down:
+                self.fetchers.unfollow([tp])
+            elif s.leader >= 0 and not leads:
                 try:
                     await self.fetchers.follow(tp, s.leader, s.leader_epoch)
                 except (StorageError, OSError) as err:  # its dir failed under the hop
