@@ -41,6 +41,9 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "consumer-perf-test": ("daemon.tools.consumer_perf_test",
                            "read records in a group and print throughput "
                            "(kafka-consumer-perf-test.sh)"),
+    "broker-api-versions": ("daemon.tools.broker_api_versions",
+                            "the request versions every broker serves "
+                            "(kafka-broker-api-versions.sh)"),
     "dev-cluster": ("daemon.tools.dev_cluster", "run a local ZooKeeper and N brokers"),
     "audit": ("spark_audit.main", "audit segment integrity across hosts with PySpark"),
 }
