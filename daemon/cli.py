@@ -41,6 +41,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "consumer-perf-test": ("daemon.tools.consumer_perf_test",
                            "read records in a group and print throughput "
                            "(kafka-consumer-perf-test.sh)"),
+    "e2e-latency": ("daemon.tools.e2e_latency",
+                    "the time from sending a record to reading it back (kafka-e2e-latency.sh)"),
     "broker-api-versions": ("daemon.tools.broker_api_versions",
                             "the request versions every broker serves "
                             "(kafka-broker-api-versions.sh)"),

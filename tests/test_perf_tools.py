@@ -258,3 +258,37 @@ def test_consumer_bad_input_is_refused(daemon: Daemon, args: list[str], message:
     groups = AdminClient({"bootstrap.servers": daemon.bootstrap}).list_consumer_groups() \
         .result(10).valid
     assert "never-group" not in {g.group_id for g in groups}
+
+
+def test_e2e_latency_reads_back_each_record_it_sends(daemon: Daemon) -> None:
+    """kafka-e2e-latency.sh: a topic it does not find is created (1 partition); each
+    record is read back before the next is sent; Kafka's report lines."""
+    r = tool("e2e-latency", daemon.bootstrap, "latency", "1200", "all", "64")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == ('Topic "latency" does not exist. Will create topic with 1 partition(s) '
+                        "and replication factor = 1")
+    assert [line.split("\t")[0] for line in lines[1:3]] == ["0", "1000"]
+    assert all(float(line.split("\t")[1]) > 0 for line in lines[1:3])
+    assert re.fullmatch(r"Avg latency: \d+\.\d{4} ms", lines[3])
+    p50, p99, p999 = map(int, re.fullmatch(
+        r"Percentiles: 50th = (\d+), 99th = (\d+), 99\.9th = (\d+)", lines[4]).groups())
+    assert p50 <= p99 <= p999
+    assert log_end_offsets(daemon, "latency") == {0: 1200}
+    values = [m.value() for m in read_values(daemon, "latency", 1200)]
+    assert all(len(v) == 64 and len(set(v)) == 1 and 65 <= v[0] <= 90 for v in values)
+    # A second run on the existing topic reads only its own records, from the log end.
+    r = tool("e2e-latency", daemon.bootstrap, "latency", "10", "1", "8")
+    assert r.returncode == 0, r.stderr
+    assert "does not exist" not in r.stdout
+    assert log_end_offsets(daemon, "latency") == {0: 1210}
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["t", "5", "0", "10"], "Latency testing requires synchronous acknowledgement. Please use 1 or all"),
+    (["t", "0", "1", "10"], "num_messages should be greater than zero"),
+    (["t", "5", "1"], "the following arguments are required: message_size_bytes"),
+])
+def test_e2e_latency_bad_input(daemon: Daemon, args: list[str], message: str) -> None:
+    r = tool("e2e-latency", daemon.bootstrap, *args)
+    assert r.returncode == 2 and message in r.stderr, r.stderr
