@@ -82,8 +82,10 @@ class GroupApis:
         """The coordinator of `key` (a group id), at its endpoint on `listener`, the
         listener the request came on."""
         if key_type != KEY_TYPE_GROUP:
-            return (errors.INVALID_REQUEST, "only group coordinators (key type 0) are served: "
-                    "transactions are not", -1, "", -1)
+            # The one refusal every client takes as final at once (librdkafka, the Java
+            # client and kafka-python retry the others until their timeout): its
+            # transactional id may not be used here, with the reason said.
+            return errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, errors.NO_TRANSACTIONS, -1, "", -1
         if not key:
             return errors.INVALID_REQUEST, "an empty group id", -1, "", -1
         p = self.coordinator.partition_of(key)

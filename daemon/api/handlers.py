@@ -816,8 +816,10 @@ class Handlers:
             return InitProducerIdResponse(throttle_time_ms=0,
                                           error_code=code, producer_id=pid, producer_epoch=epoch)
 
-        if req.body.transactional_id is not None:
-            return answer(errors.INVALID_REQUEST)
+        if req.body.transactional_id is not None:  # see FindCoordinator (groups.py)
+            log.info("InitProducerId for transactional id %r from %s refused: %s",
+                     req.body.transactional_id, conn.peer, errors.NO_TRANSACTIONS)
+            return answer(errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
         try:
             return answer(errors.NONE, await self.producer_ids.next_id(), 0)
         except Exception as err:  # noqa: BLE001 - ZooKeeper away: the client retries
