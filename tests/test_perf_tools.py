@@ -218,12 +218,12 @@ def test_consumer_perf_test_reads_the_topic_in_a_group_and_commits(daemon: Daemo
 
 def test_consumer_timeout_formats_and_detailed_stats(daemon: Daemon) -> None:
     r = tool("consumer-perf-test", "--bootstrap-server", daemon.bootstrap, "--topic", "cperf",
-             "--messages", "4000", "--timeout", "5000", "--hide-header",
+             "--messages", "4000", "--timeout", "8000", "--hide-header",
              "--date-format", "yyyy-MM-dd'T'HH:mm:ss")
     assert r.returncode == 0, r.stderr
     warning, line = r.stdout.splitlines()
     assert warning == ("WARNING: Exiting before consuming the expected number of messages: "
-                       "timeout (5000 ms) exceeded. You can use the --timeout option to "
+                       "timeout (8000 ms) exceeded. You can use the --timeout option to "
                        "increase the timeout.")
     fields = line.split(", ")
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d", fields[0]) and fields[4] == "3000"
