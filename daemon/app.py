@@ -417,7 +417,7 @@ class Server:
         if self.isr is None:  # standalone: a one-broker cluster, its own controller
             return ReplicationSnapshot(leader_count=leaders, active_controller=1,
                                        offline_partitions=self.replicas.offline_count(),
-                                       global_topics=len(self.replicas.topics()),
+                                       global_topics=len({tp.topic for tp in self.replicas.partitions}),
                                        global_partitions=len(self.replicas.partitions),
                                        move_lags=move_lags)
         ctl = self.controller

@@ -83,15 +83,12 @@ def _json(obj: object) -> bytes:
     return json.dumps(obj, separators=(",", ":")).encode()
 
 
-def broker_payload(broker_id: int, host: str, port: int, *, rack: str | None = None,
-                   now_ms: int | None = None,
-                   listeners: Sequence[tuple[str, str, int]] | None = None) -> bytes:
+def broker_payload(broker_id: int, listeners: Sequence[tuple[str, str, int]], *,
+                   rack: str | None = None, now_ms: int | None = None) -> bytes:
     """This broker's `/brokers/ids/<id>` JSON: its endpoints, one per advertised listener
-    (`listeners`: (name, host, port); by default one PLAINTEXT endpoint at host:port),
-    each a PLAINTEXT one, and its rack."""
+    ((name, host, port), each a PLAINTEXT one), and its rack."""
     ts = int(time.time() * 1000) if now_ms is None else now_ms
-    endpoints = tuple(znodes.BrokerEndpoint(name, h, p)
-                      for name, h, p in (listeners or (("PLAINTEXT", host, port),)))
+    endpoints = tuple(znodes.BrokerEndpoint(name, h, p) for name, h, p in listeners)
     return znodes.encode_broker(znodes.BrokerRegistration(broker_id, endpoints, ts, rack=rack))
 
 
@@ -126,8 +123,9 @@ class ClusterLink:
         self.broker_id = broker_id
         self.on_registered = on_registered
         self.broker_epoch = -1  # czxid of our /brokers/ids node (docs/cluster.md "Znodes")
-        self.host, self.port = host, port
-        self.listeners = tuple(listeners) if listeners else None  # (name, host, port)
+        # The advertised endpoints (name, host, port) it registers; by default one
+        # PLAINTEXT endpoint at host:port.
+        self.listeners = tuple(listeners) if listeners else (("PLAINTEXT", host, port),)
         self.rack = rack  # broker.rack, in the registration
         self.client = KazooClient(hosts=hosts, timeout=session_timeout,
                                   connection_retry={"max_tries": -1, "max_delay": 2})
@@ -423,8 +421,7 @@ class ClusterLink:
 
     def _register(self) -> None:
         self._ensure_path("/brokers/ids")
-        data = broker_payload(self.broker_id, self.host, self.port, rack=self.rack,
-                              listeners=self.listeners)
+        data = broker_payload(self.broker_id, self.listeners, rack=self.rack)
         try:
             _, stat = self._wait(self.client.create_async(self.broker_path, data, ephemeral=True,
                                                          include_data=True))

@@ -42,7 +42,7 @@ from typing import Any
 
 from .client import add_broker_options, bootstrap_of, run_tool
 from .console import load_properties
-from .perf import ClientStats, open_client, rdkafka_config
+from .perf import ClientStats, monotonic_ms, open_client, rdkafka_config, reach
 
 DEFAULT_DATE_FORMAT = "yyyy-MM-dd HH:mm:ss:SSS"
 HEADER = ("data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, nMsg.sec, rebalance.time.ms, "
@@ -162,10 +162,10 @@ def _run(args: argparse.Namespace) -> int:
         config.update(client_stats.config())
     consumer = open_client(ck.Consumer, config)
     try:
-        consumer.list_topics(timeout=10)
-    except ck.KafkaException as err:
+        reach(consumer, bootstrap)
+    except ValueError:
         consumer.close()
-        raise ValueError(f"no broker at {bootstrap}: {err.args[0].str()}") from None
+        raise
 
     if not args.hide_header:
         first = "time, threadId" if args.show_detailed_stats else "start.time, end.time"
@@ -175,10 +175,8 @@ def _run(args: argparse.Namespace) -> int:
     join_in_round = 0  # since the last detailed line
     # Durations on the monotonic clock (a step of the wall clock distorts no rate); the
     # times printed are the wall clock's at the start plus those durations.
-    wall_start, mono_start = time.time_ns() // 1_000_000, time.monotonic_ns() // 1_000_000
-
-    def now_ms() -> int:
-        return time.monotonic_ns() // 1_000_000
+    wall_start, mono_start = time.time_ns() // 1_000_000, monotonic_ms()
+    now_ms = monotonic_ms
 
     def wall(mono_ms: int) -> int:
         return wall_start + mono_ms - mono_start

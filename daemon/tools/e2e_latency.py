@@ -28,7 +28,7 @@ from typing import Any
 
 from .client import run_tool
 from .console import load_properties
-from .perf import open_client, rdkafka_config
+from .perf import open_client, rdkafka_config, reach
 
 POLL_TIMEOUT_S = 60.0
 REPORT_EVERY = 1000
@@ -73,10 +73,7 @@ def _run(args: argparse.Namespace) -> int:
         **common, "group.id": f"test-group-{int(time.time() * 1000)}",
         "enable.auto.commit": False, "auto.offset.reset": "latest", "fetch.wait.max.ms": 0})
     try:
-        try:
-            topics = consumer.list_topics(timeout=10).topics
-        except ck.KafkaException as err:
-            raise ValueError(f"no broker at {args.broker_list}: {err.args[0].str()}") from None
+        topics = reach(consumer, args.broker_list).topics
         if args.topic not in topics:
             print(f'Topic "{args.topic}" does not exist. Will create topic with 1 partition(s) '
                   "and replication factor = 1")

@@ -83,6 +83,24 @@ def open_client(client_class: Any, config: Mapping[str, Any]) -> Any:
             raise ValueError(f"client config: {text}") from None
 
 
+def reach(client: Any, bootstrap: str) -> Any:
+    """The cluster's metadata as `client` gets it; ValueError naming the address when no
+    broker answers within 10 s (the tools then stop before measuring anything)."""
+    from confluent_kafka import KafkaException
+
+    try:
+        return client.list_topics(timeout=10)
+    except KafkaException as err:
+        raise ValueError(f"no broker at {bootstrap}: {err.args[0].str()}") from None
+
+
+def monotonic_ms() -> int:
+    """Milliseconds on the monotonic clock, which the tools time everything by: a step
+    of the wall clock (a VM's clock being set) must neither stop a throttle nor
+    distort a rate or a latency."""
+    return time.monotonic_ns() // 1_000_000
+
+
 class ClientStats:
     """The last statistics document librdkafka emitted (`stats_cb`), for
     `--print-metrics`: Kafka's tools print their client's metrics at the end."""

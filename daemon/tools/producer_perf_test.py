@@ -43,7 +43,7 @@ from typing import Any
 
 from .client import add_broker_options, bootstrap_of, run_tool
 from .console import key_values, load_properties
-from .perf import ClientStats, open_client, rdkafka_config
+from .perf import ClientStats, monotonic_ms, open_client, rdkafka_config, reach
 
 REPORTING_INTERVAL_MS = 5000
 MAX_SAMPLES = 500_000
@@ -53,19 +53,13 @@ ERRORS_SHOWN = 10
 _LETTERS = bytes(65 + b % 26 for b in range(256))
 
 
-def _now_ms() -> int:
-    """Milliseconds on the monotonic clock: a step of the wall clock (a VM's clock being
-    set) must neither stop the throttle nor distort a rate or a latency."""
-    return time.monotonic_ns() // 1_000_000
-
-
 class Stats:
     """Kafka's ProducerPerformance.Stats: totals, the current window, and a sample of
     the latencies for the percentiles."""
 
     def __init__(self, num_records: int, reporting_interval_ms: int, out: Any):
         self.out = out
-        self.start = self.window_start = _now_ms()
+        self.start = self.window_start = monotonic_ms()
         self.sampling = max(1, num_records // min(num_records, MAX_SAMPLES))
         self.latencies: list[int] = []
         self.iteration = 0
@@ -74,7 +68,7 @@ class Stats:
         self._new_window()
 
     def _new_window(self) -> None:
-        self.window_start = _now_ms()
+        self.window_start = monotonic_ms()
         self.window_count = self.window_bytes = self.window_max = self.window_total = 0
 
     def record(self, latency: int, nbytes: int, now: int) -> None:
@@ -94,7 +88,7 @@ class Stats:
             self._new_window()
 
     def print_window(self) -> None:
-        elapsed = max(1, _now_ms() - self.window_start)
+        elapsed = max(1, monotonic_ms() - self.window_start)
         print(f"{self.window_count} records sent, {1000.0 * self.window_count / elapsed:.1f} "
               f"records/sec ({1000.0 * self.window_bytes / elapsed / (1 << 20):.2f} MB/sec), "
               f"{self.window_total / max(1, self.window_count):.1f} ms avg latency, "
@@ -107,7 +101,7 @@ class Stats:
         return [ordered[min(len(ordered) - 1, int(p * len(ordered)))] for p in ps]
 
     def print_total(self) -> None:
-        elapsed = max(1, _now_ms() - self.start)
+        elapsed = max(1, monotonic_ms() - self.start)
         p50, p95, p99, p999 = self.percentiles(0.5, 0.95, 0.99, 0.999)
         avg = self.total_latency / self.count if self.count else 0.0
         print(f"{self.count} records sent, {1000.0 * self.count / elapsed:.1f} records/sec "
@@ -228,10 +222,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.print_metrics:
         config.update(client_stats.config())
     producer = open_client(ck.Producer, config)
-    try:
-        producer.list_topics(timeout=10)
-    except ck.KafkaException as err:
-        raise ValueError(f"no broker at {bootstrap}: {err.args[0].str()}") from None
+    reach(producer, bootstrap)
 
     rng = random.Random(0)
     if payloads:
@@ -252,7 +243,7 @@ def _run(args: argparse.Namespace) -> int:
     def delivered(send_ms: int, nbytes: int) -> Callable[[Any, Any], None]:
         def done(err: Any, _msg: Any) -> None:
             nonlocal failed
-            now = _now_ms()
+            now = monotonic_ms()
             if err is None:
                 stats.record(now - send_ms, nbytes, now)
                 return
@@ -267,7 +258,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         for i in range(args.num_records):
             value = payload(i)
-            send_ms = _now_ms()
+            send_ms = monotonic_ms()
             while True:
                 try:
                     producer.produce(args.topic, value, on_delivery=delivered(send_ms, len(value)))
