@@ -24,6 +24,7 @@ from kafka.protocol.producer import ProduceRequest
 from logstore.records import Codec, Record, build_batch, iter_batches
 from tests.cluster_helpers import Cluster, wait_for
 from tests.daemon_helpers import Daemon, RawClient, running
+from tests.test_cluster_configs import describe_on
 from tests.test_daemon_fetch import fetch
 from tests.test_replication import create, replicas_identical
 
@@ -180,6 +181,11 @@ def test_followers_copy_the_leaders_recompressed_batches(tmp_path: Path) -> None
         create(cl, "lz", 2)
         admin = AdminClient({"bootstrap.servers": cl.brokers[1].bootstrap})
         _set(admin, "lz", compression_type="lz4")
+        # A topic config reaches the other brokers through its change notification,
+        # after the answer (as in Kafka): wait until every leader applies it.
+        for b in cl.brokers:
+            wait_for(lambda b=b: describe_on(cl, b, "lz")["compression.type"] == "lz4", 20,
+                     f"broker {b} to apply compression.type=lz4")
         p = ck.Producer({"bootstrap.servers": cl.brokers[1].bootstrap, "acks": "all",
                          "compression.type": "gzip", "linger.ms": 20})
         for i in range(400):
