@@ -30,6 +30,7 @@ import random
 import resource
 import signal
 import socket
+import ssl
 import sys
 import time
 from typing import Any
@@ -98,6 +99,10 @@ class Server:
         # cache UpdateMetadata fills; standalone: this broker leads everything.
         self.controller: Controller | None = None
         self.metadata_cache: MetadataCache | None = None
+        # An SSL inter-broker listener: followers, the controller and a stopping broker
+        # reach the other brokers over TLS, with this listener's keystore and truststore.
+        ib_tls = config.tls.get(config.inter_broker_listener)
+        self.inter_broker_tls = ib_tls.client_context() if ib_tls is not None else None
         leadership: Standalone | ClusterLeadership = Standalone(config.broker_id,
                                                                 config["broker.rack"])
         self.isr: IsrManager | None = None
@@ -182,6 +187,7 @@ class Server:
                                    self.replicas.high_watermark_moved,
                                    self.metrics.replication_bytes_in.inc),
                 endpoint, backoff=config["replica.fetch.backoff.ms"] / 1000,
+                tls_context=self.inter_broker_tls,
                 quota=self.quotas.follower,
                 max_wait_ms=config["replica.fetch.wait.max.ms"],
                 min_bytes=config["replica.fetch.min.bytes"],
@@ -562,8 +568,14 @@ class Server:
         self._log_recovery(time.monotonic() - started)
         for lst in self.config.listeners:
             try:
-                self.bound[lst.name] = await self.connections.listen(lst.name, lst.host or None,
-                                                                     lst.port)
+                tls = self.config.tls.get(lst.name)
+                self.bound[lst.name] = await self.connections.listen(
+                    lst.name, lst.host or None, lst.port,
+                    tls.server_context() if tls is not None else None)
+            except ssl.SSLError as err:  # OpenSSL refused the key material (too weak, ...)
+                log.error("cannot serve TLS on %s: %s", lst, err)
+                await self._shutdown()
+                return 1
             except OSError as err:
                 log.error("cannot listen on %s: %s", lst, err.strerror or err)
                 await self._shutdown()
@@ -579,6 +591,8 @@ class Server:
             f"{name} {h}:{p}" + (f" (advertised as {self.advertised[name][0]}:"
                                  f"{self.advertised[name][1]})" if name in self.advertised
                                  else " (not advertised)")
+            + (f" with TLS as {self.config.tls[name].subject}, client certificates "
+               f"{self.config.tls[name].client_auth}" if name in self.config.tls else "")
             for name, (h, p) in self.bound.items())
         log.info("serving Kafka protocol on %s (broker.id %d, %d partitions, %d log dirs)",
                  served, self.config.broker_id, len(self.replicas.partitions),
@@ -658,7 +672,8 @@ class Server:
             default_replication_factor=self.config["default.replication.factor"],
             unclean_leader_election=self.config["unclean.leader.election.enable"],
             delete_topic_enable=self.config["delete.topic.enable"],
-            leader_imbalance_percentage=self.config["leader.imbalance.per.broker.percentage"])
+            leader_imbalance_percentage=self.config["leader.imbalance.per.broker.percentage"],
+            tls_context=self.inter_broker_tls)
         self.handlers.controller = self.controller
         self._controller_started = False
         self.monitor.cluster = self.transitions.cluster = self.cluster
@@ -785,7 +800,7 @@ class Server:
             return f"the controller, broker {cid}, has no endpoint known here"
         try:
             return await asyncio.to_thread(controlled_shutdown.ask, ep.host, ep.port, me, epoch,
-                                           timeout=timeout)
+                                           timeout=timeout, tls_context=self.inter_broker_tls)
         except (OSError, ValueError, protocol.ProtocolError) as err:
             return f"asking the controller, broker {cid} at {ep.host}:{ep.port}, failed: {err}"
 

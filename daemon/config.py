@@ -51,6 +51,7 @@ from logstore.config import (
 )
 
 from .kafka_keys import KAFKA_BROKER_KEYS
+from .security import tls
 
 
 class ConfigError(ValueError):
@@ -227,6 +228,11 @@ def _advertised_listeners(value: Any) -> tuple[Listener, ...] | None:
 # Kafka's SecurityProtocol names, and its default listener.security.protocol.map.
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 DEFAULT_PROTOCOL_MAP = tuple((p, p) for p in SECURITY_PROTOCOLS)
+SERVED_PROTOCOLS = ("PLAINTEXT", "SSL")
+# Kafka's PASSWORD-type keys: DescribeConfigs never shows their values.
+SENSITIVE_KEYS = frozenset({"ssl.keystore.password", "ssl.key.password", "ssl.keystore.key",
+                            "ssl.keystore.certificate.chain", "ssl.truststore.password",
+                            "ssl.truststore.certificates"})
 
 
 def _protocol_map(value: Any) -> tuple[tuple[str, str], ...]:
@@ -258,9 +264,45 @@ def _inter_broker_protocol(value: Any) -> str:
     name = _listener_name(value)
     if name not in SECURITY_PROTOCOLS:
         raise ValueError(f"expected one of {', '.join(SECURITY_PROTOCOLS)}, got {value!r}")
-    if name != "PLAINTEXT":
-        raise ValueError(f"{name}: only PLAINTEXT is served (TLS and SASL are not)")
+    if name not in SERVED_PROTOCOLS:
+        raise ValueError(f"{name}: only PLAINTEXT and SSL are served (SASL is not)")
     return name
+
+
+def _optional_text(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ValueError(f"expected a string, got {value!r}")
+    return value if value.strip() else None  # Kafka's empty value: not set
+
+
+def _keystore_type(value: Any) -> str:
+    if not isinstance(value, str) or value.strip().upper() not in tls.KEYSTORE_TYPES:
+        raise ValueError(f"expected one of {', '.join(tls.KEYSTORE_TYPES)}, got {value!r}")
+    return value.strip().upper()
+
+
+def _tls_protocols(value: Any) -> tuple[str, ...]:
+    protocols = _names(value)
+    for p in protocols:
+        if p not in tls.TLS_VERSIONS and p not in tls.OLD_TLS_VERSIONS:
+            raise ValueError(f"{p} is not a TLS protocol version (TLSv1.2, TLSv1.3)")
+    return protocols
+
+
+def _ssl_protocol(value: Any) -> str:
+    if not isinstance(value, str) or value.strip() not in tls.SSL_PROTOCOLS + tls.OLD_TLS_VERSIONS:
+        raise ValueError(f"expected one of {', '.join(tls.SSL_PROTOCOLS)}, got {value!r}")
+    return value.strip()
+
+
+def _endpoint_identification(value: Any) -> str:
+    if value is None or (isinstance(value, str) and value.strip() == ""):
+        return ""
+    if not isinstance(value, str) or value.strip().lower() != "https":
+        raise ValueError(f"expected https or nothing, got {value!r}")
+    return "https"
 
 
 def _compression_type(value: Any) -> str:
@@ -365,8 +407,8 @@ KEYS: dict[str, Key] = {k.name: k for k in (
     Key("log.dir", list, None, _log_dirs, "used when log.dirs is not given (Kafka's rule)"),
     Key("listeners", str, (Listener("PLAINTEXT", "127.0.0.1", 9092),), _listeners,
         "the Kafka protocol endpoints bound, NAME://host:port[,...] (empty host: every "
-        "interface), each on its own port; every one a PLAINTEXT listener (besides a KRaft "
-        "file's controller listeners)"),
+        "interface), each on its own port; each a PLAINTEXT or SSL listener (besides a "
+        "KRaft file's controller listeners)"),
     Key("advertised.listeners", str, None, _advertised_listeners,
         "the endpoints Metadata and ZooKeeper give clients, by listener name (a client is "
         "told the brokers' endpoints of the listener it connected to); default: listeners "
@@ -374,13 +416,47 @@ KEYS: dict[str, Key] = {k.name: k for k in (
         "Kafka)"),
     Key("listener.security.protocol.map", str, DEFAULT_PROTOCOL_MAP, _protocol_map,
         "each listener name's security protocol (default: PLAINTEXT, SSL, SASL_PLAINTEXT "
-        "and SASL_SSL to themselves); only PLAINTEXT listeners are served"),
+        "and SASL_SSL to themselves); PLAINTEXT and SSL listeners are served"),
     Key("inter.broker.listener.name", str, None, _listener_name,
         "the listener brokers and the controller reach each other on; default: the one "
         "security.inter.broker.protocol names, or the only one"),
     Key("security.inter.broker.protocol", str, "PLAINTEXT", _inter_broker_protocol,
         "the inter-broker listener's name when inter.broker.listener.name is not set "
-        "(PLAINTEXT, the only protocol served)"),
+        "(PLAINTEXT or SSL)"),
+    # TLS (daemon.security.tls), Kafka's keys and defaults; each may be given for one
+    # listener as listener.name.<listener>.<key>.
+    Key("ssl.keystore.type", str, "JKS", _keystore_type,
+        "PKCS12 or PEM (a JKS file is refused with the keytool command that converts it; "
+        "a PKCS12 or PEM file under the default JKS is read as what it is)"),
+    Key("ssl.keystore.location", str, None, _optional_text,
+        "an SSL listener's key and certificate chain: a PKCS12 file, or a PEM file with "
+        "the private key and the chain (this broker's certificate first)"),
+    Key("ssl.keystore.password", str, None, _optional_text, "opens a PKCS12 keystore"),
+    Key("ssl.key.password", str, None, _optional_text, "decrypts an encrypted PEM key"),
+    Key("ssl.keystore.key", str, None, _optional_text,
+        "the private key as PEM text (ssl.keystore.type=PEM, instead of a location)"),
+    Key("ssl.keystore.certificate.chain", str, None, _optional_text,
+        "the certificate chain as PEM text (with ssl.keystore.key)"),
+    Key("ssl.truststore.type", str, "JKS", _keystore_type,
+        "PKCS12 or PEM, as ssl.keystore.type"),
+    Key("ssl.truststore.location", str, None, _optional_text,
+        "the CAs a client's or another broker's certificate must chain to (PKCS12 or "
+        "PEM); unset: the system's CAs"),
+    Key("ssl.truststore.password", str, None, _optional_text, "opens a PKCS12 truststore"),
+    Key("ssl.truststore.certificates", str, None, _optional_text,
+        "the trusted CAs as PEM text (instead of a location)"),
+    Key("ssl.client.auth", str, "none", _choice(*tls.CLIENT_AUTH),
+        "required: a client must present a certificate the truststore trusts; requested: "
+        "checked when offered; none"),
+    Key("ssl.enabled.protocols", str, ("TLSv1.2", "TLSv1.3"), _tls_protocols,
+        "the TLS versions served and used (TLSv1.2, TLSv1.3)"),
+    Key("ssl.protocol", str, "TLSv1.3", _ssl_protocol,
+        "Java's SSLContext algorithm: accepted, ssl.enabled.protocols decides"),
+    Key("ssl.endpoint.identification.algorithm", str, "https", _endpoint_identification,
+        "https: a broker checks the host name in the certificate of the broker it "
+        "connects to; empty: it does not"),
+    Key("ssl.cipher.suites", str, (), _names,
+        "accepted, not applied: OpenSSL's default suites are used (a warning says so)"),
     Key("broker.rack", str, None, _rack,
         "this broker's rack (or availability zone): with every broker's set, a topic's "
         "replicas are spread across racks"),
@@ -566,6 +642,8 @@ class Config:
     warnings: tuple[str, ...] = ()
     # The keys the file gave, validated but not resolved (what `replace` starts from).
     given: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    # Each SSL listener's TLS, by listener name (daemon.security.tls).
+    tls: Mapping[str, tls.TlsSettings] = field(default_factory=lambda: MappingProxyType({}))
 
     def __getitem__(self, key: str) -> Any:
         return self.values[key]
@@ -701,6 +779,7 @@ def _validate(flat: Mapping[str, Any], origin: _Origin, *, text: bool = False,
               notes: tuple[str, ...] = ()) -> Config:
     """Check every key of `flat` (strings to convert when `text`), resolve the families."""
     source = origin.source
+    flat, per_listener, unused_per_listener = _listener_keys(flat, origin, text)
     unknown = sorted(set(flat) - set(KEYS) - KAFKA_BROKER_KEYS)
     if unknown:
         known = sorted(set(KEYS) | KAFKA_BROKER_KEYS)
@@ -713,7 +792,7 @@ def _validate(flat: Mapping[str, Any], origin: _Origin, *, text: bool = False,
                           f"{'them' if len(unknown) > 1 else 'it'} "
                           "(`logkeeper serve --help-config` lists logkeeper's keys)")
     warnings = list(notes)
-    unused = sorted(set(flat) - set(KEYS))
+    unused = sorted(set(flat) - set(KEYS)) + unused_per_listener
     if unused:
         warnings.append(f"{source}: {len(unused)} Kafka broker setting"
                         f"{'s' * (len(unused) > 1)} that logkeeper does not use, ignored: "
@@ -731,6 +810,10 @@ def _validate(flat: Mapping[str, Any], origin: _Origin, *, text: bool = False,
     for name in ("listeners", "advertised.listeners"):
         values[name] = _broker_listeners(values, name, origin)
     _check_listeners(values, given, origin)
+    tls_settings = _tls(values, per_listener, origin, warnings)
+    for lname, overrides in per_listener.items():
+        for key, value in overrides.items():
+            given[f"{LISTENER_PREFIX}{lname.lower()}.{key}"] = value
     if "compact" in values["log.cleanup.policy"] and not values["log.cleaner.enable"]:
         warnings.append(f"{source}: log.cleanup.policy has compact but log.cleaner.enable = "
                         "false: compacted logs are neither cleaned nor deleted by retention")
@@ -761,7 +844,96 @@ def _validate(flat: Mapping[str, Any], origin: _Origin, *, text: bool = False,
     except ValueError as err:  # one more guard: LogConfig has its own floor
         raise ConfigError(f"{origin.at('log.segment.bytes')}: log.segment.bytes: {err}") from err
     return Config(values=MappingProxyType(values), source=source, warnings=tuple(warnings),
-                  given=MappingProxyType(given))
+                  given=MappingProxyType(given), tls=MappingProxyType(tls_settings))
+
+
+LISTENER_PREFIX = "listener.name."
+# Kafka's SASL keys given per listener are prefixed by a mechanism too
+# (listener.name.<listener>.<mechanism>.sasl.jaas.config).
+_MECHANISM_PREFIX = re.compile(r"[a-z0-9-]+\.(?=sasl\.)")
+
+
+def _listener_keys(flat: Mapping[str, Any], origin: _Origin, text: bool
+                   ) -> tuple[dict[str, Any], dict[str, dict[str, Any]], list[str]]:
+    """Kafka's per-listener keys, listener.name.<listener>.<key>, set aside from `flat`:
+    the ssl.* ones checked, by listener name (upper-cased); other Kafka keys listed as
+    unused; anything else refused as unknown."""
+    rest: dict[str, Any] = {}
+    per_listener: dict[str, dict[str, Any]] = {}
+    unused: list[str] = []
+    for name, value in flat.items():
+        if not name.startswith(LISTENER_PREFIX):
+            rest[name] = value
+            continue
+        lname, _, key = name[len(LISTENER_PREFIX):].partition(".")
+        if key in KEYS and key.startswith("ssl."):
+            try:
+                checked = KEYS[key].check(_from_text(KEYS[key], value) if text else value)
+            except ValueError as err:
+                raise ConfigError(f"{origin.at(name)}: {name} = {value!r}: {err}") from err
+            per_listener.setdefault(lname.upper(), {})[key] = checked
+        elif _MECHANISM_PREFIX.sub("", key, count=1) in KAFKA_BROKER_KEYS or key in KEYS:
+            unused.append(name)
+        else:
+            raise ConfigError(f"{origin.at(name)}: unknown key {name!r}: {key!r} is no Kafka "
+                              "key a listener can have its own value of")
+    return rest, per_listener, unused
+
+
+def client_tls(props: Mapping[str, str], source: str) -> tls.TlsSettings | None:
+    """A Kafka client's TLS from its properties (an admin command's --command-config:
+    security.protocol and Kafka's ssl.* client keys, as text); None for PLAINTEXT.
+    ConfigError names the file and the key."""
+    protocol = props.get("security.protocol", "PLAINTEXT").strip().upper()
+    if protocol not in SECURITY_PROTOCOLS:
+        raise ConfigError(f"{source}: security.protocol = {protocol}: expected one of "
+                          f"{', '.join(SECURITY_PROTOCOLS)}")
+    if protocol not in SERVED_PROTOCOLS:
+        raise ConfigError(f"{source}: security.protocol = {protocol}: SASL is not served "
+                          "by logkeeper")
+    if protocol == "PLAINTEXT":
+        return None
+    values: dict[str, Any] = {}
+    for name, key in KEYS.items():
+        if not name.startswith("ssl."):
+            continue
+        if name in props:
+            try:
+                values[name] = key.check(_from_text(key, props[name]))
+            except ValueError as err:
+                raise ConfigError(f"{source}: {name} = {props[name]!r}: {err}") from err
+        else:
+            values[name] = key.default
+    try:
+        return tls.settings("client", values.__getitem__, client=True)
+    except tls.TlsError as err:
+        raise ConfigError(f"{source}: {err}") from err
+
+
+def _tls(values: Mapping[str, Any], per_listener: Mapping[str, Mapping[str, Any]],
+         origin: _Origin, warnings: list[str]) -> dict[str, tls.TlsSettings]:
+    """Each SSL listener's TLS, its key material read and checked now."""
+    protocols = dict(values["listener.security.protocol.map"])
+    names = {lst.name for lst in values["listeners"]}
+    for lname in per_listener:
+        if lname not in names:
+            warnings.append(f"{origin.source}: {LISTENER_PREFIX}{lname.lower()}.* keys name "
+                            f"no listener of listeners ({', '.join(sorted(names))}), ignored")
+    out = {}
+    for lst in values["listeners"]:
+        if protocols.get(lst.name) != "SSL":
+            continue
+        get = tls.resolved(values, per_listener.get(lst.name, {}))
+        try:
+            out[lst.name] = tls.settings(lst.name, get)
+        except tls.TlsError as err:
+            key = err.key if err.key not in per_listener.get(lst.name, {}) \
+                else f"{LISTENER_PREFIX}{lst.name.lower()}.{err.key}"
+            raise ConfigError(f"{origin.at(key)}: listener {lst.name} (SSL): {err}") from err
+        if get("ssl.cipher.suites"):
+            warnings.append(f"{origin.source}: listener {lst.name}: ssl.cipher.suites is not "
+                            "applied; OpenSSL's default suites (none of the weak ones) are used")
+    return out
 
 
 def _kraft_file(values: dict[str, Any], given: Mapping[str, Any], flat: Mapping[str, Any],
@@ -810,7 +982,7 @@ def _kraft_file(values: dict[str, Any], given: Mapping[str, Any], flat: Mapping[
 def _broker_listeners(values: Mapping[str, Any], name: str,
                       origin: _Origin) -> tuple[Listener, ...] | None:
     """The listeners served (or advertised) once a KRaft file's controller listeners are
-    set aside: each a PLAINTEXT one by listener.security.protocol.map, and (of
+    set aside: each a PLAINTEXT or SSL one by listener.security.protocol.map, and (of
     `listeners`) each on its own port, as Kafka requires."""
     given = values[name]
     if given is None:
@@ -829,10 +1001,10 @@ def _broker_listeners(values: Mapping[str, Any], name: str,
                 f"{origin.at(name)}: {name} = {spelled!r}: no security protocol is defined "
                 f"for listener {lst.name}; map it in listener.security.protocol.map (e.g. "
                 f"{lst.name}:PLAINTEXT), which names {', '.join(protocols)}")
-        if protocol != "PLAINTEXT":
+        if protocol not in SERVED_PROTOCOLS:
             raise ConfigError(
                 f"{origin.at(name)}: {name} = {spelled!r}: listener {lst.name} is {protocol}; "
-                "only PLAINTEXT listeners are served (TLS and SASL are not)")
+                "only PLAINTEXT and SSL listeners are served (SASL is not)")
     ports = [lst.port for lst in served if lst.port]
     if name == "listeners" and len(set(ports)) != len(ports):
         raise ConfigError(f"{origin.at(name)}: {name} = {spelled!r}: each listener must have "

@@ -13,6 +13,7 @@ import json
 import os
 import signal
 import socket
+import ssl
 import struct
 import subprocess
 import sys
@@ -198,8 +199,12 @@ def snapshot(dirs: list[Path]) -> dict[str, str]:
 class RawClient:
     """One TCP connection speaking frames: send bytes, read one framed response."""
 
-    def __init__(self, port: int, timeout: float = 10.0, client_id: str = "logkeeper"):
+    def __init__(self, port: int, timeout: float = 10.0, client_id: str = "logkeeper", *,
+                 tls: ssl.SSLContext | None = None):
+        """`tls`: speak TLS (an SSL listener), checking the name 127.0.0.1."""
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        if tls is not None:
+            self.sock = tls.wrap_socket(self.sock, server_hostname="127.0.0.1")
         self.correlation = 0
         self.client_id = client_id
 

@@ -84,14 +84,17 @@ def test_resume_mark_follows_the_reserve_unless_given(tmp_path: Path) -> None:
     ("log.retention.ms = -5\n", ["log.retention.ms"]),
     ("num.partitions = 0\n", ["num.partitions"]),
     ("auto.create.topics.enable = \"maybe\"\n", ["auto.create.topics.enable"]),
-    ("listeners = \"SSL://h:9093\"\n", ["listeners", "PLAINTEXT"]),
+    ("listeners = \"SSL://h:9093\"\n",
+     ["listener SSL (SSL)", "ssl.keystore.location", "key and certificate"]),
+    ("listeners = \"SASL_SSL://h:9093\"\n", ["listeners", "SASL is not"]),
     ("listeners = \"PLAINTEXT://h:99999\"\n", ["listeners", "65535"]),
     ("listeners = \"PLAINTEXT://a:1,PLAINTEXT://b:2\"\n", ["listeners", "once"]),
     ("listeners = \"PLAINTEXT://a:1,CLIENT://b:2\"\n",
      ["listeners", "no security protocol is defined for listener CLIENT", "CLIENT:PLAINTEXT"]),
     ("listeners = \"CLIENT://b:2\"\n", ["listeners", "listener CLIENT"]),
-    ("listeners = \"SSL://h:9093,PLAINTEXT://h:9092\"\n",
-     ["listeners", "listener SSL is SSL", "only PLAINTEXT listeners are served"]),
+    ("listeners = \"SASL_PLAINTEXT://h:9093,PLAINTEXT://h:9092\"\n",
+     ["listeners", "listener SASL_PLAINTEXT is SASL_PLAINTEXT",
+      "only PLAINTEXT and SSL listeners are served"]),
     ("listeners = \"A://h:1,B://h:1\"\n"
      "\"listener.security.protocol.map\" = \"A:PLAINTEXT,B:PLAINTEXT\"\n",
      ["listeners", "a different port"]),
@@ -111,7 +114,14 @@ def test_resume_mark_follows_the_reserve_unless_given(tmp_path: Path) -> None:
      "\"security.inter.broker.protocol\" = \"PLAINTEXT\"\n",
      ["only one of inter.broker.listener.name and security.inter.broker.protocol"]),
     ("\"security.inter.broker.protocol\" = \"SASL_SSL\"\n",
-     ["security.inter.broker.protocol", "only PLAINTEXT is served"]),
+     ["security.inter.broker.protocol", "only PLAINTEXT and SSL are served"]),
+    ("\"ssl.client.auth\" = \"always\"\n", ["ssl.client.auth", "none, requested, required"]),
+    ("\"ssl.keystore.type\" = \"BKS\"\n", ["ssl.keystore.type", "JKS, PKCS12, PEM"]),
+    ("\"ssl.enabled.protocols\" = \"TLSv9\"\n", ["ssl.enabled.protocols", "TLSv9"]),
+    ("\"ssl.endpoint.identification.algorithm\" = \"ldap\"\n",
+     ["ssl.endpoint.identification.algorithm", "https or nothing"]),
+    ("\"listener.name.ssl.ssl.client.auth\" = \"always\"\n",
+     ["listener.name.ssl.ssl.client.auth", "none, requested, required"]),
     ("\"listener.security.protocol.map\" = \"PLAINTEXT:TLS\"\n",
      ["listener.security.protocol.map", "TLS is not a security protocol"]),
     ("node.id = 2\nbroker.id = 1\n", ["broker.id", "node.id", "equal"]),
@@ -210,6 +220,21 @@ listeners = "PLAINTEXT://[::1]:19093,CONTROLLER://[::1]:19094"
 advertised.listeners = "PLAINTEXT://[::1]:29093"
 listener.security.protocol.map = "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
 inter.broker.listener.name = "PLAINTEXT"
+ssl.keystore.type = "pkcs12"
+ssl.keystore.location = "/etc/kafka/broker.p12"
+ssl.keystore.password = "ks-secret"
+ssl.key.password = "key-secret"
+ssl.keystore.key = "-----BEGIN PRIVATE KEY-----"
+ssl.keystore.certificate.chain = "-----BEGIN CERTIFICATE-----"
+ssl.truststore.type = "PEM"
+ssl.truststore.location = "/etc/kafka/ca.pem"
+ssl.truststore.password = "ts-secret"
+ssl.truststore.certificates = "-----BEGIN CERTIFICATE-----"
+ssl.client.auth = "required"
+ssl.enabled.protocols = "TLSv1.3"
+ssl.protocol = "TLS"
+ssl.endpoint.identification.algorithm = ""
+ssl.cipher.suites = "TLS_AES_256_GCM_SHA384"
 controlled.shutdown.enable = false
 controlled.shutdown.max.retries = 5
 controlled.shutdown.retry.backoff.ms = 1000
@@ -325,6 +350,10 @@ def test_every_key_is_read(tmp_path: Path) -> None:
     assert set(config.KEYS) - {"security.inter.broker.protocol"} <= {
         line.split(" =")[0].strip('"') for line in EVERY_KEY.split("\n") if line}
     assert cfg.broker_id == 42 and cfg["broker.rack"] == "r7"
+    assert (cfg["ssl.keystore.type"], cfg["ssl.client.auth"], cfg["ssl.enabled.protocols"],
+            cfg["ssl.endpoint.identification.algorithm"]) == ("PKCS12", "required",
+                                                              ("TLSv1.3",), "")
+    assert cfg.tls == {}  # no SSL listener: nothing read
     assert cfg["replica.selector.class"] == config.RACK_AWARE_REPLICA_SELECTOR
     assert cfg["controlled.shutdown.enable"] is False and cfg["controlled.shutdown.max.retries"] == 5
     assert cfg.log_dirs == ("/srv/k/a", "/srv/k/b")
@@ -467,7 +496,7 @@ def test_properties_values_convert_to_each_keys_type(tmp_path: Path) -> None:
     ("log.retention.hours=a week\n", ["log.retention.hours", "'a week'", "integer", ":1"]),
     ("broker.id=1\nnum.partitions=0\n", ["num.partitions", "'0'", ">= 1", ":2"]),
     ("auto.create.topics.enable=yes\n", ["auto.create.topics.enable", "'yes'", "true or false"]),
-    ("listeners=SSL://:9093\n", ["listeners", "PLAINTEXT"]),
+    ("listeners=SASL_SSL://:9093\n", ["listeners", "SASL is not"]),
     ("log.cleanup.policy=compress\n", ["log.cleanup.policy", "'compress'"]),
     ("advertised.listeners=PLAINTEXT://0.0.0.0:9092\n", ["advertised.listeners", "0.0.0.0"]),
     ("log.retention.hours=-2\n", ["log.retention.hours", ">= -1"]),

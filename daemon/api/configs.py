@@ -32,6 +32,7 @@ from kafka.protocol.admin import (
 )
 
 from ..cluster.config_store import BROKERS, TOPICS, ZkConfigStore
+from ..config import SENSITIVE_KEYS
 from ..replica import topic_config as tc
 from ..storage.config_store import FileConfigStore
 from . import errors, protocol
@@ -266,8 +267,12 @@ def _duplicates(keys: Any) -> set[Any]:
 def _entry(e: tc.Entry, version: int, body: Any) -> Any:
     C = DescribeConfigsResponse.DescribeConfigsResult.DescribeConfigsResourceResult
     S = C.DescribeConfigsSynonym
-    synonyms = [S(name=n, value=v, source=s) for n, v, s in e.synonyms] \
+    # A password or private key is never shown, as Kafka hides its PASSWORD-type keys:
+    # no value, in the entry or its synonyms, and is_sensitive set.
+    sensitive = e.name in SENSITIVE_KEYS
+    synonyms = [S(name=n, value=None if sensitive else v, source=s) for n, v, s in e.synonyms] \
         if version >= 1 and body.include_synonyms else []
-    return C(name=e.name, value=e.value, read_only=e.read_only, config_source=e.source,
-             is_default=e.is_default, is_sensitive=False, synonyms=synonyms,
-             config_type=e.kind, documentation=None)
+    return C(name=e.name, value=None if sensitive else e.value, read_only=e.read_only,
+             config_source=e.source, is_default=e.is_default, is_sensitive=sensitive,
+             synonyms=synonyms,
+             config_type=tc.TYPE_PASSWORD if sensitive else e.kind, documentation=None)

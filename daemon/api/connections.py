@@ -14,6 +14,7 @@ import asyncio
 import collections
 import logging
 import os
+import ssl
 import time
 from typing import Any
 
@@ -27,6 +28,7 @@ log = logging.getLogger("logkeeper.server")
 
 STOP_GRACE_S = 10.0  # in-flight requests get this long to finish at shutdown
 MAX_PIPELINED = 16  # Produce requests in flight per connection
+TLS_HANDSHAKE_TIMEOUT_S = 10.0  # a client that connects to an SSL listener and stalls
 _NOTHING = object()  # no request taken ahead from a connection's answer queue
 
 
@@ -208,12 +210,14 @@ class Connections:
         # `_serve` keeps, updated in place): busy while one of them is not done.
         self._connections: dict[asyncio.Task[None], list[asyncio.Future[Any]]] = {}
 
-    async def listen(self, listener: str, host: str | None, port: int) -> tuple[str, int]:
-        """Start accepting on host:port for the listener named `listener`; returns the
-        bound address. OSError if taken."""
+    async def listen(self, listener: str, host: str | None, port: int,
+                     tls: ssl.SSLContext | None = None) -> tuple[str, int]:
+        """Start accepting on host:port for the listener named `listener` (TLS with the
+        `tls` context); returns the bound address. OSError if taken."""
         loop = asyncio.get_running_loop()
         server = await loop.create_server(
-            lambda: _ClientConnection(self, listener), host, port, reuse_address=True)
+            lambda: _ClientConnection(self, listener), host, port, reuse_address=True,
+            ssl=tls, ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S if tls else None)
         self.servers.append(server)
         return server.sockets[0].getsockname()[:2]
 

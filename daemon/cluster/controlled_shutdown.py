@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
+import ssl
 import time
 from collections.abc import Awaitable, Callable
 
 from ..api import protocol
+from ..security import tls
 from ..wire import ControlledShutdownRequest, ControlledShutdownResponse, frames
 
 log = logging.getLogger("logkeeper.cluster")
@@ -32,10 +33,11 @@ Answer = tuple[int, list[tuple[str, int]]]
 
 
 def ask(host: str, port: int, broker_id: int, broker_epoch: int, *,
-        timeout: float) -> Answer:
-    """One ControlledShutdown request to the controller at host:port. OSError,
-    ValueError or protocol.ProtocolError when it cannot be asked or answers garbage."""
-    with socket.create_connection((host, port), timeout=timeout) as sock:
+        timeout: float, tls_context: ssl.SSLContext | None = None) -> Answer:
+    """One ControlledShutdown request to the controller at host:port (over TLS with
+    `tls_context`: an SSL inter-broker listener). OSError, ValueError or
+    protocol.ProtocolError when it cannot be asked or answers garbage."""
+    with tls.connect(host, port, timeout=timeout, context=tls_context) as sock:
         sock.settimeout(timeout)
         req = ControlledShutdownRequest(version=VERSION, broker_id=broker_id,
                                         broker_epoch=broker_epoch)

@@ -22,11 +22,13 @@ from __future__ import annotations
 import logging
 import queue
 import socket
+import ssl
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from daemon.api import protocol
+from daemon.security import tls
 from daemon.wire import CONTROL_APIS, frames, views
 from logstore import TopicPartition
 
@@ -155,7 +157,8 @@ OnResponse = Callable[[int, Any, Any], None]
 
 class _Sender(threading.Thread):
     def __init__(self, controller_id: int, broker: BrokerInfo, listener: str,
-                 on_response: OnResponse, socket_timeout: float):
+                 on_response: OnResponse, socket_timeout: float,
+                 tls_context: ssl.SSLContext | None = None):
         super().__init__(name=f"controller-{controller_id}-to-broker-{broker.broker_id}-send-thread",
                          daemon=True)
         self.controller_id = controller_id
@@ -163,6 +166,7 @@ class _Sender(threading.Thread):
         self.listener = listener
         self.on_response = on_response
         self.socket_timeout = socket_timeout
+        self.tls_context = tls_context  # the inter-broker listener is SSL
         self.queue: queue.Queue[Any] = queue.Queue()
         self.stopped = threading.Event()
         self.sock: socket.socket | None = None
@@ -224,8 +228,8 @@ class _Sender(threading.Thread):
         ep = self.broker.endpoint(self.listener)
         if ep is None:
             raise OSError(f"broker {self.broker.broker_id} has no endpoint")
-        sock = socket.create_connection((ep.host, ep.port), timeout=self.socket_timeout)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock = tls.connect(ep.host, ep.port, timeout=self.socket_timeout,
+                           context=self.tls_context)
         if self.stopped.is_set():
             sock.close()
             raise OSError("sender stopped")
@@ -242,11 +246,12 @@ class _Sender(threading.Thread):
 
 class ChannelManager:
     def __init__(self, controller_id: int, on_response: OnResponse, *, listener: str = "PLAINTEXT",
-                 socket_timeout: float = 30.0):
+                 socket_timeout: float = 30.0, tls_context: ssl.SSLContext | None = None):
         self.controller_id = controller_id
         self.on_response = on_response
         self.listener = listener
         self.socket_timeout = socket_timeout
+        self.tls_context = tls_context
         self._senders: dict[int, _Sender] = {}
         self._lock = threading.Lock()
 
@@ -255,7 +260,7 @@ class ChannelManager:
             if broker.broker_id in self._senders:
                 return
             sender = _Sender(self.controller_id, broker, self.listener, self.on_response,
-                             self.socket_timeout)
+                             self.socket_timeout, self.tls_context)
             self._senders[broker.broker_id] = sender
             sender.start()
 

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -501,8 +502,10 @@ class ReplicaFetchers:
 
     def __init__(self, broker_id: int, storage: FollowerStorage,
                  endpoint: Callable[[int], tuple[str, int] | None], *, backoff: float = 1.0,
-                 quota: ReplicationQuota | None = None, **fetch: int):
+                 quota: ReplicationQuota | None = None,
+                 tls_context: ssl.SSLContext | None = None, **fetch: int):
         self.broker_id = broker_id
+        self.tls_context = tls_context  # the inter-broker listener is SSL
         self.quota = quota  # the follower's replication throttle
         self.storage = storage
         self.endpoint = endpoint
@@ -551,7 +554,8 @@ class _LazyPeer(Peer):
     moved (a restart on another port, a new advertised address) is found again."""
 
     def __init__(self, owner: ReplicaFetchers, leader_id: int):
-        super().__init__("", 0, client_id=f"logkeeper-replica-{owner.broker_id}")
+        super().__init__("", 0, client_id=f"logkeeper-replica-{owner.broker_id}",
+                         tls_context=owner.tls_context)
         self._owner = owner
         self._leader_id = leader_id
 

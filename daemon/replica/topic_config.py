@@ -54,6 +54,7 @@ SOURCE_STATIC_BROKER = 4
 SOURCE_DEFAULT = 5
 # DescribeConfigs v3+ config types (Kafka's DescribeConfigsResponse.ConfigType).
 TYPE_BOOLEAN, TYPE_STRING, TYPE_INT, TYPE_LONG, TYPE_DOUBLE, TYPE_LIST = 1, 2, 3, 5, 6, 7
+TYPE_PASSWORD = 9
 
 DEFAULT_BROKER = "<default>"  # Kafka's ZooKeeperInternals.DEFAULT_STRING
 

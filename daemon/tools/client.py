@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import socket
+import ssl
 import sys
 import time
 from collections.abc import Callable
@@ -53,6 +54,17 @@ def _api_name(api_key: int) -> str:
         return f"api {api_key}"
 
 
+# The admin command's TLS when the listener it reaches is SSL (`use_tls`): every
+# Connection of the command's process speaks it.
+_tls_context: ssl.SSLContext | None = None
+
+
+def use_tls(context: ssl.SSLContext | None) -> None:
+    """Connect over TLS with `context` from now on (None: plain Kafka)."""
+    global _tls_context
+    _tls_context = context
+
+
 class Connection:
     def __init__(self, host: str, port: int, *, timeout: float = 10.0):
         self.address = f"{host}:{port}"
@@ -60,6 +72,13 @@ class Connection:
             self.sock = socket.create_connection((host, port), timeout=timeout)
         except OSError as err:
             raise ClientError(f"cannot connect to {self.address}: {err.strerror or err}") from err
+        if _tls_context is not None:
+            try:
+                self.sock = _tls_context.wrap_socket(self.sock, server_hostname=host)
+            except (ssl.SSLError, OSError) as err:
+                self.sock.close()
+                raise ClientError(f"cannot connect to {self.address} over TLS: "
+                                  f"{getattr(err, 'reason', None) or err}") from err
         self._correlation = 0
         self.node_id = -1  # the broker's id, where the caller learnt it (FindCoordinator)
         self.versions: dict[int, tuple[int, int]] = {}
@@ -230,23 +249,44 @@ def add_command(sub: Any, name: str, help_: str) -> argparse.ArgumentParser:
     return add_broker_options(sub.add_parser(name, help=help_))
 
 
-def add_broker_options(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """`--bootstrap-server`, or `--config FILE`: the broker an admin command asks."""
+def add_broker_options(parser: argparse.ArgumentParser, *,
+                       command_config: bool = True) -> argparse.ArgumentParser:
+    """`--bootstrap-server`, or `--config FILE`: the broker an admin command asks; and
+    (unless the command has its own client config file) Kafka's `--command-config FILE`:
+    client properties, security.protocol=SSL and the ssl.* keys to reach an SSL
+    listener."""
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--bootstrap-server", metavar="HOST:PORT[,HOST:PORT]",
                        help="default: the listener of --config, or of the embedded defaults")
     where.add_argument("--config", metavar="FILE",
                        help="the daemon's config, to find its listener")
+    if command_config:
+        parser.add_argument("--command-config", metavar="FILE",
+                            help="Kafka client properties: security.protocol=SSL with "
+                            "ssl.truststore.location (and ssl.keystore.location where the "
+                            "listener requires client certificates)")
     return parser
 
 
 def bootstrap_of(args: argparse.Namespace) -> str:
     """`--bootstrap-server`, else the Kafka listener of the daemon on this host: that of
-    `--config FILE`, or of the embedded defaults (127.0.0.1:9092). ConfigError (a
-    ValueError) for a bad config file."""
-    if args.bootstrap_server is not None:
-        return str(args.bootstrap_server)
+    `--config FILE`, or of the embedded defaults (127.0.0.1:9092). Connections speak TLS
+    as `--command-config` says, or, for the daemon's own listener, as that listener
+    does (with its keystore and truststore). ConfigError (a ValueError) for a bad config
+    file."""
     from .. import config as config_mod
 
+    command_config = getattr(args, "command_config", None)
+    if command_config is not None:
+        from .console import load_properties
+
+        props = load_properties(command_config, "--command-config")
+        settings = config_mod.client_tls(props, command_config)
+        use_tls(settings.client_context() if settings is not None else None)
+    if args.bootstrap_server is not None:
+        return str(args.bootstrap_server)
     cfg = config_mod.load(args.config)
+    own = cfg.tls.get(cfg.listener.name)
+    if own is not None and command_config is None:
+        use_tls(own.client_context())
     return config_mod.local_address(cfg.listener.host, cfg.listener.port)

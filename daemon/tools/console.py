@@ -57,9 +57,18 @@ def load_properties(path: str | None, option: str) -> dict[str, str]:
 
 def client_args(props: Mapping[str, str], defaults: Mapping[str, Any]) -> dict[str, Any]:
     """Kafka client configs (`acks`, `linger.ms`, `client.rack`...) as kafka-python's
-    arguments, each converted to the type of that argument's default."""
+    arguments, each converted to the type of that argument's default. Kafka's
+    security.protocol=SSL with its ssl.* keys (truststore, keystore: PEM or PKCS12)
+    becomes kafka-python's security_protocol and ssl_context."""
+    from ..config import client_tls
+
     out: dict[str, Any] = {}
+    tls = client_tls(props, "the client config") if "security.protocol" in props else None
+    if tls is not None:
+        out.update(security_protocol="SSL", ssl_context=tls.client_context())
     for name, text in props.items():
+        if tls is not None and (name == "security.protocol" or name.startswith("ssl.")):
+            continue
         arg = _RENAMED.get(name, name.replace(".", "_"))
         if arg not in defaults or arg in ("bootstrap_servers", "key_deserializer",
                                           "value_deserializer", "selector", "kafka_client"):

@@ -107,7 +107,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="logkeeper console-consumer",
         description="Read records of topics to standard output, as Kafka's "
                     "kafka-console-consumer.sh does.")
-    add_broker_options(p)
+    add_broker_options(p, command_config=False)
     what = p.add_mutually_exclusive_group()
     what.add_argument("--topic", help="the topic to read")
     what.add_argument("--include", metavar="REGEX",

@@ -126,7 +126,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="logkeeper console-producer",
         description="Write each line of standard input to a topic as a record, as Kafka's "
                     "kafka-console-producer.sh does.")
-    add_broker_options(p)
+    add_broker_options(p, command_config=False)
     p.add_argument("--topic", required=True, help="the topic to write to")
     p.add_argument("--property", action="append", default=[], metavar="KEY=VALUE",
                    help="how lines are read: parse.key, key.separator, parse.headers, "

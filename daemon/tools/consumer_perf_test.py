@@ -110,7 +110,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="logkeeper consumer-perf-test",
         description="Read records of a topic in a consumer group and print the throughput, "
                     "as Kafka's kafka-consumer-perf-test.sh does.")
-    add_broker_options(p)
+    add_broker_options(p, command_config=False)
     p.add_argument("--topic", required=True, help="the topic to consume from")
     p.add_argument("--messages", type=int, required=True, metavar="COUNT",
                    help="the number of messages to consume")

@@ -41,11 +41,25 @@ _UNKNOWN = re.compile(r'No such configuration property: "([^"]+)"')
 
 
 def rdkafka_config(props: Mapping[str, str]) -> dict[str, str]:
-    """Kafka client configs as librdkafka's (see the module docstring)."""
+    """Kafka client configs as librdkafka's (see the module docstring). Kafka's
+    security.protocol=SSL with its ssl.* keys (truststore and keystore, PEM or PKCS12)
+    become librdkafka's ssl.ca.pem, ssl.key.pem and ssl.certificate.pem."""
+    from ..config import client_tls
+
     out: dict[str, str] = {}
+    tls = client_tls(props, "the client config") if "security.protocol" in props else None
+    if tls is not None:
+        out["security.protocol"] = "ssl"
+        if tls.trusted_pem is not None:
+            out["ssl.ca.pem"] = tls.trusted_pem
+        parts = tls.pem_parts()
+        if parts is not None:
+            out["ssl.key.pem"], out["ssl.certificate.pem"] = parts
+        out["ssl.endpoint.identification.algorithm"] = "https" if tls.check_hostname else "none"
     for name, value in props.items():
         value = value.strip()
-        if name in _DROPPED:
+        if name in _DROPPED or (tls is not None and (name == "security.protocol"
+                                                     or name.startswith("ssl."))):
             continue
         if name == "buffer.memory":
             try:

@@ -167,7 +167,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="logkeeper producer-perf-test",
         description="Send records as fast as the broker takes them, or at a rate, and print "
                     "throughput and latency, as Kafka's kafka-producer-perf-test.sh does.")
-    add_broker_options(p)
+    add_broker_options(p, command_config=False)
     p.add_argument("--topic", required=True, help="produce messages to this topic")
     p.add_argument("--num-records", type=int, required=True, metavar="NUM-RECORDS",
                    help="number of messages to produce")

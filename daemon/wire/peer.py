@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import itertools
+import ssl
 import struct
 from typing import Any
 
@@ -115,8 +116,10 @@ class _Answers(asyncio.BufferedProtocol):
 
 class Peer:
     def __init__(self, host: str, port: int, *, client_id: str = "logkeeper-replica",
-                 request_timeout: float = 30.0, max_frame: int = 100 << 20):
+                 request_timeout: float = 30.0, max_frame: int = 100 << 20,
+                 tls_context: ssl.SSLContext | None = None):
         self.host, self.port = host, port
+        self.tls_context = tls_context  # TLS to an SSL listener
         self.client_id = client_id
         self.request_timeout = request_timeout
         self.max_frame = max_frame
@@ -160,7 +163,9 @@ class Peer:
             loop = asyncio.get_running_loop()
             try:
                 _, self._answers = await loop.create_connection(
-                    lambda: _Answers(self.max_frame), self.host, self.port)
+                    lambda: _Answers(self.max_frame), self.host, self.port,
+                    ssl=self.tls_context,
+                    server_hostname=self.host if self.tls_context is not None else None)
             except OSError as err:
                 raise PeerError(f"{self}: cannot connect: {err.strerror or err}") from err
         answers = self._answers

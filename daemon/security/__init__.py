@@ -1,0 +1,1 @@
+"""Security of the Kafka listeners and the inter-broker connections: TLS (`tls`)."""

@@ -1,0 +1,358 @@
+"""TLS for SSL listeners and for the connections brokers make to each other.
+
+Kafka's `ssl.*` keys, read as Kafka reads them (SslConfigs, DefaultSslEngineFactory),
+with `listener.name.<listener>.ssl.*` taking precedence for one listener:
+
+- The keystore (this broker's key and certificate chain): `ssl.keystore.location` of
+  type PKCS12 or PEM (one file, the private key and the chain), or PEM text in
+  `ssl.keystore.key` and `ssl.keystore.certificate.chain`. A Java KeyStore (JKS, Kafka's
+  default type) is refused with the keytool command that converts it; a file of the
+  default type that is really PKCS12 or PEM is read as such, as Java's own
+  keystore.type.compat does. `ssl.keystore.password` opens a PKCS12 file,
+  `ssl.key.password` an encrypted PEM key.
+- The truststore (the CAs a peer's certificate must chain to): `ssl.truststore.location`
+  (PKCS12 or PEM) or `ssl.truststore.certificates`; none given: the system's CAs, as
+  Kafka falls back to the JVM's.
+- `ssl.client.auth` (none, requested, required), `ssl.enabled.protocols` (TLSv1.2 and
+  TLSv1.3; older ones are refused), `ssl.endpoint.identification.algorithm` (https, the
+  default: a broker checks the host name of the broker it connects to; empty: not).
+
+Everything is read and checked once, when the config loads (`settings`), so a wrong
+password or a missing file stops `logkeeper serve` with the key named, before any
+port is bound. The private key never reaches a file: it goes to OpenSSL through an
+anonymous in-memory file (memfd), as OpenSSL takes a key chain only by path.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import ssl
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+# Kafka's ssl.* broker keys and defaults (SslConfigs, BrokerSecurityConfigs).
+KEYSTORE_TYPES = ("JKS", "PKCS12", "PEM")
+CLIENT_AUTH = ("none", "requested", "required")
+TLS_VERSIONS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
+OLD_TLS_VERSIONS = ("SSLv2", "SSLv3", "TLSv1", "TLSv1.1")
+SSL_PROTOCOLS = ("TLS", "TLSv1.2", "TLSv1.3")  # ssl.protocol: the SSLContext's algorithm
+
+_JKS_MAGIC = (b"\xfe\xed\xfe\xed", b"\xce\xce\xce\xce")  # JKS, JCEKS
+_PEM_BEGIN = b"-----BEGIN "
+
+
+class TlsError(ValueError):
+    """A TLS setting that cannot be used; names the key and what to do."""
+
+    def __init__(self, key: str, message: str):
+        super().__init__(f"{key}: {message}")
+        self.key = key
+
+
+@dataclass(frozen=True, repr=False)
+class TlsSettings:
+    """One listener's TLS: its key material read and checked, ready for contexts."""
+
+    listener: str
+    chain_pem: bytes | None  # the private key (unencrypted) and its certificate chain
+    subject: str  # the leaf certificate's subject, for the start-up line
+    trusted_pem: str | None  # the truststore's certificates; None: the system's CAs
+    client_auth: str
+    versions: tuple[ssl.TLSVersion, ssl.TLSVersion]  # lowest, highest
+    check_hostname: bool
+
+    def __repr__(self) -> str:  # never the key
+        return f"TlsSettings({self.listener}, {self.subject!r}, client_auth={self.client_auth})"
+
+    def pem_parts(self) -> tuple[str, str] | None:
+        """(private key, certificate chain) as PEM text, for a client that takes them
+        apart (librdkafka's ssl.key.pem, ssl.certificate.pem); None without a keystore."""
+        if self.chain_pem is None:
+            return None
+        key = b"".join(_pem_blocks(self.chain_pem, b"PRIVATE KEY")).decode()
+        return key, b"".join(_pem_blocks(self.chain_pem, b"CERTIFICATE")).decode()
+
+    def server_context(self) -> ssl.SSLContext:
+        """What the listener serves with: its keystore, and the truststore for the
+        client certificates `ssl.client.auth` asks for."""
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self._common(ctx, ssl.Purpose.CLIENT_AUTH)
+        if self.chain_pem is None:
+            raise TlsError("ssl.keystore.location", f"listener {self.listener} has no keystore")
+        _load_chain(ctx, self.chain_pem)
+        ctx.verify_mode = {"none": ssl.CERT_NONE, "requested": ssl.CERT_OPTIONAL,
+                           "required": ssl.CERT_REQUIRED}[self.client_auth]
+        return ctx
+
+    def client_context(self) -> ssl.SSLContext:
+        """What this broker connects to other brokers' listener with: it checks their
+        certificates against the truststore (and their host name, by
+        ssl.endpoint.identification.algorithm), and offers its own keystore for a
+        listener that requires client certificates."""
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.check_hostname = self.check_hostname
+        self._common(ctx, ssl.Purpose.SERVER_AUTH)
+        if self.chain_pem is not None:
+            _load_chain(ctx, self.chain_pem)
+        return ctx
+
+    def _common(self, ctx: ssl.SSLContext, purpose: ssl.Purpose) -> None:
+        ctx.minimum_version, ctx.maximum_version = self.versions
+        if self.trusted_pem is not None:
+            ctx.load_verify_locations(cadata=self.trusted_pem)
+        else:
+            ctx.load_default_certs(purpose)
+
+
+def settings(listener: str, get: Callable[[str], Any], *, client: bool = False) -> TlsSettings:
+    """`listener`'s TLS from its ssl.* keys (`get(key)`: the listener's own value or the
+    broker-wide one); `client`: a client's (an admin command's), for which the keystore
+    is optional (a certificate for listeners that require one). TlsError names the key
+    at fault."""
+    given = any(get(k) is not None for k in ("ssl.keystore.location", "ssl.keystore.key",
+                                             "ssl.keystore.certificate.chain"))
+    chain_pem, subject = _keystore(get) if given or not client else (None, "")
+    trusted = _truststore(get)
+    enabled = get("ssl.enabled.protocols")
+    old = [p for p in enabled if p in OLD_TLS_VERSIONS]
+    if old:
+        raise TlsError("ssl.enabled.protocols",
+                       f"{', '.join(old)} {'is' if len(old) == 1 else 'are'} not served (broken "
+                       "protocols OpenSSL refuses); enable TLSv1.2 and/or TLSv1.3")
+    unknown = [p for p in enabled if p not in TLS_VERSIONS]
+    if unknown or not enabled:
+        raise TlsError("ssl.enabled.protocols",
+                       f"expected TLSv1.2 and/or TLSv1.3, got {','.join(enabled) or 'nothing'}")
+    versions = sorted(TLS_VERSIONS[p] for p in enabled)
+    return TlsSettings(listener=listener, chain_pem=chain_pem, subject=subject,
+                       trusted_pem=trusted, client_auth=get("ssl.client.auth"),
+                       versions=(versions[0], versions[-1]),
+                       check_hostname=get("ssl.endpoint.identification.algorithm") == "https")
+
+
+# ---- the keystore ----
+
+def _keystore(get: Callable[[str], Any]) -> tuple[bytes | None, str]:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
+    location = get("ssl.keystore.location")
+    kind = get("ssl.keystore.type")
+    inline_key, inline_chain = get("ssl.keystore.key"), get("ssl.keystore.certificate.chain")
+    if location is None and inline_key is None and inline_chain is None:
+        raise TlsError("ssl.keystore.location",
+                       "an SSL listener needs this broker's key and certificate: set "
+                       "ssl.keystore.location (a PKCS12 or PEM file), or ssl.keystore.key "
+                       "and ssl.keystore.certificate.chain with ssl.keystore.type=PEM")
+    if location is not None and (inline_key is not None or inline_chain is not None):
+        raise TlsError("ssl.keystore.location",
+                       "give either ssl.keystore.location or ssl.keystore.key with "
+                       "ssl.keystore.certificate.chain, not both (Kafka's rule)")
+    if location is None:
+        if kind != "PEM":
+            raise TlsError("ssl.keystore.type", "ssl.keystore.key and "
+                           "ssl.keystore.certificate.chain need ssl.keystore.type=PEM")
+        if inline_key is None or inline_chain is None:
+            missing = "ssl.keystore.key" if inline_key is None else "ssl.keystore.certificate.chain"
+            raise TlsError(missing, "ssl.keystore.key and ssl.keystore.certificate.chain "
+                           "go together")
+        key = _pem_key(inline_key.encode(), get("ssl.key.password"), "ssl.keystore.key")
+        certs = _pem_certs(inline_chain.encode(), "ssl.keystore.certificate.chain")
+        where = "ssl.keystore.key"
+    else:
+        data = _read("ssl.keystore.location", location)
+        form = _form("ssl.keystore.location", location, data, kind, "ssl.keystore.type",
+                     store="keystore")
+        if form == "PEM":
+            key = _pem_key(data, get("ssl.key.password"), "ssl.keystore.location")
+            certs = _pem_certs(data, "ssl.keystore.location")
+        else:
+            key, certs = _pkcs12_key(data, location, get("ssl.keystore.password"),
+                                     get("ssl.key.password"))
+        where = "ssl.keystore.location"
+    if not certs:
+        raise TlsError(where, "holds no certificate")
+    leaf = certs[0]
+    if (leaf.public_key().public_bytes(serialization.Encoding.DER,
+                                       serialization.PublicFormat.SubjectPublicKeyInfo)
+            != key.public_key().public_bytes(serialization.Encoding.DER,
+                                             serialization.PublicFormat.SubjectPublicKeyInfo)):
+        raise TlsError(where, "the private key does not belong to the first certificate of "
+                       "the chain (the broker's own certificate must come first)")
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                            serialization.NoEncryption())
+    pem += b"".join(c.public_bytes(serialization.Encoding.PEM) for c in certs)
+    assert isinstance(leaf, x509.Certificate)
+    return pem, leaf.subject.rfc4514_string()
+
+
+def _pem_key(data: bytes, password: str | None, key: str) -> Any:
+    from cryptography.hazmat.primitives import serialization
+
+    block = _pem_blocks(data, b"PRIVATE KEY")
+    if not block:
+        raise TlsError(key, "holds no PEM private key (-----BEGIN ... PRIVATE KEY-----)")
+    try:
+        return serialization.load_pem_private_key(
+            block[0], password.encode() if password is not None else None)
+    except TypeError as err:  # encrypted without a password, or a password for none
+        if password is None:
+            raise TlsError(key, "the private key is encrypted: set ssl.key.password") from err
+        raise TlsError(key, "the private key is not encrypted: remove ssl.key.password") from err
+    except ValueError as err:
+        raise TlsError(key, "the private key cannot be read (a wrong ssl.key.password, or "
+                       f"not a key): {err}") from err
+
+
+def _pem_certs(data: bytes, key: str) -> list[Any]:
+    from cryptography import x509
+
+    blocks = _pem_blocks(data, b"CERTIFICATE")
+    try:
+        return [x509.load_pem_x509_certificate(b) for b in blocks]
+    except ValueError as err:
+        raise TlsError(key, f"a certificate cannot be read: {err}") from err
+
+
+def _pem_blocks(data: bytes, label: bytes) -> list[bytes]:
+    """The PEM blocks of `data` whose label ends with `label`, in order."""
+    out = []
+    pos = 0
+    while True:
+        start = data.find(_PEM_BEGIN, pos)
+        if start < 0:
+            return out
+        eol = data.find(b"-----", start + len(_PEM_BEGIN))
+        end_marker = b"-----END " + data[start + len(_PEM_BEGIN):eol] + b"-----"
+        end = data.find(end_marker, eol)
+        if eol < 0 or end < 0:
+            return out
+        if data[start + len(_PEM_BEGIN):eol].endswith(label):
+            out.append(data[start:end + len(end_marker)] + b"\n")
+        pos = end + len(end_marker)
+
+
+def _pkcs12_key(data: bytes, location: str, store_password: str | None,
+                key_password: str | None) -> tuple[Any, list[Any]]:
+    from cryptography.hazmat.primitives.serialization import pkcs12
+
+    last: Exception | None = None
+    for password in dict.fromkeys((store_password, key_password)):
+        try:
+            store = pkcs12.load_pkcs12(data, password.encode() if password else None)
+        except ValueError as err:
+            last = err
+            continue
+        if store.key is None or store.cert is None:
+            raise TlsError("ssl.keystore.location",
+                           f"{location} holds no private key with its certificate")
+        return store.key, [store.cert.certificate] + [c.certificate for c in store.additional_certs]
+    raise TlsError("ssl.keystore.location",
+                   f"{location} cannot be opened with ssl.keystore.password "
+                   f"({'not set' if store_password is None else 'wrong password?'}): {last}")
+
+
+# ---- the truststore ----
+
+def _truststore(get: Callable[[str], Any]) -> str | None:
+    from cryptography.hazmat.primitives import serialization
+
+    location = get("ssl.truststore.location")
+    inline = get("ssl.truststore.certificates")
+    if location is not None and inline is not None:
+        raise TlsError("ssl.truststore.location", "give either ssl.truststore.location or "
+                       "ssl.truststore.certificates, not both")
+    if location is None and inline is None:
+        return None  # the system's CAs
+    if inline is not None:
+        certs = _pem_certs(inline.encode(), "ssl.truststore.certificates")
+        where = "ssl.truststore.certificates"
+    else:
+        data = _read("ssl.truststore.location", location)
+        form = _form("ssl.truststore.location", location, data, get("ssl.truststore.type"),
+                     "ssl.truststore.type", store="truststore")
+        where = "ssl.truststore.location"
+        if form == "PEM":
+            certs = _pem_certs(data, where)
+        else:
+            from cryptography.hazmat.primitives.serialization import pkcs12
+
+            password = get("ssl.truststore.password")
+            try:
+                store = pkcs12.load_pkcs12(data, password.encode() if password else None)
+            except ValueError as err:
+                raise TlsError(where, f"{location} cannot be opened with "
+                               f"ssl.truststore.password ("
+                               f"{'not set' if password is None else 'wrong password?'}): "
+                               f"{err}") from err
+            certs = ([store.cert.certificate] if store.cert is not None else []) + \
+                [c.certificate for c in store.additional_certs]
+    if not certs:
+        raise TlsError(where, "holds no certificate to trust")
+    return "".join(c.public_bytes(serialization.Encoding.PEM).decode() for c in certs)
+
+
+# ---- files ----
+
+def _read(key: str, location: str) -> bytes:
+    try:
+        return Path(location).read_bytes()
+    except OSError as err:
+        raise TlsError(key, f"cannot read {location}: {err.strerror or err}") from err
+
+
+def _form(key: str, location: str, data: bytes, kind: str, type_key: str, *, store: str) -> str:
+    """PEM or PKCS12, by the file's content: a file of type JKS (Kafka's default) that
+    is really PKCS12 or PEM is read as such, as Java's keystore.type.compat does."""
+    if data[:4] in _JKS_MAGIC:
+        fmt = "JKS" if data[:4] == _JKS_MAGIC[0] else "JCEKS"
+        raise TlsError(key, f"{location} is a Java KeyStore ({fmt}), which logkeeper cannot "
+                       f"read; convert it to PKCS12 (keytool -importkeystore -srckeystore "
+                       f"{location} -destkeystore {location}.p12 -deststoretype PKCS12) and "
+                       f"set {type_key}=PKCS12")
+    if data.lstrip()[:len(_PEM_BEGIN)] == _PEM_BEGIN or _PEM_BEGIN in data[:4096]:
+        found = "PEM"
+    elif data[:1] == b"\x30":
+        found = "PKCS12"
+    else:
+        raise TlsError(key, f"{location} is neither a PKCS12 nor a PEM {store}")
+    if kind != "JKS" and kind != found:
+        raise TlsError(type_key, f"{type_key}={kind}, but {location} is a {found} file")
+    return found
+
+
+def _load_chain(ctx: ssl.SSLContext, pem: bytes) -> None:
+    """Hand OpenSSL the key and chain through an anonymous in-memory file."""
+    fd = os.memfd_create("logkeeper-keystore", os.MFD_CLOEXEC)
+    try:
+        view = memoryview(pem)
+        while view:
+            view = view[os.write(fd, view):]
+        ctx.load_cert_chain(f"/proc/self/fd/{fd}")
+    finally:
+        os.close(fd)
+
+
+def resolved(values: Mapping[str, Any], overrides: Mapping[str, Any]) -> Callable[[str], Any]:
+    """`get(key)` for one listener: its listener.name.<listener>.<key> override, else the
+    broker-wide value."""
+    return lambda key: overrides[key] if key in overrides else values[key]
+
+
+def connect(host: str, port: int, *, timeout: float,
+            context: ssl.SSLContext | None) -> socket.socket:
+    """A blocking connection to a broker's listener, TLS when `context` is given (the
+    handshake done, the peer's certificate checked); OSError (ssl.SSLError among them)
+    when it cannot be made."""
+    sock = socket.create_connection((host, port), timeout=timeout)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    if context is None:
+        return sock
+    try:
+        return context.wrap_socket(sock, server_hostname=host)
+    except BaseException:
+        sock.close()
+        raise

@@ -1,0 +1,507 @@
+"""TLS listeners (Kafka's SSL security protocol and its ssl.* keys): clients over TLS,
+client certificates, the keystore and truststore forms operators have (PEM, PKCS12),
+per-listener keys, refusals of what cannot work, and a cluster whose brokers replicate,
+elect and shut down over an SSL inter-broker listener. Real daemons and ZooKeeper,
+certificates made by a test CA, confluent-kafka, kafka-python, aiokafka and kcat.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import socket
+import ssl
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import confluent_kafka as ck
+import psutil
+import pytest
+from aiokafka import AIOKafkaConsumer
+from aiokafka.helpers import create_ssl_context
+from kafka import KafkaConsumer, KafkaProducer
+from kafka.protocol.admin import DescribeConfigsRequest
+from kafka.protocol.consumer import FetchRequest
+from kafka.protocol.metadata import ApiVersionsRequest
+
+from daemon import config as config_mod
+from logstore import Log, LogConfig
+
+from .cluster_helpers import Cluster, wait_for
+from .daemon_helpers import REPO, Daemon, RawClient, write_config
+from .test_controlled_shutdown import partition_states
+from .test_replication import (
+    assert_every_ack_read_once,
+    consume_all,
+    create,
+    full_isr,
+    replicas_identical,
+    start_producers,
+)
+from .tls_helpers import CertificateAuthority
+from .zkserver import free_port
+
+KCAT = shutil.which("kcat")
+
+
+def with_ssl_listener(d: Daemon, ssl_port: int, **ssl_keys: Any) -> None:
+    """`d` serves PLAINTEXT on its port (the helpers' way in) and SSL on `ssl_port`."""
+    d.values.update({"listeners": f"PLAINTEXT://127.0.0.1:{d.port},SSL://127.0.0.1:{ssl_port}",
+                     **{k.replace("_", "."): v for k, v in ssl_keys.items()}})
+    d.config = write_config(d.root / "logkeeper.toml", d.values)
+
+
+def peer_certificate(port: int, ca: Path, *, client: tuple[Path, Path] | None = None) -> dict:
+    """The certificate the listener at `port` presents (checked against `ca`)."""
+    ctx = ssl.create_default_context(cafile=str(ca))
+    if client is not None:
+        ctx.load_cert_chain(str(client[0]), str(client[1]))
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw, \
+            ctx.wrap_socket(raw, server_hostname="localhost") as s:
+        return s.getpeercert()
+
+
+def common_name(cert: dict) -> str:
+    return next(v for rdn in cert["subject"] for k, v in rdn if k == "commonName")
+
+
+def test_an_ssl_listener_serves_every_client(tmp_path: Path) -> None:
+    """A PEM keystore; confluent-kafka produces over TLS, and confluent-kafka,
+    kafka-python, aiokafka and kcat read it all back over TLS. Fetches large enough to be
+    spliced on a plain listener are copied through TLS, byte for byte what the log holds.
+    A client speaking plain Kafka to the SSL port gets nothing."""
+    ca = CertificateAuthority(tmp_path / "ca")
+    broker = ca.issue("broker1")
+    d = Daemon(tmp_path / "d", {"num.partitions": 1})
+    ssl_port = free_port()
+    with_ssl_listener(d, ssl_port, ssl_keystore_type="PEM",
+                      ssl_keystore_location=str(broker.keystore_pem))
+    with d:
+        assert f"SSL 127.0.0.1:{ssl_port}" in d.stderr()
+        assert "with TLS as CN=broker1, client certificates none" in d.stderr()
+        tls_conf = {"bootstrap.servers": f"localhost:{ssl_port}", "security.protocol": "ssl",
+                    "ssl.ca.location": str(ca.cert_pem)}
+        p = ck.Producer({**tls_conf, "linger.ms": 20, "batch.size": 256 << 10})
+        values = [bytes([i % 251]) * 3000 + b"#%d" % i for i in range(3000)]  # ~9 MB
+        for v in values:
+            p.produce("secure", v)
+        assert p.flush(60) == 0
+        c = ck.Consumer({**tls_conf, "group.id": "g", "auto.offset.reset": "earliest",
+                         "fetch.max.bytes": 16 << 20, "max.partition.fetch.bytes": 16 << 20})
+        c.subscribe(["secure"])
+        got: list[bytes] = []
+        try:
+            wait_for(lambda: got.extend(m.value() for m in c.consume(1000, 0.5)
+                                        if not m.error()) or len(got) >= len(values),
+                     60, "confluent-kafka reading over TLS")
+        finally:
+            c.close()
+        assert got == values
+        kc = KafkaConsumer("secure", bootstrap_servers=f"localhost:{ssl_port}",
+                           security_protocol="SSL", ssl_cafile=str(ca.cert_pem),
+                           auto_offset_reset="earliest", consumer_timeout_ms=5000,
+                           fetch_max_bytes=16 << 20, max_partition_fetch_bytes=16 << 20)
+        assert [m.value for m in kc] == values
+        kc.close()
+
+        async def aio() -> list[bytes]:
+            ac = AIOKafkaConsumer("secure", bootstrap_servers=f"localhost:{ssl_port}",
+                                  security_protocol="SSL", auto_offset_reset="earliest",
+                                  ssl_context=create_ssl_context(cafile=str(ca.cert_pem)))
+            await ac.start()
+            try:
+                out: list[bytes] = []
+                while len(out) < len(values):
+                    batch = await ac.getmany(timeout_ms=5000)
+                    assert batch, "aiokafka got nothing"
+                    out += [m.value for msgs in batch.values() for m in msgs]
+                return out
+            finally:
+                await ac.stop()
+
+        assert asyncio.run(aio()) == values
+        # What TLS carried is what the log holds: the segment's bytes as a plain fetch
+        # (spliced) and a TLS one (copied) return them.
+        seg = next(d.log_dirs[i] / "secure-0" for i in range(3) if (d.log_dirs[i] / "secure-0").exists())
+        log = Log.open(seg, LogConfig())
+        try:
+            on_disk = log.read(0, 1 << 20)
+        finally:
+            log.close()
+        assert raw_fetch_first_batches(d.port, None) == raw_fetch_first_batches(
+            ssl_port, ca.cert_pem) == bytes(on_disk)
+        # Plain Kafka at the SSL port: the handshake never completes, no answer.
+        with socket.create_connection(("127.0.0.1", ssl_port), timeout=5) as s:
+            s.sendall(b"\x00\x00\x00\x0a\x00\x12\x00\x00\x00\x00\x00\x01\x00\x00")
+            s.settimeout(5)
+            assert s.recv(100)[:1] in (b"", b"\x15")  # closed, or a TLS alert
+        if KCAT:
+            out = subprocess.run(
+                [KCAT, "-b", f"localhost:{ssl_port}", "-X", "security.protocol=ssl", "-X",
+                 f"ssl.ca.location={ca.cert_pem}", "-C", "-t", "secure", "-o", "-3", "-e",
+                 "-f", "%o\n"], capture_output=True, timeout=60, check=True)
+            assert out.stdout.split() == [b"2997", b"2998", b"2999"]
+        # TLS is only on its listener: the PLAINTEXT one still answers plain Kafka.
+        assert RawClient(d.port).request(ApiVersionsRequest(), 0).error_code == 0
+
+
+def raw_fetch_first_batches(port: int, ca: Path | None) -> bytes:
+    """Fetch v11 of secure-0 from offset 0 (at most 1 MiB): the records' bytes."""
+    F = FetchRequest.FetchTopic
+    req = FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20,
+                       isolation_level=0, session_id=0, session_epoch=-1, topics=[F(
+                           topic="secure", partitions=[F.FetchPartition(
+                               partition=0, current_leader_epoch=-1, fetch_offset=0,
+                               log_start_offset=-1, partition_max_bytes=1 << 20)])],
+                       forgotten_topics_data=[], rack_id="")
+    c = RawClient(port, tls=ssl.create_default_context(cafile=str(ca)) if ca else None)
+    try:
+        return bytes(c.request(req, 11).responses[0].partitions[0].records)
+    finally:
+        c.close()
+
+
+def tls_refused(port: int, ctx: ssl.SSLContext) -> bool:
+    """Whether a client with `ctx` is refused: its handshake fails, or the connection
+    closes before an ApiVersions answer."""
+    try:
+        c = RawClient(port, tls=ctx)
+    except (ssl.SSLError, OSError):
+        return True
+    try:
+        return c.request(ApiVersionsRequest(), 0) is None
+    except (ssl.SSLError, OSError, AssertionError, EOFError):
+        return True
+    finally:
+        c.close()
+
+
+def test_client_certificates_are_checked_when_required(tmp_path: Path) -> None:
+    """ssl.client.auth=required with a PKCS12 keystore and a PEM truststore: a client
+    with a certificate the truststore's CA signed is served (confluent-kafka and
+    kafka-python); one with none, or with one from another CA, is refused at the
+    handshake."""
+    ca, other = CertificateAuthority(tmp_path / "ca"), CertificateAuthority(tmp_path / "other", "rogue CA")
+    broker = ca.issue("broker1")
+    good, rogue = ca.issue("app", client=True), other.issue("app", client=True)
+    d = Daemon(tmp_path / "d", {"num.partitions": 1})
+    ssl_port = free_port()
+    with_ssl_listener(d, ssl_port, ssl_keystore_type="PKCS12",
+                      ssl_keystore_location=str(broker.pkcs12(tmp_path / "broker.p12", "s3cret")),
+                      ssl_keystore_password="s3cret", ssl_truststore_type="PEM",
+                      ssl_truststore_location=str(ca.cert_pem), ssl_client_auth="required")
+    with d:
+        assert "client certificates required" in d.stderr()
+        anonymous = ssl.create_default_context(cafile=str(ca.cert_pem))
+        assert tls_refused(ssl_port, anonymous)
+        foreign = ssl.create_default_context(cafile=str(ca.cert_pem))
+        foreign.load_cert_chain(str(rogue.cert_pem), str(rogue.key_pem))
+        assert tls_refused(ssl_port, foreign)
+        trusted = ssl.create_default_context(cafile=str(ca.cert_pem))
+        trusted.load_cert_chain(str(good.cert_pem), str(good.key_pem))
+        assert not tls_refused(ssl_port, trusted)
+
+        conf = {"bootstrap.servers": f"localhost:{ssl_port}", "security.protocol": "ssl",
+                "ssl.ca.location": str(ca.cert_pem),
+                "ssl.certificate.location": str(good.cert_pem),
+                "ssl.key.location": str(good.key_pem)}
+        p = ck.Producer(conf)
+        for i in range(50):
+            p.produce("mtls", b"v%d" % i)
+        assert p.flush(30) == 0
+        kp = KafkaProducer(bootstrap_servers=f"localhost:{ssl_port}", security_protocol="SSL",
+                           ssl_cafile=str(ca.cert_pem), ssl_certfile=str(good.cert_pem),
+                           ssl_keyfile=str(good.key_pem))
+        for i in range(50, 100):
+            kp.send("mtls", b"v%d" % i)
+        kp.flush(30)
+        kp.close()
+        c = ck.Consumer({**conf, "group.id": "g", "auto.offset.reset": "earliest"})
+        c.subscribe(["mtls"])
+        got: list[bytes] = []
+        try:
+            wait_for(lambda: got.extend(m.value() for m in c.consume(100, 0.5)
+                                        if not m.error()) or len(got) >= 100, 30, "100 records")
+        finally:
+            c.close()
+        assert got == [b"v%d" % i for i in range(100)]
+        # Without a certificate, confluent-kafka never gets metadata.
+        bare = ck.Producer({k: v for k, v in conf.items()
+                            if k not in ("ssl.certificate.location", "ssl.key.location")})
+        bare.produce("mtls", b"never")
+        assert bare.flush(3) == 1
+
+
+def test_each_listener_can_have_its_own_keystore(tmp_path: Path) -> None:
+    """listener.name.<listener>.ssl.* over the broker-wide ssl.* keys: two SSL listeners,
+    each presenting its own certificate; the PLAINTEXT one stays plain."""
+    ca = CertificateAuthority(tmp_path / "ca")
+    inside, outside = ca.issue("inside.example"), ca.issue("outside.example")
+    d = Daemon(tmp_path / "d")
+    a, b = free_port(), free_port()
+    d.values.update({
+        "listeners": f"PLAINTEXT://127.0.0.1:{d.port},INSIDE://127.0.0.1:{a},"
+                     f"OUTSIDE://127.0.0.1:{b}",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INSIDE:SSL,OUTSIDE:SSL",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "ssl.keystore.location": str(inside.keystore_pem),
+        "listener.name.outside.ssl.keystore.location":
+            str(outside.pkcs12(tmp_path / "outside.p12", "pw")),
+        "listener.name.outside.ssl.keystore.password": "pw"})
+    d.config = write_config(d.root / "logkeeper.toml", d.values)
+    with d:
+        assert common_name(peer_certificate(a, ca.cert_pem)) == "inside.example"
+        assert common_name(peer_certificate(b, ca.cert_pem)) == "outside.example"
+        p = ck.Producer({"bootstrap.servers": f"localhost:{b}", "security.protocol": "ssl",
+                         "ssl.ca.location": str(ca.cert_pem)})
+        p.produce("both", b"x")
+        assert p.flush(30) == 0
+
+
+def test_describe_configs_never_shows_a_password(tmp_path: Path) -> None:
+    """Kafka's PASSWORD keys come back with no value and is_sensitive set, in the entry
+    and its synonyms; the keystore's location is shown."""
+    ca = CertificateAuthority(tmp_path / "ca")
+    broker = ca.issue("broker1")
+    d = Daemon(tmp_path / "d")
+    with_ssl_listener(d, free_port(), ssl_keystore_location=str(broker.pkcs12(
+        tmp_path / "b.p12", "hunter2")), ssl_keystore_password="hunter2")
+    with d:
+        R = DescribeConfigsRequest.DescribeConfigsResource
+        resp = RawClient(d.port).request(DescribeConfigsRequest(
+            resources=[R(resource_type=4, resource_name="1", configuration_keys=None)],
+            include_synonyms=True, include_documentation=False), 4)
+        entries = {e.name: e for e in resp.results[0].configs}
+        password = entries["ssl.keystore.password"]
+        assert (password.value, password.is_sensitive) == (None, True)
+        assert password.synonyms and all(s.value is None for s in password.synonyms)
+        assert entries["ssl.keystore.location"].value.endswith("b.p12")
+        assert entries["ssl.keystore.location"].is_sensitive is False
+        assert b"hunter2" not in repr(resp).encode()
+
+
+def refusal(tmp_path: Path, **keys: Any) -> str:
+    """The ConfigError a config with an SSL listener and `keys` gets."""
+    values = {"listeners": "PLAINTEXT://127.0.0.1:9092,SSL://127.0.0.1:9093",
+              **{k.replace("__", "-").replace("_", "."): v for k, v in keys.items()}}
+    with pytest.raises(config_mod.ConfigError) as err:
+        config_mod.from_mapping(values)
+    return str(err.value)
+
+
+def test_tls_settings_that_cannot_work_are_refused(tmp_path: Path) -> None:
+    """Each mistake an operator makes with a keystore or truststore stops the load with
+    the key at fault and what to do; a good config still loads."""
+    ca = CertificateAuthority(tmp_path / "ca")
+    broker = ca.issue("broker1")
+    p12 = broker.pkcs12(tmp_path / "b.p12", "right")
+    jks = tmp_path / "b.jks"
+    jks.write_bytes(b"\xfe\xed\xfe\xed\x00\x00\x00\x02" + b"\x00" * 64)  # a JKS header
+    encrypted = tmp_path / "enc.pem"
+    from cryptography.hazmat.primitives import serialization
+
+    encrypted.write_bytes(broker.key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.BestAvailableEncryption(b"keypw")) + broker.cert_pem.read_bytes())
+    mismatched = tmp_path / "mismatch.pem"
+    mismatched.write_bytes(ca.issue("other").key_pem.read_bytes() + broker.cert_pem.read_bytes())
+
+    assert "needs this broker's key and certificate" in refusal(tmp_path)
+    msg = refusal(tmp_path, ssl_keystore_location=str(jks))
+    assert "Java KeyStore (JKS)" in msg and "keytool -importkeystore" in msg
+    msg = refusal(tmp_path, ssl_keystore_location=str(p12), ssl_keystore_password="wrong")
+    assert "cannot be opened with ssl.keystore.password (wrong password?)" in msg
+    assert "(not set)" in refusal(tmp_path, ssl_keystore_location=str(p12))
+    assert "encrypted: set ssl.key.password" in refusal(
+        tmp_path, ssl_keystore_location=str(encrypted))
+    assert "does not belong to the first certificate" in refusal(
+        tmp_path, ssl_keystore_location=str(mismatched))
+    assert "cannot read" in refusal(tmp_path, ssl_keystore_location=str(tmp_path / "missing"))
+    assert "ssl.keystore.type=PKCS12, but" in refusal(
+        tmp_path, ssl_keystore_location=str(broker.keystore_pem), ssl_keystore_type="PKCS12")
+    assert "TLSv1.1 is not served" in refusal(
+        tmp_path, ssl_keystore_location=str(broker.keystore_pem),
+        ssl_enabled_protocols="TLSv1.1,TLSv1.2")
+    assert "holds no certificate to trust" in refusal(
+        tmp_path, ssl_keystore_location=str(broker.keystore_pem),
+        ssl_truststore_location=str(broker.key_pem))
+    # A listener's own key is named as such.
+    msg = refusal(tmp_path, ssl_keystore_location=str(broker.keystore_pem),
+                  **{"listener.name.ssl.ssl.keystore.location": str(jks)})
+    assert "listener SSL (SSL)" in msg and "keytool" in msg
+    with pytest.raises(config_mod.ConfigError, match="no Kafka key a listener can have"):
+        config_mod.from_mapping({"listener.name.ssl.ssl.keystor.location": "x"})
+    with pytest.raises(config_mod.ConfigError, match="SASL is not"):
+        config_mod.from_mapping({"listeners": "SASL_SSL://127.0.0.1:9093"})
+    # Right, in each form: it loads, and the key material is read.
+    for keys in ({"ssl.keystore.location": str(broker.keystore_pem)},
+                 {"ssl.keystore.location": str(p12), "ssl.keystore.password": "right"},
+                 {"ssl.keystore.location": str(encrypted), "ssl.key.password": "keypw"},
+                 {"ssl.keystore.type": "PEM", "ssl.keystore.key": broker.key_pem.read_text(),
+                  "ssl.keystore.certificate.chain": broker.cert_pem.read_text(),
+                  "ssl.truststore.certificates": ca.cert_pem.read_text()}):
+        cfg = config_mod.from_mapping(
+            {"listeners": "PLAINTEXT://127.0.0.1:9092,SSL://127.0.0.1:9093", **keys})
+        assert cfg.tls["SSL"].subject == "CN=broker1"
+        assert "PRIVATE KEY" not in repr(cfg.tls["SSL"])  # the key never shows
+        cfg.tls["SSL"].server_context()
+        cfg.tls["SSL"].client_context()
+
+
+def test_serve_stops_before_binding_on_a_bad_keystore(tmp_path: Path) -> None:
+    """`logkeeper serve` with a wrong keystore password: exit 2 and the reason, with no
+    port bound and no log dir touched."""
+    ca = CertificateAuthority(tmp_path / "ca")
+    p12 = ca.issue("broker1").pkcs12(tmp_path / "b.p12", "right")
+    port, ssl_port = free_port(), free_port()
+    cfg = write_config(tmp_path / "bad.toml", {
+        "log.dirs": [str(tmp_path / "disk0")],
+        "listeners": f"PLAINTEXT://127.0.0.1:{port},SSL://127.0.0.1:{ssl_port}",
+        "ssl.keystore.location": str(p12), "ssl.keystore.password": "wrong"})
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "daemon.cli", "serve", "--config", str(cfg)],
+                         cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2, out.stderr
+    assert "ssl.keystore.location" in out.stderr and "wrong password?" in out.stderr
+    assert not (tmp_path / "disk0").exists()
+
+
+def test_a_cluster_replicates_elects_and_shuts_down_over_tls(tmp_path: Path) -> None:
+    """Three brokers whose inter-broker listener is SSL with client certificates
+    required: each broker's followers fetch, and the controller sends its requests, over
+    TLS with the broker's own certificate (checked against the CA, host names included).
+    Under idempotent acks=all load each broker in turn is stopped (a controlled shutdown,
+    asked over TLS) and started again; every acknowledged record is read back once, and
+    the replicas are byte-identical. Clients on the SSL listener are served too."""
+    ca = CertificateAuthority(tmp_path / "ca")
+    topic, parts = "tls", 3
+    cl = Cluster(tmp_path / "cl", dirs=1)
+    secure = {b: free_port() for b in cl.brokers}
+    for b, d in cl.brokers.items():
+        own = ca.issue(f"broker{b}")
+        d.values.update({
+            "listeners": f"CLIENT://127.0.0.1:{d.port},BROKER://127.0.0.1:{secure[b]}",
+            "advertised.listeners": f"CLIENT://127.0.0.1:{d.port},BROKER://localhost:{secure[b]}",
+            "listener.security.protocol.map": "CLIENT:PLAINTEXT,BROKER:SSL",
+            "inter.broker.listener.name": "BROKER",
+            "ssl.keystore.location": str(own.keystore_pem),
+            "ssl.truststore.location": str(ca.cert_pem), "ssl.truststore.type": "PEM",
+            "ssl.client.auth": "required"})
+        d.config = write_config(d.root / "logkeeper.toml", d.values)
+    with cl:
+        create(cl, topic, parts)
+        loads = start_producers(cl, topic, parts)
+        try:
+            for victim in sorted(cl.brokers):
+                wait_for(lambda: full_isr(cl, topic, parts), 60, "full ISRs")
+                before = partition_states(cl, topic, parts)
+                d = cl.brokers[victim]
+                assert d.stop() == 0
+                assert "controlled shutdown succeeded" in d.stderr(), d.stderr()[-3000:]
+                after = partition_states(cl, topic, parts)
+                assert all(after[p]["leader"] != victim for p in range(parts)), (before, after)
+                d.start()
+            wait_for(lambda: full_isr(cl, topic, parts), 60, "every broker back in the ISRs")
+            time.sleep(1)
+        finally:
+            unanswered = [load.finish() for load in loads]
+        assert_every_ack_read_once(cl, topic, parts, loads, unanswered)
+        wait_for(lambda: replicas_identical(cl, topic, parts), 60, "replicas byte-identical")
+        # An application with a certificate reads the same records on the SSL listener.
+        app = ca.issue("app", client=True)
+        c = ck.Consumer({"bootstrap.servers": f"localhost:{secure[2]}",
+                         "security.protocol": "ssl", "ssl.ca.location": str(ca.cert_pem),
+                         "ssl.certificate.location": str(app.cert_pem),
+                         "ssl.key.location": str(app.key_pem), "group.id": "tls-app",
+                         "auto.offset.reset": "earliest", "enable.partition.eof": True})
+        c.subscribe([topic])
+        ends: set[int] = set()
+        n = 0
+        try:
+            def read() -> bool:
+                nonlocal n
+                for m in c.consume(500, 0.5):
+                    if m.error() is None:
+                        n += 1
+                    elif m.error().code() == ck.KafkaError._PARTITION_EOF:
+                        ends.add(m.partition())
+                return len(ends) == parts
+            wait_for(read, 60, "every partition read to its end over TLS")
+        finally:
+            c.close()
+        # As many as a plain reader finds (resent records included: the acked ones were
+        # checked above).
+        assert n == sum(len(v) for v in consume_all(cl, topic, parts).values())
+        # The brokers' own connections to each other all go to the SSL listener.
+        plain = {d.port for d in cl.brokers.values()}
+        for b, d in cl.brokers.items():
+            assert d.proc is not None
+            remote = [c.raddr.port for c in psutil.Process(d.proc.pid).net_connections("tcp")
+                      if c.raddr and c.status == psutil.CONN_ESTABLISHED]
+            assert any(p in secure.values() for p in remote), (b, remote)
+            assert not any(p in plain for p in remote), (b, remote)
+
+
+def cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "daemon.cli", *args], cwd=REPO, input=stdin,
+                          capture_output=True, text=True, timeout=90)
+
+
+def test_the_tools_reach_an_ssl_listener(tmp_path: Path) -> None:
+    """Kafka's way for its tools: `--command-config` (admin commands) or the client config
+    file (console and perf tools) with security.protocol=SSL and Kafka's ssl.* client
+    keys, a PKCS12 truststore and keystore among them, to a listener that requires
+    client certificates; and `--config`, the daemon's own file, whose first listener is
+    SSL. Without them the tools say they cannot reach the broker."""
+    ca = CertificateAuthority(tmp_path / "ca")
+    broker, admin = ca.issue("broker1"), ca.issue("admin", client=True)
+    d = Daemon(tmp_path / "d")
+    ssl_port = free_port()
+    d.values.update({
+        "listeners": f"SSL://127.0.0.1:{ssl_port},PLAINTEXT://127.0.0.1:{d.port}",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "ssl.keystore.location": str(broker.keystore_pem),
+        "ssl.truststore.location": str(ca.cert_pem), "ssl.client.auth": "required"})
+    d.config = write_config(d.root / "logkeeper.toml", d.values)
+    props = tmp_path / "client.properties"
+    trust = tmp_path / "trust.p12"
+    from cryptography.hazmat.primitives.serialization import BestAvailableEncryption, pkcs12
+
+    trust.write_bytes(pkcs12.serialize_key_and_certificates(
+        None, None, None, [ca.cert], BestAvailableEncryption(b"tpw")))
+    props.write_text("security.protocol=SSL\n"
+                     f"ssl.truststore.location={trust}\nssl.truststore.type=PKCS12\n"
+                     "ssl.truststore.password=tpw\n"
+                     f"ssl.keystore.location={admin.pkcs12(tmp_path / 'admin.p12', 'apw')}\n"
+                     "ssl.keystore.type=PKCS12\nssl.keystore.password=apw\n")
+    at = ["--bootstrap-server", f"localhost:{ssl_port}"]
+    with d:
+        r = cli("topics", "create", "--topic", "sec", "--partitions", "2", *at,
+                "--command-config", str(props))
+        assert r.returncode == 0, r.stderr
+        r = cli("topics", "list", *at)  # plain Kafka at the SSL port
+        assert r.returncode == 2 and f"localhost:{ssl_port}" in r.stderr, r.stderr
+        # The daemon's own file: its first listener, SSL, with its keystore and truststore.
+        r = cli("topics", "describe", "--topic", "sec", "--config", str(d.config))
+        assert r.returncode == 0 and "PartitionCount: 2" in r.stdout, r.stderr
+        r = cli("console-producer", "--topic", "sec", *at, "--producer.config", str(props),
+                stdin="".join(f"line{i}\n" for i in range(20)))
+        assert r.returncode == 0, r.stderr
+        r = cli("producer-perf-test", "--topic", "sec", "--num-records", "500",
+                "--record-size", "100", "--throughput", "-1", *at, "--producer.config",
+                str(props))
+        assert r.returncode == 0 and "500 records sent" in r.stdout, r.stderr
+        r = cli("console-consumer", "--topic", "sec", "--from-beginning", "--max-messages",
+                "520", *at, "--consumer.config", str(props), "--timeout-ms", "20000")
+        assert r.returncode == 0, r.stderr
+        got = r.stdout.splitlines()
+        assert len(got) == 520 and sorted(v for v in got if v.startswith("line")) == sorted(
+            f"line{i}" for i in range(20))
+        r = cli("get-offsets", "--topic", "sec", *at, "--command-config", str(props))
+        assert r.returncode == 0, r.stderr
+        assert sum(int(line.rsplit(":", 1)[1]) for line in r.stdout.split()) == 520
