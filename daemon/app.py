@@ -49,8 +49,9 @@ from .api.connections import Connections
 from .api.groups import GroupApis
 from .api.handlers import Handlers
 from .api.partitions import PartitionApis
+from .api.sasl import SaslApis
 from .cluster import controlled_shutdown
-from .cluster.config_store import BROKERS, CLIENTS, TOPICS, ZkConfigStore
+from .cluster.config_store import BROKERS, CLIENTS, TOPICS, USERS, ZkConfigStore
 from .cluster.link import ClusterLink, cluster_id_from_zookeeper
 from .cluster.metadata_cache import MetadataCache
 from .cluster.znodes import ProducerIdBlock
@@ -74,6 +75,7 @@ from .replica.producer_ids import ProducerIds
 from .replica.quota import ReplicationQuotas
 from .replica.topic_config import TopicConfigs
 from .replica.topics import TopicAdmin, TopicError
+from .security.sasl import Credentials
 from .storage.cleaner import LogCleanerService
 from .storage.config_store import FileConfigStore
 from .storage.dirstate import DirState
@@ -170,6 +172,11 @@ class Server:
         self.handlers.client_quotas = self.client_quotas
         self.handlers.register(ClientQuotaApis(self.client_quotas,
                                                self._store_client_quotas).dispatch())
+        # SASL logins on SASL listeners, and the SCRAM credentials they check: ZooKeeper's
+        # /config/users in a cluster, the dirs' config file standalone (daemon.api.sasl).
+        self.scram = Credentials()
+        self.sasl = SaslApis(config.sasl, self.scram, self._store_scram_credentials)
+        self.handlers.register(self.sasl.dispatch())
         self.handlers.check_served()
         self.fetchers: ReplicaFetchers | None = None
         if isinstance(leadership, ClusterLeadership):
@@ -187,7 +194,7 @@ class Server:
                                    self.replicas.high_watermark_moved,
                                    self.metrics.replication_bytes_in.inc),
                 endpoint, backoff=config["replica.fetch.backoff.ms"] / 1000,
-                tls_context=self.inter_broker_tls,
+                tls_context=self.inter_broker_tls, login=config.inter_broker_login,
                 quota=self.quotas.follower,
                 max_wait_ms=config["replica.fetch.wait.max.ms"],
                 min_bytes=config["replica.fetch.min.bytes"],
@@ -203,6 +210,7 @@ class Server:
         self.connections = Connections(self.handlers, self.metrics,
                                        max_frame=config["socket.request.max.bytes"],
                                        stopping=self.stop_event)
+        self.connections.sasl = self.sasl
         self.cleaner = LogCleanerService(
             self.storage, enabled=config["log.cleaner.enable"],
             backoff_ms=config["log.cleaner.backoff.ms"],
@@ -364,16 +372,19 @@ class Server:
             topics = await asyncio.to_thread(zk.read_all, TOPICS)
             brokers = await asyncio.to_thread(zk.read_all, BROKERS)
             clients = await asyncio.to_thread(zk.read_all, CLIENTS)
+            users = await asyncio.to_thread(zk.read_all, USERS)
         except Exception as err:  # noqa: BLE001 - retried at the next registration
             log.warning("loading topic, broker and client configs from ZooKeeper failed "
                         "(%s: %s)", type(err).__name__, err)
             return
         self.topic_configs.load(topics, brokers)
         self.client_quotas.load({desanitize(c): q for c, q in clients.items()})
+        self.scram.load({desanitize(u): c for u, c in users.items()})
         await self.topic_configs.apply(None, "as the configs were loaded")
         log.info("configs loaded from ZooKeeper: %d topics with overrides, dynamic broker "
-                 "configs %s, client quotas of %d client-ids", len(self.topic_configs.topics),
-                 sorted(brokers), len(self.client_quotas.quotas))
+                 "configs %s, client quotas of %d client-ids, SCRAM credentials of %d users",
+                 len(self.topic_configs.topics), sorted(brokers), len(self.client_quotas.quotas),
+                 len(self.scram.users))
 
     async def _on_config_change(self, entity_type: str, name: str) -> None:
         zk = self.config_zk
@@ -384,12 +395,15 @@ class Server:
             await self.topic_configs.set_broker(name, await asyncio.to_thread(zk.read, BROKERS, name))
         elif entity_type == CLIENTS:
             self.client_quotas.set(desanitize(name), await asyncio.to_thread(zk.read, CLIENTS, name))
+        elif entity_type == USERS:
+            self.scram.set(desanitize(name), await asyncio.to_thread(zk.read, USERS, name))
 
     async def _load_configs_from_files(self) -> None:
         assert self.config_files is not None
         topics, brokers = await self.config_files.load()
         self.topic_configs.load(topics, brokers)
         self.client_quotas.load(self.config_files.clients)
+        self.scram.load(self.config_files.users)
         await self.topic_configs.apply(None, "as the configs were loaded")
 
     async def _store_client_quotas(self, client: str, quotas: dict[str, str]) -> None:
@@ -403,6 +417,17 @@ class Server:
             raise RuntimeError("not connected to ZooKeeper yet")
         name = client if client == CLIENT_DEFAULT else sanitize(client)
         await asyncio.to_thread(self.config_zk.write, CLIENTS, name, quotas)
+
+    async def _store_scram_credentials(self, user: str, config: dict[str, str]) -> None:
+        """Keep a user's SCRAM credentials where Kafka keeps them (or the dirs' file)."""
+        if self.config_files is not None:
+            await self.config_files.write(self.topic_configs.topics,
+                                          self.topic_configs.dynamic_brokers(),
+                                          users={**self.config_files.users, user: config})
+            return
+        if self.config_zk is None:
+            raise RuntimeError("not connected to ZooKeeper yet")
+        await asyncio.to_thread(self.config_zk.write, USERS, sanitize(user), config)
 
     def _log_stats(self) -> list[LogStats]:
         """For the metrics, at scrape time: every partition held here with a log (an
@@ -593,6 +618,8 @@ class Server:
                                  else " (not advertised)")
             + (f" with TLS as {self.config.tls[name].subject}, client certificates "
                f"{self.config.tls[name].client_auth}" if name in self.config.tls else "")
+            + (f" with SASL {'/'.join(self.config.sasl[name].mechanisms)}"
+               if name in self.config.sasl else "")
             for name, (h, p) in self.bound.items())
         log.info("serving Kafka protocol on %s (broker.id %d, %d partitions, %d log dirs)",
                  served, self.config.broker_id, len(self.replicas.partitions),
@@ -673,7 +700,7 @@ class Server:
             unclean_leader_election=self.config["unclean.leader.election.enable"],
             delete_topic_enable=self.config["delete.topic.enable"],
             leader_imbalance_percentage=self.config["leader.imbalance.per.broker.percentage"],
-            tls_context=self.inter_broker_tls)
+            tls_context=self.inter_broker_tls, login=self.config.inter_broker_login)
         self.handlers.controller = self.controller
         self._controller_started = False
         self.monitor.cluster = self.transitions.cluster = self.cluster
@@ -800,7 +827,8 @@ class Server:
             return f"the controller, broker {cid}, has no endpoint known here"
         try:
             return await asyncio.to_thread(controlled_shutdown.ask, ep.host, ep.port, me, epoch,
-                                           timeout=timeout, tls_context=self.inter_broker_tls)
+                                           timeout=timeout, tls_context=self.inter_broker_tls,
+                                           login=self.config.inter_broker_login)
         except (OSError, ValueError, protocol.ProtocolError) as err:
             return f"asking the controller, broker {cid} at {ep.host}:{ep.port}, failed: {err}"
 

@@ -51,7 +51,7 @@ from logstore.config import (
 )
 
 from .kafka_keys import KAFKA_BROKER_KEYS
-from .security import tls
+from .security import sasl, tls
 
 
 class ConfigError(ValueError):
@@ -228,7 +228,9 @@ def _advertised_listeners(value: Any) -> tuple[Listener, ...] | None:
 # Kafka's SecurityProtocol names, and its default listener.security.protocol.map.
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 DEFAULT_PROTOCOL_MAP = tuple((p, p) for p in SECURITY_PROTOCOLS)
-SERVED_PROTOCOLS = ("PLAINTEXT", "SSL")
+SERVED_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+TLS_PROTOCOLS = ("SSL", "SASL_SSL")
+SASL_PROTOCOLS = ("SASL_PLAINTEXT", "SASL_SSL")
 # Kafka's PASSWORD-type keys: DescribeConfigs never shows their values.
 SENSITIVE_KEYS = frozenset({"ssl.keystore.password", "ssl.key.password", "ssl.keystore.key",
                             "ssl.keystore.certificate.chain", "ssl.truststore.password",
@@ -264,9 +266,13 @@ def _inter_broker_protocol(value: Any) -> str:
     name = _listener_name(value)
     if name not in SECURITY_PROTOCOLS:
         raise ValueError(f"expected one of {', '.join(SECURITY_PROTOCOLS)}, got {value!r}")
-    if name not in SERVED_PROTOCOLS:
-        raise ValueError(f"{name}: only PLAINTEXT and SSL are served (SASL is not)")
     return name
+
+
+def _sasl_mechanism(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"expected a SASL mechanism, got {value!r}")
+    return value.strip().upper()
 
 
 def _optional_text(value: Any) -> str | None:
@@ -407,8 +413,7 @@ KEYS: dict[str, Key] = {k.name: k for k in (
     Key("log.dir", list, None, _log_dirs, "used when log.dirs is not given (Kafka's rule)"),
     Key("listeners", str, (Listener("PLAINTEXT", "127.0.0.1", 9092),), _listeners,
         "the Kafka protocol endpoints bound, NAME://host:port[,...] (empty host: every "
-        "interface), each on its own port; each a PLAINTEXT or SSL listener (besides a "
-        "KRaft file's controller listeners)"),
+        "interface), each on its own port (besides a KRaft file's controller listeners)"),
     Key("advertised.listeners", str, None, _advertised_listeners,
         "the endpoints Metadata and ZooKeeper give clients, by listener name (a client is "
         "told the brokers' endpoints of the listener it connected to); default: listeners "
@@ -416,13 +421,13 @@ KEYS: dict[str, Key] = {k.name: k for k in (
         "Kafka)"),
     Key("listener.security.protocol.map", str, DEFAULT_PROTOCOL_MAP, _protocol_map,
         "each listener name's security protocol (default: PLAINTEXT, SSL, SASL_PLAINTEXT "
-        "and SASL_SSL to themselves); PLAINTEXT and SSL listeners are served"),
+        "and SASL_SSL to themselves); TLS by the ssl.* keys, SASL by the sasl.* keys"),
     Key("inter.broker.listener.name", str, None, _listener_name,
         "the listener brokers and the controller reach each other on; default: the one "
         "security.inter.broker.protocol names, or the only one"),
     Key("security.inter.broker.protocol", str, "PLAINTEXT", _inter_broker_protocol,
         "the inter-broker listener's name when inter.broker.listener.name is not set "
-        "(PLAINTEXT or SSL)"),
+        "(a security protocol's name)"),
     # TLS (daemon.security.tls), Kafka's keys and defaults; each may be given for one
     # listener as listener.name.<listener>.<key>.
     Key("ssl.keystore.type", str, "JKS", _keystore_type,
@@ -457,6 +462,14 @@ KEYS: dict[str, Key] = {k.name: k for k in (
         "connects to; empty: it does not"),
     Key("ssl.cipher.suites", str, (), _names,
         "accepted, not applied: OpenSSL's default suites are used (a warning says so)"),
+    # SASL (daemon.security.sasl), Kafka's keys and defaults; per listener as
+    # listener.name.<listener>.sasl.enabled.mechanisms and, for each mechanism, its JAAS
+    # config as listener.name.<listener>.<mechanism>.sasl.jaas.config.
+    Key("sasl.enabled.mechanisms", str, ("GSSAPI",), _names,
+        "a SASL listener's mechanisms: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 (Kafka's "
+        "default GSSAPI, Kerberos, is not served)"),
+    Key("sasl.mechanism.inter.broker.protocol", str, "GSSAPI", _sasl_mechanism,
+        "the mechanism brokers log in to each other with on a SASL inter-broker listener"),
     Key("broker.rack", str, None, _rack,
         "this broker's rack (or availability zone): with every broker's set, a topic's "
         "replicas are spread across racks"),
@@ -642,8 +655,20 @@ class Config:
     warnings: tuple[str, ...] = ()
     # The keys the file gave, validated but not resolved (what `replace` starts from).
     given: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
-    # Each SSL listener's TLS, by listener name (daemon.security.tls).
+    # Each SSL (and SASL_SSL) listener's TLS, by listener name (daemon.security.tls).
     tls: Mapping[str, tls.TlsSettings] = field(default_factory=lambda: MappingProxyType({}))
+    # Each SASL listener's mechanisms and logins (daemon.security.sasl).
+    sasl: Mapping[str, sasl.SaslSettings] = field(default_factory=lambda: MappingProxyType({}))
+
+    @property
+    def inter_broker_login(self) -> tuple[str, str, str] | None:
+        """(mechanism, username, password) this broker logs in to the others with, when
+        the inter-broker listener is a SASL one."""
+        own = self.sasl.get(self.inter_broker_listener)
+        mechanism = self.values["sasl.mechanism.inter.broker.protocol"]
+        if own is None or mechanism not in own.logins:  # not SASL, or standalone
+            return None
+        return (mechanism, *own.logins[mechanism])
 
     def __getitem__(self, key: str) -> Any:
         return self.values[key]
@@ -811,6 +836,7 @@ def _validate(flat: Mapping[str, Any], origin: _Origin, *, text: bool = False,
         values[name] = _broker_listeners(values, name, origin)
     _check_listeners(values, given, origin)
     tls_settings = _tls(values, per_listener, origin, warnings)
+    sasl_settings = _sasl(values, per_listener, origin)
     for lname, overrides in per_listener.items():
         for key, value in overrides.items():
             given[f"{LISTENER_PREFIX}{lname.lower()}.{key}"] = value
@@ -844,10 +870,12 @@ def _validate(flat: Mapping[str, Any], origin: _Origin, *, text: bool = False,
     except ValueError as err:  # one more guard: LogConfig has its own floor
         raise ConfigError(f"{origin.at('log.segment.bytes')}: log.segment.bytes: {err}") from err
     return Config(values=MappingProxyType(values), source=source, warnings=tuple(warnings),
-                  given=MappingProxyType(given), tls=MappingProxyType(tls_settings))
+                  given=MappingProxyType(given), tls=MappingProxyType(tls_settings),
+                  sasl=MappingProxyType(sasl_settings))
 
 
 LISTENER_PREFIX = "listener.name."
+_JAAS_KEY = re.compile(r"([a-z0-9-]+)\.sasl\.jaas\.config")
 # Kafka's SASL keys given per listener are prefixed by a mechanism too
 # (listener.name.<listener>.<mechanism>.sasl.jaas.config).
 _MECHANISM_PREFIX = re.compile(r"[a-z0-9-]+\.(?=sasl\.)")
@@ -866,7 +894,13 @@ def _listener_keys(flat: Mapping[str, Any], origin: _Origin, text: bool
             rest[name] = value
             continue
         lname, _, key = name[len(LISTENER_PREFIX):].partition(".")
-        if key in KEYS and key.startswith("ssl."):
+        jaas = _JAAS_KEY.fullmatch(key)
+        if jaas is not None:
+            if value is not None and not isinstance(value, str):
+                raise ConfigError(f"{origin.at(name)}: {name}: expected a JAAS config string")
+            per_listener.setdefault(lname.upper(), {})[
+                f"{jaas.group(1).upper()}.sasl.jaas.config"] = value
+        elif key in KEYS and key.startswith(("ssl.", "sasl.")):
             try:
                 checked = KEYS[key].check(_from_text(KEYS[key], value) if text else value)
             except ValueError as err:
@@ -882,16 +916,14 @@ def _listener_keys(flat: Mapping[str, Any], origin: _Origin, text: bool
 
 def client_tls(props: Mapping[str, str], source: str) -> tls.TlsSettings | None:
     """A Kafka client's TLS from its properties (an admin command's --command-config:
-    security.protocol and Kafka's ssl.* client keys, as text); None for PLAINTEXT.
+    security.protocol and Kafka's ssl.* client keys, as text); None unless SSL or
+    SASL_SSL.
     ConfigError names the file and the key."""
     protocol = props.get("security.protocol", "PLAINTEXT").strip().upper()
     if protocol not in SECURITY_PROTOCOLS:
         raise ConfigError(f"{source}: security.protocol = {protocol}: expected one of "
                           f"{', '.join(SECURITY_PROTOCOLS)}")
-    if protocol not in SERVED_PROTOCOLS:
-        raise ConfigError(f"{source}: security.protocol = {protocol}: SASL is not served "
-                          "by logkeeper")
-    if protocol == "PLAINTEXT":
+    if protocol not in TLS_PROTOCOLS:
         return None
     values: dict[str, Any] = {}
     for name, key in KEYS.items():
@@ -910,6 +942,52 @@ def client_tls(props: Mapping[str, str], source: str) -> tls.TlsSettings | None:
         raise ConfigError(f"{source}: {err}") from err
 
 
+def _sasl(values: Mapping[str, Any], per_listener: Mapping[str, Mapping[str, Any]],
+          origin: _Origin) -> dict[str, sasl.SaslSettings]:
+    """Each SASL listener's mechanisms and JAAS configs, checked now; and the login the
+    inter-broker listener needs when it is a SASL one."""
+    protocols = dict(values["listener.security.protocol.map"])
+    out = {}
+    for lst in values["listeners"]:
+        if protocols.get(lst.name) not in SASL_PROTOCOLS:
+            continue
+        own = per_listener.get(lst.name, {})
+        mechanisms = tuple(m.upper() for m in own.get("sasl.enabled.mechanisms",
+                                                      values["sasl.enabled.mechanisms"]))
+        jaas = {m: own.get(f"{m}.sasl.jaas.config") for m in mechanisms}
+        try:
+            out[lst.name] = sasl.settings(lst.name, mechanisms, jaas)
+        except sasl.SaslError as err:
+            key = ("sasl.enabled.mechanisms" if "sasl.enabled.mechanisms" in str(err) else
+                   f"{LISTENER_PREFIX}{lst.name.lower()}.sasl.enabled.mechanisms")
+            raise ConfigError(f"{origin.at(key)}: listener {lst.name} "
+                              f"({protocols[lst.name]}): {err}") from err
+    inter = values["inter.broker.listener.name"]
+    if inter in out and values["zookeeper.connect"] is not None:  # standalone: no peers
+        mechanism = values["sasl.mechanism.inter.broker.protocol"]
+        where = origin.at("sasl.mechanism.inter.broker.protocol")
+        if mechanism not in out[inter].mechanisms:
+            raise ConfigError(
+                f"{where}: sasl.mechanism.inter.broker.protocol = {mechanism} is not enabled "
+                f"on the inter-broker listener {inter} ({', '.join(out[inter].mechanisms)})")
+        if mechanism not in out[inter].logins:
+            raise ConfigError(
+                f"{where}: the brokers log in to each other on {inter} with {mechanism}: set "
+                f'username="..." password="..." in {LISTENER_PREFIX}{inter.lower()}.'
+                f"{mechanism.lower()}.sasl.jaas.config")
+    return out
+
+
+def client_login(props: Mapping[str, str], source: str) -> tuple[str, str, str] | None:
+    """A Kafka client's SASL login from its properties (security.protocol SASL_*,
+    sasl.mechanism, sasl.jaas.config): (mechanism, username, password), None without
+    SASL. ConfigError names the file and the key."""
+    try:
+        return sasl.client_login(props)
+    except sasl.SaslError as err:
+        raise ConfigError(f"{source}: {err}") from err
+
+
 def _tls(values: Mapping[str, Any], per_listener: Mapping[str, Mapping[str, Any]],
          origin: _Origin, warnings: list[str]) -> dict[str, tls.TlsSettings]:
     """Each SSL listener's TLS, its key material read and checked now."""
@@ -921,7 +999,7 @@ def _tls(values: Mapping[str, Any], per_listener: Mapping[str, Mapping[str, Any]
                             f"no listener of listeners ({', '.join(sorted(names))}), ignored")
     out = {}
     for lst in values["listeners"]:
-        if protocols.get(lst.name) != "SSL":
+        if protocols.get(lst.name) not in TLS_PROTOCOLS:
             continue
         get = tls.resolved(values, per_listener.get(lst.name, {}))
         try:
@@ -929,7 +1007,8 @@ def _tls(values: Mapping[str, Any], per_listener: Mapping[str, Mapping[str, Any]
         except tls.TlsError as err:
             key = err.key if err.key not in per_listener.get(lst.name, {}) \
                 else f"{LISTENER_PREFIX}{lst.name.lower()}.{err.key}"
-            raise ConfigError(f"{origin.at(key)}: listener {lst.name} (SSL): {err}") from err
+            raise ConfigError(f"{origin.at(key)}: listener {lst.name} "
+                              f"({protocols[lst.name]}): {err}") from err
         if get("ssl.cipher.suites"):
             warnings.append(f"{origin.source}: listener {lst.name}: ssl.cipher.suites is not "
                             "applied; OpenSSL's default suites (none of the weak ones) are used")
@@ -1001,10 +1080,7 @@ def _broker_listeners(values: Mapping[str, Any], name: str,
                 f"{origin.at(name)}: {name} = {spelled!r}: no security protocol is defined "
                 f"for listener {lst.name}; map it in listener.security.protocol.map (e.g. "
                 f"{lst.name}:PLAINTEXT), which names {', '.join(protocols)}")
-        if protocol not in SERVED_PROTOCOLS:
-            raise ConfigError(
-                f"{origin.at(name)}: {name} = {spelled!r}: listener {lst.name} is {protocol}; "
-                "only PLAINTEXT and SSL listeners are served (SASL is not)")
+
     ports = [lst.port for lst in served if lst.port]
     if name == "listeners" and len(set(ports)) != len(ports):
         raise ConfigError(f"{origin.at(name)}: {name} = {spelled!r}: each listener must have "

@@ -86,15 +86,14 @@ def test_resume_mark_follows_the_reserve_unless_given(tmp_path: Path) -> None:
     ("auto.create.topics.enable = \"maybe\"\n", ["auto.create.topics.enable"]),
     ("listeners = \"SSL://h:9093\"\n",
      ["listener SSL (SSL)", "ssl.keystore.location", "key and certificate"]),
-    ("listeners = \"SASL_SSL://h:9093\"\n", ["listeners", "SASL is not"]),
+    ("listeners = \"SASL_SSL://h:9093\"\n", ["listener SASL_SSL (SASL_SSL)", "ssl.keystore"]),
     ("listeners = \"PLAINTEXT://h:99999\"\n", ["listeners", "65535"]),
     ("listeners = \"PLAINTEXT://a:1,PLAINTEXT://b:2\"\n", ["listeners", "once"]),
     ("listeners = \"PLAINTEXT://a:1,CLIENT://b:2\"\n",
      ["listeners", "no security protocol is defined for listener CLIENT", "CLIENT:PLAINTEXT"]),
     ("listeners = \"CLIENT://b:2\"\n", ["listeners", "listener CLIENT"]),
     ("listeners = \"SASL_PLAINTEXT://h:9093,PLAINTEXT://h:9092\"\n",
-     ["listeners", "listener SASL_PLAINTEXT is SASL_PLAINTEXT",
-      "only PLAINTEXT and SSL listeners are served"]),
+     ["sasl.enabled.mechanisms", "GSSAPI is not served", "PLAIN, SCRAM-SHA-256"]),
     ("listeners = \"A://h:1,B://h:1\"\n"
      "\"listener.security.protocol.map\" = \"A:PLAINTEXT,B:PLAINTEXT\"\n",
      ["listeners", "a different port"]),
@@ -113,8 +112,8 @@ def test_resume_mark_follows_the_reserve_unless_given(tmp_path: Path) -> None:
     ("\"inter.broker.listener.name\" = \"PLAINTEXT\"\n"
      "\"security.inter.broker.protocol\" = \"PLAINTEXT\"\n",
      ["only one of inter.broker.listener.name and security.inter.broker.protocol"]),
-    ("\"security.inter.broker.protocol\" = \"SASL_SSL\"\n",
-     ["security.inter.broker.protocol", "only PLAINTEXT and SSL are served"]),
+    ("\"security.inter.broker.protocol\" = \"SASL_GSS\"\n",
+     ["security.inter.broker.protocol", "expected one of PLAINTEXT, SSL"]),
     ("\"ssl.client.auth\" = \"always\"\n", ["ssl.client.auth", "none, requested, required"]),
     ("\"ssl.keystore.type\" = \"BKS\"\n", ["ssl.keystore.type", "JKS, PKCS12, PEM"]),
     ("\"ssl.enabled.protocols\" = \"TLSv9\"\n", ["ssl.enabled.protocols", "TLSv9"]),
@@ -235,6 +234,8 @@ ssl.enabled.protocols = "TLSv1.3"
 ssl.protocol = "TLS"
 ssl.endpoint.identification.algorithm = ""
 ssl.cipher.suites = "TLS_AES_256_GCM_SHA384"
+sasl.enabled.mechanisms = "PLAIN,SCRAM-SHA-512"
+sasl.mechanism.inter.broker.protocol = "scram-sha-512"
 controlled.shutdown.enable = false
 controlled.shutdown.max.retries = 5
 controlled.shutdown.retry.backoff.ms = 1000
@@ -354,6 +355,9 @@ def test_every_key_is_read(tmp_path: Path) -> None:
             cfg["ssl.endpoint.identification.algorithm"]) == ("PKCS12", "required",
                                                               ("TLSv1.3",), "")
     assert cfg.tls == {}  # no SSL listener: nothing read
+    assert cfg["sasl.enabled.mechanisms"] == ("PLAIN", "SCRAM-SHA-512")
+    assert cfg["sasl.mechanism.inter.broker.protocol"] == "SCRAM-SHA-512"
+    assert cfg.sasl == {} and cfg.inter_broker_login is None  # no SASL listener
     assert cfg["replica.selector.class"] == config.RACK_AWARE_REPLICA_SELECTOR
     assert cfg["controlled.shutdown.enable"] is False and cfg["controlled.shutdown.max.retries"] == 5
     assert cfg.log_dirs == ("/srv/k/a", "/srv/k/b")
@@ -496,7 +500,7 @@ def test_properties_values_convert_to_each_keys_type(tmp_path: Path) -> None:
     ("log.retention.hours=a week\n", ["log.retention.hours", "'a week'", "integer", ":1"]),
     ("broker.id=1\nnum.partitions=0\n", ["num.partitions", "'0'", ">= 1", ":2"]),
     ("auto.create.topics.enable=yes\n", ["auto.create.topics.enable", "'yes'", "true or false"]),
-    ("listeners=SASL_SSL://:9093\n", ["listeners", "SASL is not"]),
+    ("listeners=SASL_PLAINTEXT://:9093\n", ["sasl.enabled.mechanisms", "GSSAPI"]),
     ("log.cleanup.policy=compress\n", ["log.cleanup.policy", "'compress'"]),
     ("advertised.listeners=PLAINTEXT://0.0.0.0:9092\n", ["advertised.listeners", "0.0.0.0"]),
     ("log.retention.hours=-2\n", ["log.retention.hours", ">= -1"]),

@@ -333,7 +333,8 @@ def test_tls_settings_that_cannot_work_are_refused(tmp_path: Path) -> None:
     assert "listener SSL (SSL)" in msg and "keytool" in msg
     with pytest.raises(config_mod.ConfigError, match="no Kafka key a listener can have"):
         config_mod.from_mapping({"listener.name.ssl.ssl.keystor.location": "x"})
-    with pytest.raises(config_mod.ConfigError, match="SASL is not"):
+    with pytest.raises(config_mod.ConfigError, match=r"listener SASL_SSL \(SASL_SSL\): "
+                                                     "ssl.keystore.location"):
         config_mod.from_mapping({"listeners": "SASL_SSL://127.0.0.1:9093"})
     # Right, in each form: it loads, and the key material is read.
     for keys in ({"ssl.keystore.location": str(broker.keystore_pem)},

@@ -19,10 +19,10 @@ Stored where Kafka stores them: with ZooKeeper `/config/clients/<client-id>` (th
 sanitized as Kafka's Sanitizer does, `<default>` for the default) with a `/config/changes`
 notification every broker applies; standalone in the log dirs' config file.
 
-logkeeper authenticates nobody (no SASL, no TLS client certificates), so `user` entities
-(every client is Kafka's ANONYMOUS), `ip` entities, `request_percentage` and
-`controller_mutation_rate` are refused with INVALID_REQUEST (42) and a message, never
-stored and silently ignored. Bad input changes nothing.
+Quotas are by client-id only: `user` entities (a SASL login's principal), `ip`
+entities, `request_percentage` and `controller_mutation_rate` are refused with
+INVALID_REQUEST (42) and a message, never stored and silently ignored. Bad input changes
+nothing.
 """
 
 from __future__ import annotations

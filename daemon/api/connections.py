@@ -19,10 +19,16 @@ import time
 from typing import Any
 
 from ..ops.metrics import Metrics
+from ..security.sasl import Credentials
 from ..storage.spliced import SplicedRecords
 from . import protocol
 from .handlers import CLOSE, ConnInfo, Handlers
 from .record_messages import FetchAnswer
+from .sasl import SASL_APIS, SaslApis
+
+
+async def _no_store(user: str, config: dict[str, str]) -> None:
+    raise RuntimeError("no SASL listener")
 
 log = logging.getLogger("logkeeper.server")
 
@@ -205,6 +211,8 @@ class Connections:
         self.max_frame = max_frame
         self.stopping = stopping  # set: read no further requests, accept no connections
         self.servers: list[asyncio.base_events.Server] = []
+        # SASL logins (daemon.api.sasl); the daemon sets its SASL listeners' own.
+        self.sasl = SaslApis({}, Credentials(), _no_store)
         # Connection task -> whether it is in the middle of a request.
         # Each connection's serving task -> its requests being handled (the list its
         # `_serve` keeps, updated in place): busy while one of them is not done.
@@ -259,6 +267,7 @@ class Connections:
         peer = writer.get_extra_info("peername")
         conn = ConnInfo(local[0], local[1], f"{peer[0]}:{peer[1]}" if peer else "?",
                         link.listener)
+        conn.authenticated = link.listener not in self.sasl.listeners
         me = asyncio.current_task()
         assert me is not None
         loop = me.get_loop()
@@ -274,6 +283,15 @@ class Connections:
                 if frame is None:
                     break
                 started = time.perf_counter()
+                if conn.login is not None and conn.login.raw:
+                    # After a SaslHandshake v0 the client sends bare SASL tokens.
+                    answer = self.sasl.raw_token(conn, bytes(frame))
+                    if answer is None:
+                        break  # a failed v0 login: closed without an answer, as Kafka's
+                    done = loop.create_future()
+                    done.set_result(answer)
+                    await outq.put((None, done, started))
+                    continue
                 try:
                     req = protocol.decode_request(frame)
                 except protocol.UnsupportedVersion as err:
@@ -285,6 +303,22 @@ class Connections:
                     done.set_result(protocol.unsupported_api_versions_frame(err.correlation_id))
                     await outq.put((None, done, started))
                     continue
+                if not conn.authenticated or req.api.key in SASL_APIS:
+                    if req.api.key not in SASL_APIS and req.api.key != 18:
+                        log.warning("closing %s: %s request before its SASL login on "
+                                    "listener %s", conn.peer, req.name, conn.listener)
+                        break
+                    if req.api.key in SASL_APIS:
+                        # Answered now, in order: what comes next depends on it.
+                        if pending:
+                            await asyncio.wait(pending)
+                            pending.clear()
+                        done = loop.create_future()
+                        done.set_result(self._sasl_answer(req, conn))
+                        await outq.put((req, done, started))
+                        if conn.close_after:
+                            break
+                        continue
                 produce = req.api.key == 0
                 if not (produce and prev_produce) and pending:
                     await asyncio.wait(pending)
@@ -332,6 +366,12 @@ class Connections:
                 responder.cancel()
             self.metrics.connections.dec()
             writer.close()
+
+    def _sasl_answer(self, req: protocol.Request, conn: ConnInfo) -> Any:
+        """SaslHandshake or SaslAuthenticate, answered on the spot (daemon.api.sasl)."""
+        if req.api.key == 17:
+            return self.sasl.handshake(req, conn)
+        return self.sasl.authenticate(req, conn)
 
     async def _write_responses(self, outq: asyncio.Queue[Any], writer: _ClientConnection,
                                conn: ConnInfo) -> None:

@@ -68,6 +68,12 @@ class ConnInfo:
     peer: str
     listener: str = "PLAINTEXT"  # the listener name it came on
     muted_until: float = 0.0
+    # SASL (daemon.api.sasl): logged in yet (always, on a listener without SASL), as whom,
+    # the login under way, and whether the connection closes after the answers due.
+    authenticated: bool = True
+    principal: str = "User:ANONYMOUS"
+    login: Any = None
+    close_after: bool = False
 
     def mute(self, throttle_ms: int) -> None:
         """Kafka's channel muting after a throttled answer (KIP-219)."""

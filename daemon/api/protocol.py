@@ -30,6 +30,8 @@ from kafka.protocol.admin import (
     AlterPartitionReassignmentsResponse,
     AlterReplicaLogDirsRequest,
     AlterReplicaLogDirsResponse,
+    AlterUserScramCredentialsRequest,
+    AlterUserScramCredentialsResponse,
     CreateAclsRequest,
     CreateAclsResponse,
     CreatePartitionsRequest,
@@ -54,6 +56,8 @@ from kafka.protocol.admin import (
     DescribeGroupsResponse,
     DescribeLogDirsRequest,
     DescribeLogDirsResponse,
+    DescribeUserScramCredentialsRequest,
+    DescribeUserScramCredentialsResponse,
     ElectLeadersRequest,
     ElectLeadersResponse,
     IncrementalAlterConfigsRequest,
@@ -99,6 +103,12 @@ from kafka.protocol.producer import (
     InitProducerIdResponse,
     ProduceRequest,
     ProduceResponse,
+)
+from kafka.protocol.sasl import (
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
 )
 
 from ..wire.messages import (
@@ -229,6 +239,12 @@ SUPPORTED: dict[int, Api] = {a.key: a for a in (
     # Client quotas (daemon/api/client_quotas.py): client-id byte rates.
     _api(DescribeClientQuotasRequest, DescribeClientQuotasResponse, 0, 1),
     _api(AlterClientQuotasRequest, AlterClientQuotasResponse, 0, 1),
+    # SASL logins on SASL_PLAINTEXT and SASL_SSL listeners (daemon/api/sasl.py), and the
+    # SCRAM credentials they check.
+    _api(SaslHandshakeRequest, SaslHandshakeResponse, 0, 1),
+    _api(SaslAuthenticateRequest, SaslAuthenticateResponse, 0, 2),
+    _api(DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse, 0, 0),
+    _api(AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse, 0, 0),
     # The controller's requests (docs/cluster.md): every version a ZooKeeper-mode
     # Kafka 3.x controller sends.
     _api(LeaderAndIsrRequest, LeaderAndIsrResponse, 0, 7),

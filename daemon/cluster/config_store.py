@@ -4,6 +4,7 @@
 A change is written as Kafka's AdminZkClient.changeEntityConfig writes it: the entity's
 node (`/config/topics/<t>`, `/config/brokers/<id>` or `/config/brokers/<default>`,
 `/config/clients/<sanitized client-id>` or `/config/clients/<default>` for quotas,
+`/config/users/<sanitized user>` for SCRAM credentials,
 `{"version":1,"config":{...}}`) set or created, then a persistent sequential
 `/config/changes/config_change_<seq>` holding `{"version":2,"entity_path":"topics/<t>"}`.
 Every broker watches `/config/changes` (Kafka's ZkConfigManager): each notification past
@@ -37,9 +38,9 @@ from . import znodes
 log = logging.getLogger("logkeeper.configs")
 
 CHANGE_EXPIRATION_S = 15 * 60  # Kafka's ZkConfigManager changeExpirationMs
-TOPICS, BROKERS, CLIENTS = "topics", "brokers", "clients"
+TOPICS, BROKERS, CLIENTS, USERS = "topics", "brokers", "clients", "users"
 _PARENTS = {TOPICS: znodes.CONFIG_TOPICS, BROKERS: znodes.CONFIG_BROKERS,
-            CLIENTS: znodes.CONFIG_CLIENTS}
+            CLIENTS: znodes.CONFIG_CLIENTS, USERS: znodes.CONFIG_USERS}
 
 
 def entity_path(entity_type: str, name: str) -> str:

@@ -19,9 +19,10 @@ import logging
 import ssl
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from ..api import protocol
-from ..security import tls
+from ..security import sasl, tls
 from ..wire import ControlledShutdownRequest, ControlledShutdownResponse, frames
 
 log = logging.getLogger("logkeeper.cluster")
@@ -33,12 +34,25 @@ Answer = tuple[int, list[tuple[str, int]]]
 
 
 def ask(host: str, port: int, broker_id: int, broker_epoch: int, *,
-        timeout: float, tls_context: ssl.SSLContext | None = None) -> Answer:
+        timeout: float, tls_context: ssl.SSLContext | None = None,
+        login: tuple[str, str, str] | None = None) -> Answer:
     """One ControlledShutdown request to the controller at host:port (over TLS with
     `tls_context`: an SSL inter-broker listener). OSError, ValueError or
     protocol.ProtocolError when it cannot be asked or answers garbage."""
     with tls.connect(host, port, timeout=timeout, context=tls_context) as sock:
         sock.settimeout(timeout)
+        if login is not None:
+            def call(request: Any, version: int) -> Any:
+                sock.sendall(protocol.encode_request(request, version, 2,
+                                                     client_id=f"broker-{broker_id}"))
+                payload = frames.recv_frame(sock, f"the controller at {host}:{port}")
+                return protocol.decode_response(protocol.SUPPORTED[request.API_KEY].response,
+                                                payload, version)
+
+            try:
+                sasl.login(call, login)
+            except sasl.AuthenticationFailed as err:
+                raise OSError(f"SASL login as {login[1]} failed: {err}") from err
         req = ControlledShutdownRequest(version=VERSION, broker_id=broker_id,
                                         broker_epoch=broker_epoch)
         sock.sendall(protocol.encode_request(req, VERSION, 1, client_id=f"broker-{broker_id}"))

@@ -38,6 +38,7 @@ CONFIG = "/config"
 CONFIG_TOPICS = "/config/topics"
 CONFIG_BROKERS = "/config/brokers"
 CONFIG_CLIENTS = "/config/clients"  # client quotas, by sanitized client-id
+CONFIG_USERS = "/config/users"  # SCRAM credentials, by sanitized user name
 CONFIG_CHANGES = "/config/changes"
 CONFIG_CHANGE_PREFIX = "config_change_"
 DEFAULT_BROKER_ENTITY = "<default>"  # Kafka's ZooKeeperInternals.DEFAULT_STRING

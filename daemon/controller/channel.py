@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from daemon.api import protocol
-from daemon.security import tls
+from daemon.security import sasl, tls
 from daemon.wire import CONTROL_APIS, frames, views
 from logstore import TopicPartition
 
@@ -158,7 +158,8 @@ OnResponse = Callable[[int, Any, Any], None]
 class _Sender(threading.Thread):
     def __init__(self, controller_id: int, broker: BrokerInfo, listener: str,
                  on_response: OnResponse, socket_timeout: float,
-                 tls_context: ssl.SSLContext | None = None):
+                 tls_context: ssl.SSLContext | None = None,
+                 login: tuple[str, str, str] | None = None):
         super().__init__(name=f"controller-{controller_id}-to-broker-{broker.broker_id}-send-thread",
                          daemon=True)
         self.controller_id = controller_id
@@ -166,7 +167,8 @@ class _Sender(threading.Thread):
         self.listener = listener
         self.on_response = on_response
         self.socket_timeout = socket_timeout
-        self.tls_context = tls_context  # the inter-broker listener is SSL
+        self.tls_context = tls_context  # the inter-broker listener is SSL (or SASL_SSL)
+        self.login = login  # ... or SASL: the controller's broker's login
         self.queue: queue.Queue[Any] = queue.Queue()
         self.stopped = threading.Event()
         self.sock: socket.socket | None = None
@@ -230,10 +232,26 @@ class _Sender(threading.Thread):
             raise OSError(f"broker {self.broker.broker_id} has no endpoint")
         sock = tls.connect(ep.host, ep.port, timeout=self.socket_timeout,
                            context=self.tls_context)
+        if self.login is not None:
+            try:
+                sasl.login(lambda req, v: self._call(sock, req, v), self.login)
+            except (sasl.AuthenticationFailed, OSError, ValueError, protocol.ProtocolError) as err:
+                sock.close()
+                raise OSError(f"SASL login as {self.login[1]} with {self.login[0]} "
+                              f"failed: {err}") from err
         if self.stopped.is_set():
             sock.close()
             raise OSError("sender stopped")
         return sock
+
+    def _call(self, sock: socket.socket, request: Any, version: int) -> Any:
+        """One request on `sock` before it is this sender's (the SASL login)."""
+        self.correlation_id += 1
+        sock.sendall(protocol.encode_request(request, version, self.correlation_id,
+                                             client_id=str(self.controller_id)))
+        payload = frames.recv_frame(sock, f"broker {self.broker.broker_id}")
+        api = protocol.SUPPORTED[request.API_KEY].response
+        return protocol.decode_response(api, payload, version)
 
     def _close(self) -> None:
         if self.sock is not None:
@@ -246,12 +264,14 @@ class _Sender(threading.Thread):
 
 class ChannelManager:
     def __init__(self, controller_id: int, on_response: OnResponse, *, listener: str = "PLAINTEXT",
-                 socket_timeout: float = 30.0, tls_context: ssl.SSLContext | None = None):
+                 socket_timeout: float = 30.0, tls_context: ssl.SSLContext | None = None,
+                 login: tuple[str, str, str] | None = None):
         self.controller_id = controller_id
         self.on_response = on_response
         self.listener = listener
         self.socket_timeout = socket_timeout
         self.tls_context = tls_context
+        self.login = login
         self._senders: dict[int, _Sender] = {}
         self._lock = threading.Lock()
 
@@ -260,7 +280,7 @@ class ChannelManager:
             if broker.broker_id in self._senders:
                 return
             sender = _Sender(self.controller_id, broker, self.listener, self.on_response,
-                             self.socket_timeout, self.tls_context)
+                             self.socket_timeout, self.tls_context, self.login)
             self._senders[broker.broker_id] = sender
             sender.start()
 

@@ -129,7 +129,8 @@ class Controller:
                  unclean_leader_election: bool = False, delete_topic_enable: bool = True,
                  leader_imbalance_percentage: int = 10,
                  socket_timeout: float = 30.0, rng: random.Random | None = None,
-                 tls_context: ssl.SSLContext | None = None):
+                 tls_context: ssl.SSLContext | None = None,
+                 login: tuple[str, str, str] | None = None):
         if client is None and hosts is None:
             raise ValueError("a Controller needs a KazooClient or ZooKeeper hosts")
         self.broker_id = broker_id
@@ -145,7 +146,8 @@ class Controller:
         self.zk = ControllerZk(self.client, -1, request_timeout=session_timeout, deadline=session_timeout)
         self.election = ControllerElection(self.client, broker_id, request_timeout=session_timeout)
         self.channel = ChannelManager(broker_id, self._on_response, listener=listener,
-                                      socket_timeout=socket_timeout, tls_context=tls_context)
+                                      socket_timeout=socket_timeout, tls_context=tls_context,
+                                      login=login)
         self.partition_sm = PartitionStateMachine(self.ctx, lambda: self.zk, unclean_leader_election)
         self.replica_sm = ReplicaStateMachine(self.ctx, lambda: self.zk)
         self.deletion = TopicDeletionManager(self, self._on_topic_deleted)

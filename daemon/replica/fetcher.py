@@ -503,9 +503,11 @@ class ReplicaFetchers:
     def __init__(self, broker_id: int, storage: FollowerStorage,
                  endpoint: Callable[[int], tuple[str, int] | None], *, backoff: float = 1.0,
                  quota: ReplicationQuota | None = None,
-                 tls_context: ssl.SSLContext | None = None, **fetch: int):
+                 tls_context: ssl.SSLContext | None = None,
+                 login: tuple[str, str, str] | None = None, **fetch: int):
         self.broker_id = broker_id
-        self.tls_context = tls_context  # the inter-broker listener is SSL
+        self.tls_context = tls_context  # the inter-broker listener is SSL (or SASL_SSL)
+        self.login = login  # ... or SASL: this broker's (mechanism, username, password)
         self.quota = quota  # the follower's replication throttle
         self.storage = storage
         self.endpoint = endpoint
@@ -555,7 +557,7 @@ class _LazyPeer(Peer):
 
     def __init__(self, owner: ReplicaFetchers, leader_id: int):
         super().__init__("", 0, client_id=f"logkeeper-replica-{owner.broker_id}",
-                         tls_context=owner.tls_context)
+                         tls_context=owner.tls_context, login=owner.login)
         self._owner = owner
         self._leader_id = leader_id
 

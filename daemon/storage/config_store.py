@@ -7,7 +7,8 @@ dir, written atomically through the dir's `LogDir.write_root_file` (inside its I
     {"version": 1, "broker": 0, "generation": 7,
      "topics": {"orders": {"retention.ms": "60000"}},
      "brokers": {"<default>": {}, "0": {"log.retention.bytes": "1000000"}},
-     "clients": {"<default>": {"producer_byte_rate": "1048576"}}}
+     "clients": {"<default>": {"producer_byte_rate": "1048576"}},
+     "users": {"alice": {"SCRAM-SHA-256": "salt=...,stored_key=...,server_key=...,iterations=8192"}}}
 
 Values are strings, as in `/config/topics/<t>`; `clients` holds client quotas by client-id
 (daemon.api.client_quotas). At start-up the record with the highest
@@ -44,6 +45,7 @@ class FileConfigStore:
         self.storage = storage
         self.generation = 0
         self.clients: dict[str, dict[str, str]] = {}  # client quotas, kept with the rest
+        self.users: dict[str, dict[str, str]] = {}  # SCRAM credentials, by user
 
     async def load(self) -> tuple[dict[str, dict[str, str]], dict[str, dict[str, str]]]:
         """(topics, brokers) from the newest record among the dirs ({} and {} if none)."""
@@ -55,19 +57,24 @@ class FileConfigStore:
         newest = max(records, key=lambda r: r.get("generation", 0))
         self.generation = int(newest.get("generation", 0))
         self.clients = _configs(newest.get("clients"))
+        self.users = _configs(newest.get("users"))
         return _configs(newest.get("topics")), _configs(newest.get("brokers"))
 
     async def write(self, topics: Mapping[str, Mapping[str, str]],
                     brokers: Mapping[str, Mapping[str, str]],
-                    clients: Mapping[str, Mapping[str, str]] | None = None) -> None:
-        """Store the whole state in every ONLINE dir (`clients`: the client quotas, when
-        they change; else those held). On failure nothing is taken."""
+                    clients: Mapping[str, Mapping[str, str]] | None = None,
+                    users: Mapping[str, Mapping[str, str]] | None = None) -> None:
+        """Store the whole state in every ONLINE dir (`clients`: the client quotas,
+        `users`: the SCRAM credentials, when they change; else those held). On failure
+        nothing is taken."""
         clients = self.clients if clients is None else clients
+        users = self.users if users is None else users
         self.generation += 1
         record = {"version": 1, "broker": self.storage.broker_id, "generation": self.generation,
                   "topics": {t: dict(c) for t, c in sorted(topics.items()) if c},
                   "brokers": {b: dict(c) for b, c in sorted(brokers.items()) if c},
-                  "clients": {c: dict(q) for c, q in sorted(clients.items()) if q}}
+                  "clients": {c: dict(q) for c, q in sorted(clients.items()) if q},
+                  "users": {u: dict(c) for u, c in sorted(users.items()) if c}}
         data = json.dumps(record, indent=1, sort_keys=True).encode() + b"\n"
         dirs = [d for d in self.storage.dirs if d.logdir is not None
                 and d.state is DirState.ONLINE]
@@ -83,6 +90,7 @@ class FileConfigStore:
                 f"no ONLINE log dir could store {CONFIG_FILE} ({states}); nothing changed",
                 log_dir="", op=f"write {CONFIG_FILE}", path="", errno=None)
         self.clients = {c: dict(q) for c, q in clients.items() if q}
+        self.users = {u: dict(c) for u, c in users.items() if c}
 
 
 def _configs(obj: Any) -> dict[str, dict[str, str]]:

@@ -57,12 +57,31 @@ def _api_name(api_key: int) -> str:
 # The admin command's TLS when the listener it reaches is SSL (`use_tls`): every
 # Connection of the command's process speaks it.
 _tls_context: ssl.SSLContext | None = None
+# ... and its SASL login (mechanism, username, password), when the listener is SASL.
+_login: tuple[str, str, str] | None = None
+
+
+def _sasl_response(request: Any) -> Any:
+    from kafka.protocol.sasl import (
+        SaslAuthenticateRequest,
+        SaslAuthenticateResponse,
+        SaslHandshakeResponse,
+    )
+
+    return SaslAuthenticateResponse if isinstance(request, SaslAuthenticateRequest) \
+        else SaslHandshakeResponse
 
 
 def use_tls(context: ssl.SSLContext | None) -> None:
     """Connect over TLS with `context` from now on (None: plain Kafka)."""
     global _tls_context
     _tls_context = context
+
+
+def use_login(login: tuple[str, str, str] | None) -> None:
+    """Log in with SASL as `login` on every connection from now on (None: no SASL)."""
+    global _login
+    _login = login
 
 
 class Connection:
@@ -86,6 +105,15 @@ class Connection:
         if resp.error_code:
             raise ClientError(f"{self.address}: ApiVersions failed with error {resp.error_code}")
         self.versions = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
+        if _login is not None:
+            from ..security import sasl
+
+            try:
+                sasl.login(lambda req, v: self._call(req, _sasl_response(req), v), _login)
+            except sasl.AuthenticationFailed as err:
+                self.close()
+                raise ClientError(f"{self.address}: SASL login as {_login[1]} with "
+                                  f"{_login[0]} failed: {err}") from err
 
     def close(self) -> None:
         self.sock.close()
@@ -283,6 +311,7 @@ def bootstrap_of(args: argparse.Namespace) -> str:
         props = load_properties(command_config, "--command-config")
         settings = config_mod.client_tls(props, command_config)
         use_tls(settings.client_context() if settings is not None else None)
+        use_login(config_mod.client_login(props, command_config))
     if args.bootstrap_server is not None:
         return str(args.bootstrap_server)
     cfg = config_mod.load(args.config)

@@ -9,10 +9,18 @@ IncrementalAlterConfigs).
     logkeeper configs describe --client ID | --client-defaults
     logkeeper configs alter --client ID | --client-defaults
                             --add-config producer_byte_rate=1048576[,consumer_byte_rate=...]
+    logkeeper configs describe --user NAME
+    logkeeper configs alter --user NAME [--zookeeper HOSTS]
+                            --add-config 'SCRAM-SHA-256=[iterations=8192,password=...]'
+                            [--delete-config SCRAM-SHA-512]
 
 Client quotas (`--client`, a client-id, or `--client-defaults`) go through
 DescribeClientQuotas and AlterClientQuotas, to any broker, as kafka-configs.sh
-`--entity-type clients` does; each broker enforces them on its own traffic.
+`--entity-type clients` does; each broker enforces them on its own traffic. A user's
+SCRAM credentials (`--user`) go through DescribeUserScramCredentials and
+AlterUserScramCredentials, salted here as Kafka's admin client salts them; with
+`--zookeeper` they are written to ZooKeeper directly, as kafka-configs.sh --zookeeper
+does for the inter-broker user before any broker runs.
 
 The broker asked is `--bootstrap-server`, else the listener of the daemon on this host
 (`--config FILE`, or the embedded defaults). A `--broker N` request goes to broker N
@@ -122,7 +130,120 @@ def alter_client(bootstrap: str, client: str | None, add: dict[str, str], delete
         raise Refused(res.error_code, res.error_message)
 
 
+USER = -2  # SCRAM credentials: their own APIs too
+SCRAM_IDS = {"SCRAM-SHA-256": 1, "SCRAM-SHA-512": 2}
+DEFAULT_ITERATIONS = 4096  # Kafka's ScramMechanism default
+
+
+def scram_upsertions(user: str, add: dict[str, str]) -> list[tuple[str, int, bytes, bytes]]:
+    """kafka-configs.sh's `SCRAM-SHA-256=[iterations=8192,password=...]` as (mechanism,
+    iterations, salt, salted password): salted here, as Kafka's admin client does, so
+    the password never leaves this host."""
+    import hashlib
+    import os
+
+    out = []
+    for mechanism, spec in add.items():
+        if mechanism not in SCRAM_IDS:
+            raise ValueError(f"--add-config {mechanism}: a user's configs are "
+                             f"{', '.join(SCRAM_IDS)} (SCRAM credentials)")
+        fields = {}
+        for item in spec.split(","):
+            key, sep, value = item.partition("=")
+            if not sep:
+                raise ValueError(f"--add-config {mechanism}=[{spec}]: expected "
+                                 "[iterations=N,]password=...")
+            fields[key.strip()] = value
+        if not fields.get("password"):
+            raise ValueError(f"--add-config {mechanism}: give password=... (and optionally "
+                             "iterations=N)")
+        try:
+            iterations = int(fields.get("iterations", DEFAULT_ITERATIONS))
+        except ValueError:
+            raise ValueError(f"--add-config {mechanism}: iterations must be a number") from None
+        salt = os.urandom(32)
+        salted = hashlib.pbkdf2_hmac(mechanism.split("-", 1)[1].replace("-", "").lower(),
+                                     fields["password"].encode(), salt, iterations)
+        out.append((mechanism, iterations, salt, salted))
+    return out
+
+
+def describe_user(bootstrap: str, user: str) -> dict[str, int]:
+    """The user's SCRAM mechanisms and their iterations ({} when it has none)."""
+    from kafka.protocol.admin import (
+        DescribeUserScramCredentialsRequest as D,
+    )
+    from kafka.protocol.admin import (
+        DescribeUserScramCredentialsResponse,
+    )
+
+    with connect_any(bootstrap) as conn:
+        resp = conn.call(D(users=[D.UserName(name=user)]), DescribeUserScramCredentialsResponse,
+                         lo=0, hi=0)
+    [res] = resp.results
+    if res.error_code == 91:  # RESOURCE_NOT_FOUND: no credential
+        return {}
+    if res.error_code:
+        raise Refused(res.error_code, res.error_message)
+    names = {v: k for k, v in SCRAM_IDS.items()}
+    return {names.get(c.mechanism, str(c.mechanism)): c.iterations for c in res.credential_infos}
+
+
+def alter_user(bootstrap: str, user: str, add: dict[str, str], delete: list[str]) -> None:
+    from kafka.protocol.admin import (
+        AlterUserScramCredentialsRequest as A,
+    )
+    from kafka.protocol.admin import (
+        AlterUserScramCredentialsResponse,
+    )
+
+    for m in delete:
+        if m not in SCRAM_IDS:
+            raise ValueError(f"--delete-config {m}: a user's configs are {', '.join(SCRAM_IDS)}")
+    ups = [A.ScramCredentialUpsertion(name=user, mechanism=SCRAM_IDS[m], iterations=i,
+                                      salt=salt, salted_password=salted)
+           for m, i, salt, salted in scram_upsertions(user, add)]
+    dels = [A.ScramCredentialDeletion(name=user, mechanism=SCRAM_IDS[m]) for m in delete]
+    with connect_any(bootstrap) as conn:
+        resp = conn.call(A(deletions=dels, upsertions=ups), AlterUserScramCredentialsResponse,
+                         lo=0, hi=0)
+    for res in resp.results:
+        if res.error_code:
+            raise Refused(res.error_code, res.error_message)
+
+
+def alter_user_in_zookeeper(hosts: str, user: str, add: dict[str, str], delete: list[str]) -> None:
+    """kafka-configs.sh --zookeeper: write the user's credentials straight to ZooKeeper,
+    as Kafka's docs have for the inter-broker user before any broker runs (every broker
+    applies the change notification)."""
+    from kazoo.client import KazooClient
+
+    from ..api.client_quotas import sanitize
+    from ..cluster.config_store import USERS, ZkConfigStore
+    from ..security.sasl import make_credential
+
+    zk = KazooClient(hosts=hosts, timeout=10)
+    try:
+        zk.start(15)
+    except Exception as err:  # noqa: BLE001 - kazoo's timeout
+        raise ClientError(f"cannot reach ZooKeeper at {hosts}: {err}") from err
+    try:
+        store = ZkConfigStore(zk)
+        config = store.read(USERS, sanitize(user))
+        for m in delete:
+            if config.pop(m, None) is None:
+                raise Refused(91, f"Attempt to delete a user credential that does not exist: {m}")
+        for m, iterations, salt, salted in scram_upsertions(user, add):
+            config[m] = make_credential(m, salted, iterations, salt).to_kafka()
+        store.write(USERS, sanitize(user), config)
+    finally:
+        zk.stop()
+        zk.close()
+
+
 def _resource(args: argparse.Namespace) -> tuple[int, str]:
+    if getattr(args, "user", None) is not None:
+        return USER, args.user
     if getattr(args, "client", None) is not None:
         return CLIENT, args.client
     if getattr(args, "client_defaults", False):
@@ -178,6 +299,8 @@ def _what(rtype: int, name: str) -> str:
         return f"topic {name}"
     if rtype == CLIENT:
         return f"client-id {name}" if name else "the default client-id"
+    if rtype == USER:
+        return f"user-principal '{name}'"
     return f"broker {name}" if name else "default brokers"
 
 
@@ -191,6 +314,14 @@ def render(entries: list[dict[str, Any]], rtype: int, name: str, everything: boo
         lines.append(f"  {e['name']}={e['value']} sensitive={str(e['sensitive']).lower()} "
                      f"synonyms={{{syn}}}")
     return "\n".join(lines)
+
+
+def _changes(args: argparse.Namespace) -> tuple[dict[str, str], list[str]]:
+    add = parse_add_config(args.add_config) if args.add_config else {}
+    delete = [k.strip() for k in args.delete_config.split(",") if k.strip()]
+    if not add and not delete:
+        raise ValueError("alter needs --add-config or --delete-config")
+    return add, delete
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -208,6 +339,12 @@ def _parser() -> argparse.ArgumentParser:
                           help="a client-id's quotas (producer_byte_rate, consumer_byte_rate)")
         what.add_argument("--client-defaults", action="store_true",
                           help="the quotas of every client-id without its own")
+        what.add_argument("--user", metavar="NAME",
+                          help="a user's SCRAM credentials (SCRAM-SHA-256=[iterations=N,"
+                          "password=...], SCRAM-SHA-512=[...])")
+        s.add_argument("--zookeeper", metavar="HOSTS[/CHROOT]",
+                       help="with --user: read and write ZooKeeper directly (the first "
+                       "inter-broker user, before any broker runs)")
         if action == "describe":
             s.add_argument("--all", action="store_true",
                            help="every config with the value that applies, not only those set")
@@ -227,8 +364,21 @@ def main(argv: list[str]) -> int:
         return int(exc.code or 0)
     rtype, name = _resource(args)
     try:
+        if args.zookeeper is not None and rtype != USER:
+            raise ValueError("--zookeeper is for --user only (SCRAM credentials)")
+        if rtype == USER and args.zookeeper is not None and args.action == "alter":
+            alter_user_in_zookeeper(args.zookeeper, name, *_changes(args))
+            print(f"Completed updating config for {_what(rtype, name)}.")
+            return 0
         bootstrap = bootstrap_of(args)
         if args.action == "describe":
+            if rtype == USER:
+                creds = describe_user(bootstrap, name)
+                shown = ", ".join(f"{m}=iterations={i}" for m, i in sorted(creds.items()))
+                print(json.dumps(creds, sort_keys=True) if args.json else
+                      f"SCRAM credential configs for {_what(rtype, name)} are {shown}" if creds
+                      else f"No SCRAM credential configs for {_what(rtype, name)}")
+                return 0
             if rtype == CLIENT:
                 quotas = describe_client(bootstrap, name or None)
                 shown = ", ".join(f"{k}={v}" for k, v in sorted(quotas.items()))
@@ -240,13 +390,10 @@ def main(argv: list[str]) -> int:
             print(json.dumps(entries, indent=2) if args.json
                   else render(entries, rtype, name, args.all))
             return 0
-        add = parse_add_config(args.add_config) if args.add_config else {}
-        delete = [k.strip() for k in args.delete_config.split(",") if k.strip()]
-        if not add and not delete:
-            print("logkeeper configs: alter needs --add-config or --delete-config",
-                  file=sys.stderr)
-            return 2
-        if rtype == CLIENT:
+        add, delete = _changes(args)
+        if rtype == USER:
+            alter_user(bootstrap, name, add, delete)
+        elif rtype == CLIENT:
             alter_client(bootstrap, name or None, add, delete)
         else:
             alter(bootstrap, rtype, name, add, delete)

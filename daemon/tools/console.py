@@ -60,14 +60,21 @@ def client_args(props: Mapping[str, str], defaults: Mapping[str, Any]) -> dict[s
     arguments, each converted to the type of that argument's default. Kafka's
     security.protocol=SSL with its ssl.* keys (truststore, keystore: PEM or PKCS12)
     becomes kafka-python's security_protocol and ssl_context."""
-    from ..config import client_tls
+    from ..config import client_login, client_tls
 
     out: dict[str, Any] = {}
-    tls = client_tls(props, "the client config") if "security.protocol" in props else None
+    secured = "security.protocol" in props
+    tls = client_tls(props, "the client config") if secured else None
+    login = client_login(props, "the client config") if secured else None
     if tls is not None:
         out.update(security_protocol="SSL", ssl_context=tls.client_context())
+    if login is not None:
+        out.update(security_protocol="SASL_SSL" if tls is not None else "SASL_PLAINTEXT",
+                   sasl_mechanism=login[0], sasl_plain_username=login[1],
+                   sasl_plain_password=login[2])
     for name, text in props.items():
-        if tls is not None and (name == "security.protocol" or name.startswith("ssl.")):
+        if (tls is not None or login is not None) and (
+                name == "security.protocol" or name.startswith(("ssl.", "sasl."))):
             continue
         arg = _RENAMED.get(name, name.replace(".", "_"))
         if arg not in defaults or arg in ("bootstrap_servers", "key_deserializer",

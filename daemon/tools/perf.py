@@ -43,13 +43,20 @@ _UNKNOWN = re.compile(r'No such configuration property: "([^"]+)"')
 def rdkafka_config(props: Mapping[str, str]) -> dict[str, str]:
     """Kafka client configs as librdkafka's (see the module docstring). Kafka's
     security.protocol=SSL with its ssl.* keys (truststore and keystore, PEM or PKCS12)
-    become librdkafka's ssl.ca.pem, ssl.key.pem and ssl.certificate.pem."""
-    from ..config import client_tls
+    become librdkafka's ssl.ca.pem, ssl.key.pem and ssl.certificate.pem; SASL's
+    sasl.mechanism and sasl.jaas.config its sasl.mechanisms, sasl.username and
+    sasl.password."""
+    from ..config import client_login, client_tls
 
     out: dict[str, str] = {}
-    tls = client_tls(props, "the client config") if "security.protocol" in props else None
+    secured = "security.protocol" in props
+    tls = client_tls(props, "the client config") if secured else None
+    login = client_login(props, "the client config") if secured else None
+    if login is not None:
+        out["security.protocol"] = "sasl_ssl" if tls is not None else "sasl_plaintext"
+        out["sasl.mechanisms"], out["sasl.username"], out["sasl.password"] = login
     if tls is not None:
-        out["security.protocol"] = "ssl"
+        out["security.protocol"] = "sasl_ssl" if login is not None else "ssl"
         if tls.trusted_pem is not None:
             out["ssl.ca.pem"] = tls.trusted_pem
         parts = tls.pem_parts()
@@ -58,8 +65,8 @@ def rdkafka_config(props: Mapping[str, str]) -> dict[str, str]:
         out["ssl.endpoint.identification.algorithm"] = "https" if tls.check_hostname else "none"
     for name, value in props.items():
         value = value.strip()
-        if name in _DROPPED or (tls is not None and (name == "security.protocol"
-                                                     or name.startswith("ssl."))):
+        if name in _DROPPED or ((tls is not None or login is not None) and (
+                name == "security.protocol" or name.startswith(("ssl.", "sasl.")))):
             continue
         if name == "buffer.memory":
             try:

@@ -29,6 +29,7 @@ import struct
 from typing import Any
 
 from daemon.api import protocol, record_messages
+from daemon.security import sasl
 
 from .frames import MIN_RESPONSE
 
@@ -117,9 +118,11 @@ class _Answers(asyncio.BufferedProtocol):
 class Peer:
     def __init__(self, host: str, port: int, *, client_id: str = "logkeeper-replica",
                  request_timeout: float = 30.0, max_frame: int = 100 << 20,
-                 tls_context: ssl.SSLContext | None = None):
+                 tls_context: ssl.SSLContext | None = None,
+                 login: tuple[str, str, str] | None = None):
         self.host, self.port = host, port
         self.tls_context = tls_context  # TLS to an SSL listener
+        self.login = login  # SASL (mechanism, username, password) to a SASL listener
         self.client_id = client_id
         self.request_timeout = request_timeout
         self.max_frame = max_frame
@@ -168,6 +171,16 @@ class Peer:
                     server_hostname=self.host if self.tls_context is not None else None)
             except OSError as err:
                 raise PeerError(f"{self}: cannot connect: {err.strerror or err}") from err
+            if self.login is not None:
+                try:
+                    await sasl.login_async(self._exchange, self.login)
+                except sasl.AuthenticationFailed as err:
+                    raise PeerError(f"{self}: SASL login as {self.login[1]} with "
+                                    f"{self.login[0]} failed: {err}") from err
+        return await self._exchange(body, version)
+
+    async def _exchange(self, body: Any, version: int) -> Any:
+        """One request and its answer on the open connection."""
         answers = self._answers
         assert answers is not None and answers.transport is not None
         correlation_id = next(self._ids) & 0x7FFFFFFF
