@@ -45,7 +45,10 @@ records acknowledged are reported (and the seed, to replay a run).
 rewrite the batches it takes while the faults come. `LK_CHAOS_RACKS=1` puts the brokers
 in racks a, b and c with Kafka's rack-aware replica selector, and the group's consumer in
 rack c: it reads from broker 3 wherever broker 3 follows (KIP-392), and goes back to the
-leaders whenever broker 3 is killed, paused or loses a disk.
+leaders whenever broker 3 is killed, paused or loses a disk. `LK_CHAOS_SECURITY` (SSL,
+SASL_PLAINTEXT or SASL_SSL) makes the brokers replicate, elect and shut down over a
+listener of that protocol (tests.cluster_helpers.secure_inter_broker), the clients staying
+on PLAINTEXT.
 """
 
 from __future__ import annotations
@@ -73,7 +76,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from daemon.config import RACK_AWARE_REPLICA_SELECTOR  # noqa: E402
 from daemon.coordinator.group import partition_for  # noqa: E402
 from tests import faults  # noqa: E402
-from tests.cluster_helpers import Cluster, wait_for  # noqa: E402
+from tests.cluster_helpers import Cluster, secure_inter_broker, wait_for  # noqa: E402
 from tests.test_replication import (  # noqa: E402
     assert_every_ack_read_once,
     create,
@@ -95,6 +98,8 @@ BROKER_CONFIG: dict[str, Any] = {
     k: int(v) if v.lstrip("-").isdigit() else v for k, v in (
         kv.split("=", 1) for kv in os.environ.get("LK_CHAOS_BROKER_CONFIG", "").split(",") if kv)}
 RACKS = {1: "a", 2: "b", 3: "c"} if os.environ.get("LK_CHAOS_RACKS") == "1" else {}
+SECURITY = os.environ.get("LK_CHAOS_SECURITY", "").upper()
+assert SECURITY in ("", "SSL", "SASL_PLAINTEXT", "SASL_SSL"), f"LK_CHAOS_SECURITY={SECURITY}"
 if RACKS:
     BROKER_CONFIG["replica.selector.class"] = RACK_AWARE_REPLICA_SELECTOR
 
@@ -110,7 +115,7 @@ def test_random_kills_and_pauses_under_acks_all_load(note: Any, benchmark: Any) 
     with tempfile.TemporaryDirectory(prefix="lk-chaos-") as tmp, ExitStack() as disks:
         mounts = {b: [disks.enter_context(faults.loop_ext4(DISK_MB)) for _ in range(2)]
                   for b in (1, 2, 3)}
-        cl = disks.enter_context(Cluster(Path(tmp), dirs=2, log_dirs={
+        cl = Cluster(Path(tmp), dirs=2, log_dirs={
             b: [m / "d" for m in ms] for b, ms in mounts.items()},
             per_broker={b: {"broker.rack": r} for b, r in RACKS.items()}, extra={
             # Preferred elections every few seconds too: each restarted broker gets
@@ -120,7 +125,10 @@ def test_random_kills_and_pauses_under_acks_all_load(note: Any, benchmark: Any) 
             # timeout only guards against a hang.
             "log.dir.probe.interval.ms": 500, "log.dir.probe.timeout.ms": 5000,
             # A full disk is SATURATED within a probe even when nothing writes there.
-            "log.dir.min.free.bytes": 1 << 20, **BROKER_CONFIG}))
+            "log.dir.min.free.bytes": 1 << 20, **BROKER_CONFIG})
+        if SECURITY:
+            secure_inter_broker(cl, SECURITY, Path(tmp))
+        disks.enter_context(cl)
         create(cl, topic, parts)
         loads = start_producers(cl, topic, parts)
         reader = GroupReader(",".join(d.bootstrap for d in cl.brokers.values()), topic)

@@ -175,7 +175,10 @@ class Server:
         # SASL logins on SASL listeners, and the SCRAM credentials they check: ZooKeeper's
         # /config/users in a cluster, the dirs' config file standalone (daemon.api.sasl).
         self.scram = Credentials()
-        self.sasl = SaslApis(config.sasl, self.scram, self._store_scram_credentials)
+        self.sasl = SaslApis(
+            config.sasl, self.scram, self._store_scram_credentials,
+            lambda listener, ok: self.metrics.logins.labels(
+                listener, "successful" if ok else "failed").inc())
         self.handlers.register(self.sasl.dispatch())
         self.handlers.check_served()
         self.fetchers: ReplicaFetchers | None = None

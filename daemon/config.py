@@ -816,6 +816,15 @@ def _validate(flat: Mapping[str, Any], origin: _Origin, *, text: bool = False,
                           f"{', '.join(hints)}; neither logkeeper nor Kafka has "
                           f"{'them' if len(unknown) > 1 else 'it'} "
                           "(`logkeeper serve --help-config` lists logkeeper's keys)")
+    authorizer = flat.get("authorizer.class.name")
+    if isinstance(authorizer, str) and authorizer.strip():
+        # Running on would leave every authenticated client free to do anything while
+        # the operator believes ACLs hold.
+        raise ConfigError(
+            f"{origin.at('authorizer.class.name')}: authorizer.class.name = "
+            f"{authorizer.strip()}: logkeeper runs no authorizer, so no ACL would be "
+            "enforced (it answers as a Kafka broker without one: every client may do "
+            "everything); remove the key to run so")
     warnings = list(notes)
     unused = sorted(set(flat) - set(KEYS)) + unused_per_listener
     if unused:

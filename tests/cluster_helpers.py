@@ -190,3 +190,62 @@ def no_log_dir_event_left(cl: Cluster, timeout: float = 20) -> None:
     finally:
         zc.stop()
         zc.close()
+
+
+def peers_reached(cl: Cluster) -> dict[int, list[int]]:
+    """The remote ports of each broker's established TCP connections (its own
+    connections to the other brokers among them)."""
+    import psutil
+
+    out = {}
+    for b, d in cl.brokers.items():
+        assert d.proc is not None
+        out[b] = [c.raddr.port for c in psutil.Process(d.proc.pid).net_connections("tcp")
+                  if c.raddr and c.status == psutil.CONN_ESTABLISHED]
+    return out
+
+
+INTER_BROKER_USER = ("broker", "broker-secret")  # the SCRAM login of secure_inter_broker
+
+
+def secure_inter_broker(cl: Cluster, protocol: str, root: Path, *,
+                        create_user: bool = True) -> tuple[dict[int, int], Any]:
+    """Give every broker of `cl` (not started yet) a BROKER listener of `protocol` (SSL,
+    SASL_PLAINTEXT or SASL_SSL) as its inter-broker listener, beside CLIENT, the
+    PLAINTEXT one on its usual port that the helpers and loads use: TLS with a
+    certificate per broker from one test CA (advertised as localhost, so host names are
+    checked) and client certificates required; SASL with SCRAM-SHA-512 as
+    INTER_BROKER_USER, written to ZooKeeper first (unless `create_user` is False: the
+    caller does). Returns (broker -> BROKER port, the CA or None)."""
+    from daemon.tools.configs import alter_user_in_zookeeper
+
+    from .daemon_helpers import write_config
+    from .tls_helpers import CertificateAuthority
+    from .zkserver import free_port
+
+    tls = protocol in ("SSL", "SASL_SSL")
+    ca = CertificateAuthority(root / "ca") if tls else None
+    ports = {b: free_port() for b in cl.brokers}
+    user, password = INTER_BROKER_USER
+    for b, d in cl.brokers.items():
+        values: dict[str, Any] = {
+            "listeners": f"CLIENT://127.0.0.1:{d.port},BROKER://127.0.0.1:{ports[b]}",
+            "advertised.listeners": f"CLIENT://127.0.0.1:{d.port},BROKER://localhost:{ports[b]}",
+            "listener.security.protocol.map": f"CLIENT:PLAINTEXT,BROKER:{protocol}",
+            "inter.broker.listener.name": "BROKER"}
+        if ca is not None:
+            values.update({"ssl.keystore.location": str(ca.issue(f"broker{b}").keystore_pem),
+                           "ssl.truststore.location": str(ca.cert_pem),
+                           "ssl.truststore.type": "PEM", "ssl.client.auth": "required"})
+        if protocol.startswith("SASL"):
+            values.update({
+                "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+                "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
+                "listener.name.broker.scram-sha-512.sasl.jaas.config":
+                    "org.apache.kafka.common.security.scram.ScramLoginModule required "
+                    f'username="{user}" password="{password}";'})
+        d.values.update(values)
+        d.config = write_config(d.root / "logkeeper.toml", d.values)
+    if protocol.startswith("SASL") and create_user:
+        alter_user_in_zookeeper(cl.zk.hosts, user, {"SCRAM-SHA-512": f"password={password}"}, [])
+    return ports, ca

@@ -115,6 +115,8 @@ def test_resume_mark_follows_the_reserve_unless_given(tmp_path: Path) -> None:
     ("\"security.inter.broker.protocol\" = \"SASL_GSS\"\n",
      ["security.inter.broker.protocol", "expected one of PLAINTEXT, SSL"]),
     ("\"ssl.client.auth\" = \"always\"\n", ["ssl.client.auth", "none, requested, required"]),
+    ("\"authorizer.class.name\" = \"kafka.security.authorizer.AclAuthorizer\"\n",
+     ["authorizer.class.name", "no ACL would be enforced", "remove the key"]),
     ("\"ssl.keystore.type\" = \"BKS\"\n", ["ssl.keystore.type", "JKS, PKCS12, PEM"]),
     ("\"ssl.enabled.protocols\" = \"TLSv9\"\n", ["ssl.enabled.protocols", "TLSv9"]),
     ("\"ssl.endpoint.identification.algorithm\" = \"ldap\"\n",

@@ -61,6 +61,28 @@ def broker_epoch(cl: Cluster, broker: int) -> int:
         zk.close()
 
 
+def restart_each_under_load(cl: Cluster, topic: str, parts: int) -> None:
+    """Under the idempotent acks=all producers, stop each broker in turn (a controlled
+    shutdown that moves every leadership it had) and start it again; then every
+    acknowledged record is read back once and the replicas are byte-identical."""
+    loads = start_producers(cl, topic, parts)
+    try:
+        for victim in sorted(cl.brokers):
+            wait_for(lambda: full_isr(cl, topic, parts), 60, "full ISRs")
+            d = cl.brokers[victim]
+            assert d.stop() == 0
+            assert "controlled shutdown succeeded" in d.stderr(), d.stderr()[-3000:]
+            after = partition_states(cl, topic, parts)
+            assert all(after[p]["leader"] != victim for p in range(parts)), after
+            d.start()
+        wait_for(lambda: full_isr(cl, topic, parts), 60, "every broker back in the ISRs")
+        time.sleep(1)
+    finally:
+        unanswered = [load.finish() for load in loads]
+    assert_every_ack_read_once(cl, topic, parts, loads, unanswered)
+    wait_for(lambda: replicas_identical(cl, topic, parts), 60, "replicas byte-identical")
+
+
 def test_a_rolling_restart_moves_leadership_before_each_broker_stops(tmp_path: Path) -> None:
     """Each broker in turn is stopped (SIGTERM) and started again under acks=all load.
     By the time it has exited, every partition it led has another leader, elected by

@@ -13,12 +13,10 @@ import shutil
 import struct
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import confluent_kafka as ck
-import psutil
 import pytest
 from aiokafka import AIOKafkaConsumer
 from kafka import KafkaConsumer
@@ -28,16 +26,16 @@ from kafka.protocol.sasl import SaslHandshakeRequest
 
 from daemon import config as config_mod
 
-from .cluster_helpers import Cluster, wait_for
-from .daemon_helpers import REPO, Daemon, RawClient, write_config
-from .test_controlled_shutdown import partition_states
-from .test_replication import (
-    assert_every_ack_read_once,
-    create,
-    full_isr,
-    replicas_identical,
-    start_producers,
+from .cluster_helpers import (
+    INTER_BROKER_USER,
+    Cluster,
+    peers_reached,
+    secure_inter_broker,
+    wait_for,
 )
+from .daemon_helpers import REPO, Daemon, RawClient, write_config
+from .test_controlled_shutdown import restart_each_under_load
+from .test_replication import create
 from .tls_helpers import CertificateAuthority
 from .zkserver import free_port
 
@@ -218,6 +216,11 @@ def test_nothing_is_served_before_a_login(tmp_path: Path) -> None:
         plain.close()
         assert "failed to log in with PLAIN on listener SASL_PLAINTEXT" in d.stderr()
         assert "before its SASL login" in d.stderr()
+        _, metrics = d.http("/metrics")
+        text = metrics.decode() if isinstance(metrics, bytes) else str(metrics)
+        name = "kafka_server_socketservermetrics_authentication_total"
+        assert f'{name}{{listener="SASL_PLAINTEXT",result="successful"}} 1.0' in text
+        assert f'{name}{{listener="SASL_PLAINTEXT",result="failed"}} 1.0' in text
 
 
 def test_sasl_settings_that_cannot_work_are_refused() -> None:
@@ -296,39 +299,14 @@ def test_a_cluster_whose_brokers_log_in_to_each_other(tmp_path: Path) -> None:
     through one of them (the change reaches every broker)."""
     topic, parts = "sasl", 3
     cl = Cluster(tmp_path / "cl", dirs=1)
-    secure = {b: free_port() for b in cl.brokers}
-    jaas = ('org.apache.kafka.common.security.scram.ScramLoginModule required '
-            'username="broker" password="broker-secret";')
-    for b, d in cl.brokers.items():
-        d.values.update({
-            "listeners": f"CLIENT://127.0.0.1:{d.port},BROKER://127.0.0.1:{secure[b]}",
-            "listener.security.protocol.map": "CLIENT:PLAINTEXT,BROKER:SASL_PLAINTEXT",
-            "inter.broker.listener.name": "BROKER",
-            "sasl.enabled.mechanisms": "SCRAM-SHA-512",
-            "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
-            "listener.name.broker.scram-sha-512.sasl.jaas.config": jaas})
-        d.config = write_config(d.root / "logkeeper.toml", d.values)
-    r = cli("configs", "alter", "--user", "broker", "--zookeeper", cl.zk.hosts,
-            "--add-config", "SCRAM-SHA-512=[password=broker-secret]")
+    secure, _ = secure_inter_broker(cl, "SASL_PLAINTEXT", tmp_path, create_user=False)
+    user, password = INTER_BROKER_USER
+    r = cli("configs", "alter", "--user", user, "--zookeeper", cl.zk.hosts,
+            "--add-config", f"SCRAM-SHA-512=[password={password}]")
     assert r.returncode == 0, r.stderr
     with cl:
         create(cl, topic, parts)
-        loads = start_producers(cl, topic, parts)
-        try:
-            for victim in sorted(cl.brokers):
-                wait_for(lambda: full_isr(cl, topic, parts), 60, "full ISRs")
-                d = cl.brokers[victim]
-                assert d.stop() == 0
-                assert "controlled shutdown succeeded" in d.stderr(), d.stderr()[-3000:]
-                after = partition_states(cl, topic, parts)
-                assert all(after[p]["leader"] != victim for p in range(parts)), after
-                d.start()
-            wait_for(lambda: full_isr(cl, topic, parts), 60, "every broker back in the ISRs")
-            time.sleep(1)
-        finally:
-            unanswered = [load.finish() for load in loads]
-        assert_every_ack_read_once(cl, topic, parts, loads, unanswered)
-        wait_for(lambda: replicas_identical(cl, topic, parts), 60, "replicas byte-identical")
+        restart_each_under_load(cl, topic, parts)
         r = cli("configs", "alter", "--user", "app", "--bootstrap-server",
                 cl.brokers[1].bootstrap, "--add-config", "SCRAM-SHA-512=[password=app-pw]")
         assert r.returncode == 0, r.stderr
@@ -337,10 +315,7 @@ def test_a_cluster_whose_brokers_log_in_to_each_other(tmp_path: Path) -> None:
             wait_for(lambda conf=conf: produce(conf, topic, [b"late"]) == 0, 30,
                      f"the app user logging in on broker {b}")
         plain = {d.port for d in cl.brokers.values()}
-        for b, d in cl.brokers.items():
-            assert d.proc is not None
-            remote = [c.raddr.port for c in psutil.Process(d.proc.pid).net_connections("tcp")
-                      if c.raddr and c.status == psutil.CONN_ESTABLISHED]
+        for b, remote in peers_reached(cl).items():
             assert any(p in secure.values() for p in remote), (b, remote)
             assert not any(p in plain for p in remote), (b, remote)
         # No login failed, but for a broker asked before it had read the credentials.

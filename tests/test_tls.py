@@ -12,12 +12,10 @@ import shutil
 import socket
 import ssl
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
 import confluent_kafka as ck
-import psutil
 import pytest
 from aiokafka import AIOKafkaConsumer
 from aiokafka.helpers import create_ssl_context
@@ -29,17 +27,10 @@ from kafka.protocol.metadata import ApiVersionsRequest
 from daemon import config as config_mod
 from logstore import Log, LogConfig
 
-from .cluster_helpers import Cluster, wait_for
+from .cluster_helpers import Cluster, peers_reached, secure_inter_broker, wait_for
 from .daemon_helpers import REPO, Daemon, RawClient, write_config
-from .test_controlled_shutdown import partition_states
-from .test_replication import (
-    assert_every_ack_read_once,
-    consume_all,
-    create,
-    full_isr,
-    replicas_identical,
-    start_producers,
-)
+from .test_controlled_shutdown import restart_each_under_load
+from .test_replication import consume_all, create
 from .tls_helpers import CertificateAuthority
 from .zkserver import free_port
 
@@ -377,40 +368,12 @@ def test_a_cluster_replicates_elects_and_shuts_down_over_tls(tmp_path: Path) -> 
     Under idempotent acks=all load each broker in turn is stopped (a controlled shutdown,
     asked over TLS) and started again; every acknowledged record is read back once, and
     the replicas are byte-identical. Clients on the SSL listener are served too."""
-    ca = CertificateAuthority(tmp_path / "ca")
     topic, parts = "tls", 3
     cl = Cluster(tmp_path / "cl", dirs=1)
-    secure = {b: free_port() for b in cl.brokers}
-    for b, d in cl.brokers.items():
-        own = ca.issue(f"broker{b}")
-        d.values.update({
-            "listeners": f"CLIENT://127.0.0.1:{d.port},BROKER://127.0.0.1:{secure[b]}",
-            "advertised.listeners": f"CLIENT://127.0.0.1:{d.port},BROKER://localhost:{secure[b]}",
-            "listener.security.protocol.map": "CLIENT:PLAINTEXT,BROKER:SSL",
-            "inter.broker.listener.name": "BROKER",
-            "ssl.keystore.location": str(own.keystore_pem),
-            "ssl.truststore.location": str(ca.cert_pem), "ssl.truststore.type": "PEM",
-            "ssl.client.auth": "required"})
-        d.config = write_config(d.root / "logkeeper.toml", d.values)
+    secure, ca = secure_inter_broker(cl, "SSL", tmp_path)
     with cl:
         create(cl, topic, parts)
-        loads = start_producers(cl, topic, parts)
-        try:
-            for victim in sorted(cl.brokers):
-                wait_for(lambda: full_isr(cl, topic, parts), 60, "full ISRs")
-                before = partition_states(cl, topic, parts)
-                d = cl.brokers[victim]
-                assert d.stop() == 0
-                assert "controlled shutdown succeeded" in d.stderr(), d.stderr()[-3000:]
-                after = partition_states(cl, topic, parts)
-                assert all(after[p]["leader"] != victim for p in range(parts)), (before, after)
-                d.start()
-            wait_for(lambda: full_isr(cl, topic, parts), 60, "every broker back in the ISRs")
-            time.sleep(1)
-        finally:
-            unanswered = [load.finish() for load in loads]
-        assert_every_ack_read_once(cl, topic, parts, loads, unanswered)
-        wait_for(lambda: replicas_identical(cl, topic, parts), 60, "replicas byte-identical")
+        restart_each_under_load(cl, topic, parts)
         # An application with a certificate reads the same records on the SSL listener.
         app = ca.issue("app", client=True)
         c = ck.Consumer({"bootstrap.servers": f"localhost:{secure[2]}",
@@ -438,10 +401,7 @@ def test_a_cluster_replicates_elects_and_shuts_down_over_tls(tmp_path: Path) -> 
         assert n == sum(len(v) for v in consume_all(cl, topic, parts).values())
         # The brokers' own connections to each other all go to the SSL listener.
         plain = {d.port for d in cl.brokers.values()}
-        for b, d in cl.brokers.items():
-            assert d.proc is not None
-            remote = [c.raddr.port for c in psutil.Process(d.proc.pid).net_connections("tcp")
-                      if c.raddr and c.status == psutil.CONN_ESTABLISHED]
+        for b, remote in peers_reached(cl).items():
             assert any(p in secure.values() for p in remote), (b, remote)
             assert not any(p in plain for p in remote), (b, remote)
 

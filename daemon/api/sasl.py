@@ -59,10 +59,12 @@ class SaslApis:
     them (ZooKeeper or the dirs' file), after which `credentials.set` applies them."""
 
     def __init__(self, listeners: Mapping[str, sasl.SaslSettings], credentials: sasl.Credentials,
-                 store: Callable[[str, dict[str, str]], Awaitable[None]]):
+                 store: Callable[[str, dict[str, str]], Awaitable[None]],
+                 on_login: Callable[[str, bool], None] = lambda listener, ok: None):
         self.listeners = listeners
         self.credentials = credentials
         self.store = store
+        self.on_login = on_login  # (listener, succeeded): the metrics
 
     def dispatch(self) -> dict[int, Callable[..., Awaitable[Any]]]:
         """The APIs by key. The connection answers 17 and 36 itself, on the spot (what it
@@ -125,8 +127,10 @@ class SaslApis:
             log.info("%s failed to log in with %s on listener %s: %s", conn.peer,
                      login.mechanism, conn.listener, err)
             conn.close_after = True
+            self.on_login(conn.listener, False)
             raise
         if done:
+            self.on_login(conn.listener, True)
             conn.authenticated = True
             conn.principal = f"User:{login.server.user}"
             conn.login = None

@@ -299,6 +299,11 @@ class Metrics:
                               "Error codes in responses", ["request", "error"], registry=r)
         self.bad_frames = Counter("logkeeper_protocol_rejected_frames",
                                   "Frames that closed their connection", ["reason"], registry=r)
+        self.logins = Counter(
+            "kafka_server_socketservermetrics_authentication",
+            "SASL logins on SASL listeners, by listener and result (successful, failed: "
+            "Kafka's successful- and failed-authentication-total)",
+            ["listener", "result"], registry=r)
         self.connections = Gauge("kafka_server_socketservermetrics_connection_count",
                                  "Open client connections", registry=r)
         self.partition_count = Gauge("kafka_server_replicamanager_partitioncount",
