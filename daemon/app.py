@@ -30,7 +30,6 @@ import random
 import resource
 import signal
 import socket
-import ssl
 import sys
 import time
 from typing import Any
@@ -600,10 +599,6 @@ class Server:
                 self.bound[lst.name] = await self.connections.listen(
                     lst.name, lst.host or None, lst.port,
                     tls.server_context() if tls is not None else None)
-            except ssl.SSLError as err:  # OpenSSL refused the key material (too weak, ...)
-                log.error("cannot serve TLS on %s: %s", lst, err)
-                await self._shutdown()
-                return 1
             except OSError as err:
                 log.error("cannot listen on %s: %s", lst, err.strerror or err)
                 await self._shutdown()

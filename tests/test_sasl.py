@@ -287,6 +287,13 @@ def test_the_tools_log_in(tmp_path: Path) -> None:
         assert r.returncode == 0 and len(r.stdout.splitlines()) == 210, r.stderr
         r = cli("get-offsets", "--topic", "t", *at, "--command-config", str(props))
         assert sum(int(line.rsplit(":", 1)[1]) for line in r.stdout.split()) == 210, r.stderr
+        # `--config`: the daemon's file, whose first listener is now its SASL_PLAINTEXT
+        # one: the tool logs in as the broker's own JAAS username (admin).
+        first, *rest = d.values["listeners"].split(",")
+        own = write_config(tmp_path / "sasl-first.toml", {**d.values, "listeners": ",".join(
+            [rest[0], first, *rest[1:]])})
+        r = cli("topics", "list", "--config", str(own))
+        assert r.returncode == 0 and "t" in r.stdout.split(), r.stderr
 
 
 def test_a_cluster_whose_brokers_log_in_to_each_other(tmp_path: Path) -> None:

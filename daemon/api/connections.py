@@ -1,11 +1,14 @@
 """The Kafka listener's connections: read request frames, dispatch, write answers in order.
 
 Requests on one connection are handled one at a time, in order, as Kafka does; many
-connections run concurrently. Consecutive Produce requests are pipelined (up to
-MAX_PIPELINED), each one's appends queued before the next is read. A frame over
-`socket.request.max.bytes` is refused before its body is read, and a frame that does
-not decode closes only its own connection (daemon.api.protocol); a handler bug closes
-only its connection too, and is logged.
+connections run concurrently. On a SASL listener nothing but ApiVersions and the login
+(SaslHandshake, SaslAuthenticate, answered on the spot) is served before a login
+succeeds (daemon.api.sasl); a TLS listener's connections arrive already decrypted.
+Consecutive Produce requests are pipelined (up to MAX_PIPELINED), each one's appends
+queued before the next is read. A frame over `socket.request.max.bytes` is refused
+before its body is read, and a frame that does not decode closes only its own
+connection (daemon.api.protocol); a handler bug closes only its connection too, and is
+logged.
 """
 
 from __future__ import annotations
@@ -25,10 +28,6 @@ from . import protocol
 from .handlers import CLOSE, ConnInfo, Handlers
 from .record_messages import FetchAnswer
 from .sasl import SASL_APIS, SaslApis
-
-
-async def _no_store(user: str, config: dict[str, str]) -> None:
-    raise RuntimeError("no SASL listener")
 
 log = logging.getLogger("logkeeper.server")
 
@@ -462,3 +461,9 @@ class Connections:
                 except BlockingIOError:
                     await out.writable()
         await writer.drain()
+
+
+async def _no_store(user: str, config: dict[str, str]) -> None:
+    """The SCRAM store of a daemon with no SASL listener (never called: the daemon sets
+    its own)."""
+    raise RuntimeError("no SASL listener")

@@ -127,10 +127,18 @@ def settings(listener: str, get: Callable[[str], Any], *, client: bool = False) 
         raise TlsError("ssl.enabled.protocols",
                        f"expected TLSv1.2 and/or TLSv1.3, got {','.join(enabled) or 'nothing'}")
     versions = sorted(TLS_VERSIONS[p] for p in enabled)
-    return TlsSettings(listener=listener, chain_pem=chain_pem, subject=subject,
-                       trusted_pem=trusted, client_auth=get("ssl.client.auth"),
-                       versions=(versions[0], versions[-1]),
-                       check_hostname=get("ssl.endpoint.identification.algorithm") == "https")
+    out = TlsSettings(listener=listener, chain_pem=chain_pem, subject=subject,
+                      trusted_pem=trusted, client_auth=get("ssl.client.auth"),
+                      versions=(versions[0], versions[-1]),
+                      check_hostname=get("ssl.endpoint.identification.algorithm") == "https")
+    try:  # what OpenSSL itself refuses (a key too weak for its security level, ...)
+        out.client_context()
+        if not client:
+            out.server_context()
+    except ssl.SSLError as err:
+        raise TlsError("ssl.keystore.location", f"OpenSSL refuses the key material: "
+                       f"{err.reason or err}") from err
+    return out
 
 
 # ---- the keystore ----

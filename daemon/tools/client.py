@@ -299,9 +299,9 @@ def add_broker_options(parser: argparse.ArgumentParser, *,
 def bootstrap_of(args: argparse.Namespace) -> str:
     """`--bootstrap-server`, else the Kafka listener of the daemon on this host: that of
     `--config FILE`, or of the embedded defaults (127.0.0.1:9092). Connections speak TLS
-    as `--command-config` says, or, for the daemon's own listener, as that listener
-    does (with its keystore and truststore). ConfigError (a ValueError) for a bad config
-    file."""
+    and log in as `--command-config` says, or, for the daemon's own listener, as that
+    listener does (its keystore and truststore; the broker's own login from its JAAS
+    config). ConfigError (a ValueError) for a bad config file."""
     from .. import config as config_mod
 
     command_config = getattr(args, "command_config", None)
@@ -318,4 +318,11 @@ def bootstrap_of(args: argparse.Namespace) -> str:
     own = cfg.tls.get(cfg.listener.name)
     if own is not None and command_config is None:
         use_tls(own.client_context())
+    own_sasl = cfg.sasl.get(cfg.listener.name)
+    if own_sasl is not None and command_config is None and own_sasl.logins:
+        # The broker's own login on that listener (its JAAS username and password).
+        mechanism = cfg["sasl.mechanism.inter.broker.protocol"]
+        if mechanism not in own_sasl.logins:
+            mechanism = next(iter(own_sasl.logins))
+        use_login((mechanism, *own_sasl.logins[mechanism]))
     return config_mod.local_address(cfg.listener.host, cfg.listener.port)
