@@ -330,3 +330,26 @@ def test_a_cluster_whose_brokers_log_in_to_each_other(tmp_path: Path) -> None:
                   if "failed to log in" in line]
         assert all("has not read the SCRAM credentials" in line for line in failed), failed
 
+
+
+def test_a_kafka_server_properties_with_sasl_loads(tmp_path: Path) -> None:
+    """Kafka's docs' form of the JAAS keys in server.properties, continued over lines
+    with backslashes, loads as it does in Kafka."""
+    props = tmp_path / "server.properties"
+    props.write_text(
+        "broker.id=0\nlog.dirs=" + str(tmp_path / "d") + "\n"
+        "listeners=PLAINTEXT://127.0.0.1:9092,SASL_PLAINTEXT://127.0.0.1:9093\n"
+        "sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256\n"
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config="
+        "org.apache.kafka.common.security.plain.PlainLoginModule required \\\n"
+        '    username="admin" \\\n    password="admin-secret" \\\n'
+        '    user_admin="admin-secret" \\\n    user_alice="alice-secret";\n'
+        "listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config="
+        "org.apache.kafka.common.security.scram.ScramLoginModule required \\\n"
+        '    username="admin" \\\n    password="admin-secret";\n')
+    cfg = config_mod.load(str(props))
+    own = cfg.sasl["SASL_PLAINTEXT"]
+    assert own.mechanisms == ("PLAIN", "SCRAM-SHA-256")
+    assert dict(own.plain_users) == {"admin": "admin-secret", "alice": "alice-secret"}
+    assert dict(own.logins) == {"PLAIN": ("admin", "admin-secret"),
+                                "SCRAM-SHA-256": ("admin", "admin-secret")}
