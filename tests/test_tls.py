@@ -123,11 +123,18 @@ def test_an_ssl_listener_serves_every_client(tmp_path: Path) -> None:
             log.close()
         assert raw_fetch_first_batches(d.port, None) == raw_fetch_first_batches(
             ssl_port, ca.cert_pem) == bytes(on_disk)
-        # Plain Kafka at the SSL port: the handshake never completes, no answer.
+        # Plain Kafka at the SSL port: the handshake never completes, no answer; the
+        # broker logs why and counts a failed authentication, as Kafka does.
         with socket.create_connection(("127.0.0.1", ssl_port), timeout=5) as s:
             s.sendall(b"\x00\x00\x00\x0a\x00\x12\x00\x00\x00\x00\x00\x01\x00\x00")
             s.settimeout(5)
             assert s.recv(100)[:1] in (b"", b"\x15")  # closed, or a TLS alert
+        wait_for(lambda: "on listener SSL (TLS handshake failed: WRONG_VERSION_NUMBER: the "
+                         "client does not speak TLS)" in d.stderr(), 10, "the failure logged")
+        _, metrics = d.http("/metrics")
+        text = metrics.decode() if isinstance(metrics, bytes) else str(metrics)
+        assert ('kafka_server_socketservermetrics_authentication_total{listener="SSL",'
+                'result="failed"} 1.0') in text
         if KCAT:
             out = subprocess.run(
                 [KCAT, "-b", f"localhost:{ssl_port}", "-X", "security.protocol=ssl", "-X",
@@ -187,6 +194,8 @@ def test_client_certificates_are_checked_when_required(tmp_path: Path) -> None:
         assert "client certificates required" in d.stderr()
         anonymous = ssl.create_default_context(cafile=str(ca.cert_pem))
         assert tls_refused(ssl_port, anonymous)
+        wait_for(lambda: "TLS handshake failed: PEER_DID_NOT_RETURN_A_CERTIFICATE" in
+                 d.stderr(), 10, "the missing client certificate logged")
         foreign = ssl.create_default_context(cafile=str(ca.cert_pem))
         foreign.load_cert_chain(str(rogue.cert_pem), str(rogue.key_pem))
         assert tls_refused(ssl_port, foreign)

@@ -33,7 +33,7 @@ log = logging.getLogger("logkeeper.server")
 
 STOP_GRACE_S = 10.0  # in-flight requests get this long to finish at shutdown
 MAX_PIPELINED = 16  # Produce requests in flight per connection
-TLS_HANDSHAKE_TIMEOUT_S = 10.0  # a client that connects to an SSL listener and stalls
+TLS_HANDSHAKE_TIMEOUT_S = 10.0  # a client that connects to a TLS listener and stalls
 _NOTHING = object()  # no request taken ahead from a connection's answer queue
 
 
@@ -106,6 +106,9 @@ class _ClientConnection(asyncio.BufferedProtocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         self._loop = asyncio.get_running_loop()
+        if self.listener in self.connections.tls:
+            # Nothing is read before the TLS handshake takes the socket over (_serve).
+            self.transport.pause_reading()
         self.connections.on_connection(self)
 
     def get_buffer(self, sizehint: int) -> memoryview:
@@ -212,6 +215,7 @@ class Connections:
         self.servers: list[asyncio.base_events.Server] = []
         # SASL logins (daemon.api.sasl); the daemon sets its SASL listeners' own.
         self.sasl = SaslApis({}, Credentials(), _no_store)
+        self.tls: dict[str, ssl.SSLContext] = {}  # the TLS listeners' contexts, by name
         # Connection task -> whether it is in the middle of a request.
         # Each connection's serving task -> its requests being handled (the list its
         # `_serve` keeps, updated in place): busy while one of them is not done.
@@ -220,11 +224,13 @@ class Connections:
     async def listen(self, listener: str, host: str | None, port: int,
                      tls: ssl.SSLContext | None = None) -> tuple[str, int]:
         """Start accepting on host:port for the listener named `listener` (TLS with the
-        `tls` context); returns the bound address. OSError if taken."""
+        `tls` context: each connection's handshake is done by its `_serve`, so a failed
+        one is logged and counted); returns the bound address. OSError if taken."""
         loop = asyncio.get_running_loop()
+        if tls is not None:
+            self.tls[listener] = tls
         server = await loop.create_server(
-            lambda: _ClientConnection(self, listener), host, port, reuse_address=True,
-            ssl=tls, ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S if tls else None)
+            lambda: _ClientConnection(self, listener), host, port, reuse_address=True)
         self.servers.append(server)
         return server.sockets[0].getsockname()[:2]
 
@@ -264,6 +270,9 @@ class Connections:
         writer = link
         local = writer.get_extra_info("sockname")
         peer = writer.get_extra_info("peername")
+        tls = self.tls.get(link.listener)
+        if tls is not None and not await self._handshake(link, tls, peer):
+            return
         conn = ConnInfo(local[0], local[1], f"{peer[0]}:{peer[1]}" if peer else "?",
                         link.listener)
         conn.authenticated = link.listener not in self.sasl.listeners
@@ -365,6 +374,29 @@ class Connections:
                 responder.cancel()
             self.metrics.connections.dec()
             writer.close()
+
+    async def _handshake(self, link: _ClientConnection, tls: ssl.SSLContext, peer: Any) -> bool:
+        """The TLS handshake of a connection to a TLS listener; whether it succeeded. A
+        failure is logged with OpenSSL's reason (a client that trusts another CA, has
+        no certificate where one is required, speaks plain Kafka...) and counted as a
+        failed authentication, as Kafka's SslTransportLayer does."""
+        loop = asyncio.get_running_loop()
+        try:
+            link.transport = await loop.start_tls(
+                link.transport, link, tls, server_side=True,
+                ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S)
+        except (OSError, TimeoutError, ConnectionError) as err:  # ssl.SSLError: an OSError
+            reason = getattr(err, "reason", None) or str(err) or type(err).__name__
+            if reason in ("WRONG_VERSION_NUMBER", "HTTP_REQUEST", "UNKNOWN_PROTOCOL"):
+                reason += ": the client does not speak TLS"
+            log.info("failed authentication with %s on listener %s (TLS handshake failed: "
+                     "%s)", f"{peer[0]}:{peer[1]}" if peer else "?", link.listener, reason)
+            self.metrics.logins.labels(link.listener, "failed").inc()
+            link.transport.close()
+            return False
+        if link.listener not in self.sasl.listeners:  # SASL_SSL: the SASL login counts
+            self.metrics.logins.labels(link.listener, "successful").inc()
+        return True
 
     def _sasl_answer(self, req: protocol.Request, conn: ConnInfo) -> Any:
         """SaslHandshake or SaslAuthenticate, answered on the spot (daemon.api.sasl)."""

@@ -301,8 +301,9 @@ class Metrics:
                                   "Frames that closed their connection", ["reason"], registry=r)
         self.logins = Counter(
             "kafka_server_socketservermetrics_authentication",
-            "SASL logins on SASL listeners, by listener and result (successful, failed: "
-            "Kafka's successful- and failed-authentication-total)",
+            "Authentications, by listener and result (successful, failed: Kafka's "
+            "successful- and failed-authentication-total): SASL logins, and TLS handshakes "
+            "on SSL listeners (a failed one on a SASL_SSL listener too)",
             ["listener", "result"], registry=r)
         self.connections = Gauge("kafka_server_socketservermetrics_connection_count",
                                  "Open client connections", registry=r)
