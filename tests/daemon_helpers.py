@@ -256,3 +256,26 @@ class RawClient:
             return True
         except TimeoutError:
             return False
+
+
+def aiokafka_read(topic: str, count: int, **consumer: Any) -> list[bytes]:
+    """The first `count` values of `topic` as an aiokafka consumer reads them from the
+    start (`consumer`: AIOKafkaConsumer's arguments, bootstrap_servers among them)."""
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer
+
+    async def run() -> list[bytes]:
+        ac = AIOKafkaConsumer(topic, auto_offset_reset="earliest", **consumer)
+        await ac.start()
+        try:
+            out: list[bytes] = []
+            while len(out) < count:
+                batch = await ac.getmany(timeout_ms=5000)
+                assert batch, "aiokafka got nothing"
+                out += [m.value for msgs in batch.values() for m in msgs]
+            return out
+        finally:
+            await ac.stop()
+
+    return asyncio.run(run())

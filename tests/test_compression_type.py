@@ -15,7 +15,7 @@ from pathlib import Path
 
 import confluent_kafka as ck
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaProducer
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 from kafka import KafkaConsumer, KafkaProducer
 from kafka.errors import UnsupportedCompressionTypeError
@@ -23,7 +23,7 @@ from kafka.protocol.producer import ProduceRequest
 
 from logstore.records import Codec, Record, build_batch, iter_batches
 from tests.cluster_helpers import Cluster, wait_for
-from tests.daemon_helpers import Daemon, RawClient, running
+from tests.daemon_helpers import Daemon, RawClient, aiokafka_read, running
 from tests.test_cluster_configs import describe_on
 from tests.test_daemon_fetch import fetch
 from tests.test_replication import create, replicas_identical
@@ -112,20 +112,7 @@ def _read_back(d: Daemon, topic: str, count: int) -> dict[str, list[bytes]]:
     got["kafka-python"] = [m.value for m in kc]
     kc.close()
 
-    async def aio() -> list[bytes]:
-        ac = AIOKafkaConsumer(topic, bootstrap_servers=d.bootstrap, auto_offset_reset="earliest")
-        await ac.start()
-        try:
-            out: list[bytes] = []
-            while len(out) < count:
-                batch = await ac.getmany(timeout_ms=5000)
-                assert batch, "aiokafka got nothing"
-                out += [m.value for msgs in batch.values() for m in msgs]
-            return out
-        finally:
-            await ac.stop()
-
-    got["aiokafka"] = asyncio.run(aio())
+    got["aiokafka"] = aiokafka_read(topic, count, bootstrap_servers=d.bootstrap)
     kcat = subprocess.run(["kcat", "-C", "-b", d.bootstrap, "-t", topic, "-o", "beginning", "-e",
                            "-q", "-D", "\x1e", "-c", str(count)],
                           capture_output=True, timeout=60)

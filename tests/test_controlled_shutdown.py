@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -61,19 +62,26 @@ def broker_epoch(cl: Cluster, broker: int) -> int:
         zk.close()
 
 
-def restart_each_under_load(cl: Cluster, topic: str, parts: int) -> None:
+def restart_each_under_load(cl: Cluster, topic: str, parts: int,
+                            while_down: Callable[[int, dict[int, Any], list[Any]], None]
+                            = lambda victim, before, loads: None) -> None:
     """Under the idempotent acks=all producers, stop each broker in turn (a controlled
-    shutdown that moves every leadership it had) and start it again; then every
-    acknowledged record is read back once and the replicas are byte-identical."""
+    shutdown that moves every leadership it had; `while_down(victim, the partition
+    states before, the loads)` checks more before it starts again) and start it again;
+    then every acknowledged record is read back once and the replicas are
+    byte-identical."""
     loads = start_producers(cl, topic, parts)
     try:
         for victim in sorted(cl.brokers):
             wait_for(lambda: full_isr(cl, topic, parts), 60, "full ISRs")
+            before = partition_states(cl, topic, parts)
             d = cl.brokers[victim]
             assert d.stop() == 0
             assert "controlled shutdown succeeded" in d.stderr(), d.stderr()[-3000:]
+            # Written by the controller while the broker was still registered.
             after = partition_states(cl, topic, parts)
             assert all(after[p]["leader"] != victim for p in range(parts)), after
+            while_down(victim, before, loads)
             d.start()
         wait_for(lambda: full_isr(cl, topic, parts), 60, "every broker back in the ISRs")
         time.sleep(1)
@@ -90,39 +98,25 @@ def test_a_rolling_restart_moves_leadership_before_each_broker_stops(tmp_path: P
     leaves every ISR. Afterwards every acknowledged record is read back once and the
     replicas are byte-identical."""
     topic, parts = "roll", 4
+
+    def while_down(victim: int, before: dict[int, Any], loads: list[Any]) -> None:
+        led = sorted(p for p, s in before.items() if s["leader"] == victim)
+        after = partition_states(cl, topic, parts)
+        assert all(after[p]["leader_epoch"] > before[p]["leader_epoch"] for p in led)
+        wait_for(lambda: all(victim not in s["isr"] for s in
+                             partition_states(cl, topic, parts).values()), 20,
+                 f"broker {victim} out of every ISR")
+        controller_logs = "".join(cl.brokers[b].stderr() for b in cl.brokers)
+        assert (f"controlled shutdown of broker {victim}: leadership of {len(led)} "
+                f"partitions moved") in controller_logs
+        acked = [len(load.acked) for load in loads]
+        wait_for(lambda: all(len(load.acked) > n + 50 for load, n
+                             in zip(loads, acked, strict=True)),
+                 60, "acks=all writes going on while a broker is down")
+
     with Cluster(tmp_path, dirs=1) as cl:
         create(cl, topic, parts)
-        loads = start_producers(cl, topic, parts)
-        try:
-            for victim in sorted(cl.brokers):
-                wait_for(lambda: full_isr(cl, topic, parts), 60, "full ISRs")
-                before = partition_states(cl, topic, parts)
-                led = sorted(p for p, s in before.items() if s["leader"] == victim)
-                acked = [len(load.acked) for load in loads]
-                d = cl.brokers[victim]
-                assert d.stop() == 0
-                err = d.stderr()
-                assert "controlled shutdown succeeded" in err, err[-3000:]
-                # Written by the controller while the broker was still registered.
-                after = partition_states(cl, topic, parts)
-                assert all(after[p]["leader"] != victim for p in range(parts)), after
-                assert all(after[p]["leader_epoch"] > before[p]["leader_epoch"] for p in led)
-                wait_for(lambda victim=victim: all(victim not in s["isr"] for s in
-                                     partition_states(cl, topic, parts).values()), 20,
-                         f"broker {victim} out of every ISR")
-                controller_logs = "".join(cl.brokers[b].stderr() for b in cl.brokers)
-                assert (f"controlled shutdown of broker {victim}: leadership of {len(led)} "
-                        f"partitions moved") in controller_logs
-                wait_for(lambda acked=acked: all(len(load.acked) > n + 50 for load, n
-                                                 in zip(loads, acked, strict=True)),
-                         60, "acks=all writes going on while a broker is down")
-                d.start()
-            wait_for(lambda: full_isr(cl, topic, parts), 60, "every broker back in the ISRs")
-            time.sleep(1)
-        finally:
-            unanswered = [load.finish() for load in loads]
-        assert_every_ack_read_once(cl, topic, parts, loads, unanswered)
-        wait_for(lambda: replicas_identical(cl, topic, parts), 60, "replicas byte-identical")
+        restart_each_under_load(cl, topic, parts, while_down)
 
 
 def test_partitions_no_other_replica_can_lead_are_answered_and_the_broker_stops_anyway(

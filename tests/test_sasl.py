@@ -8,7 +8,6 @@ Real daemons and ZooKeeper.
 
 from __future__ import annotations
 
-import asyncio
 import shutil
 import struct
 import subprocess
@@ -18,7 +17,6 @@ from typing import Any
 
 import confluent_kafka as ck
 import pytest
-from aiokafka import AIOKafkaConsumer
 from kafka import KafkaConsumer
 from kafka.errors import KafkaError
 from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
@@ -33,7 +31,7 @@ from .cluster_helpers import (
     secure_inter_broker,
     wait_for,
 )
-from .daemon_helpers import REPO, Daemon, RawClient, write_config
+from .daemon_helpers import REPO, Daemon, RawClient, aiokafka_read, write_config
 from .test_controlled_shutdown import restart_each_under_load
 from .test_replication import create
 from .tls_helpers import CertificateAuthority
@@ -98,23 +96,9 @@ def kp_read(port: int, topic: str, mechanism: str, user: str, password: str,
 
 def aio_read(port: int, topic: str, mechanism: str, user: str, password: str,
              n: int) -> list[bytes]:
-    async def run() -> list[bytes]:
-        ac = AIOKafkaConsumer(topic, bootstrap_servers=f"127.0.0.1:{port}",
-                              security_protocol="SASL_PLAINTEXT", sasl_mechanism=mechanism,
-                              sasl_plain_username=user, sasl_plain_password=password,
-                              auto_offset_reset="earliest")
-        await ac.start()
-        try:
-            out: list[bytes] = []
-            while len(out) < n:
-                batch = await ac.getmany(timeout_ms=5000)
-                assert batch, "aiokafka got nothing"
-                out += [m.value for msgs in batch.values() for m in msgs]
-            return out
-        finally:
-            await ac.stop()
-
-    return asyncio.run(run())
+    return aiokafka_read(topic, n, bootstrap_servers=f"127.0.0.1:{port}",
+                         security_protocol="SASL_PLAINTEXT", sasl_mechanism=mechanism,
+                         sasl_plain_username=user, sasl_plain_password=password)
 
 
 def test_plain_and_scram_logins_with_every_client(tmp_path: Path) -> None:

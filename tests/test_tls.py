@@ -7,7 +7,6 @@ certificates made by a test CA, confluent-kafka, kafka-python, aiokafka and kcat
 
 from __future__ import annotations
 
-import asyncio
 import shutil
 import socket
 import ssl
@@ -17,7 +16,6 @@ from typing import Any
 
 import confluent_kafka as ck
 import pytest
-from aiokafka import AIOKafkaConsumer
 from aiokafka.helpers import create_ssl_context
 from kafka import KafkaConsumer, KafkaProducer
 from kafka.protocol.admin import DescribeConfigsRequest
@@ -28,7 +26,7 @@ from daemon import config as config_mod
 from logstore import Log, LogConfig
 
 from .cluster_helpers import Cluster, peers_reached, secure_inter_broker, wait_for
-from .daemon_helpers import REPO, Daemon, RawClient, write_config
+from .daemon_helpers import REPO, Daemon, RawClient, aiokafka_read, write_config
 from .test_controlled_shutdown import restart_each_under_load
 from .test_replication import consume_all, create
 from .tls_helpers import CertificateAuthority
@@ -97,22 +95,9 @@ def test_an_ssl_listener_serves_every_client(tmp_path: Path) -> None:
         assert [m.value for m in kc] == values
         kc.close()
 
-        async def aio() -> list[bytes]:
-            ac = AIOKafkaConsumer("secure", bootstrap_servers=f"localhost:{ssl_port}",
-                                  security_protocol="SSL", auto_offset_reset="earliest",
-                                  ssl_context=create_ssl_context(cafile=str(ca.cert_pem)))
-            await ac.start()
-            try:
-                out: list[bytes] = []
-                while len(out) < len(values):
-                    batch = await ac.getmany(timeout_ms=5000)
-                    assert batch, "aiokafka got nothing"
-                    out += [m.value for msgs in batch.values() for m in msgs]
-                return out
-            finally:
-                await ac.stop()
-
-        assert asyncio.run(aio()) == values
+        assert aiokafka_read("secure", len(values), bootstrap_servers=f"localhost:{ssl_port}",
+                             security_protocol="SSL",
+                             ssl_context=create_ssl_context(cafile=str(ca.cert_pem))) == values
         # What TLS carried is what the log holds: the segment's bytes as a plain fetch
         # (spliced) and a TLS one (copied) return them.
         seg = next(d.log_dirs[i] / "secure-0" for i in range(3) if (d.log_dirs[i] / "secure-0").exists())
