@@ -19,7 +19,6 @@ import logging
 import ssl
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from ..api import protocol
 from ..security import sasl, tls
@@ -42,15 +41,9 @@ def ask(host: str, port: int, broker_id: int, broker_epoch: int, *,
     with tls.connect(host, port, timeout=timeout, context=tls_context) as sock:
         sock.settimeout(timeout)
         if login is not None:
-            def call(request: Any, version: int) -> Any:
-                sock.sendall(protocol.encode_request(request, version, 2,
-                                                     client_id=f"broker-{broker_id}"))
-                payload = frames.recv_frame(sock, f"the controller at {host}:{port}")
-                return protocol.decode_response(protocol.SUPPORTED[request.API_KEY].response,
-                                                payload, version)
-
             try:
-                sasl.login(call, login)
+                sasl.login_blocking(sock, login, client_id=f"broker-{broker_id}",
+                                    peer=f"the controller at {host}:{port}")
             except sasl.AuthenticationFailed as err:
                 raise OSError(f"SASL login as {login[1]} failed: {err}") from err
         req = ControlledShutdownRequest(version=VERSION, broker_id=broker_id,

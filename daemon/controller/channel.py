@@ -234,7 +234,8 @@ class _Sender(threading.Thread):
                            context=self.tls_context)
         if self.login is not None:
             try:
-                sasl.login(lambda req, v: self._call(sock, req, v), self.login)
+                sasl.login_blocking(sock, self.login, client_id=str(self.controller_id),
+                                    peer=f"broker {self.broker.broker_id}")
             except (sasl.AuthenticationFailed, OSError, ValueError, protocol.ProtocolError) as err:
                 sock.close()
                 raise OSError(f"SASL login as {self.login[1]} with {self.login[0]} "
@@ -243,15 +244,6 @@ class _Sender(threading.Thread):
             sock.close()
             raise OSError("sender stopped")
         return sock
-
-    def _call(self, sock: socket.socket, request: Any, version: int) -> Any:
-        """One request on `sock` before it is this sender's (the SASL login)."""
-        self.correlation_id += 1
-        sock.sendall(protocol.encode_request(request, version, self.correlation_id,
-                                             client_id=str(self.controller_id)))
-        payload = frames.recv_frame(sock, f"broker {self.broker.broker_id}")
-        api = protocol.SUPPORTED[request.API_KEY].response
-        return protocol.decode_response(api, payload, version)
 
     def _close(self) -> None:
         if self.sock is not None:

@@ -373,6 +373,23 @@ def login(call: Callable[[Any, int], Any], who: Login) -> None:
         raise AuthenticationFailed(f"the broker's answer to the {mechanism} login did not verify")
 
 
+def login_blocking(sock: Any, who: Login, *, client_id: str, peer: str) -> None:
+    """`login` on a blocking socket (the controller's channel, a controlled shutdown's
+    request): Kafka frames sent and read on `sock`, `peer` naming it in errors."""
+    from ..api import protocol
+    from ..wire import frames
+
+    ids = iter(range(1, 1 << 31))
+
+    def call(request: Any, version: int) -> Any:
+        sock.sendall(protocol.encode_request(request, version, next(ids), client_id=client_id))
+        payload = frames.recv_frame(sock, peer)
+        return protocol.decode_response(protocol.SUPPORTED[request.API_KEY].response,
+                                        payload, version)
+
+    login(call, who)
+
+
 async def login_async(call: Callable[[Any, int], Any], who: Login) -> None:
     """`login` over an asyncio connection (`call` is a coroutine function)."""
     from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
