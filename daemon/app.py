@@ -32,6 +32,7 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import native
@@ -50,6 +51,7 @@ from .api.handlers import Handlers
 from .api.partitions import PartitionApis
 from .api.sasl import SaslApis
 from .cluster import controlled_shutdown
+from .cluster.acl_store import ZkAclStore
 from .cluster.config_store import BROKERS, CLIENTS, TOPICS, USERS, ZkConfigStore
 from .cluster.link import ClusterLink, cluster_id_from_zookeeper
 from .cluster.metadata_cache import MetadataCache
@@ -74,9 +76,10 @@ from .replica.producer_ids import ProducerIds
 from .replica.quota import ReplicationQuotas
 from .replica.topic_config import TopicConfigs
 from .replica.topics import TopicAdmin, TopicError
+from .security.acls import Authorizer, Binding, Entry, Resource, binding_from_json, binding_to_json
 from .security.sasl import Credentials
 from .storage.cleaner import LogCleanerService
-from .storage.config_store import FileConfigStore
+from .storage.config_store import CONFIG_FILE, FileConfigStore
 from .storage.dirstate import DirState
 from .storage.log_manager import LogManager, new_cluster_id
 
@@ -163,7 +166,14 @@ class Server:
         self.handlers.register(PartitionApis(
             self.replicas, self.topic_admin, controller=lambda: self.controller,
             metadata=self.metadata_cache, stopping=self.handlers.stopping).dispatch())
-        self.handlers.register(AclApis().dispatch())
+        # ACLs (authorizer.class.name): ZooKeeper's /kafka-acl in a cluster, the dirs'
+        # config file standalone (daemon.security.acls, daemon.api.acls).
+        self.authorizer = Authorizer(config["super.users"],
+                                     config["allow.everyone.if.no.acl.found"]) \
+            if config["authorizer.class.name"] else None
+        self.acl_zk: ZkAclStore | None = None
+        self._acl_lock = asyncio.Lock()  # standalone: one read-modify-write at a time
+        self.handlers.register(AclApis(self.authorizer, self._update_acls).dispatch())
         # Client quotas: ZooKeeper's /config/clients in a cluster, the dirs' config file
         # standalone (daemon.api.client_quotas).
         self.client_quotas = ClientQuotas(samples=config["quota.window.num"],
@@ -213,6 +223,8 @@ class Server:
                                        max_frame=config["socket.request.max.bytes"],
                                        stopping=self.stop_event)
         self.connections.sasl = self.sasl
+        self.connections.authorizer = self.authorizer
+        self.connections.principal_rules = config["ssl.principal.mapping.rules"]
         self.cleaner = LogCleanerService(
             self.storage, enabled=config["log.cleaner.enable"],
             backoff_ms=config["log.cleaner.backoff.ms"],
@@ -375,6 +387,13 @@ class Server:
             brokers = await asyncio.to_thread(zk.read_all, BROKERS)
             clients = await asyncio.to_thread(zk.read_all, CLIENTS)
             users = await asyncio.to_thread(zk.read_all, USERS)
+            if self.authorizer is not None:
+                if self.acl_zk is None:
+                    self.acl_zk = ZkAclStore(self.cluster.client,
+                                             request_timeout=self.cluster.request_timeout)
+                await asyncio.to_thread(self.acl_zk.watch, asyncio.get_running_loop(),
+                                        self._on_acl_change)
+                self.authorizer.load(await asyncio.to_thread(self.acl_zk.read_all))
         except Exception as err:  # noqa: BLE001 - retried at the next registration
             log.warning("loading topic, broker and client configs from ZooKeeper failed "
                         "(%s: %s)", type(err).__name__, err)
@@ -406,7 +425,44 @@ class Server:
         self.topic_configs.load(topics, brokers)
         self.client_quotas.load(self.config_files.clients)
         self.scram.load(self.config_files.users)
+        if self.authorizer is not None:
+            self.authorizer.load(self._file_acls())
         await self.topic_configs.apply(None, "as the configs were loaded")
+
+    def _file_acls(self) -> list[Binding]:
+        assert self.config_files is not None
+        out = []
+        for obj in self.config_files.acls:
+            try:
+                out.append(binding_from_json(obj))
+            except (KeyError, ValueError) as err:
+                log.error("ignoring an ACL of %s: %s: %s", CONFIG_FILE, obj, err)
+        return out
+
+    async def _on_acl_change(self, resource: Resource) -> None:
+        assert self.acl_zk is not None and self.authorizer is not None
+        entries, _ = await asyncio.to_thread(self.acl_zk.read, resource)
+        self.authorizer.replace(resource, entries)
+
+    async def _update_acls(self, resource: Resource,
+                           change: Callable[[set[Entry]], set[Entry]]) -> set[Entry]:
+        """Change a resource's ACLs where they are kept (ZooKeeper, or the dirs' file),
+        then here."""
+        assert self.authorizer is not None
+        if self.config_files is None:
+            if self.acl_zk is None:
+                raise RuntimeError("not connected to ZooKeeper yet")
+            new = await asyncio.to_thread(self.acl_zk.update, resource, change)
+        else:
+            async with self._acl_lock:
+                new = change(set(self.authorizer.acls.get(resource, ())))
+                kept = [(r, e) for r, es in self.authorizer.acls.items() if r != resource
+                        for e in es] + [(resource, e) for e in new]
+                await self.config_files.write(self.topic_configs.topics,
+                                              self.topic_configs.dynamic_brokers(),
+                                              acls=[binding_to_json(r, e) for r, e in sorted(kept)])
+        self.authorizer.replace(resource, new)
+        return new
 
     async def _store_client_quotas(self, client: str, quotas: dict[str, str]) -> None:
         """Keep a client-id's quotas where Kafka keeps them (or the dirs' config file)."""

@@ -21,6 +21,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
                  "describe log dirs, move replicas between them, readmit, cordon or uncordon one"),
     "topics": ("daemon.tools.topics", "list, describe, create, alter or delete topics"),
     "configs": ("daemon.tools.configs", "describe or alter topic and broker configs"),
+    "acls": ("daemon.tools.acls", "add, list or remove ACLs (kafka-acls.sh)"),
     "reassign-partitions": ("daemon.tools.reassign",
                             "move partitions' replicas between brokers (generate, execute, verify)"),
     "groups": ("daemon.tools.groups",

@@ -51,7 +51,7 @@ from logstore.config import (
 )
 
 from .kafka_keys import KAFKA_BROKER_KEYS
-from .security import sasl, tls
+from .security import acls, sasl, tls
 
 
 class ConfigError(ValueError):
@@ -311,6 +311,33 @@ def _endpoint_identification(value: Any) -> str:
     return "https"
 
 
+def _authorizer(value: Any) -> str:
+    text = str(value).strip()
+    if text and text not in acls.AUTHORIZERS:
+        raise ValueError(f"logkeeper's authorizer is Kafka's {acls.ACL_AUTHORIZER} (or "
+                         f"{acls.STANDARD_AUTHORIZER}); it cannot load {text}, and running "
+                         "without it would leave every client free to do anything")
+    return text
+
+
+def _super_users(value: Any) -> tuple[str, ...]:
+    if isinstance(value, (list, tuple)):
+        entries = [str(v).strip() for v in value]
+    else:
+        entries = [v.strip() for v in str(value).split(";")]
+    try:
+        return tuple(acls.parse_principal(e) for e in entries if e)
+    except acls.AclError as err:
+        raise ValueError(f"{err} (super.users is a ;-separated list)") from None
+
+
+def _principal_rules(value: Any) -> tuple[tls.PrincipalRule, ...]:
+    try:
+        return tls.principal_rules(str(value))
+    except tls.TlsError as err:
+        raise ValueError(str(err)) from None
+
+
 def _compression_type(value: Any) -> str:
     if not isinstance(value, str) or value.strip() not in COMPRESSION_TYPES:
         raise ValueError(f"expected one of {', '.join(COMPRESSION_TYPES)}, got {value!r}")
@@ -470,6 +497,20 @@ KEYS: dict[str, Key] = {k.name: k for k in (
         "default GSSAPI, Kerberos, is not served)"),
     Key("sasl.mechanism.inter.broker.protocol", str, "GSSAPI", _sasl_mechanism,
         "the mechanism brokers log in to each other with on a SASL inter-broker listener"),
+    # ACLs (daemon.security.acls): Kafka's AclAuthorizer and its keys.
+    Key("authorizer.class.name", str, "", _authorizer,
+        "Kafka's kafka.security.authorizer.AclAuthorizer (or KRaft's StandardAuthorizer): "
+        "every request is checked against the ACLs; empty: no authorizer, every client "
+        "may do everything"),
+    Key("super.users", str, (), _super_users,
+        "principals allowed everything, User:name;User:other (the brokers' own, when "
+        "their inter-broker requests are not granted ClusterAction by an ACL)"),
+    Key("allow.everyone.if.no.acl.found", bool, False, _bool,
+        "a resource no ACL names is open to everyone (Kafka's default false: closed)"),
+    Key("ssl.principal.mapping.rules", str, tls.principal_rules("DEFAULT"), _principal_rules,
+        "how a TLS client certificate's subject becomes its principal's name: Kafka's "
+        "RULE:pattern/replacement/[LU],...,DEFAULT (DEFAULT: the whole subject, "
+        "CN=...,O=...)"),
     Key("broker.rack", str, None, _rack,
         "this broker's rack (or availability zone): with every broker's set, a topic's "
         "replicas are spread across racks"),
@@ -816,15 +857,6 @@ def _validate(flat: Mapping[str, Any], origin: _Origin, *, text: bool = False,
                           f"{', '.join(hints)}; neither logkeeper nor Kafka has "
                           f"{'them' if len(unknown) > 1 else 'it'} "
                           "(`logkeeper serve --help-config` lists logkeeper's keys)")
-    authorizer = flat.get("authorizer.class.name")
-    if isinstance(authorizer, str) and authorizer.strip():
-        # Running on would leave every authenticated client free to do anything while
-        # the operator believes ACLs hold.
-        raise ConfigError(
-            f"{origin.at('authorizer.class.name')}: authorizer.class.name = "
-            f"{authorizer.strip()}: logkeeper runs no authorizer, so no ACL would be "
-            "enforced (it answers as a Kafka broker without one: every client may do "
-            "everything); remove the key to run so")
     warnings = list(notes)
     unused = sorted(set(flat) - set(KEYS)) + unused_per_listener
     if unused:
@@ -1286,5 +1318,7 @@ def describe() -> str:
             default = ",".join(str(x) for x in default)
         elif isinstance(default, tuple) and default and isinstance(default[0], tuple):
             default = ",".join(":".join(x) for x in default)
+        elif isinstance(default, tuple) and default and isinstance(default[0], tls.PrincipalRule):
+            default = ",".join(str(x) for x in default)
         lines.append(f"{key.name:<34} default {default!r}\n    {key.doc}")
     return "\n".join(lines)

@@ -115,8 +115,13 @@ def test_resume_mark_follows_the_reserve_unless_given(tmp_path: Path) -> None:
     ("\"security.inter.broker.protocol\" = \"SASL_GSS\"\n",
      ["security.inter.broker.protocol", "expected one of PLAINTEXT, SSL"]),
     ("\"ssl.client.auth\" = \"always\"\n", ["ssl.client.auth", "none, requested, required"]),
-    ("\"authorizer.class.name\" = \"kafka.security.authorizer.AclAuthorizer\"\n",
-     ["authorizer.class.name", "no ACL would be enforced", "remove the key"]),
+    ("\"authorizer.class.name\" = \"com.example.LdapAuthorizer\"\n",
+     ["authorizer.class.name", "kafka.security.authorizer.AclAuthorizer",
+      "cannot load com.example.LdapAuthorizer"]),
+    ("\"super.users\" = \"User:admin;alice\"\n",
+     ["super.users", "Invalid principal 'alice'", "Type:name"]),
+    ("\"ssl.principal.mapping.rules\" = \"RULE:^CN=(.*?)/$1/X/Y\"\n",
+     ["ssl.principal.mapping.rules", "Invalid rule"]),
     ("\"ssl.keystore.type\" = \"BKS\"\n", ["ssl.keystore.type", "JKS, PKCS12, PEM"]),
     ("\"ssl.enabled.protocols\" = \"TLSv9\"\n", ["ssl.enabled.protocols", "TLSv9"]),
     ("\"ssl.endpoint.identification.algorithm\" = \"ldap\"\n",
@@ -238,6 +243,10 @@ ssl.endpoint.identification.algorithm = ""
 ssl.cipher.suites = "TLS_AES_256_GCM_SHA384"
 sasl.enabled.mechanisms = "PLAIN,SCRAM-SHA-512"
 sasl.mechanism.inter.broker.protocol = "scram-sha-512"
+authorizer.class.name = "kafka.security.authorizer.AclAuthorizer"
+super.users = "User:admin; User:CN=broker,O=acme"
+allow.everyone.if.no.acl.found = true
+ssl.principal.mapping.rules = "RULE:^CN=(.*?),O=acme$/$1/L,DEFAULT"
 controlled.shutdown.enable = false
 controlled.shutdown.max.retries = 5
 controlled.shutdown.retry.backoff.ms = 1000
@@ -360,6 +369,11 @@ def test_every_key_is_read(tmp_path: Path) -> None:
     assert cfg["sasl.enabled.mechanisms"] == ("PLAIN", "SCRAM-SHA-512")
     assert cfg["sasl.mechanism.inter.broker.protocol"] == "SCRAM-SHA-512"
     assert cfg.sasl == {} and cfg.inter_broker_login is None  # no SASL listener
+    assert cfg["authorizer.class.name"] == "kafka.security.authorizer.AclAuthorizer"
+    assert cfg["super.users"] == ("User:admin", "User:CN=broker,O=acme")
+    assert cfg["allow.everyone.if.no.acl.found"] is True
+    assert [r.apply("CN=Alice,O=acme") for r in cfg["ssl.principal.mapping.rules"]] == [
+        "alice", "CN=Alice,O=acme"]
     assert cfg["replica.selector.class"] == config.RACK_AWARE_REPLICA_SELECTOR
     assert cfg["controlled.shutdown.enable"] is False and cfg["controlled.shutdown.max.retries"] == 5
     assert cfg.log_dirs == ("/srv/k/a", "/srv/k/b")

@@ -50,7 +50,8 @@ class CertificateAuthority:
         self.cert_pem.write_bytes(self.cert.public_bytes(serialization.Encoding.PEM))
 
     def issue(self, name: str, *, hosts: tuple[str, ...] = ("localhost", "127.0.0.1"),
-              client: bool = False) -> Issued:
+              client: bool = False, org: str | None = None) -> Issued:
+        """A certificate for CN=`name` (CN=name,O=org with `org`), signed by this CA."""
         import ipaddress
 
         key = ec.generate_private_key(ec.SECP256R1())
@@ -62,7 +63,9 @@ class CertificateAuthority:
             except ValueError:
                 sans.append(x509.DNSName(h))
         builder = (x509.CertificateBuilder()
-                   .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
+                   .subject_name(x509.Name(
+                       ([x509.NameAttribute(NameOID.ORGANIZATION_NAME, org)] if org else [])
+                       + [x509.NameAttribute(NameOID.COMMON_NAME, name)]))
                    .issuer_name(self.cert.subject).public_key(key.public_key())
                    .serial_number(x509.random_serial_number())
                    .not_valid_before(now - datetime.timedelta(hours=1))

@@ -37,6 +37,7 @@ from urllib.parse import unquote
 from kafka.protocol.admin import AlterClientQuotasResponse, DescribeClientQuotasResponse
 
 from ..replica.quota import Rate
+from ..security.acls import Operation, ResourceType
 from . import errors, protocol
 
 log = logging.getLogger("logkeeper.quotas")
@@ -223,9 +224,13 @@ class ClientQuotaApis:
     def dispatch(self) -> dict[int, Callable[..., Awaitable[Any]]]:
         return {48: self.describe, 49: self.alter}
 
-    async def describe(self, req: protocol.Request, _conn: Any) -> Any:
+    async def describe(self, req: protocol.Request, conn: Any) -> Any:
         body = req.body
         E = DescribeClientQuotasResponse.EntryData
+        if not conn.allowed(Operation.DESCRIBE_CONFIGS, ResourceType.CLUSTER):
+            return DescribeClientQuotasResponse(
+                throttle_time_ms=0, error_code=errors.CLUSTER_AUTHORIZATION_FAILED,
+                error_message="Cluster authorization failed.", entries=None)
         try:
             found = self.quotas.describe(body.components, bool(body.strict))
         except QuotaRequestError as err:
@@ -238,23 +243,30 @@ class ClientQuotaApis:
                   values=[E.ValueData(key=k, value=float(v)) for k, v in sorted(q.items())])
                 for e, q in found])
 
-    async def alter(self, req: protocol.Request, _conn: Any) -> Any:
+    async def alter(self, req: protocol.Request, conn: Any) -> Any:
         body = req.body
         R = AlterClientQuotasResponse.EntryData
         out = []
+        allowed = conn.allowed(Operation.ALTER_CONFIGS, ResourceType.CLUSTER)
         for entry in body.entries:
-            code, message = errors.NONE, None
-            try:
-                client = _entity_name(entry.entity)
-                new = apply_ops(self.quotas.quotas.get(client, {}), entry.ops)
-                if not body.validate_only:
-                    await self.store(client, new)
-                    self.quotas.set(client, new)
-            except QuotaRequestError as err:
-                code, message = errors.INVALID_REQUEST, str(err)
-            except Exception as err:  # noqa: BLE001 - per entry, as Kafka answers it
-                code, message = errors.error_of(err, "alter client quotas")
+            if allowed:
+                code, message = await self._alter_entry(entry, body.validate_only)
+            else:
+                code, message = errors.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed."
             out.append(R(error_code=code, error_message=message, entity=[
                 R.EntityData(entity_type=e.entity_type, entity_name=e.entity_name)
                 for e in entry.entity]))
         return AlterClientQuotasResponse(throttle_time_ms=0, entries=out)
+
+    async def _alter_entry(self, entry: Any, validate_only: bool) -> tuple[int, str | None]:
+        try:
+            client = _entity_name(entry.entity)
+            new = apply_ops(self.quotas.quotas.get(client, {}), entry.ops)
+            if not validate_only:
+                await self.store(client, new)
+                self.quotas.set(client, new)
+        except QuotaRequestError as err:
+            return errors.INVALID_REQUEST, str(err)
+        except Exception as err:  # noqa: BLE001 - per entry, as Kafka answers it
+            return errors.error_of(err, "alter client quotas")
+        return errors.NONE, None

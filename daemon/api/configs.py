@@ -34,6 +34,7 @@ from kafka.protocol.admin import (
 from ..cluster.config_store import BROKERS, TOPICS, ZkConfigStore
 from ..config import SENSITIVE_KEYS
 from ..replica import topic_config as tc
+from ..security.acls import Operation, ResourceType
 from ..storage.config_store import FileConfigStore
 from . import errors, protocol
 
@@ -41,6 +42,20 @@ log = logging.getLogger("logkeeper.configs")
 
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
+RESOURCE_BROKER_LOGGER = 8
+RESOURCE_GROUP = 32
+
+
+def _denied(conn: Any, op: Operation, rtype: int, name: str) -> int:
+    """The authorization error of a config resource the principal may not describe or
+    alter (Kafka's: a topic's own ACL, a broker's the cluster's), else 0."""
+    if rtype == RESOURCE_TOPIC:
+        return 0 if conn.allowed(op, ResourceType.TOPIC, name) else errors.TOPIC_AUTHORIZATION_FAILED
+    if rtype == RESOURCE_GROUP:
+        return 0 if conn.allowed(op, ResourceType.GROUP, name) else errors.GROUP_AUTHORIZATION_FAILED
+    if rtype in (RESOURCE_BROKER, RESOURCE_BROKER_LOGGER):
+        return 0 if conn.allowed(op, ResourceType.CLUSTER) else errors.CLUSTER_AUTHORIZATION_FAILED
+    return 0
 
 
 class RequestError(Exception):
@@ -71,11 +86,18 @@ class ConfigApis:
 
     # ---- DescribeConfigs ----
 
-    async def describe_configs(self, req: protocol.Request, _conn: Any) -> Any:
+    async def describe_configs(self, req: protocol.Request, conn: Any) -> Any:
         body = req.body
         R = DescribeConfigsResponse.DescribeConfigsResult
         out = []
         for res in body.resources:
+            denied = _denied(conn, Operation.DESCRIBE_CONFIGS, res.resource_type,
+                             res.resource_name)
+            if denied:
+                out.append(R(error_code=denied, error_message="Authorization failed.",
+                             resource_type=res.resource_type, resource_name=res.resource_name,
+                             configs=[]))
+                continue
             try:
                 entries = await self._describe(res.resource_type, res.resource_name)
                 keys = res.configuration_keys
@@ -121,15 +143,15 @@ class ConfigApis:
 
     # ---- AlterConfigs and IncrementalAlterConfigs ----
 
-    async def alter_configs(self, req: protocol.Request, _conn: Any) -> Any:
+    async def alter_configs(self, req: protocol.Request, conn: Any) -> Any:
         """The whole set of overrides is replaced by the request's (Kafka's AlterConfigs)."""
         body = req.body
         R = AlterConfigsResponse.AlterConfigsResourceResponse
         dup = _duplicates((r.resource_type, r.resource_name) for r in body.resources)
         out = []
         for res in body.resources:
-            code, msg = await self._alter(
-                res.resource_type, res.resource_name,
+            code, msg = await self._alter_allowed(
+                conn, res.resource_type, res.resource_name,
                 [(c.name, tc.OP_SET, c.value) for c in res.configs], replace=True,
                 validate_only=body.validate_only,
                 duplicate=(res.resource_type, res.resource_name) in dup)
@@ -137,20 +159,29 @@ class ConfigApis:
                          resource_name=res.resource_name))
         return AlterConfigsResponse(throttle_time_ms=0, responses=out)
 
-    async def incremental_alter_configs(self, req: protocol.Request, _conn: Any) -> Any:
+    async def incremental_alter_configs(self, req: protocol.Request, conn: Any) -> Any:
         body = req.body
         R = IncrementalAlterConfigsResponse.AlterConfigsResourceResponse
         dup = _duplicates((r.resource_type, r.resource_name) for r in body.resources)
         out = []
         for res in body.resources:
-            code, msg = await self._alter(
-                res.resource_type, res.resource_name,
+            code, msg = await self._alter_allowed(
+                conn, res.resource_type, res.resource_name,
                 [(c.name, c.config_operation, c.value) for c in res.configs], replace=False,
                 validate_only=body.validate_only,
                 duplicate=(res.resource_type, res.resource_name) in dup)
             out.append(R(error_code=code, error_message=msg, resource_type=res.resource_type,
                          resource_name=res.resource_name))
         return IncrementalAlterConfigsResponse(throttle_time_ms=0, responses=out)
+
+    async def _alter_allowed(self, conn: Any, rtype: int, name: str,
+                             ops: list[tuple[str, int, str | None]], **how: Any
+                             ) -> tuple[int, str | None]:
+        """`_alter` once the principal may alter the resource's configs."""
+        denied = _denied(conn, Operation.ALTER_CONFIGS, rtype, name)
+        if denied:
+            return denied, "Authorization failed."
+        return await self._alter(rtype, name, ops, **how)
 
     async def _alter(self, rtype: int, name: str, ops: list[tuple[str, int, str | None]], *,
                      replace: bool, validate_only: bool, duplicate: bool) -> tuple[int, str | None]:

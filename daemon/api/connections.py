@@ -22,6 +22,8 @@ import time
 from typing import Any
 
 from ..ops.metrics import Metrics
+from ..security import tls as tls_settings
+from ..security.acls import Authorizer
 from ..security.sasl import Credentials
 from ..storage.spliced import SplicedRecords
 from . import protocol
@@ -216,6 +218,9 @@ class Connections:
         # SASL logins (daemon.api.sasl); the daemon sets its SASL listeners' own.
         self.sasl = SaslApis({}, Credentials(), _no_store)
         self.tls: dict[str, ssl.SSLContext] = {}  # the TLS listeners' contexts, by name
+        # How a client certificate's subject becomes its principal (ssl.principal.mapping.rules).
+        self.principal_rules: tuple[tls_settings.PrincipalRule, ...] = ()
+        self.authorizer: Authorizer | None = None  # authorizer.class.name set: the ACLs
         # Connection task -> whether it is in the middle of a request.
         # Each connection's serving task -> its requests being handled (the list its
         # `_serve` keeps, updated in place): busy while one of them is not done.
@@ -271,10 +276,14 @@ class Connections:
         local = writer.get_extra_info("sockname")
         peer = writer.get_extra_info("peername")
         tls = self.tls.get(link.listener)
-        if tls is not None and not await self._handshake(link, tls, peer):
-            return
+        principal = "User:ANONYMOUS"
+        if tls is not None:
+            shook = await self._handshake(link, tls, peer)
+            if shook is None:
+                return
+            principal = shook
         conn = ConnInfo(local[0], local[1], f"{peer[0]}:{peer[1]}" if peer else "?",
-                        link.listener)
+                        link.listener, principal=principal, authorizer=self.authorizer)
         conn.authenticated = link.listener not in self.sasl.listeners
         me = asyncio.current_task()
         assert me is not None
@@ -375,11 +384,14 @@ class Connections:
             self.metrics.connections.dec()
             writer.close()
 
-    async def _handshake(self, link: _ClientConnection, tls: ssl.SSLContext, peer: Any) -> bool:
-        """The TLS handshake of a connection to a TLS listener; whether it succeeded. A
-        failure is logged with OpenSSL's reason (a client that trusts another CA, has
-        no certificate where one is required, speaks plain Kafka...) and counted as a
-        failed authentication, as Kafka's SslTransportLayer does."""
+    async def _handshake(self, link: _ClientConnection, tls: ssl.SSLContext,
+                         peer: Any) -> str | None:
+        """The TLS handshake of a connection to a TLS listener: the client's principal
+        (its certificate's subject mapped by ssl.principal.mapping.rules, or
+        User:ANONYMOUS without one), None when it failed. A failure is logged with
+        OpenSSL's reason (a client that trusts another CA, has no certificate where one
+        is required, speaks plain Kafka...) and counted as a failed authentication, as
+        Kafka's SslTransportLayer does."""
         loop = asyncio.get_running_loop()
         try:
             link.transport = await loop.start_tls(
@@ -393,10 +405,21 @@ class Connections:
                      "%s)", f"{peer[0]}:{peer[1]}" if peer else "?", link.listener, reason)
             self.metrics.logins.labels(link.listener, "failed").inc()
             link.transport.close()
-            return False
+            return None
+        ssl_object = link.transport.get_extra_info("ssl_object")
+        try:
+            principal = tls_settings.certificate_principal(
+                ssl_object.getpeercert(binary_form=True) if ssl_object else None,
+                self.principal_rules)
+        except (tls_settings.TlsError, ValueError) as err:
+            log.info("failed authentication with %s on listener %s (%s)",
+                     f"{peer[0]}:{peer[1]}" if peer else "?", link.listener, err)
+            self.metrics.logins.labels(link.listener, "failed").inc()
+            link.transport.close()
+            return None
         if link.listener not in self.sasl.listeners:  # SASL_SSL: the SASL login counts
             self.metrics.logins.labels(link.listener, "successful").inc()
-        return True
+        return principal
 
     def _sasl_answer(self, req: protocol.Request, conn: ConnInfo) -> Any:
         """SaslHandshake or SaslAuthenticate, answered on the spot (daemon.api.sasl)."""

@@ -31,6 +31,7 @@ INVALID_TOPIC_EXCEPTION = ke.InvalidTopicError.errno
 INVALID_REQUIRED_ACKS = ke.InvalidRequiredAcksError.errno
 TOPIC_AUTHORIZATION_FAILED = ke.TopicAuthorizationFailedError.errno
 CLUSTER_AUTHORIZATION_FAILED = ke.ClusterAuthorizationFailedError.errno
+GROUP_AUTHORIZATION_FAILED = ke.GroupAuthorizationFailedError.errno
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED = ke.TransactionalIdAuthorizationFailedError.errno
 # What a transactional producer is told, at its first request for a transactional id.
 NO_TRANSACTIONS = "transactions are not served by logkeeper (it runs no transaction coordinator)"

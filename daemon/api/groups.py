@@ -9,6 +9,13 @@ NOT_COORDINATOR (16), or COORDINATOR_LOAD_IN_PROGRESS (14) while its partition o
 `__consumer_offsets` is read, and the client looks the coordinator up again.
 FindCoordinator creates `__consumer_offsets` the first time it is asked (Kafka does),
 and answers COORDINATOR_NOT_AVAILABLE (15) until that partition has a leader.
+
+With an authorizer (daemon.security.acls), each request is checked as Kafka checks it:
+Read on the group to join, sync, heartbeat, leave and commit (and Read on each committed
+topic), Describe on the group to find its coordinator, fetch its offsets (Describe on
+each topic: others are left out or answered TOPIC_AUTHORIZATION_FAILED) and describe it,
+Delete to delete it or its offsets; ListGroups lists every group with Describe on the
+cluster, else only those the principal may describe.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ from logstore import TopicPartition
 
 from ..coordinator.coordinator import GroupCoordinator, OffsetCommit
 from ..coordinator.group import GroupState
+from ..security.acls import Operation, ResourceType
 from . import errors, protocol
 
 log = logging.getLogger("logkeeper.groups")
@@ -67,7 +75,10 @@ class GroupApis:
         body = req.body
         keys = list(body.coordinator_keys) if req.version >= 4 else [body.key]
         key_type = body.key_type if req.version >= 1 else KEY_TYPE_GROUP
-        answers = [await self._coordinator_for(k, key_type, conn.listener) for k in keys]
+        answers = [await self._coordinator_for(k, key_type, conn.listener)
+                   if key_type != KEY_TYPE_GROUP or conn.allowed(
+                       Operation.DESCRIBE, ResourceType.GROUP, k)
+                   else (errors.GROUP_AUTHORIZATION_FAILED, None, -1, "", -1) for k in keys]
         if req.version >= 4:
             C = FindCoordinatorResponse.Coordinator
             return FindCoordinatorResponse(throttle_time_ms=0, coordinators=[
@@ -105,6 +116,11 @@ class GroupApis:
     async def join_group(self, req: protocol.Request, conn: Any) -> Any:
         b = req.body
         v = req.version
+        if not conn.allowed(Operation.READ, ResourceType.GROUP, b.group_id):
+            return JoinGroupResponse(
+                throttle_time_ms=0, error_code=errors.GROUP_AUTHORIZATION_FAILED,
+                generation_id=-1, protocol_type=None, protocol_name=None if v >= 7 else "",
+                leader="", skip_assignment=False, member_id=b.member_id, members=[])
         res = await self.coordinator.join(
             b.group_id, b.member_id, b.group_instance_id if v >= 5 else None,
             req.client_id or "", _host(conn), b.session_timeout_ms,
@@ -123,6 +139,10 @@ class GroupApis:
     async def sync_group(self, req: protocol.Request, conn: Any) -> Any:
         b = req.body
         v = req.version
+        if not conn.allowed(Operation.READ, ResourceType.GROUP, b.group_id):
+            return SyncGroupResponse(throttle_time_ms=0,
+                                     error_code=errors.GROUP_AUTHORIZATION_FAILED,
+                                     protocol_type=None, protocol_name=None, assignment=b"")
         code, assignment = await self.coordinator.sync(
             b.group_id, b.generation_id, b.member_id, b.group_instance_id if v >= 3 else None,
             b.protocol_type if v >= 5 else None, b.protocol_name if v >= 5 else None,
@@ -136,12 +156,18 @@ class GroupApis:
 
     async def heartbeat(self, req: protocol.Request, conn: Any) -> Any:
         b = req.body
+        if not conn.allowed(Operation.READ, ResourceType.GROUP, b.group_id):
+            return HeartbeatResponse(throttle_time_ms=0,
+                                     error_code=errors.GROUP_AUTHORIZATION_FAILED)
         code = self.coordinator.heartbeat(b.group_id, b.generation_id, b.member_id,
                                           b.group_instance_id if req.version >= 3 else None)
         return HeartbeatResponse(throttle_time_ms=0, error_code=code)
 
     async def leave_group(self, req: protocol.Request, conn: Any) -> Any:
         b = req.body
+        if not conn.allowed(Operation.READ, ResourceType.GROUP, b.group_id):
+            return LeaveGroupResponse(throttle_time_ms=0,
+                                      error_code=errors.GROUP_AUTHORIZATION_FAILED, members=[])
         if req.version >= 3:
             who = [(m.member_id, m.group_instance_id) for m in b.members]
         else:
@@ -158,18 +184,28 @@ class GroupApis:
     async def offset_commit(self, req: protocol.Request, conn: Any) -> Any:
         b = req.body
         v = req.version
-        commits = [OffsetCommit(TopicPartition(t.name, p.partition_index), p.committed_offset,
-                                p.committed_leader_epoch if v >= 6 else -1,
-                                p.committed_metadata)
-                   for t in b.topics for p in t.partitions]
-        code, per_partition = await self.coordinator.commit(
-            b.group_id, b.generation_id_or_member_epoch, b.member_id,
-            b.group_instance_id if v >= 7 else None, commits)
         T = OffsetCommitResponse.OffsetCommitResponseTopic
         P = T.OffsetCommitResponsePartition
+        if not conn.allowed(Operation.READ, ResourceType.GROUP, b.group_id):
+            return OffsetCommitResponse(throttle_time_ms=0, topics=[T(name=t.name, partitions=[
+                P(partition_index=p.partition_index, error_code=errors.GROUP_AUTHORIZATION_FAILED)
+                for p in t.partitions]) for t in b.topics])
+        denied = {t.name for t in b.topics
+                  if not conn.allowed(Operation.READ, ResourceType.TOPIC, t.name)}
+        asked = [OffsetCommit(TopicPartition(t.name, p.partition_index), p.committed_offset,
+                              p.committed_leader_epoch if v >= 6 else -1,
+                              p.committed_metadata)
+                 for t in b.topics for p in t.partitions]
+        commits = [c for c in asked if c.tp.topic not in denied]
+        code, per_partition = errors.NONE, {}
+        if commits or not asked:
+            code, per_partition = await self.coordinator.commit(
+                b.group_id, b.generation_id_or_member_epoch, b.member_id,
+                b.group_instance_id if v >= 7 else None, commits)
         out: dict[str, list[Any]] = {}
-        for c in commits:
-            e = code or per_partition.get(c.tp, errors.NONE)
+        for c in asked:
+            e = errors.TOPIC_AUTHORIZATION_FAILED if c.tp.topic in denied else \
+                code or per_partition.get(c.tp, errors.NONE)
             out.setdefault(c.tp.topic, []).append(P(partition_index=c.tp.partition, error_code=e))
         return OffsetCommitResponse(throttle_time_ms=0, topics=[
             T(name=t, partitions=ps) for t, ps in out.items()])
@@ -183,12 +219,12 @@ class GroupApis:
             P = T.OffsetFetchResponsePartitions
             groups = []
             for grp in b.groups:
-                code, topics = self._fetch(grp.group_id, grp.topics, T, P, v)
+                code, topics = self._fetch(grp.group_id, grp.topics, T, P, v, conn)
                 groups.append(G(group_id=grp.group_id, topics=topics, error_code=code))
             return OffsetFetchResponse(throttle_time_ms=0, groups=groups)
         T = OffsetFetchResponse.OffsetFetchResponseTopic
         P = T.OffsetFetchResponsePartition
-        code, topics = self._fetch(b.group_id, b.topics, T, P, v)
+        code, topics = self._fetch(b.group_id, b.topics, T, P, v, conn)
         if v < 2 and code:
             # v0-1 have no group error: every partition asked for carries it.
             for t in topics:
@@ -196,15 +232,30 @@ class GroupApis:
                     p.error_code = code
         return OffsetFetchResponse(throttle_time_ms=0, topics=topics, error_code=code)
 
-    def _fetch(self, group_id: str, asked: Any, T: Any, P: Any, v: int) -> tuple[int, list[Any]]:
+    def _fetch(self, group_id: str, asked: Any, T: Any, P: Any, v: int,
+               conn: Any) -> tuple[int, list[Any]]:
         tps = None if asked is None else [TopicPartition(t.name, i)
                                           for t in asked for i in t.partition_indexes]
-        code, got = self.coordinator.fetch_offsets(group_id, tps)
+        if not conn.allowed(Operation.DESCRIBE, ResourceType.GROUP, group_id):
+            code, got = errors.GROUP_AUTHORIZATION_FAILED, {}
+        else:
+            code, got = self.coordinator.fetch_offsets(group_id, tps)
         if code:
             got = {tp: None for tp in tps or []}
+        # Offsets of a topic it may not describe: left out of "all", refused when asked.
+        described = {t: conn.allowed(Operation.DESCRIBE, ResourceType.TOPIC, t,
+                                     log_denied=tps is not None)
+                     for t in {tp.topic for tp in got}}
         out: dict[str, list[Any]] = {}
         for tp in sorted(got):
             c = got[tp]
+            if not described[tp.topic]:
+                if tps is not None:
+                    out.setdefault(tp.topic, []).append(P(
+                        partition_index=tp.partition, committed_offset=-1,
+                        committed_leader_epoch=-1, metadata="",
+                        error_code=errors.TOPIC_AUTHORIZATION_FAILED))
+                continue
             out.setdefault(tp.topic, []).append(P(
                 partition_index=tp.partition, committed_offset=c.offset if c else -1,
                 committed_leader_epoch=c.leader_epoch if c else -1,
@@ -218,11 +269,14 @@ class GroupApis:
         states = {s.lower() for s in b.states_filter} if req.version >= 4 else set()
         types = {t.lower() for t in b.types_filter} if req.version >= 5 else set()
         G = ListGroupsResponse.ListedGroup
+        every = conn.allowed(Operation.DESCRIBE, ResourceType.CLUSTER, log_denied=False)
         groups = [G(group_id=g.group_id, protocol_type=g.protocol_type or "",
                     group_state=g.state.value, group_type="classic")
                   for g in self.coordinator.list_groups()
                   if (not states or g.state.value.lower() in states)
-                  and (not types or "classic" in types)]
+                  and (not types or "classic" in types)
+                  and (every or conn.allowed(Operation.DESCRIBE, ResourceType.GROUP, g.group_id,
+                                             log_denied=False))]
         code = errors.COORDINATOR_LOAD_IN_PROGRESS if self.coordinator.loading() else errors.NONE
         return ListGroupsResponse(throttle_time_ms=0, error_code=code, groups=groups)
 
@@ -231,6 +285,10 @@ class GroupApis:
         M = D.DescribedGroupMember
         out = []
         for gid in req.body.groups:
+            if not conn.allowed(Operation.DESCRIBE, ResourceType.GROUP, gid):
+                out.append(D(error_code=errors.GROUP_AUTHORIZATION_FAILED, group_id=gid,
+                             group_state="", protocol_type="", protocol_data="", members=[]))
+                continue
             code, g = self.coordinator.describe(gid)
             if code or g is None:
                 out.append(D(error_code=code, group_id=gid,
@@ -238,7 +296,13 @@ class GroupApis:
                              protocol_type="", protocol_data="", members=[]))
                 continue
             view = g.describe()
+            ops = None  # not asked: INT32_MIN on the wire
+            if req.version >= 3 and req.body.include_authorized_operations and \
+                    conn.authorizer is not None:
+                ops = conn.authorizer.authorized_operations(conn.principal, conn.host,
+                                                            ResourceType.GROUP, gid)
             out.append(D(error_code=errors.NONE, group_id=gid, group_state=view["state"],
+                         authorized_operations=ops,
                          protocol_type=view["protocol_type"], protocol_data=view["protocol"],
                          members=[M(member_id=mid, group_instance_id=iid, client_id=cid,
                                     client_host=host, member_metadata=meta,
@@ -250,6 +314,9 @@ class GroupApis:
         R = DeleteGroupsResponse.DeletableGroupResult
         results = []
         for gid in req.body.groups_names:
+            if not conn.allowed(Operation.DELETE, ResourceType.GROUP, gid):
+                results.append(R(group_id=gid, error_code=errors.GROUP_AUTHORIZATION_FAILED))
+                continue
             results.append(R(group_id=gid, error_code=await self.coordinator.delete(gid)))
         return DeleteGroupsResponse(throttle_time_ms=0, results=results)
 
@@ -257,16 +324,23 @@ class GroupApis:
 
     async def offset_delete(self, req: protocol.Request, conn: Any) -> Any:
         body = req.body
-        tps = [TopicPartition(t.name, p.partition_index)
-               for t in body.topics for p in t.partitions]
-        code, per = await self.coordinator.delete_offsets(body.group_id, tps)
         T = OffsetDeleteResponse.OffsetDeleteResponseTopic
         P = T.OffsetDeleteResponsePartition
+        if not conn.allowed(Operation.DELETE, ResourceType.GROUP, body.group_id):
+            return OffsetDeleteResponse(error_code=errors.GROUP_AUTHORIZATION_FAILED,
+                                        throttle_time_ms=0, topics=[])
+        denied = {t.name for t in body.topics
+                  if not conn.allowed(Operation.READ, ResourceType.TOPIC, t.name)}
+        asked = [TopicPartition(t.name, p.partition_index)
+                 for t in body.topics for p in t.partitions]
+        tps = [tp for tp in asked if tp.topic not in denied]
+        code, per = await self.coordinator.delete_offsets(body.group_id, tps)
         by_topic: dict[str, list[Any]] = {}
         if not code:
-            for tp in tps:
-                by_topic.setdefault(tp.topic, []).append(
-                    P(partition_index=tp.partition, error_code=per[tp]))
+            for tp in asked:
+                by_topic.setdefault(tp.topic, []).append(P(
+                    partition_index=tp.partition, error_code=errors.TOPIC_AUTHORIZATION_FAILED
+                    if tp.topic in denied else per[tp]))
         return OffsetDeleteResponse(error_code=code, throttle_time_ms=0, topics=[
             T(name=t, partitions=ps) for t, ps in by_topic.items()])
 

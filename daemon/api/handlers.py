@@ -42,6 +42,7 @@ from ..replica.partition import AppendResult, Partition
 from ..replica.producer_ids import ProducerIds
 from ..replica.topic_config import TopicConfigs
 from ..replica.topics import TopicAdmin, TopicError, refuse_internal
+from ..security.acls import CLUSTER_NAME, RESOURCE_NAMES, Authorizer, Operation, ResourceType
 from ..storage.log_manager import LogManager
 from ..wire import (
     ControlledShutdownResponse,
@@ -54,6 +55,7 @@ from .client_quotas import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, ClientQuotas
 from .record_messages import FetchAnswer, FetchPartition, ProduceAnswer, ProducedPartition
 
 log = logging.getLogger("logkeeper.handlers")
+authorizer_log = logging.getLogger("logkeeper.authorizer")
 
 CLOSE = object()  # sentinel: close the connection without a response
 
@@ -74,6 +76,34 @@ class ConnInfo:
     principal: str = "User:ANONYMOUS"
     login: Any = None
     close_after: bool = False
+    # The ACLs every request is checked against (daemon.security.acls), when the broker
+    # has an authorizer; None: everything is allowed.
+    authorizer: Authorizer | None = None
+
+    @property
+    def host(self) -> str:
+        """The client's address, as ACLs name hosts."""
+        return self.peer.rpartition(":")[0] or self.peer
+
+    def allowed(self, op: Operation, rtype: ResourceType, name: str = CLUSTER_NAME, *,
+                log_denied: bool = True) -> bool:
+        """Whether this connection's principal may do `op` on the resource (always,
+        without an authorizer). A denial is logged as Kafka's authorizer logs it, unless
+        the caller is only filtering (`log_denied` False: a Metadata of every topic)."""
+        if self.authorizer is None:
+            return True
+        if self.authorizer.authorize(self.principal, self.host, op, rtype, name):
+            return True
+        if log_denied and _first_denial((self.principal, self.host, op, rtype, name)):
+            authorizer_log.info("Principal = %s is Denied operation = %s from host = %s on "
+                                "resource = %s:%s", self.principal, op.name, self.host,
+                                RESOURCE_NAMES[rtype], name)
+        return False
+
+    def allowed_any(self, op: Operation, rtype: ResourceType) -> bool:
+        """Whether the principal may do `op` on some resource of the type."""
+        return self.authorizer is None or \
+            self.authorizer.authorize_any(self.principal, self.host, op, rtype)
 
     def mute(self, throttle_ms: int) -> None:
         """Kafka's channel muting after a throttled answer (KIP-219)."""
@@ -82,6 +112,21 @@ class ConnInfo:
 
 
 _topic_error = errors.unknown_topic_code
+DENIAL_LOG_INTERVAL_S = 60.0
+_denials_logged: dict[tuple[Any, ...], float] = {}
+
+
+def _first_denial(key: tuple[Any, ...]) -> bool:
+    """Whether this denial is the first of its kind in DENIAL_LOG_INTERVAL_S: a client
+    retrying a refused Metadata every few hundred ms is logged once a minute, not each
+    time."""
+    now = time.monotonic()
+    if now - _denials_logged.get(key, -DENIAL_LOG_INTERVAL_S) < DENIAL_LOG_INTERVAL_S:
+        return False
+    if len(_denials_logged) > 10000:
+        _denials_logged.clear()
+    _denials_logged[key] = now
+    return True
 
 
 def _partition_metadata(index: int, s: Any) -> Any:
@@ -163,12 +208,16 @@ class Handlers:
         slots: list[tuple[str, int, AppendResult | None]] = []
         items: list[tuple[Partition, bytes]] = []
         for t in body.topic_data:
+            writable = conn.allowed(Operation.WRITE, ResourceType.TOPIC, t.name)
             for pd in t.partition_data:
                 if acks not in (0, 1, -1):
                     slots.append((t.name, pd.index, AppendResult(errors.INVALID_REQUIRED_ACKS)))
                     continue
                 p = self.replicas.get(t.name, pd.index)
-                if names.is_internal(t.name):
+                if not writable:
+                    slots.append((t.name, pd.index, AppendResult(
+                        errors.TOPIC_AUTHORIZATION_FAILED)))
+                elif names.is_internal(t.name):
                     slots.append((t.name, pd.index, AppendResult(
                         errors.INVALID_TOPIC_EXCEPTION,
                         message=f"cannot append to internal topic {t.name}")))
@@ -350,11 +399,20 @@ class Handlers:
         # answers UNSUPPORTED_COMPRESSION_TYPE to it, as Kafka's does.
         zstd = {t.topic: self._compression_type(t.topic) == "zstd" for t in body.topics
                 } if req.version < 10 and replica_id < 0 else {}
+        # Kafka's ACL checks: a follower's fetch needs ClusterAction, a consumer's Read on
+        # each topic.
+        replica_allowed = replica_id < 0 or conn.allowed(Operation.CLUSTER_ACTION,
+                                                         ResourceType.CLUSTER)
         for t in body.topics:
+            readable = replica_allowed and (
+                replica_id >= 0 or conn.allowed(Operation.READ, ResourceType.TOPIC, t.topic))
             for fp in t.partitions:
                 p = self.replicas.get(t.topic, fp.partition)
                 entries.append((t.topic, fp.partition, fp.fetch_offset, fp.partition_max_bytes,
                                 p))
+                if not readable:
+                    fenced[(t.topic, fp.partition)] = errors.TOPIC_AUTHORIZATION_FAILED
+                    continue
                 if p is None:
                     continue
                 if zstd.get(t.topic):
@@ -405,7 +463,7 @@ class Handlers:
         quota = self.replicas.leader_quota if replica_id >= 0 else None
         throttled_bytes = 0
         for topic, index, _off, _pmax, p in entries:
-            code = _topic_error(topic) if p is None else fenced.get((topic, index))
+            code = fenced.get((topic, index)) or (_topic_error(topic) if p is None else 0)
             if code:
                 out.setdefault(topic, []).append(FetchPartition(index, code))
                 continue
@@ -467,10 +525,15 @@ class Handlers:
         E = R.EpochEndOffset
         slots: list[tuple[str, int, int]] = []  # topic, partition, code (0: look it up)
         items: list[tuple[Partition, int]] = []
+        # A follower's ask needs ClusterAction, else Describe on each topic (Kafka's).
+        replica = conn.allowed(Operation.CLUSTER_ACTION, ResourceType.CLUSTER, log_denied=False)
         for t in req.body.topics:
+            described = replica or conn.allowed(Operation.DESCRIBE, ResourceType.TOPIC, t.topic)
             for q in t.partitions:
                 p = self.replicas.get(t.topic, q.partition)
-                if p is None:
+                if not described:
+                    code = errors.TOPIC_AUTHORIZATION_FAILED
+                elif p is None:
                     code = _topic_error(t.topic)
                 elif p.offline:
                     code = errors.KAFKA_STORAGE_ERROR
@@ -517,15 +580,21 @@ class Handlers:
         R = ListOffsetsResponse.ListOffsetsTopicResponse
         P = R.ListOffsetsPartitionResponse
         entries = []
+        denied: set[str] = set()
         for t in body.topics:
+            if not conn.allowed(Operation.DESCRIBE, ResourceType.TOPIC, t.name):
+                denied.add(t.name)
             for lp in t.partitions:
                 entries.append((t.name, lp.partition_index, lp.timestamp,
-                                self.replicas.get(t.name, lp.partition_index)))
+                                None if t.name in denied
+                                else self.replicas.get(t.name, lp.partition_index)))
         items = [(p, ts) for _, _, ts, p in entries if p is not None]
         results = iter(await self.replicas.list_offsets(items) if items else [])
         out: dict[str, list[Any]] = {}
         for topic, index, _ts, p in entries:
-            if p is None:
+            if topic in denied:
+                err, ts, off, epoch = errors.TOPIC_AUTHORIZATION_FAILED, -1, -1, 0
+            elif p is None:
                 err, ts, off, epoch = _topic_error(topic), -1, -1, 0
             else:
                 err, ts, off = next(results)
@@ -544,16 +613,29 @@ class Handlers:
         requested = body.topics
         local = self.replicas.topics()
         known = self.leadership.metadata_topics(local)
-        if requested is None or (req.version == 0 and not requested):
-            wanted = sorted(known)  # null (v1+) or empty (v0): all topics
-        else:
-            wanted = [t.name for t in requested]
-        allow_auto = body.allow_auto_topic_creation if req.version >= 4 else True
         R = MetadataResponse.MetadataResponseTopic
         out = []
+        if requested is None or (req.version == 0 and not requested):
+            # Null (v1+) or empty (v0): all topics, those it may not describe left out.
+            wanted = [t for t in sorted(known) if conn.allowed(
+                Operation.DESCRIBE, ResourceType.TOPIC, t, log_denied=False)]
+        else:
+            wanted = []
+            for t in requested:
+                if conn.allowed(Operation.DESCRIBE, ResourceType.TOPIC, t.name):
+                    wanted.append(t.name)
+                else:  # its existence is not disclosed
+                    out.append(R(error_code=errors.TOPIC_AUTHORIZATION_FAILED, name=t.name,
+                                 is_internal=False, partitions=[]))
+        allow_auto = body.allow_auto_topic_creation if req.version >= 4 else True
         for name in wanted:
             if name not in known and allow_auto and self.config["auto.create.topics.enable"] \
                     and _topic_error(name) == errors.UNKNOWN_TOPIC_OR_PARTITION:
+                if not (conn.allowed(Operation.CREATE, ResourceType.CLUSTER, log_denied=False)
+                        or conn.allowed(Operation.CREATE, ResourceType.TOPIC, name)):
+                    out.append(R(error_code=errors.TOPIC_AUTHORIZATION_FAILED, name=name,
+                                 is_internal=False, partitions=[]))
+                    continue
                 if await self._auto_create(name, conn):
                     known = self.leadership.metadata_topics(self.replicas.topics())
                     if name not in known:  # cluster: the controller is electing leaders
@@ -573,11 +655,24 @@ class Handlers:
             (conn.local_host, conn.local_port)
         rows = self.leadership.broker_rows(me, conn.listener)
         _unreachable_leaders(out, {b for b, *_ in rows}, set(self.leadership.live_brokers()))
+        cluster_ops = None
+        if req.version >= 8 and conn.authorizer is not None:
+            # What the client may do (KIP-430), when it asks: a bit per operation.
+            if body.include_topic_authorized_operations:
+                for t in out:
+                    if t.error_code != errors.TOPIC_AUTHORIZATION_FAILED:
+                        t.authorized_operations = conn.authorizer.authorized_operations(
+                            conn.principal, conn.host, ResourceType.TOPIC, t.name)
+            if body.include_cluster_authorized_operations:
+                cluster_ops = conn.authorizer.authorized_operations(
+                    conn.principal, conn.host, ResourceType.CLUSTER, CLUSTER_NAME) \
+                    if conn.allowed(Operation.DESCRIBE, ResourceType.CLUSTER) else set()
         return MetadataResponse(
             throttle_time_ms=0,
             brokers=[B(node_id=b, host=h, port=pt, rack=rack) for b, h, pt, rack in rows],
             cluster_id=self.storage.cluster_id, controller_id=self.leadership.controller_id,
-            topics=out)
+            topics=out, **({} if cluster_ops is None
+                           else {"authorized_operations": cluster_ops}))
 
     async def _auto_create(self, name: str, conn: ConnInfo) -> bool:
         """Create `name` for a Metadata request (auto.create.topics.enable); whether it
@@ -629,6 +724,22 @@ class Handlers:
     # ---- CreateTopics / DeleteTopics ----
 
     async def create_topics(self, req: protocol.Request, conn: ConnInfo) -> Any:
+        """Create on the Create ACL of the cluster or of each topic (Kafka's check); a
+        topic without it is answered TOPIC_AUTHORIZATION_FAILED, the others created."""
+        if conn.allowed(Operation.CREATE, ResourceType.CLUSTER, log_denied=False):
+            return await self._create_topics(req)
+        body = req.body
+        denied = [t.name for t in body.topics
+                  if not conn.allowed(Operation.CREATE, ResourceType.TOPIC, t.name)]
+        body.topics = [t for t in body.topics if t.name not in denied]
+        answer = await self._create_topics(req)
+        R = CreateTopicsResponse.CreatableTopicResult
+        answer.topics += [R(name=n, error_code=errors.TOPIC_AUTHORIZATION_FAILED,
+                            error_message="Authorization failed.", num_partitions=-1,
+                            replication_factor=-1, configs=[]) for n in denied]
+        return answer
+
+    async def _create_topics(self, req: protocol.Request) -> Any:
         body = req.body
         if self.controller is not None:
             return await self._create_topics_cluster(req)
@@ -667,6 +778,22 @@ class Handlers:
         return CreateTopicsResponse(throttle_time_ms=0, topics=out)
 
     async def delete_topics(self, req: protocol.Request, conn: ConnInfo) -> Any:
+        """Delete on each topic's Delete ACL; one without it is answered
+        TOPIC_AUTHORIZATION_FAILED, the others deleted."""
+        body = req.body
+        denied = [n for n in body.topic_names
+                  if not conn.allowed(Operation.DELETE, ResourceType.TOPIC, n)]
+        if not denied:
+            return await self._delete_topics(req)
+        body.topic_names = [n for n in body.topic_names if n not in denied]
+        R = DeleteTopicsResponse.DeletableTopicResult
+        answer = await self._delete_topics(req) if body.topic_names else \
+            DeleteTopicsResponse(throttle_time_ms=0, responses=[])
+        answer.responses += [R(name=n, error_code=errors.TOPIC_AUTHORIZATION_FAILED,
+                               error_message="Authorization failed.") for n in denied]
+        return answer
+
+    async def _delete_topics(self, req: protocol.Request) -> Any:
         R = DeleteTopicsResponse.DeletableTopicResult
         if not self.config["delete.topic.enable"]:
             # Kafka's broker refuses the whole request, whichever broker is asked.
@@ -778,6 +905,10 @@ class Handlers:
     # ---- LeaderAndIsr / StopReplica / UpdateMetadata (from the controller) ----
 
     async def leader_and_isr(self, req: protocol.Request, conn: ConnInfo) -> Any:
+        if not conn.allowed(Operation.CLUSTER_ACTION, ResourceType.CLUSTER):
+            return LeaderAndIsrResponse(version=req.version, error_code=errors.CLUSTER_AUTHORIZATION_FAILED,
+                                        **({"topics": []} if req.version >= 5
+                                           else {"partition_errors": []}))
         if self.control is None:
             return LeaderAndIsrResponse(version=req.version, error_code=errors.INVALID_REQUEST,
                                         **({"topics": []} if req.version >= 5
@@ -785,12 +916,19 @@ class Handlers:
         return await self.control.leader_and_isr(req.body, req.version)
 
     async def stop_replica(self, req: protocol.Request, conn: ConnInfo) -> Any:
+        if not conn.allowed(Operation.CLUSTER_ACTION, ResourceType.CLUSTER):
+            return StopReplicaResponse(version=req.version,
+                                       error_code=errors.CLUSTER_AUTHORIZATION_FAILED,
+                                       partition_errors=[])
         if self.control is None:
             return StopReplicaResponse(version=req.version, error_code=errors.INVALID_REQUEST,
                                        partition_errors=[])
         return await self.control.stop_replica(req.body, req.version)
 
     async def update_metadata(self, req: protocol.Request, conn: ConnInfo) -> Any:
+        if not conn.allowed(Operation.CLUSTER_ACTION, ResourceType.CLUSTER):
+            return UpdateMetadataResponse(version=req.version,
+                                          error_code=errors.CLUSTER_AUTHORIZATION_FAILED)
         if self.control is None:
             return UpdateMetadataResponse(version=req.version, error_code=errors.INVALID_REQUEST)
         return await self.control.update_metadata(req.body, req.version)
@@ -800,6 +938,10 @@ class Handlers:
         (daemon.controller.Controller.controlled_shutdown); NOT_CONTROLLER (41) from a
         broker that is not the controller, and from a standalone one."""
         body = req.body
+        if not conn.allowed(Operation.CLUSTER_ACTION, ResourceType.CLUSTER):
+            return ControlledShutdownResponse(
+                version=req.version, error_code=errors.CLUSTER_AUTHORIZATION_FAILED,
+                remaining_partitions=[])
         if self.controller is None:
             return ControlledShutdownResponse(version=req.version, error_code=errors.NOT_CONTROLLER,
                                               remaining_partitions=[])
@@ -826,6 +968,11 @@ class Handlers:
             log.info("InitProducerId for transactional id %r from %s refused: %s",
                      req.body.transactional_id, conn.peer, errors.NO_TRANSACTIONS)
             return answer(errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        # An idempotent producer needs IdempotentWrite on the cluster, or Write on some
+        # topic (Kafka 3's rule, KIP-679).
+        if not (conn.allowed(Operation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, log_denied=False)
+                or conn.allowed_any(Operation.WRITE, ResourceType.TOPIC)):
+            return answer(errors.CLUSTER_AUTHORIZATION_FAILED)
         try:
             return answer(errors.NONE, await self.producer_ids.next_id(), 0)
         except Exception as err:  # noqa: BLE001 - ZooKeeper away: the client retries
@@ -838,8 +985,13 @@ class Handlers:
         """Move replicas between this broker's log dirs (daemon.replica.moves): the answer
         says each move started (or why not); DescribeLogDirs shows its progress."""
         codes: dict[tuple[str, int], int] = {}
+        allowed = conn.allowed(Operation.ALTER, ResourceType.CLUSTER)
         for d in req.body.dirs:
             for t in d.topics:
+                if not allowed:
+                    codes.update({(t.name, i): errors.CLUSTER_AUTHORIZATION_FAILED
+                                  for i in t.partitions})
+                    continue
                 tps = []
                 for i in t.partitions:
                     try:
@@ -864,6 +1016,11 @@ class Handlers:
     # ---- DescribeLogDirs ----
 
     async def describe_log_dirs(self, req: protocol.Request, conn: ConnInfo) -> Any:
+        if not conn.allowed(Operation.DESCRIBE, ResourceType.CLUSTER):
+            # Kafka answers no dirs (v3+ also the error).
+            return DescribeLogDirsResponse(throttle_time_ms=0,
+                                           error_code=errors.CLUSTER_AUTHORIZATION_FAILED,
+                                           results=[])
         wanted: dict[str, set[int]] | None = None
         if req.body.topics is not None:
             wanted = {}

@@ -59,6 +59,7 @@ from logstore import TopicPartition
 from ..replica.manager import ReplicaManager
 from ..replica.partition import Partition
 from ..replica.topics import TopicAdmin, TopicError, refuse_internal
+from ..security.acls import Operation, ResourceType
 from . import errors, protocol
 
 log = logging.getLogger("logkeeper.handlers")
@@ -85,16 +86,20 @@ class PartitionApis:
 
     # ---- DeleteRecords ----
 
-    async def delete_records(self, req: protocol.Request, _conn: Any) -> Any:
+    async def delete_records(self, req: protocol.Request, conn: Any) -> Any:
         body = req.body
         R = DeleteRecordsResponse.DeleteRecordsTopicResult
         P = R.DeleteRecordsPartitionResult
         slots: list[tuple[str, int, tuple[int, int] | None]] = []
         items: list[tuple[Partition, int]] = []
         for t in body.topics:
+            allowed = conn.allowed(Operation.DELETE, ResourceType.TOPIC, t.name)
             for part in t.partitions:
                 p = self.replicas.get(t.name, part.partition_index)
-                if p is None:
+                if not allowed:
+                    slots.append((t.name, part.partition_index,
+                                  (errors.TOPIC_AUTHORIZATION_FAILED, -1)))
+                elif p is None:
                     slots.append((t.name, part.partition_index,
                                   (errors.unknown_topic_code(t.name), -1)))
                 elif not self.leadership.is_leader(p):
@@ -116,7 +121,7 @@ class PartitionApis:
 
     # ---- CreatePartitions ----
 
-    async def create_partitions(self, req: protocol.Request, _conn: Any) -> Any:
+    async def create_partitions(self, req: protocol.Request, conn: Any) -> Any:
         body = req.body
         R = CreatePartitionsResponse.CreatePartitionsTopicResult
         twice = {n for n, c in Counter(t.name for t in body.topics).items() if c > 1}
@@ -130,6 +135,9 @@ class PartitionApis:
                 if t.name in twice:
                     raise TopicError(errors.INVALID_REQUEST,
                                      f"Duplicate topic in request: {t.name}")
+                if not conn.allowed(Operation.ALTER, ResourceType.TOPIC, t.name):
+                    raise TopicError(errors.TOPIC_AUTHORIZATION_FAILED,
+                                     "The topic authorization is failed.")
                 refuse_internal(t.name, "add partitions to")
                 if controller is None:
                     await self.topic_admin.create_partitions(
@@ -177,14 +185,16 @@ class PartitionApis:
 
     # ---- ElectLeaders ----
 
-    async def elect_leaders(self, req: protocol.Request, _conn: Any) -> Any:
+    async def elect_leaders(self, req: protocol.Request, conn: Any) -> Any:
         body = req.body
         election = body.election_type if req.version >= 1 else 0  # v0: preferred only
         wanted = (None if body.topic_partitions is None else
                   [TopicPartition(t.topic, p) for t in body.topic_partitions
                    for p in t.partitions])
         controller = self.controller()
-        if election not in (0, 1):
+        if not conn.allowed(Operation.ALTER, ResourceType.CLUSTER):
+            results = {tp: (errors.CLUSTER_AUTHORIZATION_FAILED, None) for tp in wanted or []}
+        elif election not in (0, 1):
             results = {tp: (errors.INVALID_REQUEST, f"unknown election type {election}")
                        for tp in wanted or []}
         elif controller is None:
@@ -255,7 +265,7 @@ class PartitionApis:
 
     # ---- AlterPartitionReassignments, ListPartitionReassignments ----
 
-    async def alter_partition_reassignments(self, req: protocol.Request, _conn: Any) -> Any:
+    async def alter_partition_reassignments(self, req: protocol.Request, conn: Any) -> Any:
         body = req.body
         allow_rf_change = bool(body.allow_replication_factor_change) if req.version >= 1 else True
         wanted: dict[TopicPartition, tuple[int, ...] | None] = {}
@@ -276,6 +286,8 @@ class PartitionApis:
                 error_code=code, error_message=message,
                 responses=[R(name=t, partitions=ps) for t, ps in by_topic.items()])
 
+        if not conn.allowed(Operation.ALTER, ResourceType.CLUSTER):
+            return answer(errors.CLUSTER_AUTHORIZATION_FAILED, None, {})
         controller = self.controller()
         if controller is None:
             return answer(errors.NONE, None, self._reassign_standalone(wanted))
@@ -311,7 +323,7 @@ class PartitionApis:
                 out[tp] = (errors.NONE, None)
         return out
 
-    async def list_partition_reassignments(self, req: protocol.Request, _conn: Any) -> Any:
+    async def list_partition_reassignments(self, req: protocol.Request, conn: Any) -> Any:
         body = req.body
         wanted = (None if body.topics is None else
                   [TopicPartition(t.name, p) for t in body.topics for p in t.partition_indexes])
@@ -327,6 +339,8 @@ class PartitionApis:
                 throttle_time_ms=0, error_code=code, error_message=message,
                 topics=[T(name=t, partitions=ps) for t, ps in by_topic.items()])
 
+        if not conn.allowed(Operation.DESCRIBE, ResourceType.CLUSTER):
+            return answer(errors.CLUSTER_AUTHORIZATION_FAILED, None, {})
         controller = self.controller()
         if controller is None:
             return answer(errors.NONE, None, {})

@@ -32,6 +32,7 @@ from kafka.protocol.admin import (
 from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
 
 from ..security import sasl
+from ..security.acls import Operation, ResourceType
 from . import errors, protocol
 
 log = logging.getLogger("logkeeper.sasl")
@@ -139,8 +140,12 @@ class SaslApis:
 
     # ---- SCRAM credentials ----
 
-    async def describe_scram(self, req: protocol.Request, _conn: Any) -> Any:
+    async def describe_scram(self, req: protocol.Request, conn: Any) -> Any:
         R = DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult
+        if not conn.allowed(Operation.DESCRIBE, ResourceType.CLUSTER):
+            return DescribeUserScramCredentialsResponse(
+                throttle_time_ms=0, error_code=errors.CLUSTER_AUTHORIZATION_FAILED,
+                error_message="Cluster authorization failed.", results=[])
         users = req.body.users
         names = sorted(self.credentials.users) if users is None else [u.name for u in users]
         results = []
@@ -166,7 +171,7 @@ class SaslApis:
         return DescribeUserScramCredentialsResponse(throttle_time_ms=0, error_code=errors.NONE,
                                                     error_message=None, results=results)
 
-    async def alter_scram(self, req: protocol.Request, _conn: Any) -> Any:
+    async def alter_scram(self, req: protocol.Request, conn: Any) -> Any:
         """Each user's deletions and upsertions checked (Kafka's rules: a known
         mechanism, 4096-16384 iterations, a user once per request), then the user's
         credentials written as a whole. A user with a bad item changes nothing."""
@@ -178,8 +183,10 @@ class SaslApis:
         for u in body.upsertions:
             changes.setdefault(u.name, []).append(("upsert", u))
         results = []
+        allowed = conn.allowed(Operation.ALTER, ResourceType.CLUSTER)
         for user, items in changes.items():
-            code, message = self._check(user, items)
+            code, message = self._check(user, items) if allowed else (
+                errors.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.")
             if code == errors.NONE:
                 new = dict(self.credentials.stored(user))
                 for kind, item in items:

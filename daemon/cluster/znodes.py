@@ -40,6 +40,14 @@ CONFIG_BROKERS = "/config/brokers"
 CONFIG_CLIENTS = "/config/clients"  # client quotas, by sanitized client-id
 CONFIG_USERS = "/config/users"  # SCRAM credentials, by sanitized user name
 CONFIG_CHANGES = "/config/changes"
+# ACLs (Kafka's ZkAclStore): LITERAL patterns under /kafka-acl/<Type>/<name>, PREFIXED ones
+# under /kafka-acl-extended/prefixed/<Type>/<name>; a change of each kind is announced
+# under its own notification path.
+ACL = "/kafka-acl"
+ACL_EXTENDED = "/kafka-acl-extended"
+ACL_CHANGES = "/kafka-acl-changes"
+ACL_EXTENDED_CHANGES = "/kafka-acl-extended-changes"
+ACL_CHANGE_PREFIX = "acl_changes_"
 CONFIG_CHANGE_PREFIX = "config_change_"
 DEFAULT_BROKER_ENTITY = "<default>"  # Kafka's ZooKeeperInternals.DEFAULT_STRING
 ADMIN = "/admin"
@@ -137,11 +145,12 @@ def log_dir_event_path(sequence: str = "") -> str:
 def sequence_number(path_or_name: str) -> str:
     """The ZooKeeper sequence suffix of a notification node (`0000000042`), as Kafka
     keeps it: a string, so that it rebuilds the exact path."""
-    for prefix in (ISR_CHANGE_PREFIX, LOG_DIR_EVENT_PREFIX, CONFIG_CHANGE_PREFIX):
+    for prefix in (ISR_CHANGE_PREFIX, LOG_DIR_EVENT_PREFIX, CONFIG_CHANGE_PREFIX,
+                   ACL_CHANGE_PREFIX):
         i = path_or_name.rfind(prefix)
         if i >= 0:
             return path_or_name[i + len(prefix):]
-    raise ValueError(f"{path_or_name!r} is not an isr_change_ or log_dir_event_ notification")
+    raise ValueError(f"{path_or_name!r} is not a change notification")
 
 
 # -- errors and helpers -----------------------------------------------------------------

@@ -26,6 +26,7 @@ anonymous in-memory file (memfd), as OpenSSL takes a key chain only by path.
 from __future__ import annotations
 
 import os
+import re
 import socket
 import ssl
 from collections.abc import Callable, Mapping
@@ -364,3 +365,107 @@ def connect(host: str, port: int, *, timeout: float,
     except BaseException:
         sock.close()
         raise
+
+
+# ---- the principal of a client certificate (Kafka's SslPrincipalMapper) ----
+
+_RULE = r"(DEFAULT)|RULE:((\\.|[^\\/])*)/((\\.|[^\\/])*)/([LU]?).*?|(.*?)"
+_RULE_SPLITTER = re.compile(r"\s*(" + _RULE + r")\s*(,\s*|$)")
+_RULE_PARSER = re.compile(_RULE)
+
+
+@dataclass(frozen=True)
+class PrincipalRule:
+    """One rule of `ssl.principal.mapping.rules`: DEFAULT (`pattern` None) takes the
+    subject as it is; `RULE:pattern/replacement/[LU]` applies when the pattern matches
+    the whole subject, with Java's `$n` group references, lower- or upper-cased."""
+
+    pattern: re.Pattern[str] | None = None
+    replacement: str = ""
+    case: str = ""
+
+    def __str__(self) -> str:
+        if self.pattern is None:
+            return "DEFAULT"
+        return f"RULE:{self.pattern.pattern}/{self.replacement}/{self.case}"
+
+    def apply(self, subject: str) -> str | None:
+        if self.pattern is None:
+            return subject
+        if self.pattern.fullmatch(subject) is None:
+            return None
+        groups = self.pattern.groups
+        out = self.pattern.sub(lambda m: _java_replacement(self.replacement, m, groups),
+                               subject, count=1)
+        return out.lower() if self.case == "L" else out.upper() if self.case == "U" else out
+
+
+def _java_replacement(text: str, m: re.Match[str], groups: int) -> str:
+    """Java's Matcher.replaceAll replacement: `\\x` is x, `$n` group n (the longest
+    number of a group that exists, as Kafka's escapeLiteralBackReferences leaves it)."""
+    out, i = [], 0
+    while i < len(text):
+        c = text[i]
+        if c == "\\" and i + 1 < len(text):
+            out.append(text[i + 1])
+            i += 2
+        elif c == "$" and i + 1 < len(text) and text[i + 1].isdigit():
+            j = i + 1
+            while j < len(text) and text[j].isdigit():
+                j += 1
+            digits = text[i + 1:j]
+            n = len(digits)
+            while n > 1 and int(digits[:n]) > groups:
+                n -= 1
+            if int(digits[:n]) > groups:
+                out.append(text[i:j])  # no such group: literal, as in Kafka
+            else:
+                out.append(m.group(int(digits[:n])) or "")
+                out.append(digits[n:])
+            i = j
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def principal_rules(text: str) -> tuple[PrincipalRule, ...]:
+    """`ssl.principal.mapping.rules` parsed as Kafka parses it; TlsError names a bad rule."""
+    rules = []
+    for m in _RULE_SPLITTER.finditer(text.strip()):
+        rule = m.group(1)
+        parsed = _RULE_PARSER.match(rule)
+        if parsed is None or parsed.end() != len(rule):
+            raise TlsError("ssl.principal.mapping.rules", f"Invalid rule: `{rule}`")
+        if parsed.group(1) is not None:
+            rules.append(PrincipalRule())
+        elif parsed.group(2) is not None:
+            try:
+                pattern = re.compile(parsed.group(2))
+            except re.error as err:
+                raise TlsError("ssl.principal.mapping.rules",
+                               f"Invalid rule: `{rule}`: {err}") from None
+            rules.append(PrincipalRule(pattern, parsed.group(4), parsed.group(6)))
+        elif parsed.group(7):
+            raise TlsError("ssl.principal.mapping.rules",
+                           f"Invalid rule: `{rule}` (expected DEFAULT or "
+                           "RULE:pattern/replacement/[LU])")
+        if m.end() == len(text.strip()):
+            break
+    return tuple(rules)
+
+
+def certificate_principal(der: bytes | None, rules: tuple[PrincipalRule, ...]) -> str:
+    """The principal of a TLS client (Kafka's DefaultKafkaPrincipalBuilder):
+    `User:ANONYMOUS` without a certificate, else `User:` and the first rule's mapping of
+    the certificate's subject in RFC 2253 form (CN=client,O=acme). TlsError when no rule
+    applies (Kafka fails the authentication then)."""
+    if der is None:
+        return "User:ANONYMOUS"
+    from cryptography import x509
+    subject = x509.load_der_x509_certificate(der).subject.rfc4514_string()
+    for rule in rules or (PrincipalRule(),):
+        name = rule.apply(subject)
+        if name is not None:
+            return f"User:{name}"
+    raise TlsError("ssl.principal.mapping.rules", f"No rules apply to {subject}")

@@ -8,12 +8,15 @@ dir, written atomically through the dir's `LogDir.write_root_file` (inside its I
      "topics": {"orders": {"retention.ms": "60000"}},
      "brokers": {"<default>": {}, "0": {"log.retention.bytes": "1000000"}},
      "clients": {"<default>": {"producer_byte_rate": "1048576"}},
-     "users": {"alice": {"SCRAM-SHA-256": "salt=...,stored_key=...,server_key=...,iterations=8192"}}}
+     "users": {"alice": {"SCRAM-SHA-256": "salt=...,stored_key=...,server_key=...,iterations=8192"}},
+     "acls": [{"resourceType": "Topic", "name": "orders", "patternType": "LITERAL",
+               "principal": "User:alice", "host": "*", "operation": "Read",
+               "permissionType": "Allow"}]}
 
 Values are strings, as in `/config/topics/<t>`; `clients` holds client quotas by client-id
-(daemon.api.client_quotas). At start-up the record with the highest
-generation among the dirs wins, so a dir that missed a write (full, or offline then)
-does not bring old configs back.
+(daemon.api.client_quotas), `acls` the authorizer's ACLs (daemon.security.acls). At
+start-up the record with the highest generation among the dirs wins, so a dir that
+missed a write (full, or offline then) does not bring old configs back.
 
 Errors: `write` raises `LogDirOfflineError` when no dir could take the record (every
 dir full or offline): the caller then changes nothing. A dir whose write fails is
@@ -46,6 +49,7 @@ class FileConfigStore:
         self.generation = 0
         self.clients: dict[str, dict[str, str]] = {}  # client quotas, kept with the rest
         self.users: dict[str, dict[str, str]] = {}  # SCRAM credentials, by user
+        self.acls: list[dict[str, str]] = []  # the ACLs, a binding each
 
     async def load(self) -> tuple[dict[str, dict[str, str]], dict[str, dict[str, str]]]:
         """(topics, brokers) from the newest record among the dirs ({} and {} if none)."""
@@ -58,23 +62,29 @@ class FileConfigStore:
         self.generation = int(newest.get("generation", 0))
         self.clients = _configs(newest.get("clients"))
         self.users = _configs(newest.get("users"))
+        acls = newest.get("acls")
+        self.acls = [{str(k): str(v) for k, v in b.items()} for b in acls
+                     if isinstance(b, dict)] if isinstance(acls, list) else []
         return _configs(newest.get("topics")), _configs(newest.get("brokers"))
 
     async def write(self, topics: Mapping[str, Mapping[str, str]],
                     brokers: Mapping[str, Mapping[str, str]],
                     clients: Mapping[str, Mapping[str, str]] | None = None,
-                    users: Mapping[str, Mapping[str, str]] | None = None) -> None:
+                    users: Mapping[str, Mapping[str, str]] | None = None,
+                    acls: list[dict[str, str]] | None = None) -> None:
         """Store the whole state in every ONLINE dir (`clients`: the client quotas,
-        `users`: the SCRAM credentials, when they change; else those held). On failure
-        nothing is taken."""
+        `users`: the SCRAM credentials, `acls`: the ACLs, when they change; else those
+        held). On failure nothing is taken."""
         clients = self.clients if clients is None else clients
         users = self.users if users is None else users
+        acls = self.acls if acls is None else acls
         self.generation += 1
         record = {"version": 1, "broker": self.storage.broker_id, "generation": self.generation,
                   "topics": {t: dict(c) for t, c in sorted(topics.items()) if c},
                   "brokers": {b: dict(c) for b, c in sorted(brokers.items()) if c},
                   "clients": {c: dict(q) for c, q in sorted(clients.items()) if q},
-                  "users": {u: dict(c) for u, c in sorted(users.items()) if c}}
+                  "users": {u: dict(c) for u, c in sorted(users.items()) if c},
+                  "acls": acls}
         data = json.dumps(record, indent=1, sort_keys=True).encode() + b"\n"
         dirs = [d for d in self.storage.dirs if d.logdir is not None
                 and d.state is DirState.ONLINE]
@@ -91,6 +101,7 @@ class FileConfigStore:
                 log_dir="", op=f"write {CONFIG_FILE}", path="", errno=None)
         self.clients = {c: dict(q) for c, q in clients.items() if q}
         self.users = {u: dict(c) for u, c in users.items() if c}
+        self.acls = list(acls)
 
 
 def _configs(obj: Any) -> dict[str, dict[str, str]]:

@@ -1,0 +1,454 @@
+"""ACLs (`authorizer.class.name = kafka.security.authorizer.AclAuthorizer`): Kafka's rules
+decided by the authorizer (prefixed and wildcard patterns, DENY over ALLOW, implied
+Describe, hosts, super users, allow.everyone.if.no.acl.found); ACLs set and removed with
+kafka-python's and confluent-kafka's admin clients and `logkeeper acls`; what SASL
+users, certificate holders and anonymous clients may then do with confluent-kafka,
+kafka-python and kcat; ACLs kept across a restart, and in a cluster in ZooKeeper
+where Kafka keeps them. Real daemons, clients and ZooKeeper.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import confluent_kafka as ck
+import pytest
+from confluent_kafka.admin import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    ResourcePatternType,
+)
+from confluent_kafka.admin import ResourceType as CkResourceType
+from kafka import KafkaAdminClient, KafkaConsumer
+from kafka.admin import (
+    ACL,
+    ACLOperation,
+    ACLPermissionType,
+    NewTopic,
+    ResourcePattern,
+    ResourceType,
+)
+from kafka.errors import TopicAuthorizationFailedError
+
+from daemon.security.acls import (
+    AclError,
+    AclFilter,
+    Authorizer,
+    Entry,
+    Operation,
+    PatternType,
+    Permission,
+    Resource,
+    validate,
+)
+from daemon.security.acls import ResourceType as RT
+
+from .cluster_helpers import INTER_BROKER_USER, Cluster, secure_inter_broker, wait_for
+from .daemon_helpers import REPO, Daemon, write_config
+from .test_replication import create
+from .tls_helpers import CertificateAuthority
+from .zkserver import free_port
+
+KCAT = shutil.which("kcat")
+ACL_AUTHORIZER = "kafka.security.authorizer.AclAuthorizer"
+PASSWORDS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret",
+             "carol": "carol-secret"}
+JAAS = ("org.apache.kafka.common.security.plain.PlainLoginModule required "
+        'username="admin" password="admin-secret" '
+        + " ".join(f'user_{u}="{p}"' for u, p in PASSWORDS.items()) + ";")
+
+
+# ---- the rules, on the authorizer alone ----
+
+def _acl(rtype: RT, name: str, principal: str, op: Operation,
+         permission: Permission = Permission.ALLOW, pattern: PatternType = PatternType.LITERAL,
+         host: str = "*") -> tuple[Resource, Entry]:
+    return Resource(rtype, name, pattern), Entry(principal, host, op, permission)
+
+
+def test_the_authorizer_decides_as_kafkas() -> None:
+    a = Authorizer(super_users=["User:admin"])
+    a.load([
+        _acl(RT.TOPIC, "orders", "User:alice", Operation.WRITE),
+        _acl(RT.TOPIC, "ord", "User:bob", Operation.READ, pattern=PatternType.PREFIXED),
+        _acl(RT.TOPIC, "orders", "User:bob", Operation.READ, Permission.DENY, host="10.0.0.9"),
+        _acl(RT.TOPIC, "*", "User:*", Operation.DESCRIBE_CONFIGS),
+        _acl(RT.GROUP, "g", "User:alice", Operation.ALL),
+        _acl(RT.CLUSTER, "kafka-cluster", "User:carol", Operation.ALTER_CONFIGS),
+    ])
+
+    def may(principal: str, op: Operation, rtype: RT, name: str, host: str = "127.0.0.1") -> bool:
+        return a.authorize(principal, host, op, rtype, name)
+
+    assert may("User:alice", Operation.WRITE, RT.TOPIC, "orders")
+    assert not may("User:alice", Operation.READ, RT.TOPIC, "orders")
+    # Write implies Describe; a prefixed Read covers every name it begins.
+    assert may("User:alice", Operation.DESCRIBE, RT.TOPIC, "orders")
+    assert may("User:bob", Operation.READ, RT.TOPIC, "orders-eu")
+    assert not may("User:bob", Operation.READ, RT.TOPIC, "or")
+    # A DENY wins, from its host only.
+    assert not may("User:bob", Operation.READ, RT.TOPIC, "orders", host="10.0.0.9")
+    assert may("User:bob", Operation.READ, RT.TOPIC, "orders", host="10.0.0.8")
+    # The wildcard resource and principal; DescribeConfigs is not Describe.
+    assert may("User:zed", Operation.DESCRIBE_CONFIGS, RT.TOPIC, "anything")
+    assert not may("User:zed", Operation.DESCRIBE, RT.TOPIC, "anything")
+    # All covers every operation; AlterConfigs implies DescribeConfigs.
+    assert may("User:alice", Operation.DELETE, RT.GROUP, "g")
+    assert may("User:carol", Operation.DESCRIBE_CONFIGS, RT.CLUSTER, "kafka-cluster")
+    assert not may("User:carol", Operation.ALTER, RT.CLUSTER, "kafka-cluster")
+    # A super user may do anything; nobody else may touch a resource no ACL names.
+    assert may("User:admin", Operation.DELETE, RT.TOPIC, "unnamed")
+    assert not may("User:alice", Operation.READ, RT.GROUP, "other")
+    assert a.authorize_any("User:alice", "h", Operation.WRITE, RT.TOPIC)
+    assert not a.authorize_any("User:bob", "h", Operation.WRITE, RT.TOPIC)
+    assert a.authorized_operations("User:alice", "h", RT.TOPIC, "orders") == {
+        Operation.WRITE, Operation.DESCRIBE, Operation.DESCRIBE_CONFIGS}
+
+    # allow.everyone.if.no.acl.found opens only resources no ACL names (of anyone).
+    open_ = Authorizer(allow_if_no_acl=True)
+    open_.load([_acl(RT.TOPIC, "orders", "User:alice", Operation.READ)])
+    assert open_.authorize("User:zed", "h", Operation.WRITE, RT.TOPIC, "free")
+    assert not open_.authorize("User:zed", "h", Operation.READ, RT.TOPIC, "orders")
+    # Before its ACLs are read, the authorizer allows only super users.
+    assert not Authorizer(allow_if_no_acl=True).authorize("User:z", "h", Operation.READ,
+                                                          RT.TOPIC, "t")
+
+    # Filters (DescribeAcls, DeleteAcls): MATCH finds every pattern that applies.
+    found = a.bindings(AclFilter(RT.TOPIC, "orders", PatternType.MATCH))
+    assert {(r.name, r.pattern) for r, _ in found} == {
+        ("orders", PatternType.LITERAL), ("ord", PatternType.PREFIXED), ("*", PatternType.LITERAL)}
+    assert len(a.bindings(AclFilter(principal="User:bob"))) == 2
+    assert a.bindings(AclFilter(RT.TOPIC, "orders", PatternType.LITERAL,
+                                permission=Permission.DENY))[0][1].host == "10.0.0.9"
+
+    for resource, entry, why in [
+        (Resource(RT.CLUSTER, "c"), Entry("User:a", "*", Operation.ALTER, Permission.ALLOW),
+         "The only valid name for the CLUSTER resource is kafka-cluster"),
+        (Resource(RT.TOPIC, "t"), Entry("alice", "*", Operation.READ, Permission.ALLOW),
+         "Invalid principal"),
+        (Resource(RT.TOPIC, "t"), Entry("User:a", "*", Operation.CLUSTER_ACTION, Permission.ALLOW),
+         "Operation ClusterAction does not apply to a Topic"),
+        (Resource(RT.TOPIC, "t", PatternType.MATCH),
+         Entry("User:a", "*", Operation.READ, Permission.ALLOW), "Invalid ACL creation"),
+        (Resource(RT.TOPIC, ""), Entry("User:a", "*", Operation.READ, Permission.ALLOW),
+         "Invalid empty resource name"),
+    ]:
+        with pytest.raises(AclError, match=why):
+            validate(resource, entry)
+
+
+# ---- a standalone broker, SASL users ----
+
+def acl_daemon(tmp_path: Path, **extra: Any) -> tuple[Daemon, int]:
+    """SASL_PLAINTEXT (PLAIN: admin, a super user, alice, bob, carol) and PLAINTEXT
+    (anonymous), with Kafka's AclAuthorizer."""
+    d = Daemon(tmp_path / "d", {"num.partitions": 1})
+    sp = free_port()
+    d.values.update({
+        "listeners": f"SASL_PLAINTEXT://127.0.0.1:{sp},PLAINTEXT://127.0.0.1:{d.port}",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "sasl.enabled.mechanisms": "PLAIN", "sasl.mechanism.inter.broker.protocol": "PLAIN",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
+        "authorizer.class.name": ACL_AUTHORIZER, "super.users": "User:admin", **extra})
+    d.config = write_config(d.root / "logkeeper.toml", d.values)
+    return d, sp
+
+
+def kp_admin(port: int, user: str) -> KafkaAdminClient:
+    return KafkaAdminClient(bootstrap_servers=f"127.0.0.1:{port}",
+                            security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN",
+                            sasl_plain_username=user, sasl_plain_password=PASSWORDS[user])
+
+
+def ck_conf(port: int, user: str, **more: Any) -> dict[str, Any]:
+    return {"bootstrap.servers": f"127.0.0.1:{port}", "security.protocol": "sasl_plaintext",
+            "sasl.mechanisms": "PLAIN", "sasl.username": user, "sasl.password": PASSWORDS[user],
+            **more}
+
+
+def ck_produce(conf: dict[str, Any], topic: str, values: list[bytes]) -> list[str]:
+    """Each record's delivery error ('' when acknowledged)."""
+    p = ck.Producer(conf)
+    out: list[str] = []
+    for v in values:
+        p.produce(topic, v, on_delivery=lambda err, _m: out.append(err.name() if err else ""))
+    p.flush(20)
+    return out
+
+
+def ck_consume(conf: dict[str, Any], topic: str, n: int, timeout: float = 20) -> tuple[
+        list[bytes], str]:
+    """(values read, the first error's name) from `topic` in group conf['group.id']."""
+    c = ck.Consumer({"auto.offset.reset": "earliest", **conf})
+    c.subscribe([topic])
+    got: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while len(got) < n and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is None:
+                continue
+            if m.error():
+                return got, m.error().name()
+            got.append(m.value())
+        return got, ""
+    finally:
+        c.close()
+
+
+def acls_cli(d: Daemon, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "daemon.cli", "acls", "--config", str(d.config),
+                           *args], cwd=REPO, capture_output=True, text=True, timeout=60)
+
+
+def test_acls_decide_what_each_user_may_do(tmp_path: Path) -> None:
+    """Set with kafka-python's admin client and `logkeeper acls` (which logs in as the
+    broker's own super user): alice may write `orders` (and so be an idempotent
+    producer) but not `other`; bob reads every `ord*` topic in group g1 only; a DENY
+    from 127.0.0.1 stops him until it is removed; nobody else sees the topics, an
+    anonymous PLAINTEXT client included; alice may neither create topics nor ACLs
+    until granted; the ACLs outlive a restart. Each refusal is Kafka's error."""
+    d, sp = acl_daemon(tmp_path)
+    with d:
+        admin = kp_admin(sp, "admin")
+        admin.create_topics([NewTopic("orders", 1, 1), NewTopic("other", 1, 1)])
+        made = admin.create_acls([
+            ACL("User:alice", "*", ACLOperation.WRITE, ACLPermissionType.ALLOW,
+                ResourcePattern(ResourceType.TOPIC, "orders"))])
+        assert made["failed"] == [] and len(made["succeeded"]) == 1
+        r = acls_cli(d, "--add", "--allow-principal", "User:bob", "--consumer", "--topic", "ord",
+                     "--resource-pattern-type", "prefixed", "--group", "g1")
+        assert r.returncode == 0, r.stderr
+        assert "Adding ACLs for resource `ResourcePattern(resourceType=TOPIC, name=ord, " \
+               "patternType=PREFIXED)`" in r.stdout
+        assert "(principal=User:bob, host=*, operation=READ, permissionType=ALLOW)" in r.stdout
+
+        values = [b"order-%d" % i for i in range(40)]
+        assert ck_produce(ck_conf(sp, "alice", **{"enable.idempotence": True}), "orders",
+                          values) == [""] * 40
+        assert ck_produce(ck_conf(sp, "alice"), "other", [b"x"]) == ["TOPIC_AUTHORIZATION_FAILED"]
+        assert ck_produce(ck_conf(sp, "carol"), "orders", [b"x"]) == ["TOPIC_AUTHORIZATION_FAILED"]
+
+        assert ck_consume(ck_conf(sp, "bob", **{"group.id": "g1"}), "orders", 40) == (values, "")
+        _, err = ck_consume(ck_conf(sp, "bob", **{"group.id": "g2"}), "orders", 1)
+        assert err == "GROUP_AUTHORIZATION_FAILED"
+        _, err = ck_consume(ck_conf(sp, "alice", **{"group.id": "g1"}), "orders", 1)
+        assert err == "GROUP_AUTHORIZATION_FAILED"  # her Write gives no group Read
+
+        # Who sees which topics: Describe (implied by Write or Read) decides.
+        assert set(kp_admin(sp, "alice").list_topics()) == {"orders"}
+        assert set(kp_admin(sp, "bob").list_topics()) == {"orders"}
+        assert set(kp_admin(sp, "carol").list_topics()) == set()
+        anonymous = KafkaAdminClient(bootstrap_servers=d.bootstrap)
+        assert set(anonymous.list_topics()) == set()
+        anonymous.close()
+        ops = kp_admin(sp, "alice").describe_topics(["orders"])[0]["authorized_operations"]
+        assert set(ops) == {"WRITE", "DESCRIBE"}
+
+        # DENY over ALLOW, from the host it names.
+        ck_admin = AdminClient(ck_conf(sp, "admin"))
+        deny = AclBinding(CkResourceType.TOPIC, "orders", ResourcePatternType.LITERAL,
+                          "User:bob", "127.0.0.1", AclOperation.READ, AclPermissionType.DENY)
+        for f in ck_admin.create_acls([deny]).values():
+            f.result(10)
+        _, err = ck_consume(ck_conf(sp, "bob", **{"group.id": "g1"}), "orders", 1)
+        assert err == "TOPIC_AUTHORIZATION_FAILED"
+        listed = ck_admin.describe_acls(AclBindingFilter(
+            CkResourceType.TOPIC, "orders", ResourcePatternType.MATCH, None, None,
+            AclOperation.ANY, AclPermissionType.ANY)).result(10)
+        assert {(b.name, b.principal, b.permission_type) for b in listed} == {
+            ("orders", "User:alice", AclPermissionType.ALLOW),
+            ("ord", "User:bob", AclPermissionType.ALLOW),
+            ("orders", "User:bob", AclPermissionType.DENY)}
+        r = acls_cli(d, "--remove", "--deny-principal", "User:bob", "--deny-host", "127.0.0.1",
+                     "--operation", "Read", "--topic", "orders")
+        assert r.returncode == 0, r.stderr
+        assert "Removing ACLs" in r.stdout
+
+        # Only a principal with Alter on the cluster changes ACLs; Create to create topics.
+        alice = kp_admin(sp, "alice")
+        refused = alice.create_acls([ACL("User:alice", "*", ACLOperation.ALL,
+                                         ACLPermissionType.ALLOW,
+                                         ResourcePattern(ResourceType.TOPIC, "*"))])
+        assert refused["succeeded"] == [] and \
+            refused["failed"][0].__name__ == "ClusterAuthorizationFailedError"
+        with pytest.raises(TopicAuthorizationFailedError):
+            alice.create_topics([NewTopic("mine", 1, 1)])
+        assert acls_cli(d, "--add", "--allow-principal", "User:alice", "--operation", "Create",
+                        "--cluster").returncode == 0
+        alice.create_topics([NewTopic("mine", 1, 1)])
+        r = subprocess.run([sys.executable, "-m", "daemon.cli", "acls", "--bootstrap-server",
+                            d.bootstrap, "--list"], cwd=REPO, capture_output=True, text=True,
+                           timeout=60)
+        assert r.returncode == 1 and "ClusterAuthorizationFailed" in r.stderr  # anonymous
+
+        d.stop()
+        d.start()
+        # The group ACL is prefixed too: g1-again is bob's.
+        assert ck_consume(ck_conf(sp, "bob", **{"group.id": "g1-again"}), "orders",
+                          40) == (values, "")
+        assert ck_produce(ck_conf(sp, "alice"), "other", [b"x"]) == ["TOPIC_AUTHORIZATION_FAILED"]
+        listed = acls_cli(d, "--list", "--principal", "User:alice").stdout
+        assert "operation=WRITE" in listed and "operation=CREATE" in listed
+        if KCAT:
+            out = subprocess.run(
+                [KCAT, "-C", "-b", f"127.0.0.1:{sp}", "-t", "orders", "-e", "-q",
+                 "-X", "security.protocol=sasl_plaintext", "-X", "sasl.mechanisms=PLAIN",
+                 "-X", "sasl.username=carol", "-X", "sasl.password=carol-secret"],
+                capture_output=True, text=True, timeout=60)
+            assert out.returncode != 0 and "authoriz" in (out.stderr + out.stdout).lower()
+        assert ("Principal = User:carol is Denied operation = DESCRIBE from host = 127.0.0.1 "
+                "on resource = Topic:orders") in d.stderr()
+
+
+def test_everyone_allowed_where_no_acl_names_the_resource(tmp_path: Path) -> None:
+    """allow.everyone.if.no.acl.found=true: a topic no ACL names is open to every
+    client, anonymous ones included; one with an ACL is closed to all but its grantees."""
+    d, sp = acl_daemon(tmp_path, **{"allow.everyone.if.no.acl.found": True})
+    with d:
+        assert ck_produce({"bootstrap.servers": d.bootstrap}, "free", [b"a", b"b"]) == ["", ""]
+        kp_admin(sp, "admin").create_acls([ACL(
+            "User:alice", "*", ACLOperation.READ, ACLPermissionType.ALLOW,
+            ResourcePattern(ResourceType.TOPIC, "closed"))])
+        kp_admin(sp, "admin").create_topics([NewTopic("closed", 1, 1)])
+        assert ck_produce(ck_conf(sp, "bob"), "closed", [b"x"]) == ["TOPIC_AUTHORIZATION_FAILED"]
+        kc = KafkaConsumer("free", bootstrap_servers=d.bootstrap, auto_offset_reset="earliest",
+                           consumer_timeout_ms=3000)
+        try:
+            assert [m.value for m in kc] == [b"a", b"b"]
+        finally:
+            kc.close()
+
+
+# ---- certificates as principals ----
+
+def test_certificate_subjects_are_principals(tmp_path: Path) -> None:
+    """On an SSL listener requiring client certificates, each client is the principal
+    its certificate's subject maps to by ssl.principal.mapping.rules (CN=Alice,O=acme ->
+    User:alice): alice's ACL lets her write and read, bob's certificate gets nothing, and
+    the broker's own certificate (CN=broker1: no rule but DEFAULT applies) is a super
+    user's."""
+    ca = CertificateAuthority(tmp_path / "ca")
+    broker = ca.issue("broker1")
+    alice, bob = ca.issue("Alice", org="acme"), ca.issue("bob", org="acme")
+    d = Daemon(tmp_path / "d", {"num.partitions": 1})
+    ssl_port = free_port()
+    d.values.update({
+        "listeners": f"SSL://127.0.0.1:{ssl_port},PLAINTEXT://127.0.0.1:{d.port}",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "ssl.keystore.location": str(broker.keystore_pem),
+        "ssl.truststore.location": str(ca.cert_pem), "ssl.truststore.type": "PEM",
+        "ssl.client.auth": "required",
+        "ssl.principal.mapping.rules": r"RULE:^CN=([A-Za-z]+),O=acme$/$1/L,DEFAULT",
+        "authorizer.class.name": ACL_AUTHORIZER, "super.users": "User:CN=broker1"})
+    d.config = write_config(d.root / "logkeeper.toml", d.values)
+
+    def conf(who: Any, **more: Any) -> dict[str, Any]:
+        return {"bootstrap.servers": f"127.0.0.1:{ssl_port}", "security.protocol": "ssl",
+                "ssl.ca.location": str(ca.cert_pem), "ssl.certificate.location": str(who.cert_pem),
+                "ssl.key.location": str(who.key_pem), **more}
+
+    with d:
+        # The broker's certificate is a super user's: it grants alice.
+        admin = AdminClient(conf(broker))
+        grants = [AclBinding(CkResourceType.TOPIC, "certs", ResourcePatternType.LITERAL,
+                             "User:alice", "*", op, AclPermissionType.ALLOW)
+                  for op in (AclOperation.WRITE, AclOperation.READ)]
+        grants.append(AclBinding(CkResourceType.GROUP, "cg", ResourcePatternType.LITERAL,
+                                 "User:alice", "*", AclOperation.READ, AclPermissionType.ALLOW))
+        grants.append(AclBinding(CkResourceType.BROKER, "kafka-cluster",  # its cluster
+                                 ResourcePatternType.LITERAL, "User:alice", "*",
+                                 AclOperation.CREATE, AclPermissionType.ALLOW))
+        for f in admin.create_acls(grants).values():
+            f.result(10)
+        values = [b"c%d" % i for i in range(20)]
+        assert ck_produce(conf(alice), "certs", values) == [""] * 20
+        assert ck_consume(conf(alice, **{"group.id": "cg"}), "certs", 20) == (values, "")
+        assert ck_produce(conf(bob), "certs", [b"x"]) == ["TOPIC_AUTHORIZATION_FAILED"]
+        assert "Principal = User:bob is Denied" in d.stderr()
+
+
+# ---- a cluster: ACLs in ZooKeeper ----
+
+def test_cluster_acls_live_in_zookeeper(tmp_path: Path) -> None:
+    """Three brokers replicating over SASL (SCRAM) as User:broker, a super user. ACLs
+    added through one broker are Kafka's znodes (/kafka-acl/Topic/orders) and hold on
+    every broker; one written straight into ZooKeeper, as kafka-acls.sh
+    --authorizer-properties zookeeper.connect=... writes it, holds too; a removal
+    through another broker takes effect everywhere. alice's acks=all records, written
+    through the partitions' leaders on every broker, are read back exactly once."""
+    from kazoo.client import KazooClient
+
+    from daemon.tools.configs import alter_user_in_zookeeper
+
+    cl = Cluster(tmp_path, dirs=1, extra={
+        "authorizer.class.name": ACL_AUTHORIZER,
+        # The CLIENT listener is the test's own (PLAINTEXT, anonymous): its admin path.
+        "super.users": f"User:{INTER_BROKER_USER[0]};User:ANONYMOUS"})
+    ports, _ = secure_inter_broker(cl, "SASL_PLAINTEXT", tmp_path)
+    for user in ("alice", "bob"):
+        alter_user_in_zookeeper(cl.zk.hosts, user,
+                                {"SCRAM-SHA-512": f"password={PASSWORDS[user]}"}, [])
+    with cl:
+        cl.start()
+        create(cl, "orders", 3, min_isr=2)
+
+        def scram(user: str, **more: Any) -> dict[str, Any]:
+            return {"bootstrap.servers": ",".join(f"localhost:{p}" for p in ports.values()),
+                    "security.protocol": "sasl_plaintext", "sasl.mechanisms": "SCRAM-SHA-512",
+                    "sasl.username": user, "sasl.password": PASSWORDS[user], **more}
+
+        b1, _, b3 = sorted(cl.brokers)
+        r = acls_cli(cl.brokers[b1], "--add", "--allow-principal", "User:alice", "--consumer",
+                     "--topic", "orders", "--group", "g")
+        assert r.returncode == 0, r.stderr
+        zk = KazooClient(hosts=cl.zk.hosts)
+        zk.start()
+        try:
+            data, _ = zk.get("/kafka-acl/Topic/orders")
+            assert json.loads(data) == {"version": 1, "acls": [
+                {"principal": "User:alice", "permissionType": "Allow", "operation": op,
+                 "host": "*"} for op in ("Read", "Describe")]}
+            # As Kafka's tool writes an ACL into ZooKeeper: the znode, then the change.
+            zk.create("/kafka-acl-extended/prefixed/Topic/ord", json.dumps({
+                "version": 1, "acls": [{"principal": "User:alice", "permissionType": "Allow",
+                                        "operation": "Write", "host": "*"}]}).encode(),
+                      makepath=True)
+            zk.create("/kafka-acl-extended-changes/acl_changes_", json.dumps({
+                "version": 1, "resourceType": "TOPIC", "name": "ord",
+                "patternType": "PREFIXED"}).encode(), sequence=True, makepath=True)
+        finally:
+            zk.stop()
+            zk.close()
+
+        values = [b"z%d" % i for i in range(300)]
+
+        def written() -> bool:
+            return ck_produce(scram("alice", **{"acks": "all", "enable.idempotence": True}),
+                              "orders", values[:1]) == [""]
+
+        wait_for(written, 30, "alice's Write from ZooKeeper on the leaders")
+        assert ck_produce(scram("alice", **{"acks": "all", "enable.idempotence": True}),
+                          "orders", values[1:]) == [""] * 299
+        got, err = ck_consume(scram("alice", **{"group.id": "g"}), "orders", 300, timeout=40)
+        assert err == "" and sorted(got) == sorted(values)
+        assert ck_produce(scram("bob"), "orders", [b"x"]) == ["TOPIC_AUTHORIZATION_FAILED"]
+
+        r = acls_cli(cl.brokers[b3], "--remove", "--allow-principal", "User:alice",
+                     "--operation", "Read", "--topic", "orders")
+        assert r.returncode == 0, r.stderr
+
+        def read_refused() -> bool:
+            return ck_consume(scram("alice", **{"group.id": "g"}), "orders", 1,
+                              timeout=10)[1] == "TOPIC_AUTHORIZATION_FAILED"
+
+        wait_for(read_refused, 60, "alice's Read removed on every broker")
