@@ -351,9 +351,7 @@ class Authorizer:
             return False
         principals = (principal, WILDCARD_PRINCIPAL)
         found = allowed = False
-        for resource, entries in self.acls.items():
-            if not resource.covers(rtype, name):
-                continue
+        for entries in self._covering(rtype, name):
             found = True
             for e in entries:
                 decision = e.decides(principals, host, op)
@@ -362,6 +360,18 @@ class Authorizer:
                 if decision is Permission.ALLOW:
                     allowed = True
         return allowed or (not found and self.allow_if_no_acl)
+
+    def _covering(self, rtype: ResourceType, name: str) -> list[frozenset[Entry]]:
+        """The entries of every pattern that applies to the resource: its own name, `*`,
+        and each prefix of its name (a dict lookup each, however many ACLs there are)."""
+        acls = self.acls
+        names = (name,) if name == WILDCARD else (name, WILDCARD)
+        out = [e for e in (acls.get(Resource(rtype, n)) for n in names) if e]
+        for i in range(1, len(name) + 1):
+            e = acls.get(Resource(rtype, name[:i], PatternType.PREFIXED))
+            if e:
+                out.append(e)
+        return out
 
     def authorize_any(self, principal: str, host: str, op: Operation,
                       rtype: ResourceType) -> bool:
