@@ -54,7 +54,7 @@ from daemon.security.acls import ResourceType as RT
 
 from .cluster_helpers import INTER_BROKER_USER, Cluster, secure_inter_broker, wait_for
 from .daemon_helpers import REPO, Daemon, write_config
-from .test_replication import create
+from .test_replication import create, full_isr
 from .tls_helpers import CertificateAuthority
 from .zkserver import free_port
 
@@ -383,9 +383,11 @@ def test_cluster_acls_live_in_zookeeper(tmp_path: Path) -> None:
     """Three brokers replicating over SASL (SCRAM) as User:broker, a super user. ACLs
     added through one broker are Kafka's znodes (/kafka-acl/Topic/orders) and hold on
     every broker; one written straight into ZooKeeper, as kafka-acls.sh
-    --authorizer-properties zookeeper.connect=... writes it, holds too; a removal
-    through another broker takes effect everywhere. alice's acks=all records, written
-    through the partitions' leaders on every broker, are read back exactly once."""
+    --authorizer-properties zookeeper.connect=... writes it, holds too, and so does one
+    `logkeeper acls --authorizer-properties` writes; a broker killed and restarted
+    enforces them again; a removal through another broker takes effect everywhere.
+    alice's acks=all records, written through the partitions' leaders on every broker,
+    are read back exactly once."""
     from kazoo.client import KazooClient
 
     from daemon.tools.configs import alter_user_in_zookeeper
@@ -407,7 +409,7 @@ def test_cluster_acls_live_in_zookeeper(tmp_path: Path) -> None:
                     "security.protocol": "sasl_plaintext", "sasl.mechanisms": "SCRAM-SHA-512",
                     "sasl.username": user, "sasl.password": PASSWORDS[user], **more}
 
-        b1, _, b3 = sorted(cl.brokers)
+        b1, b2, b3 = sorted(cl.brokers)
         r = acls_cli(cl.brokers[b1], "--add", "--allow-principal", "User:alice", "--consumer",
                      "--topic", "orders", "--group", "g")
         assert r.returncode == 0, r.stderr
@@ -442,6 +444,41 @@ def test_cluster_acls_live_in_zookeeper(tmp_path: Path) -> None:
         got, err = ck_consume(scram("alice", **{"group.id": "g"}), "orders", 300, timeout=40)
         assert err == "" and sorted(got) == sorted(values)
         assert ck_produce(scram("bob"), "orders", [b"x"]) == ["TOPIC_AUTHORIZATION_FAILED"]
+
+        # With no broker asked: `logkeeper acls --authorizer-properties zookeeper.connect=`.
+        r = subprocess.run([sys.executable, "-m", "daemon.cli", "acls", "--authorizer-properties",
+                            f"zookeeper.connect={cl.zk.hosts}", "--add", "--allow-principal",
+                            "User:bob", "--operation", "Write", "--topic", "orders"],
+                           cwd=REPO, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        r = subprocess.run([sys.executable, "-m", "daemon.cli", "acls", "--zookeeper",
+                            cl.zk.hosts, "--add", "--allow-principal", "User:bob", "--operation",
+                            "Read", "--group", "g"],
+                           cwd=REPO, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        wait_for(lambda: ck_produce(scram("bob"), "orders", [b"bob"]) == [""], 30,
+                 "bob's Write from ZooKeeper")
+
+        # A broker killed and restarted reads the ACLs again: once it leads again (a
+        # preferred election), alice writes to every partition and bob reads none.
+        cl.brokers[b1].kill()
+        cl.brokers[b1].start()
+        wait_for(lambda: full_isr(cl, "orders", 3), 60, "broker 1 back in every ISR")
+        r = subprocess.run([sys.executable, "-m", "daemon.cli", "leader-election",
+                            "--bootstrap-server", cl.brokers[b2].bootstrap, "--election-type",
+                            "preferred", "--all-topic-partitions"],
+                           cwd=REPO, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        wait_for(lambda: b1 in {v[0] for v in (full_isr(cl, "orders", 3) or {
+            "partitions": {}})["partitions"].values()}, 30, "broker 1 leading again")
+        late = [b"late-%d" % i for i in range(30)]
+        assert ck_produce(scram("alice", **{"acks": "all"}), "orders", late) == [""] * 30
+        assert ck_consume(scram("bob", **{"group.id": "g"}), "orders", 1,
+                          timeout=10)[1] == "TOPIC_AUTHORIZATION_FAILED"
+        got, err = ck_consume(scram("alice", **{"group.id": "g2-none"}), "orders", 1, timeout=10)
+        assert err == "GROUP_AUTHORIZATION_FAILED"
+        got, err = ck_consume(scram("alice", **{"group.id": "g"}), "orders", 31, timeout=40)
+        assert err == "" and sorted(got) == sorted([b"bob", *late])  # g had read the rest
 
         r = acls_cli(cl.brokers[b3], "--remove", "--allow-principal", "User:alice",
                      "--operation", "Read", "--topic", "orders")

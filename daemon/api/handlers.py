@@ -94,7 +94,8 @@ class ConnInfo:
             return True
         if self.authorizer.authorize(self.principal, self.host, op, rtype, name):
             return True
-        if log_denied and _first_denial((self.principal, self.host, op, rtype, name)):
+        if log_denied and self.authorizer.first_denial(self.principal, self.host, op, rtype,
+                                                       name):
             authorizer_log.info("Principal = %s is Denied operation = %s from host = %s on "
                                 "resource = %s:%s", self.principal, op.name, self.host,
                                 RESOURCE_NAMES[rtype], name)
@@ -112,21 +113,6 @@ class ConnInfo:
 
 
 _topic_error = errors.unknown_topic_code
-DENIAL_LOG_INTERVAL_S = 60.0
-_denials_logged: dict[tuple[Any, ...], float] = {}
-
-
-def _first_denial(key: tuple[Any, ...]) -> bool:
-    """Whether this denial is the first of its kind in DENIAL_LOG_INTERVAL_S: a client
-    retrying a refused Metadata every few hundred ms is logged once a minute, not each
-    time."""
-    now = time.monotonic()
-    if now - _denials_logged.get(key, -DENIAL_LOG_INTERVAL_S) < DENIAL_LOG_INTERVAL_S:
-        return False
-    if len(_denials_logged) > 10000:
-        _denials_logged.clear()
-    _denials_logged[key] = now
-    return True
 
 
 def _partition_metadata(index: int, s: Any) -> Any:

@@ -26,9 +26,11 @@ refuses; `decode_entries` raises ValueError for JSON that is not Kafka's.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import Any
 
 ACL_AUTHORIZER = "kafka.security.authorizer.AclAuthorizer"
 # Kafka 4's (KRaft) authorizer: the same ACLs and rules, so a Kafka 4 config file that
@@ -38,6 +40,7 @@ AUTHORIZERS = (ACL_AUTHORIZER, STANDARD_AUTHORIZER)
 CLUSTER_NAME = "kafka-cluster"  # the one name of the CLUSTER resource
 WILDCARD = "*"
 WILDCARD_PRINCIPAL = "User:*"
+DENIAL_LOG_INTERVAL_S = 60.0
 
 
 class ResourceType(IntEnum):  # org.apache.kafka.common.resource.ResourceType codes
@@ -323,6 +326,7 @@ class Authorizer:
         self.allow_if_no_acl = allow_if_no_acl
         self.acls: dict[Resource, frozenset[Entry]] = {}
         self.loaded = False  # a broker in a cluster reads them once it is registered
+        self._denials_logged: dict[tuple[Any, ...], float] = {}
 
     def load(self, bindings: Iterable[Binding]) -> None:
         acls: dict[Resource, set[Entry]] = {}
@@ -395,6 +399,18 @@ class Authorizer:
                     or d == resource for d in denied):
                 return True
         return self.allow_if_no_acl and not any(r.type is rtype for r in self.acls)
+
+    def first_denial(self, *action: Any) -> bool:
+        """Whether a denial of this action is the first in DENIAL_LOG_INTERVAL_S, to be
+        logged: a client retrying a refused Metadata every few hundred ms is logged once
+        a minute, not each time."""
+        now = time.monotonic()
+        if now - self._denials_logged.get(action, -DENIAL_LOG_INTERVAL_S) < DENIAL_LOG_INTERVAL_S:
+            return False
+        if len(self._denials_logged) > 10000:
+            self._denials_logged.clear()
+        self._denials_logged[action] = now
+        return True
 
     def authorized_operations(self, principal: str, host: str, rtype: ResourceType,
                               name: str) -> set[int]:

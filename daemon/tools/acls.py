@@ -21,7 +21,10 @@ without a host is granted or denied from every host (`*`).
 The broker asked is `--bootstrap-server`, else the listener of the daemon on this host
 (`--config FILE`, or the embedded defaults); `--command-config FILE` gives the client's
 security settings. The broker needs `authorizer.class.name` set, and the principal
-Alter on the cluster to add or remove, Describe to list (a super user has both).
+Alter on the cluster to add or remove, Describe to list (a super user has both). With
+`--zookeeper HOSTS` (or kafka-acls.sh's `--authorizer-properties
+zookeeper.connect=HOSTS`) the ACLs are changed in ZooKeeper directly, no broker asked,
+and every broker applies the change.
 
 Prints Kafka's lines ("Adding ACLs for resource `ResourcePattern(resourceType=TOPIC,
 name=orders, patternType=LITERAL)`:", then each entry, then "Current ACLs for resource
@@ -32,6 +35,8 @@ it does not take: each named); 2 a usage error, or no broker reachable.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from kafka.protocol.admin import (
@@ -44,9 +49,11 @@ from kafka.protocol.admin import (
 )
 
 from ..api import errors
+from ..cluster.acl_store import ZkAclStore
 from ..security.acls import (
     CLUSTER_NAME,
     AclError,
+    AclFilter,
     Entry,
     Operation,
     PatternType,
@@ -56,8 +63,17 @@ from ..security.acls import (
     operation,
     parse_principal,
     pattern_type,
+    validate,
 )
-from .client import Connection, Refused, add_broker_options, bootstrap_of, connect_any, run_tool
+from .client import (
+    ClientError,
+    Connection,
+    Refused,
+    add_broker_options,
+    bootstrap_of,
+    connect_any,
+    run_tool,
+)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -95,6 +111,11 @@ def _parser() -> argparse.ArgumentParser:
                    help="Read and Describe on the topics, Read on the groups")
     p.add_argument("--principal", action="append", default=[],
                    help="with --list: only this principal's ACLs")
+    p.add_argument("--zookeeper", metavar="HOSTS[/CHROOT]",
+                   help="change and list the ACLs in ZooKeeper directly (no broker needed), "
+                        "as kafka-acls.sh --authorizer-properties zookeeper.connect=HOSTS")
+    p.add_argument("--authorizer-properties", action="append", default=[], metavar="K=V",
+                   help="kafka-acls.sh's form of --zookeeper: zookeeper.connect=HOSTS")
     p.add_argument("--force", action="store_true",
                    help="accepted for kafka-acls.sh's scripts: nothing is asked anyway")
     return p
@@ -168,26 +189,101 @@ def _filter_fields(resource: Resource | None, pattern: PatternType,
                 permission_type=entry.permission if entry else Permission.ANY)
 
 
-def _current(conn: Connection, resources: list[Resource] | None, pattern: PatternType,
-             principals: list[str]) -> dict[Resource, list[Entry]]:
-    """The ACLs the broker holds of these resources (None: all), by resource."""
-    out: dict[Resource, list[Entry]] = {}
-    for resource in resources or [None]:  # type: ignore[list-item]
-        for principal in principals or [None]:  # type: ignore[list-item]
-            resp = conn.call(DescribeAclsRequest(**_filter_fields(resource, pattern,
-                                                                  principal=principal)),
-                             DescribeAclsResponse, lo=1, hi=3)
-            if resp.error_code:
-                raise Refused(resp.error_code, resp.error_message)
-            for r in resp.resources:
-                key = Resource(ResourceType(r.resource_type), r.resource_name,
-                               PatternType(r.pattern_type))
-                for a in r.acls:
-                    e = Entry(a.principal, a.host, Operation(a.operation),
-                              Permission(a.permission_type))
-                    if e not in out.setdefault(key, []):
-                        out[key].append(e)
-    return out
+class _Broker:
+    """ACLs through a broker: DescribeAcls, CreateAcls, DeleteAcls."""
+
+    def __init__(self, conn: Connection):
+        self.conn = conn
+
+    def current(self, flt: AclFilter) -> dict[Resource, list[Entry]]:
+        resp = self.conn.call(DescribeAclsRequest(
+            resource_type_filter=flt.resource_type, resource_name_filter=flt.name,
+            pattern_type_filter=flt.pattern, principal_filter=flt.principal,
+            host_filter=flt.host, operation=flt.operation, permission_type=flt.permission),
+            DescribeAclsResponse, lo=1, hi=3)
+        if resp.error_code:
+            raise Refused(resp.error_code, resp.error_message)
+        return {Resource(ResourceType(r.resource_type), r.resource_name,
+                         PatternType(r.pattern_type)):
+                [Entry(a.principal, a.host, Operation(a.operation), Permission(a.permission_type))
+                 for a in r.acls] for r in resp.resources}
+
+    def add(self, bindings: list[tuple[Resource, Entry]]) -> list[str]:
+        """Each binding's error ('' when created)."""
+        C = CreateAclsRequest.AclCreation
+        resp = self.conn.call(CreateAclsRequest(creations=[
+            C(resource_type=r.type, resource_name=r.name, resource_pattern_type=r.pattern,
+              principal=e.principal, host=e.host, operation=e.operation,
+              permission_type=e.permission) for r, e in bindings]),
+            CreateAclsResponse, lo=1, hi=3)
+        return [f"{errors.name_of(x.error_code)}: {x.error_message or ''}" if x.error_code else ""
+                for x in resp.results]
+
+    def remove(self, bindings: list[tuple[Resource, Entry]]) -> list[str]:
+        F = DeleteAclsRequest.DeleteAclsFilter
+        resp = self.conn.call(DeleteAclsRequest(filters=[
+            F(**_filter_fields(r, r.pattern, e)) for r, e in bindings]),
+            DeleteAclsResponse, lo=1, hi=3)
+        return [f"{errors.name_of(x.error_code)}: {x.error_message or ''}" if x.error_code else ""
+                for x in resp.filter_results]
+
+
+class _ZooKeeper:
+    """ACLs straight in ZooKeeper, as kafka-acls.sh --authorizer-properties
+    zookeeper.connect=... changes them (every broker applies the change notification)."""
+
+    def __init__(self, store: ZkAclStore):
+        self.store = store
+
+    def current(self, flt: AclFilter) -> dict[Resource, list[Entry]]:
+        out: dict[Resource, list[Entry]] = {}
+        for r, e in sorted(self.store.read_all()):
+            if flt.matches(r, e):
+                out.setdefault(r, []).append(e)
+        return out
+
+    def add(self, bindings: list[tuple[Resource, Entry]]) -> list[str]:
+        out = []
+        for r, e in bindings:
+            try:
+                validate(r, e)
+            except AclError as err:
+                out.append(f"InvalidRequestError: {err}")
+                continue
+            self.store.update(r, lambda held, e=e: held | {e})
+            out.append("")
+        return out
+
+    def remove(self, bindings: list[tuple[Resource, Entry]]) -> list[str]:
+        for r, e in bindings:
+            self.store.update(r, lambda held, e=e: held - {e})
+        return [""] * len(bindings)
+
+
+@contextmanager
+def _backend(args: argparse.Namespace) -> Iterator[_Broker | _ZooKeeper]:
+    hosts = args.zookeeper
+    for prop in args.authorizer_properties:
+        key, _, value = prop.partition("=")
+        if key.strip() != "zookeeper.connect":
+            raise ValueError(f"--authorizer-properties {prop}: only zookeeper.connect is read")
+        hosts = value.strip()
+    if not hosts:
+        with connect_any(bootstrap_of(args)) as conn:
+            yield _Broker(conn)
+        return
+    from kazoo.client import KazooClient
+
+    zk = KazooClient(hosts=hosts, timeout=10)
+    try:
+        zk.start(15)
+    except Exception as err:  # noqa: BLE001 - kazoo's timeout
+        raise ClientError(f"cannot reach ZooKeeper at {hosts}: {err}") from err
+    try:
+        yield _ZooKeeper(ZkAclStore(zk))
+    finally:
+        zk.stop()
+        zk.close()
 
 
 def _print_acls(title: str, acls: dict[Resource, list[Entry]]) -> None:
@@ -201,13 +297,21 @@ def _print_acls(title: str, acls: dict[Resource, list[Entry]]) -> None:
 def _run(args: argparse.Namespace) -> int:
     if args.list:
         pattern = pattern_type(args.resource_pattern_type or "any")
-        resources = _resources(args, pattern) or None
-        with connect_any(bootstrap_of(args)) as conn:
-            _print_acls("Current ACLs", _current(conn, resources, pattern, args.principal))
+        resources = _resources(args, pattern) or [None]
+        with _backend(args) as acls:
+            found: dict[Resource, list[Entry]] = {}
+            for r in resources:
+                for principal in args.principal or [None]:
+                    flt = AclFilter(r.type if r else ResourceType.ANY, r.name if r else None,
+                                    pattern, principal)
+                    for key, entries in acls.current(flt).items():
+                        found.setdefault(key, [])
+                        found[key] += [e for e in entries if e not in found[key]]
+            _print_acls("Current ACLs", found)
         return 0
     pattern = pattern_type(args.resource_pattern_type or "literal")
-    if args.add and pattern not in (PatternType.LITERAL, PatternType.PREFIXED):
-        raise ValueError("--add takes --resource-pattern-type literal or prefixed")
+    if pattern not in (PatternType.LITERAL, PatternType.PREFIXED):
+        raise ValueError("--add and --remove take --resource-pattern-type literal or prefixed")
     try:
         bindings = _bindings(args, pattern)
     except AclError as err:
@@ -216,35 +320,19 @@ def _run(args: argparse.Namespace) -> int:
     for r, e in bindings:
         if e not in by_resource.setdefault(r, []):
             by_resource[r].append(e)
-    failed = 0
-    with connect_any(bootstrap_of(args)) as conn:
-        if args.add:
-            _print_acls("Adding ACLs", by_resource)
-            C = CreateAclsRequest.AclCreation
-            resp = conn.call(CreateAclsRequest(creations=[
-                C(resource_type=r.type, resource_name=r.name, resource_pattern_type=r.pattern,
-                  principal=e.principal, host=e.host, operation=e.operation,
-                  permission_type=e.permission) for r, es in by_resource.items() for e in es]),
-                CreateAclsResponse, lo=1, hi=3)
-            done = [(r, e) for r, es in by_resource.items() for e in es]
-            for (r, e), result in zip(done, resp.results, strict=True):
-                if result.error_code:
-                    failed += 1
-                    print(f"Error while adding ACL {e} for resource `{r}`: "
-                          f"{errors.name_of(result.error_code)}: {result.error_message or ''}")
-        else:
-            _print_acls("Removing ACLs", by_resource)
-            F = DeleteAclsRequest.DeleteAclsFilter
-            resp = conn.call(DeleteAclsRequest(filters=[
-                F(**_filter_fields(r, r.pattern, e)) for r, es in by_resource.items()
-                for e in es]), DeleteAclsResponse, lo=1, hi=3)
-            for result in resp.filter_results:
-                if result.error_code:
-                    failed += 1
-                    print(f"Error while removing ACLs: {errors.name_of(result.error_code)}: "
-                          f"{result.error_message or ''}")
-        _print_acls("Current ACLs", _current(conn, list(by_resource), pattern, []))
-    return 1 if failed else 0
+    bindings = [(r, e) for r, es in by_resource.items() for e in es]
+    with _backend(args) as acls:
+        _print_acls("Adding ACLs" if args.add else "Removing ACLs", by_resource)
+        failures = acls.add(bindings) if args.add else acls.remove(bindings)
+        for (r, e), failure in zip(bindings, failures, strict=True):
+            if failure:
+                print(f"Error while {'adding' if args.add else 'removing'} ACL {e} for "
+                      f"resource `{r}`: {failure}")
+        current: dict[Resource, list[Entry]] = {}
+        for r in by_resource:
+            current.update(acls.current(AclFilter(r.type, r.name, r.pattern)))
+        _print_acls("Current ACLs", current)
+    return 1 if any(failures) else 0
 
 
 def main(argv: list[str]) -> int:
