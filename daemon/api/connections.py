@@ -336,6 +336,12 @@ class Connections:
                         if conn.close_after:
                             break
                         continue
+                if self.authorizer is not None and not self.authorizer.loaded and \
+                        req.api.key != 18 and conn.principal not in self.authorizer.super_users:
+                    # As Kafka, nothing is served before the authorizer has read the ACLs
+                    # (in a cluster, once registered): a refusal now would be final to the
+                    # client, so its request waits for them.
+                    await self._authorizer_ready()
                 produce = req.api.key == 0
                 if not (produce and prev_produce) and pending:
                     await asyncio.wait(pending)
@@ -383,6 +389,14 @@ class Connections:
                 responder.cancel()
             self.metrics.connections.dec()
             writer.close()
+
+    async def _authorizer_ready(self) -> None:
+        assert self.authorizer is not None
+        while not self.authorizer.loaded and not self.stopping.is_set():
+            try:
+                await asyncio.wait_for(self.authorizer.ready.wait(), 1.0)
+            except TimeoutError:
+                continue
 
     async def _handshake(self, link: _ClientConnection, tls: ssl.SSLContext,
                          peer: Any) -> str | None:

@@ -25,6 +25,7 @@ refuses; `decode_entries` raises ValueError for JSON that is not Kafka's.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Iterable, Mapping
@@ -326,6 +327,7 @@ class Authorizer:
         self.allow_if_no_acl = allow_if_no_acl
         self.acls: dict[Resource, frozenset[Entry]] = {}
         self.loaded = False  # a broker in a cluster reads them once it is registered
+        self.ready = asyncio.Event()  # set once they are read
         self._denials_logged: dict[tuple[Any, ...], float] = {}
 
     def load(self, bindings: Iterable[Binding]) -> None:
@@ -334,6 +336,7 @@ class Authorizer:
             acls.setdefault(resource, set()).add(entry)
         self.acls = {r: frozenset(e) for r, e in acls.items()}
         self.loaded = True
+        self.ready.set()
 
     def replace(self, resource: Resource, entries: Iterable[Entry]) -> None:
         """A resource's ACLs as its store now holds them (none: the resource has none)."""
