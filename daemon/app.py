@@ -42,8 +42,17 @@ from logstore.names import OFFSETS_TOPIC
 from . import config as config_mod
 from .api import errors, protocol
 from .api.acls import AclApis
-from .api.client_quotas import DEFAULT as CLIENT_DEFAULT
-from .api.client_quotas import ClientQuotaApis, ClientQuotas, desanitize, sanitize
+from .api.client_quotas import (
+    QUOTA_KEYS,
+    ClientQuotaApis,
+    ClientQuotas,
+    desanitize,
+    entity_of_znode,
+    only_quotas,
+    sanitize,
+    znode_of,
+)
+from .api.client_quotas import Entity as QuotaEntity
 from .api.configs import ConfigApis
 from .api.connections import Connections
 from .api.groups import GroupApis
@@ -77,7 +86,7 @@ from .replica.quota import ReplicationQuotas
 from .replica.topic_config import TopicConfigs
 from .replica.topics import TopicAdmin, TopicError
 from .security.acls import Authorizer, Binding, Entry, Resource, binding_from_json, binding_to_json
-from .security.sasl import Credentials
+from .security.sasl import SCRAM_MECHANISMS, Credentials
 from .storage.cleaner import LogCleanerService
 from .storage.config_store import CONFIG_FILE, FileConfigStore
 from .storage.dirstate import DirState
@@ -387,6 +396,7 @@ class Server:
             brokers = await asyncio.to_thread(zk.read_all, BROKERS)
             clients = await asyncio.to_thread(zk.read_all, CLIENTS)
             users = await asyncio.to_thread(zk.read_all, USERS)
+            user_clients = await asyncio.to_thread(zk.read_all_user_clients)
             if self.authorizer is not None:
                 if self.acl_zk is None:
                     self.acl_zk = ZkAclStore(self.cluster.client,
@@ -399,11 +409,17 @@ class Server:
                         "(%s: %s)", type(err).__name__, err)
             return
         self.topic_configs.load(topics, brokers)
-        self.client_quotas.load({desanitize(c): q for c, q in clients.items()})
+        quotas = {}
+        for kind, configs in ((CLIENTS, clients), (USERS, users), (USERS, user_clients)):
+            for name, config in configs.items():
+                entity = entity_of_znode(kind, name)
+                if entity is not None:
+                    quotas[entity] = config
+        self.client_quotas.load(quotas)
         self.scram.load({desanitize(u): c for u, c in users.items()})
         await self.topic_configs.apply(None, "as the configs were loaded")
         log.info("configs loaded from ZooKeeper: %d topics with overrides, dynamic broker "
-                 "configs %s, client quotas of %d client-ids, SCRAM credentials of %d users",
+                 "configs %s, client quotas of %d entities, SCRAM credentials of %d users",
                  len(self.topic_configs.topics), sorted(brokers), len(self.client_quotas.quotas),
                  len(self.scram.users))
 
@@ -414,17 +430,24 @@ class Server:
             await self.topic_configs.set_topic(name, await asyncio.to_thread(zk.read, TOPICS, name))
         elif entity_type == BROKERS:
             await self.topic_configs.set_broker(name, await asyncio.to_thread(zk.read, BROKERS, name))
-        elif entity_type == CLIENTS:
-            self.client_quotas.set(desanitize(name), await asyncio.to_thread(zk.read, CLIENTS, name))
-        elif entity_type == USERS:
-            self.scram.set(desanitize(name), await asyncio.to_thread(zk.read, USERS, name))
+        elif entity_type in (CLIENTS, USERS):
+            config = await asyncio.to_thread(zk.read, entity_type, name)
+            entity = entity_of_znode(entity_type, name)
+            assert entity is not None
+            if entity_type == USERS and entity[1] is None:  # a user: credentials and quotas
+                self.scram.set(desanitize(name), config)
+            self.client_quotas.set(entity, config)
 
     async def _load_configs_from_files(self) -> None:
         assert self.config_files is not None
         topics, brokers = await self.config_files.load()
         self.topic_configs.load(topics, brokers)
-        self.client_quotas.load(self.config_files.clients)
-        self.scram.load(self.config_files.users)
+        files = self.config_files
+        self.client_quotas.load(
+            {(None, c): q for c, q in files.clients.items()}
+            | {(u, None): q for u, q in files.users.items()}
+            | {(u, c): q for u, cs in files.user_clients.items() for c, q in cs.items()})
+        self.scram.load(files.users)
         if self.authorizer is not None:
             self.authorizer.load(self._file_acls())
         await self.topic_configs.apply(None, "as the configs were loaded")
@@ -458,34 +481,60 @@ class Server:
                 new = change(set(self.authorizer.acls.get(resource, ())))
                 kept = [(r, e) for r, es in self.authorizer.acls.items() if r != resource
                         for e in es] + [(resource, e) for e in new]
-                await self.config_files.write(self.topic_configs.topics,
-                                              self.topic_configs.dynamic_brokers(),
-                                              acls=[binding_to_json(r, e) for r, e in sorted(kept)])
+                await self._write_config_files(
+                    acls=[binding_to_json(r, e) for r, e in sorted(kept)])
         self.authorizer.replace(resource, new)
         return new
 
-    async def _store_client_quotas(self, client: str, quotas: dict[str, str]) -> None:
-        """Keep a client-id's quotas where Kafka keeps them (or the dirs' config file)."""
-        if self.config_files is not None:
-            await self.config_files.write(self.topic_configs.topics,
-                                          self.topic_configs.dynamic_brokers(),
-                                          {**self.config_files.clients, client: quotas})
+    async def _store_client_quotas(self, entity: QuotaEntity, quotas: dict[str, str]) -> None:
+        """Keep an entity's quotas where Kafka keeps them (or the dirs' config file); a
+        user's SCRAM credentials, kept beside them, stay as they are."""
+        user, client = entity
+        files = self.config_files
+        if files is not None:
+            if user is None:
+                await self._write_config_files(clients={**files.clients, client: quotas})
+            elif client is None:
+                kept = {k: v for k, v in files.users.get(user, {}).items() if k not in QUOTA_KEYS}
+                await self._write_config_files(users={**files.users, user: kept | quotas})
+            else:
+                await self._write_config_files(user_clients={
+                    **files.user_clients, user: {**files.user_clients.get(user, {}),
+                                                 client: quotas}})
             return
-        if self.config_zk is None:
-            raise RuntimeError("not connected to ZooKeeper yet")
-        name = client if client == CLIENT_DEFAULT else sanitize(client)
-        await asyncio.to_thread(self.config_zk.write, CLIENTS, name, quotas)
+        kind, name = znode_of(entity)
+        if kind == USERS and client is None:
+            quotas = await self._zk_config_but(USERS, name, QUOTA_KEYS) | quotas
+        await asyncio.to_thread(self._zk().write, kind, name, quotas)
 
     async def _store_scram_credentials(self, user: str, config: dict[str, str]) -> None:
-        """Keep a user's SCRAM credentials where Kafka keeps them (or the dirs' file)."""
-        if self.config_files is not None:
-            await self.config_files.write(self.topic_configs.topics,
-                                          self.topic_configs.dynamic_brokers(),
-                                          users={**self.config_files.users, user: config})
+        """Keep a user's SCRAM credentials where Kafka keeps them (or the dirs' file); the
+        user's quotas, kept beside them, stay as they are."""
+        files = self.config_files
+        if files is not None:
+            kept = only_quotas(files.users.get(user, {}))
+            await self._write_config_files(users={**files.users, user: kept | config})
             return
+        name = sanitize(user)
+        config = await self._zk_config_but(USERS, name, SCRAM_MECHANISMS) | config
+        await asyncio.to_thread(self._zk().write, USERS, name, config)
+
+    def _zk(self) -> ZkConfigStore:
         if self.config_zk is None:
             raise RuntimeError("not connected to ZooKeeper yet")
-        await asyncio.to_thread(self.config_zk.write, USERS, sanitize(user), config)
+        return self.config_zk
+
+    async def _zk_config_but(self, kind: str, name: str, keys: Any) -> dict[str, str]:
+        """The entity's config in ZooKeeper without `keys` (those about to be replaced)."""
+        config = await asyncio.to_thread(self._zk().read, kind, name)
+        return {k: v for k, v in config.items() if k not in keys}
+
+    async def _write_config_files(self, **changed: Any) -> None:
+        """The dirs' config file with `changed` parts (clients, users, user_clients, acls)
+        and everything else as held."""
+        assert self.config_files is not None
+        await self.config_files.write(self.topic_configs.topics,
+                                      self.topic_configs.dynamic_brokers(), **changed)
 
     def _log_stats(self) -> list[LogStats]:
         """For the metrics, at scrape time: every partition held here with a log (an

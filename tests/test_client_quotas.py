@@ -40,7 +40,7 @@ def _set(bootstrap: str, client: str, **quotas: int) -> None:
     got = cli("configs", "alter", "--bootstrap-server", bootstrap, "--client", client,
               "--add-config", ",".join(f"{k}={v}" for k, v in quotas.items()))
     assert got.returncode == 0, got.stderr
-    assert f"Completed updating config for client-id {client}." in got.stdout
+    assert f"Completed updating config for client-id '{client}'." in got.stdout
 
 
 def _alter(c: RawClient, entity: list[tuple[str, str | None]], ops: list[tuple[str, float, bool]],
@@ -101,7 +101,7 @@ def test_a_client_over_its_produce_quota_is_throttled_and_others_are_not(tmp_pat
         _set(d.bootstrap, "metered", producer_byte_rate=RATE)
         shown = cli("configs", "describe", "--bootstrap-server", d.bootstrap, "--client", "metered")
         assert shown.stdout.strip() == \
-            f"Quota configs for client-id metered are producer_byte_rate={RATE:.1f}"
+            f"Quota configs for client-id 'metered' are producer_byte_rate={RATE:.1f}"
         shown = cli("configs", "describe", "--bootstrap-server", d.bootstrap, "--client", "metered",
                     "--json")
         assert json.loads(shown.stdout) == {"producer_byte_rate": RATE}
@@ -189,10 +189,12 @@ def test_client_quota_requests_are_checked_and_kept(tmp_path: Path) -> None:
             assert _alter(c, [("client-id", "a")], [("producer_byte_rate", 1000, False)]) == (0, None)
             assert _alter(c, [("client-id", None)], [("consumer_byte_rate", 5000, False)]) == (0, None)
             for entity, ops, said in (
-                    ([("user", "alice")], [("producer_byte_rate", 1, False)], "authenticates no user"),
-                    ([("ip", "10.0.0.1")], [("producer_byte_rate", 1, False)], "per client-id only"),
-                    ([("client-id", "a"), ("user", "alice")], [("producer_byte_rate", 1, False)],
-                     "per client-id only"),
+                    ([("ip", "10.0.0.1")], [("producer_byte_rate", 1, False)], "not per IP address"),
+                    ([("client-id", "a"), ("client-id", "b")], [("producer_byte_rate", 1, False)],
+                     "Duplicate client-id entity"),
+                    ([("group", "g")], [("producer_byte_rate", 1, False)], "Unknown entity type"),
+                    ([], [("producer_byte_rate", 1, False)], "Invalid empty"),
+                    ([("user", "")], [("producer_byte_rate", 1, False)], "needs a name"),
                     ([("client-id", "a")], [("request_percentage", 5, False)], "not supported"),
                     ([("client-id", "a")], [("bytes_please", 5, False)], "Invalid configuration key"),
                     ([("client-id", "a")], [("producer_byte_rate", 1.5, False)], "must be a Long"),
@@ -228,8 +230,9 @@ def test_client_quota_requests_are_checked_and_kept(tmp_path: Path) -> None:
 
 
 def test_client_quotas_live_in_kafkas_znodes_and_every_broker_applies_them(tmp_path: Path) -> None:
-    """Set through one broker, a quota is `/config/clients/<sanitized client-id>` with a
-    change notification, as Kafka's; every broker applies it to its own traffic."""
+    """Set through one broker, a quota is `/config/clients/<sanitized client-id>` (or
+    `/config/users/<user>[/clients/<client-id>]`) with a change notification, as Kafka's;
+    every broker applies it to its own traffic."""
     with Cluster(tmp_path, dirs=1, extra=WINDOWS) as cl:
         _set(cl.brokers[1].bootstrap, "my app*", producer_byte_rate=RATE)
         zk = KazooClient(hosts=cl.zk.hosts)
@@ -246,6 +249,32 @@ def test_client_quotas_live_in_kafkas_znodes_and_every_broker_applies_them(tmp_p
                         "--client", "my app*")
             return f"producer_byte_rate={RATE:.1f}" in shown.stdout
         wait_for(lambda: all(applied(b) for b in cl.brokers), 30, "every broker to know the quota")
+
+        # A user's and client-id's: /config/users/<user>/clients/<client-id>; a user's own
+        # beside its SCRAM credentials in /config/users/<user>, neither overwriting the other.
+        for args in (["--user", "al ice", "--client", "my app*", "--add-config",
+                      "consumer_byte_rate=4096"],
+                     ["--user", "al ice", "--add-config", "SCRAM-SHA-512=[password=p]"],
+                     ["--user", "al ice", "--add-config", "producer_byte_rate=2048"]):
+            got = cli("configs", "alter", "--bootstrap-server", cl.brokers[1].bootstrap, *args)
+            assert got.returncode == 0, got.stderr
+        zk = KazooClient(hosts=cl.zk.hosts)
+        zk.start(10)
+        try:
+            data, _ = zk.get("/config/users/al%20ice/clients/my%20app%2A")
+            assert json.loads(data)["config"] == {"consumer_byte_rate": "4096"}
+            data, _ = zk.get("/config/users/al%20ice")
+            assert set(json.loads(data)["config"]) == {"SCRAM-SHA-512", "producer_byte_rate"}
+        finally:
+            zk.stop()
+            zk.close()
+
+        def user_applied(b: int) -> Any:
+            shown = cli("configs", "describe", "--bootstrap-server", cl.brokers[b].bootstrap,
+                        "--user", "al ice", "--client", "my app*")
+            return "consumer_byte_rate=4096.0" in shown.stdout
+        wait_for(lambda: all(user_applied(b) for b in cl.brokers), 30,
+                 "every broker to know the user's and client-id's quota")
         # Broker 3 enforces it on a topic it leads.
         from .test_replication import create
 
@@ -275,20 +304,128 @@ def test_the_throttle_time_is_kafkas_and_idle_client_ids_are_forgotten() -> None
 
     now = [1000.0]
     q = ClientQuotas(samples=3, window_s=1.0, clock=lambda: now[0])
-    q.load({"a": {PRODUCER_BYTE_RATE: "1000"}, DEFAULT: {PRODUCER_BYTE_RATE: "500",
-                                                        CONSUMER_BYTE_RATE: "100"}})
-    assert (q.bound(PRODUCER_BYTE_RATE, "a"), q.bound(PRODUCER_BYTE_RATE, "b")) == (1000, 500)
-    assert q.throttle_ms(PRODUCER_BYTE_RATE, "a", 1500) == 0  # 1,500 B over 2 s: 750 B/s
+    q.load({(None, "a"): {PRODUCER_BYTE_RATE: "1000"},
+            (None, DEFAULT): {PRODUCER_BYTE_RATE: "500", CONSUMER_BYTE_RATE: "100"}})
+    assert (q.bound(PRODUCER_BYTE_RATE, "ANONYMOUS", "a"),
+            q.bound(PRODUCER_BYTE_RATE, "ANONYMOUS", "b")) == ((1000, (None, "a")),
+                                                             (500, (None, "b")))
+    assert q.throttle_ms(PRODUCER_BYTE_RATE, "u", "a", 1500) == 0  # 1,500 B over 2 s: 750 B/s
     # 3,000 B over 2 s: 1,500 B/s against 1,000: (1500 - 1000) / 1000 x 2 s = 1 s.
-    assert q.throttle_ms(PRODUCER_BYTE_RATE, "a", 1500) == 1000
-    assert q.throttle_ms(PRODUCER_BYTE_RATE, "b", 1500) == 1000  # the default: 750 vs 500
-    assert q.window_allowance(CONSUMER_BYTE_RATE, "x") == 200
-    assert q.throttle_ms(CONSUMER_BYTE_RATE, "x", 300, keep_if_throttled=False) == 1000
-    assert q.throttle_ms(CONSUMER_BYTE_RATE, "x", 200) == 0  # the 300 were taken back out
-    q.set(DEFAULT, {})
-    assert q.throttle_ms(PRODUCER_BYTE_RATE, "b", 10**9) == 0 and q.window_allowance(
-        CONSUMER_BYTE_RATE, "x") is None
-    assert ("producer_byte_rate", "a") in q._rates
+    assert q.throttle_ms(PRODUCER_BYTE_RATE, "u", "a", 1500) == 1000
+    assert q.throttle_ms(PRODUCER_BYTE_RATE, "u", "b", 1500) == 1000  # the default: 750 vs 500
+    assert q.window_allowance(CONSUMER_BYTE_RATE, "u", "x") == 200
+    assert q.throttle_ms(CONSUMER_BYTE_RATE, "u", "x", 300, keep_if_throttled=False) == 1000
+    assert q.throttle_ms(CONSUMER_BYTE_RATE, "u", "x", 200) == 0  # the 300 were taken back out
+    q.set((None, DEFAULT), {})
+    assert q.throttle_ms(PRODUCER_BYTE_RATE, "u", "b", 10**9) == 0 and q.window_allowance(
+        CONSUMER_BYTE_RATE, "u", "x") is None
+    assert ("producer_byte_rate", (None, "a")) in q._rates
     now[0] += 2 * 3600
-    q.throttle_ms(PRODUCER_BYTE_RATE, "a", 1)
-    assert set(q._rates) == {("producer_byte_rate", "a")}  # b's and x's went, a's is new
+    q.throttle_ms(PRODUCER_BYTE_RATE, "u", "a", 1)
+    assert set(q._rates) == {("producer_byte_rate", (None, "a"))}  # b's and x's went
+
+
+def test_user_quotas_come_first_in_kafkas_order() -> None:
+    """Kafka's eight levels, most specific first: user and client-id, user and default
+    client-id, user, default user and client-id, default user and default client-id,
+    default user, client-id, default client-id. The entity matched decides whose rate it
+    is: a user quota is shared by all that user's client-ids, a default user's is each
+    user's own."""
+    from daemon.api.client_quotas import DEFAULT, PRODUCER_BYTE_RATE, ClientQuotas
+
+    levels = [("alice", "app"), ("alice", DEFAULT), ("alice", None), (DEFAULT, "app"),
+              (DEFAULT, DEFAULT), (DEFAULT, None), (None, "app"), (None, DEFAULT)]
+    q = ClientQuotas(samples=3, window_s=1.0, clock=lambda: 0.0)
+    q.load({e: {PRODUCER_BYTE_RATE: str(1000 + i)} for i, e in enumerate(levels)})
+    for i, entity in enumerate(levels):
+        assert q.bound(PRODUCER_BYTE_RATE, "alice", "app")[0] == 1000 + i, entity
+        q.set(entity, {})  # the next level applies now
+    assert q.bound(PRODUCER_BYTE_RATE, "alice", "app") is None
+
+    q.load({("alice", None): {PRODUCER_BYTE_RATE: "1000"},
+            (DEFAULT, None): {PRODUCER_BYTE_RATE: "1000"}})
+    assert q.throttle_ms(PRODUCER_BYTE_RATE, "alice", "one", 2000) == 0  # 1,000 B/s over 2 s
+    assert q.throttle_ms(PRODUCER_BYTE_RATE, "alice", "two", 2000) > 0  # the same rate
+    assert q.throttle_ms(PRODUCER_BYTE_RATE, "bob", "one", 2000) == 0  # bob's own
+    assert q.throttle_ms(PRODUCER_BYTE_RATE, "carol", "one", 2000) == 0  # and carol's
+
+
+def test_user_quotas_bound_a_sasl_users_client_ids_together(tmp_path: Path) -> None:
+    """producer_byte_rate for user alice (a SASL login), set with `logkeeper configs
+    --user alice`, kept beside her SCRAM credentials: her two client-ids share one rate
+    and are throttled together; bob, with no user quota, falls to the default user's
+    and client-id's quota, which is his own; an anonymous client on PLAINTEXT has none.
+    DescribeClientQuotas shows each entity as Kafka names it, and they outlive a
+    restart."""
+    from daemon.security.sasl import login_blocking
+
+    from .daemon_helpers import Daemon, write_config
+    from .test_acls import JAAS
+    from .zkserver import free_port
+
+    d = Daemon(tmp_path / "d", {"num.partitions": 1, **WINDOWS})
+    sp = free_port()
+    d.values.update({
+        "listeners": f"SASL_PLAINTEXT://127.0.0.1:{sp},PLAINTEXT://127.0.0.1:{d.port}",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256",
+        "sasl.mechanism.inter.broker.protocol": "PLAIN",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS})
+    d.config = write_config(d.root / "logkeeper.toml", d.values)
+
+    def as_user(user: str, client_id: str) -> RawClient:
+        c = RawClient(sp, client_id=client_id)
+        login_blocking(c.sock, ("PLAIN", user, f"{user}-secret"), client_id=client_id,
+                       peer="the broker")
+        return c
+
+    def configs(*args: str) -> str:
+        got = cli("configs", *args, "--bootstrap-server", d.bootstrap)
+        assert got.returncode == 0, got.stderr
+        return got.stdout.strip()
+
+    with d:
+        create_topic(d, "uq", 1)
+        assert configs("alter", "--user", "alice", "--add-config",
+                       f"producer_byte_rate={RATE},SCRAM-SHA-256=[password=alice-scram]") == \
+            "Completed updating config for user-principal 'alice'."
+        configs("alter", "--user-defaults", "--client-defaults", "--add-config",
+                f"producer_byte_rate={RATE * 4}")
+        assert configs("describe", "--user", "alice") == (
+            f"Quota configs for user-principal 'alice' are producer_byte_rate={RATE:.1f}\n"
+            "SCRAM credential configs for user-principal 'alice' are "
+            "SCRAM-SHA-256=iterations=4096")
+        assert configs("describe", "--user-defaults", "--client-defaults") == (
+            "Quota configs for the default user-principal, the default client-id are "
+            f"producer_byte_rate={RATE * 4:.1f}")
+
+        one, two = as_user("alice", "one"), as_user("alice", "two")
+        bob, anonymous = as_user("bob", "one"), RawClient(d.port, client_id="one")
+        try:
+            assert _produce(one, "uq", 300) == (0, 0)  # 300 KiB over 2 s: within 256 KiB/s
+            code, throttle = _produce(two, "uq", 300)  # alice's rate: 600 KiB over 2 s
+            assert code == 0 and throttle > 0, throttle
+            assert [_produce(bob, "uq", 300)[1] for _ in range(2)] == [0, 0]  # 1 MiB/s his
+            assert [_produce(anonymous, "uq", 300)[1] for _ in range(3)] == [0, 0, 0]
+        finally:
+            for c in (one, two, bob, anonymous):
+                c.close()
+        # The SCRAM credential set beside the quota logs her in.
+        c = RawClient(sp, client_id="scram")
+        login_blocking(c.sock, ("SCRAM-SHA-256", "alice", "alice-scram"), client_id="scram",
+                       peer="the broker")
+        c.close()
+
+        admin = RawClient(d.port)
+        try:
+            C = DescribeClientQuotasRequest.ComponentData
+            resp = admin.request(DescribeClientQuotasRequest(components=[
+                C(entity_type="user", match_type=2, match=None)], strict=False), 1)
+            assert [[(e.entity_type, e.entity_name) for e in x.entity] for x in resp.entries] \
+                == [[("user", "alice")]]
+        finally:
+            admin.close()
+        d.stop()
+        d.start()
+        assert configs("describe", "--user", "alice").startswith(
+            f"Quota configs for user-principal 'alice' are producer_byte_rate={RATE:.1f}")

@@ -81,6 +81,11 @@ class ConnInfo:
     authorizer: Authorizer | None = None
 
     @property
+    def user(self) -> str:
+        """The principal's name, as quotas name users (User:alice -> alice)."""
+        return self.principal.partition(":")[2]
+
+    @property
     def host(self) -> str:
         """The client's address, as ACLs name hosts."""
         return self.peer.rpartition(":")[0] or self.peer
@@ -266,7 +271,7 @@ class Handlers:
         quotas = self.client_quotas
         if quotas is None or not quotas.quotas:
             return 0
-        throttle = quotas.throttle_ms(key, req.client_id, nbytes,
+        throttle = quotas.throttle_ms(key, conn.user, req.client_id, nbytes,
                                       keep_if_throttled=keep_if_throttled)
         if throttle:
             conn.mute(throttle)
@@ -367,7 +372,8 @@ class Handlers:
         max_bytes = body.max_bytes if req.version >= 3 else 2**31 - 1
         if body.replica_id < 0 and self.client_quotas is not None and self.client_quotas.quotas:
             # An answer the consumer's quota could never let through is cut to what it can.
-            allowed = self.client_quotas.window_allowance(CONSUMER_BYTE_RATE, req.client_id)
+            allowed = self.client_quotas.window_allowance(CONSUMER_BYTE_RATE, conn.user,
+                                                          req.client_id)
             if allowed is not None:
                 max_bytes = max(1, min(max_bytes, allowed))
         # A follower (replica_id >= 0) reads to the log end; a consumer to the HW.

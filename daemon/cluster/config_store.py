@@ -82,6 +82,25 @@ class ZkConfigStore:
                 log.error("ignoring %s", err)
         return out
 
+    def read_all_user_clients(self) -> dict[str, dict[str, str]]:
+        """Every `/config/users/<user>/clients/<client-id>` config, by its name under
+        /config/users (`<user>/clients/<client-id>`)."""
+        out = {}
+        for user in self._children(znodes.CONFIG_USERS):
+            for client in self._children(f"{znodes.CONFIG_USERS}/{user}/clients"):
+                name = f"{user}/clients/{client}"
+                try:
+                    out[name] = self.read(USERS, name)
+                except znodes.ZnodeError as err:
+                    log.error("ignoring %s", err)
+        return out
+
+    def _children(self, path: str) -> list[str]:
+        try:
+            return list(self._wait(self.client.get_children_async(path)))
+        except NoNodeError:
+            return []
+
     def write(self, entity_type: str, name: str, config: dict[str, str]) -> None:
         """Set (or create) the entity's config, then announce the change."""
         path = entity_path(entity_type, name)

@@ -8,13 +8,16 @@ dir, written atomically through the dir's `LogDir.write_root_file` (inside its I
      "topics": {"orders": {"retention.ms": "60000"}},
      "brokers": {"<default>": {}, "0": {"log.retention.bytes": "1000000"}},
      "clients": {"<default>": {"producer_byte_rate": "1048576"}},
-     "users": {"alice": {"SCRAM-SHA-256": "salt=...,stored_key=...,server_key=...,iterations=8192"}},
+     "users": {"alice": {"SCRAM-SHA-256": "salt=...,stored_key=...,server_key=...,iterations=8192",
+                         "producer_byte_rate": "1048576"}},
+     "user_clients": {"alice": {"<default>": {"consumer_byte_rate": "2097152"}}},
      "acls": [{"resourceType": "Topic", "name": "orders", "patternType": "LITERAL",
                "principal": "User:alice", "host": "*", "operation": "Read",
                "permissionType": "Allow"}]}
 
-Values are strings, as in `/config/topics/<t>`; `clients` holds client quotas by client-id
-(daemon.api.client_quotas), `acls` the authorizer's ACLs (daemon.security.acls). At
+Values are strings, as in `/config/topics/<t>`; `clients` holds client quotas by client-id,
+`users` each user's SCRAM credentials and quotas, `user_clients` the quotas of a user and
+client-id (daemon.api.client_quotas), `acls` the authorizer's ACLs (daemon.security.acls). At
 start-up the record with the highest generation among the dirs wins, so a dir that
 missed a write (full, or offline then) does not bring old configs back.
 
@@ -50,6 +53,7 @@ class FileConfigStore:
         self.clients: dict[str, dict[str, str]] = {}  # client quotas, kept with the rest
         self.users: dict[str, dict[str, str]] = {}  # SCRAM credentials, by user
         self.acls: list[dict[str, str]] = []  # the ACLs, a binding each
+        self.user_clients: dict[str, dict[str, dict[str, str]]] = {}  # user -> client -> quotas
 
     async def load(self) -> tuple[dict[str, dict[str, str]], dict[str, dict[str, str]]]:
         """(topics, brokers) from the newest record among the dirs ({} and {} if none)."""
@@ -62,6 +66,9 @@ class FileConfigStore:
         self.generation = int(newest.get("generation", 0))
         self.clients = _configs(newest.get("clients"))
         self.users = _configs(newest.get("users"))
+        self.user_clients = {u: _configs(c) for u, c in newest.get("user_clients", {}).items()
+                             if isinstance(c, dict)} \
+            if isinstance(newest.get("user_clients"), dict) else {}
         acls = newest.get("acls")
         self.acls = [{str(k): str(v) for k, v in b.items()} for b in acls
                      if isinstance(b, dict)] if isinstance(acls, list) else []
@@ -71,19 +78,25 @@ class FileConfigStore:
                     brokers: Mapping[str, Mapping[str, str]],
                     clients: Mapping[str, Mapping[str, str]] | None = None,
                     users: Mapping[str, Mapping[str, str]] | None = None,
-                    acls: list[dict[str, str]] | None = None) -> None:
+                    acls: list[dict[str, str]] | None = None,
+                    user_clients: Mapping[str, Mapping[str, Mapping[str, str]]] | None = None
+                    ) -> None:
         """Store the whole state in every ONLINE dir (`clients`: the client quotas,
         `users`: the SCRAM credentials, `acls`: the ACLs, when they change; else those
         held). On failure nothing is taken."""
         clients = self.clients if clients is None else clients
         users = self.users if users is None else users
         acls = self.acls if acls is None else acls
+        user_clients = self.user_clients if user_clients is None else user_clients
         self.generation += 1
         record = {"version": 1, "broker": self.storage.broker_id, "generation": self.generation,
                   "topics": {t: dict(c) for t, c in sorted(topics.items()) if c},
                   "brokers": {b: dict(c) for b, c in sorted(brokers.items()) if c},
                   "clients": {c: dict(q) for c, q in sorted(clients.items()) if q},
                   "users": {u: dict(c) for u, c in sorted(users.items()) if c},
+                  "user_clients": {u: {c: dict(q) for c, q in sorted(cs.items()) if q}
+                                   for u, cs in sorted(user_clients.items())
+                                   if any(cs.values())},
                   "acls": acls}
         data = json.dumps(record, indent=1, sort_keys=True).encode() + b"\n"
         dirs = [d for d in self.storage.dirs if d.logdir is not None
@@ -102,6 +115,8 @@ class FileConfigStore:
         self.clients = {c: dict(q) for c, q in clients.items() if q}
         self.users = {u: dict(c) for u, c in users.items() if c}
         self.acls = list(acls)
+        self.user_clients = {u: {c: dict(q) for c, q in cs.items() if q}
+                             for u, cs in user_clients.items() if any(cs.values())}
 
 
 def _configs(obj: Any) -> dict[str, dict[str, str]]:

@@ -9,15 +9,18 @@ IncrementalAlterConfigs).
     logkeeper configs describe --client ID | --client-defaults
     logkeeper configs alter --client ID | --client-defaults
                             --add-config producer_byte_rate=1048576[,consumer_byte_rate=...]
-    logkeeper configs describe --user NAME
+    logkeeper configs describe --user NAME | --user-defaults [--client ID | --client-defaults]
+    logkeeper configs alter --user NAME | --user-defaults [--client ID | --client-defaults]
+                            --add-config producer_byte_rate=1048576[,consumer_byte_rate=...]
     logkeeper configs alter --user NAME [--zookeeper HOSTS]
                             --add-config 'SCRAM-SHA-256=[iterations=8192,password=...]'
                             [--delete-config SCRAM-SHA-512]
 
-Client quotas (`--client`, a client-id, or `--client-defaults`) go through
-DescribeClientQuotas and AlterClientQuotas, to any broker, as kafka-configs.sh
-`--entity-type clients` does; each broker enforces them on its own traffic. A user's
-SCRAM credentials (`--user`) go through DescribeUserScramCredentials and
+Client quotas go through DescribeClientQuotas and AlterClientQuotas, to any broker, as
+kafka-configs.sh `--entity-type clients` / `users` does: of a client-id (`--client`, or
+`--client-defaults`), a user (`--user`, or `--user-defaults`), or a user and client-id
+(both); each broker enforces them on its own traffic. A user's SCRAM credentials
+(`--user NAME` with SCRAM-SHA-256/512 keys) go through DescribeUserScramCredentials and
 AlterUserScramCredentials, salted here as Kafka's admin client salts them; with
 `--zookeeper` they are written to ZooKeeper directly, as kafka-configs.sh --zookeeper
 does for the inter-broker user before any broker runs.
@@ -98,19 +101,28 @@ CLIENT = -1  # not a ConfigResource type: client quotas have their own APIs
 MATCH_EXACT, MATCH_DEFAULT = 0, 1
 
 
-def describe_client(bootstrap: str, client: str | None) -> dict[str, float]:
-    """A client-id's quotas (None: the default client-id's)."""
+# A quota entity: its (entity type, name) parts, a None name for the default
+# (`--user alice --client-defaults`: [("user", "alice"), ("client-id", None)]).
+QuotaEntity = list[tuple[str, str | None]]
+QUOTA_KEYS = ("producer_byte_rate", "consumer_byte_rate", "request_percentage",
+              "controller_mutation_rate")
+
+
+def describe_quotas(bootstrap: str, entity: QuotaEntity) -> dict[str, float]:
+    """The entity's quotas."""
     C = DescribeClientQuotasRequest.ComponentData
     with connect_any(bootstrap) as conn:
         resp = conn.call(DescribeClientQuotasRequest(components=[C(
-            entity_type="client-id", match_type=MATCH_DEFAULT if client is None else MATCH_EXACT,
-            match=client)], strict=True), DescribeClientQuotasResponse, lo=0, hi=1)
+            entity_type=kind, match_type=MATCH_DEFAULT if name is None else MATCH_EXACT,
+            match=name) for kind, name in entity], strict=True),
+            DescribeClientQuotasResponse, lo=0, hi=1)
     if resp.error_code:
         raise Refused(resp.error_code, resp.error_message)
     return {v.key: v.value for e in resp.entries or [] for v in e.values}
 
 
-def alter_client(bootstrap: str, client: str | None, add: dict[str, str], delete: list[str]) -> None:
+def alter_quotas(bootstrap: str, entity: QuotaEntity, add: dict[str, str],
+                 delete: list[str]) -> None:
     E = AlterClientQuotasRequest.EntryData
     ops = []
     for k, v in add.items():
@@ -123,8 +135,8 @@ def alter_client(bootstrap: str, client: str | None, add: dict[str, str], delete
     ops += [E.OpData(key=k, value=0.0, remove=True) for k in delete]
     with connect_any(bootstrap) as conn:
         resp = conn.call(AlterClientQuotasRequest(entries=[E(
-            entity=[E.EntityData(entity_type="client-id", entity_name=client)], ops=ops)],
-            validate_only=False), AlterClientQuotasResponse, lo=0, hi=1)
+            entity=[E.EntityData(entity_type=kind, entity_name=name) for kind, name in entity],
+            ops=ops)], validate_only=False), AlterClientQuotasResponse, lo=0, hi=1)
     [res] = resp.entries
     if res.error_code:
         raise Refused(res.error_code, res.error_message)
@@ -241,13 +253,27 @@ def alter_user_in_zookeeper(hosts: str, user: str, add: dict[str, str], delete: 
         zk.close()
 
 
+def _quota_entity(args: argparse.Namespace) -> QuotaEntity:
+    """The user and/or client-id named (each possibly the default), as Kafka's
+    `--entity-type users --entity-name alice --entity-type clients --entity-default`."""
+    out: QuotaEntity = []
+    if args.user is not None or args.user_defaults:
+        out.append(("user", args.user))
+    if args.client is not None or args.client_defaults:
+        out.append(("client-id", args.client))
+    return out
+
+
 def _resource(args: argparse.Namespace) -> tuple[int, str]:
-    if getattr(args, "user", None) is not None:
-        return USER, args.user
-    if getattr(args, "client", None) is not None:
-        return CLIENT, args.client
-    if getattr(args, "client_defaults", False):
-        return CLIENT, ""
+    entity = _quota_entity(args)
+    named = [x for x in (args.topic is not None, args.broker is not None,
+                         args.broker_defaults, bool(entity)) if x]
+    if len(named) != 1:
+        raise ValueError("name one of --topic, --broker, --broker-defaults, or a user "
+                         "(--user/--user-defaults) and/or client-id (--client/--client-defaults)")
+    if entity:
+        return (USER if entity[0][0] == "user" else CLIENT), ", ".join(
+            _entity_text(kind, name) for kind, name in entity)
     if args.topic is not None:
         return TOPIC, args.topic
     if args.broker is not None:
@@ -294,13 +320,16 @@ def alter(bootstrap: str, rtype: int, name: str, add: dict[str, str], delete: li
         raise Refused(res.error_code, res.error_message)
 
 
+def _entity_text(kind: str, name: str | None) -> str:
+    what = "user-principal" if kind == "user" else "client-id"
+    return f"{what} '{name}'" if name is not None else f"the default {what}"
+
+
 def _what(rtype: int, name: str) -> str:
     if rtype == TOPIC:
         return f"topic {name}"
-    if rtype == CLIENT:
-        return f"client-id {name}" if name else "the default client-id"
-    if rtype == USER:
-        return f"user-principal '{name}'"
+    if rtype in (CLIENT, USER):
+        return name  # the quota entity's text (_resource)
     return f"broker {name}" if name else "default brokers"
 
 
@@ -330,18 +359,23 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="action", required=True)
     for action in ("describe", "alter"):
         s = add_command(sub, action, f"{action} the configs of a topic or broker")
-        what = s.add_mutually_exclusive_group(required=True)
-        what.add_argument("--topic", help="a topic")
-        what.add_argument("--broker", type=int, help="a broker id (its dynamic configs)")
-        what.add_argument("--broker-defaults", action="store_true",
-                          help="the cluster-wide dynamic broker defaults")
-        what.add_argument("--client", metavar="ID",
-                          help="a client-id's quotas (producer_byte_rate, consumer_byte_rate)")
-        what.add_argument("--client-defaults", action="store_true",
-                          help="the quotas of every client-id without its own")
-        what.add_argument("--user", metavar="NAME",
-                          help="a user's SCRAM credentials (SCRAM-SHA-256=[iterations=N,"
-                          "password=...], SCRAM-SHA-512=[...])")
+        s.add_argument("--topic", help="a topic")
+        s.add_argument("--broker", type=int, help="a broker id (its dynamic configs)")
+        s.add_argument("--broker-defaults", action="store_true",
+                       help="the cluster-wide dynamic broker defaults")
+        client = s.add_mutually_exclusive_group()
+        client.add_argument("--client", metavar="ID",
+                            help="a client-id's quotas (producer_byte_rate, consumer_byte_rate); "
+                            "with --user/--user-defaults, that user's and client-id's")
+        client.add_argument("--client-defaults", action="store_true",
+                            help="the quotas of every client-id without its own")
+        user = s.add_mutually_exclusive_group()
+        user.add_argument("--user", metavar="NAME",
+                          help="a user's quotas (producer_byte_rate, consumer_byte_rate) and "
+                          "SCRAM credentials (SCRAM-SHA-256=[iterations=N,password=...], "
+                          "SCRAM-SHA-512=[...])")
+        user.add_argument("--user-defaults", action="store_true",
+                          help="the quotas of every user without its own")
         s.add_argument("--zookeeper", metavar="HOSTS[/CHROOT]",
                        help="with --user: read and write ZooKeeper directly (the first "
                        "inter-broker user, before any broker runs)")
@@ -357,44 +391,72 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _split_user_keys(add: dict[str, str], delete: list[str]) -> tuple[
+        dict[str, str], list[str], dict[str, str], list[str]]:
+    """A user's --add-config and --delete-config split into its quota keys and its SCRAM
+    credentials (two APIs)."""
+    return ({k: v for k, v in add.items() if k not in SCRAM_IDS},
+            [k for k in delete if k not in SCRAM_IDS],
+            {k: v for k, v in add.items() if k in SCRAM_IDS},
+            [k for k in delete if k in SCRAM_IDS])
+
+
+def _describe_entity(bootstrap: str, rtype: int, name: str, entity: QuotaEntity,
+                     as_json: bool) -> None:
+    quotas = describe_quotas(bootstrap, entity)
+    shown = ", ".join(f"{k}={v}" for k, v in sorted(quotas.items()))
+    user = entity[0][1] if entity[0][0] == "user" else None
+    creds = describe_user(bootstrap, user) if user is not None and len(entity) == 1 else {}
+    if as_json:  # a client-id's: its quotas; a user's: {"quotas": ..., "scram": ...}
+        print(json.dumps({"quotas": quotas, "scram": creds} if user is not None
+                         and len(entity) == 1 else quotas, sort_keys=True))
+        return
+    # Kafka's lines: each kind that the entity has.
+    if quotas:
+        print(f"Quota configs for {_what(rtype, name)} are {shown}")
+    if creds:
+        scram = ", ".join(f"{m}=iterations={i}" for m, i in sorted(creds.items()))
+        print(f"SCRAM credential configs for {_what(rtype, name)} are {scram}")
+    if not quotas and not creds:
+        print(f"No quota configs for {_what(rtype, name)}" if user is None or len(entity) > 1
+              else f"No quota or SCRAM credential configs for {_what(rtype, name)}")
+
+
 def main(argv: list[str]) -> int:
     try:
         args = _parser().parse_args(argv)
     except SystemExit as exc:
         return int(exc.code or 0)
-    rtype, name = _resource(args)
+    rtype, name = USER, ""
     try:
-        if args.zookeeper is not None and rtype != USER:
+        rtype, name = _resource(args)
+        entity = _quota_entity(args)
+        single_user = entity[0][1] if len(entity) == 1 and entity[0][0] == "user" else None
+        if args.zookeeper is not None and single_user is None:
             raise ValueError("--zookeeper is for --user only (SCRAM credentials)")
-        if rtype == USER and args.zookeeper is not None and args.action == "alter":
-            alter_user_in_zookeeper(args.zookeeper, name, *_changes(args))
+        if args.zookeeper is not None and args.action == "alter":
+            alter_user_in_zookeeper(args.zookeeper, single_user, *_changes(args))
             print(f"Completed updating config for {_what(rtype, name)}.")
             return 0
         bootstrap = bootstrap_of(args)
         if args.action == "describe":
-            if rtype == USER:
-                creds = describe_user(bootstrap, name)
-                shown = ", ".join(f"{m}=iterations={i}" for m, i in sorted(creds.items()))
-                print(json.dumps(creds, sort_keys=True) if args.json else
-                      f"SCRAM credential configs for {_what(rtype, name)} are {shown}" if creds
-                      else f"No SCRAM credential configs for {_what(rtype, name)}")
-                return 0
-            if rtype == CLIENT:
-                quotas = describe_client(bootstrap, name or None)
-                shown = ", ".join(f"{k}={v}" for k, v in sorted(quotas.items()))
-                print(json.dumps(quotas, sort_keys=True) if args.json else
-                      f"Quota configs for {_what(rtype, name)} are {shown}" if quotas
-                      else f"No quota configs for {_what(rtype, name)}")
+            if entity:
+                _describe_entity(bootstrap, rtype, name, entity, args.json)
                 return 0
             entries = describe(bootstrap, rtype, name)
             print(json.dumps(entries, indent=2) if args.json
                   else render(entries, rtype, name, args.all))
             return 0
         add, delete = _changes(args)
-        if rtype == USER:
-            alter_user(bootstrap, name, add, delete)
-        elif rtype == CLIENT:
-            alter_client(bootstrap, name or None, add, delete)
+        if entity:
+            q_add, q_delete, s_add, s_delete = _split_user_keys(add, delete)
+            if (s_add or s_delete) and single_user is None:
+                raise ValueError("SCRAM credentials belong to one named user (--user NAME "
+                                 "alone)")
+            if q_add or q_delete:
+                alter_quotas(bootstrap, entity, q_add, q_delete)
+            if s_add or s_delete:
+                alter_user(bootstrap, single_user, s_add, s_delete)
         else:
             alter(bootstrap, rtype, name, add, delete)
     except Refused as err:
