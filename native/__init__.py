@@ -103,6 +103,9 @@ CRC32C_IMPLS: tuple[str, ...] = (
 assert len(CRC32C_IMPLS) == _lib.LK_CRC_COUNT
 # An operator's override of the calibrated choice, read once at import.
 CRC32C_ENV = "LOGKEEPER_CRC32C"
+# Implementations to leave out, as if the CPU lacked them (a comma list, read once at
+# import, before the first CRC): what another CPU class would run, on this one.
+CRC32C_DISABLE_ENV = "LOGKEEPER_CRC32C_DISABLE"
 # Sizes the calibration times (fastpath.h: lk_crc32c_calibration).
 CRC32C_CALIBRATION_SIZES = (16 << 10, 64 << 10)
 # Calibration scores within this factor of the lowest tie; the later implementation in
@@ -180,6 +183,15 @@ def crc32c_using(impl: str, data: Buffer, crc: int = 0) -> int:
 
 
 def _force_from_env() -> None:
+    for name in filter(None, (n.strip() for n in os.environ.get(CRC32C_DISABLE_ENV, "").split(","))):
+        try:
+            rc = _lib.lk_crc32c_disable(_impl_index(name))
+        except ValueError as err:
+            raise ImportError(f"{CRC32C_DISABLE_ENV}: {err}") from err
+        if rc < 0:
+            why = ("the portable implementation is every CPU's fallback" if name == "portable"
+                   else str(_oserror(rc, "lk_crc32c_disable")))
+            raise ImportError(f"{CRC32C_DISABLE_ENV}: cannot leave out {name}: {why}")
     name = os.environ.get(CRC32C_ENV)
     if not name:
         return

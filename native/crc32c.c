@@ -221,9 +221,12 @@ static int lk_cmp_double(const void *a, const void *b)
  * in one start of seven, and once one 40% slower. The choice is the latest
  * implementation whose score is within LK_CALIB_TIE of the lowest. Without memory for the
  * buffer it keeps the last supported one: a guess, but a correct CRC either way. */
+static atomic_int lk_calibration_started;
+
 static void lk_calibrate(void)
 {
     enum { timed = LK_CALIB_ROUNDS - 1 };
+    atomic_store(&lk_calibration_started, 1);
     static uint64_t ns[timed][LK_CRC_COUNT][2]; /* only ever touched under pthread_once */
     int best = LK_CRC_PORTABLE;
     for (int i = LK_CRC_COUNT - 1; i > LK_CRC_PORTABLE; i--)
@@ -366,6 +369,24 @@ int lk_crc32c_force(int impl)
      * lk_dispatch_slow, which calibrates if that never happened and stores the choice. */
     lk_crc_raw_fn fn = impl >= 0 ? lk_impls[impl] : NULL;
     atomic_store_explicit(&lk_dispatch, fn, memory_order_release);
+    pthread_mutex_unlock(&lk_force_lock);
+out:
+    return rc;
+}
+
+int lk_crc32c_disable(int impl)
+{
+    int rc = 0;
+    if (impl <= LK_CRC_PORTABLE || impl >= LK_CRC_COUNT) {
+        rc = -EINVAL;
+        goto out;
+    }
+    pthread_mutex_lock(&lk_force_lock);
+    if (atomic_load(&lk_calibration_started) || lk_forced >= 0) {
+        rc = -EBUSY;
+    } else {
+        lk_impls[impl] = NULL;
+    }
     pthread_mutex_unlock(&lk_force_lock);
 out:
     return rc;

@@ -46,6 +46,11 @@ int lk_crc32c_active(void);
  * impl, -ENOTSUP when the CPU lacks it. Thread-safe: calls already running finish with
  * the implementation they started with. */
 int lk_crc32c_force(int impl);
+/* Take impl out, as if this CPU lacked it (an operator's mask, tests of other CPU
+ * classes): lk_crc32c_supported says 0, lk_crc32c_with -ENOTSUP, and the calibration
+ * does not consider it. Only before the first CRC is dispatched or forced (-EBUSY
+ * after); -EINVAL for an unknown impl or the portable one. */
+int lk_crc32c_disable(int impl);
 /* What calibration measured (calibrating first if it has not run): out[3 * impl] and
  * out[3 * impl + 1] get the best time in ns of one 16 KiB and one 64 KiB CRC, and
  * out[3 * impl + 2] the score the choice was made on, in millionths: the median over

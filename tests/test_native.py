@@ -320,12 +320,34 @@ def test_crc_unknown_impl_is_a_value_error() -> None:
 
 
 def test_crc_unsupported_impl_raises_enotsup() -> None:
+    """An implementation this CPU lacks answers ENOTSUP, and the dispatch never picks it.
+    On a CPU that has them all, LOGKEEPER_CRC32C_DISABLE takes the widest ones out, as
+    a CPU without AVX-512 (and one without VPCLMULQDQ) would lack them."""
     missing = [impl for impl in native.CRC32C_IMPLS if impl not in SUPPORTED]
-    if not missing:
-        pytest.skip("this CPU runs every implementation")
-    with pytest.raises(OSError) as info:
-        native.crc32c_using(missing[0], b"x")
-    assert info.value.errno == errno.ENOTSUP
+    if missing:
+        with pytest.raises(OSError) as info:
+            native.crc32c_using(missing[0], b"x")
+        assert info.value.errno == errno.ENOTSUP
+    probe = ("import errno, native\n"
+             "out = [i for i in native.CRC32C_IMPLS if native.crc32c_supported(i)]\n"
+             "try:\n    native.crc32c_using('vpclmul512', b'x')\n"
+             "except OSError as e:\n    assert e.errno == errno.ENOTSUP\n"
+             "else:\n    raise AssertionError('vpclmul512 ran')\n"
+             "assert native.crc32c(b'123456789') == 0xE3069283\n"
+             "print(','.join(out)); print(native.crc32c_active())\n")
+    for disabled in (["vpclmul512", "vpclmul512_sse42"],
+                     [i for i in native.CRC32C_IMPLS if "vpclmul" in i]):
+        proc = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True,
+                              text=True, env={**os.environ,
+                                              native.CRC32C_DISABLE_ENV: ",".join(disabled)})
+        assert proc.returncode == 0, proc.stderr
+        left, active = proc.stdout.split()
+        assert set(left.split(",")) == set(SUPPORTED) - set(disabled)
+        assert active in left.split(",") and active not in disabled
+    proc = subprocess.run([sys.executable, "-c", "import native"], cwd=REPO, text=True,
+                          capture_output=True,
+                          env={**os.environ, native.CRC32C_DISABLE_ENV: "portable"})
+    assert proc.returncode != 0 and "every CPU's fallback" in proc.stderr
 
 
 @given(st.binary(max_size=5000), st.integers(0, 2**32 - 1))
