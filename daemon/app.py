@@ -32,7 +32,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import native
@@ -83,7 +83,7 @@ from .replica.manager import ReplicaManager
 from .replica.moves import ReplicaMoves
 from .replica.producer_ids import ProducerIds
 from .replica.quota import ReplicationQuotas
-from .replica.topic_config import TopicConfigs
+from .replica.topic_config import ConfigValueError, TopicConfigs
 from .replica.topics import TopicAdmin, TopicError
 from .security.acls import Authorizer, Binding, Entry, Resource, binding_from_json, binding_to_json
 from .security.sasl import SCRAM_MECHANISMS, Credentials
@@ -116,6 +116,9 @@ class Server:
         # reach the other brokers over TLS, with this listener's keystore and truststore.
         ib_tls = config.tls.get(config.inter_broker_listener)
         self.inter_broker_tls = ib_tls.client_context() if ib_tls is not None else None
+        # The TLS each listener serves now: the config file's, or a keystore rotated since
+        # through a dynamic listener.name.<l>.ssl.* broker config (_renew_tls).
+        self.active_tls = dict(config.tls)
         leadership: Standalone | ClusterLeadership = Standalone(config.broker_id,
                                                                 config["broker.rack"])
         self.isr: IsrManager | None = None
@@ -168,10 +171,13 @@ class Server:
                                          self._ensure_offsets_topic).dispatch())
         self._offsets_topic_asked = 0.0  # when this broker last wrote __consumer_offsets' znodes
         self.handlers.topic_configs = self.topic_configs
-        self.handlers.register(ConfigApis(
+        config_apis = ConfigApis(
             self.topic_configs, files=self.config_files,
             topics=lambda: set(self.replicas.leadership.metadata_topics(self.replicas.topics())),
-            zk=None if config.standalone else lambda: self.config_zk).dispatch())
+            zk=None if config.standalone else lambda: self.config_zk)
+        config_apis.check_listeners = self._check_listener_tls
+        self.topic_configs.on_broker_change = self._renew_tls
+        self.handlers.register(config_apis.dispatch())
         self.handlers.register(PartitionApis(
             self.replicas, self.topic_admin, controller=lambda: self.controller,
             metadata=self.metadata_cache, stopping=self.handlers.stopping).dispatch())
@@ -536,6 +542,40 @@ class Server:
         await self.config_files.write(self.topic_configs.topics,
                                       self.topic_configs.dynamic_brokers(), **changed)
 
+    def _check_listener_tls(self, dynamic: Mapping[str, str]) -> None:
+        """A dynamic config about to be stored: the keystores and truststores it names
+        read and checked now (ConfigValueError: what is wrong, nothing stored)."""
+        try:
+            self.config.tls_with(dynamic)
+        except ValueError as err:
+            raise ConfigValueError(str(err)) from None
+
+    def _renew_tls(self) -> None:
+        """This broker's dynamic config changed (or was loaded): a listener whose keystore
+        or truststore it rotates serves the new ones to every later connection, and an
+        SSL inter-broker listener's connections to other brokers offer and check them.
+        Connections made before keep theirs, as in Kafka."""
+        dynamic = self.topic_configs.broker_dynamic(str(self.config.broker_id))
+        try:
+            wanted = self.config.tls_with(dynamic)
+        except ValueError as err:  # changed under us since it was stored (a file gone)
+            log.error("the listeners' dynamic TLS config cannot be used, the TLS served "
+                      "stays as it was: %s", err)
+            return
+        for name, new in wanted.items():
+            old = self.active_tls.get(name)
+            if old is not None and (old.chain_pem, old.trusted_pem) == (new.chain_pem,
+                                                                      new.trusted_pem):
+                continue
+            self.active_tls[name] = new
+            if name in self.connections.tls:
+                self.connections.tls[name] = new.server_context()
+            if name == self.config.inter_broker_listener and self.inter_broker_tls is not None:
+                new.renew_client_context(self.inter_broker_tls)
+            log.info("listener %s: TLS renewed, serving %s%s", name, new.subject,
+                     " (the inter-broker connections too)"
+                     if name == self.config.inter_broker_listener else "")
+
     def _log_stats(self) -> list[LogStats]:
         """For the metrics, at scrape time: every partition held here with a log (an
         offline dir's have none). Read on the loop while the dir workers append: each
@@ -700,7 +740,7 @@ class Server:
         self._log_recovery(time.monotonic() - started)
         for lst in self.config.listeners:
             try:
-                tls = self.config.tls.get(lst.name)
+                tls = self.active_tls.get(lst.name)
                 self.bound[lst.name] = await self.connections.listen(
                     lst.name, lst.host or None, lst.port,
                     tls.server_context() if tls is not None else None)

@@ -711,6 +711,39 @@ class Config:
             return None
         return (mechanism, *own.logins[mechanism])
 
+    def tls_with(self, dynamic: Mapping[str, str]) -> dict[str, tls.TlsSettings]:
+        """Each TLS listener's TLS with this broker's dynamic `listener.name.<l>.ssl.*`
+        keys (a rotated keystore or truststore) over the config file's, read and checked
+        now. ValueError says what is wrong: a key naming no TLS listener, a value or key
+        material that cannot be used, or a certificate of another subject (Kafka refuses
+        that too)."""
+        out = dict(self.tls)
+        wanted: dict[str, dict[str, Any]] = {}
+        for name, value in dynamic.items():
+            if not name.startswith(LISTENER_PREFIX) or ".ssl." not in name:
+                continue
+            lname, _, key = name[len(LISTENER_PREFIX):].partition(".")
+            if lname.upper() not in self.tls:
+                raise ValueError(f"{name}: {lname.upper()} is no SSL or SASL_SSL listener of "
+                                 f"this broker ({', '.join(sorted(self.tls)) or 'none'})")
+            try:
+                wanted.setdefault(lname.upper(), {})[key] = KEYS[key].check(
+                    _from_text(KEYS[key], value))
+            except (KeyError, ValueError) as err:
+                raise ValueError(f"{name} = {value!r}: {err}") from None
+        for lname, overrides in wanted.items():
+            prefix = f"{LISTENER_PREFIX}{lname.lower()}."
+            static = {k[len(prefix):]: v for k, v in self.given.items() if k.startswith(prefix)}
+            try:
+                new = tls.settings(lname, tls.resolved(self.values, {**static, **overrides}))
+            except tls.TlsError as err:
+                raise ValueError(f"listener {lname}: {err}") from None
+            if new.subject != self.tls[lname].subject:
+                raise ValueError(f"listener {lname}: Keystore DistinguishedName does not match: "
+                                 f"existing={{{self.tls[lname].subject}}}, new={{{new.subject}}}")
+            out[lname] = new
+        return out
+
     def __getitem__(self, key: str) -> Any:
         return self.values[key]
 

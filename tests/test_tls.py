@@ -460,3 +460,71 @@ def test_the_tools_reach_an_ssl_listener(tmp_path: Path) -> None:
         r = cli("get-offsets", "--topic", "sec", *at, "--command-config", str(props))
         assert r.returncode == 0, r.stderr
         assert sum(int(line.rsplit(":", 1)[1]) for line in r.stdout.split()) == 520
+
+
+def serial(cert: dict) -> int:
+    return int(cert["serialNumber"], 16)
+
+
+def test_a_keystore_is_rotated_without_a_restart(tmp_path: Path) -> None:
+    """A certificate rotation as Kafka's operators do it: the keystore file replaced,
+    then `configs alter --broker N --add-config
+    listener.name.ssl.ssl.keystore.location=<path>` (the same path, or a new one). Each
+    later TLS connection gets the new certificate while one made before keeps working;
+    the change outlives a restart. A keystore of another subject, a password key, the
+    cluster-wide default entity and a listener without TLS are refused, nothing
+    changed."""
+    ca = CertificateAuthority(tmp_path / "ca")
+    first = ca.issue("broker1")
+    first_serial = first.cert.serial_number
+    d = Daemon(tmp_path / "d")
+    ssl_port = free_port()
+    with_ssl_listener(d, ssl_port, ssl_keystore_location=str(first.keystore_pem))
+
+    def alter(*keys: str) -> subprocess.CompletedProcess[str]:
+        return cli("configs", "alter", "--bootstrap-server", d.bootstrap, "--broker", "1",
+                   "--add-config", ",".join(keys))
+
+    with d:
+        assert serial(peer_certificate(ssl_port, ca.cert_pem)) == first_serial
+        held = RawClient(ssl_port, tls=ssl.create_default_context(cafile=str(ca.cert_pem)))
+        try:
+            second = ca.issue("broker1")  # written over the same files
+            r = alter(f"listener.name.ssl.ssl.keystore.location={second.keystore_pem}")
+            assert r.returncode == 0, r.stderr
+            assert serial(peer_certificate(ssl_port, ca.cert_pem)) == second.cert.serial_number
+            assert held.request(ApiVersionsRequest(), 0).error_code == 0  # still served
+        finally:
+            held.close()
+        assert "listener SSL: TLS renewed, serving CN=broker1" in d.stderr()
+
+        # Elsewhere, under a new name.
+        second_ca = CertificateAuthority(tmp_path / "ca2", "second CA")
+        third = second_ca.issue("broker1")
+        moved = tmp_path / "rotated.pem"
+        shutil.copy(third.keystore_pem, moved)
+        ca2 = second_ca.cert_pem
+        r = alter(f"listener.name.ssl.ssl.keystore.location={moved}")
+        assert r.returncode == 0, r.stderr
+        assert serial(peer_certificate(ssl_port, ca2)) == third.cert.serial_number
+        shown = cli("configs", "describe", "--bootstrap-server", d.bootstrap, "--broker", "1")
+        assert f"listener.name.ssl.ssl.keystore.location={moved}" in shown.stdout
+
+        other = ca.issue("someone-else")
+        for keys, said in (
+                ([f"listener.name.ssl.ssl.keystore.location={other.keystore_pem}"],
+                 "Keystore DistinguishedName does not match"),
+                (["listener.name.ssl.ssl.keystore.location=/nonexistent.pem"], "nonexistent"),
+                (["listener.name.ssl.ssl.keystore.password=x"], "is a password"),
+                (["listener.name.plaintext.ssl.keystore.location=/x.pem"],
+                 "PLAINTEXT is no SSL or SASL_SSL listener")):
+            r = alter(*keys)
+            assert r.returncode == 1 and said in r.stderr, (keys, r.stderr)
+        r = cli("configs", "alter", "--bootstrap-server", d.bootstrap, "--broker-defaults",
+                "--add-config", f"listener.name.ssl.ssl.keystore.location={moved}")
+        assert r.returncode == 1 and "broker id must be specified" in r.stderr, r.stderr
+        assert serial(peer_certificate(ssl_port, ca2)) == third.cert.serial_number
+
+        d.stop()
+        d.start()
+        assert serial(peer_certificate(ssl_port, ca2)) == third.cert.serial_number

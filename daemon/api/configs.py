@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from kafka.protocol.admin import (
@@ -78,6 +78,9 @@ class ConfigApis:
         self.topics = topics
         self.zk = zk
         self.files = files
+        # Checks this broker's dynamic config for its listeners' TLS (ConfigValueError
+        # saying what is wrong), before it is stored (set by the app).
+        self.check_listeners: Callable[[Mapping[str, str]], None] | None = None
         self._lock = asyncio.Lock()  # one change at a time: read, modify, write
 
     def dispatch(self) -> dict[int, Callable[..., Awaitable[Any]]]:
@@ -269,6 +272,12 @@ class ConfigApis:
 
         new = tc.validate_broker_configs(tc.apply_ops(current, ops, kind, default),
                                          self.configs.static)
+        tls_keys = sorted(n for n in new if tc.listener_tls_key(n) is not None)
+        if tls_keys and name == "":
+            raise tc.ConfigValueError("Cannot update these configs at default cluster level, "
+                                      f"broker id must be specified: {tls_keys}")
+        if self.check_listeners is not None:
+            self.check_listeners(new)  # the keystores they name, read and checked now
         if validate_only:
             return
         if zk is not None:

@@ -299,11 +299,42 @@ def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, str]:
     return out
 
 
+# A listener's keystore and truststore, changed without a restart (a certificate
+# rotation): Kafka's reconfigurable SSL configs, as listener.name.<listener>.<key> on one
+# broker. Their password-type companions are not taken: logkeeper keeps no secret in
+# ZooKeeper (Kafka encrypts them with password.encoder.secret), so a rotated keystore
+# keeps its password.
+DYNAMIC_TLS_KEYS = ("ssl.keystore.location", "ssl.keystore.type", "ssl.truststore.location",
+                    "ssl.truststore.type")
+DYNAMIC_TLS_SECRETS = ("ssl.keystore.password", "ssl.key.password", "ssl.truststore.password",
+                       "ssl.keystore.key", "ssl.keystore.certificate.chain",
+                       "ssl.truststore.certificates")
+_LISTENER_KEY = re.compile(r"listener\.name\.([^.]+)\.(ssl\..+)")
+
+
+def listener_tls_key(name: str) -> tuple[str, str] | None:
+    """(listener name, ssl key) of a `listener.name.<listener>.ssl.*` key, else None."""
+    m = _LISTENER_KEY.fullmatch(name)
+    return (m.group(1).upper(), m.group(2)) if m else None
+
+
 def validate_broker_configs(configs: Mapping[str, str | None], static: Config) -> dict[str, str]:
     """Check dynamic broker configs (Kafka's DynamicBrokerConfig.validate)."""
     out = {}
     for name, value in configs.items():
         key = DYNAMIC_BROKER_KEYS.get(name)
+        tls_key = listener_tls_key(name)
+        if tls_key is not None and tls_key[1] in DYNAMIC_TLS_SECRETS:
+            raise ConfigValueError(
+                f"{name} is a password: logkeeper keeps no secret in ZooKeeper (Kafka would "
+                "need password.encoder.secret); give the new keystore the password the "
+                "config file has, or change it there and restart")
+        if tls_key is not None and tls_key[1] in DYNAMIC_TLS_KEYS:
+            if not isinstance(value, str) or not value.strip():
+                raise ConfigValueError(f"Invalid value {value} for configuration {name}: a "
+                                       "value is required")
+            out[name] = value.strip()
+            continue
         if key is None:
             if name in static.values or name in KAFKA_BROKER_KEYS:
                 raise ConfigValueError(f"Cannot update these configs dynamically: [{name}]")
@@ -460,6 +491,11 @@ def broker_entries(layers: Layers) -> list[Entry]:
         kind = key.kind if key is not None else _kind_of(KEYS[name].kind)
         out.append(Entry(name, value, source, kind, tuple(chain),
                          read_only=name not in DYNAMIC_BROKER_KEYS))
+    # A listener's dynamic keystore and truststore: listed where set.
+    for name, value in sorted(layers.dynamic.items()):
+        if listener_tls_key(name) is not None:
+            out.append(Entry(name, value, SOURCE_DYNAMIC_BROKER, TYPE_STRING,
+                             ((name, value, SOURCE_DYNAMIC_BROKER),)))
     # The throttle rates exist only as dynamic configs: listed where set, as Kafka does.
     for name in DYNAMIC_ONLY_BROKER_KEYS:
         chain = [link for link in layers.broker_chain(name) if link[2] != SOURCE_DEFAULT]
@@ -527,6 +563,8 @@ class TopicConfigs:
         self.static = static
         self.quotas = quotas
         self.layers = Layers(static, static.broker_id)
+        # Called when this broker's dynamic config changes (the listeners' TLS).
+        self.on_broker_change: Callable[[], None] | None = None
         self.base = static.log_config()
         self.topics: dict[str, dict[str, str]] = {}
         self.hosted = hosted
@@ -582,6 +620,8 @@ class TopicConfigs:
         self.layers.dynamic = dict(brokers.get(str(self.static.broker_id), {}))
         self.layers.dynamic_default = dict(brokers.get(DEFAULT_BROKER, {}))
         self.configure_quotas()
+        if self.on_broker_change is not None:
+            self.on_broker_change()
 
     async def set_topic(self, topic: str, overrides: Mapping[str, str]) -> None:
         """`topic`'s overrides are now `overrides`: apply them to its logs here (nothing
@@ -607,6 +647,8 @@ class TopicConfigs:
             return
         log.info("dynamic broker config %s: %s", entity, dict(configs) or "none")
         self.configure_quotas()
+        if self.on_broker_change is not None:
+            self.on_broker_change()
         await self.apply(None)
 
     def forget(self, topic: str) -> None:

@@ -100,6 +100,16 @@ class TlsSettings:
             _load_chain(ctx, self.chain_pem)
         return ctx
 
+    def renew_client_context(self, ctx: ssl.SSLContext) -> None:
+        """Give a client context made from an earlier keystore and truststore of this
+        listener (the one every inter-broker connection shares) this keystore, and this
+        truststore's CAs too: later handshakes use them (the earlier CAs stay trusted, as
+        OpenSSL cannot take a CA back out: what a CA rotation wants)."""
+        if self.chain_pem is not None:
+            _load_chain(ctx, self.chain_pem)
+        if self.trusted_pem is not None:
+            ctx.load_verify_locations(cadata=self.trusted_pem)
+
     def _common(self, ctx: ssl.SSLContext, purpose: ssl.Purpose) -> None:
         ctx.minimum_version, ctx.maximum_version = self.versions
         if self.trusted_pem is not None:
