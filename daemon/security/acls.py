@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
@@ -326,6 +327,9 @@ class Authorizer:
         self.super_users = frozenset(super_users)
         self.allow_if_no_acl = allow_if_no_acl
         self.acls: dict[Resource, frozenset[Entry]] = {}
+        self._by: dict[tuple[ResourceType, PatternType], dict[str, frozenset[Entry]]] = {}
+        self._prefix_lengths: dict[ResourceType, list[int]] = {}
+        self._prefix_counts: dict[ResourceType, Counter[int]] = {}
         self.loaded = False  # a broker in a cluster reads them once it is registered
         self.ready = asyncio.Event()  # set once they are read
         self._denials_logged: dict[tuple[Any, ...], float] = {}
@@ -335,16 +339,36 @@ class Authorizer:
         for resource, entry in bindings:
             acls.setdefault(resource, set()).add(entry)
         self.acls = {r: frozenset(e) for r, e in acls.items()}
+        self._index()
         self.loaded = True
         self.ready.set()
 
     def replace(self, resource: Resource, entries: Iterable[Entry]) -> None:
         """A resource's ACLs as its store now holds them (none: the resource has none)."""
         entries = frozenset(entries)
+        existed = resource in self.acls
+        names = self._by.setdefault((resource.type, resource.pattern), {})
         if entries:
-            self.acls[resource] = entries
+            self.acls[resource] = names[resource.name] = entries
         else:
             self.acls.pop(resource, None)
+            names.pop(resource.name, None)
+        if resource.pattern is PatternType.PREFIXED and existed != bool(entries):
+            counts = self._prefix_counts.setdefault(resource.type, Counter())
+            counts[len(resource.name)] += 1 if entries else -1
+            self._prefix_lengths[resource.type] = sorted(n for n, c in counts.items() if c > 0)
+
+    def _index(self) -> None:
+        """What `_covering` looks up: by type and pattern, the names' entries, and the
+        lengths the prefixes of each type have (a name's prefixes of other lengths have
+        no ACL, so they are not looked up)."""
+        self._by = {}
+        self._prefix_counts = {}
+        for r, entries in self.acls.items():
+            self._by.setdefault((r.type, r.pattern), {})[r.name] = entries
+            if r.pattern is PatternType.PREFIXED:
+                self._prefix_counts.setdefault(r.type, Counter())[len(r.name)] += 1
+        self._prefix_lengths = {t: sorted(c) for t, c in self._prefix_counts.items()}
 
     def bindings(self, flt: AclFilter = AclFilter()) -> list[Binding]:
         return sorted((r, e) for r, entries in self.acls.items() for e in entries
@@ -371,13 +395,17 @@ class Authorizer:
     def _covering(self, rtype: ResourceType, name: str) -> list[frozenset[Entry]]:
         """The entries of every pattern that applies to the resource: its own name, `*`,
         and each prefix of its name (a dict lookup each, however many ACLs there are)."""
-        acls = self.acls
-        names = (name,) if name == WILDCARD else (name, WILDCARD)
-        out = [e for e in (acls.get(Resource(rtype, n)) for n in names) if e]
-        for i in range(1, len(name) + 1):
-            e = acls.get(Resource(rtype, name[:i], PatternType.PREFIXED))
-            if e:
-                out.append(e)
+        literal = self._by.get((rtype, PatternType.LITERAL), {})
+        out = [e for e in (literal.get(name), None if name == WILDCARD
+                           else literal.get(WILDCARD)) if e]
+        prefixed = self._by.get((rtype, PatternType.PREFIXED))
+        if prefixed:
+            for n in self._prefix_lengths.get(rtype, ()):
+                if n > len(name):
+                    break
+                e = prefixed.get(name[:n])
+                if e:
+                    out.append(e)
         return out
 
     def authorize_any(self, principal: str, host: str, op: Operation,
