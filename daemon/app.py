@@ -257,6 +257,8 @@ class Server:
         self.notifier = notifier or Notifier.from_environment()
         self.metrics.watch_replication(self._replication_snapshot)
         self.metrics.watch_logs(self._log_stats)
+        if self.authorizer is not None:
+            self.metrics.watch_authorizer(self.authorizer.stats)
         self.http = HttpEndpoint(self.metrics, self.health, admin=self._admin,
                                  views={"/log-dirs": self.monitor.describe,
                                         "/cleaner": self.cleaner.describe})

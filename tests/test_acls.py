@@ -54,6 +54,7 @@ from daemon.security.acls import ResourceType as RT
 
 from .cluster_helpers import INTER_BROKER_USER, Cluster, secure_inter_broker, wait_for
 from .daemon_helpers import REPO, Daemon, write_config
+from .sick_helpers import metric
 from .test_replication import create, full_isr
 from .tls_helpers import CertificateAuthority
 from .zkserver import free_port
@@ -312,6 +313,14 @@ def test_acls_decide_what_each_user_may_do(tmp_path: Path) -> None:
                             d.bootstrap, "--list"], cwd=REPO, capture_output=True, text=True,
                            timeout=60)
         assert r.returncode == 1 and "ClusterAuthorizationFailed" in r.stderr  # anonymous
+
+        # The authorizer's metrics: the ACLs held (alice Write and Create, bob's three),
+        # and the decisions, denials among them.
+        assert metric(d, "kafka_security_authorizer_acls_total_count") == 5
+        assert metric(d, "kafka_security_authorizer_authorization_total",
+                      result="denied") >= 8
+        assert metric(d, "kafka_security_authorizer_authorization_total",
+                      result="allowed") > 40
 
         d.stop()
         d.start()

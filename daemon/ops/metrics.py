@@ -70,6 +70,27 @@ class Crc32cCollector(Collector):
         yield family
 
 
+class AuthorizerCollector(Collector):
+    """The authorizer's figures, read at scrape time (KRaft Kafka's authorizer metrics):
+    `kafka_security_authorizer_acls_total_count`, and the decisions made,
+    `kafka_security_authorizer_authorization_total{result="allowed|denied"}` (a rise of
+    denials is a client or a grant gone wrong)."""
+
+    def __init__(self, snapshot: Callable[[], tuple[int, int, int]]):
+        self.snapshot = snapshot  # (ACLs, allowed, denied)
+
+    def collect(self) -> Any:
+        acls, allowed, denied = self.snapshot()
+        yield GaugeMetricFamily("kafka_security_authorizer_acls_total_count",
+                                "ACLs held (each entry of each resource pattern)", value=acls)
+        family = CounterMetricFamily(
+            "kafka_security_authorizer_authorization",
+            "Authorization decisions on requests, super users' included", labels=["result"])
+        family.add_metric(["allowed"], allowed)
+        family.add_metric(["denied"], denied)
+        yield family
+
+
 @dataclass(frozen=True)
 class ReplicationSnapshot:
     """What the replication metrics read, taken at scrape time (the daemon builds it)."""
@@ -401,6 +422,10 @@ class Metrics:
     def watch_replication(self, snapshot: Callable[[], ReplicationSnapshot]) -> None:
         """Serve the replication and controller metrics from `snapshot()` at scrape time."""
         self.registry.register(ReplicationCollector(snapshot))
+
+    def watch_authorizer(self, snapshot: Callable[[], tuple[int, int, int]]) -> None:
+        """Serve the authorizer's figures from `snapshot()` at scrape time."""
+        self.registry.register(AuthorizerCollector(snapshot))
 
     def watch_logs(self, snapshot: Callable[[], Iterable[LogStats]]) -> None:
         """Serve the per-partition log gauges from `snapshot()` at scrape time."""

@@ -333,6 +333,7 @@ class Authorizer:
         self.loaded = False  # a broker in a cluster reads them once it is registered
         self.ready = asyncio.Event()  # set once they are read
         self._denials_logged: dict[tuple[Any, ...], float] = {}
+        self.decisions = [0, 0]  # denied, allowed (indexed by the decision)
 
     def load(self, bindings: Iterable[Binding]) -> None:
         acls: dict[Resource, set[Entry]] = {}
@@ -376,6 +377,16 @@ class Authorizer:
 
     def authorize(self, principal: str, host: str, op: Operation, rtype: ResourceType,
                   name: str) -> bool:
+        ok = self._decide(principal, host, op, rtype, name)
+        self.decisions[ok] += 1
+        return ok
+
+    def stats(self) -> tuple[int, int, int]:
+        """(ACLs held, decisions that allowed, decisions that denied), for the metrics."""
+        return sum(map(len, self.acls.values())), self.decisions[True], self.decisions[False]
+
+    def _decide(self, principal: str, host: str, op: Operation, rtype: ResourceType,
+                name: str) -> bool:
         if principal in self.super_users:
             return True
         if not self.loaded:  # a DENY not read yet must not be missed
