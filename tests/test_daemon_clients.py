@@ -193,9 +193,10 @@ def test_log_dirs_are_listed_by_the_daemon(daemon: Daemon) -> None:
 
 
 def test_acl_requests_are_told_there_is_no_authorizer(daemon: Daemon) -> None:
-    """logkeeper authorizes nothing, as a Kafka broker with no `authorizer.class.name`:
-    the ACL APIs answer SECURITY_DISABLED (54), not "the broker is too old for ACLs"
-    (what librdkafka said while they were not served), and store nothing."""
+    """Without `authorizer.class.name` (tests/test_acls.py has one), as a Kafka broker
+    without an authorizer: the ACL APIs answer SECURITY_DISABLED (54), not "the broker
+    is too old for ACLs" (what librdkafka said while they were not served), and store
+    nothing."""
     from confluent_kafka.admin import (
         AclBinding,
         AclBindingFilter,

@@ -66,13 +66,13 @@ from ..security.acls import (
     validate,
 )
 from .client import (
-    ClientError,
     Connection,
     Refused,
     add_broker_options,
     bootstrap_of,
     connect_any,
     run_tool,
+    zookeeper_session,
 )
 
 
@@ -272,18 +272,8 @@ def _backend(args: argparse.Namespace) -> Iterator[_Broker | _ZooKeeper]:
         with connect_any(bootstrap_of(args)) as conn:
             yield _Broker(conn)
         return
-    from kazoo.client import KazooClient
-
-    zk = KazooClient(hosts=hosts, timeout=10)
-    try:
-        zk.start(15)
-    except Exception as err:  # noqa: BLE001 - kazoo's timeout
-        raise ClientError(f"cannot reach ZooKeeper at {hosts}: {err}") from err
-    try:
+    with zookeeper_session(hosts) as zk:
         yield _ZooKeeper(ZkAclStore(zk))
-    finally:
-        zk.stop()
-        zk.close()
 
 
 def _print_acls(title: str, acls: dict[Resource, list[Entry]]) -> None:

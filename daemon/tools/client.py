@@ -17,7 +17,8 @@ import socket
 import ssl
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from kafka.protocol.api_key import ApiKey
@@ -256,6 +257,24 @@ def run_tool(prog: str, parser: argparse.ArgumentParser, argv: list[str],
     except (ClientError, ValueError) as err:  # ConfigError is a ValueError
         print(f"logkeeper {prog}: {err}", file=sys.stderr)
         return 2
+
+
+@contextmanager
+def zookeeper_session(hosts: str) -> Iterator[Any]:
+    """A kazoo client connected to `hosts` (a tool that writes ZooKeeper directly, as
+    Kafka's tools' --zookeeper); ClientError when it cannot be reached in 15 s."""
+    from kazoo.client import KazooClient
+
+    zk = KazooClient(hosts=hosts, timeout=10)
+    try:
+        zk.start(15)
+    except Exception as err:  # noqa: BLE001 - kazoo's timeout
+        raise ClientError(f"cannot reach ZooKeeper at {hosts}: {err}") from err
+    try:
+        yield zk
+    finally:
+        zk.stop()
+        zk.close()
 
 
 def read_json_option(option: str, path: str, fmt: str) -> Any:

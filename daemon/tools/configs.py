@@ -62,6 +62,7 @@ from .client import (
     bootstrap_of,
     connect_any,
     connect_broker,
+    zookeeper_session,
 )
 
 TOPIC, BROKER = 2, 4
@@ -228,18 +229,11 @@ def alter_user_in_zookeeper(hosts: str, user: str, add: dict[str, str], delete: 
     """kafka-configs.sh --zookeeper: write the user's credentials straight to ZooKeeper,
     as Kafka's docs have for the inter-broker user before any broker runs (every broker
     applies the change notification)."""
-    from kazoo.client import KazooClient
-
     from ..api.client_quotas import sanitize
     from ..cluster.config_store import USERS, ZkConfigStore
     from ..security.sasl import make_credential
 
-    zk = KazooClient(hosts=hosts, timeout=10)
-    try:
-        zk.start(15)
-    except Exception as err:  # noqa: BLE001 - kazoo's timeout
-        raise ClientError(f"cannot reach ZooKeeper at {hosts}: {err}") from err
-    try:
+    with zookeeper_session(hosts) as zk:
         store = ZkConfigStore(zk)
         config = store.read(USERS, sanitize(user))
         for m in delete:
@@ -248,9 +242,6 @@ def alter_user_in_zookeeper(hosts: str, user: str, add: dict[str, str], delete: 
         for m, iterations, salt, salted in scram_upsertions(user, add):
             config[m] = make_credential(m, salted, iterations, salt).to_kafka()
         store.write(USERS, sanitize(user), config)
-    finally:
-        zk.stop()
-        zk.close()
 
 
 def _quota_entity(args: argparse.Namespace) -> QuotaEntity:
