@@ -520,3 +520,184 @@ def test_cluster_acls_live_in_zookeeper(tmp_path: Path) -> None:
                               timeout=10)[1] == "TOPIC_AUTHORIZATION_FAILED"
 
         wait_for(read_refused, 60, "alice's Read removed on every broker")
+
+
+def test_every_api_refuses_an_unauthorized_client_with_kafkas_error(tmp_path: Path) -> None:
+    """An anonymous PLAINTEXT client with no ACL sends every client API the broker
+    serves, at the highest version it serves: each is answered (the connection stays
+    open) with Kafka's authorization error where Kafka's broker gives one, and nothing
+    changes: the topic, its records and the group stay as they were."""
+    from kafka.protocol.admin import (
+        AlterClientQuotasRequest,
+        AlterConfigsRequest,
+        AlterPartitionReassignmentsRequest,
+        AlterReplicaLogDirsRequest,
+        AlterUserScramCredentialsRequest,
+        CreatePartitionsRequest,
+        CreateTopicsRequest,
+        DeleteGroupsRequest,
+        DeleteRecordsRequest,
+        DeleteTopicsRequest,
+        DescribeClientQuotasRequest,
+        DescribeConfigsRequest,
+        DescribeGroupsRequest,
+        DescribeLogDirsRequest,
+        DescribeUserScramCredentialsRequest,
+        ElectLeadersRequest,
+        IncrementalAlterConfigsRequest,
+        ListGroupsRequest,
+        ListPartitionReassignmentsRequest,
+    )
+    from kafka.protocol.consumer import (
+        HeartbeatRequest,
+        JoinGroupRequest,
+        LeaveGroupRequest,
+        ListOffsetsRequest,
+        OffsetCommitRequest,
+        OffsetDeleteRequest,
+        OffsetFetchRequest,
+        OffsetForLeaderEpochRequest,
+        SyncGroupRequest,
+    )
+    from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
+    from kafka.protocol.producer import InitProducerIdRequest
+
+    from daemon.api.protocol import SUPPORTED
+
+    from .daemon_helpers import RawClient
+
+    TOPIC, GROUP, CLUSTER = 29, 30, 31
+    d, sp = acl_daemon(tmp_path)
+    with d:
+        admin = kp_admin(sp, "admin")
+        admin.create_topics([NewTopic("t", 1, 1)])
+        assert ck_produce(ck_conf(sp, "admin"), "t", [b"kept"]) == [""]
+        assert ck_consume(ck_conf(sp, "admin", **{"group.id": "g"}), "t", 1) == ([b"kept"], "")
+
+        c = RawClient(d.port)
+        try:
+            def ask(body: Any) -> Any:
+                resp = c.request(body, SUPPORTED[body.API_KEY].max_version)
+                assert resp is not None, f"{type(body).__name__}: connection closed"
+                return resp
+
+            J, S = JoinGroupRequest, SyncGroupRequest
+            assert ask(J(group_id="g", session_timeout_ms=10000, rebalance_timeout_ms=10000,
+                         member_id="", group_instance_id=None, protocol_type="consumer",
+                         protocols=[J.JoinGroupRequestProtocol(name="range", metadata=b"")],
+                         reason=None)).error_code == GROUP
+            assert ask(S(group_id="g", generation_id=1, member_id="m", group_instance_id=None,
+                         protocol_type="consumer", protocol_name="range",
+                         assignments=[])).error_code == GROUP
+            assert ask(HeartbeatRequest(group_id="g", generation_id=1, member_id="m",
+                                        group_instance_id=None)).error_code == GROUP
+            assert ask(LeaveGroupRequest(group_id="g", members=[
+                LeaveGroupRequest.MemberIdentity(member_id="m", group_instance_id=None,
+                                                 reason=None)])).error_code == GROUP
+            OC = OffsetCommitRequest.OffsetCommitRequestTopic
+            resp = ask(OffsetCommitRequest(
+                group_id="g", generation_id_or_member_epoch=-1, member_id="",
+                group_instance_id=None, retention_time_ms=-1, topics=[OC(name="t", partitions=[
+                    OC.OffsetCommitRequestPartition(partition_index=0, committed_offset=0,
+                                                    committed_leader_epoch=-1,
+                                                    committed_metadata="")])]))
+            assert resp.topics[0].partitions[0].error_code == GROUP
+            OF = OffsetFetchRequest.OffsetFetchRequestGroup
+            resp = ask(OffsetFetchRequest(groups=[OF(group_id="g", topics=None)],
+                                          require_stable=False))
+            assert resp.groups[0].error_code == GROUP
+            assert ask(DescribeGroupsRequest(groups=["g"], include_authorized_operations=True)
+                       ).groups[0].error_code == GROUP
+            assert ask(ListGroupsRequest(states_filter=[], types_filter=[])).groups == []
+            assert ask(DeleteGroupsRequest(groups_names=["g"])).results[0].error_code == GROUP
+            OD = OffsetDeleteRequest.OffsetDeleteRequestTopic
+            assert ask(OffsetDeleteRequest(group_id="g", topics=[OD(name="t", partitions=[
+                OD.OffsetDeleteRequestPartition(partition_index=0)])])).error_code == GROUP
+            assert ask(FindCoordinatorRequest(key_type=0, coordinator_keys=["g"])
+                       ).coordinators[0].error_code == GROUP
+
+            meta = ask(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name="t")],
+                                       allow_auto_topic_creation=True,
+                                       include_cluster_authorized_operations=True,
+                                       include_topic_authorized_operations=True))
+            assert meta.topics[0].error_code == TOPIC
+            LO = ListOffsetsRequest.ListOffsetsTopic
+            assert ask(ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=[LO(
+                name="t", partitions=[LO.ListOffsetsPartition(partition_index=0,
+                                                             current_leader_epoch=-1,
+                                                             timestamp=-1)])])
+                       ).topics[0].partitions[0].error_code == TOPIC
+            OE = OffsetForLeaderEpochRequest.OffsetForLeaderTopic
+            assert ask(OffsetForLeaderEpochRequest(replica_id=-1, topics=[OE(
+                topic="t", partitions=[OE.OffsetForLeaderPartition(
+                    partition=0, current_leader_epoch=-1, leader_epoch=0)])])
+                       ).topics[0].partitions[0].error_code == TOPIC
+            CT = CreateTopicsRequest.CreatableTopic
+            assert ask(CreateTopicsRequest(topics=[CT(name="new", num_partitions=1,
+                                                      replication_factor=1, assignments=[],
+                                                      configs=[])],
+                                           timeout_ms=5000, validate_only=False)
+                       ).topics[0].error_code == TOPIC
+            assert ask(DeleteTopicsRequest(topic_names=["t"], topics=[
+                DeleteTopicsRequest.DeleteTopicState(name="t", topic_id=None)], timeout_ms=5000)
+                       ).responses[0].error_code == TOPIC
+            CP = CreatePartitionsRequest.CreatePartitionsTopic
+            assert ask(CreatePartitionsRequest(topics=[CP(name="t", count=2, assignments=None)],
+                                               timeout_ms=5000, validate_only=False)
+                       ).results[0].error_code == TOPIC
+            DR = DeleteRecordsRequest.DeleteRecordsTopic
+            assert ask(DeleteRecordsRequest(topics=[DR(name="t", partitions=[
+                DR.DeleteRecordsPartition(partition_index=0, offset=1)])], timeout_ms=5000)
+                       ).topics[0].partitions[0].error_code == TOPIC
+            assert ask(InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=-1,
+                                             producer_id=-1, producer_epoch=-1)
+                       ).error_code == CLUSTER
+            DC = DescribeConfigsRequest.DescribeConfigsResource
+            resp = ask(DescribeConfigsRequest(resources=[
+                DC(resource_type=2, resource_name="t", configuration_keys=None),
+                DC(resource_type=4, resource_name="1", configuration_keys=None)],
+                include_synonyms=False, include_documentation=False))
+            assert [r.error_code for r in resp.results] == [TOPIC, CLUSTER]
+            IA = IncrementalAlterConfigsRequest.AlterConfigsResource
+            resp = ask(IncrementalAlterConfigsRequest(resources=[IA(
+                resource_type=2, resource_name="t", configs=[IA.AlterableConfig(
+                    name="retention.ms", config_operation=0, value="1")])], validate_only=False))
+            assert resp.responses[0].error_code == TOPIC
+            AC = AlterConfigsRequest.AlterConfigsResource
+            resp = ask(AlterConfigsRequest(resources=[AC(
+                resource_type=4, resource_name="", configs=[])], validate_only=False))
+            assert resp.responses[0].error_code == CLUSTER
+            assert ask(DescribeLogDirsRequest(topics=None)).error_code == CLUSTER
+            AR = AlterReplicaLogDirsRequest.AlterReplicaLogDir
+            resp = ask(AlterReplicaLogDirsRequest(dirs=[AR(path=str(d.log_dirs[1]), topics=[
+                AR.AlterReplicaLogDirTopic(name="t", partitions=[0])])]))
+            assert resp.results[0].partitions[0].error_code == CLUSTER
+            resp = ask(ElectLeadersRequest(election_type=0, topic_partitions=[
+                ElectLeadersRequest.TopicPartitions(topic="t", partitions=[0])], timeout_ms=5000))
+            assert resp.replica_election_results[0].partition_result[0].error_code == CLUSTER
+            RT_ = AlterPartitionReassignmentsRequest.ReassignableTopic
+            assert ask(AlterPartitionReassignmentsRequest(
+                timeout_ms=5000, allow_replication_factor_change=True, topics=[RT_(
+                    name="t", partitions=[RT_.ReassignablePartition(partition_index=0,
+                                                                    replicas=[1])])])
+                       ).error_code == CLUSTER
+            assert ask(ListPartitionReassignmentsRequest(timeout_ms=5000, topics=None)
+                       ).error_code == CLUSTER
+            assert ask(DescribeClientQuotasRequest(components=[], strict=False)
+                       ).error_code == CLUSTER
+            AQ = AlterClientQuotasRequest.EntryData
+            assert ask(AlterClientQuotasRequest(entries=[AQ(
+                entity=[AQ.EntityData(entity_type="client-id", entity_name="x")],
+                ops=[AQ.OpData(key="producer_byte_rate", value=1.0, remove=False)])],
+                validate_only=False)).entries[0].error_code == CLUSTER
+            assert ask(DescribeUserScramCredentialsRequest(users=None)).error_code == CLUSTER
+            AU = AlterUserScramCredentialsRequest
+            assert ask(AU(deletions=[AU.ScramCredentialDeletion(name="bob", mechanism=1)],
+                          upsertions=[])).results[0].error_code == CLUSTER
+            assert not c.closed_by_server(0.2)
+        finally:
+            c.close()
+        assert set(admin.list_topics()) >= {"t"} and "new" not in admin.list_topics()
+        got, err = ck_consume(ck_conf(sp, "admin", **{"group.id": "other"}), "t", 1)
+        assert (got, err) == ([b"kept"], "")
+        assert "Principal = User:ANONYMOUS is Denied operation = READ" in d.stderr()
