@@ -202,7 +202,8 @@ class Server:
         self.sasl = SaslApis(
             config.sasl, self.scram, self._store_scram_credentials,
             lambda listener, ok: self.metrics.logins.labels(
-                listener, "successful" if ok else "failed").inc())
+                listener, "successful" if ok else "failed").inc(),
+            max_reauth_ms=config["connections.max.reauth.ms"])
         self.handlers.register(self.sasl.dispatch())
         self.handlers.check_served()
         self.fetchers: ReplicaFetchers | None = None

@@ -497,6 +497,9 @@ KEYS: dict[str, Key] = {k.name: k for k in (
         "default GSSAPI, Kerberos, is not served)"),
     Key("sasl.mechanism.inter.broker.protocol", str, "GSSAPI", _sasl_mechanism,
         "the mechanism brokers log in to each other with on a SASL inter-broker listener"),
+    Key("connections.max.reauth.ms", int, 0, _int(0, 2**63 - 1),
+        "a SASL login lasts this long: the client logs in again on its connection before "
+        "then (KIP-368), else the connection is closed; 0: as long as the connection"),
     # ACLs (daemon.security.acls): Kafka's AclAuthorizer and its keys.
     Key("authorizer.class.name", str, "", _authorizer,
         "Kafka's kafka.security.authorizer.AclAuthorizer (or KRaft's StandardAuthorizer): "

@@ -34,7 +34,6 @@ KAFKA_BROKER_KEYS: frozenset[str] = frozenset((
     "compression.zstd.level",
     "connection.failed.authentication.delay.ms",
     "connections.max.idle.ms",
-    "connections.max.reauth.ms",
     "control.plane.listener.name",
     "controlled.shutdown.enable",
     "controlled.shutdown.max.retries",

@@ -244,6 +244,7 @@ ssl.cipher.suites = "TLS_AES_256_GCM_SHA384"
 sasl.enabled.mechanisms = "PLAIN,SCRAM-SHA-512"
 sasl.mechanism.inter.broker.protocol = "scram-sha-512"
 authorizer.class.name = "kafka.security.authorizer.AclAuthorizer"
+connections.max.reauth.ms = 3600000
 super.users = "User:admin; User:CN=broker,O=acme"
 allow.everyone.if.no.acl.found = true
 ssl.principal.mapping.rules = "RULE:^CN=(.*?),O=acme$/$1/L,DEFAULT"
@@ -372,6 +373,7 @@ def test_every_key_is_read(tmp_path: Path) -> None:
     assert cfg["authorizer.class.name"] == "kafka.security.authorizer.AclAuthorizer"
     assert cfg["super.users"] == ("User:admin", "User:CN=broker,O=acme")
     assert cfg["allow.everyone.if.no.acl.found"] is True
+    assert cfg["connections.max.reauth.ms"] == 3600000
     assert [r.apply("CN=Alice,O=acme") for r in cfg["ssl.principal.mapping.rules"]] == [
         "alice", "CN=Alice,O=acme"]
     assert cfg["replica.selector.class"] == config.RACK_AWARE_REPLICA_SELECTOR

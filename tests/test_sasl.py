@@ -337,3 +337,75 @@ def test_a_kafka_server_properties_with_sasl_loads(tmp_path: Path) -> None:
     assert dict(own.plain_users) == {"admin": "admin-secret", "alice": "alice-secret"}
     assert dict(own.logins) == {"PLAIN": ("admin", "admin-secret"),
                                 "SCRAM-SHA-256": ("admin", "admin-secret")}
+
+
+def test_logins_expire_and_are_renewed_on_the_connection(tmp_path: Path) -> None:
+    """connections.max.reauth.ms (KIP-368): confluent-kafka, told the session lifetime,
+    logs in again on its connections while it produces, with no error; once bob's
+    SCRAM credential is removed, his next login fails and his producer stops; a client
+    that does not log in again (a raw v1 login, then silence past the lifetime) has its
+    connection closed at its next request."""
+    import time
+
+    from daemon.security.sasl import login_blocking
+
+    from .sick_helpers import metric
+
+    d, sp, _, _ = sasl_daemon(tmp_path, **{"connections.max.reauth.ms": 1500})
+    with d:
+        r = cli("configs", "alter", "--user", "bob", "--bootstrap-server", f"127.0.0.1:{d.port}",
+                "--add-config", "SCRAM-SHA-256=[password=bob-secret]")
+        assert r.returncode == 0, r.stderr
+        errors: list[str] = []
+        p = ck.Producer(ck_conf(sp, "SCRAM-SHA-256", "bob", "bob-secret",
+                                error_cb=lambda e: errors.append(str(e))))
+        acked: list[bytes] = []
+        failed: list[str] = []
+
+        def report(err: Any, msg: Any) -> None:
+            (failed.append(str(err)) if err else acked.append(msg.value()))
+
+        logins = metric(d, "kafka_server_socketservermetrics_authentication_total",
+                        listener="SASL_PLAINTEXT", result="successful") or 0
+        sent, until = 0, time.monotonic() + 5  # a few lifetimes
+        while time.monotonic() < until:
+            p.produce("reauth", b"r%d" % sent, on_delivery=report)
+            sent += 1
+            time.sleep(0.05)
+            p.poll(0)
+        assert p.flush(10) == 0
+        assert len(acked) == sent and not failed and not errors, (failed, errors)
+        renewed = metric(d, "kafka_server_socketservermetrics_authentication_total",
+                         listener="SASL_PLAINTEXT", result="successful")
+        assert renewed is not None and renewed >= logins + 3, (logins, renewed)
+
+        r = cli("configs", "alter", "--user", "bob", "--bootstrap-server", f"127.0.0.1:{d.port}",
+                "--delete-config", "SCRAM-SHA-256")
+        assert r.returncode == 0, r.stderr
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and not errors:
+            p.produce("reauth", b"late", on_delivery=report)
+            p.poll(0.2)
+        p.flush(3)
+        assert any("uthenticat" in e for e in errors), errors
+        assert "failed to log in with SCRAM-SHA-256" in d.stderr()
+
+        c = RawClient(sp, client_id="quiet")
+        login_blocking(c.sock, ("PLAIN", "alice", "alice-secret"), client_id="quiet",
+                       peer="the broker")
+        assert c.request(ApiVersionsRequest(), 0).error_code == 0
+        time.sleep(2)
+        with pytest.raises(ConnectionError):
+            c.request(ApiVersionsRequest(), 0)
+        c.close()
+        assert "its SASL session as User:alice expired" in d.stderr()
+
+        # A re-authentication is as the same principal, or the connection closes.
+        c = RawClient(sp, client_id="switch")
+        login_blocking(c.sock, ("PLAIN", "alice", "alice-secret"), client_id="switch",
+                       peer="the broker")
+        with pytest.raises(Exception, match="Cannot change principals"):
+            login_blocking(c.sock, ("PLAIN", "admin", "admin-secret"), client_id="switch",
+                           peer="the broker")
+        assert c.closed_by_server()
+        c.close()

@@ -320,6 +320,11 @@ class Connections:
                     done.set_result(protocol.unsupported_api_versions_frame(err.correlation_id))
                     await outq.put((None, done, started))
                     continue
+                if conn.session_expires is not None and req.api.key not in SASL_APIS and \
+                        self.sasl.expired(conn):
+                    log.info("closing %s: its SASL session as %s expired without a new "
+                             "login (connections.max.reauth.ms)", conn.peer, conn.principal)
+                    break
                 if not conn.authenticated or req.api.key in SASL_APIS:
                     if req.api.key not in SASL_APIS and req.api.key != 18:
                         log.warning("closing %s: %s request before its SASL login on "

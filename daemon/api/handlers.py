@@ -76,6 +76,8 @@ class ConnInfo:
     principal: str = "User:ANONYMOUS"
     login: Any = None
     close_after: bool = False
+    mechanism: str | None = None  # the SASL mechanism it logged in with
+    session_expires: float | None = None  # KIP-368: log in again before (monotonic time)
     # The ACLs every request is checked against (daemon.security.acls), when the broker
     # has an authorizer; None: everything is allowed.
     authorizer: Authorizer | None = None

@@ -9,9 +9,13 @@ SaslHandshake v1 is followed by SaslAuthenticate requests; v0 by bare SASL token
 answered with a bare token (`raw_token`; pre-1.0 clients). A failed login is answered
 SASL_AUTHENTICATION_FAILED (58) with the reason, and the connection closes after the
 answer. On a listener without SASL both requests answer ILLEGAL_SASL_STATE (34).
-Re-authentication (KIP-368) is not served: SaslAuthenticate v1+ gives a session
-lifetime of 0 (Kafka's connections.max.reauth.ms default), and a connection stays
-logged in until it closes.
+Re-authentication (KIP-368): with `connections.max.reauth.ms` set, a login's session
+lasts that long (SaslAuthenticate v1+ says so in `session_lifetime_ms`); the client logs
+in again on the same connection before then (SaslHandshake and SaslAuthenticate once
+more, the same mechanism and principal), and a connection whose session has expired is
+closed at its next request, as Kafka's. So a user whose credential is removed loses its
+connections within that time. Unset (0, Kafka's default): a login lasts as long as its
+connection.
 
 SCRAM credentials are set as Kafka's clients set them: the client sends the salt and the
 salted password, never the password; the broker keeps the StoredKey and ServerKey
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import struct
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -61,8 +66,11 @@ class SaslApis:
 
     def __init__(self, listeners: Mapping[str, sasl.SaslSettings], credentials: sasl.Credentials,
                  store: Callable[[str, dict[str, str]], Awaitable[None]],
-                 on_login: Callable[[str, bool], None] = lambda listener, ok: None):
+                 on_login: Callable[[str, bool], None] = lambda listener, ok: None, *,
+                 max_reauth_ms: int = 0, clock: Callable[[], float] = time.monotonic):
         self.listeners = listeners
+        self.max_reauth_ms = max_reauth_ms  # connections.max.reauth.ms: 0, logins never expire
+        self.clock = clock
         self.credentials = credentials
         self.store = store
         self.on_login = on_login  # (listener, succeeded): the metrics
@@ -85,7 +93,13 @@ class SaslApis:
         mechanism = req.body.mechanism
         own = self.listeners.get(conn.listener)
         enabled = list(own.mechanisms) if own is not None else []
-        if own is None or conn.authenticated:
+        reauth = conn.authenticated and own is not None and self.max_reauth_ms > 0
+        if own is None or (conn.authenticated and not reauth):
+            return SaslHandshakeResponse(error_code=ILLEGAL_SASL_STATE, mechanisms=enabled)
+        if reauth and mechanism != conn.mechanism:
+            log.info("%s asked to re-authenticate with %s, not %s: closing", conn.peer,
+                     mechanism, conn.mechanism)
+            conn.close_after = True
             return SaslHandshakeResponse(error_code=ILLEGAL_SASL_STATE, mechanisms=enabled)
         if mechanism not in own.mechanisms:
             log.info("%s asked for SASL mechanism %s on listener %s, which enables %s",
@@ -98,7 +112,7 @@ class SaslApis:
 
     def authenticate(self, req: protocol.Request, conn: Any) -> Any:
         login = conn.login
-        if login is None or login.raw or conn.authenticated:
+        if login is None or login.raw:
             conn.close_after = True
             return SaslAuthenticateResponse(
                 error_code=ILLEGAL_SASL_STATE, error_message="SaslAuthenticate came without "
@@ -109,8 +123,9 @@ class SaslApis:
             return SaslAuthenticateResponse(error_code=SASL_AUTHENTICATION_FAILED,
                                             error_message=str(err), auth_bytes=b"",
                                             session_lifetime_ms=0)
-        return SaslAuthenticateResponse(error_code=errors.NONE, error_message=None,
-                                        auth_bytes=answer, session_lifetime_ms=0)
+        return SaslAuthenticateResponse(
+            error_code=errors.NONE, error_message=None, auth_bytes=answer,
+            session_lifetime_ms=self.max_reauth_ms if conn.login is None else 0)
 
     def raw_token(self, conn: Any, token: bytes) -> bytes | None:
         """A bare token after a v0 handshake: the bare answer, framed; None when the
@@ -131,12 +146,30 @@ class SaslApis:
             self.on_login(conn.listener, False)
             raise
         if done:
+            principal = f"User:{login.server.user}"
+            if conn.authenticated and principal != conn.principal:
+                log.info("%s re-authenticated as %s, not %s: closing", conn.peer, principal,
+                         conn.principal)
+                conn.close_after = True
+                self.on_login(conn.listener, False)
+                raise sasl.AuthenticationFailed(
+                    f"Cannot change principals during re-authentication from "
+                    f"{conn.principal}: {principal}")
             self.on_login(conn.listener, True)
+            log.debug("%s %s as %s with %s", conn.peer, "re-authenticated" if conn.authenticated
+                      else "logged in", principal, login.mechanism)
             conn.authenticated = True
-            conn.principal = f"User:{login.server.user}"
+            conn.principal = principal
+            conn.mechanism = login.mechanism
             conn.login = None
-            log.debug("%s logged in as %s with %s", conn.peer, conn.principal, login.mechanism)
+            if self.max_reauth_ms > 0:
+                conn.session_expires = self.clock() + self.max_reauth_ms / 1000
         return answer
+
+    def expired(self, conn: Any) -> bool:
+        """Whether the connection's login has outlived its session (closed at its next
+        request, as Kafka's)."""
+        return conn.session_expires is not None and self.clock() > conn.session_expires
 
     # ---- SCRAM credentials ----
 
