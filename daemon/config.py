@@ -487,6 +487,10 @@ KEYS: dict[str, Key] = {k.name: k for k in (
     Key("ssl.endpoint.identification.algorithm", str, "https", _endpoint_identification,
         "https: a broker checks the host name in the certificate of the broker it "
         "connects to; empty: it does not"),
+    Key("ssl.allow.dn.changes", bool, False, _bool,
+        "a keystore rotated without a restart may have another subject (default false)"),
+    Key("ssl.allow.san.changes", bool, False, _bool,
+        "... or other subject alternative names (default false)"),
     Key("ssl.cipher.suites", str, (), _names,
         "accepted, not applied: OpenSSL's default suites are used (a warning says so)"),
     # SASL (daemon.security.sasl), Kafka's keys and defaults; per listener as
@@ -737,13 +741,20 @@ class Config:
         for lname, overrides in wanted.items():
             prefix = f"{LISTENER_PREFIX}{lname.lower()}."
             static = {k[len(prefix):]: v for k, v in self.given.items() if k.startswith(prefix)}
+            get = tls.resolved(self.values, {**static, **overrides})
             try:
-                new = tls.settings(lname, tls.resolved(self.values, {**static, **overrides}))
+                new = tls.settings(lname, get)
             except tls.TlsError as err:
                 raise ValueError(f"listener {lname}: {err}") from None
-            if new.subject != self.tls[lname].subject:
+            old = self.tls[lname]
+            if new.subject != old.subject and not get("ssl.allow.dn.changes"):
                 raise ValueError(f"listener {lname}: Keystore DistinguishedName does not match: "
-                                 f"existing={{{self.tls[lname].subject}}}, new={{{new.subject}}}")
+                                 f"existing={{{old.subject}}}, new={{{new.subject}}} "
+                                 "(ssl.allow.dn.changes)")
+            if new.alt_names() != old.alt_names() and not get("ssl.allow.san.changes"):
+                raise ValueError(f"listener {lname}: Keystore SubjectAltName does not match: "
+                                 f"existing={old.alt_names()}, new={new.alt_names()} "
+                                 "(ssl.allow.san.changes)")
             out[lname] = new
         return out
 

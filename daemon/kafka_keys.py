@@ -311,8 +311,6 @@ KAFKA_BROKER_KEYS: frozenset[str] = frozenset((
     "socket.receive.buffer.bytes",
     "socket.request.max.bytes",
     "socket.send.buffer.bytes",
-    "ssl.allow.dn.changes",
-    "ssl.allow.san.changes",
     "ssl.cipher.suites",
     "ssl.client.auth",
     "ssl.enabled.protocols",

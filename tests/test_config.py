@@ -245,6 +245,8 @@ sasl.enabled.mechanisms = "PLAIN,SCRAM-SHA-512"
 sasl.mechanism.inter.broker.protocol = "scram-sha-512"
 authorizer.class.name = "kafka.security.authorizer.AclAuthorizer"
 connections.max.reauth.ms = 3600000
+ssl.allow.dn.changes = true
+ssl.allow.san.changes = false
 super.users = "User:admin; User:CN=broker,O=acme"
 allow.everyone.if.no.acl.found = true
 ssl.principal.mapping.rules = "RULE:^CN=(.*?),O=acme$/$1/L,DEFAULT"

@@ -471,9 +471,9 @@ def test_a_keystore_is_rotated_without_a_restart(tmp_path: Path) -> None:
     then `configs alter --broker N --add-config
     listener.name.ssl.ssl.keystore.location=<path>` (the same path, or a new one). Each
     later TLS connection gets the new certificate while one made before keeps working;
-    the change outlives a restart. A keystore of another subject, a password key, the
-    cluster-wide default entity and a listener without TLS are refused, nothing
-    changed."""
+    the change outlives a restart. A keystore of another subject or other alternative
+    names, a password key, the cluster-wide default entity and a listener without TLS
+    are refused, nothing changed."""
     ca = CertificateAuthority(tmp_path / "ca")
     first = ca.issue("broker1")
     first_serial = first.cert.serial_number
@@ -511,9 +511,12 @@ def test_a_keystore_is_rotated_without_a_restart(tmp_path: Path) -> None:
         assert f"listener.name.ssl.ssl.keystore.location={moved}" in shown.stdout
 
         other = ca.issue("someone-else")
+        elsewhere = CertificateAuthority(tmp_path / "ca3").issue("broker1", hosts=("b1.example",))
         for keys, said in (
                 ([f"listener.name.ssl.ssl.keystore.location={other.keystore_pem}"],
                  "Keystore DistinguishedName does not match"),
+                ([f"listener.name.ssl.ssl.keystore.location={elsewhere.keystore_pem}"],
+                 "Keystore SubjectAltName does not match"),
                 (["listener.name.ssl.ssl.keystore.location=/nonexistent.pem"], "nonexistent"),
                 (["listener.name.ssl.ssl.keystore.password=x"], "is a password"),
                 (["listener.name.plaintext.ssl.keystore.location=/x.pem"],

@@ -100,6 +100,21 @@ class TlsSettings:
             _load_chain(ctx, self.chain_pem)
         return ctx
 
+    def alt_names(self) -> list[str]:
+        """The leaf certificate's subject alternative names (DNS names and addresses),
+        sorted; [] without a keystore or the extension."""
+        from cryptography import x509
+
+        if self.chain_pem is None:
+            return []
+        leaf = x509.load_pem_x509_certificate(_pem_blocks(self.chain_pem, b"CERTIFICATE")[0])
+        try:
+            ext = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        except x509.ExtensionNotFound:
+            return []
+        return sorted([*map(str, ext.get_values_for_type(x509.DNSName)),
+                       *map(str, ext.get_values_for_type(x509.IPAddress))])
+
     def renew_client_context(self, ctx: ssl.SSLContext) -> None:
         """Give a client context made from an earlier keystore and truststore of this
         listener (the one every inter-broker connection shares) this keystore, and this
