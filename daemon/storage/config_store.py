@@ -66,9 +66,9 @@ class FileConfigStore:
         self.generation = int(newest.get("generation", 0))
         self.clients = _configs(newest.get("clients"))
         self.users = _configs(newest.get("users"))
-        self.user_clients = {u: _configs(c) for u, c in newest.get("user_clients", {}).items()
-                             if isinstance(c, dict)} \
-            if isinstance(newest.get("user_clients"), dict) else {}
+        user_clients = newest.get("user_clients")
+        self.user_clients = {str(u): _configs(c) for u, c in user_clients.items()} \
+            if isinstance(user_clients, dict) else {}
         acls = newest.get("acls")
         self.acls = [{str(k): str(v) for k, v in b.items()} for b in acls
                      if isinstance(b, dict)] if isinstance(acls, list) else []

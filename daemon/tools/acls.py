@@ -178,15 +178,17 @@ def _bindings(args: argparse.Namespace, pattern: PatternType) -> list[tuple[Reso
             for r, o in wanted for principal, host, permission in who]
 
 
-def _filter_fields(resource: Resource | None, pattern: PatternType,
-                   entry: Entry | None = None, principal: str | None = None) -> dict[str, Any]:
-    return dict(resource_type_filter=resource.type if resource else ResourceType.ANY,
-                resource_name_filter=resource.name if resource else None,
-                pattern_type_filter=pattern,
-                principal_filter=entry.principal if entry else principal,
-                host_filter=entry.host if entry else None,
-                operation=entry.operation if entry else Operation.ANY,
-                permission_type=entry.permission if entry else Permission.ANY)
+def _wire_filter(flt: AclFilter) -> dict[str, Any]:
+    """An AclFilter as DescribeAcls' body and DeleteAcls' filters carry it."""
+    return dict(resource_type_filter=flt.resource_type, resource_name_filter=flt.name,
+                pattern_type_filter=flt.pattern, principal_filter=flt.principal,
+                host_filter=flt.host, operation=flt.operation, permission_type=flt.permission)
+
+
+def _exact(resource: Resource, entry: Entry) -> AclFilter:
+    """The filter matching this one binding."""
+    return AclFilter(resource.type, resource.name, resource.pattern, entry.principal,
+                     entry.host, entry.operation, entry.permission)
 
 
 class _Broker:
@@ -196,11 +198,8 @@ class _Broker:
         self.conn = conn
 
     def current(self, flt: AclFilter) -> dict[Resource, list[Entry]]:
-        resp = self.conn.call(DescribeAclsRequest(
-            resource_type_filter=flt.resource_type, resource_name_filter=flt.name,
-            pattern_type_filter=flt.pattern, principal_filter=flt.principal,
-            host_filter=flt.host, operation=flt.operation, permission_type=flt.permission),
-            DescribeAclsResponse, lo=1, hi=3)
+        resp = self.conn.call(DescribeAclsRequest(**_wire_filter(flt)), DescribeAclsResponse,
+                              lo=1, hi=3)
         if resp.error_code:
             raise Refused(resp.error_code, resp.error_message)
         return {Resource(ResourceType(r.resource_type), r.resource_name,
@@ -222,7 +221,7 @@ class _Broker:
     def remove(self, bindings: list[tuple[Resource, Entry]]) -> list[str]:
         F = DeleteAclsRequest.DeleteAclsFilter
         resp = self.conn.call(DeleteAclsRequest(filters=[
-            F(**_filter_fields(r, r.pattern, e)) for r, e in bindings]),
+            F(**_wire_filter(_exact(r, e))) for r, e in bindings]),
             DeleteAclsResponse, lo=1, hi=3)
         return [f"{errors.name_of(x.error_code)}: {x.error_message or ''}" if x.error_code else ""
                 for x in resp.filter_results]
