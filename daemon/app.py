@@ -36,8 +36,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import native
-from logstore import LogStoreError
-from logstore.names import OFFSETS_TOPIC
+from logstore import LogStoreError, TopicPartition
+from logstore.names import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 
 from . import config as config_mod
 from .api import errors, protocol
@@ -59,6 +59,7 @@ from .api.groups import GroupApis
 from .api.handlers import Handlers
 from .api.partitions import PartitionApis
 from .api.sasl import SaslApis
+from .api.transactions import TxnApis
 from .cluster import controlled_shutdown
 from .cluster.acl_store import ZkAclStore
 from .cluster.config_store import BROKERS, CLIENTS, TOPICS, USERS, ZkConfigStore
@@ -68,7 +69,9 @@ from .cluster.znodes import ProducerIdBlock
 from .controller.controller import Controller
 from .controller.leader_election import replica_assignment
 from .coordinator.coordinator import GroupCoordinator, GroupSettings
-from .coordinator.offsets_topic import OffsetsTopic
+from .coordinator.internal_topic import InternalTopic
+from .coordinator.transactions import TransactionCoordinator, TxnSettings
+from .coordinator.txn_markers import MARKER_TIMEOUT_MS, TxnMarkerChannel
 from .health.commands import AdminError, OperatorCommands
 from .health.monitor import LogDirMonitor
 from .health.transitions import TransitionHandler
@@ -151,13 +154,12 @@ class Server:
                                       config_store=self.config_files)
         producer_ids = (ProducerIds.standalone(config.broker_id) if config.standalone
                         else ProducerIds(self._claim_producer_id_block))
-        self.handlers = Handlers(self.replicas, self.topic_admin, self.storage, self.metrics,
-                                 producer_ids)
+        self.handlers = Handlers(self.replicas, self.topic_admin, self.storage, self.metrics)
         self.moves = ReplicaMoves(self.replicas, self.storage, quota=self.quotas.alter_log_dirs)
         self.handlers.moves = self.moves
         self.coordinator = GroupCoordinator(
-            OffsetsTopic(self.replicas, self.handlers.append_replicated,
-                         self._offsets_partition_count),
+            InternalTopic(OFFSETS_TOPIC, self.replicas, self.handlers.append_replicated,
+                          lambda: self._internal_partition_count(OFFSETS_TOPIC)),
             GroupSettings(
                 initial_rebalance_delay_ms=config["group.initial.rebalance.delay.ms"],
                 min_session_timeout_ms=config["group.min.session.timeout.ms"],
@@ -167,9 +169,38 @@ class Server:
                 commit_timeout_ms=config["offsets.commit.timeout.ms"],
                 offsets_retention_ms=config["offsets.retention.minutes"] * 60000,
                 retention_check_interval_ms=config["offsets.retention.check.interval.ms"]))
-        self.handlers.register(GroupApis(self.coordinator, self._coordinator_node,
-                                         self._ensure_offsets_topic).dispatch())
-        self._offsets_topic_asked = 0.0  # when this broker last wrote __consumer_offsets' znodes
+        group_apis = GroupApis(self.coordinator,
+                               lambda p, listener: self._coordinator_node(OFFSETS_TOPIC, p, listener),
+                               lambda: self._ensure_internal_topic(OFFSETS_TOPIC))
+        self.handlers.register(group_apis.dispatch())
+        # Transactions: __transaction_state's coordinator (daemon.coordinator.transactions)
+        # and the channel its markers go to the partitions' leaders by.
+        self.marker_channel = TxnMarkerChannel(
+            config.broker_id, self.metadata_cache,
+            lambda markers: self.handlers.write_markers(markers, MARKER_TIMEOUT_MS),
+            tls_context=self.inter_broker_tls, login=config.inter_broker_login)
+        self.transactions = TransactionCoordinator(
+            InternalTopic(TRANSACTION_STATE_TOPIC, self.replicas, self.handlers.append_replicated,
+                          lambda: self._internal_partition_count(TRANSACTION_STATE_TOPIC)),
+            producer_ids.next_id, self.marker_channel.write,
+            TxnSettings(
+                max_timeout_ms=config["transaction.max.timeout.ms"],
+                id_expiration_ms=config["transactional.id.expiration.ms"],
+                abort_interval_ms=config[
+                    "transaction.abort.timed.out.transaction.cleanup.interval.ms"],
+                expire_interval_ms=config[
+                    "transaction.remove.expired.transaction.cleanup.interval.ms"]))
+        txn_apis = TxnApis(
+            self.transactions, self.coordinator, producer_ids,
+            lambda p, listener: self._coordinator_node(TRANSACTION_STATE_TOPIC, p, listener),
+            lambda: self._ensure_internal_topic(TRANSACTION_STATE_TOPIC),
+            lambda markers: self.handlers.write_markers(markers, MARKER_TIMEOUT_MS),
+            self._partition_exists)
+        group_apis.transactions = txn_apis
+        self.handlers.register(txn_apis.dispatch())
+        self.handlers.on_offsets_marker = self.coordinator.txn_completed
+        # When this broker last wrote each internal topic's znodes.
+        self._internal_topic_asked: dict[str, float] = {}
         self.handlers.topic_configs = self.topic_configs
         config_apis = ConfigApis(
             self.topic_configs, files=self.config_files,
@@ -233,7 +264,7 @@ class Server:
                 broker_epoch=lambda: self.cluster.broker_epoch if self.cluster else -1,
                 on_change=self._partitions_changed, fetchers=self.fetchers, isr=self.isr,
                 min_isr_of=self._min_isr_of, log_config_of=self._log_config_of,
-                on_leadership=self.coordinator.leadership_changed)
+                on_leadership=self._coordinators_leadership_changed)
         self.stop_event = asyncio.Event()
         self.connections = Connections(self.handlers, self.metrics,
                                        max_frame=config["socket.request.max.bytes"],
@@ -297,72 +328,90 @@ class Server:
             raise RuntimeError("not connected to ZooKeeper yet")
         return await asyncio.to_thread(self.cluster.claim_producer_id_block)
 
-    # ---- consumer groups: __consumer_offsets ----
+    # ---- the coordinators' topics: __consumer_offsets, __transaction_state ----
 
-    def _offsets_partition_count(self) -> int | None:
+    def _coordinators_leadership_changed(self) -> None:
+        self.coordinator.leadership_changed()
+        self.transactions.leadership_changed()
+
+    def _internal_partition_count(self, topic: str) -> int | None:
         if self.metadata_cache is not None:
-            return len(self.metadata_cache.partitions.get(OFFSETS_TOPIC, {})) or None
-        return sum(1 for tp in self.replicas.partitions if tp.topic == OFFSETS_TOPIC) or None
+            return len(self.metadata_cache.partitions.get(topic, {})) or None
+        return sum(1 for tp in self.replicas.partitions if tp.topic == topic) or None
 
-    def _coordinator_node(self, partition: int, listener: str) -> tuple[int, int, str, int]:
-        """(error, broker id, host, port) of the leader of __consumer_offsets-`partition`,
-        at its endpoint on `listener`."""
+    def _partition_exists(self, tp: TopicPartition) -> bool:
+        if self.metadata_cache is not None:
+            return self.metadata_cache.partition(tp.topic, tp.partition) is not None
+        return self.replicas.get(tp.topic, tp.partition) is not None
+
+    def _coordinator_node(self, topic: str, partition: int, listener: str
+                          ) -> tuple[int, int, str, int]:
+        """(error, broker id, host, port) of the leader of `topic`-`partition` (a
+        coordinator's), at its endpoint on `listener`."""
         if self.metadata_cache is None:
-            p = self.replicas.get(OFFSETS_TOPIC, partition)
+            p = self.replicas.get(topic, partition)
             me = self.advertised.get(listener)
             if p is None or p.offline or me is None:
                 return errors.COORDINATOR_NOT_AVAILABLE, -1, "", -1
             return errors.NONE, self.config.broker_id, me[0], me[1]
-        m = self.metadata_cache.partition(OFFSETS_TOPIC, partition)
+        m = self.metadata_cache.partition(topic, partition)
         b = self.metadata_cache.listener_brokers(listener).get(m.leader) if m is not None else None
         if b is None:
             return errors.COORDINATOR_NOT_AVAILABLE, -1, "", -1
         return errors.NONE, b.broker_id, b.host, b.port
 
-    def _offsets_topic_configs(self) -> dict[str, str | None]:
-        """__consumer_offsets' own configs, as Kafka creates it: compacted, batches kept
-        as the coordinator wrote them, its own segment size."""
-        return {"cleanup.policy": "compact", "compression.type": "producer",
-                "segment.bytes": str(self.config["offsets.topic.segment.bytes"])}
+    def _internal_topic_spec(self, topic: str) -> tuple[int, int, dict[str, str | None]]:
+        """(partitions, replication factor, configs) of an internal topic, as Kafka
+        creates it: compacted, batches kept as the coordinator wrote them, its own
+        segment size (and __transaction_state its own min.insync.replicas)."""
+        c = self.config
+        if topic == OFFSETS_TOPIC:
+            return (c["offsets.topic.num.partitions"], c["offsets.topic.replication.factor"],
+                    {"cleanup.policy": "compact", "compression.type": "producer",
+                     "segment.bytes": str(c["offsets.topic.segment.bytes"])})
+        rf = c["transaction.state.log.replication.factor"]
+        return (c["transaction.state.log.num.partitions"], rf,
+                {"cleanup.policy": "compact", "compression.type": "uncompressed",
+                 "segment.bytes": str(c["transaction.state.log.segment.bytes"]),
+                 "min.insync.replicas": str(min(c["transaction.state.log.min.isr"], rf)
+                                            if self.metadata_cache is not None else 1),
+                 "unclean.leader.election.enable": "false"})
 
-    async def _ensure_offsets_topic(self) -> int:
-        """Create __consumer_offsets (FindCoordinator's first lookup): standalone here and
+    async def _ensure_internal_topic(self, topic: str) -> int:
+        """Create an internal topic (FindCoordinator's first lookup): standalone here and
         now; in a cluster through its znodes, as a Kafka broker does, and the controller
         does the rest (the client asks again meanwhile). An error code, or NONE."""
-        partitions = self.config["offsets.topic.num.partitions"]
+        partitions, rf, configs = self._internal_topic_spec(topic)
         if self.metadata_cache is None:
             try:
-                await self.topic_admin.create_topic(OFFSETS_TOPIC, partitions, 1,
-                                                    configs=self._offsets_topic_configs())
+                await self.topic_admin.create_topic(topic, partitions, 1, configs=configs)
             except TopicError as err:
                 if err.code != errors.TOPIC_ALREADY_EXISTS:
-                    log.warning("creating %s failed: %s", OFFSETS_TOPIC, err)
+                    log.warning("creating %s failed: %s", topic, err)
                     return errors.COORDINATOR_NOT_AVAILABLE
-            self.coordinator.leadership_changed()
+            self._coordinators_leadership_changed()
             return errors.NONE
         now = time.monotonic()
-        if self.cluster is None or now - self._offsets_topic_asked < 5.0:
+        if self.cluster is None or now - self._internal_topic_asked.get(topic, 0.0) < 5.0:
             return errors.COORDINATOR_NOT_AVAILABLE
-        self._offsets_topic_asked = now
-        rf = self.config["offsets.topic.replication.factor"]
+        self._internal_topic_asked[topic] = now
         brokers = sorted(self.metadata_cache.brokers)
         if len(brokers) < rf:
-            log.warning("cannot create %s yet: offsets.topic.replication.factor is %d and %d "
-                        "brokers are alive", OFFSETS_TOPIC, rf, len(brokers))
+            log.warning("cannot create %s yet: its replication factor is %d and %d brokers "
+                        "are alive", topic, rf, len(brokers))
             return errors.COORDINATOR_NOT_AVAILABLE
         rng = random.Random()
         assignment = replica_assignment(
             {b: self.metadata_cache.brokers[b].rack for b in brokers}, partitions, rf,
             rng.randrange(len(brokers)), rng.randrange(len(brokers)))
         try:
-            created = await asyncio.to_thread(self.cluster.create_topic, OFFSETS_TOPIC,
-                                              assignment, self._offsets_topic_configs())
+            created = await asyncio.to_thread(self.cluster.create_topic, topic, assignment,
+                                              configs)
         except Exception as err:  # noqa: BLE001 - ZooKeeper away: the client asks again
-            log.warning("creating %s failed (%s: %s)", OFFSETS_TOPIC, type(err).__name__, err)
+            log.warning("creating %s failed (%s: %s)", topic, type(err).__name__, err)
             return errors.COORDINATOR_NOT_AVAILABLE
         if created:
-            log.info("created %s: %d partitions, replication factor %d", OFFSETS_TOPIC,
-                     partitions, rf)
+            log.info("created %s: %d partitions, replication factor %d", topic, partitions, rf)
         return errors.COORDINATOR_NOT_AVAILABLE
 
     async def _min_isr_of(self, topic: str) -> int:
@@ -773,7 +822,8 @@ class Server:
         self.notifier.ready("serving on " + ", ".join(f"{h}:{p}" for h, p in self.bound.values()))
         self.cleaner.start()
         self.coordinator.start()
-        self.coordinator.leadership_changed()
+        self.transactions.start()
+        self._coordinators_leadership_changed()
         self._background += [
             asyncio.ensure_future(self._periodic(
                 self.config["log.retention.check.interval.ms"] / 1000,
@@ -916,6 +966,8 @@ class Server:
             await asyncio.to_thread(self.controller.stop)
         await self._stop_background()
         await self.coordinator.stop()
+        await self.transactions.stop()
+        await self.marker_channel.close()
         await self.monitor.stop()
         await self.transitions.stop()
         await self.connections.close()

@@ -672,6 +672,25 @@ KEYS: dict[str, Key] = {k.name: k for k in (
     Key("group.min.session.timeout.ms", int, 6000, _int(1), "shortest session timeout allowed"),
     Key("group.max.session.timeout.ms", int, 1800000, _int(1), "longest session timeout allowed"),
     Key("group.max.size", int, 2**31 - 1, _int(1), "most members a group may have"),
+    # Transactions (daemon.coordinator.transactions; docs/transactions.md).
+    Key("transaction.state.log.num.partitions", int, 50, _int(1, 100000),
+        "partitions of __transaction_state, made when a transaction coordinator is first "
+        "looked up"),
+    Key("transaction.state.log.replication.factor", int, 3, _int(1, 32767),
+        "replicas of __transaction_state (standalone: 1); creation waits for this many "
+        "brokers"),
+    Key("transaction.state.log.min.isr", int, 2, _int(1, 32767),
+        "min.insync.replicas of __transaction_state (standalone: 1)"),
+    Key("transaction.state.log.segment.bytes", int, 100 * 1024 * 1024, _int(14, 2**31 - 1),
+        "segment size of __transaction_state"),
+    Key("transaction.max.timeout.ms", int, 900000, _int(1),
+        "longest transaction.timeout.ms a producer may ask for"),
+    Key("transactional.id.expiration.ms", int, 604800000, _int(1),
+        "a transactional id idle (no transaction open) this long is forgotten"),
+    Key("transaction.abort.timed.out.transaction.cleanup.interval.ms", int, 10000, _int(1),
+        "how often transactions past their timeout are looked for and aborted"),
+    Key("transaction.remove.expired.transaction.cleanup.interval.ms", int, 3600000, _int(1),
+        "how often expired transactional ids are looked for and removed"),
     # Log-dir health (daemon.health; docs/architecture.md, "Log dir states").
     Key("log.dir.reserve.bytes", int, DEFAULT_RESERVE_BYTES, _int(0),
         "reserve file written in every ONLINE dir, deleted when it saturates"),

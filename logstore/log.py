@@ -64,8 +64,8 @@ class AppendInfo(NamedTuple):
 
 
 class Log:
-    # Segments holding a Kafka `.txnindex` (a log taken over from Kafka), and their
-    # entries once read: class-level empties, so a log without them costs nothing.
+    # Segments holding a `.txnindex` (aborted transactions), and their entries once
+    # read: class-level empties, so a log without them costs nothing.
     _txn_index_bases: frozenset[int] = frozenset()
     _txn_entries: dict[int, list[txnindex.AbortedTxn]] | None = None
 
@@ -201,7 +201,7 @@ class Log:
     # ---- append ----
 
     def append(self, batch_bytes: bytes | bytearray | memoryview, leader_epoch: int = -1, *,
-               assign_offsets: bool = True) -> AppendInfo:
+               assign_offsets: bool = True, checked: bool = False) -> AppendInfo:
         """Validate and append one or more whole batches; see the module docstring.
 
         The common case is one C call (`native.Appender`): validate framing and CRC,
@@ -210,13 +210,14 @@ class Log:
         segment's state forward. The call says when the rest needs a new segment
         (segment.bytes, full indexes, segment.ms by the wall clock or the incoming
         timestamps, index room, relative offsets); the roll itself, and the errors, are
-        decided here, in `_append_after_roll`.
+        decided here, in `_append_after_roll`. `checked` batches (a transaction marker
+        the broker built) skip the leader's record checks and rewrites.
         """
         guard = self.guard
         if guard.verdict is not _ONLINE:
             guard.check_usable("append", writing=True)
         stamped, verify = -1, True
-        if assign_offsets and self._leader_work:
+        if assign_offsets and self._leader_work and not checked:
             # Checked there (CRCs included) before any rewrite: not verified twice.
             batch_bytes, stamped, verify = self._leader_checks(batch_bytes)
         seg = self._segments.active
@@ -436,16 +437,51 @@ class Log:
 
     @property
     def holds_transactions(self) -> bool:
-        """Whether the log was taken over from Kafka with transaction indexes."""
+        """Whether the log holds transaction indexes (aborted transactions)."""
         return bool(self._txn_index_bases)
+
+    def add_aborted_txn(self, txn: txnindex.AbortedTxn) -> None:
+        """Record an aborted transaction in the `.txnindex` of the segment holding its
+        abort marker (`txn.last_offset`, just appended), as Kafka's leader and followers
+        do when they append the marker."""
+        seg = self._segments[self._segments.floor_index(txn.last_offset)]
+        path = self.dir / (names.offset_file_stem(seg.base_offset) + names.TXN_INDEX_SUFFIX)
+        with self.guard.io("write transaction index", path):
+            entries = self._txn_index(seg)  # read before the write: cached after it
+            txnindex.append(path, txn)
+        entries.append(txn)
+        self._txn_index_bases = self._txn_index_bases | {seg.base_offset}
+
+    def _cut_txn_indexes(self, offset: int) -> None:
+        """After a truncation to `offset`: the entries of markers cut go, and so do the
+        cached entries of segments deleted (a new one may take their base offset)."""
+        if not self._txn_index_bases:
+            return
+        kept = {s.base_offset for s in self._segments}
+        for base in self._txn_index_bases - kept:
+            if self._txn_entries is not None:
+                self._txn_entries.pop(base, None)
+        bases = set(self._txn_index_bases & kept)
+        for seg in self._segments:
+            if seg.base_offset not in bases:
+                continue
+            entries = self._txn_index(seg)
+            left = [t for t in entries if t.last_offset < offset]
+            if len(left) != len(entries):
+                path = self.dir / (names.offset_file_stem(seg.base_offset)
+                                   + names.TXN_INDEX_SUFFIX)
+                txnindex.rewrite(path, left)
+                entries[:] = left
+                if not left:
+                    bases.discard(seg.base_offset)
+        self._txn_index_bases = frozenset(bases)
 
     def aborted_transactions(self, offset: int, read_bytes: int) -> list[tuple[int, int]]:
         """(producer id, first offset) of the aborted transactions a read_committed
         consumer needs to skip records in what `read(offset, ...)` returned
-        (`read_bytes` long), from the `.txnindex` files of a log taken over from Kafka
-        (Kafka's collectAbortedTxns): those whose abort marker is at or past `offset` and
-        whose first offset is below the offset after the bytes read. Empty for a log
-        without them (logkeeper serves no transactions)."""
+        (`read_bytes` long), from the `.txnindex` files (Kafka's collectAbortedTxns):
+        those whose abort marker is at or past `offset` and whose first offset is below
+        the offset after the bytes read. Empty for a log without them."""
         if not self._txn_index_bases or read_bytes <= 0:
             return []
         with self.guard.io("read transaction index", self.dir, writing=False):
@@ -699,6 +735,7 @@ class Log:
         self.truncated_to = offset if self.truncated_to is None else min(offset, self.truncated_to)
         with self.guard.io("truncate", self.dir, writing=False):
             self._start_at(offset)
+            self._cut_txn_indexes(offset)
             self.recovery_point = offset
             self._high_watermark = offset
             self.epochs.write()
@@ -740,6 +777,7 @@ class Log:
                 if not seg.active:
                     seg.become_active()
                 seg.truncate_to(offset)
+            self._cut_txn_indexes(offset)  # after either cut: deleted segments' go too
             end = self.log_end_offset
             self.recovery_point = min(self.recovery_point, end)
             self._high_watermark = min(self._high_watermark, end)

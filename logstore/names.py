@@ -47,7 +47,8 @@ class TopicPartition(NamedTuple):
 
 
 OFFSETS_TOPIC = "__consumer_offsets"
-INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})  # Kafka's Topic.isInternal
+TRANSACTION_STATE_TOPIC = "__transaction_state"
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})  # Kafka's Topic.isInternal
 # A KRaft-mode Kafka broker keeps the cluster's metadata log in `__cluster_metadata-0`
 # of its metadata log dir. It is not a topic: no client sees it, no one may create it.
 CLUSTER_METADATA_TOPIC = "__cluster_metadata"

@@ -529,6 +529,47 @@ def batch_producer(buf: bytes | memoryview) -> tuple[int, int, int, int] | None:
     return PRODUCER.unpack_from(buf, PRODUCER_AT)
 
 
+CONTROL_ABORT = 0  # a control record's type (its key): Kafka's ControlRecordType
+CONTROL_COMMIT = 1
+_CONTROL_KEY = struct.Struct(">hh")  # version, type
+_CONTROL_VALUE = struct.Struct(">hi")  # version, coordinator epoch
+
+
+def control_batch(producer_id: int, producer_epoch: int, *, commit: bool,
+                  coordinator_epoch: int, timestamp: int | None = None) -> bytes:
+    """A transaction marker as a transaction coordinator has it written (Kafka's
+    EndTransactionMarker): a control batch of one record whose key is (version 0, type
+    COMMIT or ABORT) and whose value is (version 0, coordinator epoch)."""
+    key = _CONTROL_KEY.pack(0, CONTROL_COMMIT if commit else CONTROL_ABORT)
+    value = _CONTROL_VALUE.pack(0, coordinator_epoch)
+    return build_batch([Record(key, value, timestamp=timestamp)], producer_id=producer_id,
+                       producer_epoch=producer_epoch, transactional=True, control=True)
+
+
+def control_record(buf: bytes | memoryview, pos: int = 0) -> tuple[int, int]:
+    """(type, coordinator epoch) of the control batch at buf[pos] (never compressed: its
+    first record is read in place); (-1, -1) for a control record that is not a
+    transaction marker or does not parse."""
+    view = memoryview(buf)
+    try:
+        at = pos + HEADER_SIZE
+        _, at = read_varint(view, at)  # record length
+        at += 1  # attributes
+        _, at = read_varint(view, at)  # timestamp delta
+        _, at = read_varint(view, at)  # offset delta
+        key_len, at = read_varint(view, at)
+        if key_len < _CONTROL_KEY.size:
+            return -1, -1
+        _, kind = _CONTROL_KEY.unpack_from(view, at)
+        at += key_len
+        value_len, at = read_varint(view, at)
+        epoch = _CONTROL_VALUE.unpack_from(view, at)[1] if value_len >= _CONTROL_VALUE.size \
+            else -1
+    except (struct.error, IndexError, ValueError, CorruptRecordError):
+        return -1, -1
+    return (kind, epoch) if kind in (CONTROL_ABORT, CONTROL_COMMIT) else (-1, -1)
+
+
 def parse_batch_header(buf: bytes | memoryview, pos: int = 0, position: int | None = None) -> Batch:
     """Decode the batch starting at buf[pos]; checks framing, not the CRC."""
     view = memoryview(buf)

@@ -333,6 +333,14 @@ group.initial.rebalance.delay.ms = 10
 group.min.session.timeout.ms = 1000
 group.max.session.timeout.ms = 60000
 group.max.size = 9
+transaction.state.log.num.partitions = 5
+transaction.state.log.replication.factor = 2
+transaction.state.log.min.isr = 1
+transaction.state.log.segment.bytes = 6000000
+transaction.max.timeout.ms = 120000
+transactional.id.expiration.ms = 3600000
+transaction.abort.timed.out.transaction.cleanup.interval.ms = 500
+transaction.remove.expired.transaction.cleanup.interval.ms = 60000
 """
 
 
@@ -433,6 +441,13 @@ def test_every_key_is_read(tmp_path: Path) -> None:
                              "group.max.size", "offsets.retention.minutes",
                              "offsets.retention.check.interval.ms")] == [
         7, 2, 5000000, 4000, 100, 10, 1000, 60000, 9, 60, 1000]
+    assert [cfg[k] for k in (
+        "transaction.state.log.num.partitions", "transaction.state.log.replication.factor",
+        "transaction.state.log.min.isr", "transaction.state.log.segment.bytes",
+        "transaction.max.timeout.ms", "transactional.id.expiration.ms",
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+        "transaction.remove.expired.transaction.cleanup.interval.ms")] == [
+        5, 2, 1, 6000000, 120000, 3600000, 500, 60000]
     assert cfg.source == str(path)
     lc = cfg.log_config()
     assert (lc.segment_bytes, lc.segment_ms, lc.retention_ms, lc.retention_bytes,

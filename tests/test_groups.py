@@ -911,8 +911,8 @@ class LogBackedOffsets:
         return 0
 
     async def read_all(self, partition: int) -> list[Any]:
-        from daemon.coordinator.offsets_topic import _read_records
-        return _read_records(self.log)
+        from daemon.coordinator.internal_topic import read_records
+        return read_records(self.log)
 
 
 def test_an_empty_groups_offsets_expire_after_the_retention_and_stay_expired(

@@ -150,7 +150,7 @@ def test_a_follower_copies_legacy_messages_as_its_leader_holds_them(tmp_path: Pa
     # Producer state skips them (they have no producer) and still sees the batch after.
     idempotent = records.build_batch([records.Record(key=b"i", value=b"x")], base_offset=RECORDS,
                                      producer_id=7, producer_epoch=0, base_sequence=0)
-    state: dict[int, producer.ProducerState] = {}
+    state = producer.PartitionProducers()
     producer.record_replicated(state, data + idempotent)
     assert list(state) == [7]
 

@@ -26,7 +26,7 @@ def append(state: dict, records: bytes, offset: int) -> producer.Check:
 
 
 def test_a_retried_batch_is_answered_with_its_first_offset_and_not_written_again() -> None:
-    state: dict = {}
+    state = producer.PartitionProducers()
     assert append(state, batch(7, 0, 0), 100).token is not None
     assert append(state, batch(7, 0, 2), 102).token is not None
     retry = producer.check(state, batch(7, 0, 0))
@@ -35,14 +35,14 @@ def test_a_retried_batch_is_answered_with_its_first_offset_and_not_written_again
 
 
 def test_a_gap_in_sequences_is_out_of_order_and_records_nothing() -> None:
-    state: dict = {}
+    state = producer.PartitionProducers()
     append(state, batch(7, 0, 0), 0)
     assert producer.check(state, batch(7, 0, 5)).error == errors.OUT_OF_ORDER_SEQUENCE_NUMBER
     assert append(state, batch(7, 0, 2), 2).error == errors.NONE
 
 
 def test_a_lower_epoch_is_fenced_and_a_higher_one_must_start_at_sequence_0() -> None:
-    state: dict = {}
+    state = producer.PartitionProducers()
     append(state, batch(7, 1, 0), 0)
     assert producer.check(state, batch(7, 0, 2)).error == errors.INVALID_PRODUCER_EPOCH
     assert producer.check(state, batch(7, 2, 2)).error == errors.OUT_OF_ORDER_SEQUENCE_NUMBER
@@ -51,18 +51,18 @@ def test_a_lower_epoch_is_fenced_and_a_higher_one_must_start_at_sequence_0() -> 
 
 
 def test_an_unknown_producer_may_start_at_any_sequence() -> None:
-    assert producer.check({}, batch(9, 0, 4000)).error == errors.NONE
+    assert producer.check(producer.PartitionProducers(), batch(9, 0, 4000)).error == errors.NONE
 
 
 def test_two_producers_with_the_same_sequences_do_not_see_each_others_batches() -> None:
-    state: dict = {}
+    state = producer.PartitionProducers()
     append(state, batch(7, 0, 0), 0)
     other = producer.check(state, batch(8, 0, 0))
     assert (other.error, other.duplicate_of) == (errors.NONE, None)
 
 
 def test_a_follower_knows_the_leaders_batches_and_forgets_what_a_truncation_cut() -> None:
-    state: dict = {}
+    state = producer.PartitionProducers()
     producer.record_replicated(state, batch(7, 0, 0, base_offset=10)
                                + batch(7, 0, 2, base_offset=12))
     assert producer.check(state, batch(7, 0, 2)).duplicate_of == 12

@@ -1,84 +1,352 @@
-"""Transactional producers against logkeeper, which runs no transaction coordinator: each
-Kafka client is refused at its first transactional request, at once and for good, with
-the reason where the client shows one, and nothing is written. (Kafka's clients retry
-most refusals until their timeout; TRANSACTIONAL_ID_AUTHORIZATION_FAILED they take as
-final.) Reading transactional data a Kafka broker wrote is test_kafka_transactions.py.
+"""Transactions on one broker, through every Kafka client we test with: a transactional
+producer's committed records reach read_committed consumers exactly once, its aborted
+ones never do (read_uncommitted consumers see both), an open transaction holds
+read_committed consumers at its first offset (the last stable offset), a new producer
+instance fences the old one and aborts its transaction, a transaction past its timeout
+is aborted, and transactions outlive a restart and a kill -9 of the broker. The
+consume-transform-produce loop of an exactly-once application (offsets committed in
+the transaction) delivers each input once, across an abort and an application restart.
+
+Reading transactional data a Kafka broker wrote is test_kafka_transactions.py; the
+cluster side (markers across brokers, a coordinator killed) test_cluster_transactions.py.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import confluent_kafka as ck
 import kafka.errors as ke
 import pytest
-from aiokafka import AIOKafkaProducer
-from confluent_kafka.admin import AdminClient
-from kafka import KafkaProducer
-from kafka.protocol.metadata import FindCoordinatorRequest
-from kafka.protocol.producer import InitProducerIdRequest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from confluent_kafka.admin import AdminClient, NewTopic
+from kafka import KafkaConsumer, KafkaProducer
+from kafka.protocol.admin import DescribeTransactionsRequest, ListTransactionsRequest
+from kafka.protocol.consumer import ListOffsetsRequest
 
+from logstore import txnindex
 from tests.daemon_helpers import Daemon, RawClient, running
 
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
-REASON = "transactions are not served by logkeeper"
+SETTINGS = {"transaction.state.log.num.partitions": 3, "offsets.topic.num.partitions": 3,
+            "group.initial.rebalance.delay.ms": 0,
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms": 200}
 
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    with running(tmp_path_factory.mktemp("txn")) as d:
+    with running(tmp_path_factory.mktemp("txn"), SETTINGS, dirs=2) as d:
         yield d
 
 
-def topics(d: Daemon) -> set[str]:
-    return set(AdminClient({"bootstrap.servers": d.bootstrap}).list_topics(timeout=10).topics)
+def create(d: Daemon, topic: str, partitions: int = 2) -> None:
+    admin = AdminClient({"bootstrap.servers": d.bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
 
 
-def test_confluent_kafka_fails_at_once_with_the_reason(daemon: Daemon) -> None:
-    p = ck.Producer({"bootstrap.servers": daemon.bootstrap, "transactional.id": "orders-app"})
-    with pytest.raises(ck.KafkaException) as info:
-        p.init_transactions(30)
-    err = info.value.args[0]
-    # Fatal, not the _TIMED_OUT of a client that kept retrying.
-    assert err.fatal() and err.code() == ck.KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-    assert REASON in err.str()
-    assert "orders" not in topics(daemon)
+def producer(d: Daemon, tid: str, **conf: object) -> ck.Producer:
+    p = ck.Producer({"bootstrap.servers": d.bootstrap, "transactional.id": tid, **conf})
+    p.init_transactions(30)
+    return p
 
 
-def test_kafka_python_and_aiokafka_are_refused(daemon: Daemon) -> None:
-    p = KafkaProducer(bootstrap_servers=daemon.bootstrap, transactional_id="kp-app")
+def consume(d: Daemon, topic: str, *, committed: bool = True, expect: int | None = None,
+            wait: float = 6.0) -> list[bytes]:
+    """Every record of `topic` a fresh confluent-kafka consumer gets (read_committed
+    unless told): until `expect` records came, or `wait` s passed without one."""
+    c = ck.Consumer({"bootstrap.servers": d.bootstrap, "group.id": f"check-{time.time_ns()}",
+                     "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                     "isolation.level": "read_committed" if committed else "read_uncommitted"})
+    c.subscribe([topic])
+    got: list[bytes] = []
+    quiet_until = time.monotonic() + wait
     try:
-        with pytest.raises(ke.TransactionalIdAuthorizationFailedError):
-            p.init_transactions()
-    finally:
-        p.close(5)
-
-    async def aio() -> None:
-        producer = AIOKafkaProducer(bootstrap_servers=daemon.bootstrap, transactional_id="aio-app")
-        try:
-            await producer.start()
-            async with producer.transaction():
-                await producer.send_and_wait("aio-orders", b"x")
-        finally:
-            await producer.stop()
-
-    with pytest.raises(Exception) as info:  # aiokafka's own error class, by its name
-        asyncio.run(aio())
-    assert type(info.value).__name__ == "TransactionalIdAuthorizationFailed"
-    assert "aio-orders" not in topics(daemon)
-
-
-def test_the_protocol_answers(daemon: Daemon) -> None:
-    c = RawClient(daemon.port)
-    try:
-        r = c.request(FindCoordinatorRequest(key="app", key_type=1), 1)
-        assert (r.error_code, r.node_id) == (TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1)
-        assert REASON in r.error_message
-        r = c.request(InitProducerIdRequest(transactional_id="app", transaction_timeout_ms=60000), 1)
-        assert (r.error_code, r.producer_id) == (TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1)
-        # An idempotent producer (no transactional id) still gets its id.
-        r = c.request(InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=60000), 1)
-        assert r.error_code == 0 and r.producer_id >= 0
+        while time.monotonic() < quiet_until and (expect is None or len(got) < expect):
+            m = c.poll(0.2)
+            if m is None:
+                continue
+            assert m.error() is None, m.error()
+            got.append(m.value())
+            quiet_until = time.monotonic() + (1.0 if expect is None else wait)
     finally:
         c.close()
+    return got
+
+
+def partition_dirs(d: Daemon, topic: str) -> list[Path]:
+    return [p for root in d.log_dirs for p in root.glob(f"{topic}-*")]
+
+
+def test_confluent_kafka_commits_and_aborts_and_every_client_reads_committed_only(
+        daemon: Daemon) -> None:
+    create(daemon, "orders")
+    p = producer(daemon, "orders-app")
+    p.begin_transaction()
+    for i in range(20):
+        p.produce("orders", b"commit-1-%d" % i, partition=i % 2)
+    p.commit_transaction(30)
+    p.begin_transaction()
+    for i in range(10):
+        p.produce("orders", b"abort-%d" % i, partition=i % 2)
+    p.flush(30)  # in the log, then aborted
+    p.abort_transaction(30)
+    p.begin_transaction()
+    for i in range(6):
+        p.produce("orders", b"commit-2-%d" % i, partition=i % 2)
+    p.commit_transaction(30)
+    committed = sorted([b"commit-1-%d" % i for i in range(20)]
+                       + [b"commit-2-%d" % i for i in range(6)])
+
+    assert sorted(consume(daemon, "orders", expect=26)) == committed
+    everything = sorted(consume(daemon, "orders", committed=False, expect=36))
+    assert everything == sorted(committed + [b"abort-%d" % i for i in range(10)])
+
+    # kafka-python and aiokafka read_committed consumers skip the aborted records too.
+    kc = KafkaConsumer("orders", bootstrap_servers=daemon.bootstrap,
+                       isolation_level="read_committed", auto_offset_reset="earliest",
+                       consumer_timeout_ms=4000)
+    try:
+        assert sorted(m.value for m in kc) == committed
+    finally:
+        kc.close()
+
+    async def aio() -> list[bytes]:
+        c = AIOKafkaConsumer("orders", bootstrap_servers=daemon.bootstrap,
+                             isolation_level="read_committed", auto_offset_reset="earliest")
+        await c.start()
+        try:
+            got: list[bytes] = []
+            while len(got) < 26:
+                batch = await c.getmany(timeout_ms=5000)
+                if not batch:
+                    break
+                got += [m.value for ms in batch.values() for m in ms]
+            return got
+        finally:
+            await c.stop()
+
+    assert sorted(asyncio.run(aio())) == committed
+    # Each partition lists its aborted transaction in Kafka's .txnindex.
+    aborted = [txnindex.parse(f.read_bytes()) for pd in partition_dirs(daemon, "orders")
+               for f in pd.glob("*.txnindex")]
+    assert len(aborted) == 2 and all(len(entries) == 1 for entries in aborted)
+
+
+def test_kafka_python_and_aiokafka_producers_commit_and_abort(daemon: Daemon) -> None:
+    create(daemon, "kp-orders", 1)
+    kp = KafkaProducer(bootstrap_servers=daemon.bootstrap, transactional_id="kp-app")
+    try:
+        kp.init_transactions()
+        kp.begin_transaction()
+        kp.send("kp-orders", b"kp-commit")
+        kp.commit_transaction()
+        kp.begin_transaction()
+        kp.send("kp-orders", b"kp-abort")
+        kp.flush()
+        kp.abort_transaction()
+    finally:
+        kp.close(5)
+
+    async def aio() -> None:
+        ap = AIOKafkaProducer(bootstrap_servers=daemon.bootstrap, transactional_id="aio-app")
+        await ap.start()
+        try:
+            async with ap.transaction():
+                await ap.send_and_wait("kp-orders", b"aio-commit")
+            await ap.begin_transaction()
+            await ap.send_and_wait("kp-orders", b"aio-abort")
+            await ap.abort_transaction()
+        finally:
+            await ap.stop()
+
+    asyncio.run(aio())
+    assert sorted(consume(daemon, "kp-orders", expect=2)) == [b"aio-commit", b"kp-commit"]
+    assert sorted(consume(daemon, "kp-orders", committed=False, expect=4)) == [
+        b"aio-abort", b"aio-commit", b"kp-abort", b"kp-commit"]
+
+
+def latest(d: Daemon, topic: str, committed: bool) -> int:
+    c = RawClient(d.port)
+    try:
+        T = ListOffsetsRequest[2].ListOffsetsTopic
+        P = T.ListOffsetsPartition
+        r = c.request(ListOffsetsRequest[2](replica_id=-1, isolation_level=int(committed), topics=[
+            T(name=topic, partitions=[P(partition_index=0, timestamp=-1)])]), 2)
+        return r.topics[0].partitions[0].offset
+    finally:
+        c.close()
+
+
+def test_an_open_transaction_holds_read_committed_consumers_at_its_first_offset(
+        daemon: Daemon) -> None:
+    create(daemon, "held", 1)
+    plain = ck.Producer({"bootstrap.servers": daemon.bootstrap})
+    for i in range(3):
+        plain.produce("held", b"before-%d" % i)
+    plain.flush(10)
+    p = producer(daemon, "held-app")
+    p.begin_transaction()
+    p.produce("held", b"in-txn")
+    p.flush(10)
+    for i in range(3):
+        plain.produce("held", b"after-%d" % i)
+    plain.flush(10)
+    # The last stable offset is the open transaction's first offset (3); the high
+    # watermark is past everything (7).
+    assert (latest(daemon, "held", True), latest(daemon, "held", False)) == (3, 7)
+    assert consume(daemon, "held", wait=2) == [b"before-%d" % i for i in range(3)]
+    p.commit_transaction(30)
+    assert latest(daemon, "held", True) == 8  # past the commit marker
+    assert consume(daemon, "held", expect=7) == (
+        [b"before-%d" % i for i in range(3)] + [b"in-txn"] + [b"after-%d" % i for i in range(3)])
+
+
+def test_a_new_producer_instance_fences_the_old_one_and_aborts_its_transaction(
+        daemon: Daemon) -> None:
+    create(daemon, "fenced", 1)
+    old = producer(daemon, "fence-app")
+    old.begin_transaction()
+    old.produce("fenced", b"zombie")
+    old.flush(10)
+    new = producer(daemon, "fence-app")  # aborts old's transaction, bumps the epoch
+    new.begin_transaction()
+    new.produce("fenced", b"new")
+    new.commit_transaction(30)
+    with pytest.raises(ck.KafkaException) as info:
+        old.produce("fenced", b"zombie-2")
+        old.commit_transaction(10)
+    assert info.value.args[0].fatal()
+    assert consume(daemon, "fenced", expect=1) == [b"new"]
+    assert sorted(consume(daemon, "fenced", committed=False, expect=2)) == [b"new", b"zombie"]
+
+
+def test_a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced(
+        daemon: Daemon) -> None:
+    create(daemon, "slow", 1)
+    p = producer(daemon, "slow-app", **{"transaction.timeout.ms": 1000})
+    p.begin_transaction()
+    p.produce("slow", b"too-late")
+    p.flush(10)
+    deadline = time.monotonic() + 15
+    while latest(daemon, "slow", True) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)  # aborted by the coordinator: the marker moves the LSO on
+    assert latest(daemon, "slow", True) == 2
+    with pytest.raises(ck.KafkaException):
+        p.commit_transaction(10)
+    assert consume(daemon, "slow", wait=2) == []
+    c = RawClient(daemon.port)
+    try:
+        r = c.request(DescribeTransactionsRequest(transactional_ids=["slow-app", "nobody"]), 0)
+        states = {s.transactional_id: (s.error_code, s.transaction_state)
+                  for s in r.transaction_states}
+        assert states["slow-app"] == (0, "CompleteAbort")
+        assert states["nobody"][0] == ke.TransactionalIdNotFoundError.errno
+        r = c.request(ListTransactionsRequest[1](state_filters=["CompleteAbort"],
+                                                 producer_id_filters=[], duration_filter=-1), 1)
+        assert "slow-app" in {s.transactional_id for s in r.transaction_states}
+    finally:
+        c.close()
+
+
+def test_consume_transform_produce_delivers_each_input_once(daemon: Daemon) -> None:
+    """An exactly-once application: read `src` (read_committed, no auto-commit), write
+    each record upper-cased to `dst` and the consumed offsets in the same transaction.
+    One transaction is aborted (its input is processed again), then the application
+    stops without committing and a new instance takes over: `dst` holds each input once."""
+    create(daemon, "src", 2)
+    create(daemon, "dst", 2)
+    src = ck.Producer({"bootstrap.servers": daemon.bootstrap})
+    for i in range(200):
+        src.produce("src", b"rec-%03d" % i, partition=i % 2)
+    src.flush(10)
+
+    def instance(limit: int, abort_first: bool = False, finish: bool = True) -> int:
+        c = ck.Consumer({"bootstrap.servers": daemon.bootstrap, "group.id": "eos-app",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                         "isolation.level": "read_committed"})
+        c.subscribe(["src"])
+        p = producer(daemon, "eos-app")
+        done = 0
+        idle = time.monotonic() + 8
+        try:
+            while done < limit and time.monotonic() < idle:
+                msgs = c.consume(20, 0.5)
+                if not msgs:
+                    continue
+                idle = time.monotonic() + 8
+                p.begin_transaction()
+                for m in msgs:
+                    assert m.error() is None
+                    p.produce("dst", m.value().upper(), partition=m.partition())
+                p.send_offsets_to_transaction(c.position(c.assignment()),
+                                              c.consumer_group_metadata(), 30)
+                if abort_first:
+                    abort_first = False
+                    p.abort_transaction(30)
+                    # Rewind to the committed offsets: the aborted input comes again.
+                    for tp in c.committed(c.assignment(), 10):
+                        c.seek(ck.TopicPartition(tp.topic, tp.partition,
+                                                 tp.offset if tp.offset >= 0 else 0))
+                    continue
+                if not finish and done + len(msgs) >= limit:
+                    p.flush(10)  # written, never committed: the next instance aborts it
+                    return done
+                p.commit_transaction(30)
+                done += len(msgs)
+        finally:
+            c.close()
+        return done
+
+    first = instance(120, abort_first=True, finish=False)
+    assert 0 < first < 200
+    instance(200 - first)
+    out = consume(daemon, "dst", expect=200)
+    assert sorted(out) == [b"REC-%03d" % i for i in range(200)]
+
+
+def test_transactions_outlive_a_restart_and_a_kill(tmp_path: Path) -> None:
+    with running(tmp_path / "b", SETTINGS, dirs=1) as d:
+        create(d, "kept", 1)
+        p = producer(d, "kept-app")
+        p.begin_transaction()
+        p.produce("kept", b"across-restart")
+        p.flush(10)
+        assert d.stop() == 0
+        d.start()
+        # The coordinator reads its state back; the partition knows the open
+        # transaction again: read_committed consumers are still held before it.
+        assert latest(d, "kept", True) == 0
+        p.commit_transaction(60)
+        assert consume(d, "kept", expect=1) == [b"across-restart"]
+
+        p.begin_transaction()
+        p.produce("kept", b"killed")
+        p.flush(10)
+        d.kill()
+        d.start()
+        assert latest(d, "kept", True) == 2
+        again = producer(d, "kept-app")  # the next instance aborts what the kill left
+        again.begin_transaction()
+        again.produce("kept", b"after-kill")
+        again.commit_transaction(30)
+        assert consume(d, "kept", expect=2) == [b"across-restart", b"after-kill"]
+        assert latest(d, "kept", True) == latest(d, "kept", False)
+
+
+def test_producer_perf_test_sends_in_transactions(daemon: Daemon) -> None:
+    import subprocess
+    import sys
+
+    from tests.daemon_helpers import REPO
+
+    create(daemon, "perf-txn", 1)
+    r = subprocess.run([sys.executable, "-m", "daemon.cli", "producer-perf-test",
+                        "--bootstrap-server", daemon.bootstrap, "--topic", "perf-txn",
+                        "--num-records", "500", "--record-size", "50", "--throughput", "-1",
+                        "--transactional-id", "perf-app", "--transaction-duration-ms", "100"],
+                       cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert len(consume(daemon, "perf-txn", expect=500)) == 500
+    assert latest(daemon, "perf-txn", True) == latest(daemon, "perf-txn", False)

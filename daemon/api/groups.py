@@ -50,6 +50,7 @@ from . import errors, protocol
 log = logging.getLogger("logkeeper.groups")
 
 KEY_TYPE_GROUP = 0
+KEY_TYPE_TRANSACTION = 1
 
 
 class GroupApis:
@@ -62,6 +63,8 @@ class GroupApis:
         self.coordinator = coordinator
         self.coordinator_node = coordinator_node
         self.ensure_offsets_topic = ensure_offsets_topic
+        # FindCoordinator for a transactional id (key type 1): daemon.api.transactions.
+        self.transactions: Any = None
 
     def dispatch(self) -> dict[int, Callable[..., Awaitable[Any]]]:
         return {8: self.offset_commit, 9: self.offset_fetch, 10: self.find_coordinator,
@@ -75,7 +78,7 @@ class GroupApis:
         body = req.body
         keys = list(body.coordinator_keys) if req.version >= 4 else [body.key]
         key_type = body.key_type if req.version >= 1 else KEY_TYPE_GROUP
-        answers = [await self._coordinator_for(k, key_type, conn.listener)
+        answers = [await self._coordinator_for(k, key_type, conn)
                    if key_type != KEY_TYPE_GROUP or conn.allowed(
                        Operation.DESCRIBE, ResourceType.GROUP, k)
                    else (errors.GROUP_AUTHORIZATION_FAILED, None, -1, "", -1) for k in keys]
@@ -88,15 +91,15 @@ class GroupApis:
         return FindCoordinatorResponse(throttle_time_ms=0, error_code=e, error_message=m,
                                        node_id=n, host=h, port=p)
 
-    async def _coordinator_for(self, key: str, key_type: int, listener: str
+    async def _coordinator_for(self, key: str, key_type: int, conn: Any
                                ) -> tuple[int, str | None, int, str, int]:
-        """The coordinator of `key` (a group id), at its endpoint on `listener`, the
-        listener the request came on."""
+        """The coordinator of `key` (a group id, or a transactional id for key type 1),
+        at its endpoint on the listener the request came on."""
+        listener = conn.listener
+        if key_type == KEY_TYPE_TRANSACTION and self.transactions is not None:
+            return await self.transactions.coordinator_for(key, listener, conn)
         if key_type != KEY_TYPE_GROUP:
-            # The one refusal every client takes as final at once (librdkafka, the Java
-            # client and kafka-python retry the others until their timeout): its
-            # transactional id may not be used here, with the reason said.
-            return errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, errors.NO_TRANSACTIONS, -1, "", -1
+            return errors.INVALID_REQUEST, f"unknown coordinator key type {key_type}", -1, "", -1
         if not key:
             return errors.INVALID_REQUEST, "an empty group id", -1, "", -1
         p = self.coordinator.partition_of(key)
@@ -219,12 +222,14 @@ class GroupApis:
             P = T.OffsetFetchResponsePartitions
             groups = []
             for grp in b.groups:
-                code, topics = self._fetch(grp.group_id, grp.topics, T, P, v, conn)
+                code, topics = self._fetch(grp.group_id, grp.topics, T, P, v, conn,
+                                           bool(b.require_stable))
                 groups.append(G(group_id=grp.group_id, topics=topics, error_code=code))
             return OffsetFetchResponse(throttle_time_ms=0, groups=groups)
         T = OffsetFetchResponse.OffsetFetchResponseTopic
         P = T.OffsetFetchResponsePartition
-        code, topics = self._fetch(b.group_id, b.topics, T, P, v, conn)
+        code, topics = self._fetch(b.group_id, b.topics, T, P, v, conn,
+                                   v >= 7 and bool(b.require_stable))
         if v < 2 and code:
             # v0-1 have no group error: every partition asked for carries it.
             for t in topics:
@@ -233,13 +238,18 @@ class GroupApis:
         return OffsetFetchResponse(throttle_time_ms=0, topics=topics, error_code=code)
 
     def _fetch(self, group_id: str, asked: Any, T: Any, P: Any, v: int,
-               conn: Any) -> tuple[int, list[Any]]:
+               conn: Any, require_stable: bool = False) -> tuple[int, list[Any]]:
         tps = None if asked is None else [TopicPartition(t.name, i)
                                           for t in asked for i in t.partition_indexes]
+        unstable: set[TopicPartition] = set()
         if not conn.allowed(Operation.DESCRIBE, ResourceType.GROUP, group_id):
             code, got = errors.GROUP_AUTHORIZATION_FAILED, {}
         else:
             code, got = self.coordinator.fetch_offsets(group_id, tps)
+            if require_stable and not code:
+                # Offsets a transaction holds open (v7+, a read_committed consumer's):
+                # UNSTABLE_OFFSET_COMMIT until its marker, and the consumer asks again.
+                unstable = self.coordinator.unstable(group_id, tps)
         if code:
             got = {tp: None for tp in tps or []}
         # Offsets of a topic it may not describe: left out of "all", refused when asked.
@@ -255,6 +265,12 @@ class GroupApis:
                         partition_index=tp.partition, committed_offset=-1,
                         committed_leader_epoch=-1, metadata="",
                         error_code=errors.TOPIC_AUTHORIZATION_FAILED))
+                continue
+            if tp in unstable:
+                out.setdefault(tp.topic, []).append(P(
+                    partition_index=tp.partition, committed_offset=-1,
+                    committed_leader_epoch=-1, metadata="",
+                    error_code=errors.UNSTABLE_OFFSET_COMMIT))
                 continue
             out.setdefault(tp.topic, []).append(P(
                 partition_index=tp.partition, committed_offset=c.offset if c else -1,

@@ -27,7 +27,6 @@ from kafka.protocol.admin import (
 )
 from kafka.protocol.consumer import ListOffsetsResponse, OffsetForLeaderEpochResponse
 from kafka.protocol.metadata import MetadataResponse
-from kafka.protocol.producer import InitProducerIdResponse
 
 from logstore import TopicPartition, names
 from logstore.errors import InvalidTopicError
@@ -36,10 +35,9 @@ from logstore.records import MAGIC, MAGIC_AT, Codec, batch_attributes
 from ..controller.controller import Controller, TopicSpec
 from ..ops.metrics import Metrics
 from ..replica.control import ControlRequests
-from ..replica.manager import ReadSpec, ReplicaManager
+from ..replica.manager import Marker, ReadSpec, ReplicaManager
 from ..replica.moves import ReplicaMoves
 from ..replica.partition import AppendResult, Partition
-from ..replica.producer_ids import ProducerIds
 from ..replica.topic_config import TopicConfigs
 from ..replica.topics import TopicAdmin, TopicError, refuse_internal
 from ..security.acls import CLUSTER_NAME, RESOURCE_NAMES, Authorizer, Operation, ResourceType
@@ -144,9 +142,8 @@ def _unreachable_leaders(topics: list[Any], listed: set[int], live: set[int]) ->
 
 class Handlers:
     def __init__(self, replicas: ReplicaManager, topic_admin: TopicAdmin, storage: LogManager,
-                 metrics: Metrics, producer_ids: ProducerIds):
+                 metrics: Metrics):
         self.replicas = replicas
-        self.producer_ids = producer_ids
         self.leadership = replicas.leadership
         self.topic_admin = topic_admin
         self.storage = storage
@@ -160,6 +157,9 @@ class Handlers:
         # CreateTopics and DeleteTopics go to, and the metadata cache Metadata answers from.
         self.control: ControlRequests | None = None
         self.controller: Controller | None = None
+        # Told of each transaction marker written to __consumer_offsets-<partition>
+        # (partition, producer id, commit): the group coordinator's pending offsets.
+        self.on_offsets_marker: Any = None
         # Replica moves between this broker's log dirs (set by the app).
         self.moves: ReplicaMoves | None = None
         # The topic configs (set by the app): a standalone acks=all checks the topic's
@@ -172,7 +172,7 @@ class Handlers:
             4: self.leader_and_isr, 5: self.stop_replica, 6: self.update_metadata,
             7: self.controlled_shutdown,
             18: self.api_versions, 19: self.create_topics, 20: self.delete_topics,
-            22: self.init_producer_id, 23: self.offset_for_leader_epoch,
+            23: self.offset_for_leader_epoch,
             34: self.alter_replica_log_dirs, 35: self.describe_log_dirs,
         }
 
@@ -200,6 +200,9 @@ class Handlers:
         acks = body.acks
         slots: list[tuple[str, int, AppendResult | None]] = []
         items: list[tuple[Partition, bytes]] = []
+        # A transactional producer's records need Write on its transactional id too.
+        txn_denied = body.transactional_id is not None and not conn.allowed(
+            Operation.WRITE, ResourceType.TRANSACTIONAL_ID, body.transactional_id)
         for t in body.topic_data:
             writable = conn.allowed(Operation.WRITE, ResourceType.TOPIC, t.name)
             for pd in t.partition_data:
@@ -207,7 +210,10 @@ class Handlers:
                     slots.append((t.name, pd.index, AppendResult(errors.INVALID_REQUIRED_ACKS)))
                     continue
                 p = self.replicas.get(t.name, pd.index)
-                if not writable:
+                if txn_denied:
+                    slots.append((t.name, pd.index, AppendResult(
+                        errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)))
+                elif not writable:
                     slots.append((t.name, pd.index, AppendResult(
                         errors.TOPIC_AUTHORIZATION_FAILED)))
                 elif names.is_internal(t.name):
@@ -294,6 +300,35 @@ class Handlers:
         if self.replicas.isr is not None:
             await self._await_replication(items, results, timeout_ms)
         return results[0]
+
+    async def write_markers(self, markers: dict[TopicPartition, Marker], timeout_ms: int
+                            ) -> dict[TopicPartition, int]:
+        """A transaction coordinator's markers for partitions this broker leads, each
+        appended with acks=all (Kafka's WriteTxnMarkers): an error code per partition.
+        Markers on `__consumer_offsets` settle the transaction's pending offsets."""
+        codes: dict[TopicPartition, int] = {}
+        items: list[tuple[Partition, Marker]] = []
+        for tp, m in markers.items():
+            p = self.replicas.get(tp.topic, tp.partition)
+            if p is None:
+                codes[tp] = _topic_error(tp.topic)
+            elif not self.leadership.is_leader(p):
+                codes[tp] = errors.NOT_LEADER_OR_FOLLOWER
+            elif (refusal := self._under_min_isr(p)) is not None:
+                codes[tp] = refusal.error
+            else:
+                items.append((p, m))
+        if items:
+            results = await self.replicas.append_markers(items)
+            if self.replicas.isr is not None:
+                await self._await_replication([(p, b"") for p, _ in items], results,
+                                              timeout_ms)
+            for (p, m), r in zip(items, results, strict=True):
+                codes[p.tp] = r.error
+                if r.error == errors.NONE and p.tp.topic == names.OFFSETS_TOPIC and \
+                        self.on_offsets_marker is not None:
+                    self.on_offsets_marker(p.tp.partition, m.producer_id, m.commit)
+        return codes
 
     def _compression_type(self, topic: str) -> str:
         """The compression.type that applies to `topic`."""
@@ -481,8 +516,9 @@ class Handlers:
                 self.metrics.failed_fetch.labels(str(r.error)).inc()
                 self.metrics.errors.labels("Fetch", str(r.error)).inc()
             out.setdefault(topic, []).append(FetchPartition(
-                index, r.error, r.high_watermark, r.high_watermark, r.log_start_offset,
-                records, r.diverging_epoch,
+                index, r.error, r.high_watermark,
+                r.last_stable_offset if r.last_stable_offset >= 0 else r.high_watermark,
+                r.log_start_offset, records, r.diverging_epoch,
                 r.aborted_transactions if read_committed and records else None))
         if throttled_bytes:
             assert quota is not None
@@ -583,7 +619,9 @@ class Handlers:
                                 None if t.name in denied
                                 else self.replicas.get(t.name, lp.partition_index)))
         items = [(p, ts) for _, _, ts, p in entries if p is not None]
-        results = iter(await self.replicas.list_offsets(items) if items else [])
+        read_committed = req.version >= 2 and body.isolation_level == 1
+        results = iter(await self.replicas.list_offsets(items, read_committed=read_committed)
+                       if items else [])
         out: dict[str, list[Any]] = {}
         for topic, index, _ts, p in entries:
             if topic in denied:
@@ -947,31 +985,6 @@ class Handlers:
             version=req.version, error_code=code,
             remaining_partitions=[R(topic_name=tp.topic, partition_index=tp.partition)
                                   for tp in remaining])
-
-    # ---- InitProducerId ----
-
-    async def init_producer_id(self, req: protocol.Request, conn: ConnInfo) -> Any:
-        """A new producer id at epoch 0 for an idempotent producer, also when it asks for
-        its epoch to be bumped (v3+, KIP-360), as Kafka answers one without a
-        transactional id. Transactions are not served."""
-        def answer(code: int, pid: int = -1, epoch: int = -1) -> Any:
-            return InitProducerIdResponse(throttle_time_ms=0,
-                                          error_code=code, producer_id=pid, producer_epoch=epoch)
-
-        if req.body.transactional_id is not None:  # see FindCoordinator (groups.py)
-            log.info("InitProducerId for transactional id %r from %s refused: %s",
-                     req.body.transactional_id, conn.peer, errors.NO_TRANSACTIONS)
-            return answer(errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-        # An idempotent producer needs IdempotentWrite on the cluster, or Write on some
-        # topic (Kafka 3's rule, KIP-679).
-        if not (conn.allowed(Operation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, log_denied=False)
-                or conn.allowed_any(Operation.WRITE, ResourceType.TOPIC)):
-            return answer(errors.CLUSTER_AUTHORIZATION_FAILED)
-        try:
-            return answer(errors.NONE, await self.producer_ids.next_id(), 0)
-        except Exception as err:  # noqa: BLE001 - ZooKeeper away: the client retries
-            log.warning("no producer id to hand out (%s: %s)", type(err).__name__, err)
-            return answer(errors.COORDINATOR_NOT_AVAILABLE)
 
     # ---- AlterReplicaLogDirs ----
 

@@ -56,6 +56,8 @@ from kafka.protocol.admin import (
     DescribeGroupsResponse,
     DescribeLogDirsRequest,
     DescribeLogDirsResponse,
+    DescribeTransactionsRequest,
+    DescribeTransactionsResponse,
     DescribeUserScramCredentialsRequest,
     DescribeUserScramCredentialsResponse,
     ElectLeadersRequest,
@@ -66,6 +68,8 @@ from kafka.protocol.admin import (
     ListGroupsResponse,
     ListPartitionReassignmentsRequest,
     ListPartitionReassignmentsResponse,
+    ListTransactionsRequest,
+    ListTransactionsResponse,
 )
 from kafka.protocol.api_key import ApiKey
 from kafka.protocol.consumer import (
@@ -99,10 +103,20 @@ from kafka.protocol.metadata import (
     MetadataResponse,
 )
 from kafka.protocol.producer import (
+    AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse,
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
+    EndTxnRequest,
+    EndTxnResponse,
     InitProducerIdRequest,
     InitProducerIdResponse,
     ProduceRequest,
     ProduceResponse,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
+    WriteTxnMarkersRequest,
+    WriteTxnMarkersResponse,
 )
 from kafka.protocol.sasl import (
     SaslAuthenticateRequest,
@@ -202,6 +216,16 @@ SUPPORTED: dict[int, Api] = {a.key: a for a in (
     _api(CreateTopicsRequest, CreateTopicsResponse, 2, 4),
     _api(DeleteTopicsRequest, DeleteTopicsResponse, 1, 5),
     _api(InitProducerIdRequest, InitProducerIdResponse, 0, 4),
+    # Transactions (daemon/api/transactions.py), Kafka 3.9's protocol (transaction
+    # version 1): AddPartitionsToTxn v4 is a broker's verification, EndTxn v5 and
+    # TxnOffsetCommit v4 belong to KIP-890's second phase, none of them served.
+    _api(AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, 0, 3),
+    _api(AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, 0, 3),
+    _api(EndTxnRequest, EndTxnResponse, 0, 3),
+    _api(WriteTxnMarkersRequest, WriteTxnMarkersResponse, 1, 1),
+    _api(TxnOffsetCommitRequest, TxnOffsetCommitResponse, 0, 3),
+    _api(DescribeTransactionsRequest, DescribeTransactionsResponse, 0, 0),
+    _api(ListTransactionsRequest, ListTransactionsResponse, 0, 1),
     _api(DescribeLogDirsRequest, DescribeLogDirsResponse, 0, 4),
     # Replica moves between this broker's log dirs (KIP-113, daemon/replica/moves.py).
     _api(AlterReplicaLogDirsRequest, AlterReplicaLogDirsResponse, 1, 2),

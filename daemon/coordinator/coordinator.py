@@ -33,11 +33,12 @@ from typing import Protocol
 
 from logstore import TopicPartition
 from logstore.names import OFFSETS_TOPIC
-from logstore.records import Record, build_batch
+from logstore.records import CONTROL_COMMIT, Record, build_batch
 
 from ..api import errors
 from . import records
 from .group import Group, GroupState, JoinResult, Member, partition_for
+from .internal_topic import Logged
 from .records import CommittedOffset, OffsetEntry
 
 log = logging.getLogger("logkeeper.coordinator")
@@ -58,8 +59,8 @@ class OffsetsLog(Protocol):
     async def append(self, partition: int, batch: bytes, timeout_ms: int) -> int:
         """Append `batch` as the leader and wait for the ISR (acks=all): an error code."""
 
-    async def read_all(self, partition: int) -> list[Record]:
-        """Every record of `partition`, oldest first."""
+    async def read_all(self, partition: int) -> list[Logged]:
+        """Every record of `partition`, and its transaction markers, oldest first."""
 
 
 @dataclass(frozen=True)
@@ -203,8 +204,17 @@ class GroupCoordinator:
             return
         offsets: dict[str, dict[TopicPartition, CommittedOffset]] = {}
         metas: dict[str, records.GroupRecord | None] = {}
+        # TxnOffsetCommits by producer id, until its marker: (group, partition, offset)
+        pending: dict[int, list[OffsetEntry]] = {}
         bad = 0
-        for rec in recs:
+        for item in recs:
+            rec = item.record
+            if rec is None:  # a transaction marker: its producer's offsets count or go
+                done = pending.pop(item.producer_id, [])
+                if item.marker == CONTROL_COMMIT:
+                    for e in done:
+                        _apply_offset(offsets.setdefault(e.group, {}), e)
+                continue
             try:
                 entry = records.decode(rec.key, rec.value)
             except records.GroupRecordError as err:
@@ -213,21 +223,26 @@ class GroupCoordinator:
                     log.warning("%s-%d offset %s: %s (skipped)", OFFSETS_TOPIC, p, rec.offset, err)
                 continue
             if isinstance(entry, OffsetEntry):
-                group_offsets = offsets.setdefault(entry.group, {})
-                if entry.value is None:
-                    group_offsets.pop(entry.tp, None)
+                if item.producer_id >= 0:
+                    pending.setdefault(item.producer_id, []).append(entry)
                 else:
-                    group_offsets[entry.tp] = entry.value
+                    _apply_offset(offsets.setdefault(entry.group, {}), entry)
             else:
                 metas[entry.group] = entry.value
         now = self._now()
-        for gid in set(offsets) | set(metas):
+        open_txns: dict[str, dict[int, dict[TopicPartition, CommittedOffset]]] = {}
+        for pid, entries in pending.items():  # transactions still open: offsets pending
+            for e in entries:
+                if e.value is not None:
+                    open_txns.setdefault(e.group, {}).setdefault(pid, {})[e.tp] = e.value
+        for gid in set(offsets) | set(metas) | set(open_txns):
             meta = metas.get(gid)
             group_offsets = offsets.get(gid, {})
-            if meta is None and not group_offsets:
+            if meta is None and not group_offsets and gid not in open_txns:
                 continue  # deleted
             g = Group(gid, p)
             g.offsets = dict(group_offsets)
+            g.pending_txn = open_txns.get(gid, {})
             if meta is not None:
                 g.protocol_type = meta.protocol_type or None
                 g.generation = meta.generation
@@ -671,6 +686,71 @@ class GroupCoordinator:
                     live.offsets[tp] = v
         return errors.NONE, out
 
+    async def txn_commit(self, group_id: str, producer_id: int, producer_epoch: int,
+                         generation: int, member_id: str, instance_id: str | None,
+                         commits: list[OffsetCommit]) -> tuple[int, dict[TopicPartition, int]]:
+        """TxnOffsetCommit: the offsets written to `__consumer_offsets` in a batch of the
+        producer's transaction, pending until its marker (`txn_completed`); (group error,
+        error per partition). A member id given is checked as OffsetCommit checks it."""
+        code, p = self._owner(group_id)
+        if code:
+            return code, {}
+        if not group_id:
+            return errors.INVALID_GROUP_ID, {}
+        g = self.groups.get(group_id)
+        if member_id:
+            if g is None or member_id not in g.members:
+                return errors.UNKNOWN_MEMBER_ID, {}
+            if instance_id and g.static_members.get(instance_id) != member_id:
+                return errors.FENCED_INSTANCE_ID, {}
+            if generation != g.generation:
+                return errors.ILLEGAL_GENERATION, {}
+        out: dict[TopicPartition, int] = {}
+        written: list[tuple[TopicPartition, CommittedOffset]] = []
+        now = _now_ms()
+        for c in commits:
+            meta = c.metadata or ""
+            if len(meta.encode()) > self.settings.max_metadata_bytes:
+                out[c.tp] = errors.OFFSET_METADATA_TOO_LARGE
+                continue
+            written.append((c.tp, CommittedOffset(c.offset, c.leader_epoch, meta, now, -1)))
+        if not written:
+            return errors.NONE, out
+        batch = build_batch([Record(records.offset_key(group_id, tp), records.offset_value(v))
+                             for tp, v in written], producer_id=producer_id,
+                            producer_epoch=producer_epoch, transactional=True)
+        code = _coordinator_error(await self.log.append(p, batch,
+                                                        self.settings.commit_timeout_ms),
+                                  offsets=True)
+        live = self.groups.get(group_id)
+        if live is None and not code:
+            live = self.groups[group_id] = Group(group_id, p)
+        for tp, v in written:
+            out[tp] = code
+            if not code and live is not None:
+                live.pending_txn.setdefault(producer_id, {})[tp] = v
+        return errors.NONE, out
+
+    def txn_completed(self, partition: int, producer_id: int, commit: bool) -> None:
+        """A marker of `producer_id`'s transaction was written to `__consumer_offsets`-
+        `partition`: its pending offsets there become the groups' committed offsets, or
+        go (Kafka's handleTxnCompletion)."""
+        for g in self.groups.values():
+            if g.partition != partition:
+                continue
+            done = g.pending_txn.pop(producer_id, None)
+            if done and commit:
+                g.offsets.update(done)
+
+    def unstable(self, group_id: str, tps: list[TopicPartition] | None) -> set[TopicPartition]:
+        """The partitions of `tps` (None: all) with offsets in an open transaction: a
+        consumer that requires stable offsets is told UNSTABLE_OFFSET_COMMIT for them."""
+        g = self.groups.get(group_id)
+        if g is None or not g.pending_txn:
+            return set()
+        held = {tp for offsets in g.pending_txn.values() for tp in offsets}
+        return held if tps is None else held & set(tps)
+
     def fetch_offsets(self, group_id: str, tps: list[TopicPartition] | None
                       ) -> tuple[int, dict[TopicPartition, CommittedOffset | None]]:
         """(group error, committed offset or None per partition); `tps` None: every
@@ -795,6 +875,13 @@ class GroupCoordinator:
             log.info("group %s: committed offsets of %s deleted", group_id,
                      ", ".join(str(tp) for tp in gone))
         return errors.NONE, {tp: refused.get(tp, errors.NONE) for tp in tps}
+
+
+def _apply_offset(group_offsets: dict[TopicPartition, CommittedOffset], e: OffsetEntry) -> None:
+    if e.value is None:
+        group_offsets.pop(e.tp, None)
+    else:
+        group_offsets[e.tp] = e.value
 
 
 def _answer_join(m: Member, result: JoinResult) -> None:

@@ -103,6 +103,9 @@ class Group:
     pending_members: dict[str, float] = field(default_factory=dict)
     static_members: dict[str, str] = field(default_factory=dict)  # instance id -> member id
     offsets: dict[TopicPartition, CommittedOffset] = field(default_factory=dict)
+    # TxnOffsetCommit's offsets by producer id, written but not yet committed: its
+    # transaction's marker decides (Kafka's pendingTransactionalOffsetCommits).
+    pending_txn: dict[int, dict[TopicPartition, CommittedOffset]] = field(default_factory=dict)
     state_timestamp: int = -1  # ms, when the state last changed (written with the group)
     # PreparingRebalance: the join completes once every member rejoined and the loop
     # time is past `join_not_before` (the initial delay of an empty group), or at

@@ -446,7 +446,7 @@ class LogFollowerStorage:
                 lg.truncate_fully_and_start_at(err.first_offset)
                 lg.append(records, assign_offsets=False)
             if self.producers is not None:
-                producer.record_replicated(self.producers(tp), records)
+                producer.record_replicated(self.producers(tp), records, lg)
             return lg.log_end_offset
 
         end = await self.run(tp, append)

@@ -20,12 +20,20 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NamedTuple
 
 from logstore import Log, LogMovedError, TopicPartition, names
-from logstore.records import ATTR_TRANSACTIONAL, batch_attributes, batch_producer
+from logstore.records import (
+    ATTR_CONTROL,
+    ATTR_TRANSACTIONAL,
+    CONTROL_ABORT,
+    CONTROL_COMMIT,
+    batch_attributes,
+    batch_producer,
+    control_batch,
+)
 
 from ..api.errors import (
     FENCED_LEADER_EPOCH,
+    INVALID_RECORD,
     INVALID_REQUEST,
-    INVALID_TXN_STATE,
     NONE,
     NOT_LEADER_OR_FOLLOWER,
     OFFSET_OUT_OF_RANGE,
@@ -168,7 +176,21 @@ class ReplicaManager:
         # The log too is the one held now: a replica move (daemon.replica.moves) retires
         # it, and an append queued before the move is then refused, never written into
         # the new dir's log from the old dir's worker.
-        stamped = [(p, records, self.leadership.fencing_epoch(p), p.log) for p, records in items]
+        stamped = [(p, records, self.leadership.fencing_epoch(p), p.log, None)
+                   for p, records in items]
+        return self._queue_appends(items, stamped)
+
+    def append_markers(self, items: list[tuple[Partition, Marker]]
+                       ) -> asyncio.Future[list[AppendResult]]:
+        """Append a transaction coordinator's markers (WriteTxnMarkers) as this
+        partition's leader, as `append` does: each closes its producer's transaction."""
+        stamped = [(p, control_batch(m.producer_id, m.producer_epoch, commit=m.commit,
+                                     coordinator_epoch=m.coordinator_epoch),
+                    self.leadership.fencing_epoch(p), p.log, m) for p, m in items]
+        return self._queue_appends([(p, b) for p, b, *_ in stamped], stamped)
+
+    def _queue_appends(self, items: list[tuple[Partition, bytes | memoryview]],
+                       stamped: list[tuple[Any, ...]]) -> asyncio.Future[list[AppendResult]]:
         queued = self.storage.fan_out(
             stamped, _dir_of, _append_all, self.leadership,
             on_error=lambda item, err: _failed_append(err, item[0]))
@@ -285,10 +307,12 @@ class ReplicaManager:
         return spec.leader_epoch < 0 or \
             spec.leader_epoch == self.leadership.fencing_epoch(spec.partition)
 
-    async def list_offsets(self, items: list[tuple[Partition, int]]) -> list[tuple[int, int, int]]:
-        """(error, timestamp, offset) per (partition, timestamp query)."""
+    async def list_offsets(self, items: list[tuple[Partition, int]], *,
+                           read_committed: bool = False) -> list[tuple[int, int, int]]:
+        """(error, timestamp, offset) per (partition, timestamp query); a read_committed
+        asker's latest offset is the last stable offset, not the high watermark."""
         return await self.storage.fan_out(
-            _with_logs(items), _dir_of, _list_offsets,
+            _with_logs(items), _dir_of, _list_offsets, read_committed,
             on_error=lambda item, err: (error_of(err, "list offsets")[0], -1, -1))
 
     async def delete_records(self, items: list[tuple[Partition, int]]) -> list[tuple[int, int]]:
@@ -352,7 +376,7 @@ def _failed_read(err: BaseException, p: Partition) -> ReadResult:
 
 
 def _take_on(logs: dict[TopicPartition, Any], leadership: Standalone
-             ) -> dict[TopicPartition, tuple[int, dict[int, producer.ProducerState]]]:
+             ) -> dict[TopicPartition, tuple[int, producer.PartitionProducers]]:
     """Set each log's high watermark as its leadership says; returns them with each
     log's producer state, rebuilt from its tail."""
     out = {}
@@ -362,12 +386,22 @@ def _take_on(logs: dict[TopicPartition, Any], leadership: Standalone
     return out
 
 
-def _append_all(items: list[tuple[Partition, bytes | memoryview, int, Log | None]],
+class Marker(NamedTuple):
+    """A transaction marker to write (WriteTxnMarkers): COMMIT or ABORT of a producer's
+    transaction, from the coordinator at `coordinator_epoch`."""
+
+    producer_id: int
+    producer_epoch: int
+    coordinator_epoch: int
+    commit: bool
+
+
+def _append_all(items: list[tuple[Partition, bytes | memoryview, int, Log | None, Marker | None]],
                 leadership: Standalone) -> list[AppendResult]:
     """Append each partition's batches, in order, under the leader epoch each was
     accepted at, to the log held when it was queued; one partition's failure is its own."""
     out = []
-    for p, records, leader_epoch, lg in items:
+    for p, records, leader_epoch, lg, marker in items:
         where = f"append to {p.tp}"
         try:
             if lg is not None and lg.retired:  # moved to another dir since: nothing done
@@ -375,10 +409,13 @@ def _append_all(items: list[tuple[Partition, bytes | memoryview, int, Log | None
             if p.deleted:
                 out.append(AppendResult(UNKNOWN_TOPIC_OR_PARTITION, message=f"{p.tp} was deleted"))
                 continue
-            if (batch_attributes(records) or 0) & ATTR_TRANSACTIONAL:
-                out.append(AppendResult(INVALID_TXN_STATE,
-                                        message="transactional batches need a transaction "
-                                                "coordinator, which this broker does not run"))
+            if marker is not None:
+                out.append(_append_marker(p, lg, records, marker, leader_epoch, leadership))
+                continue
+            attributes = batch_attributes(records) or 0
+            if attributes & ATTR_CONTROL:
+                out.append(AppendResult(INVALID_RECORD, message=(
+                    f"{where}: a control batch; only a transaction coordinator writes them")))
                 continue
             checked = producer.check(p.producers, records)
             if checked.error:
@@ -411,6 +448,9 @@ def _append_all(items: list[tuple[Partition, bytes | memoryview, int, Log | None
             info = lg.append(records, leader_epoch=leader_epoch)
             lg.high_watermark = leadership.high_watermark(lg)
             producer.record(p.producers, checked.token, info.base_offset, info.log_append_time)
+            if attributes & ATTR_TRANSACTIONAL:
+                producer.begin_txn(p.producers, (batch_producer(records) or (-1,))[0],
+                                   info.base_offset)
             out.append(AppendResult(NONE, info.base_offset, lg.log_start_offset,
                                     lg.high_watermark, info.record_count, info.size,
                                     end_offset=info.last_offset + 1,
@@ -420,6 +460,29 @@ def _append_all(items: list[tuple[Partition, bytes | memoryview, int, Log | None
             out.append(AppendResult(code, message=message,
                                     record_errors=getattr(err, "record_errors", ())))
     return out
+
+
+def _append_marker(p: Partition, lg: Log | None, batch: bytes | memoryview, marker: Marker,
+                   leader_epoch: int, leadership: Standalone) -> AppendResult:
+    """Write one transaction marker as the leader (Kafka's appendAsLeader from the
+    coordinator): checked against the producer's state, then its transaction closed
+    (an abort into the `.txnindex`)."""
+    assert lg is not None
+    code = producer.check_marker(p.producers, marker.producer_id, marker.producer_epoch,
+                                 marker.coordinator_epoch)
+    if code:
+        return AppendResult(code, message=f"{p.tp}: marker for producer {marker.producer_id} "
+                                          f"epoch {marker.producer_epoch} refused")
+    if 0 <= leader_epoch < lg.epochs.latest_epoch:
+        return AppendResult(NOT_LEADER_OR_FOLLOWER, message=(
+            f"{p.tp}: leader epoch {leader_epoch} ended while the marker waited"))
+    info = lg.append(batch, leader_epoch=leader_epoch, checked=True)
+    lg.high_watermark = leadership.high_watermark(lg)
+    producer.end_txn(p.producers, marker.producer_id, marker.producer_epoch,
+                     marker.coordinator_epoch, CONTROL_COMMIT if marker.commit else CONTROL_ABORT,
+                     info.base_offset, lg)
+    return AppendResult(NONE, info.base_offset, lg.log_start_offset, lg.high_watermark,
+                        info.record_count, info.size, end_offset=info.last_offset + 1)
 
 
 class ReadSpec(NamedTuple):
@@ -470,18 +533,20 @@ def _read_all(items: list[tuple[ReadSpec, Log | None]], budget: int) -> list[Rea
                                       f"offset {offset} of {p.tp} is outside "
                                       f"[{lg.log_start_offset}, {lg.log_end_offset}]"))
                 continue
-            upto = leo if replica_id >= 0 else hw
+            lso = p.producers.last_stable_offset(hw)
+            upto = leo if replica_id >= 0 else lso if read_committed else hw
             if offset >= upto or throttled or (limit <= 0 and total > 0):
-                out.append(ReadResult(NONE, b"", hw, lg.log_start_offset, log_end_offset=leo))
+                out.append(ReadResult(NONE, b"", hw, lg.log_start_offset, log_end_offset=leo,
+                                      last_stable_offset=lso,
+                                      aborted_transactions=[] if read_committed else None))
                 continue
             # The bytes go into pipes here, on the worker, and from there to the socket
             # on the event loop without a copy (daemon.storage.spliced).
             data = lg.read(offset, max(limit, 1), max_offset=upto, via=splice_range)
             total += len(data)
-            # Aborted transactions exist only in logs taken over from Kafka (.txnindex).
             aborted = lg.aborted_transactions(offset, len(data)) if read_committed else None
             out.append(ReadResult(NONE, data, hw, lg.log_start_offset, log_end_offset=leo,
-                                  aborted_transactions=aborted))
+                                  aborted_transactions=aborted, last_stable_offset=lso))
         except Exception as err:  # noqa: BLE001 - per-partition isolation
             code, message = error_of(err, f"read {p.tp} at {offset}")
             out.append(ReadResult(code, message=message))
@@ -548,7 +613,8 @@ def _delete_records(items: list[tuple[Partition, int, Log | None]]) -> list[tupl
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
 
 
-def _list_offsets(items: list[tuple[Partition, int, Log | None]]) -> list[tuple[int, int, int]]:
+def _list_offsets(items: list[tuple[Partition, int, Log | None]], read_committed: bool
+                  ) -> list[tuple[int, int, int]]:
     """(error, timestamp, offset) per (partition, timestamp query)."""
     out = []
     for p, ts, lg in items:
@@ -557,8 +623,9 @@ def _list_offsets(items: list[tuple[Partition, int, Log | None]]) -> list[tuple[
                 out.append((UNKNOWN_TOPIC_OR_PARTITION, -1, -1))
                 continue
             assert lg is not None
-            if ts == LATEST:  # what a read_uncommitted consumer may read to
-                out.append((NONE, -1, lg.high_watermark))
+            if ts == LATEST:  # what the consumer may read to
+                out.append((NONE, -1, p.producers.last_stable_offset(lg.high_watermark)
+                            if read_committed else lg.high_watermark))
             elif ts in (EARLIEST, EARLIEST_LOCAL):  # no tiered storage: all of it is local
                 out.append((NONE, -1, lg.log_start_offset))
             elif ts == LATEST_TIERED:  # nothing is tiered: Kafka answers -1

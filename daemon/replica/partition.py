@@ -18,7 +18,7 @@ from ..api.errors import NONE
 from ..storage.dirstate import DirState
 from ..storage.spliced import SplicedRecords
 from ..storage.workers import ManagedDir
-from .producer import ProducerState
+from .producer import PartitionProducers
 
 T = TypeVar("T")
 
@@ -36,7 +36,7 @@ class Partition:
     dir: ManagedDir
     high_watermark: int = 0  # cached on the loop after each worker call
     waiters: set[asyncio.Future[None]] = field(default_factory=set)
-    producers: dict[int, ProducerState] = field(default_factory=dict)
+    producers: PartitionProducers = field(default_factory=PartitionProducers)
     deleted: bool = False
 
     @property
@@ -101,8 +101,9 @@ class ReadResult:
     # (epoch, end offset) where a fetcher's log left this one (Fetch v12), else None.
     diverging_epoch: tuple[int, int] | None = None
     # A read_committed consumer's: (producer id, first offset) of the aborted
-    # transactions in the records (a log taken over from Kafka), else None.
+    # transactions in the records, else None.
     aborted_transactions: list[tuple[int, int]] | None = None
+    last_stable_offset: int = -1  # where read_committed consumers stop (Kafka's LSO)
 
     def release(self) -> None:
         """Close the records' pipes: they will not be sent."""

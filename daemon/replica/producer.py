@@ -16,6 +16,18 @@ before the kill had it written twice once the broker led again. A producer whose
 batch lies further back is unknown and may start at any sequence, as in Kafka after
 its state expired.
 
+Transactions (Kafka's ProducerStateManager, docs/transactions.md): a producer's first
+transactional batch opens its transaction at that batch's offset; the transaction
+coordinator's marker (a control batch, COMMIT or ABORT) closes it. An abort marker adds
+the transaction to the segment's `.txnindex` (`end_txn`), on the leader and on every
+follower as it replicates the marker. The last stable offset (LSO), up to which a
+read_committed consumer reads, is the high watermark or the first offset of the oldest
+transaction still open, or closed by a marker not yet under the high watermark
+(`PartitionProducers.last_stable_offset`). A marker is refused from a coordinator older
+than the one that wrote the producer's last marker (TRANSACTION_COORDINATOR_FENCED), or
+for a producer epoch older than the producer's (INVALID_PRODUCER_EPOCH); a producer's
+plain batch while its transaction is open is INVALID_TXN_STATE.
+
 Runs on the partition's dir worker only (the state is the partition's, see
 daemon.replica.partition): not thread-safe.
 """
@@ -28,20 +40,34 @@ from dataclasses import dataclass, field
 
 from logstore import Log
 from logstore.records import (
+    ATTR_CONTROL,
+    ATTR_TRANSACTIONAL,
+    ATTRIBUTES_AT,
+    CONTROL_ABORT,
     HEADER_SIZE,
     LOG_OVERHEAD,
     MAGIC_AT,
     PRODUCER,
     PRODUCER_AT,
+    batch_attributes,
     batch_log_append_time,
     batch_producer,
+    control_record,
 )
+from logstore.txnindex import AbortedTxn
 
-from ..api.errors import INVALID_PRODUCER_EPOCH, NONE, OUT_OF_ORDER_SEQUENCE_NUMBER
+from ..api.errors import (
+    INVALID_PRODUCER_EPOCH,
+    INVALID_TXN_STATE,
+    NONE,
+    OUT_OF_ORDER_SEQUENCE_NUMBER,
+    TRANSACTION_COORDINATOR_FENCED,
+)
 
 WINDOW = 5  # Kafka keeps the metadata of the last 5 batches per producer
 TAIL_BYTES = 1 << 20  # how much of a log's end `from_log` reads
 _FRAME = struct.Struct(">qi")  # base offset, batch length: every batch's and legacy message's
+_ATTRS = struct.Struct(">h")
 
 
 @dataclass
@@ -59,6 +85,39 @@ class ProducerState:
         default_factory=lambda: collections.deque(maxlen=WINDOW))
 
 
+class PartitionProducers(dict[int, ProducerState]):
+    """A partition's producers: each one's idempotence window (the mapping, by producer
+    id), and the partition's transactions."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ongoing: dict[int, int] = {}  # producer id -> first offset of its open txn
+        # (first offset, marker offset, producer id) of transactions whose marker is at
+        # or past the high watermark: unstable until it is replicated.
+        self.unreplicated: list[tuple[int, int, int]] = []
+        self.coordinator_epochs: dict[int, int] = {}  # producer id -> its last marker's
+
+    def clear(self) -> None:
+        super().clear()
+        self.ongoing.clear()
+        self.unreplicated.clear()
+        self.coordinator_epochs.clear()
+
+    def first_unstable_offset(self, high_watermark: int) -> int | None:
+        """The first offset of the oldest transaction a read_committed consumer may not
+        read past yet, or None (Kafka's firstUnstableOffset)."""
+        if self.unreplicated:
+            self.unreplicated = [t for t in self.unreplicated if t[1] >= high_watermark]
+        firsts = [t[0] for t in self.unreplicated]
+        if self.ongoing:
+            firsts.append(min(self.ongoing.values()))
+        return min(firsts) if firsts else None
+
+    def last_stable_offset(self, high_watermark: int) -> int:
+        first = self.first_unstable_offset(high_watermark)
+        return high_watermark if first is None else min(first, high_watermark)
+
+
 @dataclass(frozen=True)
 class Check:
     """The outcome of `check`: an error, a duplicate's first offset, or what to record."""
@@ -69,7 +128,7 @@ class Check:
     token: tuple[int, int, int, int] | None = None  # (pid, epoch, first_seq, last_seq)
 
 
-def check(producers: dict[int, ProducerState], records: bytes) -> Check:
+def check(producers: PartitionProducers, records: bytes) -> Check:
     """Kafka's idempotent-producer check for the first batch of `records`."""
     fields = batch_producer(records)
     if fields is None:
@@ -77,6 +136,8 @@ def check(producers: dict[int, ProducerState], records: bytes) -> Check:
     pid, epoch, base_seq, count = fields
     if pid < 0 or base_seq < 0 or count <= 0:
         return Check()
+    if pid in producers.ongoing and not (batch_attributes(records) or 0) & ATTR_TRANSACTIONAL:
+        return Check(INVALID_TXN_STATE)  # a plain batch inside its own transaction
     last_seq = (base_seq + count - 1) % 2**31
     state = producers.get(pid)
     if state is not None:
@@ -94,7 +155,7 @@ def check(producers: dict[int, ProducerState], records: bytes) -> Check:
     return Check(token=(pid, epoch, base_seq, last_seq))
 
 
-def record(producers: dict[int, ProducerState], token: tuple[int, int, int, int] | None,
+def record(producers: PartitionProducers, token: tuple[int, int, int, int] | None,
            first_offset: int, append_time: int = -1) -> None:
     """Remember an appended batch that `check` passed with `token` (and the
     LogAppendTime it was stamped with: a retry of it is answered that time, as Kafka's
@@ -108,34 +169,94 @@ def record(producers: dict[int, ProducerState], token: tuple[int, int, int, int]
     state.batches.append(BatchMeta(first_seq, last_seq, first_offset, append_time))
 
 
-def record_replicated(producers: dict[int, ProducerState], records: bytes | memoryview) -> None:
+def begin_txn(producers: PartitionProducers, producer_id: int, first_offset: int) -> None:
+    """A transactional batch of `producer_id` was appended at `first_offset`: it opens
+    the producer's transaction here, unless one is open already. (A group coordinator's
+    TxnOffsetCommit batch has no sequence: it opens one too.)"""
+    if producer_id >= 0:
+        producers.ongoing.setdefault(producer_id, first_offset)
+
+
+def check_marker(producers: PartitionProducers, producer_id: int, producer_epoch: int,
+                 coordinator_epoch: int) -> int:
+    """Whether a coordinator's marker for `producer_id` may be written: an error code."""
+    if coordinator_epoch < producers.coordinator_epochs.get(producer_id, -1):
+        return TRANSACTION_COORDINATOR_FENCED
+    state = producers.get(producer_id)
+    if state is not None and producer_epoch < state.epoch:
+        return INVALID_PRODUCER_EPOCH
+    return NONE
+
+
+def end_txn(producers: PartitionProducers, producer_id: int, producer_epoch: int,
+            coordinator_epoch: int, kind: int, marker_offset: int, log: Log | None) -> None:
+    """A marker of type `kind` was appended at `marker_offset`: the producer's open
+    transaction ends there. An abort goes into the `.txnindex` when `log` is given (a
+    replay of a log that holds it already passes None)."""
+    state = producers.get(producer_id)
+    if state is None or producer_epoch > state.epoch:
+        # A marker written with a bumped epoch (a transaction aborted on timeout, or a
+        # producer fenced): the old epoch's batches are fenced from now on.
+        producers[producer_id] = ProducerState(producer_epoch)
+    if coordinator_epoch >= 0:
+        producers.coordinator_epochs[producer_id] = coordinator_epoch
+    first = producers.ongoing.pop(producer_id, None)
+    if first is None:
+        return  # nothing of it is in this partition (a retried marker, or none written)
+    producers.unreplicated.append((first, marker_offset, producer_id))
+    if kind == CONTROL_ABORT and log is not None:
+        # Kafka's lastStableOffset(completedTxn): the first offset of the oldest other
+        # transaction open, else past the marker; every replica computes the same.
+        lso = min(producers.ongoing.values(), default=marker_offset + 1)
+        log.add_aborted_txn(AbortedTxn(producer_id, first, marker_offset, lso))
+
+
+def record_replicated(producers: PartitionProducers, records: bytes | memoryview,
+                      log: Log | None = None) -> None:
     """Remember every idempotent batch of `records`, a leader's batches as a follower
-    appended them (their offsets are the leader's). Framing was checked by the append.
-    Old Kafka's legacy messages (magic 0/1) have no producer: they are stepped over."""
+    appended them (their offsets are the leader's), and the transactions they open and
+    their markers close (an abort into `log`'s `.txnindex` when `log` is given). Framing
+    was checked by the append. Old Kafka's legacy messages (magic 0/1) have no producer:
+    they are stepped over."""
     view = memoryview(records)
     pos = 0
     while len(view) - pos >= MAGIC_AT + 1:
         base_offset, batch_length = _FRAME.unpack_from(view, pos)
         if view[pos + MAGIC_AT] == 2 and len(view) - pos >= HEADER_SIZE:
             pid, epoch, base_seq, count = PRODUCER.unpack_from(view, pos + PRODUCER_AT)
-            if pid >= 0 and base_seq >= 0 and count > 0:
-                record(producers, (pid, epoch, base_seq, (base_seq + count - 1) % 2**31),
-                       base_offset, batch_log_append_time(view[pos:]))
+            attrs = _ATTRS.unpack_from(view, pos + ATTRIBUTES_AT)[0]
+            if attrs & ATTR_CONTROL:
+                kind, coordinator_epoch = control_record(view, pos)
+                if pid >= 0 and kind >= 0:
+                    end_txn(producers, pid, epoch, coordinator_epoch, kind, base_offset, log)
+            else:
+                if pid >= 0 and base_seq >= 0 and count > 0:
+                    record(producers, (pid, epoch, base_seq, (base_seq + count - 1) % 2**31),
+                           base_offset, batch_log_append_time(view[pos:]))
+                if attrs & ATTR_TRANSACTIONAL:
+                    begin_txn(producers, pid, base_offset)
         pos += LOG_OVERHEAD + batch_length
 
 
-def from_log(log: Log, tail_bytes: int = TAIL_BYTES) -> dict[int, ProducerState]:
+def from_log(log: Log, tail_bytes: int = TAIL_BYTES) -> PartitionProducers:
     """The producer state of the last `tail_bytes` of `log`, rebuilt from its batch
     headers when the partition is taken on (start-up, a dir re-admitted), as Kafka
     replays the log's tail when it has no producer snapshot."""
-    producers: dict[int, ProducerState] = {}
+    producers = PartitionProducers()
     for chunk in log.read_tail(tail_bytes):
         record_replicated(producers, chunk)
     return producers
 
 
-def truncate(producers: dict[int, ProducerState], offset: int) -> None:
-    """Forget the batches at or past `offset` (the log was cut there)."""
+def truncate(producers: PartitionProducers, offset: int) -> None:
+    """Forget the batches at or past `offset` (the log was cut there): a transaction
+    opened there was never in the log, one whose marker was cut is open again."""
+    producers.ongoing = {pid: first for pid, first in producers.ongoing.items()
+                         if first < offset}
+    for first, marker, pid in producers.unreplicated:
+        if marker >= offset and first < offset:
+            producers.ongoing[pid] = first
+    producers.unreplicated = [t for t in producers.unreplicated if t[1] < offset]
     for pid in list(producers):
         state = producers[pid]
         kept = [m for m in state.batches if m.first_offset < offset]

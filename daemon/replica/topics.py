@@ -48,14 +48,19 @@ class TopicError(Exception):
 
 def refuse_internal(topic: str, change: str) -> None:
     """Raise TopicError (INVALID_TOPIC_EXCEPTION, Kafka's code for what internal topics
-    do not allow) for `change` ("delete", "add partitions to") on __consumer_offsets: a
-    group's coordinator is the leader of partition hash(group) mod its partition count,
-    so deleting it or growing it loses every group's committed offsets. Kafka's
-    kafka-topics.sh refuses both."""
+    do not allow) for `change` ("delete", "add partitions to") on __consumer_offsets or
+    __transaction_state: a group's (a transactional id's) coordinator is the leader of
+    partition hash(id) mod its partition count, so deleting it or growing it loses every
+    group's committed offsets (every open transaction). Kafka's kafka-topics.sh refuses
+    both."""
     if topic == names.OFFSETS_TOPIC:
         raise TopicError(INVALID_TOPIC_EXCEPTION, (
             f"{topic} is an internal topic: cannot {change} it (every consumer group's "
             "committed offsets live there, placed by its partition count)"))
+    if topic == names.TRANSACTION_STATE_TOPIC:
+        raise TopicError(INVALID_TOPIC_EXCEPTION, (
+            f"{topic} is an internal topic: cannot {change} it (every transactional id's "
+            "state lives there, placed by its partition count)"))
 
 
 class TopicAdmin:

@@ -20,11 +20,14 @@ perf-producer-client; `--producer-props KEY=VALUE...` (`--command-property`) and
 (daemon.tools.perf). The broker is `--bootstrap-server`, else `bootstrap.servers` of those,
 else the listener of the daemon on this host (`--config FILE`, or the embedded defaults).
 
-Differences from Kafka's: transactions (`--transactional-id`, `--transaction-duration-ms`,
-`transactional.id`) are refused, as logkeeper serves none; `--throughput 0` (which makes
-Kafka's wait forever) is refused; a record the broker refuses is named on stderr (the
-first ten, then a count) and the tool exits 1 where Kafka's prints a stack trace and
-exits 0.
+Transactions, as Kafka's: `--transactional-id ID` (or `transactional.id` in the producer
+configs) and/or `--transaction-duration-ms N` send the records in transactions committed
+every N ms (default 3000; the id defaults to performance-producer-default-transactional-id)
+and at the end.
+
+Differences from Kafka's: `--throughput 0` (which makes Kafka's wait forever) is
+refused; a record the broker refuses is named on stderr (the first ten, then a count)
+and the tool exits 1 where Kafka's prints a stack trace and exits 0.
 
 Exit codes: 0 every record was acknowledged; 1 some were not; 2 a usage error, a bad
 config, or no broker reachable; 130 interrupted (the totals so far are printed).
@@ -162,6 +165,10 @@ def read_payloads(path: str, delimiter: str) -> list[bytes]:
     return [s.encode() for s in pieces]
 
 
+DEFAULT_TRANSACTIONAL_ID = "performance-producer-default-transactional-id"
+DEFAULT_TRANSACTION_DURATION_MS = 3000
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="logkeeper producer-perf-test",
@@ -189,8 +196,10 @@ def _parser() -> argparse.ArgumentParser:
                    metavar="CONFIG-FILE", help="a properties file of producer configs")
     p.add_argument("--print-metrics", action="store_true",
                    help="print the client's metrics at the end")
-    p.add_argument("--transactional-id", help="refused: logkeeper serves no transactions")
-    p.add_argument("--transaction-duration-ms", type=int, help="refused, as --transactional-id")
+    p.add_argument("--transactional-id",
+                   help="send in transactions of this transactional id")
+    p.add_argument("--transaction-duration-ms", type=int,
+                   help="commit a transaction this often (default 3000 with an id)")
     return p
 
 
@@ -203,10 +212,15 @@ def _run(args: argparse.Namespace) -> int:
         raise ValueError("--throughput 0 would send nothing; -1 sends without a limit")
     props = load_properties(args.producer_config, "--producer.config")
     props.update(key_values(args.producer_props, "--producer-props"))
-    if args.transactional_id is not None or args.transaction_duration_ms is not None \
-            or "transactional.id" in props:
-        raise ValueError("transactions (--transactional-id, --transaction-duration-ms, "
-                         "transactional.id) are not served by logkeeper brokers")
+    if args.transactional_id is not None:
+        props["transactional.id"] = args.transactional_id
+    duration = args.transaction_duration_ms
+    if duration is not None and duration <= 0:
+        raise ValueError("--transaction-duration-ms should be greater than zero")
+    if duration is not None and "transactional.id" not in props:
+        props["transactional.id"] = DEFAULT_TRANSACTIONAL_ID
+    if "transactional.id" in props and duration is None:
+        duration = DEFAULT_TRANSACTION_DURATION_MS
     if args.bootstrap_server is None and args.config is None and "bootstrap.servers" in props:
         bootstrap = props["bootstrap.servers"]
     else:
@@ -223,6 +237,15 @@ def _run(args: argparse.Namespace) -> int:
         config.update(client_stats.config())
     producer = open_client(ck.Producer, config)
     reach(producer, bootstrap)
+    transactional = duration is not None
+    if transactional:
+        try:
+            producer.init_transactions(30)
+            producer.begin_transaction()
+        except ck.KafkaException as err:
+            raise ValueError(f"transactions as {props['transactional.id']!r}: "
+                             f"{err.args[0].str()}") from None
+    txn_started = monotonic_ms()
 
     rng = random.Random(0)
     if payloads:
@@ -266,13 +289,22 @@ def _run(args: argparse.Namespace) -> int:
                 except BufferError:  # the client's queue is full: Kafka's send blocks
                     producer.poll(0.01)
             producer.poll(0)
+            if transactional and monotonic_ms() - txn_started >= duration:
+                producer.commit_transaction(60)
+                producer.begin_transaction()
+                txn_started = monotonic_ms()
             if throttler.should_throttle(i + 1):
                 throttler.throttle(producer.poll)
+        if transactional:
+            producer.commit_transaction(60)
         while producer.flush(1.0):
             pass
     except KeyboardInterrupt:
         producer.flush(10)
         code = 130
+    except ck.KafkaException as err:  # a transaction that could not commit
+        print(f"ERROR {err.args[0].str()}", file=sys.stderr)
+        code = 1
     stats.print_total()
     if failed:
         print(f"{failed} of {args.num_records} records were not acknowledged", file=sys.stderr)

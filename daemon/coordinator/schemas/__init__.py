@@ -1,3 +1,3 @@
-"""Schemas of the `__consumer_offsets` records' keys and values (docs/formats.md,
-"Group records"), loaded into kafka-python's message generator by
-daemon.coordinator.records."""
+"""Schemas of the records of `__consumer_offsets` (committed offsets and group metadata)
+and `__transaction_state` (transactions), docs/formats.md, loaded into kafka-python's
+message generator by daemon.coordinator.records and daemon.coordinator.txn_records."""
