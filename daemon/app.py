@@ -100,6 +100,7 @@ log = logging.getLogger("logkeeper.server")
 CHECKPOINT_INTERVAL_S = 60.0  # Kafka's log.flush.offset.checkpoint.interval.ms default
 FLUSH_CHECK_MS = 1000  # how often flush.ms is checked when the scheduler is unbounded
 METRICS_REFRESH_S = 10.0
+PRODUCER_SNAPSHOT_S = 5.0  # how often open transactions are snapshotted (daemon.replica.producer)
 
 
 class Server:
@@ -833,6 +834,10 @@ class Server:
                 lambda: self.storage.maintenance(retention=False, checkpoints=True))),
             asyncio.ensure_future(self._periodic(METRICS_REFRESH_S,
                                                  self._refresh_dirs, first=0)),
+            # Producer snapshots of the partitions with a transaction open (or a rolled
+            # segment since their last one): a restart finds those transactions.
+            asyncio.ensure_future(self._periodic(PRODUCER_SNAPSHOT_S,
+                                                 self.replicas.snapshot_producers)),
             asyncio.ensure_future(self._periodic(
                 self.config["replica.high.watermark.checkpoint.interval.ms"] / 1000,
                 lambda: self.storage.maintenance(retention=False, checkpoints=False,
@@ -976,6 +981,7 @@ class Server:
         if self.isr is not None:
             await self.isr.stop()
         await self.moves.stop()
+        await self.replicas.snapshot_producers(every=True)
         self.replicas.stop()
         await self.cleaner.stop()
         failures, self.stuck_workers = await self.storage.stop()
@@ -1074,6 +1080,7 @@ class Server:
             except Exception:  # noqa: BLE001 - a failed round is logged and retried
                 log.exception("periodic task %s failed", getattr(fn, "__name__", fn))
             await asyncio.sleep(interval)
+
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="logkeeper serve", description=(

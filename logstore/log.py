@@ -28,7 +28,7 @@ from typing import Any, NamedTuple, TypeVar
 
 import native
 
-from . import checkpoint, names, records, txnindex
+from . import checkpoint, names, producer_snapshot, records, txnindex
 from .config import LONG_MAX, LogConfig
 from .epochs import LeaderEpochCache
 from .errors import (
@@ -736,6 +736,7 @@ class Log:
         with self.guard.io("truncate", self.dir, writing=False):
             self._start_at(offset)
             self._cut_txn_indexes(offset)
+            producer_snapshot.delete_after(self.dir, -1)
             self.recovery_point = offset
             self._high_watermark = offset
             self.epochs.write()
@@ -778,6 +779,7 @@ class Log:
                     seg.become_active()
                 seg.truncate_to(offset)
             self._cut_txn_indexes(offset)  # after either cut: deleted segments' go too
+            producer_snapshot.delete_after(self.dir, offset)
             end = self.log_end_offset
             self.recovery_point = min(self.recovery_point, end)
             self._high_watermark = min(self._high_watermark, end)

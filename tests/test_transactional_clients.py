@@ -350,3 +350,36 @@ def test_producer_perf_test_sends_in_transactions(daemon: Daemon) -> None:
     assert r.returncode == 0, r.stderr
     assert len(consume(daemon, "perf-txn", expect=500)) == 500
     assert latest(daemon, "perf-txn", True) == latest(daemon, "perf-txn", False)
+
+
+def test_a_long_transaction_is_known_open_after_a_kill_past_the_logs_last_mib(
+        tmp_path: Path) -> None:
+    """A transaction whose first batch lies more than a MiB before the log end when the
+    broker is killed: its producer snapshot (Kafka's `.snapshot`, written every few
+    seconds while a transaction is open) tells the restarted broker it is open, so
+    read_committed consumers are still held before it, and its abort (by the next
+    producer instance) hides its records."""
+    with running(tmp_path / "b", SETTINGS, dirs=1) as d:
+        create(d, "long", 1)
+        p = producer(d, "long-app")
+        p.begin_transaction()
+        p.produce("long", b"opened-early")
+        p.flush(10)
+        plain = ck.Producer({"bootstrap.servers": d.bootstrap, "linger.ms": 5})
+        for i in range(300):
+            plain.produce("long", b"x" * 8000 + b"%d" % i)
+        plain.flush(30)
+        assert latest(d, "long", True) == 0
+        time.sleep(6)  # a snapshot round
+        pdir = partition_dirs(d, "long")[0]
+        assert list(pdir.glob("*.snapshot")), "no producer snapshot written"
+        d.kill()
+        d.start()
+        assert latest(d, "long", True) == 0  # still held at the open transaction
+        again = producer(d, "long-app")  # aborts it
+        again.begin_transaction()
+        again.produce("long", b"after")
+        again.commit_transaction(30)
+        got = consume(d, "long", expect=301, wait=10)
+        assert b"opened-early" not in got and got[-1] == b"after" and len(got) == 301
+        assert latest(d, "long", True) == latest(d, "long", False)

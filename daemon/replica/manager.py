@@ -307,6 +307,23 @@ class ReplicaManager:
         return spec.leader_epoch < 0 or \
             spec.leader_epoch == self.leadership.fencing_epoch(spec.partition)
 
+    async def snapshot_producers(self, *, every: bool = False) -> None:
+        """Write producer snapshots (daemon.replica.producer): of every partition with
+        producer state (`every`: a clean shutdown), else of those with a transaction
+        open or whose snapshot is older than their active segment, where the log moved
+        since the last one. A dir's failure is its own (logged)."""
+        items = []
+        for p in self.partitions.values():
+            lg = p.log
+            if lg is None or p.offline or p.deleted:
+                continue
+            if (every and p.producers) or p.producers.ongoing or (
+                    0 <= p.producers.snapshot_offset < lg.active_segment.base_offset):
+                items.append((p, 0, lg))
+        if items:
+            await self.storage.fan_out(items, _dir_of, _snapshot_all,
+                                       on_error=lambda item, err: None)
+
     async def list_offsets(self, items: list[tuple[Partition, int]], *,
                            read_committed: bool = False) -> list[tuple[int, int, int]]:
         """(error, timestamp, offset) per (partition, timestamp query); a read_committed
@@ -373,6 +390,17 @@ def _failed_read(err: BaseException, p: Partition) -> ReadResult:
 
 
 # ---- functions that run on a dir's worker ----
+
+
+def _snapshot_all(items: list[tuple[Partition, int, Log | None]]) -> list[None]:
+    for p, _, lg in items:
+        if lg is None or lg.retired or lg.log_end_offset == p.producers.snapshot_offset:
+            continue
+        try:
+            p.producers.snapshot_offset = producer.write_snapshot(p.producers, lg)
+        except Exception as err:  # noqa: BLE001 - per-partition isolation; logged
+            error_of(err, f"producer snapshot of {p.tp}")
+    return [None] * len(items)
 
 
 def _take_on(logs: dict[TopicPartition, Any], leadership: Standalone

@@ -12,9 +12,12 @@ batches cut (`truncate`). The window lives in memory; when a partition is taken 
 (start-up, a dir re-admitted) it is rebuilt from the batches of the log's last
 `TAIL_BYTES` (`from_log`), so a broker restarted after a kill -9 still knows the recent
 batches it holds: without that, a producer retrying a batch that broker had written
-before the kill had it written twice once the broker led again. A producer whose last
-batch lies further back is unknown and may start at any sequence, as in Kafka after
-its state expired.
+before the kill had it written twice once the broker led again. Where the partition has
+a producer snapshot (Kafka's `.snapshot`, logstore.producer_snapshot: written at a clean
+shutdown, and every few seconds for partitions with a transaction open or a snapshot
+older than the active segment), the state starts from the latest one and the batches
+after it are replayed instead. A producer whose last batch lies further back is unknown
+and may start at any sequence, as in Kafka after its state expired.
 
 Transactions (Kafka's ProducerStateManager, docs/transactions.md): a producer's first
 transactional batch opens its transaction at that batch's offset; the transaction
@@ -38,7 +41,7 @@ import collections
 import struct
 from dataclasses import dataclass, field
 
-from logstore import Log
+from logstore import Log, producer_snapshot
 from logstore.records import (
     ATTR_CONTROL,
     ATTR_TRANSACTIONAL,
@@ -49,10 +52,12 @@ from logstore.records import (
     MAGIC_AT,
     PRODUCER,
     PRODUCER_AT,
+    Batch,
     batch_attributes,
     batch_log_append_time,
     batch_producer,
     control_record,
+    iter_batches,
 )
 from logstore.txnindex import AbortedTxn
 
@@ -96,12 +101,14 @@ class PartitionProducers(dict[int, ProducerState]):
         # or past the high watermark: unstable until it is replicated.
         self.unreplicated: list[tuple[int, int, int]] = []
         self.coordinator_epochs: dict[int, int] = {}  # producer id -> its last marker's
+        self.snapshot_offset = -1  # of the partition's latest producer snapshot, -1: none
 
     def clear(self) -> None:
         super().clear()
         self.ongoing.clear()
         self.unreplicated.clear()
         self.coordinator_epochs.clear()
+        self.snapshot_offset = -1
 
     def first_unstable_offset(self, high_watermark: int) -> int | None:
         """The first offset of the oldest transaction a read_committed consumer may not
@@ -239,13 +246,78 @@ def record_replicated(producers: PartitionProducers, records: bytes | memoryview
 
 
 def from_log(log: Log, tail_bytes: int = TAIL_BYTES) -> PartitionProducers:
-    """The producer state of the last `tail_bytes` of `log`, rebuilt from its batch
-    headers when the partition is taken on (start-up, a dir re-admitted), as Kafka
-    replays the log's tail when it has no producer snapshot."""
-    producers = PartitionProducers()
-    for chunk in log.read_tail(tail_bytes):
-        record_replicated(producers, chunk)
+    """The producer state of `log` when the partition is taken on (start-up, a dir
+    re-admitted): its latest snapshot and the batches after it, else rebuilt from the
+    batch headers of its last `tail_bytes`, as Kafka replays the log's tail when it has
+    no producer snapshot."""
+    with log.guard.io("read producer snapshot", log.dir, writing=False):
+        snap = producer_snapshot.latest(log.dir, log.log_end_offset, log.log_start_offset)
+    if snap is None:
+        producers = PartitionProducers()
+        for chunk in log.read_tail(tail_bytes):
+            record_replicated(producers, chunk)
+        return producers
+    offset, entries = snap
+    producers = from_snapshot(entries)
+    producers.snapshot_offset = offset
+    end = log.log_end_offset
+    while offset < end:
+        data = log.read(offset, REPLAY_CHUNK)
+        if not data:
+            break
+        record_replicated(producers, data)
+        after = offset
+        for b in iter_batches(data, verify_crc=False):
+            after = max(after, b.next_offset if isinstance(b, Batch) else b.offset + 1)
+        if after <= offset:
+            break
+        offset = after
     return producers
+
+
+REPLAY_CHUNK = 1 << 20
+
+
+def snapshot_entries(producers: PartitionProducers) -> list[producer_snapshot.Entry]:
+    """The state as Kafka's snapshot holds it: per producer its last batch, epoch, last
+    coordinator epoch and open transaction's first offset."""
+    out = []
+    for pid in sorted(set(producers) | set(producers.ongoing) | set(producers.coordinator_epochs)):
+        state = producers.get(pid)
+        last = state.batches[-1] if state is not None and state.batches else None
+        delta = (last.last_seq - last.first_seq) % 2**31 if last is not None else 0
+        out.append(producer_snapshot.Entry(
+            pid, state.epoch if state is not None else -1,
+            last.last_seq if last is not None else -1,
+            last.first_offset + delta if last is not None else -1, delta,
+            last.append_time if last is not None else -1,
+            producers.coordinator_epochs.get(pid, -1), producers.ongoing.get(pid, -1)))
+    return out
+
+
+def from_snapshot(entries: list[producer_snapshot.Entry]) -> PartitionProducers:
+    producers = PartitionProducers()
+    for e in entries:
+        if e.epoch >= 0:
+            state = producers[e.producer_id] = ProducerState(e.epoch)
+            if e.last_sequence >= 0 and e.last_offset >= 0:
+                state.batches.append(BatchMeta(
+                    (e.last_sequence - e.offset_delta) % 2**31, e.last_sequence,
+                    e.last_offset - e.offset_delta, e.timestamp))
+        if e.coordinator_epoch >= 0:
+            producers.coordinator_epochs[e.producer_id] = e.coordinator_epoch
+        if e.txn_first_offset >= 0:
+            producers.ongoing[e.producer_id] = e.txn_first_offset
+    return producers
+
+
+def write_snapshot(producers: PartitionProducers, log: Log) -> int:
+    """Snapshot the state at `log`'s end (on its dir's worker); returns that offset."""
+    end = log.log_end_offset
+    path = producer_snapshot.path(log.dir, end)
+    with log.guard.io("write producer snapshot", path):
+        producer_snapshot.write(log.dir, end, snapshot_entries(producers))
+    return end
 
 
 def truncate(producers: PartitionProducers, offset: int) -> None:
@@ -257,6 +329,8 @@ def truncate(producers: PartitionProducers, offset: int) -> None:
         if marker >= offset and first < offset:
             producers.ongoing[pid] = first
     producers.unreplicated = [t for t in producers.unreplicated if t[1] < offset]
+    if producers.snapshot_offset > offset:
+        producers.snapshot_offset = -1  # the log removed it
     for pid in list(producers):
         state = producers[pid]
         kept = [m for m in state.batches if m.first_offset < offset]
