@@ -542,11 +542,13 @@ def test_every_api_refuses_an_unauthorized_client_with_kafkas_error(tmp_path: Pa
         DescribeConfigsRequest,
         DescribeGroupsRequest,
         DescribeLogDirsRequest,
+        DescribeTransactionsRequest,
         DescribeUserScramCredentialsRequest,
         ElectLeadersRequest,
         IncrementalAlterConfigsRequest,
         ListGroupsRequest,
         ListPartitionReassignmentsRequest,
+        ListTransactionsRequest,
     )
     from kafka.protocol.consumer import (
         HeartbeatRequest,
@@ -560,13 +562,20 @@ def test_every_api_refuses_an_unauthorized_client_with_kafkas_error(tmp_path: Pa
         SyncGroupRequest,
     )
     from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
-    from kafka.protocol.producer import InitProducerIdRequest
+    from kafka.protocol.producer import (
+        AddOffsetsToTxnRequest,
+        AddPartitionsToTxnRequest,
+        EndTxnRequest,
+        InitProducerIdRequest,
+        TxnOffsetCommitRequest,
+        WriteTxnMarkersRequest,
+    )
 
     from daemon.api.protocol import SUPPORTED
 
     from .daemon_helpers import RawClient
 
-    TOPIC, GROUP, CLUSTER = 29, 30, 31
+    TOPIC, GROUP, CLUSTER, TXN = 29, 30, 31, 53
     d, sp = acl_daemon(tmp_path)
     with d:
         admin = kp_admin(sp, "admin")
@@ -652,6 +661,40 @@ def test_every_api_refuses_an_unauthorized_client_with_kafkas_error(tmp_path: Pa
             assert ask(InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=-1,
                                              producer_id=-1, producer_epoch=-1)
                        ).error_code == CLUSTER
+            # Transactions: Write (Describe) on the transactional id, ClusterAction for a
+            # broker's markers.
+            assert ask(InitProducerIdRequest(transactional_id="tx", transaction_timeout_ms=60000,
+                                             producer_id=-1, producer_epoch=-1)
+                       ).error_code == TXN
+            assert ask(FindCoordinatorRequest(key_type=1, coordinator_keys=["tx"])
+                       ).coordinators[0].error_code == TXN
+            AP = AddPartitionsToTxnRequest
+            resp = ask(AP(v3_and_below_transactional_id="tx", v3_and_below_producer_id=1,
+                          v3_and_below_producer_epoch=0, v3_and_below_topics=[
+                              AP.AddPartitionsToTxnTopic(name="t", partitions=[0])]))
+            assert resp.results_by_topic_v3_and_below[0].results_by_partition[0] \
+                .partition_error_code == TXN
+            assert ask(AddOffsetsToTxnRequest(transactional_id="tx", producer_id=1,
+                                              producer_epoch=0, group_id="g")).error_code == TXN
+            assert ask(EndTxnRequest(transactional_id="tx", producer_id=1, producer_epoch=0,
+                                     committed=True)).error_code == TXN
+            TO = TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic
+            resp = ask(TxnOffsetCommitRequest(
+                transactional_id="tx", group_id="g", producer_id=1, producer_epoch=0,
+                generation_id=-1, member_id="", group_instance_id=None, topics=[TO(
+                    name="t", partitions=[TO.TxnOffsetCommitRequestPartition(
+                        partition_index=0, committed_offset=0, committed_leader_epoch=-1,
+                        committed_metadata="")])]))
+            assert resp.topics[0].partitions[0].error_code == TXN
+            WM = WriteTxnMarkersRequest.WritableTxnMarker
+            resp = ask(WriteTxnMarkersRequest(markers=[WM(
+                producer_id=1, producer_epoch=0, transaction_result=False, coordinator_epoch=0,
+                topics=[WM.WritableTxnMarkerTopic(name="t", partition_indexes=[0])])]))
+            assert resp.markers[0].topics[0].partitions[0].error_code == CLUSTER
+            assert ask(DescribeTransactionsRequest(transactional_ids=["tx"])
+                       ).transaction_states[0].error_code == TXN
+            assert ask(ListTransactionsRequest(state_filters=[], producer_id_filters=[],
+                                               duration_filter=-1)).transaction_states == []
             DC = DescribeConfigsRequest.DescribeConfigsResource
             resp = ask(DescribeConfigsRequest(resources=[
                 DC(resource_type=2, resource_name="t", configuration_keys=None),
@@ -701,3 +744,37 @@ def test_every_api_refuses_an_unauthorized_client_with_kafkas_error(tmp_path: Pa
         got, err = ck_consume(ck_conf(sp, "admin", **{"group.id": "other"}), "t", 1)
         assert (got, err) == ([b"kept"], "")
         assert "Principal = User:ANONYMOUS is Denied operation = READ" in d.stderr()
+
+
+def test_a_transactional_producer_needs_write_on_its_transactional_id(tmp_path: Path) -> None:
+    """carol, with Write on the topic only, is refused at init_transactions (fatally,
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED); `logkeeper acls --producer --topic paid
+    --transactional-id pay-app` (kafka-acls.sh's Write and Describe on the id) lets her
+    commit, and her committed records are what a read_committed consumer gets."""
+    d, sp = acl_daemon(tmp_path)
+    with d:
+        kp_admin(sp, "admin").create_topics([NewTopic("paid", 1, 1)])
+        r = acls_cli(d, "--add", "--allow-principal", "User:carol", "--operation", "Write",
+                     "--topic", "paid")
+        assert r.returncode == 0, r.stderr
+        p = ck.Producer(ck_conf(sp, "carol", **{"transactional.id": "pay-app"}))
+        with pytest.raises(ck.KafkaException) as info:
+            p.init_transactions(20)
+        assert info.value.args[0].code() == ck.KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        r = acls_cli(d, "--add", "--allow-principal", "User:carol", "--producer", "--topic",
+                     "paid", "--transactional-id", "pay-app")
+        assert r.returncode == 0, r.stderr
+        assert "resourceType=TRANSACTIONAL_ID, name=pay-app" in r.stdout
+        p = ck.Producer(ck_conf(sp, "carol", **{"transactional.id": "pay-app"}))
+        p.init_transactions(30)
+        p.begin_transaction()
+        p.produce("paid", b"paid-1")
+        p.commit_transaction(30)
+        p.begin_transaction()
+        p.produce("paid", b"never")
+        p.flush(10)
+        p.abort_transaction(30)
+        got, err = ck_consume(ck_conf(sp, "admin", **{"group.id": "audit",
+                                                      "isolation.level": "read_committed"}),
+                              "paid", 2, timeout=4)
+        assert (got, err) == ([b"paid-1"], "")  # the aborted record never comes

@@ -14,7 +14,8 @@ resource of the type) or prefixed; to list and remove also any and match (every
 pattern that applies to the name). `--operation` (repeatable, default All): Kafka's
 names, in any case (Read, Write, Create, Delete, Alter, Describe, ClusterAction,
 DescribeConfigs, AlterConfigs, IdempotentWrite, All). `--producer` grants Write, Describe
-and Create on the topics (with `--idempotent`, IdempotentWrite on the cluster too);
+and Create on the topics, Write and Describe on the transactional ids (with
+`--idempotent`, IdempotentWrite on the cluster too);
 `--consumer` Read and Describe on the topics and Read on the groups. A principal given
 without a host is granted or denied from every host (`*`).
 
@@ -165,6 +166,8 @@ def _bindings(args: argparse.Namespace, pattern: PatternType) -> list[tuple[Reso
                     wanted += [(r, Operation.READ), (r, Operation.DESCRIBE)]
             elif r.type is ResourceType.GROUP and args.consumer:
                 wanted.append((r, Operation.READ))
+            elif r.type is ResourceType.TRANSACTIONAL_ID and args.producer:
+                wanted += [(r, Operation.WRITE), (r, Operation.DESCRIBE)]
         if args.consumer and not args.group:
             raise ValueError("--consumer needs --group")
         if args.producer and args.idempotent:
