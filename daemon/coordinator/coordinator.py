@@ -37,8 +37,9 @@ from logstore.records import CONTROL_COMMIT, Record, build_batch
 
 from ..api import errors
 from . import records
-from .group import Group, GroupState, JoinResult, Member, partition_for
+from .group import Group, GroupState, JoinResult, Member
 from .internal_topic import Logged
+from .partitions import CoordinatedPartitions
 from .records import CommittedOffset, OffsetEntry
 
 log = logging.getLogger("logkeeper.coordinator")
@@ -101,7 +102,7 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-class GroupCoordinator:
+class GroupCoordinator(CoordinatedPartitions):
     def __init__(self, offsets: OffsetsLog, settings: GroupSettings | None = None, *,
                  clock: Callable[[], float] | None = None):
         self.log = offsets
@@ -145,51 +146,13 @@ class GroupCoordinator:
             except Exception:  # noqa: BLE001 - a bug must not stop every group's timers
                 log.exception("group coordinator sweep failed")
 
-    def leadership_changed(self) -> None:
-        """LeaderAndIsr, StopReplica or a dir transition happened: drop what is no
-        longer led here, start loading what newly is."""
-        count = self.log.partition_count()
-        for p in list(self.loaded):
-            if count is None or self.log.led_epoch(p) != self.loaded[p]:
-                self._unload(p)
-        if count is not None:
-            for p in range(count):
-                epoch = self.log.led_epoch(p)
-                if epoch is not None and self.loaded.get(p) != epoch:
-                    self._start_load(p, epoch)
-
     # ---- who coordinates a group ----
-
-    def partition_of(self, group_id: str) -> int | None:
-        count = self.log.partition_count()
-        return None if count is None else partition_for(group_id, count)
 
     def _owner(self, group_id: str) -> tuple[int, int]:
         """(error, partition): NONE when this broker coordinates `group_id` and has
         loaded its partition."""
-        count = self.log.partition_count()
-        if count is None:
-            return errors.COORDINATOR_NOT_AVAILABLE, -1
-        p = partition_for(group_id, count)
-        epoch = self.log.led_epoch(p)
-        if epoch is None:
-            if p in self.loaded:
-                self._unload(p)
-            return errors.NOT_COORDINATOR, p
-        if self.loaded.get(p) == epoch:
-            return errors.NONE, p
-        if p in self.loaded:
-            self._unload(p)
-        self._start_load(p, epoch)
-        return errors.COORDINATOR_LOAD_IN_PROGRESS, p
-
-    def _start_load(self, p: int, epoch: int) -> None:
-        running = self._loading.get(p)
-        if running is not None and running[0] == epoch and not running[1].done():
-            return
-        if running is not None:
-            running[1].cancel()
-        self._loading[p] = (epoch, asyncio.ensure_future(self._load(p, epoch)))
+        code, p, _ = self._owner_of(group_id)
+        return code, p
 
     async def _load(self, p: int, epoch: int) -> None:
         started = time.monotonic()
@@ -652,26 +615,15 @@ class GroupCoordinator:
             if g is not None and not g.is_empty:
                 return errors.ILLEGAL_GENERATION, {}
         else:
-            if g is None or member_id not in g.members:
-                return errors.UNKNOWN_MEMBER_ID, {}
-            if instance_id and g.static_members.get(instance_id) != member_id:
-                return errors.FENCED_INSTANCE_ID, {}
-            if generation != g.generation:
-                return errors.ILLEGAL_GENERATION, {}
+            code = _check_member(g, generation, member_id, instance_id)
+            if code:
+                return code, {}
+            assert g is not None
             if g.is_(GroupState.COMPLETING_REBALANCE):
                 return errors.REBALANCE_IN_PROGRESS, {}
             m = g.members[member_id]
             m.heartbeat_deadline = self._now() + m.session_timeout_ms / 1000
-        out: dict[TopicPartition, int] = {}
-        written: list[tuple[TopicPartition, CommittedOffset]] = []
-        now = _now_ms()
-        for c in commits:
-            meta = c.metadata or ""
-            if len(meta.encode()) > self.settings.max_metadata_bytes:
-                out[c.tp] = errors.OFFSET_METADATA_TOO_LARGE
-                continue
-            written.append((c.tp, CommittedOffset(c.offset, c.leader_epoch, meta, now,
-                                                  expire_timestamp)))
+        out, written = self._to_write(commits, expire_timestamp)
         if written:
             batch = build_batch([Record(records.offset_key(group_id, tp), records.offset_value(v))
                                  for tp, v in written])
@@ -697,23 +649,11 @@ class GroupCoordinator:
             return code, {}
         if not group_id:
             return errors.INVALID_GROUP_ID, {}
-        g = self.groups.get(group_id)
         if member_id:
-            if g is None or member_id not in g.members:
-                return errors.UNKNOWN_MEMBER_ID, {}
-            if instance_id and g.static_members.get(instance_id) != member_id:
-                return errors.FENCED_INSTANCE_ID, {}
-            if generation != g.generation:
-                return errors.ILLEGAL_GENERATION, {}
-        out: dict[TopicPartition, int] = {}
-        written: list[tuple[TopicPartition, CommittedOffset]] = []
-        now = _now_ms()
-        for c in commits:
-            meta = c.metadata or ""
-            if len(meta.encode()) > self.settings.max_metadata_bytes:
-                out[c.tp] = errors.OFFSET_METADATA_TOO_LARGE
-                continue
-            written.append((c.tp, CommittedOffset(c.offset, c.leader_epoch, meta, now, -1)))
+            code = _check_member(self.groups.get(group_id), generation, member_id, instance_id)
+            if code:
+                return code, {}
+        out, written = self._to_write(commits, -1)
         if not written:
             return errors.NONE, out
         batch = build_batch([Record(records.offset_key(group_id, tp), records.offset_value(v))
@@ -730,6 +670,21 @@ class GroupCoordinator:
             if not code and live is not None:
                 live.pending_txn.setdefault(producer_id, {})[tp] = v
         return errors.NONE, out
+
+    def _to_write(self, commits: list[OffsetCommit], expire_timestamp: int
+                  ) -> tuple[dict[TopicPartition, int], list[tuple[TopicPartition, CommittedOffset]]]:
+        """(the partitions refused, with their errors; the offsets to write)."""
+        out: dict[TopicPartition, int] = {}
+        written: list[tuple[TopicPartition, CommittedOffset]] = []
+        now = _now_ms()
+        for c in commits:
+            meta = c.metadata or ""
+            if len(meta.encode()) > self.settings.max_metadata_bytes:
+                out[c.tp] = errors.OFFSET_METADATA_TOO_LARGE
+                continue
+            written.append((c.tp, CommittedOffset(c.offset, c.leader_epoch, meta, now,
+                                                  expire_timestamp)))
+        return out, written
 
     def txn_completed(self, partition: int, producer_id: int, commit: bool) -> None:
         """A marker of `producer_id`'s transaction was written to `__consumer_offsets`-
@@ -875,6 +830,19 @@ class GroupCoordinator:
             log.info("group %s: committed offsets of %s deleted", group_id,
                      ", ".join(str(tp) for tp in gone))
         return errors.NONE, {tp: refused.get(tp, errors.NONE) for tp in tps}
+
+
+def _check_member(g: Group | None, generation: int, member_id: str,
+                  instance_id: str | None) -> int:
+    """A commit naming a member: it must be one, of this generation (and its static
+    instance's)."""
+    if g is None or member_id not in g.members:
+        return errors.UNKNOWN_MEMBER_ID
+    if instance_id and g.static_members.get(instance_id) != member_id:
+        return errors.FENCED_INSTANCE_ID
+    if generation != g.generation:
+        return errors.ILLEGAL_GENERATION
+    return errors.NONE
 
 
 def _apply_offset(group_offsets: dict[TopicPartition, CommittedOffset], e: OffsetEntry) -> None:

@@ -46,8 +46,8 @@ from logstore.records import Record, build_batch
 from ..api import errors
 from ..replica.manager import Marker
 from . import txn_records
-from .group import partition_for
 from .internal_topic import Logged
+from .partitions import CoordinatedPartitions
 from .txn_records import TxnMetadata, TxnState
 
 log = logging.getLogger("logkeeper.transactions")
@@ -101,7 +101,7 @@ def _write_error(code: int) -> int:
     return code if code == errors.NONE else errors.UNKNOWN_SERVER_ERROR
 
 
-class TransactionCoordinator:
+class TransactionCoordinator(CoordinatedPartitions):
     def __init__(self, txn_log: TxnLog, next_producer_id: Callable[[], Awaitable[int]],
                  markers: MarkerWriter, settings: TxnSettings | None = None):
         self.log = txn_log
@@ -143,54 +143,13 @@ class TransactionCoordinator:
             except Exception:  # noqa: BLE001 - a bug must not stop every transaction's timers
                 log.exception("transaction coordinator sweep failed")
 
-    def leadership_changed(self) -> None:
-        """LeaderAndIsr, StopReplica or a dir transition happened: drop the ids of the
-        partitions no longer led here, start loading those newly led."""
-        count = self.log.partition_count()
-        for p in list(self.loaded):
-            if count is None or self.log.led_epoch(p) != self.loaded[p]:
-                self._unload(p)
-        if count is not None:
-            for p in range(count):
-                epoch = self.log.led_epoch(p)
-                if epoch is not None and self.loaded.get(p) != epoch:
-                    self._start_load(p, epoch)
-
     # ---- who coordinates an id ----
 
-    def partition_of(self, transactional_id: str) -> int | None:
-        count = self.log.partition_count()
-        return None if count is None else partition_for(transactional_id, count)
-
     def _owner(self, transactional_id: str) -> tuple[int, int, int]:
-        """(error, partition, coordinator epoch): NONE when this broker coordinates the
-        id and has loaded its partition."""
-        count = self.log.partition_count()
-        if count is None:
-            return errors.COORDINATOR_NOT_AVAILABLE, -1, -1
-        p = partition_for(transactional_id, count)
-        epoch = self.log.led_epoch(p)
-        if epoch is None:
-            if p in self.loaded:
-                self._unload(p)
-            return errors.NOT_COORDINATOR, p, -1
-        if self.loaded.get(p) == epoch:
-            return errors.NONE, p, epoch
-        if p in self.loaded:
-            self._unload(p)
-        self._start_load(p, epoch)
-        return errors.COORDINATOR_LOAD_IN_PROGRESS, p, -1
+        return self._owner_of(transactional_id)
 
     def _still_owner(self, p: int, epoch: int) -> bool:
         return self.loaded.get(p) == epoch and self.log.led_epoch(p) == epoch
-
-    def _start_load(self, p: int, epoch: int) -> None:
-        running = self._loading.get(p)
-        if running is not None and running[0] == epoch and not running[1].done():
-            return
-        if running is not None:
-            running[1].cancel()
-        self._loading[p] = (epoch, asyncio.ensure_future(self._load(p, epoch)))
 
     async def _load(self, p: int, epoch: int) -> None:
         started = time.monotonic()
@@ -308,34 +267,50 @@ class TransactionCoordinator:
             return errors.PRODUCER_FENCED
         return errors.NONE
 
+    async def _change(self, tid: str, producer_id: int, producer_epoch: int,
+                      decide: Callable[[TxnMetadata], int | TxnMetadata]
+                      ) -> tuple[int, TxnMetadata | None, int, int]:
+        """A producer's change of `tid`'s state, one at a time: checked (coordinator,
+        producer id and epoch), `decide`d (an error code, or the new state), written,
+        applied. Returns (error, the new state, partition, coordinator epoch)."""
+        code, p, epoch = self._owner(tid)
+        if code:
+            return code, None, p, epoch
+        async with self._lock(tid):
+            if not self._still_owner(p, epoch):
+                return errors.NOT_COORDINATOR, None, p, epoch
+            m = self.txns.get(tid)
+            code = self._check_producer(m, producer_id, producer_epoch)
+            if code:
+                return code, None, p, epoch
+            assert m is not None
+            new = decide(m)
+            if isinstance(new, int):
+                return new, None, p, epoch
+            if new is m:
+                return errors.NONE, m, p, epoch  # nothing to write
+            code = await self._write(p, new, tid)
+            if code:
+                return code, None, p, epoch
+            self.txns[tid] = new
+            return errors.NONE, new, p, epoch
+
     async def add_partitions(self, tid: str, producer_id: int, producer_epoch: int,
                              partitions: Iterable[TopicPartition]) -> int:
         """The partitions join `tid`'s transaction: an error code for all of them."""
         wanted = set(partitions)
-        code, p, epoch = self._owner(tid)
-        if code:
-            return code
-        async with self._lock(tid):
-            if not self._still_owner(p, epoch):
-                return errors.NOT_COORDINATOR
-            m = self.txns.get(tid)
-            code = self._check_producer(m, producer_id, producer_epoch)
-            if code:
-                return code
-            assert m is not None
+
+        def decide(m: TxnMetadata) -> int | TxnMetadata:
             if m.state in _PREPARED:
                 return errors.CONCURRENT_TRANSACTIONS
             if m.state is TxnState.ONGOING and wanted <= m.partitions:
-                return errors.NONE
+                return m
             now = _now_ms()
-            new = replace(m, state=TxnState.ONGOING, partitions=m.partitions | wanted,
-                          last_update_ms=now,
-                          start_ms=m.start_ms if m.state is TxnState.ONGOING else now)
-            code = await self._write(p, new, tid)
-            if code:
-                return code
-            self.txns[tid] = new
-            return errors.NONE
+            return replace(m, state=TxnState.ONGOING, partitions=m.partitions | wanted,
+                           last_update_ms=now,
+                           start_ms=m.start_ms if m.state is TxnState.ONGOING else now)
+
+        return (await self._change(tid, producer_id, producer_epoch, decide))[0]
 
     # ---- EndTxn ----
 
@@ -343,32 +318,22 @@ class TransactionCoordinator:
                       commit: bool) -> int:
         """Commit or abort `tid`'s transaction: answered once it is prepared (written);
         its markers and completion follow."""
-        code, p, epoch = self._owner(tid)
-        if code:
-            return code
-        async with self._lock(tid):
-            if not self._still_owner(p, epoch):
-                return errors.NOT_COORDINATOR
-            m = self.txns.get(tid)
-            code = self._check_producer(m, producer_id, producer_epoch)
-            if code:
-                return code
-            assert m is not None
-            done = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
-            prepare = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
+        done = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
+        prepare = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
+
+        def decide(m: TxnMetadata) -> int | TxnMetadata:
             if m.state is done:
-                return errors.NONE  # a retry of an EndTxn that was done
+                return m  # a retry of an EndTxn that was done
             if m.state is prepare:
                 return errors.CONCURRENT_TRANSACTIONS
             if m.state is not TxnState.ONGOING:
                 return errors.INVALID_TXN_STATE
-            new = replace(m, state=prepare, last_update_ms=_now_ms())
-            code = await self._write(p, new, tid)
-            if code:
-                return code
-            self.txns[tid] = new
+            return replace(m, state=prepare, last_update_ms=_now_ms())
+
+        code, new, p, epoch = await self._change(tid, producer_id, producer_epoch, decide)
+        if not code and new is not None and new.state is prepare:
             self._start_completion(new, p, epoch)
-            return errors.NONE
+        return code
 
     def _abort(self, m: TxnMetadata, p: int, epoch: int, why: str) -> None:
         """Abort `m`'s open transaction with its epoch bumped, in the background."""
