@@ -383,3 +383,39 @@ def test_a_long_transaction_is_known_open_after_a_kill_past_the_logs_last_mib(
         got = consume(d, "long", expect=301, wait=10)
         assert b"opened-early" not in got and got[-1] == b"after" and len(got) == 301
         assert latest(d, "long", True) == latest(d, "long", False)
+
+
+def test_a_replica_moved_to_another_dir_keeps_its_aborted_transactions(daemon: Daemon) -> None:
+    """AlterReplicaLogDirs copies the partition into another log dir: the copy writes its
+    own `.txnindex` as it copies the abort markers, so read_committed consumers still
+    skip the aborted records once the copy is the replica."""
+    from kafka import KafkaAdminClient
+
+    from tests.cluster_helpers import wait_for
+    from tests.test_replica_moves import log_dirs_view
+
+    create(daemon, "moved", 1)
+    p = producer(daemon, "moved-app")
+    for kind in (b"kept", b"gone", b"kept-too"):
+        p.begin_transaction()
+        p.produce("moved", kind)
+        p.flush(10)
+        if kind == b"gone":
+            p.abort_transaction(30)
+        else:
+            p.commit_transaction(30)
+    admin = KafkaAdminClient(bootstrap_servers=daemon.bootstrap)
+    try:
+        where = {d for d, parts in log_dirs_view(admin, 1).items() if ("moved", 0) in parts}
+        (src,) = where
+        dest = next(str(d) for d in daemon.log_dirs if str(d) != src)
+        admin.alter_replica_log_dirs({("moved", 0, 1): dest})
+        wait_for(lambda: ("moved", 0) in log_dirs_view(admin, 1).get(dest, {})
+                 and not log_dirs_view(admin, 1)[dest][("moved", 0)][2]
+                 and ("moved", 0) not in log_dirs_view(admin, 1).get(src, {}), 60,
+                 "the move to finish")
+    finally:
+        admin.close()
+    moved_dir = Path(dest) / "moved-0"
+    assert [e for f in moved_dir.glob("*.txnindex") for e in txnindex.parse(f.read_bytes())]
+    assert consume(daemon, "moved", expect=2) == [b"kept", b"kept-too"]

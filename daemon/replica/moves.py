@@ -47,6 +47,7 @@ from ..api import errors
 from ..storage.dirstate import DirState
 from ..storage.log_manager import LogManager
 from ..storage.workers import ManagedDir
+from . import producer
 from .manager import ReplicaManager
 from .partition import Partition
 from .quota import ReplicationQuota
@@ -71,6 +72,9 @@ class Move:
     # From the source's retirement to the switch: milliseconds the move is let finish,
     # never cancelled (cancelled there, both dirs would end up holding the replica).
     switching: bool = False
+    # The transactions of what was copied so far: the copy writes its own `.txnindex`
+    # entries as it appends abort markers, as a follower does (daemon.replica.producer).
+    txns: producer.PartitionProducers = field(default_factory=producer.PartitionProducers)
 
     @property
     def lag(self) -> int:
@@ -220,7 +224,7 @@ class ReplicaMoves:
                 if (why := self._live(m)) is not None:
                     raise _GiveUp(why)
                 moved = await self.storage.run(m.dest, _promote, m.dest.logdir, m.future, tp,
-                                               retired)
+                                               retired, m.txns)
                 if m.dest.state is not DirState.ONLINE:
                     # The new disk failed at the last moment: the source stays the replica.
                     raise _GiveUp(f"log dir {m.dest.path} is {m.dest.state.value}")
@@ -282,15 +286,15 @@ class ReplicaMoves:
             if not step[1]:
                 return False
             m.next_offset, m.last_epoch = await self.storage.run(m.dest, _append_copy,
-                                                                 m.future, step[1])
+                                                                 m.future, step[1], m.txns)
             if self.quota is not None:
                 self.quota.record(len(step[1]))
         elif kind == "diverged":
             m.next_offset, m.last_epoch = await self.storage.run(
-                m.dest, _truncate_copy, m.future, step[1], step[2])
+                m.dest, _truncate_copy, m.future, step[1], step[2], m.txns)
         else:  # "restart": the source's start passed the copy's end (retention)
             m.next_offset, m.last_epoch = await self.storage.run(
-                m.dest, _restart_copy, m.future, step[1])
+                m.dest, _restart_copy, m.future, step[1], m.txns)
         return True
 
     async def _drop_future(self, m: Move) -> None:
@@ -393,23 +397,29 @@ def _read_source(src: Log, next_offset: int, last_epoch: int) -> tuple[Any, ...]
     return ("data", bytes(src.read(max(next_offset, src.log_start_offset), CHUNK_BYTES)))
 
 
-def _append_copy(future: Log, data: bytes) -> tuple[int, int]:
+def _append_copy(future: Log, data: bytes, txns: producer.PartitionProducers
+                 ) -> tuple[int, int]:
     future.append(data, assign_offsets=False)
+    producer.record_replicated(txns, data, future)
     return future.log_end_offset, future.epochs.latest_epoch
 
 
-def _truncate_copy(future: Log, epoch: int, end: int) -> tuple[int, int]:
+def _truncate_copy(future: Log, epoch: int, end: int, txns: producer.PartitionProducers
+                   ) -> tuple[int, int]:
     """Cut the copy where the epoch it shares with the source ends, on whichever side
     is lower (the fetcher's rule, daemon.replica.fetcher)."""
     if epoch >= 0:
         _, ours = future.epochs.end_offset_for(epoch, future.log_end_offset)
         end = min(end, ours)
     future.truncate_to(max(end, future.log_start_offset))
+    producer.truncate(txns, future.log_end_offset)
     return future.log_end_offset, future.epochs.latest_epoch
 
 
-def _restart_copy(future: Log, start: int) -> tuple[int, int]:
+def _restart_copy(future: Log, start: int, txns: producer.PartitionProducers
+                  ) -> tuple[int, int]:
     future.truncate_fully_and_start_at(start)
+    txns.clear()
     return future.log_end_offset, -1
 
 
@@ -459,10 +469,12 @@ def _unretire(ld: LogDir, src: Log, tp: TopicPartition, cleaner_offset: int | No
         ld.cleaner_offsets[tp] = cleaner_offset
 
 
-def _promote(ld: LogDir, future: Log, tp: TopicPartition, r: _Retired) -> Log:
+def _promote(ld: LogDir, future: Log, tp: TopicPartition, r: _Retired,
+             txns: producer.PartitionProducers) -> Log:
     """The tail, the source's state, then the copy's own name: the replica lives here."""
     for chunk in r.tail:
         future.append(chunk, assign_offsets=False)
+        producer.record_replicated(txns, chunk, future)
     if r.log_start_offset > future.log_start_offset:
         future.delete_records(r.log_start_offset)
     # The source's epochs, including any begun with no batch yet (a leader's newest).
