@@ -22,6 +22,7 @@ import pytest
 from kafka.admin import KafkaAdminClient
 
 from daemon.replica import moves
+from daemon.replica.producer import PartitionProducers
 from logstore import LogConfig, LogDir, LogMovedError, TopicPartition, names
 from logstore.records import build_batch, iter_batches
 from tests import faults
@@ -381,12 +382,13 @@ def test_the_copy_follows_a_source_truncated_and_diverged_mid_copy(tmp_path: Pat
         src.append(_batch(i, 1 if i < 20 else 2, b"v%d" % i), assign_offsets=False)
 
     future = moves._create_future(dest_dir, tp, src.config, moves._copy_start(src))
+    txns = PartitionProducers()
     nxt, epoch = 0, -1
     while nxt < 30:  # part of the way: batches are read from where the copy ends
         kind, data = moves._read_source(src, nxt, epoch)
         assert kind == "data"
         first = next(iter_batches(data))
-        nxt, epoch = moves._append_copy(future, bytes(data[:first.size]))
+        nxt, epoch = moves._append_copy(future, bytes(data[:first.size]), txns)
     assert (nxt, epoch) == (30, 2)
 
     # The source follows a new leader: epoch 2 ended at 25 there; epoch 3 follows.
@@ -395,14 +397,14 @@ def test_the_copy_follows_a_source_truncated_and_diverged_mid_copy(tmp_path: Pat
         src.append(_batch(i, 3, b"w%d" % i), assign_offsets=False)
     step = moves._read_source(src, nxt, epoch)
     assert step[0] == "diverged"
-    nxt, epoch = moves._truncate_copy(future, step[1], step[2])
+    nxt, epoch = moves._truncate_copy(future, step[1], step[2], txns)
     assert nxt == 25
     while True:
         step = moves._read_source(src, nxt, epoch)
         assert step[0] == "data"
         if not step[1]:
             break
-        nxt, epoch = moves._append_copy(future, step[1])
+        nxt, epoch = moves._append_copy(future, step[1], txns)
 
     src.append(_batch(45, 3, b"tail"), assign_offsets=False)  # lands before the retirement
     src.start_leader_epoch(4)  # an epoch with no batch yet: it must come along
@@ -416,7 +418,7 @@ def test_the_copy_follows_a_source_truncated_and_diverged_mid_copy(tmp_path: Pat
         src.truncate_to(10)
     assert os.path.getsize(src.dir / "00000000000000000000.log") == size
 
-    moved = moves._promote(dest_dir, future, tp, retired)
+    moved = moves._promote(dest_dir, future, tp, retired, txns)
     assert moved.dir == dest_dir.path / "t-0" and dest_dir.logs[tp] is moved
     assert not list(dest_dir.path.glob("*-future"))
     assert (moved.dir / "00000000000000000000.log").read_bytes() == \
