@@ -645,11 +645,11 @@ def test_a_listener_on_any_address_needs_advertised_listeners(tmp_path: Path, ho
 
 def test_kafka_keys_logkeeper_does_not_use_make_one_sorted_warning(tmp_path: Path) -> None:
     cfg = load_props(tmp_path, "num.network.threads=3\nbroker.id=1\n"
-                               "transaction.state.log.min.isr=1\nnum.io.threads=8\n")
+                               "queued.max.requests=500\nnum.io.threads=8\n")
     assert cfg.broker_id == 1
     assert len(cfg.warnings) == 1
     assert cfg.warnings[0].endswith(
-        ": num.io.threads, num.network.threads, transaction.state.log.min.isr")
+        ": num.io.threads, num.network.threads, queued.max.requests")
     assert str(tmp_path / "server.properties") in cfg.warnings[0]
     # the same in TOML
     cfg = load_text(tmp_path, "num.network.threads = 3\n")

@@ -406,7 +406,8 @@ def _snapshot_all(items: list[tuple[Partition, int, Log | None]]) -> list[None]:
 def _take_on(logs: dict[TopicPartition, Any], leadership: Standalone
              ) -> dict[TopicPartition, tuple[int, producer.PartitionProducers]]:
     """Set each log's high watermark as its leadership says; returns them with each
-    log's producer state, rebuilt from its tail."""
+    log's producer state, from its latest snapshot and the batches after it, else from
+    its tail (daemon.replica.producer.from_log)."""
     out = {}
     for tp, lg in logs.items():
         lg.high_watermark = leadership.high_watermark(lg)
