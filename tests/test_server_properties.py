@@ -69,7 +69,6 @@ log.dir.reserve.bytes=1048576
 UNUSED = ("num.io.threads, num.network.threads, "
           "num.recovery.threads.per.data.dir, "
           "socket.receive.buffer.bytes, socket.send.buffer.bytes, "
-          "transaction.state.log.min.isr, transaction.state.log.replication.factor, "
           "zookeeper.connection.timeout.ms")
 
 
