@@ -32,7 +32,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import native
@@ -82,7 +82,7 @@ from .replica.control import ControlRequests
 from .replica.fetcher import LogFollowerStorage, ReplicaFetchers
 from .replica.isr import IsrManager
 from .replica.leadership import ClusterLeadership, Standalone
-from .replica.manager import ReplicaManager
+from .replica.manager import Marker, ReplicaManager
 from .replica.moves import ReplicaMoves
 from .replica.producer_ids import ProducerIds
 from .replica.quota import ReplicationQuotas
@@ -176,9 +176,12 @@ class Server:
         self.handlers.register(group_apis.dispatch())
         # Transactions: __transaction_state's coordinator (daemon.coordinator.transactions)
         # and the channel its markers go to the partitions' leaders by.
+        def write_markers_here(markers: dict[TopicPartition, Marker]
+                               ) -> Awaitable[dict[TopicPartition, int]]:
+            return self.handlers.write_markers(markers, MARKER_TIMEOUT_MS)
+
         self.marker_channel = TxnMarkerChannel(
-            config.broker_id, self.metadata_cache,
-            lambda markers: self.handlers.write_markers(markers, MARKER_TIMEOUT_MS),
+            config.broker_id, self.metadata_cache, write_markers_here,
             tls_context=self.inter_broker_tls, login=config.inter_broker_login)
         self.transactions = TransactionCoordinator(
             InternalTopic(TRANSACTION_STATE_TOPIC, self.replicas, self.handlers.append_replicated,
@@ -195,8 +198,7 @@ class Server:
             self.transactions, self.coordinator, producer_ids,
             lambda p, listener: self._coordinator_node(TRANSACTION_STATE_TOPIC, p, listener),
             lambda: self._ensure_internal_topic(TRANSACTION_STATE_TOPIC),
-            lambda markers: self.handlers.write_markers(markers, MARKER_TIMEOUT_MS),
-            self._partition_exists)
+            write_markers_here, self._partition_exists)
         group_apis.transactions = txn_apis
         self.handlers.register(txn_apis.dispatch())
         self.handlers.on_offsets_marker = self.coordinator.txn_completed

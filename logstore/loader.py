@@ -56,6 +56,7 @@ class LoadedLog:
     epochs: LeaderEpochCache
     recovery: RecoveryResult
     txn_index_bases: frozenset[int] = frozenset()  # segments with a Kafka `.txnindex`
+    snapshot_offsets: tuple[int, ...] = ()  # its producer snapshots' offsets, oldest first
 
 
 def clean_marker_present(partition_dir: Path) -> bool:
@@ -117,7 +118,10 @@ class LogLoader:
         epochs.truncate_from_start(log_start_offset)
         return LoadedLog(segments=segments, log_start_offset=log_start_offset,
                          recovery_point=recovery_point, epochs=epochs, recovery=self.recovery,
-                         txn_index_bases=txn_index_bases)
+                         txn_index_bases=txn_index_bases,
+                         snapshot_offsets=tuple(sorted(
+                             base for base, suffix in listed
+                             if suffix == names.SNAPSHOT_SUFFIX)))
 
     def _finish_interrupted_operations(self) -> None:
         """Remove `.deleted` and `.cleaned` files and complete every swap a crash

@@ -68,6 +68,9 @@ class Log:
     # read: class-level empties, so a log without them costs nothing.
     _txn_index_bases: frozenset[int] = frozenset()
     _txn_entries: dict[int, list[txnindex.AbortedTxn]] | None = None
+    # The producer snapshots the directory held when the log was opened (the loader's
+    # listing): what a partition taken on starts from (daemon.replica.producer).
+    snapshot_offsets_at_open: tuple[int, ...] = ()
 
     def __init__(self, partition_dir: Path, config: LogConfig, guard: IoGuard):
         self.dir = partition_dir if isinstance(partition_dir, Path) else Path(partition_dir)
@@ -133,6 +136,8 @@ class Log:
         log.recovery = loaded.recovery
         if loaded.txn_index_bases:
             log._txn_index_bases = loaded.txn_index_bases
+        if loaded.snapshot_offsets:
+            log.snapshot_offsets_at_open = loaded.snapshot_offsets
         log._high_watermark = min(high_watermark if high_watermark is not None
                                   else log.log_end_offset, log.log_end_offset)
         log._high_watermark = max(log._high_watermark, log.log_start_offset)

@@ -93,9 +93,11 @@ def write(partition_dir: Path, offset: int, entries: list[Entry]) -> None:
         path(partition_dir, old).unlink(missing_ok=True)
 
 
-def latest(partition_dir: Path, at_most: int, at_least: int = 0) -> tuple[int, list[Entry]] | None:
-    """The newest snapshot in [at_least, at_most] that checks out: (offset, entries)."""
-    for offset in reversed(offsets(partition_dir)):
+def latest(partition_dir: Path, at_most: int, at_least: int = 0,
+           known: tuple[int, ...] | list[int] | None = None) -> tuple[int, list[Entry]] | None:
+    """The newest snapshot in [at_least, at_most] that checks out: (offset, entries).
+    `known`: the snapshots' offsets, when the caller listed the directory already."""
+    for offset in reversed(offsets(partition_dir) if known is None else sorted(known)):
         if not at_least <= offset <= at_most:
             continue
         p = path(partition_dir, offset)

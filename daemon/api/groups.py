@@ -102,17 +102,9 @@ class GroupApis:
             return errors.INVALID_REQUEST, f"unknown coordinator key type {key_type}", -1, "", -1
         if not key:
             return errors.INVALID_REQUEST, "an empty group id", -1, "", -1
-        p = self.coordinator.partition_of(key)
-        if p is None:
-            code = await self.ensure_offsets_topic()
-            p = self.coordinator.partition_of(key)
-            if p is None:
-                return (code or errors.COORDINATOR_NOT_AVAILABLE,
-                        "the __consumer_offsets topic is being created", -1, "", -1)
-        code, node, host, port = self.coordinator_node(p, listener)
-        if code:
-            return code, "the group's __consumer_offsets partition has no leader", -1, "", -1
-        return errors.NONE, None, node, host, port
+        return await coordinator_endpoint(key, self.coordinator.partition_of,
+                                          self.ensure_offsets_topic, self.coordinator_node,
+                                          listener, "group", "__consumer_offsets")
 
     # ---- membership ----
 
@@ -359,6 +351,27 @@ class GroupApis:
                     if tp.topic in denied else per[tp]))
         return OffsetDeleteResponse(error_code=code, throttle_time_ms=0, topics=[
             T(name=t, partitions=ps) for t, ps in by_topic.items()])
+
+
+async def coordinator_endpoint(key: str, partition_of: Callable[[str], int | None],
+                               ensure_topic: Callable[[], Awaitable[int]],
+                               coordinator_node: Callable[[int, str], tuple[int, int, str, int]],
+                               listener: str, what: str, topic: str
+                               ) -> tuple[int, str | None, int, str, int]:
+    """(error, message, node, host, port) of the coordinator of `key` (a `what`): the
+    leader of its partition of `topic`, created at the first lookup (Kafka does), at its
+    endpoint on `listener`."""
+    p = partition_of(key)
+    if p is None:
+        code = await ensure_topic()
+        p = partition_of(key)
+        if p is None:
+            return (code or errors.COORDINATOR_NOT_AVAILABLE,
+                    f"the {topic} topic is being created", -1, "", -1)
+    code, node, host, port = coordinator_node(p, listener)
+    if code:
+        return code, f"the {what}'s {topic} partition has no leader", -1, "", -1
+    return errors.NONE, None, node, host, port
 
 
 def _host(conn: Any) -> str:

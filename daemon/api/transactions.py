@@ -40,9 +40,11 @@ from logstore import TopicPartition, names
 from ..coordinator.coordinator import GroupCoordinator, OffsetCommit
 from ..coordinator.transactions import TransactionCoordinator
 from ..coordinator.txn_records import TxnState
+from ..replica.manager import Marker
 from ..replica.producer_ids import ProducerIds
 from ..security.acls import Operation, ResourceType
 from . import errors, protocol
+from .groups import coordinator_endpoint
 
 log = logging.getLogger("logkeeper.transactions")
 
@@ -90,18 +92,9 @@ class TxnApis:
             return errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, None, -1, "", -1
         if not tid:
             return errors.INVALID_REQUEST, "an empty transactional id", -1, "", -1
-        p = self.coordinator.partition_of(tid)
-        if p is None:
-            code = await self.ensure_topic()
-            p = self.coordinator.partition_of(tid)
-            if p is None:
-                return (code or errors.COORDINATOR_NOT_AVAILABLE,
-                        f"the {names.TRANSACTION_STATE_TOPIC} topic is being created",
-                        -1, "", -1)
-        code, node, host, port = self.coordinator_node(p, listener)
-        if code:
-            return code, "the id's __transaction_state partition has no leader", -1, "", -1
-        return errors.NONE, None, node, host, port
+        return await coordinator_endpoint(tid, self.coordinator.partition_of, self.ensure_topic,
+                                          self.coordinator_node, listener, "transactional id",
+                                          names.TRANSACTION_STATE_TOPIC)
 
     # ---- InitProducerId ----
 
@@ -203,8 +196,6 @@ class TxnApis:
     # ---- WriteTxnMarkers (a coordinator to this partition leader) ----
 
     async def write_txn_markers(self, req: protocol.Request, conn: Any) -> Any:
-        from ..replica.manager import Marker
-
         R = WriteTxnMarkersResponse.WritableTxnMarkerResult
         T = R.WritableTxnMarkerTopicResult
         P = T.WritableTxnMarkerPartitionResult

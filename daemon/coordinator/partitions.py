@@ -10,6 +10,7 @@ Event loop only.
 
 from __future__ import annotations
 
+import abc
 import asyncio
 from typing import Any
 
@@ -17,16 +18,18 @@ from ..api import errors
 from .group import partition_for
 
 
-class CoordinatedPartitions:
+class CoordinatedPartitions(abc.ABC):
     log: Any  # an InternalTopic (daemon.coordinator.internal_topic) or a test's stand-in
     loaded: dict[int, int]  # partition -> the leader epoch it was read at
     _loading: dict[int, tuple[int, asyncio.Task[None]]]
 
+    @abc.abstractmethod
     async def _load(self, p: int, epoch: int) -> None:
-        raise NotImplementedError
+        """Read partition `p` whole (led at `epoch`) and take on its keys."""
 
+    @abc.abstractmethod
     def _unload(self, p: int) -> None:
-        raise NotImplementedError
+        """Drop the keys of partition `p`, no longer led here."""
 
     def leadership_changed(self) -> None:
         """LeaderAndIsr, StopReplica or a dir transition happened: drop what is no

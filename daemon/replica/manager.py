@@ -566,8 +566,7 @@ def _read_all(items: list[tuple[ReadSpec, Log | None]], budget: int) -> list[Rea
             upto = leo if replica_id >= 0 else lso if read_committed else hw
             if offset >= upto or throttled or (limit <= 0 and total > 0):
                 out.append(ReadResult(NONE, b"", hw, lg.log_start_offset, log_end_offset=leo,
-                                      last_stable_offset=lso,
-                                      aborted_transactions=[] if read_committed else None))
+                                      last_stable_offset=lso))
                 continue
             # The bytes go into pipes here, on the worker, and from there to the socket
             # on the event loop without a copy (daemon.storage.spliced).

@@ -110,19 +110,21 @@ class PartitionProducers(dict[int, ProducerState]):
         self.coordinator_epochs.clear()
         self.snapshot_offset = -1
 
-    def first_unstable_offset(self, high_watermark: int) -> int | None:
-        """The first offset of the oldest transaction a read_committed consumer may not
-        read past yet, or None (Kafka's firstUnstableOffset)."""
-        if self.unreplicated:
+    def prune(self, high_watermark: int) -> None:
+        """Forget the closed transactions whose marker is under the high watermark."""
+        if self.unreplicated and self.unreplicated[0][1] < high_watermark:
             self.unreplicated = [t for t in self.unreplicated if t[1] >= high_watermark]
+
+    def last_stable_offset(self, high_watermark: int) -> int:
+        """The high watermark, or the first offset of the oldest transaction a
+        read_committed consumer may not read past yet (Kafka's firstUnstableOffset)."""
+        if not self.ongoing and not self.unreplicated:
+            return high_watermark  # the common case: no transaction here
+        self.prune(high_watermark)
         firsts = [t[0] for t in self.unreplicated]
         if self.ongoing:
             firsts.append(min(self.ongoing.values()))
-        return min(firsts) if firsts else None
-
-    def last_stable_offset(self, high_watermark: int) -> int:
-        first = self.first_unstable_offset(high_watermark)
-        return high_watermark if first is None else min(first, high_watermark)
+        return min([high_watermark, *firsts])
 
 
 @dataclass(frozen=True)
@@ -211,6 +213,8 @@ def end_txn(producers: PartitionProducers, producer_id: int, producer_epoch: int
     if first is None:
         return  # nothing of it is in this partition (a retried marker, or none written)
     producers.unreplicated.append((first, marker_offset, producer_id))
+    if log is not None:
+        producers.prune(log.high_watermark)  # a follower nobody reads from keeps it short
     if kind == CONTROL_ABORT and log is not None:
         # Kafka's lastStableOffset(completedTxn): the first offset of the oldest other
         # transaction open, else past the marker; every replica computes the same.
@@ -250,28 +254,32 @@ def from_log(log: Log, tail_bytes: int = TAIL_BYTES) -> PartitionProducers:
     re-admitted): its latest snapshot and the batches after it, else rebuilt from the
     batch headers of its last `tail_bytes`, as Kafka replays the log's tail when it has
     no producer snapshot."""
-    with log.guard.io("read producer snapshot", log.dir, writing=False):
-        snap = producer_snapshot.latest(log.dir, log.log_end_offset, log.log_start_offset)
+    snap = None
+    if log.snapshot_offsets_at_open:  # the loader's listing: no second look at the dir
+        with log.guard.io("read producer snapshot", log.dir, writing=False):
+            snap = producer_snapshot.latest(log.dir, log.log_end_offset, log.log_start_offset,
+                                            known=log.snapshot_offsets_at_open)
     if snap is None:
         producers = PartitionProducers()
         for chunk in log.read_tail(tail_bytes):
             record_replicated(producers, chunk)
-        return producers
-    offset, entries = snap
-    producers = from_snapshot(entries)
-    producers.snapshot_offset = offset
-    end = log.log_end_offset
-    while offset < end:
-        data = log.read(offset, REPLAY_CHUNK)
-        if not data:
-            break
-        record_replicated(producers, data)
-        after = offset
-        for b in iter_batches(data, verify_crc=False):
-            after = max(after, b.next_offset if isinstance(b, Batch) else b.offset + 1)
-        if after <= offset:
-            break
-        offset = after
+    else:
+        offset, entries = snap
+        producers = from_snapshot(entries)
+        producers.snapshot_offset = offset
+        end = log.log_end_offset
+        while offset < end:  # the batches after the snapshot, as a follower appends them
+            data = log.read(offset, REPLAY_CHUNK)
+            if not data:
+                break
+            record_replicated(producers, data)
+            after = offset
+            for b in iter_batches(data, verify_crc=False):
+                after = max(after, b.next_offset if isinstance(b, Batch) else b.offset + 1)
+            if after <= offset:
+                break
+            offset = after
+    producers.prune(log.high_watermark)
     return producers
 
 
