@@ -279,7 +279,8 @@ class Server:
             self.storage, enabled=config["log.cleaner.enable"],
             backoff_ms=config["log.cleaner.backoff.ms"],
             dedupe_buffer_bytes=config["log.cleaner.dedupe.buffer.size"],
-            io_buffer_bytes=config["log.cleaner.io.buffer.size"])
+            io_buffer_bytes=config["log.cleaner.io.buffer.size"],
+            producers_of=self.replicas.producers_for_cleaner)
         self.monitor = LogDirMonitor(self.storage, self.replicas, self.metrics, config)
         self.transitions = TransitionHandler(self.storage, self.replicas, self.monitor,
                                              reserve_bytes=config["log.dir.reserve.bytes"],

@@ -32,8 +32,17 @@ says exactly which segments it replaces. Kafka keeps that header for the last ba
 of a whole clean (and of each active producer); keeping it per run closes the case
 where a crash leaves an old segment beside the swapped one, whose stale values a
 later clean would keep once their tombstones expire. Followers accept empty batches,
-as Kafka's do. Control batches are kept as they are (logkeeper writes none; Kafka's
-transaction markers in a copied log stay readable).
+as Kafka's do.
+
+Transactions (`_Transactions`, Kafka's rules): a clean never passes the partition's
+last stable offset (`ActiveProducers`, from the replica layer), so every transaction
+it meets is decided. An aborted transaction's records (the `.txnindex` entries say
+which) never enter the key map and are removed whatever their keys; its abort marker
+stays in that clean, with its entry in the cleaned segment's `.txnindex` (swapped in
+with the segment), and goes in a later one once its delete horizon has passed, as a
+tombstone does; a commit marker goes the same way once no batch of its transaction
+is left before it. The last entry of each active producer stays (as an empty header
+when nothing of it is kept), so its sequence and epoch checks outlive a restart.
 
 The work is a generator, so the daemon can run it on the log dir's worker one bounded
 step at a time between appends (docs/architecture.md "Threads and workers"). A step
@@ -54,14 +63,14 @@ import hashlib
 import os
 import struct
 import time
-from collections.abc import Generator, Iterable, Mapping
+from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import native
 from native import BatchInfo, ScanStatus
 
-from . import names
+from . import names, txnindex
 from .config import LogConfig
 from .errors import CorruptRecordError, LogStoreError
 from .index import OffsetIndex, TimeIndex
@@ -72,15 +81,20 @@ from .records import (
     ATTR_CONTROL,
     ATTR_DELETE_HORIZON,
     ATTR_LOG_APPEND_TIME,
+    ATTR_TRANSACTIONAL,
+    CONTROL_ABORT,
+    CONTROL_COMMIT,
     CRC_START,
     HEADER,
     HEADER_SIZE,
     Codec,
     compress,
+    control_record,
     decompress,
     write_varint,
 )
 from .segment import LogSegment
+from .txnindex import AbortedTxn
 
 if TYPE_CHECKING:
     from .logdir import LogDir
@@ -185,6 +199,31 @@ def _payload(batch: memoryview, info: BatchInfo, where: str) -> bytes | memoryvi
 
 
 @dataclass(frozen=True)
+class ActiveProducers:
+    """What a clean of a log must respect of its partition's producers, which the
+    replica layer knows (daemon.replica.producer) and a log alone does not."""
+
+    last_stable_offset: int  # the clean stays below it: no open transaction is cleaned
+    # producer id -> (the last offset of its last data batch, or -1 when its last entry
+    # is a marker; its epoch): that batch, or that marker, stays (as an empty header if
+    # nothing of it is kept), so its idempotence and fencing outlive a restart.
+    last_entries: Mapping[int, tuple[int, int]] = field(default_factory=dict)
+
+    def keeps(self, info: BatchInfo) -> bool:
+        """Whether `info` is the last entry of an active producer (Kafka's
+        lastRecordsOfActiveProducers)."""
+        entry = self.last_entries.get(info.producer_id) if info.producer_id >= 0 else None
+        if entry is None:
+            return False
+        if entry[0] >= 0:
+            return info.last_offset == entry[0]
+        return bool(info.attributes & ATTR_CONTROL) and info.producer_epoch == entry[1]
+
+
+ProducersOf = Callable[[TopicPartition, Log], ActiveProducers]
+
+
+@dataclass(frozen=True)
 class LogToClean:
     """A compacted log's clean and dirty extents (Kafka's LogToClean)."""
 
@@ -196,6 +235,7 @@ class LogToClean:
     cleanable_bytes: int
     reset_checkpoint: bool = False  # the checkpointed offset was outside the log
     overdue: bool = False  # max.compaction.lag.ms passed for a dirty segment
+    producers: ActiveProducers | None = None  # None: a log alone (the high watermark bounds)
 
     @property
     def total_bytes(self) -> int:
@@ -213,8 +253,11 @@ class LogToClean:
         return self.overdue or self.ratio > self.log.config.min_cleanable_dirty_ratio
 
 
-def cleanable(tp: TopicPartition, log: Log, checkpointed: int | None, now_ms: int) -> LogToClean:
-    """Where `log`'s dirty section starts and ends (Kafka's cleanableOffsets)."""
+def cleanable(tp: TopicPartition, log: Log, checkpointed: int | None, now_ms: int,
+              producers: ActiveProducers | None = None) -> LogToClean:
+    """Where `log`'s dirty section starts and ends (Kafka's cleanableOffsets): below
+    the active segment, the high watermark, the last stable offset and the segments
+    newer than min.compaction.lag.ms."""
     segments = log.segments
     start = log.log_start_offset
     first_dirty = start if checkpointed is None else checkpointed
@@ -222,6 +265,8 @@ def cleanable(tp: TopicPartition, log: Log, checkpointed: int | None, now_ms: in
     if reset:
         first_dirty = start
     bound = min(log.active_segment.base_offset, log.high_watermark)
+    if producers is not None:
+        bound = min(bound, producers.last_stable_offset)
     lag = log.config.min_compaction_lag_ms
     overdue = False
     for seg in segments[:-1]:
@@ -241,16 +286,78 @@ def cleanable(tp: TopicPartition, log: Log, checkpointed: int | None, now_ms: in
     clean = sum(s.size for s in segments if s.next_offset <= first_dirty)
     dirty = sum(s.size for s in segments
                 if s.next_offset > first_dirty and s.base_offset < first_uncleanable)
-    return LogToClean(tp, log, first_dirty, first_uncleanable, clean, dirty, reset, overdue)
+    return LogToClean(tp, log, first_dirty, first_uncleanable, clean, dirty, reset, overdue,
+                      producers)
 
 
 def grab_filthiest(logs: Mapping[TopicPartition, Log], checkpoints: Mapping[TopicPartition, int],
-                   now_ms: int, skip: Iterable[TopicPartition] = ()) -> LogToClean | None:
+                   now_ms: int, skip: Iterable[TopicPartition] = (),
+                   producers_of: ProducersOf | None = None) -> LogToClean | None:
     """The compacted log with the highest dirty ratio among those due, or None."""
     skip = set(skip)
     due = [c for tp, log in logs.items() if log.config.compacted and tp not in skip
-           and (c := cleanable(tp, log, checkpoints.get(tp), now_ms)).due]
+           and (c := cleanable(tp, log, checkpoints.get(tp), now_ms,
+                               producers_of(tp, log) if producers_of else None)).due]
     return max(due, key=lambda c: c.ratio, default=None)
+
+
+# ---- transactions ---------------------------------------------------------------------
+
+
+class _Transactions:
+    """The transactions one pass over a log meets, batch by batch in offset order
+    (Kafka's CleanedTransactionMetadata). Everything below the last stable offset is
+    decided, so a transactional batch is either in an aborted transaction (one of the
+    `.txnindex` entries given: its records go, whatever their keys) or a committed one.
+    A marker may go once nothing of its transaction is left before it: an abort marker
+    stays in the clean that removes its transaction's batches (its entry then goes into
+    the cleaned segment's `.txnindex`, `kept`), a commit marker as long as a batch of its
+    transaction is met before it. A marker that may go is stamped with a delete
+    horizon and removed by the first clean after it, as tombstones are, so a consumer
+    that read the transaction's records reaches the marker first."""
+
+    def __init__(self, aborted: Iterable[AbortedTxn]):
+        self._pending = sorted(set(aborted), key=lambda t: t.first_offset, reverse=True)
+        self._aborted: dict[int, list[Any]] = {}  # producer id -> [its txn, a batch met]
+        self._committed: set[int] = set()  # producers whose batches were met, marker not yet
+        self.kept: list[AbortedTxn] = []  # the entries of the cleaned segment being written
+
+    def _reach(self, offset: int) -> None:
+        pending = self._pending
+        while pending and pending[-1].first_offset <= offset:
+            txn = pending.pop()
+            self._aborted.setdefault(txn.producer_id, [txn, False])
+
+    def aborted(self, info: BatchInfo) -> bool:
+        """Whether the data batch `info` belongs to an aborted transaction."""
+        self._reach(info.last_offset)
+        if not info.attributes & ATTR_TRANSACTIONAL:
+            return False
+        txn = self._aborted.get(info.producer_id)
+        if txn is not None:
+            txn[1] = True
+            return True
+        self._committed.add(info.producer_id)
+        return False
+
+    def marker_done(self, info: BatchInfo, kind: int) -> bool:
+        """Whether the control batch `info` (a marker of type `kind`) may go."""
+        self._reach(info.last_offset)
+        if info.records_count == 0:
+            return True  # a marker an earlier clean emptied
+        pid = info.producer_id
+        if kind == CONTROL_ABORT:
+            txn = self._aborted.pop(pid, None)
+            if txn is not None and txn[1]:
+                self.kept.append(txn[0])
+                return False
+            return True
+        if kind == CONTROL_COMMIT:
+            if pid in self._committed:
+                self._committed.discard(pid)
+                return False
+            return True
+        return False  # a control record of another kind stays
 
 
 # ---- the clean ------------------------------------------------------------------------
@@ -299,22 +406,17 @@ class Cleaner:
         first dirty offset. `now_ms` decides the tombstones (default: the clock)."""
         now = int(time.time() * 1000) if now_ms is None else now_ms
         log = job.log
-        if log.holds_transactions:
-            # Kafka's cleaner drops aborted transactions' records using the .txnindex;
-            # a clean that kept them would hand them to read_committed consumers.
-            raise CorruptRecordError(
-                f"{log.dir}: holds Kafka transactions (.txnindex files); the cleaner does "
-                "not remove aborted transactions' records, so it leaves this log as it is")
         self.stats = CleanerStats()
         generation = log.generation
         yield from self._build_map(job, generation)
         end = self.map.latest_offset + 1
         segments = [s for s in log.segments[:-1] if s.base_offset < end]
+        txns = _Transactions(log.aborted_txns(segments[0].base_offset, segments[-1].next_offset)
+                             if segments else ())
         i = 0
         while i < len(segments):
             self._check(log, generation)
-            count = yield from self._clean_run(log, segments, i, job.first_uncleanable, now,
-                                               generation)
+            count = yield from self._clean_run(log, segments, i, job, txns, now, generation)
             i += count
             generation = log.generation
         return end
@@ -358,6 +460,9 @@ class Cleaner:
         log = job.log
         start, stop = job.first_dirty, job.first_uncleanable
         dirty = [s for s in log.segments[:-1] if s.next_offset > start and s.base_offset < stop]
+        # An aborted transaction's keys never enter the map: its records are not the
+        # latest of their keys, whatever their offsets.
+        txns = _Transactions(log.aborted_txns(start, stop))
         for i, seg in enumerate(dirty):
             position = seg.offset_index.lookup(start)[1] if seg.base_offset < start else 0
             for chunk in self._batches(log, seg, position, generation):
@@ -366,10 +471,16 @@ class Cleaner:
                     continue
                 data, infos = chunk
                 for info in infos:
-                    if info.last_offset < start or info.attributes & ATTR_CONTROL:
+                    if info.last_offset < start:
                         continue
                     if info.base_offset >= stop:
                         break
+                    if info.attributes & ATTR_CONTROL:
+                        txns.marker_done(info, _marker_kind(data, info, infos[0]))
+                        continue
+                    if txns.aborted(info):
+                        m.latest_offset = max(m.latest_offset, info.last_offset)
+                        continue
                     at = info.position - infos[0].position
                     batch = data[at:at + info.size]
                     where = f"{seg.log_path} batch at {info.position}"
@@ -393,8 +504,8 @@ class Cleaner:
             nxt = dirty[i + 1].base_offset if i + 1 < len(dirty) else stop
             m.latest_offset = max(m.latest_offset, nxt - 1)
 
-    def _clean_run(self, log: Log, segments: list[LogSegment], first: int,
-                   first_uncleanable: int, now: int, generation: int
+    def _clean_run(self, log: Log, segments: list[LogSegment], first: int, job: LogToClean,
+                   txns: _Transactions, now: int, generation: int
                    ) -> Generator[None, None, int]:
         """Copy what survives of segments[first:] into `<base>.*.cleaned` for as long as
         it fits one segment, and swap it in; returns how many segments it replaced.
@@ -421,6 +532,8 @@ class Cleaner:
                     f"{log.dir.name}: cleaning segments from {base} needs up to {need} bytes, "
                     f"{avail} free in {log.guard.log_dir}")
         out = _CleanedSegment(log, base, self.io_buffer_bytes)
+        txns.kept = out.aborted_txns
+        producers = job.producers
         run: list[LogSegment] = []
         last: BatchInfo | None = None  # the run's last batch, and whether it was kept
         last_kept = False
@@ -441,8 +554,10 @@ class Cleaner:
                     for info in infos:
                         at = info.position - infos[0].position
                         batch = data[at:at + info.size]
-                        kept = self._filter(batch, info, now, config.delete_retention_ms,
+                        kept = self._filter(batch, info, txns, now, config.delete_retention_ms,
                                             f"{seg.log_path} batch at {info.position}")
+                        if kept is None and producers is not None and producers.keeps(info):
+                            kept = _empty_batch(info)  # an active producer's last entry
                         if kept is not None:
                             out.append(kept)
                         last, last_kept = info, kept is not None
@@ -450,7 +565,7 @@ class Cleaner:
                 self.stats.segments_cleaned += 1
                 nxt = segments[k + 1] if k + 1 < len(segments) else None
                 if nxt is None or not self._fits(out, nxt, segments, k, base,
-                                                 first_uncleanable, config):
+                                                 job.first_uncleanable, config):
                     break
                 k += 1
             if last is not None and not last_kept:
@@ -480,14 +595,22 @@ class Cleaner:
                 <= config.max_index_bytes
                 and last - base <= MAX_RELATIVE)
 
-    def _filter(self, batch: memoryview, info: BatchInfo, now: int, delete_retention_ms: int,
-                where: str) -> memoryview | bytes | None:
+    def _filter(self, batch: memoryview, info: BatchInfo, txns: _Transactions, now: int,
+                delete_retention_ms: int, where: str) -> memoryview | bytes | None:
         """The batch as it survives the clean: itself, rewritten, or None (all gone)."""
         attrs = info.attributes
-        if attrs & ATTR_CONTROL:
-            return batch
-        m = self.map
         horizon_set = bool(attrs & ATTR_DELETE_HORIZON)
+        if attrs & ATTR_CONTROL:
+            if not txns.marker_done(info, _marker_kind(batch, info, info)):
+                return batch
+            if horizon_set:  # stamped by an earlier clean: kept until the horizon
+                return batch if now < info.base_timestamp else None
+            recs = _records(batch[HEADER_SIZE:], info.records_count, where)
+            return _rewritten(batch, info, batch[HEADER_SIZE:], recs, now + delete_retention_ms)
+        if txns.aborted(info):
+            self.stats.records_read += info.records_count
+            return None
+        m = self.map
         keep_tombstones = not horizon_set or now < info.base_timestamp
         payload = _payload(batch, info, where)
         recs = _records(payload, info.records_count, where)
@@ -518,31 +641,50 @@ class Cleaner:
         stamp = tombstones and not horizon_set
         if len(kept) == len(recs) and not stamp:
             return batch
-        base_ts = info.base_timestamp
-        new_base_ts = now + delete_retention_ms if stamp else base_ts
-        body = bytearray()
-        for rec in kept:
-            if new_base_ts == base_ts:
-                body += payload[rec[_START]:rec[_END]]
-            else:
-                rest = bytearray(payload[rec[_TS_AT] - 1:rec[_TS_AT]])  # attributes
-                write_varint(rest, base_ts + rec[_TS] - new_base_ts)
-                rest += payload[rec[_AFTER_TS]:rec[_END]]
-                write_varint(body, len(rest))
-                body += rest
-        if attrs & ATTR_LOG_APPEND_TIME:
-            max_ts = info.max_timestamp
+        return _rewritten(batch, info, payload, kept,
+                          now + delete_retention_ms if stamp else None)
+
+
+def _marker_kind(data: memoryview, info: BatchInfo, first: BatchInfo) -> int:
+    """The type of the marker `info`, a control batch in `data` (whose first batch is
+    `first`): CONTROL_ABORT, CONTROL_COMMIT, or -1 for an empty or other control batch."""
+    if info.records_count == 0:
+        return -1
+    return control_record(data, info.position - first.position)[0]
+
+
+def _rewritten(batch: memoryview, info: BatchInfo, payload: bytes | memoryview,
+               kept: list[tuple[int, ...]], horizon: int | None) -> bytearray:
+    """`batch` with only the records `kept` (from `payload`, its records uncompressed),
+    and stamped with the delete `horizon` (attribute bit 6, the horizon in
+    baseTimestamp, each record's timestamp delta rewritten so it keeps its timestamp)
+    unless that is None."""
+    attrs = info.attributes
+    base_ts = info.base_timestamp
+    new_base_ts = base_ts if horizon is None else horizon
+    body = bytearray()
+    for rec in kept:
+        if new_base_ts == base_ts:
+            body += payload[rec[_START]:rec[_END]]
         else:
-            max_ts = max(base_ts + rec[_TS] for rec in kept)
-        codec = attrs & ATTR_CODEC_MASK
-        data = compress(Codec(codec), bytes(body)) if codec else body
-        new_attrs = attrs | ATTR_DELETE_HORIZON if stamp else attrs
-        out = bytearray(HEADER_SIZE) + data
-        HEADER.pack_into(out, 0, info.base_offset, len(out) - 12, info.partition_leader_epoch,
-                         2, 0, new_attrs, info.last_offset_delta, new_base_ts, max_ts,
-                         info.producer_id, info.producer_epoch, info.base_sequence, len(kept))
-        struct.pack_into(">I", out, 17, native.crc32c(memoryview(out)[CRC_START:]))
-        return out
+            rest = bytearray(payload[rec[_TS_AT] - 1:rec[_TS_AT]])  # attributes
+            write_varint(rest, base_ts + rec[_TS] - new_base_ts)
+            rest += payload[rec[_AFTER_TS]:rec[_END]]
+            write_varint(body, len(rest))
+            body += rest
+    if attrs & ATTR_LOG_APPEND_TIME:
+        max_ts = info.max_timestamp
+    else:
+        max_ts = max(base_ts + rec[_TS] for rec in kept)
+    codec = attrs & ATTR_CODEC_MASK
+    data = compress(Codec(codec), bytes(body)) if codec else body
+    new_attrs = attrs if horizon is None else attrs | ATTR_DELETE_HORIZON
+    out = bytearray(HEADER_SIZE) + data
+    HEADER.pack_into(out, 0, info.base_offset, len(out) - 12, info.partition_leader_epoch,
+                     2, 0, new_attrs, info.last_offset_delta, new_base_ts, max_ts,
+                     info.producer_id, info.producer_epoch, info.base_sequence, len(kept))
+    struct.pack_into(">I", out, 17, native.crc32c(memoryview(out)[CRC_START:]))
+    return out
 
 
 def _empty_batch(info: BatchInfo) -> bytearray:
@@ -560,7 +702,8 @@ def _empty_batch(info: BatchInfo) -> bytearray:
 
 class _CleanedSegment:
     """`<base>.log.cleaned` and its indexes, written as the segment's own appends would
-    index them (docs/formats.md "Segment files"), then synced (`finish`)."""
+    index them (docs/formats.md "Segment files"), and its `.txnindex.cleaned` when the
+    clean kept aborted transactions' markers, then synced (`finish`)."""
 
     def __init__(self, log: Log, base: int, write_bytes: int):
         self.log = log
@@ -569,7 +712,9 @@ class _CleanedSegment:
         stem = names.offset_file_stem(base)
         cleaned = names.CLEANED_SUFFIX
         self.paths = [log.dir / (stem + s + cleaned)
-                      for s in (names.LOG_SUFFIX, names.INDEX_SUFFIX, names.TIME_INDEX_SUFFIX)]
+                      for s in (names.LOG_SUFFIX, names.INDEX_SUFFIX, names.TIME_INDEX_SUFFIX,
+                                names.TXN_INDEX_SUFFIX)]
+        self.aborted_txns: list[AbortedTxn] = []  # in marker order, as Kafka's index
         self.guard = log.guard
         self.fd = -1
         self.offset_index: OffsetIndex | None = None
@@ -639,6 +784,15 @@ class _CleanedSegment:
             self.offset_index.sync()
             self.time_index.sync()
             native.fdatasync(self.fd, path=str(self.paths[0]))
+        if self.aborted_txns:
+            with self.guard.io("clean: transaction index", self.paths[3], writing=True):
+                fd = os.open(self.paths[3], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                try:
+                    native.pwrite_all(fd, txnindex.encode(self.aborted_txns), 0,
+                                      path=str(self.paths[3]))
+                    native.fdatasync(fd, path=str(self.paths[3]))
+                finally:
+                    os.close(fd)
         self._close()
 
     def _close(self) -> None:
@@ -672,9 +826,11 @@ class LogDirCleaner:
     `cleaner-offset-checkpoint` (`LogDir.cleaner_offsets`) and the logs it gave up on
     (`uncleanable`: a batch that does not decode). Not thread-safe."""
 
-    def __init__(self, logdir: LogDir, cleaner: Cleaner | None = None):
+    def __init__(self, logdir: LogDir, cleaner: Cleaner | None = None,
+                 producers_of: ProducersOf | None = None):
         self.logdir = logdir
         self.cleaner = cleaner or Cleaner()
+        self.producers_of = producers_of  # None: the logs' high watermarks bound the cleans
         self.uncleanable: dict[TopicPartition, str] = {}
         self.job: LogToClean | None = None
         self._gen: Generator[None, None, int] | None = None
@@ -705,7 +861,8 @@ class LogDirCleaner:
             ld = self.logdir
             self._follow_truncations()
             with ld.guard.io("clean: choose a log", ld.path, writing=False):
-                job = grab_filthiest(ld.logs, ld.cleaner_offsets, now, skip=self.uncleanable)
+                job = grab_filthiest(ld.logs, ld.cleaner_offsets, now, skip=self.uncleanable,
+                                     producers_of=self.producers_of)
             if job is None:
                 return False
             self.job, self._gen = job, self.cleaner.steps(job, now)

@@ -162,7 +162,8 @@ class LogLoader:
             parsed = names.parse_segment_file(name)
             if parsed and parsed[1] in replaced and base <= parsed[0] < max(end, base + 1):
                 (self.dir / name).unlink()
-        for suffix in (names.INDEX_SUFFIX, names.TIME_INDEX_SUFFIX, names.LOG_SUFFIX):
+        for suffix in (names.INDEX_SUFFIX, names.TIME_INDEX_SUFFIX, names.TXN_INDEX_SUFFIX,
+                       names.LOG_SUFFIX):
             path = self.dir / (stem + suffix + names.SWAP_SUFFIX)
             if path.exists():
                 os.replace(path, self.dir / (stem + suffix))

@@ -440,11 +440,6 @@ class Log:
             i += 1
         return b""
 
-    @property
-    def holds_transactions(self) -> bool:
-        """Whether the log holds transaction indexes (aborted transactions)."""
-        return bool(self._txn_index_bases)
-
     def add_aborted_txn(self, txn: txnindex.AbortedTxn) -> None:
         """Record an aborted transaction in the `.txnindex` of the segment holding its
         abort marker (`txn.last_offset`, just appended), as Kafka's leader and followers
@@ -491,13 +486,23 @@ class Log:
             return []
         with self.guard.io("read transaction index", self.dir, writing=False):
             upper = self._offset_after_read(offset, read_bytes)
-            out = []
+        return [(t.producer_id, t.first_offset) for t in self.aborted_txns(offset, upper)]
+
+    def aborted_txns(self, start: int, end: int) -> list[txnindex.AbortedTxn]:
+        """The aborted transactions with records in [start, end): every `.txnindex`
+        entry, from the segment holding `start` on, whose abort marker is at or past
+        `start` and whose first offset is below `end` (Kafka's collectAbortedTransactions);
+        in marker order."""
+        if not self._txn_index_bases:
+            return []
+        out = []
+        with self.guard.io("read transaction index", self.dir, writing=False):
             for seg in self._segments:
-                if seg.next_offset <= offset or seg.base_offset not in self._txn_index_bases:
+                if seg.next_offset <= start or seg.base_offset not in self._txn_index_bases:
                     continue
-                out += [(t.producer_id, t.first_offset) for t in self._txn_index(seg)
-                        if t.last_offset >= offset and t.first_offset < upper]
-            return out
+                out += [t for t in self._txn_index(seg)
+                        if t.last_offset >= start and t.first_offset < end]
+        return out
 
     def _offset_after_read(self, offset: int, read_bytes: int) -> int:
         """The first offset past the batches a read of `read_bytes` from `offset` returned."""
@@ -690,19 +695,30 @@ class Log:
             raise LogStoreError(f"{self.dir.name}: segments from {base} changed under the cleaner")
         self.generation += 1
         stem = names.offset_file_stem(base)
-        order = (names.INDEX_SUFFIX, names.TIME_INDEX_SUFFIX, names.LOG_SUFFIX)
+        order = [names.INDEX_SUFFIX, names.TIME_INDEX_SUFFIX, names.LOG_SUFFIX]
         with self.guard.io("swap in cleaned segment", self.dir / (stem + names.LOG_SUFFIX)):
+            if (self.dir / (stem + names.TXN_INDEX_SUFFIX + names.CLEANED_SUFFIX)).exists():
+                order.insert(2, names.TXN_INDEX_SUFFIX)  # the aborted transactions it kept
             for suffix in order:
                 os.replace(self.dir / (stem + suffix + names.CLEANED_SUFFIX),
                            self.dir / (stem + suffix + names.SWAP_SUFFIX))
             checkpoint.sync_dir(self.dir)
             for seg in old[1:] + old[:1]:
-                seg.delete()
+                seg.delete(snapshot=False)  # producer snapshots are not the segment's
             for suffix in order:
                 os.replace(self.dir / (stem + suffix + names.SWAP_SUFFIX), self.dir / (stem + suffix))
             checkpoint.sync_dir(self.dir)
             new = open_segment(self.dir, base, self.config, active=False)
         self._segments.replace(i, len(old), new)
+        if self._txn_index_bases or names.TXN_INDEX_SUFFIX in order:
+            gone = {s.base_offset for s in old}
+            if self._txn_entries is not None:
+                for b in gone:
+                    self._txn_entries.pop(b, None)
+            bases = self._txn_index_bases - gone
+            if names.TXN_INDEX_SUFFIX in order:
+                bases |= {base}
+            self._txn_index_bases = frozenset(bases)
         return new
 
     def _delete_oldest(self, count: int) -> None:

@@ -374,12 +374,13 @@ class LogSegment:
             except OSError:
                 pass
 
-    def delete(self) -> None:
-        """Rename the files to `.deleted`, then remove them (Kafka's two steps)."""
+    def delete(self, *, snapshot: bool = True) -> None:
+        """Rename the files to `.deleted`, then remove them (Kafka's two steps); with
+        `snapshot`, the producer snapshot named after its base offset too (retention)."""
         self.close_quietly()
         paths = [self.log_path, self.index_path, self.time_index_path]
         paths += [self.dir / (names.offset_file_stem(self.base_offset) + s)
-                  for s in (names.TXN_INDEX_SUFFIX, names.SNAPSHOT_SUFFIX)]
+                  for s in (names.TXN_INDEX_SUFFIX, names.SNAPSHOT_SUFFIX)[:2 if snapshot else 1]]
         doomed = []
         for path in paths:
             if path.exists():

@@ -39,7 +39,7 @@ def parse(data: bytes) -> list[AbortedTxn]:
 
 
 def encode(entries: list[AbortedTxn]) -> bytes:
-    """Entries as Kafka writes them (tests and tools build old Kafka logs with it)."""
+    """Entries as Kafka writes them (the cleaner's cleaned index; tests build Kafka logs)."""
     return b"".join(ENTRY.pack(0, *e) for e in entries)
 
 

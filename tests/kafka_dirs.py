@@ -101,7 +101,7 @@ def kafka_log_dir(root: Path, cluster_id: str | None = "kafka-cluster-A", broker
 
 def assert_cleaner_leaves_it(root: Path, match: str) -> None:
     """`root` holds one partition taken over from Kafka that logkeeper's cleaner must not
-    rewrite (legacy messages, transactions): as a compacted log given keyed updates over
+    rewrite (legacy messages): as a compacted log given keyed updates over
     several segments, the cleaner sets it aside with an error matching `match` (the
     daemon logs it), cleans nothing on the next run, and its bytes stay as they were."""
     import pytest

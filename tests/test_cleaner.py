@@ -293,12 +293,12 @@ if stop == "writing":
     hang()
 deletes = 0
 real_delete = LogSegment.delete
-def delete(self):
+def delete(self, **kw):
     global deletes
     deletes += 1
     if deletes == int(stop):  # 1: swapped, nothing deleted; 2: one old segment gone
         hang()
-    real_delete(self)
+    real_delete(self, **kw)
 LogSegment.delete = delete
 LogDirCleaner(ld).run(%(now)d)
 print("finished", flush=True)

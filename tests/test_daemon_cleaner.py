@@ -194,3 +194,79 @@ def test_a_daemon_killed_mid_clean_serves_the_latest_values_after_restart(tmp_pa
     finally:
         d.stop()
         d.kill()
+
+
+TRANSACTIONAL = {**COMPACTED, "offsets.topic.num.partitions": 1,
+                 "offsets.topic.segment.bytes": 4096, "transaction.state.log.num.partitions": 1,
+                 "group.initial.rebalance.delay.ms": 0}
+
+
+def test_aborted_transactions_are_cleaned_away_with_the_offsets_they_committed(
+        tmp_path: Path) -> None:
+    """An exactly-once writer commits two transactions in three and aborts the third,
+    each writing every key of a compacted topic and the group's offset: the cleaner
+    removes the aborted values (a read_uncommitted consumer no longer sees them) and
+    never lets them shadow a committed one, and `__consumer_offsets`, aborted offset
+    commits in it, is compacted too; the group's offset is the last committed one,
+    also after a restart loads the cleaned offsets partition."""
+    d = Daemon(tmp_path, TRANSACTIONAL, dirs=1)
+    with d:
+        admin = ck.admin.AdminClient({"bootstrap.servers": d.bootstrap})
+        admin.create_topics([ck.admin.NewTopic("state", 1, 1)])["state"].result(30)
+        p = ck.Producer({"bootstrap.servers": d.bootstrap, "transactional.id": "writer",
+                         "linger.ms": 5})
+        p.init_transactions(30)
+        group = ck.Consumer({"bootstrap.servers": d.bootstrap, "group.id": "eos",
+                             "enable.auto.commit": False})
+        meta = group.consumer_group_metadata()
+        expected: dict[bytes, bytes] = {}
+        last_committed = -1
+        for r in range(30):
+            commit = r % 3 != 1
+            written = {f"key-{k}".encode(): f"{'kept' if commit else 'aborted'}-{k}-{r};"
+                       .encode() * 20 for k in range(KEYS)}
+            p.begin_transaction()
+            for key, value in written.items():
+                p.produce("state", key=key, value=value, partition=0)
+            p.send_offsets_to_transaction([ck.TopicPartition("state", 0, 1000 + r)], meta, 30)
+            if commit:
+                p.commit_transaction(30)
+                expected.update(written)
+                last_committed = 1000 + r
+            else:
+                p.abort_transaction(30)
+        assert r % 3 != 1, "the last transaction commits"
+        wait_for(lambda: settled(d.log_dirs[0], "state"), 60, "the cleaner settled")
+        wait_for(lambda: cleaned_to(d.log_dirs[0], "__consumer_offsets"), 60,
+                 "__consumer_offsets cleaned")
+        records = consume(d.bootstrap, "state")  # read_uncommitted (kafka-python)
+        assert not [v for _, _, v in records if v.startswith(b"aborted")]
+        assert {k: v for _, k, v in records} == expected
+        assert len(records) < KEYS * 30 / 3, "compaction removed the older values"
+        committed = ck.Consumer({"bootstrap.servers": d.bootstrap, "group.id": "check",
+                                 "isolation.level": "read_committed",
+                                 "auto.offset.reset": "earliest", "enable.auto.commit": False})
+        committed.assign([ck.TopicPartition("state", 0, 0)])
+        got: dict[bytes, bytes] = {}
+        deadline = time.monotonic() + 30
+        while len(got) < KEYS or got != expected:
+            assert time.monotonic() < deadline, "read_committed consumer stalled"
+            for m in committed.consume(500, 0.5):
+                assert m.error() is None, m.error()
+                got[m.key()] = m.value()
+        committed.close()
+        _, body = d.http("/cleaner")
+        assert json.loads(body)[str(d.log_dirs[0])]["uncleanable"] == []
+        assert group.committed([ck.TopicPartition("state", 0)], 30)[0].offset == last_committed
+        group.close()
+        p.flush(10)
+        del p
+        assert d.stop() == 0
+        d.start()
+        reader = ck.Consumer({"bootstrap.servers": d.bootstrap, "group.id": "eos",
+                              "enable.auto.commit": False})
+        try:
+            assert reader.committed([ck.TopicPartition("state", 0)], 30)[0].offset \
+                == last_committed
+        finally:
+            reader.close()

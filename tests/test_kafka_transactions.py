@@ -1,9 +1,9 @@
 """Transactional data in a log dir taken over from Kafka: read_committed consumers skip
-the records of aborted transactions, as against Kafka.
+the records of aborted transactions, and the cleaner compacts it, as Kafka does.
 
-logkeeper serves no transactions itself, but a Kafka log dir it takes over may hold a
-transactional producer's batches (Kafka Streams with exactly-once, for one), their
-commit and abort markers, and the `.txnindex` files listing the aborted transactions.
+A Kafka log dir logkeeper takes over may hold a transactional producer's batches
+(Kafka Streams with exactly-once, for one), their commit and abort markers, and the
+`.txnindex` files listing the aborted transactions.
 A read_committed consumer (confluent-kafka's default) learns from each Fetch answer
 which transactions in the records were aborted; without that it would deliver them.
 The partition here is written as a Kafka broker lays it out: batches, control batches
@@ -19,9 +19,9 @@ from pathlib import Path
 import confluent_kafka as ck
 from kafka import KafkaConsumer, TopicPartition
 
-from logstore import Log, records, txnindex
+from logstore import Log, LogConfig, LogDir, records, txnindex
+from logstore.cleaner import LogDirCleaner
 from tests.daemon_helpers import Daemon
-from tests.kafka_dirs import assert_cleaner_leaves_it
 
 ABORTED_PID, COMMITTED_PID = 100, 200
 
@@ -116,6 +116,27 @@ def test_read_committed_consumers_skip_aborted_transactions_of_a_kafka_log(
             kp.close()
 
 
-def test_the_cleaner_leaves_a_compacted_log_with_transactions_as_it_is(tmp_path: Path) -> None:
+def test_the_cleaner_compacts_a_kafka_log_with_transactions_as_kafka_does(
+        tmp_path: Path) -> None:
+    """Given later values of its key, the cleaner drops the aborted transaction's
+    records, keeps both markers (their transactions' batches were met in this clean)
+    and the abort's `.txnindex` entry in the cleaned segment."""
     kafka_partition(tmp_path / "d" / "txn-0")
-    assert_cleaner_leaves_it(tmp_path / "d", "holds Kafka transactions")
+    ld = LogDir.open(tmp_path / "d", LogConfig(compacted=True, segment_bytes=4096,
+                                              min_cleanable_dirty_ratio=0.01))
+    try:
+        log = ld.get_log("txn", 0)
+        for i in range(40):
+            log.append(records.build_batch([records.Record(b"other-%d" % (i % 3), b"v%d" % i)]))
+        log.roll()
+        log.high_watermark = log.log_end_offset
+        assert LogDirCleaner(ld).run() == 1
+        left = [b for seg in log.segments for b in records.iter_batches(seg.read_exact(0, seg.size))]
+        values = [r.value for b in left if not b.is_control for r in b.records()]
+        assert b"plain-9" in values and not [v for v in values if v.startswith(b"aborted")]
+        assert not [v for v in values if v.startswith((b"plain-0", b"committed"))]
+        assert [(b.base_offset, b.producer_id) for b in left if b.is_control] == [
+            (6, ABORTED_PID), (7, COMMITTED_PID)]
+        assert log.aborted_txns(0, log.log_end_offset) == [txnindex.AbortedTxn(ABORTED_PID, 2, 6, 2)]
+    finally:
+        ld.close()

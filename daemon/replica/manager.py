@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NamedTuple
 
 from logstore import Log, LogMovedError, TopicPartition, names
+from logstore.cleaner import ActiveProducers
 from logstore.records import (
     ATTR_CONTROL,
     ATTR_TRANSACTIONAL,
@@ -306,6 +307,16 @@ class ReplicaManager:
         checks the epoch and updates the follower under one partition lock)."""
         return spec.leader_epoch < 0 or \
             spec.leader_epoch == self.leadership.fencing_epoch(spec.partition)
+
+    def producers_for_cleaner(self, tp: TopicPartition, lg: Log) -> ActiveProducers:
+        """What a clean of `lg` must respect of its partition's producers (called by the
+        log cleaner on the log's dir worker, where the producers change). A log this
+        broker does not serve as `tp`'s (a move's copy, or not taken on yet) is not
+        cleaned: its transactions are not known."""
+        p = self.partitions.get(tp)
+        if p is None or p.log is not lg or p.deleted:
+            return ActiveProducers(lg.log_start_offset)
+        return producer.for_cleaner(p.producers, lg.high_watermark)
 
     async def snapshot_producers(self, *, every: bool = False) -> None:
         """Write producer snapshots (daemon.replica.producer): of every partition with

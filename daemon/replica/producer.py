@@ -42,6 +42,7 @@ import struct
 from dataclasses import dataclass, field
 
 from logstore import Log, producer_snapshot
+from logstore.cleaner import ActiveProducers
 from logstore.records import (
     ATTR_CONTROL,
     ATTR_TRANSACTIONAL,
@@ -72,7 +73,7 @@ from ..api.errors import (
 WINDOW = 5  # Kafka keeps the metadata of the last 5 batches per producer
 TAIL_BYTES = 1 << 20  # how much of a log's end `from_log` reads
 _FRAME = struct.Struct(">qi")  # base offset, batch length: every batch's and legacy message's
-_ATTRS = struct.Struct(">h")
+_ATTRS = struct.Struct(">hi")  # attributes, lastOffsetDelta
 
 
 @dataclass
@@ -234,15 +235,17 @@ def record_replicated(producers: PartitionProducers, records: bytes | memoryview
     while len(view) - pos >= MAGIC_AT + 1:
         base_offset, batch_length = _FRAME.unpack_from(view, pos)
         if view[pos + MAGIC_AT] == 2 and len(view) - pos >= HEADER_SIZE:
-            pid, epoch, base_seq, count = PRODUCER.unpack_from(view, pos + PRODUCER_AT)
-            attrs = _ATTRS.unpack_from(view, pos + ATTRIBUTES_AT)[0]
+            pid, epoch, base_seq, _ = PRODUCER.unpack_from(view, pos + PRODUCER_AT)
+            attrs, last_delta = _ATTRS.unpack_from(view, pos + ATTRIBUTES_AT)
             if attrs & ATTR_CONTROL:
                 kind, coordinator_epoch = control_record(view, pos)
                 if pid >= 0 and kind >= 0:
                     end_txn(producers, pid, epoch, coordinator_epoch, kind, base_offset, log)
             else:
-                if pid >= 0 and base_seq >= 0 and count > 0:
-                    record(producers, (pid, epoch, base_seq, (base_seq + count - 1) % 2**31),
+                if pid >= 0 and base_seq >= 0:
+                    # Its sequences span its offsets (Kafka's lastSequence), also for a
+                    # batch the cleaner emptied (no records, its header kept).
+                    record(producers, (pid, epoch, base_seq, (base_seq + last_delta) % 2**31),
                            base_offset, batch_log_append_time(view[pos:]))
                 if attrs & ATTR_TRANSACTIONAL:
                     begin_txn(producers, pid, base_offset)
@@ -326,6 +329,18 @@ def write_snapshot(producers: PartitionProducers, log: Log) -> int:
     with log.guard.io("write producer snapshot", path):
         producer_snapshot.write(log.dir, end, snapshot_entries(producers))
     return end
+
+
+def for_cleaner(producers: PartitionProducers, high_watermark: int) -> ActiveProducers:
+    """What the log cleaner must respect: the last stable offset, and each producer's
+    last entry (its last batch's last offset, or -1 when a marker with a new epoch
+    came after it)."""
+    ends = {}
+    for pid, state in producers.items():
+        last = state.batches[-1] if state.batches else None
+        ends[pid] = (last.first_offset + (last.last_seq - last.first_seq) % 2**31
+                     if last is not None else -1, state.epoch)
+    return ActiveProducers(producers.last_stable_offset(high_watermark), ends)
 
 
 def truncate(producers: PartitionProducers, offset: int) -> None:

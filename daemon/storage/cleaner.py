@@ -15,6 +15,9 @@ dir is ONLINE. An ENOSPC while a `.cleaned` file is written is the IoGuard's SAT
 verdict, like any other full write: the cleaner adds no verdict of its own. A dir
 without room for a clean's copy (`NoRoomToCleanError`) waits a backoff, with no verdict.
 
+A clean stays below each partition's last stable offset and keeps each active
+producer's last entry (`producers_of`: ReplicaManager.producers_for_cleaner).
+
 Errors: a step's failure is logged and the dir's loop goes on after a backoff; a log
 whose batches do not decode is left uncleaned until the next start (Kafka's
 uncleanable partitions).
@@ -27,7 +30,7 @@ import logging
 from typing import Any
 
 from logstore import CorruptRecordError, LogStoreError, StorageError
-from logstore.cleaner import Cleaner, LogDirCleaner, NoRoomToCleanError, OffsetMap
+from logstore.cleaner import Cleaner, LogDirCleaner, NoRoomToCleanError, OffsetMap, ProducersOf
 
 from .dirstate import DirState
 from .log_manager import LogManager
@@ -41,8 +44,9 @@ class LogCleanerService:
 
     def __init__(self, storage: LogManager, *, enabled: bool = True, backoff_ms: int = 15000,
                  dedupe_buffer_bytes: int = 128 * 1024 * 1024,
-                 io_buffer_bytes: int = 512 * 1024):
+                 io_buffer_bytes: int = 512 * 1024, producers_of: ProducersOf | None = None):
         self.storage = storage
+        self.producers_of = producers_of  # each partition's LSO and producers (replica layer)
         self.enabled = enabled
         self.backoff_s = backoff_ms / 1000
         self.map_bytes = max(dedupe_buffer_bytes // max(len(storage.dirs), 1), 1024)
@@ -73,7 +77,8 @@ class LogCleanerService:
             return None
         if cleaner is None or cleaner.logdir is not d.logdir:  # first time, or re-admitted
             cleaner = LogDirCleaner(d.logdir, Cleaner(OffsetMap(self.map_bytes),
-                                                      io_buffer_bytes=self.io_buffer_bytes))
+                                                      io_buffer_bytes=self.io_buffer_bytes),
+                                    producers_of=self.producers_of)
             self._cleaners[d.index] = cleaner
         return cleaner
 
