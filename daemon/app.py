@@ -198,7 +198,7 @@ class Server:
             self.transactions, self.coordinator, producer_ids,
             lambda p, listener: self._coordinator_node(TRANSACTION_STATE_TOPIC, p, listener),
             lambda: self._ensure_internal_topic(TRANSACTION_STATE_TOPIC),
-            write_markers_here, self._partition_exists)
+            write_markers_here, self._partition_exists, self.replicas)
         group_apis.transactions = txn_apis
         self.handlers.register(txn_apis.dispatch())
         self.handlers.on_offsets_marker = self.coordinator.txn_completed
@@ -841,6 +841,12 @@ class Server:
             # segment since their last one): a restart finds those transactions.
             asyncio.ensure_future(self._periodic(PRODUCER_SNAPSHOT_S,
                                                  self.replicas.snapshot_producers)),
+            # Producers idle past producer.id.expiration.ms are forgotten (Kafka's
+            # removeExpiredProducers), so partitions do not keep every instance's state.
+            asyncio.ensure_future(self._periodic(
+                self.config["producer.id.expiration.check.interval.ms"] / 1000,
+                lambda: self.replicas.expire_producers(
+                    self.config["producer.id.expiration.ms"]))),
             asyncio.ensure_future(self._periodic(
                 self.config["replica.high.watermark.checkpoint.interval.ms"] / 1000,
                 lambda: self.storage.maintenance(retention=False, checkpoints=False,

@@ -691,6 +691,10 @@ KEYS: dict[str, Key] = {k.name: k for k in (
         "how often transactions past their timeout are looked for and aborted"),
     Key("transaction.remove.expired.transaction.cleanup.interval.ms", int, 3600000, _int(1),
         "how often expired transactional ids are looked for and removed"),
+    Key("producer.id.expiration.ms", int, 86400000, _int(1),
+        "a producer idle this long (no transaction open) is forgotten by each partition"),
+    Key("producer.id.expiration.check.interval.ms", int, 600000, _int(1),
+        "how often each partition's expired producers are looked for"),
     # Log-dir health (daemon.health; docs/architecture.md, "Log dir states").
     Key("log.dir.reserve.bytes", int, DEFAULT_RESERVE_BYTES, _int(0),
         "reserve file written in every ONLINE dir, deleted when it saturates"),

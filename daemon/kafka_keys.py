@@ -199,7 +199,6 @@ KAFKA_BROKER_KEYS: frozenset[str] = frozenset((
     "password.encoder.secret",
     "principal.builder.class",
     "process.roles",
-    "producer.id.expiration.ms",
     "producer.purgatory.purge.interval.requests",
     "queued.max.request.bytes",
     "queued.max.requests",

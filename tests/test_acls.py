@@ -542,6 +542,7 @@ def test_every_api_refuses_an_unauthorized_client_with_kafkas_error(tmp_path: Pa
         DescribeConfigsRequest,
         DescribeGroupsRequest,
         DescribeLogDirsRequest,
+        DescribeProducersRequest,
         DescribeTransactionsRequest,
         DescribeUserScramCredentialsRequest,
         ElectLeadersRequest,
@@ -693,6 +694,9 @@ def test_every_api_refuses_an_unauthorized_client_with_kafkas_error(tmp_path: Pa
             assert resp.markers[0].topics[0].partitions[0].error_code == CLUSTER
             assert ask(DescribeTransactionsRequest(transactional_ids=["tx"])
                        ).transaction_states[0].error_code == TXN
+            resp = ask(DescribeProducersRequest(topics=[
+                DescribeProducersRequest.TopicRequest(name="t", partition_indexes=[0])]))
+            assert resp.topics[0].partitions[0].error_code == TOPIC
             assert ask(ListTransactionsRequest(state_filters=[], producer_id_filters=[],
                                                duration_filter=-1)).transaction_states == []
             DC = DescribeConfigsRequest.DescribeConfigsResource

@@ -60,3 +60,24 @@ def test_a_truncation_removes_the_snapshots_past_its_cut(tmp_path: Path) -> None
     lg.truncate_fully_and_start_at(20)
     assert producer_snapshot.offsets(lg.dir) == []
     lg.close()
+
+
+def test_last_timestamps_outlive_a_restart_and_idle_producers_expire() -> None:
+    """Each producer's last timestamp goes into the snapshot (Kafka's field), so the
+    expiration goes on counting across a restart; an open transaction never expires."""
+    now = 1_700_000_000_000
+    state = producer.PartitionProducers()
+    producer.record(state, (1, 0, 0, 4), 0, timestamp=now - 10_000)
+    producer.record(state, (2, 0, 0, 0), 5, timestamp=now - 10_000)
+    producer.begin_txn(state, 2, 5, 0, now - 10_000)
+    producer.record(state, (3, 0, 0, 0), 6, timestamp=now - 100)
+    back = producer.from_snapshot(producer.snapshot_entries(state), now_ms=now)
+    assert {pid: s.last_timestamp for pid, s in back.items()} == {
+        1: now - 10_000, 2: now - 10_000, 3: now - 100}
+    assert back.expire(now, 5_000) == 1  # producer 1; 2's transaction is open
+    assert sorted(back) == [2, 3]
+    assert [(v.producer_id, v.last_sequence, v.current_txn_start_offset)
+            for v in producer.describe(back)] == [(2, 0, 5), (3, 0, -1)]
+    # A snapshot without timestamps (older ones of ours) counts from the restart.
+    entries = [e._replace(timestamp=-1) for e in producer.snapshot_entries(state)]
+    assert producer.from_snapshot(entries, now_ms=now).expire(now + 4_999, 5_000) == 0

@@ -1,7 +1,7 @@
 """The Kafka APIs of producers and transactions: InitProducerId (22), AddPartitionsToTxn
 (24), AddOffsetsToTxn (25), EndTxn (26), WriteTxnMarkers (27), TxnOffsetCommit (28),
-DescribeTransactions (65) and ListTransactions (66), and FindCoordinator's transaction
-key type (docs/transactions.md).
+DescribeProducers (61), DescribeTransactions (65) and ListTransactions (66), and
+FindCoordinator's transaction key type (docs/transactions.md).
 
 Requests are decoded into calls on the transaction coordinator
 (daemon.coordinator.transactions), the group coordinator (TxnOffsetCommit) or the
@@ -14,7 +14,8 @@ With an authorizer each request is checked as Kafka 3.9's KafkaApis checks it: W
 the transactional id for InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn and
 TxnOffsetCommit (and Write on each topic added, Read on the group and its topics);
 Describe on it to find its coordinator and describe it; ClusterAction for a broker's
-WriteTxnMarkers; an idempotent producer needs IdempotentWrite on the cluster or Write on
+WriteTxnMarkers (or an operator's abort of a hanging transaction); Read on a topic to
+describe its partitions' producers; an idempotent producer needs IdempotentWrite on the cluster or Write on
 some topic (KIP-679).
 """
 
@@ -25,7 +26,11 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from kafka.protocol.admin import DescribeTransactionsResponse, ListTransactionsResponse
+from kafka.protocol.admin import (
+    DescribeProducersResponse,
+    DescribeTransactionsResponse,
+    ListTransactionsResponse,
+)
 from kafka.protocol.producer import (
     AddOffsetsToTxnResponse,
     AddPartitionsToTxnResponse,
@@ -40,7 +45,7 @@ from logstore import TopicPartition, names
 from ..coordinator.coordinator import GroupCoordinator, OffsetCommit
 from ..coordinator.transactions import TransactionCoordinator
 from ..coordinator.txn_records import TxnState
-from ..replica.manager import Marker
+from ..replica.manager import Marker, ReplicaManager
 from ..replica.producer_ids import ProducerIds
 from ..security.acls import Operation, ResourceType
 from . import errors, protocol
@@ -68,7 +73,7 @@ class TxnApis:
     def __init__(self, coordinator: TransactionCoordinator, groups: GroupCoordinator,
                  producer_ids: ProducerIds, coordinator_node: CoordinatorNode,
                  ensure_topic: EnsureTopic, write_markers: WriteMarkers,
-                 partition_exists: Callable[[TopicPartition], bool]):
+                 partition_exists: Callable[[TopicPartition], bool], replicas: ReplicaManager):
         self.coordinator = coordinator
         self.groups = groups
         self.producer_ids = producer_ids
@@ -76,12 +81,13 @@ class TxnApis:
         self.ensure_topic = ensure_topic
         self.write_markers = write_markers
         self.partition_exists = partition_exists
+        self.replicas = replicas
 
     def dispatch(self) -> dict[int, Callable[..., Awaitable[Any]]]:
         return {22: self.init_producer_id, 24: self.add_partitions_to_txn,
                 25: self.add_offsets_to_txn, 26: self.end_txn, 27: self.write_txn_markers,
-                28: self.txn_offset_commit, 65: self.describe_transactions,
-                66: self.list_transactions}
+                28: self.txn_offset_commit, 61: self.describe_producers,
+                65: self.describe_transactions, 66: self.list_transactions}
 
     # ---- FindCoordinator (key type 1), from daemon.api.groups ----
 
@@ -248,6 +254,50 @@ class TxnApis:
             out.setdefault(c.tp.topic, []).append(P(partition_index=c.tp.partition,
                                                     error_code=_fenced(e, v, 3)))
         return TxnOffsetCommitResponse(throttle_time_ms=0, topics=[
+            T(name=t, partitions=ps) for t, ps in out.items()])
+
+    # ---- DescribeProducers ----
+
+    async def describe_producers(self, req: protocol.Request, conn: Any) -> Any:
+        """Each partition's active producers, from any replica held here (Kafka's
+        activeProducerState): what kafka-transactions.sh describe-producers shows and
+        an abort of a hanging transaction starts from."""
+        T = DescribeProducersResponse.TopicResponse
+        P = T.PartitionResponse
+        S = P.ProducerState
+        slots: list[tuple[str, int, int]] = []  # topic, partition, error (0: look it up)
+        held = []
+        for t in req.body.topics:
+            readable = conn.allowed(Operation.READ, ResourceType.TOPIC, t.name)
+            for i in t.partition_indexes:
+                tp = TopicPartition(t.name, i)
+                p = self.replicas.get(t.name, i)
+                if not readable:
+                    code = errors.TOPIC_AUTHORIZATION_FAILED
+                elif p is None:
+                    code = errors.NOT_LEADER_OR_FOLLOWER if self.partition_exists(tp) \
+                        else errors.UNKNOWN_TOPIC_OR_PARTITION
+                elif p.offline:
+                    code = errors.KAFKA_STORAGE_ERROR
+                else:
+                    code = errors.NONE
+                    held.append(p)
+                slots.append((t.name, i, code))
+        found = iter(await self.replicas.active_producers(held) if held else [])
+        out: dict[str, list[Any]] = {}
+        for topic, index, code in slots:
+            producers: list[Any] = []
+            if not code:
+                code, producers = next(found)
+            out.setdefault(topic, []).append(P(
+                partition_index=index, error_code=code, error_message=None,
+                active_producers=[S(producer_id=v.producer_id, producer_epoch=v.producer_epoch,
+                                    last_sequence=v.last_sequence,
+                                    last_timestamp=v.last_timestamp,
+                                    coordinator_epoch=v.coordinator_epoch,
+                                    current_txn_start_offset=v.current_txn_start_offset)
+                                  for v in producers]))
+        return DescribeProducersResponse(throttle_time_ms=0, topics=[
             T(name=t, partitions=ps) for t, ps in out.items()])
 
     # ---- DescribeTransactions, ListTransactions ----

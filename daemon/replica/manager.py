@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NamedTuple
 
@@ -335,6 +336,23 @@ class ReplicaManager:
             await self.storage.fan_out(items, _dir_of, _snapshot_all,
                                        on_error=lambda item, err: None)
 
+    async def expire_producers(self, expiration_ms: int) -> None:
+        """Forget, in every partition held here, the producers idle for `expiration_ms`
+        with no transaction open (producer.id.expiration.ms). A dir's failure is its own."""
+        items = [(p, 0, p.log) for p in self.partitions.values()
+                 if p.log is not None and not p.offline and not p.deleted and p.producers]
+        if items:
+            await self.storage.fan_out(items, _dir_of, _expire_producers,
+                                       int(time.time() * 1000), expiration_ms,
+                                       on_error=lambda item, err: 0)
+
+    async def active_producers(self, items: list[Partition]
+                               ) -> list[tuple[int, list[producer.ProducerView]]]:
+        """(error, its active producers) per partition: DescribeProducers."""
+        return await self.storage.fan_out(
+            [(p, 0, p.log) for p in items], _dir_of, _active_producers,
+            on_error=lambda item, err: (error_of(err, "describe producers")[0], []))
+
     async def list_offsets(self, items: list[tuple[Partition, int]], *,
                            read_committed: bool = False) -> list[tuple[int, int, int]]:
         """(error, timestamp, offset) per (partition, timestamp query); a read_committed
@@ -414,6 +432,17 @@ def _snapshot_all(items: list[tuple[Partition, int, Log | None]]) -> list[None]:
     return [None] * len(items)
 
 
+def _expire_producers(items: list[tuple[Partition, int, Log | None]], now_ms: int,
+                      expiration_ms: int) -> list[int]:
+    return [p.producers.expire(now_ms, expiration_ms) for p, _, _ in items]
+
+
+def _active_producers(items: list[tuple[Partition, int, Log | None]]
+                      ) -> list[tuple[int, list[producer.ProducerView]]]:
+    return [(UNKNOWN_TOPIC_OR_PARTITION, []) if p.deleted else (NONE, producer.describe(p.producers))
+            for p, _, _ in items]
+
+
 def _take_on(logs: dict[TopicPartition, Any], leadership: Standalone
              ) -> dict[TopicPartition, tuple[int, producer.PartitionProducers]]:
     """Set each log's high watermark as its leadership says; returns them with each
@@ -487,10 +516,11 @@ def _append_all(items: list[tuple[Partition, bytes | memoryview, int, Log | None
             # leader writes it: followers and clients check truncation against it.
             info = lg.append(records, leader_epoch=leader_epoch)
             lg.high_watermark = leadership.high_watermark(lg)
-            producer.record(p.producers, checked.token, info.base_offset, info.log_append_time)
+            producer.record(p.producers, checked.token, info.base_offset, info.log_append_time,
+                            info.max_timestamp)
             if attributes & ATTR_TRANSACTIONAL:
-                producer.begin_txn(p.producers, (batch_producer(records) or (-1,))[0],
-                                   info.base_offset)
+                pid, epoch, _, _ = batch_producer(records) or (-1, -1, -1, 0)
+                producer.begin_txn(p.producers, pid, info.base_offset, epoch, info.max_timestamp)
             out.append(AppendResult(NONE, info.base_offset, lg.log_start_offset,
                                     lg.high_watermark, info.record_count, info.size,
                                     end_offset=info.last_offset + 1,
@@ -520,7 +550,7 @@ def _append_marker(p: Partition, lg: Log | None, batch: bytes | memoryview, mark
     lg.high_watermark = leadership.high_watermark(lg)
     producer.end_txn(p.producers, marker.producer_id, marker.producer_epoch,
                      marker.coordinator_epoch, CONTROL_COMMIT if marker.commit else CONTROL_ABORT,
-                     info.base_offset, lg)
+                     info.base_offset, lg, info.max_timestamp)
     return AppendResult(NONE, info.base_offset, lg.log_start_offset, lg.high_watermark,
                         info.record_count, info.size, end_offset=info.last_offset + 1)
 

@@ -31,6 +31,12 @@ than the one that wrote the producer's last marker (TRANSACTION_COORDINATOR_FENC
 for a producer epoch older than the producer's (INVALID_PRODUCER_EPOCH); a producer's
 plain batch while its transaction is open is INVALID_TXN_STATE.
 
+Expiration (Kafka's producer.id.expiration.ms): a producer without an open transaction
+whose last batch or marker is older than the expiration (by its timestamp, as Kafka
+counts it) is forgotten (`PartitionProducers.expire`), so a partition does not keep
+every producer instance that ever wrote to it. DescribeProducers shows what is kept
+(`describe`).
+
 Runs on the partition's dir worker only (the state is the partition's, see
 daemon.replica.partition): not thread-safe.
 """
@@ -39,23 +45,26 @@ from __future__ import annotations
 
 import collections
 import struct
+import time
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from logstore import Log, producer_snapshot
 from logstore.cleaner import ActiveProducers
 from logstore.records import (
     ATTR_CONTROL,
+    ATTR_LOG_APPEND_TIME,
     ATTR_TRANSACTIONAL,
     ATTRIBUTES_AT,
     CONTROL_ABORT,
     HEADER_SIZE,
     LOG_OVERHEAD,
     MAGIC_AT,
+    MAX_TIMESTAMP_AT,
     PRODUCER,
     PRODUCER_AT,
     Batch,
     batch_attributes,
-    batch_log_append_time,
     batch_producer,
     control_record,
     iter_batches,
@@ -74,6 +83,7 @@ WINDOW = 5  # Kafka keeps the metadata of the last 5 batches per producer
 TAIL_BYTES = 1 << 20  # how much of a log's end `from_log` reads
 _FRAME = struct.Struct(">qi")  # base offset, batch length: every batch's and legacy message's
 _ATTRS = struct.Struct(">hi")  # attributes, lastOffsetDelta
+_MAX_TIMESTAMP = struct.Struct(">q")
 
 
 @dataclass
@@ -89,6 +99,7 @@ class ProducerState:
     epoch: int
     batches: collections.deque[BatchMeta] = field(
         default_factory=lambda: collections.deque(maxlen=WINDOW))
+    last_timestamp: int = -1  # its last batch's max timestamp, or last marker's (Kafka's)
 
 
 class PartitionProducers(dict[int, ProducerState]):
@@ -115,6 +126,16 @@ class PartitionProducers(dict[int, ProducerState]):
         """Forget the closed transactions whose marker is under the high watermark."""
         if self.unreplicated and self.unreplicated[0][1] < high_watermark:
             self.unreplicated = [t for t in self.unreplicated if t[1] >= high_watermark]
+
+    def expire(self, now_ms: int, expiration_ms: int) -> int:
+        """Forget the producers without an open transaction whose last entry is
+        `expiration_ms` old or older (Kafka's removeExpiredProducers); how many went."""
+        gone = [pid for pid, state in self.items() if pid not in self.ongoing
+                and now_ms - state.last_timestamp >= expiration_ms]
+        for pid in gone:
+            del self[pid]
+            self.coordinator_epochs.pop(pid, None)
+        return len(gone)
 
     def last_stable_offset(self, high_watermark: int) -> int:
         """The high watermark, or the first offset of the oldest transaction a
@@ -166,10 +187,10 @@ def check(producers: PartitionProducers, records: bytes) -> Check:
 
 
 def record(producers: PartitionProducers, token: tuple[int, int, int, int] | None,
-           first_offset: int, append_time: int = -1) -> None:
+           first_offset: int, append_time: int = -1, timestamp: int = -1) -> None:
     """Remember an appended batch that `check` passed with `token` (and the
     LogAppendTime it was stamped with: a retry of it is answered that time, as Kafka's
-    duplicate answer carries the batch's timestamp)."""
+    duplicate answer carries the batch's timestamp), and its max `timestamp`."""
     if token is None:
         return
     pid, epoch, first_seq, last_seq = token
@@ -177,14 +198,23 @@ def record(producers: PartitionProducers, token: tuple[int, int, int, int] | Non
     if state is None or state.epoch != epoch:
         state = producers[pid] = ProducerState(epoch)
     state.batches.append(BatchMeta(first_seq, last_seq, first_offset, append_time))
+    state.last_timestamp = timestamp
 
 
-def begin_txn(producers: PartitionProducers, producer_id: int, first_offset: int) -> None:
+def begin_txn(producers: PartitionProducers, producer_id: int, first_offset: int,
+              producer_epoch: int = -1, timestamp: int = -1) -> None:
     """A transactional batch of `producer_id` was appended at `first_offset`: it opens
-    the producer's transaction here, unless one is open already. (A group coordinator's
-    TxnOffsetCommit batch has no sequence: it opens one too.)"""
-    if producer_id >= 0:
-        producers.ongoing.setdefault(producer_id, first_offset)
+    the producer's transaction here, unless one is open already. A group coordinator's
+    TxnOffsetCommit batch has no sequence (`record` took nothing of it): it opens one
+    too, and its epoch and timestamp are the producer's here."""
+    if producer_id < 0:
+        return
+    producers.ongoing.setdefault(producer_id, first_offset)
+    state = producers.get(producer_id)
+    if producer_epoch >= 0 and (state is None or producer_epoch > state.epoch):
+        state = producers[producer_id] = ProducerState(producer_epoch)
+    if state is not None and timestamp > state.last_timestamp:
+        state.last_timestamp = timestamp
 
 
 def check_marker(producers: PartitionProducers, producer_id: int, producer_epoch: int,
@@ -199,15 +229,17 @@ def check_marker(producers: PartitionProducers, producer_id: int, producer_epoch
 
 
 def end_txn(producers: PartitionProducers, producer_id: int, producer_epoch: int,
-            coordinator_epoch: int, kind: int, marker_offset: int, log: Log | None) -> None:
-    """A marker of type `kind` was appended at `marker_offset`: the producer's open
-    transaction ends there. An abort goes into the `.txnindex` when `log` is given (a
-    replay of a log that holds it already passes None)."""
+            coordinator_epoch: int, kind: int, marker_offset: int, log: Log | None,
+            timestamp: int = -1) -> None:
+    """A marker of type `kind` (written at `timestamp`) was appended at `marker_offset`:
+    the producer's open transaction ends there. An abort goes into the `.txnindex` when
+    `log` is given (a replay of a log that holds it already passes None)."""
     state = producers.get(producer_id)
     if state is None or producer_epoch > state.epoch:
         # A marker written with a bumped epoch (a transaction aborted on timeout, or a
         # producer fenced): the old epoch's batches are fenced from now on.
-        producers[producer_id] = ProducerState(producer_epoch)
+        state = producers[producer_id] = ProducerState(producer_epoch)
+    state.last_timestamp = max(state.last_timestamp, timestamp)
     if coordinator_epoch >= 0:
         producers.coordinator_epochs[producer_id] = coordinator_epoch
     first = producers.ongoing.pop(producer_id, None)
@@ -237,18 +269,20 @@ def record_replicated(producers: PartitionProducers, records: bytes | memoryview
         if view[pos + MAGIC_AT] == 2 and len(view) - pos >= HEADER_SIZE:
             pid, epoch, base_seq, _ = PRODUCER.unpack_from(view, pos + PRODUCER_AT)
             attrs, last_delta = _ATTRS.unpack_from(view, pos + ATTRIBUTES_AT)
+            max_ts = _MAX_TIMESTAMP.unpack_from(view, pos + MAX_TIMESTAMP_AT)[0]
             if attrs & ATTR_CONTROL:
                 kind, coordinator_epoch = control_record(view, pos)
                 if pid >= 0 and kind >= 0:
-                    end_txn(producers, pid, epoch, coordinator_epoch, kind, base_offset, log)
+                    end_txn(producers, pid, epoch, coordinator_epoch, kind, base_offset, log,
+                            max_ts)
             else:
                 if pid >= 0 and base_seq >= 0:
                     # Its sequences span its offsets (Kafka's lastSequence), also for a
                     # batch the cleaner emptied (no records, its header kept).
                     record(producers, (pid, epoch, base_seq, (base_seq + last_delta) % 2**31),
-                           base_offset, batch_log_append_time(view[pos:]))
+                           base_offset, max_ts if attrs & ATTR_LOG_APPEND_TIME else -1, max_ts)
                 if attrs & ATTR_TRANSACTIONAL:
-                    begin_txn(producers, pid, base_offset)
+                    begin_txn(producers, pid, base_offset, epoch, max_ts)
         pos += LOG_OVERHEAD + batch_length
 
 
@@ -268,7 +302,8 @@ def from_log(log: Log, tail_bytes: int = TAIL_BYTES) -> PartitionProducers:
             record_replicated(producers, chunk)
     else:
         offset, entries = snap
-        producers = from_snapshot(entries)
+        producers = from_snapshot(entries,
+                                  log_append_time=log.config.timestamp_type == "LogAppendTime")
         producers.snapshot_offset = offset
         end = log.log_end_offset
         while offset < end:  # the batches after the snapshot, as a follower appends them
@@ -291,7 +326,7 @@ REPLAY_CHUNK = 1 << 20
 
 def snapshot_entries(producers: PartitionProducers) -> list[producer_snapshot.Entry]:
     """The state as Kafka's snapshot holds it: per producer its last batch, epoch, last
-    coordinator epoch and open transaction's first offset."""
+    timestamp, last coordinator epoch and open transaction's first offset."""
     out = []
     for pid in sorted(set(producers) | set(producers.ongoing) | set(producers.coordinator_epochs)):
         state = producers.get(pid)
@@ -301,20 +336,26 @@ def snapshot_entries(producers: PartitionProducers) -> list[producer_snapshot.En
             pid, state.epoch if state is not None else -1,
             last.last_seq if last is not None else -1,
             last.first_offset + delta if last is not None else -1, delta,
-            last.append_time if last is not None else -1,
+            state.last_timestamp if state is not None else -1,
             producers.coordinator_epochs.get(pid, -1), producers.ongoing.get(pid, -1)))
     return out
 
 
-def from_snapshot(entries: list[producer_snapshot.Entry]) -> PartitionProducers:
+def from_snapshot(entries: list[producer_snapshot.Entry], *, log_append_time: bool = False,
+                  now_ms: int | None = None) -> PartitionProducers:
+    """The state a snapshot holds. Its timestamp is each producer's last (the LogAppendTime
+    a retry is answered with when the log stamps them); a producer without one counts
+    from `now_ms` (default: the clock) towards its expiration."""
+    now = int(time.time() * 1000) if now_ms is None else now_ms
     producers = PartitionProducers()
     for e in entries:
         if e.epoch >= 0:
-            state = producers[e.producer_id] = ProducerState(e.epoch)
+            state = producers[e.producer_id] = ProducerState(
+                e.epoch, last_timestamp=e.timestamp if e.timestamp >= 0 else now)
             if e.last_sequence >= 0 and e.last_offset >= 0:
                 state.batches.append(BatchMeta(
                     (e.last_sequence - e.offset_delta) % 2**31, e.last_sequence,
-                    e.last_offset - e.offset_delta, e.timestamp))
+                    e.last_offset - e.offset_delta, e.timestamp if log_append_time else -1))
         if e.coordinator_epoch >= 0:
             producers.coordinator_epochs[e.producer_id] = e.coordinator_epoch
         if e.txn_first_offset >= 0:
@@ -329,6 +370,31 @@ def write_snapshot(producers: PartitionProducers, log: Log) -> int:
     with log.guard.io("write producer snapshot", path):
         producer_snapshot.write(log.dir, end, snapshot_entries(producers))
     return end
+
+
+class ProducerView(NamedTuple):
+    """One producer as DescribeProducers shows it (Kafka's ProducerState)."""
+
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp: int
+    coordinator_epoch: int
+    current_txn_start_offset: int
+
+
+def describe(producers: PartitionProducers) -> list[ProducerView]:
+    """The partition's active producers, by producer id."""
+    out = []
+    for pid in sorted(set(producers) | set(producers.ongoing)):
+        state = producers.get(pid)
+        last = state.batches[-1] if state is not None and state.batches else None
+        out.append(ProducerView(pid, state.epoch if state is not None else -1,
+                                last.last_seq if last is not None else -1,
+                                state.last_timestamp if state is not None else -1,
+                                producers.coordinator_epochs.get(pid, -1),
+                                producers.ongoing.get(pid, -1)))
+    return out
 
 
 def for_cleaner(producers: PartitionProducers, high_watermark: int) -> ActiveProducers:
