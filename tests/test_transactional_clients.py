@@ -385,6 +385,36 @@ def test_a_long_transaction_is_known_open_after_a_kill_past_the_logs_last_mib(
         assert latest(d, "long", True) == latest(d, "long", False)
 
 
+def test_a_transaction_is_known_open_after_a_kill_right_after_its_segment_rolled(
+        tmp_path: Path) -> None:
+    """As above with no pause before the kill -9 (no periodic snapshot needed): the
+    segment rolls after the transaction's first batch, and the snapshot written at the
+    roll (Kafka's) holds the open transaction; the restart replays from it."""
+    with running(tmp_path / "b", SETTINGS, dirs=1) as d:
+        admin = AdminClient({"bootstrap.servers": d.bootstrap})
+        admin.create_topics([NewTopic("rolled", 1, 1, config={
+            "segment.bytes": str(1 << 20)})])["rolled"].result(30)
+        p = producer(d, "rolled-app")
+        p.begin_transaction()
+        p.produce("rolled", b"opened-early")
+        p.flush(10)
+        plain = ck.Producer({"bootstrap.servers": d.bootstrap, "linger.ms": 5})
+        for i in range(400):
+            plain.produce("rolled", b"x" * 8000 + b"%d" % i)
+        plain.flush(30)
+        pdir = partition_dirs(d, "rolled")[0]
+        assert len(list(pdir.glob("*.log"))) >= 3, "the segment rolled"
+        d.kill()
+        d.start()
+        assert latest(d, "rolled", True) == 0  # still held at the open transaction
+        again = producer(d, "rolled-app")  # aborts it
+        again.begin_transaction()
+        again.produce("rolled", b"after")
+        again.commit_transaction(30)
+        got = consume(d, "rolled", expect=401, wait=10)
+        assert b"opened-early" not in got and got[-1] == b"after" and len(got) == 401
+
+
 def test_a_replica_moved_to_another_dir_keeps_its_aborted_transactions(daemon: Daemon) -> None:
     """AlterReplicaLogDirs copies the partition into another log dir: the copy writes its
     own `.txnindex` as it copies the abort markers, so read_committed consumers still

@@ -434,6 +434,7 @@ class LogFollowerStorage:
             end = lg.log_end_offset
             if end != fetch_offset:
                 raise FetchOffsetMismatch(tp, fetch_offset, end)
+            active_base = lg.active_segment.base_offset
             try:
                 lg.append(records, assign_offsets=False)
             except UnexpectedAppendOffsetError as err:
@@ -446,7 +447,9 @@ class LogFollowerStorage:
                 lg.truncate_fully_and_start_at(err.first_offset)
                 lg.append(records, assign_offsets=False)
             if self.producers is not None:
-                producer.record_replicated(self.producers(tp), records, lg)
+                producers = self.producers(tp)
+                producer.snapshot_if_rolled(producers, lg, active_base)
+                producer.record_replicated(producers, records, lg)
             return lg.log_end_offset
 
         end = await self.run(tp, append)

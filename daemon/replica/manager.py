@@ -320,16 +320,16 @@ class ReplicaManager:
         return producer.for_cleaner(p.producers, lg.high_watermark)
 
     async def snapshot_producers(self, *, every: bool = False) -> None:
-        """Write producer snapshots (daemon.replica.producer): of every partition with
-        producer state (`every`: a clean shutdown), else of those with a transaction
-        open or whose snapshot is older than their active segment, where the log moved
-        since the last one. A dir's failure is its own (logged)."""
+        """Write producer snapshots (daemon.replica.producer): of every partition
+        (`every`: a clean shutdown, so the next start replays nothing), else of those
+        with a transaction open or whose snapshot is older than their active segment,
+        where the log moved since the last one. A dir's failure is its own (logged)."""
         items = []
         for p in self.partitions.values():
             lg = p.log
             if lg is None or p.offline or p.deleted:
                 continue
-            if (every and p.producers) or p.producers.ongoing or (
+            if every or p.producers.ongoing or (
                     0 <= p.producers.snapshot_offset < lg.active_segment.base_offset):
                 items.append((p, 0, lg))
         if items:
@@ -514,8 +514,10 @@ def _append_all(items: list[tuple[Partition, bytes | memoryview, int, Log | None
                 continue
             # The leader's epoch goes into every batch and the epoch cache, as Kafka's
             # leader writes it: followers and clients check truncation against it.
+            active_base = lg.active_segment.base_offset
             info = lg.append(records, leader_epoch=leader_epoch)
             lg.high_watermark = leadership.high_watermark(lg)
+            producer.snapshot_if_rolled(p.producers, lg, active_base)
             producer.record(p.producers, checked.token, info.base_offset, info.log_append_time,
                             info.max_timestamp)
             if attributes & ATTR_TRANSACTIONAL:
@@ -546,8 +548,10 @@ def _append_marker(p: Partition, lg: Log | None, batch: bytes | memoryview, mark
     if 0 <= leader_epoch < lg.epochs.latest_epoch:
         return AppendResult(NOT_LEADER_OR_FOLLOWER, message=(
             f"{p.tp}: leader epoch {leader_epoch} ended while the marker waited"))
+    active_base = lg.active_segment.base_offset
     info = lg.append(batch, leader_epoch=leader_epoch, checked=True)
     lg.high_watermark = leadership.high_watermark(lg)
+    producer.snapshot_if_rolled(p.producers, lg, active_base)
     producer.end_txn(p.producers, marker.producer_id, marker.producer_epoch,
                      marker.coordinator_epoch, CONTROL_COMMIT if marker.commit else CONTROL_ABORT,
                      info.base_offset, lg, info.max_timestamp)

@@ -44,12 +44,13 @@ daemon.replica.partition): not thread-safe.
 from __future__ import annotations
 
 import collections
+import logging
 import struct
 import time
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from logstore import Log, producer_snapshot
+from logstore import Log, LogStoreError, producer_snapshot
 from logstore.cleaner import ActiveProducers
 from logstore.records import (
     ATTR_CONTROL,
@@ -79,6 +80,7 @@ from ..api.errors import (
     TRANSACTION_COORDINATOR_FENCED,
 )
 
+_log = logging.getLogger("logkeeper.producers")
 WINDOW = 5  # Kafka keeps the metadata of the last 5 batches per producer
 TAIL_BYTES = 1 << 20  # how much of a log's end `from_log` reads
 _FRAME = struct.Struct(">qi")  # base offset, batch length: every batch's and legacy message's
@@ -288,9 +290,11 @@ def record_replicated(producers: PartitionProducers, records: bytes | memoryview
 
 def from_log(log: Log, tail_bytes: int = TAIL_BYTES) -> PartitionProducers:
     """The producer state of `log` when the partition is taken on (start-up, a dir
-    re-admitted): its latest snapshot and the batches after it, else rebuilt from the
-    batch headers of its last `tail_bytes`, as Kafka replays the log's tail when it has
-    no producer snapshot."""
+    re-admitted): its latest snapshot and the batches after it replayed. Without one
+    (a log never rolled since, or from before snapshots), the batches from the active
+    segment's start, or from its last `tail_bytes` if they reach further back: every
+    roll writes a snapshot (`snapshot_if_rolled`), so a transaction opened before the
+    active segment would have been in one."""
     snap = None
     if log.snapshot_offsets_at_open:  # the loader's listing: no second look at the dir
         with log.guard.io("read producer snapshot", log.dir, writing=False):
@@ -298,25 +302,29 @@ def from_log(log: Log, tail_bytes: int = TAIL_BYTES) -> PartitionProducers:
                                             known=log.snapshot_offsets_at_open)
     if snap is None:
         producers = PartitionProducers()
-        for chunk in log.read_tail(tail_bytes):
-            record_replicated(producers, chunk)
+        offset = log.active_segment.base_offset
+        tail = log.read_tail(tail_bytes)
+        if tail and tail[0]:
+            first = next(iter_batches(tail[0], verify_crc=False))
+            offset = min(offset, first.base_offset if isinstance(first, Batch) else first.offset)
+        offset = max(offset, log.log_start_offset)
     else:
         offset, entries = snap
         producers = from_snapshot(entries,
                                   log_append_time=log.config.timestamp_type == "LogAppendTime")
         producers.snapshot_offset = offset
-        end = log.log_end_offset
-        while offset < end:  # the batches after the snapshot, as a follower appends them
-            data = log.read(offset, REPLAY_CHUNK)
-            if not data:
-                break
-            record_replicated(producers, data)
-            after = offset
-            for b in iter_batches(data, verify_crc=False):
-                after = max(after, b.next_offset if isinstance(b, Batch) else b.offset + 1)
-            if after <= offset:
-                break
-            offset = after
+    end = log.log_end_offset
+    while offset < end:  # the batches from there on, as a follower appends them
+        data = log.read(offset, REPLAY_CHUNK)
+        if not data:
+            break
+        record_replicated(producers, data)
+        after = offset
+        for b in iter_batches(data, verify_crc=False):
+            after = max(after, b.next_offset if isinstance(b, Batch) else b.offset + 1)
+        if after <= offset:
+            break
+        offset = after
     producers.prune(log.high_watermark)
     return producers
 
@@ -363,13 +371,28 @@ def from_snapshot(entries: list[producer_snapshot.Entry], *, log_append_time: bo
     return producers
 
 
-def write_snapshot(producers: PartitionProducers, log: Log) -> int:
-    """Snapshot the state at `log`'s end (on its dir's worker); returns that offset."""
-    end = log.log_end_offset
+def write_snapshot(producers: PartitionProducers, log: Log, offset: int | None = None) -> int:
+    """Snapshot the state at `offset` (default: `log`'s end), on its dir's worker;
+    returns that offset."""
+    end = log.log_end_offset if offset is None else offset
     path = producer_snapshot.path(log.dir, end)
     with log.guard.io("write producer snapshot", path):
         producer_snapshot.write(log.dir, end, snapshot_entries(producers))
     return end
+
+
+def snapshot_if_rolled(producers: PartitionProducers, log: Log, active_base: int) -> None:
+    """After an append whose batches are not recorded yet: when it rolled the log (its
+    active segment no longer starts at `active_base`), snapshot the state at the new
+    segment's base, as Kafka does at each roll, so a restart replays at most the active
+    segment. A failed write is the dir guard's to judge; the append stands."""
+    base = log.active_segment.base_offset
+    if base == active_base:
+        return
+    try:
+        producers.snapshot_offset = write_snapshot(producers, log, base)
+    except LogStoreError as err:
+        _log.warning("%s: producer snapshot at roll not written: %s", log.dir.name, err)
 
 
 class ProducerView(NamedTuple):
