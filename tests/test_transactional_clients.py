@@ -352,37 +352,47 @@ def test_producer_perf_test_sends_in_transactions(daemon: Daemon) -> None:
     assert latest(daemon, "perf-txn", True) == latest(daemon, "perf-txn", False)
 
 
+def _open_then_bury(d: Daemon, topic: str, records: int) -> None:
+    """Open a transaction on `topic` (one record), then write `records` records of 8 KB
+    after it with a plain producer."""
+    p = producer(d, f"{topic}-app")
+    p.begin_transaction()
+    p.produce(topic, b"opened-early")
+    p.flush(10)
+    plain = ck.Producer({"bootstrap.servers": d.bootstrap, "linger.ms": 5})
+    for i in range(records):
+        plain.produce(topic, b"x" * 8000 + b"%d" % i)
+    plain.flush(30)
+    assert latest(d, topic, True) == 0
+
+
+def _kill_and_abort(d: Daemon, topic: str, records: int) -> None:
+    """kill -9 and restart: the open transaction still holds read_committed consumers at
+    its first offset, and its abort (by the next producer instance) hides its record."""
+    d.kill()
+    d.start()
+    assert latest(d, topic, True) == 0  # still held at the open transaction
+    again = producer(d, f"{topic}-app")  # aborts it
+    again.begin_transaction()
+    again.produce(topic, b"after")
+    again.commit_transaction(30)
+    got = consume(d, topic, expect=records + 1, wait=10)
+    assert b"opened-early" not in got and got[-1] == b"after" and len(got) == records + 1
+    assert latest(d, topic, True) == latest(d, topic, False)
+
+
 def test_a_long_transaction_is_known_open_after_a_kill_past_the_logs_last_mib(
         tmp_path: Path) -> None:
     """A transaction whose first batch lies more than a MiB before the log end when the
     broker is killed: its producer snapshot (Kafka's `.snapshot`, written every few
-    seconds while a transaction is open) tells the restarted broker it is open, so
-    read_committed consumers are still held before it, and its abort (by the next
-    producer instance) hides its records."""
+    seconds while a transaction is open) tells the restarted broker it is open."""
     with running(tmp_path / "b", SETTINGS, dirs=1) as d:
         create(d, "long", 1)
-        p = producer(d, "long-app")
-        p.begin_transaction()
-        p.produce("long", b"opened-early")
-        p.flush(10)
-        plain = ck.Producer({"bootstrap.servers": d.bootstrap, "linger.ms": 5})
-        for i in range(300):
-            plain.produce("long", b"x" * 8000 + b"%d" % i)
-        plain.flush(30)
-        assert latest(d, "long", True) == 0
+        _open_then_bury(d, "long", 300)
         time.sleep(6)  # a snapshot round
         pdir = partition_dirs(d, "long")[0]
         assert list(pdir.glob("*.snapshot")), "no producer snapshot written"
-        d.kill()
-        d.start()
-        assert latest(d, "long", True) == 0  # still held at the open transaction
-        again = producer(d, "long-app")  # aborts it
-        again.begin_transaction()
-        again.produce("long", b"after")
-        again.commit_transaction(30)
-        got = consume(d, "long", expect=301, wait=10)
-        assert b"opened-early" not in got and got[-1] == b"after" and len(got) == 301
-        assert latest(d, "long", True) == latest(d, "long", False)
+        _kill_and_abort(d, "long", 300)
 
 
 def test_a_transaction_is_known_open_after_a_kill_right_after_its_segment_rolled(
@@ -394,25 +404,10 @@ def test_a_transaction_is_known_open_after_a_kill_right_after_its_segment_rolled
         admin = AdminClient({"bootstrap.servers": d.bootstrap})
         admin.create_topics([NewTopic("rolled", 1, 1, config={
             "segment.bytes": str(1 << 20)})])["rolled"].result(30)
-        p = producer(d, "rolled-app")
-        p.begin_transaction()
-        p.produce("rolled", b"opened-early")
-        p.flush(10)
-        plain = ck.Producer({"bootstrap.servers": d.bootstrap, "linger.ms": 5})
-        for i in range(400):
-            plain.produce("rolled", b"x" * 8000 + b"%d" % i)
-        plain.flush(30)
+        _open_then_bury(d, "rolled", 400)
         pdir = partition_dirs(d, "rolled")[0]
         assert len(list(pdir.glob("*.log"))) >= 3, "the segment rolled"
-        d.kill()
-        d.start()
-        assert latest(d, "rolled", True) == 0  # still held at the open transaction
-        again = producer(d, "rolled-app")  # aborts it
-        again.begin_transaction()
-        again.produce("rolled", b"after")
-        again.commit_transaction(30)
-        got = consume(d, "rolled", expect=401, wait=10)
-        assert b"opened-early" not in got and got[-1] == b"after" and len(got) == 401
+        _kill_and_abort(d, "rolled", 400)
 
 
 def test_a_replica_moved_to_another_dir_keeps_its_aborted_transactions(daemon: Daemon) -> None:
