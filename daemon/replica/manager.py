@@ -494,11 +494,14 @@ def _append_all(items: list[tuple[Partition, bytes | memoryview, int, Log | None
             assert lg is not None  # an offline placeholder's dir refuses work
             if checked.duplicate_of is not None:
                 # Answered as the first time; acks=all waits for the batch's last offset.
+                # Its time is a LogAppendTime only where the log stamps them (a producer
+                # snapshot holds the batch's max timestamp, whichever type it was).
                 count = (batch_producer(records) or (0, 0, 0, 1))[3]
+                stamped = lg.config.timestamp_type == "LogAppendTime"
                 out.append(AppendResult(NONE, checked.duplicate_of, lg.log_start_offset,
                                         lg.high_watermark,
                                         end_offset=checked.duplicate_of + count,
-                                        log_append_time=checked.append_time))
+                                        log_append_time=checked.append_time if stamped else -1))
                 continue
             if 0 <= leader_epoch < lg.epochs.latest_epoch:
                 # A LeaderAndIsr started a newer epoch on this log (it is queued here

@@ -310,8 +310,7 @@ def from_log(log: Log, tail_bytes: int = TAIL_BYTES) -> PartitionProducers:
         offset = max(offset, log.log_start_offset)
     else:
         offset, entries = snap
-        producers = from_snapshot(entries,
-                                  log_append_time=log.config.timestamp_type == "LogAppendTime")
+        producers = from_snapshot(entries)
         producers.snapshot_offset = offset
     end = log.log_end_offset
     while offset < end:  # the batches from there on, as a follower appends them
@@ -349,11 +348,12 @@ def snapshot_entries(producers: PartitionProducers) -> list[producer_snapshot.En
     return out
 
 
-def from_snapshot(entries: list[producer_snapshot.Entry], *, log_append_time: bool = False,
+def from_snapshot(entries: list[producer_snapshot.Entry], *,
                   now_ms: int | None = None) -> PartitionProducers:
-    """The state a snapshot holds. Its timestamp is each producer's last (the LogAppendTime
-    a retry is answered with when the log stamps them); a producer without one counts
-    from `now_ms` (default: the clock) towards its expiration."""
+    """The state a snapshot holds. Its timestamp is each producer's last (the time a
+    retry of its last batch is answered with, as Kafka answers it; the leader gives it
+    only where the log stamps LogAppendTime); a producer without one counts from
+    `now_ms` (default: the clock) towards its expiration."""
     now = int(time.time() * 1000) if now_ms is None else now_ms
     producers = PartitionProducers()
     for e in entries:
@@ -363,7 +363,7 @@ def from_snapshot(entries: list[producer_snapshot.Entry], *, log_append_time: bo
             if e.last_sequence >= 0 and e.last_offset >= 0:
                 state.batches.append(BatchMeta(
                     (e.last_sequence - e.offset_delta) % 2**31, e.last_sequence,
-                    e.last_offset - e.offset_delta, e.timestamp if log_append_time else -1))
+                    e.last_offset - e.offset_delta, e.timestamp))
         if e.coordinator_epoch >= 0:
             producers.coordinator_epochs[e.producer_id] = e.coordinator_epoch
         if e.txn_first_offset >= 0:
