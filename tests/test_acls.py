@@ -431,8 +431,7 @@ def test_cluster_acls_live_in_zookeeper(tmp_path: Path) -> None:
     for user in ("alice", "bob"):
         alter_user_in_zookeeper(cl.zk.hosts, user,
                                 {"SCRAM-SHA-512": f"password={PASSWORDS[user]}"}, [])
-    with cl:
-        cl.start()
+    with cl:  # started (Cluster.__enter__)
         create(cl, "orders", 3, min_isr=2)
 
         def scram(user: str, **more: Any) -> dict[str, Any]:
@@ -493,6 +492,9 @@ def test_cluster_acls_live_in_zookeeper(tmp_path: Path) -> None:
         # A broker killed and restarted reads the ACLs again: once it leads again (a
         # preferred election), alice writes to every partition and bob reads none.
         cl.brokers[b1].kill()
+        # Its ZooKeeper session outlives it by zookeeper.session.timeout.ms: until then
+        # its registration is a live broker's, and a new instance refuses to start.
+        wait_for(lambda: b1 not in cl.metadata(b2)["brokers"], 30, "broker 1's session gone")
         cl.brokers[b1].start()
         wait_for(lambda: full_isr(cl, "orders", 3), 60, "broker 1 back in every ISR")
         r = subprocess.run([sys.executable, "-m", "daemon.cli", "leader-election",
