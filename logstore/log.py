@@ -457,11 +457,8 @@ class Log:
         cached entries of segments deleted (a new one may take their base offset)."""
         if not self._txn_index_bases:
             return
-        kept = {s.base_offset for s in self._segments}
-        for base in self._txn_index_bases - kept:
-            if self._txn_entries is not None:
-                self._txn_entries.pop(base, None)
-        bases = set(self._txn_index_bases & kept)
+        self._forget_txn_indexes(self._txn_index_bases - {s.base_offset for s in self._segments})
+        bases = set(self._txn_index_bases)
         for seg in self._segments:
             if seg.base_offset not in bases:
                 continue
@@ -475,6 +472,14 @@ class Log:
                 if not left:
                     bases.discard(seg.base_offset)
         self._txn_index_bases = frozenset(bases)
+
+    def _forget_txn_indexes(self, bases: set[int] | frozenset[int]) -> None:
+        """The segments at `bases` went (their `.txnindex` files with them): their
+        cached entries go too, since a new segment may take one of their base offsets."""
+        if self._txn_entries is not None:
+            for base in bases:
+                self._txn_entries.pop(base, None)
+        self._txn_index_bases = self._txn_index_bases - bases
 
     def aborted_transactions(self, offset: int, read_bytes: int) -> list[tuple[int, int]]:
         """(producer id, first offset) of the aborted transactions a read_committed
@@ -535,21 +540,18 @@ class Log:
             cache[seg.base_offset] = entries
         return entries
 
-    def read_tail(self, max_bytes: int) -> list[bytes]:
-        """The whole batches of about the last `max_bytes` of the log, oldest first, one
-        bytes object per segment (each starts at a batch the offset index names)."""
-        chunks: list[bytes] = []
+    def tail_offset(self, max_bytes: int) -> int:
+        """The first offset of about the last `max_bytes` of the log: that of a batch
+        the offset index names (a batch header read), or the log's first."""
         left = max_bytes
         with self.guard.io("read", self.dir, writing=False):
             for seg in reversed(self._segments.to_list()):
-                if left <= 0:
-                    break
-                start = seg.offset_index.position_floor(seg.size - left) if seg.size > left else 0
-                if seg.size > start:
-                    chunks.append(seg.read_exact(start, seg.size - start))
-                left -= seg.size - start
-        chunks.reverse()
-        return chunks
+                if seg.size > left:
+                    found = seg.find_batch(0, start_position=seg.offset_index.position_floor(
+                        seg.size - left))
+                    return seg.base_offset if found is None else found.base_offset
+                left -= seg.size
+        return self._segments.first.base_offset
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record at or after `timestamp`, or None."""
@@ -710,21 +712,17 @@ class Log:
             checkpoint.sync_dir(self.dir)
             new = open_segment(self.dir, base, self.config, active=False)
         self._segments.replace(i, len(old), new)
-        if self._txn_index_bases or names.TXN_INDEX_SUFFIX in order:
-            gone = {s.base_offset for s in old}
-            if self._txn_entries is not None:
-                for b in gone:
-                    self._txn_entries.pop(b, None)
-            bases = self._txn_index_bases - gone
-            if names.TXN_INDEX_SUFFIX in order:
-                bases |= {base}
-            self._txn_index_bases = frozenset(bases)
+        self._forget_txn_indexes({s.base_offset for s in old})
+        if names.TXN_INDEX_SUFFIX in order:
+            self._txn_index_bases = self._txn_index_bases | {base}
         return new
 
     def _delete_oldest(self, count: int) -> None:
         self.generation += 1
         for seg in self._segments[:count]:
             seg.delete()
+        if self._txn_index_bases:
+            self._forget_txn_indexes({s.base_offset for s in self._segments[:count]})
         self._segments.remove_first(count)
         self._advance_log_start(self._segments.first.base_offset)
         self.recovery_point = max(self.recovery_point, self.log_start_offset)

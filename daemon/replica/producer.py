@@ -47,6 +47,7 @@ import collections
 import logging
 import struct
 import time
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -94,6 +95,15 @@ class BatchMeta:
     last_seq: int
     first_offset: int
     append_time: int = -1  # the LogAppendTime it was written with, else -1
+
+    @property
+    def offset_delta(self) -> int:
+        """Its last offset minus its first: its sequences span its offsets."""
+        return (self.last_seq - self.first_seq) % 2**31
+
+    @property
+    def last_offset(self) -> int:
+        return self.first_offset + self.offset_delta
 
 
 @dataclass
@@ -302,12 +312,8 @@ def from_log(log: Log, tail_bytes: int = TAIL_BYTES) -> PartitionProducers:
                                             known=log.snapshot_offsets_at_open)
     if snap is None:
         producers = PartitionProducers()
-        offset = log.active_segment.base_offset
-        tail = log.read_tail(tail_bytes)
-        if tail and tail[0]:
-            first = next(iter_batches(tail[0], verify_crc=False))
-            offset = min(offset, first.base_offset if isinstance(first, Batch) else first.offset)
-        offset = max(offset, log.log_start_offset)
+        offset = max(min(log.active_segment.base_offset, log.tail_offset(tail_bytes)),
+                     log.log_start_offset)
     else:
         offset, entries = snap
         producers = from_snapshot(entries)
@@ -338,11 +344,11 @@ def snapshot_entries(producers: PartitionProducers) -> list[producer_snapshot.En
     for pid in sorted(set(producers) | set(producers.ongoing) | set(producers.coordinator_epochs)):
         state = producers.get(pid)
         last = state.batches[-1] if state is not None and state.batches else None
-        delta = (last.last_seq - last.first_seq) % 2**31 if last is not None else 0
+        delta = last.offset_delta if last is not None else 0
         out.append(producer_snapshot.Entry(
             pid, state.epoch if state is not None else -1,
             last.last_seq if last is not None else -1,
-            last.first_offset + delta if last is not None else -1, delta,
+            last.last_offset if last is not None else -1, delta,
             state.last_timestamp if state is not None else -1,
             producers.coordinator_epochs.get(pid, -1), producers.ongoing.get(pid, -1)))
     return out
@@ -420,16 +426,30 @@ def describe(producers: PartitionProducers) -> list[ProducerView]:
     return out
 
 
+class _LastEntries(Mapping[int, tuple[int, int]]):
+    """Producer id -> (its last batch's last offset, or -1 when a marker with a new
+    epoch came after it; its epoch): a live view of the producers, nothing copied
+    (the cleaner looks at every compacted log, and reads this of the one it cleans)."""
+
+    def __init__(self, producers: PartitionProducers):
+        self._producers = producers
+
+    def __getitem__(self, pid: int) -> tuple[int, int]:
+        state = self._producers[pid]
+        return (state.batches[-1].last_offset if state.batches else -1, state.epoch)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._producers)
+
+    def __len__(self) -> int:
+        return len(self._producers)
+
+
 def for_cleaner(producers: PartitionProducers, high_watermark: int) -> ActiveProducers:
     """What the log cleaner must respect: the last stable offset, and each producer's
-    last entry (its last batch's last offset, or -1 when a marker with a new epoch
-    came after it)."""
-    ends = {}
-    for pid, state in producers.items():
-        last = state.batches[-1] if state.batches else None
-        ends[pid] = (last.first_offset + (last.last_seq - last.first_seq) % 2**31
-                     if last is not None else -1, state.epoch)
-    return ActiveProducers(producers.last_stable_offset(high_watermark), ends)
+    last entry."""
+    return ActiveProducers(producers.last_stable_offset(high_watermark),
+                           _LastEntries(producers))
 
 
 def truncate(producers: PartitionProducers, offset: int) -> None:
