@@ -9,15 +9,16 @@ with retention or a restart). A follower records the batches it replicates the s
 (`record_replicated`), so a new leader after a failover still answers a producer's
 retry of a batch the old leader had written as a duplicate; a truncation forgets the
 batches cut (`truncate`). The window lives in memory; when a partition is taken on
-(start-up, a dir re-admitted) it is rebuilt from the batches of the log's last
-`TAIL_BYTES` (`from_log`), so a broker restarted after a kill -9 still knows the recent
-batches it holds: without that, a producer retrying a batch that broker had written
-before the kill had it written twice once the broker led again. Where the partition has
-a producer snapshot (Kafka's `.snapshot`, logstore.producer_snapshot: written at a clean
-shutdown, and every few seconds for partitions with a transaction open or a snapshot
-older than the active segment), the state starts from the latest one and the batches
-after it are replayed instead. A producer whose last batch lies further back is unknown
-and may start at any sequence, as in Kafka after its state expired.
+(start-up, a dir re-admitted) it starts from the partition's latest producer snapshot
+(Kafka's `.snapshot`, logstore.producer_snapshot: written at each segment roll, at a
+clean shutdown, and every few seconds for partitions with a transaction open or a
+snapshot older than the active segment) and the batches after it are replayed
+(`from_log`); without one, the batches of the active segment (or of the log's last
+`TAIL_BYTES`, if they reach further back). So a broker restarted after a kill -9 still
+knows the recent batches it holds: without that, a producer retrying a batch that
+broker had written before the kill had it written twice once the broker led again. A
+producer whose last batch lies further back is unknown and may start at any sequence,
+as in Kafka after its state expired.
 
 Transactions (Kafka's ProducerStateManager, docs/transactions.md): a producer's first
 transactional batch opens its transaction at that batch's offset; the transaction
