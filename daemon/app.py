@@ -86,8 +86,9 @@ from .replica.manager import Marker, ReplicaManager
 from .replica.moves import ReplicaMoves
 from .replica.producer_ids import ProducerIds
 from .replica.quota import ReplicationQuotas
-from .replica.topic_config import ConfigValueError, TopicConfigs
+from .replica.topic_config import TXN_VERIFICATION, ConfigValueError, TopicConfigs
 from .replica.topics import TopicAdmin, TopicError
+from .replica.txn_verification import TxnVerifier
 from .security.acls import Authorizer, Binding, Entry, Resource, binding_from_json, binding_to_json
 from .security.sasl import SCRAM_MECHANISMS, Credentials
 from .storage.cleaner import LogCleanerService
@@ -201,6 +202,14 @@ class Server:
             write_markers_here, self._partition_exists, self.replicas)
         group_apis.transactions = txn_apis
         self.handlers.register(txn_apis.dispatch())
+        # Transaction verification (daemon.replica.txn_verification): a leader asks a
+        # transaction's coordinator before writing its first batch to a partition.
+        self.txn_verifier = TxnVerifier(
+            config.broker_id, self.replicas.start_verifications,
+            self._txn_coordinator_node, self.transactions.verify_partitions,
+            enabled=config["transaction.partition.verification.enable"],
+            tls_context=self.inter_broker_tls, login=config.inter_broker_login)
+        self.handlers.txn_verifier = txn_apis.verifier = self.txn_verifier
         self.handlers.on_offsets_marker = self.coordinator.txn_completed
         # When this broker last wrote each internal topic's znodes.
         self._internal_topic_asked: dict[str, float] = {}
@@ -210,7 +219,7 @@ class Server:
             topics=lambda: set(self.replicas.leadership.metadata_topics(self.replicas.topics())),
             zk=None if config.standalone else lambda: self.config_zk)
         config_apis.check_listeners = self._check_listener_tls
-        self.topic_configs.on_broker_change = self._renew_tls
+        self.topic_configs.on_broker_change = self._broker_config_changed
         self.handlers.register(config_apis.dispatch())
         self.handlers.register(PartitionApis(
             self.replicas, self.topic_admin, controller=lambda: self.controller,
@@ -363,6 +372,17 @@ class Server:
         if b is None:
             return errors.COORDINATOR_NOT_AVAILABLE, -1, "", -1
         return errors.NONE, b.broker_id, b.host, b.port
+
+    def _txn_coordinator_node(self, transactional_id: str) -> tuple[int, int, str, int]:
+        """(error, broker id, host, port) of `transactional_id`'s transaction
+        coordinator on the inter-broker listener."""
+        p = self.transactions.partition_of(transactional_id)
+        if p is None:
+            return errors.COORDINATOR_NOT_AVAILABLE, -1, "", -1
+        if self.transactions.log.led_epoch(p) is not None:
+            return errors.NONE, self.config.broker_id, "", -1
+        return self._coordinator_node(TRANSACTION_STATE_TOPIC, p,
+                                      self.config.inter_broker_listener)
 
     def _internal_topic_spec(self, topic: str) -> tuple[int, int, dict[str, str | None]]:
         """(partitions, replication factor, configs) of an internal topic, as Kafka
@@ -605,6 +625,15 @@ class Server:
             self.config.tls_with(dynamic)
         except ValueError as err:
             raise ConfigValueError(str(err)) from None
+
+    def _broker_config_changed(self) -> None:
+        """This broker's dynamic config changed (or was loaded): what it sets applies."""
+        self._renew_tls()
+        enabled = self.topic_configs.broker_value(TXN_VERIFICATION)
+        if enabled != self.txn_verifier.enabled:
+            log.info("transaction verification %s (%s)", "on" if enabled else "off",
+                     TXN_VERIFICATION)
+            self.txn_verifier.enabled = enabled
 
     def _renew_tls(self) -> None:
         """This broker's dynamic config changed (or was loaded): a listener whose keystore
@@ -982,6 +1011,7 @@ class Server:
         await self.coordinator.stop()
         await self.transactions.stop()
         await self.marker_channel.close()
+        await self.txn_verifier.close()
         await self.monitor.stop()
         await self.transitions.stop()
         await self.connections.close()

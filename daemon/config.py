@@ -691,6 +691,9 @@ KEYS: dict[str, Key] = {k.name: k for k in (
         "how often transactions past their timeout are looked for and aborted"),
     Key("transaction.remove.expired.transaction.cleanup.interval.ms", int, 3600000, _int(1),
         "how often expired transactional ids are looked for and removed"),
+    Key("transaction.partition.verification.enable", bool, True, _bool,
+        "a partition leader asks the transaction coordinator before it writes the first "
+        "batch of a transaction (KIP-890), so no hanging transaction can start"),
     Key("producer.id.expiration.ms", int, 86400000, _int(1),
         "a producer idle this long (no transaction open) is forgotten by each partition"),
     Key("producer.id.expiration.check.interval.ms", int, 600000, _int(1),

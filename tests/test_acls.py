@@ -672,11 +672,16 @@ def test_every_api_refuses_an_unauthorized_client_with_kafkas_error(tmp_path: Pa
             assert ask(FindCoordinatorRequest(key_type=1, coordinator_keys=["tx"])
                        ).coordinators[0].error_code == TXN
             AP = AddPartitionsToTxnRequest
-            resp = ask(AP(v3_and_below_transactional_id="tx", v3_and_below_producer_id=1,
-                          v3_and_below_producer_epoch=0, v3_and_below_topics=[
-                              AP.AddPartitionsToTxnTopic(name="t", partitions=[0])]))
+            resp = c.request(AP(v3_and_below_transactional_id="tx", v3_and_below_producer_id=1,
+                                v3_and_below_producer_epoch=0, v3_and_below_topics=[
+                                    AP.AddPartitionsToTxnTopic(name="t", partitions=[0])]), 3)
             assert resp.results_by_topic_v3_and_below[0].results_by_partition[0] \
                 .partition_error_code == TXN
+            # v4 is a broker's verification of a transaction: ClusterAction.
+            assert ask(AP(transactions=[AP.AddPartitionsToTxnTransaction(
+                transactional_id="tx", producer_id=1, producer_epoch=0, verify_only=True,
+                topics=[AP.AddPartitionsToTxnTopic(name="t", partitions=[0])])])
+                       ).error_code == CLUSTER
             assert ask(AddOffsetsToTxnRequest(transactional_id="tx", producer_id=1,
                                               producer_epoch=0, group_id="g")).error_code == TXN
             assert ask(EndTxnRequest(transactional_id="tx", producer_id=1, producer_epoch=0,

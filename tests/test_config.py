@@ -343,6 +343,7 @@ transaction.abort.timed.out.transaction.cleanup.interval.ms = 500
 transaction.remove.expired.transaction.cleanup.interval.ms = 60000
 producer.id.expiration.ms = 7200000
 producer.id.expiration.check.interval.ms = 30000
+transaction.partition.verification.enable = false
 """
 
 
@@ -449,8 +450,9 @@ def test_every_key_is_read(tmp_path: Path) -> None:
         "transaction.max.timeout.ms", "transactional.id.expiration.ms",
         "transaction.abort.timed.out.transaction.cleanup.interval.ms",
         "transaction.remove.expired.transaction.cleanup.interval.ms",
-        "producer.id.expiration.ms", "producer.id.expiration.check.interval.ms")] == [
-        5, 2, 1, 6000000, 120000, 3600000, 500, 60000, 7200000, 30000]
+        "producer.id.expiration.ms", "producer.id.expiration.check.interval.ms",
+        "transaction.partition.verification.enable")] == [
+        5, 2, 1, 6000000, 120000, 3600000, 500, 60000, 7200000, 30000, False]
     assert cfg.source == str(path)
     lc = cfg.log_config()
     assert (lc.segment_bytes, lc.segment_ms, lc.retention_ms, lc.retention_bytes,

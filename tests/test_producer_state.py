@@ -97,3 +97,61 @@ def test_a_restarted_broker_knows_the_producers_of_its_logs_tail(tmp_path: Path)
     near = producer.from_log(lg, tail_bytes=500)  # the last segment: no batch of pid 9
     assert 9 not in near and near[8].epoch == 3
     lg.close()
+
+
+def txn_batch(pid: int, epoch: int, seq: int, count: int = 2) -> bytes:
+    return build_batch([(None, b"t%d" % i) for i in range(count)], producer_id=pid,
+                       producer_epoch=epoch, base_sequence=seq, transactional=True)
+
+
+def test_a_transactions_first_batch_is_written_only_with_its_partitions_verification() -> None:
+    """Transaction verification (KIP-890): the first batch of a transaction needs the
+    very verification its partition started for it; once the transaction is open its
+    later batches need none; a marker ends a verification, so an answer that comes
+    after it (the ABA case) opens nothing."""
+    state = producer.PartitionProducers()
+    unverified = producer.check(state, txn_batch(7, 0, 0), producer.UNVERIFIED)
+    assert unverified.error == errors.INVALID_TXN_STATE
+    # Verification off (no guard): written as it comes.
+    assert producer.check(state, txn_batch(7, 0, 0)).error == errors.NONE
+    v = producer.start_verification(state, 7, 0, 0, now_ms=1000)
+    assert v is not None and producer.start_verification(state, 7, 0, 0, now_ms=1001) is v
+    other = producer.Verification(1000, 0, 0)  # another wait's guard, not this one's
+    assert producer.check(state, txn_batch(7, 0, 0), other).error == errors.INVALID_TXN_STATE
+    got = producer.check(state, txn_batch(7, 0, 0), v)
+    assert got.error == errors.NONE
+    producer.record(state, got.token, 0)
+    producer.begin_txn(state, 7, 0, 0)
+    assert 7 not in state.verifying
+    # Open here now: nothing more to verify, the next batch goes with no guard of its own.
+    assert producer.start_verification(state, 7, 2, 0, now_ms=1002) is None
+    assert producer.check(state, txn_batch(7, 0, 2), producer.UNVERIFIED).error == errors.NONE
+    # A verification started, then the abort marker: its answer no longer opens anything.
+    state.ongoing.pop(7)  # (as if the batches were cut) a new transaction on the way
+    stale = producer.start_verification(state, 7, 2, 0, now_ms=1003)
+    producer.end_txn(state, 7, 0, 3, 0, 4, None)
+    assert producer.check(state, txn_batch(7, 0, 2), stale).error == errors.INVALID_TXN_STATE
+
+
+def test_a_verification_refuses_a_batch_past_the_lowest_sequence_it_saw() -> None:
+    """Two batches of a new transaction asked at once: the later one cannot be written
+    first (OUT_OF_ORDER_SEQUENCE_NUMBER, retried by the producer), the earlier one can."""
+    state = producer.PartitionProducers()
+    v = producer.start_verification(state, 7, 2, 0, now_ms=0)
+    assert producer.start_verification(state, 7, 0, 0, now_ms=0) is v
+    assert (v.lowest_seq, v.epoch) == (0, 0)
+    assert producer.check(state, txn_batch(7, 0, 2), v).error == \
+        errors.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert producer.check(state, txn_batch(7, 0, 0), v).error == errors.NONE
+    # A higher epoch starts over from its own first sequence.
+    v.saw(4, 1)
+    assert (v.lowest_seq, v.epoch) == (4, 1)
+
+
+def test_a_verification_nobody_appended_with_expires_with_the_producers() -> None:
+    state = producer.PartitionProducers()
+    producer.start_verification(state, 7, 0, 0, now_ms=1000)
+    state.expire(now_ms=1500, expiration_ms=1000)
+    assert 7 in state.verifying
+    state.expire(now_ms=2000, expiration_ms=1000)
+    assert 7 not in state.verifying

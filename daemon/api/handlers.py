@@ -30,7 +30,14 @@ from kafka.protocol.metadata import MetadataResponse
 
 from logstore import TopicPartition, names
 from logstore.errors import InvalidTopicError
-from logstore.records import MAGIC, MAGIC_AT, Codec, batch_attributes
+from logstore.records import (
+    ATTR_TRANSACTIONAL,
+    MAGIC,
+    MAGIC_AT,
+    Codec,
+    batch_attributes,
+    batch_producer,
+)
 
 from ..controller.controller import Controller, TopicSpec
 from ..ops.metrics import Metrics
@@ -40,6 +47,7 @@ from ..replica.moves import ReplicaMoves
 from ..replica.partition import AppendResult, Partition
 from ..replica.topic_config import TopicConfigs
 from ..replica.topics import TopicAdmin, TopicError, refuse_internal
+from ..replica.txn_verification import TxnVerifier, produce_error
 from ..security.acls import CLUSTER_NAME, RESOURCE_NAMES, Authorizer, Operation, ResourceType
 from ..storage.log_manager import LogManager
 from ..wire import (
@@ -76,6 +84,9 @@ class ConnInfo:
     close_after: bool = False
     mechanism: str | None = None  # the SASL mechanism it logged in with
     session_expires: float | None = None  # KIP-368: log in again before (monotonic time)
+    # Set while a Produce of this connection waits for its transaction's verification:
+    # the Produce requests after it queue their appends once it has queued its own.
+    produce_gate: asyncio.Future[None] | None = None
     # The ACLs every request is checked against (daemon.security.acls), when the broker
     # has an authorizer; None: everything is allowed.
     authorizer: Authorizer | None = None
@@ -118,6 +129,18 @@ class ConnInfo:
 
 
 _topic_error = errors.unknown_topic_code
+
+
+def _transactional_batches(items: list[tuple[Partition, bytes]]
+                           ) -> list[tuple[Partition, int, int, int]]:
+    """(partition, producer id, epoch, first sequence) of each transactional batch."""
+    out = []
+    for p, records in items:
+        if (batch_attributes(records) or 0) & ATTR_TRANSACTIONAL:
+            fields = batch_producer(records)
+            if fields is not None and fields[0] >= 0:
+                out.append((p, fields[0], fields[1], fields[2]))
+    return out
 
 
 def _partition_metadata(index: int, s: Any) -> Any:
@@ -167,6 +190,8 @@ class Handlers:
         self.topic_configs: TopicConfigs | None = None
         # Client quotas (set by the app; daemon.api.client_quotas).
         self.client_quotas: ClientQuotas | None = None
+        # Transaction verification (set by the app; daemon.replica.txn_verification).
+        self.txn_verifier: TxnVerifier | None = None
         self._dispatch = {
             0: self.produce, 1: self.fetch, 2: self.list_offsets, 3: self.metadata,
             4: self.leader_and_isr, 5: self.stop_replica, 6: self.update_metadata,
@@ -236,8 +261,14 @@ class Handlers:
                 else:
                     slots.append((t.name, pd.index, None))
                     items.append((p, pd.records))
-        # Queued now, before any await: keeps per-partition order (module docstring).
-        appended = await self.replicas.append(items) if items else []
+        verifier = self.txn_verifier
+        if verifier is None or not verifier.enabled:
+            # Queued now, before any await: keeps per-partition order (module docstring).
+            appended = await self.replicas.append(items) if items else []
+        else:
+            items, queued = await self._queue_verified(verifier, body.transactional_id,
+                                                       items, slots, conn)
+            appended = await queued if items else []
         if acks == -1 and self.replicas.isr is not None:
             await self._await_replication(items, appended, body.timeout_ms)
         results = iter(appended)
@@ -266,6 +297,56 @@ class Handlers:
             return CLOSE if failed else None
         return ProduceAnswer(list(by_topic.items()), req.throttle_ms)
 
+    async def _queue_verified(self, verifier: TxnVerifier, transactional_id: str | None,
+                              items: list[tuple[Partition, bytes]],
+                              slots: list[tuple[str, int, AppendResult | None]], conn: ConnInfo
+                              ) -> tuple[list[tuple[Partition, bytes]],
+                                         asyncio.Future[list[AppendResult]]]:
+        """Queue a Produce's appends once the first batch of a transaction on each of its
+        partitions is verified (daemon.replica.txn_verification): (the items queued,
+        their appends). A partition refused gets its answer in `slots`. While one
+        Produce waits, the connection's next ones wait behind it (`produce_gate`), so
+        appends stay in the order sent; without a question to ask and nothing ahead,
+        the appends are queued at once, as `produce` queues them."""
+        txn = _transactional_batches(items)
+        gate = conn.produce_gate
+        if (gate is None or gate.done()) and all(pid in p.producers.ongoing
+                                                  for p, pid, _, _ in txn):
+            return items, self.replicas.append(items, {})
+        mine: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        conn.produce_gate = mine
+        try:
+            if gate is not None:
+                await gate
+            guards: dict[TopicPartition, Any] = {}
+            refused: dict[TopicPartition, int] = {}
+            producers = {(pid, epoch) for _, pid, epoch, _ in txn}
+            if len(producers) > 1:  # Kafka refuses it too: one producer per request
+                refused = {p.tp: errors.INVALID_PRODUCER_ID_MAPPING for p, *_ in txn}
+            elif txn:
+                pid, epoch = producers.pop()
+                guards, refused = await verifier.verify(
+                    transactional_id, pid, epoch, [(p, seq) for p, _, _, seq in txn])
+            if refused:
+                kept = []
+                queued = iter(items)
+                for i, (topic, index, res) in enumerate(slots):
+                    if res is not None:
+                        continue
+                    p, records = next(queued)
+                    code = refused.get(p.tp)
+                    if code is None:
+                        kept.append((p, records))
+                    else:
+                        code, message = produce_error(code)
+                        slots[i] = (topic, index, AppendResult(code, message=message))
+                items = kept
+            return items, self.replicas.append(items, guards)
+        finally:
+            mine.set_result(None)
+            if conn.produce_gate is mine:
+                conn.produce_gate = None
+
     def admit_produce(self, req: protocol.Request, conn: ConnInfo) -> None:
         """A Produce just read: its bytes count against the client's producer_byte_rate
         now, in the order read (a pipelined request behind it waits out the throttle
@@ -286,17 +367,19 @@ class Handlers:
             self.metrics.client_throttled.labels(key).inc()
         return throttle
 
-    async def append_replicated(self, p: Partition, records: bytes,
-                                timeout_ms: int) -> AppendResult:
+    async def append_replicated(self, p: Partition, records: bytes, timeout_ms: int, *,
+                                guards: dict[TopicPartition, Any] | None = None
+                                ) -> AppendResult:
         """Append `records` to `p` as its leader with acks=all, as a Produce would (the
-        group coordinator's writes to __consumer_offsets)."""
+        group coordinator's writes to __consumer_offsets; `guards`, a transactional
+        one's verification)."""
         if not self.leadership.is_leader(p):
             return AppendResult(errors.NOT_LEADER_OR_FOLLOWER)
         refusal = self._under_min_isr(p)
         if refusal is not None:
             return refusal
         items = [(p, records)]
-        results = await self.replicas.append(items)
+        results = await self.replicas.append(items, guards)
         if self.replicas.isr is not None:
             await self._await_replication(items, results, timeout_ms)
         return results[0]

@@ -219,9 +219,10 @@ SUPPORTED: dict[int, Api] = {a.key: a for a in (
     _api(DeleteTopicsRequest, DeleteTopicsResponse, 1, 5),
     _api(InitProducerIdRequest, InitProducerIdResponse, 0, 4),
     # Transactions (daemon/api/transactions.py), Kafka 3.9's protocol (transaction
-    # version 1): AddPartitionsToTxn v4 is a broker's verification, EndTxn v5 and
-    # TxnOffsetCommit v4 belong to KIP-890's second phase, none of them served.
-    _api(AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, 0, 3),
+    # version 1): AddPartitionsToTxn v4 is a broker's verification (KIP-890's first
+    # part, daemon.replica.txn_verification); EndTxn v5 and TxnOffsetCommit v4 belong
+    # to its second part, not served.
+    _api(AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, 0, 4),
     _api(AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, 0, 3),
     _api(EndTxnRequest, EndTxnResponse, 0, 3),
     _api(WriteTxnMarkersRequest, WriteTxnMarkersResponse, 1, 1),

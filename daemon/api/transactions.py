@@ -46,7 +46,9 @@ from ..coordinator.coordinator import GroupCoordinator, OffsetCommit
 from ..coordinator.transactions import TransactionCoordinator
 from ..coordinator.txn_records import TxnState
 from ..replica.manager import Marker, ReplicaManager
+from ..replica.producer import UNVERIFIED
 from ..replica.producer_ids import ProducerIds
+from ..replica.txn_verification import TxnVerifier
 from ..security.acls import Operation, ResourceType
 from . import errors, protocol
 from .groups import coordinator_endpoint
@@ -82,6 +84,8 @@ class TxnApis:
         self.write_markers = write_markers
         self.partition_exists = partition_exists
         self.replicas = replicas
+        # Transaction verification of TxnOffsetCommit (set by the app).
+        self.verifier: TxnVerifier | None = None
 
     def dispatch(self) -> dict[int, Callable[..., Awaitable[Any]]]:
         return {22: self.init_producer_id, 24: self.add_partitions_to_txn,
@@ -142,6 +146,8 @@ class TxnApis:
     # ---- AddPartitionsToTxn, AddOffsetsToTxn, EndTxn ----
 
     async def add_partitions_to_txn(self, req: protocol.Request, conn: Any) -> Any:
+        if req.version >= 4:
+            return self._verify_partitions(req, conn)
         b = req.body
         R = AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult
         P = R.AddPartitionsToTxnPartitionResult
@@ -171,6 +177,40 @@ class TxnApis:
                 P(partition_index=tp.partition, partition_error_code=codes[tp]))
         return AddPartitionsToTxnResponse(throttle_time_ms=0, results_by_topic_v3_and_below=[
             R(name=t, results_by_partition=ps) for t, ps in by_topic.items()])
+
+    def _verify_partitions(self, req: protocol.Request, conn: Any) -> Any:
+        """AddPartitionsToTxn v4: another broker's questions (ClusterAction), whether
+        each transaction holds the partitions it is about to write a first batch to
+        (verifyOnly, daemon.replica.txn_verification). Adding partitions this way
+        belongs to KIP-890's second part, which no client of Kafka 3.9 uses: refused."""
+        R = AddPartitionsToTxnResponse.AddPartitionsToTxnResult
+        T = AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult
+        P = T.AddPartitionsToTxnPartitionResult
+        if not conn.allowed(Operation.CLUSTER_ACTION, ResourceType.CLUSTER):
+            return AddPartitionsToTxnResponse(
+                throttle_time_ms=0, error_code=errors.CLUSTER_AUTHORIZATION_FAILED,
+                results_by_transaction=[])
+        results = []
+        for txn in req.body.transactions:
+            asked = [TopicPartition(t.name, i) for t in txn.topics for i in t.partitions]
+            if not txn.verify_only:
+                codes = dict.fromkeys(asked, errors.INVALID_REQUEST)
+            else:
+                codes = {tp: errors.UNKNOWN_TOPIC_OR_PARTITION for tp in asked
+                         if not self.partition_exists(tp)}
+                if codes:  # one unknown: none verified, the others "not attempted"
+                    codes = {tp: codes.get(tp, errors.OPERATION_NOT_ATTEMPTED) for tp in asked}
+                else:
+                    codes = self.coordinator.verify_partitions(
+                        txn.transactional_id, txn.producer_id, txn.producer_epoch, asked)
+            by_topic: dict[str, list[Any]] = {}
+            for tp in asked:
+                by_topic.setdefault(tp.topic, []).append(
+                    P(partition_index=tp.partition, partition_error_code=codes[tp]))
+            results.append(R(transactional_id=txn.transactional_id, topic_results=[
+                T(name=t, results_by_partition=ps) for t, ps in by_topic.items()]))
+        return AddPartitionsToTxnResponse(throttle_time_ms=0, error_code=errors.NONE,
+                                          results_by_transaction=results)
 
     async def add_offsets_to_txn(self, req: protocol.Request, conn: Any) -> Any:
         b = req.body
@@ -243,10 +283,16 @@ class TxnApis:
             commits = [c for c in asked if c.tp.topic not in denied]
             code = errors.NONE
             if commits:
+                verifier = self.verifier
+                verify = None
+                if verifier is not None and verifier.enabled:
+                    async def verify(p: int) -> tuple[int, object]:
+                        return await self._verify_offsets(
+                            verifier, b.transactional_id, b.producer_id, b.producer_epoch, p)
                 code, written = await self.groups.txn_commit(
                     b.group_id, b.producer_id, b.producer_epoch,
                     b.generation_id if v >= 3 else -1, b.member_id if v >= 3 else "",
-                    b.group_instance_id if v >= 3 else None, commits)
+                    b.group_instance_id if v >= 3 else None, commits, verify=verify)
                 per.update(written)
         out: dict[str, list[Any]] = {}
         for c in asked:
@@ -255,6 +301,17 @@ class TxnApis:
                                                     error_code=_fenced(e, v, 3)))
         return TxnOffsetCommitResponse(throttle_time_ms=0, topics=[
             T(name=t, partitions=ps) for t, ps in out.items()])
+
+    async def _verify_offsets(self, verifier: TxnVerifier, tid: str, producer_id: int,
+                              producer_epoch: int, partition: int) -> tuple[int, object]:
+        """Whether `tid`'s transaction holds `__consumer_offsets`-`partition` (its
+        AddOffsetsToTxn added it), asked before its offsets are written there: (error,
+        the guard to append with)."""
+        p = self.replicas.get(names.OFFSETS_TOPIC, partition)
+        if p is None:
+            return errors.NOT_COORDINATOR, UNVERIFIED
+        guards, refused = await verifier.verify(tid, producer_id, producer_epoch, [(p, -1)])
+        return refused.get(p.tp, errors.NONE), guards.get(p.tp, UNVERIFIED)
 
     # ---- DescribeProducers ----
 

@@ -27,7 +27,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -95,7 +95,19 @@ def _coordinator_error(code: int, *, offsets: bool) -> int:
         return errors.NOT_COORDINATOR
     if code in (errors.MESSAGE_TOO_LARGE, errors.RECORD_LIST_TOO_LARGE):
         return errors.INVALID_COMMIT_OFFSET_SIZE if offsets else errors.UNKNOWN_SERVER_ERROR
+    if code == errors.NETWORK_EXCEPTION:  # a transaction's coordinator not reached
+        return errors.COORDINATOR_LOAD_IN_PROGRESS  # retried without a new lookup
+    if code in _VERIFICATION_ERRORS:
+        return code  # a TxnOffsetCommit's transaction verification: as it came
     return code if code in (errors.NONE,) else errors.UNKNOWN_SERVER_ERROR
+
+
+# What a transaction's verification answers a TxnOffsetCommit, passed on as they are.
+_VERIFICATION_ERRORS = frozenset({
+    errors.INVALID_TXN_STATE, errors.INVALID_PRODUCER_ID_MAPPING,
+    errors.INVALID_PRODUCER_EPOCH, errors.CONCURRENT_TRANSACTIONS,
+    errors.COORDINATOR_LOAD_IN_PROGRESS, errors.COORDINATOR_NOT_AVAILABLE,
+    errors.NOT_COORDINATOR})
 
 
 def _now_ms() -> int:
@@ -640,10 +652,15 @@ class GroupCoordinator(CoordinatedPartitions):
 
     async def txn_commit(self, group_id: str, producer_id: int, producer_epoch: int,
                          generation: int, member_id: str, instance_id: str | None,
-                         commits: list[OffsetCommit]) -> tuple[int, dict[TopicPartition, int]]:
+                         commits: list[OffsetCommit], *,
+                         verify: Callable[[int], Awaitable[tuple[int, object]]] | None = None
+                         ) -> tuple[int, dict[TopicPartition, int]]:
         """TxnOffsetCommit: the offsets written to `__consumer_offsets` in a batch of the
         producer's transaction, pending until its marker (`txn_completed`); (group error,
-        error per partition). A member id given is checked as OffsetCommit checks it."""
+        error per partition). A member id given is checked as OffsetCommit checks it.
+        `verify` (transaction verification is on, daemon.replica.txn_verification):
+        asked with the partition before the batch is written, it gives an error code
+        and the guard to append with."""
         code, p = self._owner(group_id)
         if code:
             return code, {}
@@ -659,9 +676,14 @@ class GroupCoordinator(CoordinatedPartitions):
         batch = build_batch([Record(records.offset_key(group_id, tp), records.offset_value(v))
                              for tp, v in written], producer_id=producer_id,
                             producer_epoch=producer_epoch, transactional=True)
-        code = _coordinator_error(await self.log.append(p, batch,
-                                                        self.settings.commit_timeout_ms),
-                                  offsets=True)
+        if verify is None:
+            appended = await self.log.append(p, batch, self.settings.commit_timeout_ms)
+        else:
+            appended, guard = await verify(p)
+            if not appended:
+                appended = await self.log.append(p, batch, self.settings.commit_timeout_ms,
+                                                 guard=guard)
+        code = _coordinator_error(appended, offsets=True)
         live = self.groups.get(group_id)
         if live is None and not code:
             live = self.groups[group_id] = Group(group_id, p)

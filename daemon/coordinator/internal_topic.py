@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from logstore import Log, LogStoreError
 from logstore.records import LegacyMessage, Record, control_record, iter_batches
 
 from ..api import errors
 from ..replica.manager import ReplicaManager
-from ..replica.partition import AppendResult, Partition, on_log
+from ..replica.partition import AppendResult, on_log
 
 _log = logging.getLogger("logkeeper.coordinator")
 
@@ -39,7 +39,7 @@ class Logged(NamedTuple):
 
 class InternalTopic:
     def __init__(self, topic: str, replicas: ReplicaManager,
-                 append_replicated: Callable[[Partition, bytes, int], Awaitable[AppendResult]],
+                 append_replicated: Callable[..., Awaitable[AppendResult]],
                  partition_count: Callable[[], int | None]):
         self.topic = topic
         self.replicas = replicas
@@ -60,11 +60,16 @@ class InternalTopic:
             return None
         return self.replicas.leadership.leader_epoch(p.tp)
 
-    async def append(self, partition: int, batch: bytes, timeout_ms: int) -> int:
+    async def append(self, partition: int, batch: bytes, timeout_ms: int, *,
+                     guard: Any = None) -> int:
+        """Append `batch` to `partition` as its leader, acks=all; `guard`: a
+        transactional batch's verification (daemon.replica.txn_verification)."""
         p = self.replicas.get(self.topic, partition)
         if p is None:
             return errors.NOT_LEADER_OR_FOLLOWER
-        return (await self._append(p, batch, timeout_ms)).error
+        if guard is None:
+            return (await self._append(p, batch, timeout_ms)).error
+        return (await self._append(p, batch, timeout_ms, guards={p.tp: guard})).error
 
     async def read_all(self, partition: int) -> list[Logged]:
         p = self.replicas.get(self.topic, partition)

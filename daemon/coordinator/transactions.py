@@ -312,6 +312,29 @@ class TransactionCoordinator(CoordinatedPartitions):
 
         return (await self._change(tid, producer_id, producer_epoch, decide))[0]
 
+    def verify_partitions(self, tid: str, producer_id: int, producer_epoch: int,
+                          partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """A partition leader's question before it writes the first batch of `tid`'s
+        transaction (AddPartitionsToTxn v4, verifyOnly; Kafka's
+        handleVerifyPartitionsInTransaction): NONE for each partition the transaction
+        holds, TRANSACTION_ABORTABLE for one it does not. Nothing is written; the state
+        as it stands answers (partitions join it once written, and leave it when the
+        markers are)."""
+        wanted = list(partitions)
+        if not tid:
+            return dict.fromkeys(wanted, errors.INVALID_REQUEST)
+        code = self._owner(tid)[0]
+        m = self.txns.get(tid)
+        if not code:
+            code = self._check_producer(m, producer_id, producer_epoch)
+        if not code and m is not None and m.state in (TxnState.PREPARE_COMMIT,
+                                                       TxnState.PREPARE_ABORT):
+            code = errors.CONCURRENT_TRANSACTIONS
+        if code or m is None:
+            return dict.fromkeys(wanted, code)
+        return {tp: errors.NONE if tp in m.partitions else errors.TRANSACTION_ABORTABLE
+                for tp in wanted}
+
     # ---- EndTxn ----
 
     async def end_txn(self, tid: str, producer_id: int, producer_epoch: int,

@@ -36,6 +36,7 @@ from ..api.errors import (
     FENCED_LEADER_EPOCH,
     INVALID_RECORD,
     INVALID_REQUEST,
+    INVALID_TXN_STATE,
     NONE,
     NOT_LEADER_OR_FOLLOWER,
     OFFSET_OUT_OF_RANGE,
@@ -51,6 +52,7 @@ from . import producer
 from .isr import IsrManager
 from .leadership import ClusterLeadership, Standalone
 from .partition import AppendResult, Partition, ReadResult
+from .producer import Verification
 from .quota import ReplicationQuota
 from .selector import ReplicaView, select_read_replica
 
@@ -161,11 +163,14 @@ class ReplicaManager:
 
     # ---- data path ----
 
-    def append(self, items: list[tuple[Partition, bytes | memoryview]]
+    def append(self, items: list[tuple[Partition, bytes | memoryview]],
+               guards: Mapping[TopicPartition, Verification] | None = None
                ) -> asyncio.Future[list[AppendResult]]:
         """Queue the appends on their dirs' workers now (order kept per dir); the future
         gives one AppendResult per item, in the order given, once the high watermarks
-        moved and the fetches waiting on those partitions were woken."""
+        moved and the fetches waiting on those partitions were woken. With `guards`
+        (transaction verification is on: daemon.replica.txn_verification), a
+        transactional batch opens a transaction only with its partition's guard."""
         # Each batch carries the leader epoch it was accepted under: the one of the last
         # LeaderAndIsr applied here (Kafka's Partition.leaderEpoch, not the metadata
         # cache's, which UpdateMetadata brings later), read now, on the loop, with the
@@ -178,9 +183,20 @@ class ReplicaManager:
         # The log too is the one held now: a replica move (daemon.replica.moves) retires
         # it, and an append queued before the move is then refused, never written into
         # the new dir's log from the old dir's worker.
-        stamped = [(p, records, self.leadership.fencing_epoch(p), p.log, None)
+        stamped = [(p, records, self.leadership.fencing_epoch(p), p.log, None,
+                    None if guards is None else guards.get(p.tp, producer.UNVERIFIED))
                    for p, records in items]
         return self._queue_appends(items, stamped)
+
+    def start_verifications(self, items: list[tuple[Partition, int, int, int]]
+                            ) -> asyncio.Future[list[Verification | None]]:
+        """For each (partition, producer id, first sequence, epoch) of a transactional
+        batch about to be verified, on the partition's dir worker (after the appends
+        queued before it): the producer's verification there, or None when its
+        transaction is open there already."""
+        now_ms = int(time.time() * 1000)
+        return self.storage.fan_out(items, _dir_of, _start_verifications, now_ms,
+                                    on_error=lambda item, err: None)
 
     def append_markers(self, items: list[tuple[Partition, Marker]]
                        ) -> asyncio.Future[list[AppendResult]]:
@@ -188,7 +204,7 @@ class ReplicaManager:
         partition's leader, as `append` does: each closes its producer's transaction."""
         stamped = [(p, control_batch(m.producer_id, m.producer_epoch, commit=m.commit,
                                      coordinator_epoch=m.coordinator_epoch),
-                    self.leadership.fencing_epoch(p), p.log, m) for p, m in items]
+                    self.leadership.fencing_epoch(p), p.log, m, None) for p, m in items]
         return self._queue_appends([(p, b) for p, b, *_ in stamped], stamped)
 
     def _queue_appends(self, items: list[tuple[Partition, bytes | memoryview]],
@@ -465,12 +481,19 @@ class Marker(NamedTuple):
     commit: bool
 
 
-def _append_all(items: list[tuple[Partition, bytes | memoryview, int, Log | None, Marker | None]],
+def _start_verifications(items: list[tuple[Partition, int, int, int]], now_ms: int
+                         ) -> list[Verification | None]:
+    return [producer.start_verification(p.producers, pid, seq, epoch, now_ms)
+            for p, pid, seq, epoch in items]
+
+
+def _append_all(items: list[tuple[Partition, bytes | memoryview, int, Log | None, Marker | None,
+                                  Verification | None]],
                 leadership: Standalone) -> list[AppendResult]:
     """Append each partition's batches, in order, under the leader epoch each was
     accepted at, to the log held when it was queued; one partition's failure is its own."""
     out = []
-    for p, records, leader_epoch, lg, marker in items:
+    for p, records, leader_epoch, lg, marker, guard in items:
         where = f"append to {p.tp}"
         try:
             if lg is not None and lg.retired:  # moved to another dir since: nothing done
@@ -486,10 +509,13 @@ def _append_all(items: list[tuple[Partition, bytes | memoryview, int, Log | None
                 out.append(AppendResult(INVALID_RECORD, message=(
                     f"{where}: a control batch; only a transaction coordinator writes them")))
                 continue
-            checked = producer.check(p.producers, records)
+            checked = producer.check(p.producers, records, guard)
             if checked.error:
-                out.append(AppendResult(checked.error,
-                                        message=f"{where}: producer sequence check"))
+                out.append(AppendResult(checked.error, message=(
+                    f"{where}: the batch is not part of an ongoing transaction (not "
+                    "verified with its transaction coordinator, or ended since)"
+                    if checked.error == INVALID_TXN_STATE and guard is not None
+                    else f"{where}: producer sequence check")))
                 continue
             assert lg is not None  # an offline placeholder's dir refuses work
             if checked.duplicate_of is not None:

@@ -32,6 +32,19 @@ than the one that wrote the producer's last marker (TRANSACTION_COORDINATOR_FENC
 for a producer epoch older than the producer's (INVALID_PRODUCER_EPOCH); a producer's
 plain batch while its transaction is open is INVALID_TXN_STATE.
 
+Transaction verification (KIP-890's first part, Kafka's VerificationStateEntry and
+VerificationGuard; docs/transactions.md): before the first transactional batch of a
+producer's transaction is written here, the leader asks the transaction coordinator
+whether the transaction holds this partition (daemon.replica.txn_verification). Asking
+starts a `Verification` (`start_verification`); the batch is appended only with that
+very object, and only while it is still the producer's (`check`): a marker or a
+transactional batch written meanwhile ends it, so a stale answer never opens a
+transaction here (a producer's delayed batch after its transaction was aborted would
+otherwise hold the last stable offset for ever: a hanging transaction). Once the
+transaction is open here, its later batches need no verification. A verification also
+refuses a batch whose first sequence is past the lowest one seen while it waited
+(OUT_OF_ORDER_SEQUENCE_NUMBER: an earlier batch is still on its way).
+
 Expiration (Kafka's producer.id.expiration.ms): a producer without an open transaction
 whose last batch or marker is older than the expiration (by its timestamp, as Kafka
 counts it) is forgotten (`PartitionProducers.expire`), so a partition does not keep
@@ -115,6 +128,30 @@ class ProducerState:
     last_timestamp: int = -1  # its last batch's max timestamp, or last marker's (Kafka's)
 
 
+class Verification:
+    """A wait for the coordinator's word that a producer's transaction holds this
+    partition (Kafka's VerificationStateEntry; the object itself is its guard): when it
+    began, the lowest first sequence and the epoch seen while it lasted."""
+
+    __slots__ = ("since_ms", "lowest_seq", "epoch")
+
+    def __init__(self, since_ms: int, seq: int, epoch: int):
+        self.since_ms = since_ms
+        self.lowest_seq = seq
+        self.epoch = epoch
+
+    def saw(self, seq: int, epoch: int) -> None:
+        """Another batch asked under it (Kafka's maybeUpdateLowestSequenceAndEpoch)."""
+        if epoch > self.epoch or (epoch == self.epoch and seq < self.lowest_seq):
+            self.epoch, self.lowest_seq = epoch, seq
+
+
+# The guard of an append nobody verified (Kafka's VerificationGuard.SENTINEL): never a
+# partition's, so a transactional batch with it is written only inside a transaction
+# already open here.
+UNVERIFIED = Verification(-1, -1, -1)
+
+
 class PartitionProducers(dict[int, ProducerState]):
     """A partition's producers: each one's idempotence window (the mapping, by producer
     id), and the partition's transactions."""
@@ -127,10 +164,12 @@ class PartitionProducers(dict[int, ProducerState]):
         self.unreplicated: list[tuple[int, int, int]] = []
         self.coordinator_epochs: dict[int, int] = {}  # producer id -> its last marker's
         self.snapshot_offset = -1  # of the partition's latest producer snapshot, -1: none
+        self.verifying: dict[int, Verification] = {}  # producer id -> its verification
 
     def clear(self) -> None:
         super().clear()
         self.ongoing.clear()
+        self.verifying.clear()
         self.unreplicated.clear()
         self.coordinator_epochs.clear()
         self.snapshot_offset = -1
@@ -148,6 +187,10 @@ class PartitionProducers(dict[int, ProducerState]):
         for pid in gone:
             del self[pid]
             self.coordinator_epochs.pop(pid, None)
+        # A verification nobody appended with (Kafka expires them the same way).
+        for pid in [pid for pid, v in self.verifying.items()
+                    if now_ms - v.since_ms >= expiration_ms]:
+            del self.verifying[pid]
         return len(gone)
 
     def last_stable_offset(self, high_watermark: int) -> int:
@@ -172,31 +215,60 @@ class Check:
     token: tuple[int, int, int, int] | None = None  # (pid, epoch, first_seq, last_seq)
 
 
-def check(producers: PartitionProducers, records: bytes) -> Check:
-    """Kafka's idempotent-producer check for the first batch of `records`."""
+def check(producers: PartitionProducers, records: bytes,
+          guard: Verification | None = None) -> Check:
+    """Kafka's idempotent-producer check for the first batch of `records`; with a
+    `guard` (transaction verification is on), also that a transactional batch opening
+    a transaction here comes with the verification its producer still has."""
     fields = batch_producer(records)
     if fields is None:
         return Check()
     pid, epoch, base_seq, count = fields
-    if pid < 0 or base_seq < 0 or count <= 0:
+    if pid < 0:
         return Check()
-    if pid in producers.ongoing and not (batch_attributes(records) or 0) & ATTR_TRANSACTIONAL:
+    sequenced = base_seq >= 0 and count > 0  # a group coordinator's offsets have none
+    transactional = (batch_attributes(records) or 0) & ATTR_TRANSACTIONAL
+    if sequenced and pid in producers.ongoing and not transactional:
         return Check(INVALID_TXN_STATE)  # a plain batch inside its own transaction
     last_seq = (base_seq + count - 1) % 2**31
-    state = producers.get(pid)
+    state = producers.get(pid) if sequenced else None
+    if state is not None and epoch == state.epoch:
+        for meta in state.batches:  # a retry of a batch written is answered as written
+            if meta.first_seq == base_seq and meta.last_seq == last_seq:
+                return Check(duplicate_of=meta.first_offset, append_time=meta.append_time)
+    verifying = producers.verifying.get(pid)
+    if transactional and guard is not None and pid not in producers.ongoing \
+            and verifying is not guard:
+        return Check(INVALID_TXN_STATE)  # not verified, or not since the last marker
+    if not sequenced:
+        return Check()
+    if verifying is not None and base_seq > verifying.lowest_seq:
+        return Check(OUT_OF_ORDER_SEQUENCE_NUMBER)  # a batch before it is still coming
     if state is not None:
         if epoch < state.epoch:
             return Check(INVALID_PRODUCER_EPOCH)
         if epoch > state.epoch and base_seq != 0:
             return Check(OUT_OF_ORDER_SEQUENCE_NUMBER)  # a new epoch starts at sequence 0
         if epoch == state.epoch and state.batches:
-            for meta in state.batches:
-                if meta.first_seq == base_seq and meta.last_seq == last_seq:
-                    return Check(duplicate_of=meta.first_offset, append_time=meta.append_time)
             expected = (state.batches[-1].last_seq + 1) % 2**31
             if base_seq != expected:
                 return Check(OUT_OF_ORDER_SEQUENCE_NUMBER)
     return Check(token=(pid, epoch, base_seq, last_seq))
+
+
+def start_verification(producers: PartitionProducers, producer_id: int, seq: int,
+                       epoch: int, now_ms: int) -> Verification | None:
+    """A transactional batch of `producer_id` is about to be verified: its producer's
+    verification (started now, or the one under way), or None when its transaction is
+    open here already (Kafka's maybeStartTransactionVerification)."""
+    if producer_id in producers.ongoing:
+        return None
+    v = producers.verifying.get(producer_id)
+    if v is None:
+        v = producers.verifying[producer_id] = Verification(now_ms, seq, epoch)
+    else:
+        v.saw(seq, epoch)
+    return v
 
 
 def record(producers: PartitionProducers, token: tuple[int, int, int, int] | None,
@@ -222,6 +294,7 @@ def begin_txn(producers: PartitionProducers, producer_id: int, first_offset: int
     too, and its epoch and timestamp are the producer's here."""
     if producer_id < 0:
         return
+    producers.verifying.pop(producer_id, None)  # its transaction is open here now
     producers.ongoing.setdefault(producer_id, first_offset)
     state = producers.get(producer_id)
     if producer_epoch >= 0 and (state is None or producer_epoch > state.epoch):
@@ -253,6 +326,7 @@ def end_txn(producers: PartitionProducers, producer_id: int, producer_epoch: int
         # producer fenced): the old epoch's batches are fenced from now on.
         state = producers[producer_id] = ProducerState(producer_epoch)
     state.last_timestamp = max(state.last_timestamp, timestamp)
+    producers.verifying.pop(producer_id, None)  # whatever it verified has ended
     if coordinator_epoch >= 0:
         producers.coordinator_epochs[producer_id] = coordinator_epoch
     first = producers.ongoing.pop(producer_id, None)

@@ -264,6 +264,12 @@ DYNAMIC_BROKER_KEYS: dict[str, TopicKey] = {
 DYNAMIC_BROKER_KEYS.update({name: TopicKey(name, TYPE_LONG, ((name, 1),), _int_key(0, _LONG_MAX),
                                            quota.UNBOUNDED, None)
                             for name in DYNAMIC_ONLY_BROKER_KEYS})
+# Broker keys of the config file that change at runtime too (Kafka's
+# DynamicProducerStateManagerConfig): transaction verification on or off
+# (daemon.replica.txn_verification).
+TXN_VERIFICATION = "transaction.partition.verification.enable"
+DYNAMIC_BROKER_KEYS[TXN_VERIFICATION] = TopicKey(
+    TXN_VERIFICATION, TYPE_BOOLEAN, ((TXN_VERIFICATION, 1),), _parse_bool, True, None)
 _BROKER_UNITS = {syn: unit for k in TOPIC_CONFIGS.values() for syn, unit in k.synonyms}
 
 

@@ -1,0 +1,166 @@
+"""Transaction verification: a partition leader asks the transaction coordinator before
+it writes the first batch of a producer's transaction (KIP-890's first part; Kafka's
+AddPartitionsToTxnManager and ReplicaManager's transaction verification),
+docs/transactions.md.
+
+Why: a producer's batch can reach a leader after its transaction ended (a produce
+request delayed on the network, retried after the transaction timed out and was
+aborted). Written unasked, it opens a transaction there that no coordinator knows of
+and no marker will ever close: the partition's last stable offset stays at it, and
+read_committed consumers stop there for ever (a hanging transaction). Verified, it is
+refused (INVALID_TXN_STATE, or INVALID_PRODUCER_EPOCH once the abort bumped the epoch).
+
+How: `TxnVerifier.verify` starts a `Verification` for the producer on each partition's
+dir worker (none when its transaction is open there already: its later batches need no
+question), asks the coordinator of the transactional id whether the transaction holds
+those partitions (this broker's own coordinator directly, another broker's with an
+AddPartitionsToTxn v4 `verifyOnly` request over the inter-broker listener), and hands
+back the verifications to append with (daemon.replica.producer checks the append holds
+the one its partition still has: a marker written meanwhile ends it) and the partitions
+refused. With `transaction.partition.verification.enable=false` nothing is asked and
+transactional batches are written as they come, as before Kafka 3.6.
+
+The coordinator's answers become the producer's as Kafka's become them:
+PRODUCER_FENCED is INVALID_PRODUCER_EPOCH (what a producer aborts on and carries on
+from), TRANSACTION_ABORTABLE is INVALID_TXN_STATE (the only one clients before KIP-890's
+second part know), and for a Produce the retriable ones (the coordinator moving or
+loading, a transaction being completed, a network failure) are NOT_ENOUGH_REPLICAS,
+which every client retries without a metadata refresh (`produce_error`). A coordinator
+broker that cannot be reached is NETWORK_EXCEPTION. Event loop only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from collections.abc import Callable
+from typing import Any
+
+from kafka.protocol.producer import AddPartitionsToTxnRequest
+
+from logstore import TopicPartition
+
+from ..api import errors, protocol
+from ..wire.peer import Peer
+from .partition import Partition
+from .producer import Verification
+
+log = logging.getLogger("logkeeper.transactions")
+
+VERIFY_VERSION = 4  # AddPartitionsToTxn v4: a broker's, with verifyOnly
+VERIFY_TIMEOUT_S = 30.0  # Kafka's request.timeout.ms for its inter-broker sender
+
+# (error, broker id, host, port) of a transactional id's coordinator on the inter-broker
+# listener; the coordinator here, asked directly; the verifications started on the dirs.
+Locate = Callable[[str], tuple[int, int, str, int]]
+VerifyHere = Callable[[str, int, int, list[TopicPartition]], dict[TopicPartition, int]]
+Start = Callable[[list[tuple[Partition, int, int, int]]], "asyncio.Future[list[Verification | None]]"]
+
+# Retriable for a producer, but not every client retries them on a Produce: Kafka
+# answers NOT_ENOUGH_REPLICAS instead, which all do, without a metadata refresh.
+_RETRY_AS_NOT_ENOUGH_REPLICAS = frozenset({
+    errors.CONCURRENT_TRANSACTIONS, errors.NETWORK_EXCEPTION,
+    errors.COORDINATOR_LOAD_IN_PROGRESS, errors.COORDINATOR_NOT_AVAILABLE,
+    errors.NOT_COORDINATOR})
+
+
+def produce_error(code: int) -> tuple[int, str]:
+    """A verification's refusal as a Produce answers it: (error code, message)."""
+    name = errors.name_of(code)
+    if code in _RETRY_AS_NOT_ENOUGH_REPLICAS:
+        return errors.NOT_ENOUGH_REPLICAS, ("Unable to verify the partition has been added "
+                                            f"to the transaction. Underlying error: {name}")
+    if code == errors.INVALID_TXN_STATE:
+        return code, "Partition was not added to the transaction"
+    return code, f"transaction verification refused: {name}"
+
+
+class TxnVerifier:
+    def __init__(self, broker_id: int, start: Start, locate: Locate, verify_here: VerifyHere,
+                 *, enabled: bool = True, tls_context: ssl.SSLContext | None = None,
+                 login: tuple[str, str, str] | None = None):
+        self.broker_id = broker_id
+        self.enabled = enabled  # transaction.partition.verification.enable
+        self._start = start
+        self._locate = locate
+        self._verify_here = verify_here
+        self.tls_context = tls_context
+        self.login = login
+        self._peers: dict[int, Peer] = {}
+
+    async def verify(self, transactional_id: str | None, producer_id: int,
+                     producer_epoch: int, batches: list[tuple[Partition, int]]
+                     ) -> tuple[dict[TopicPartition, Verification], dict[TopicPartition, int]]:
+        """For each (partition, first sequence) of a transactional batch of the producer:
+        (the verifications to append with, the partitions refused with their errors).
+        A partition in neither has the transaction open already. Without a
+        transactional id there is nobody to ask: nothing is verified, and only batches
+        of a transaction already open are written."""
+        if transactional_id is None or not batches:
+            return {}, {}
+        started = await self._start([(p, producer_id, seq, producer_epoch)
+                                     for p, seq in batches])
+        waiting = {p.tp: v for (p, _), v in zip(batches, started, strict=True)
+                   if v is not None}
+        if not waiting:
+            return {}, {}
+        codes = await self._ask(transactional_id, producer_id, producer_epoch, list(waiting))
+        refused = {tp: code for tp, code in codes.items() if code != errors.NONE}
+        return {tp: v for tp, v in waiting.items() if tp not in refused}, refused
+
+    async def _ask(self, tid: str, producer_id: int, producer_epoch: int,
+                   tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+        """The coordinator's answer per partition, as a producer may be told it."""
+        code, node, host, port = self._locate(tid)
+        if code:
+            return dict.fromkeys(tps, code)
+        if node == self.broker_id:
+            answer = self._verify_here(tid, producer_id, producer_epoch, tps)
+        else:
+            try:
+                answer = await self._send(node, host, port, tid, producer_id, producer_epoch,
+                                          tps)
+            except (OSError, protocol.ProtocolError) as err:
+                log.warning("verifying transaction %r with its coordinator, broker %d: %s",
+                            tid, node, err)
+                return dict.fromkeys(tps, errors.NETWORK_EXCEPTION)
+        out = {}
+        for tp in tps:
+            got = answer.get(tp, errors.UNKNOWN_SERVER_ERROR)
+            if got == errors.PRODUCER_FENCED:
+                got = errors.INVALID_PRODUCER_EPOCH  # what producers expect here
+            elif got in (errors.TRANSACTION_ABORTABLE, errors.CLUSTER_AUTHORIZATION_FAILED):
+                got = errors.INVALID_TXN_STATE  # the one clients know
+            out[tp] = got
+        return out
+
+    async def _send(self, node: int, host: str, port: int, tid: str, producer_id: int,
+                    producer_epoch: int, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+        peer = self._peers.get(node)
+        if peer is None or (peer.host, peer.port) != (host, port):
+            if peer is not None:
+                await peer.close()
+            peer = self._peers[node] = Peer(
+                host, port, client_id=f"logkeeper-txn-verification-{self.broker_id}",
+                tls_context=self.tls_context, login=self.login,
+                request_timeout=VERIFY_TIMEOUT_S)
+        T = AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction
+        topics: dict[str, list[int]] = {}
+        for tp in tps:
+            topics.setdefault(tp.topic, []).append(tp.partition)
+        req = AddPartitionsToTxnRequest(transactions=[T(
+            transactional_id=tid, producer_id=producer_id, producer_epoch=producer_epoch,
+            verify_only=True, topics=[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(
+                name=t, partitions=ps) for t, ps in topics.items()])])
+        resp: Any = await peer.request(req, VERIFY_VERSION)
+        if resp.error_code:
+            return dict.fromkeys(tps, resp.error_code)
+        return {TopicPartition(t.name, r.partition_index): r.partition_error_code
+                for res in resp.results_by_transaction if res.transactional_id == tid
+                for t in res.topic_results for r in t.results_by_partition}
+
+    async def close(self) -> None:
+        for peer in self._peers.values():
+            await peer.close()
+        self._peers.clear()
