@@ -10,6 +10,8 @@
   baseline copies them into Python bytes, which the fetch never does.
 - Follower replication against the leader's `Log.append` is in bench_cluster.py (it
   needs ZooKeeper and three brokers).
+- Transactions with transaction verification on (the default) vs off: the cost of the
+  leader's question to the coordinator, paid once per partition per transaction.
 - Resident memory (RSS, not virtual size) of a daemon holding 1,000 partitions over 3
   log dirs, printed and attached to the pytest-benchmark record (not a timing pair).
 
@@ -22,7 +24,7 @@ disk's writeback swung the baselines several-fold between runs.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import confluent_kafka as ck
@@ -178,6 +180,44 @@ def test_fetch_through_protocol_vs_log_read(ratio, daemon: Daemon,
     raw.close()
     consumer.close()
     log.close()
+
+
+def test_transactions_with_verification_vs_without(ratio, page_cache_path: Path) -> None:
+    """What transaction verification costs a transactional producer: transactions of 64
+    1 KiB records over 4 partitions, each committed before the next begins (a
+    stream-processing commit loop), against a daemon that verifies their first batches
+    (the default) and one that does not. Each transaction asks once per partition."""
+    settings = {"num.partitions": PARTITIONS, "transaction.state.log.num.partitions": 1,
+                "offsets.topic.num.partitions": 1}
+    on = Daemon(page_cache_path / "on", settings).start()
+    off = Daemon(page_cache_path / "off", {
+        **settings, "transaction.partition.verification.enable": False}).start()
+    producers = []
+    try:
+        def transactions(d: Daemon, tid: str) -> Callable[[], None]:
+            p = ck.Producer({"bootstrap.servers": d.bootstrap, "transactional.id": tid,
+                             "linger.ms": 1})
+            producers.append(p)
+            p.init_transactions(30)
+            value = b"v" * 1024
+
+            def one() -> None:
+                p.begin_transaction()
+                for i in range(64):
+                    p.produce("bench-txn", value, partition=i % PARTITIONS)
+                p.commit_transaction(30)
+
+            one()  # the topic made, the coordinator found
+            return one
+
+        ours, baseline = transactions(on, "verified"), transactions(off, "unverified")
+        ratio("transactions of 64 records on 4 partitions, verification on vs off", ours,
+              baseline, target=None, unit_bytes=64 * 1024, rounds=11, min_sample=0.05,
+              baseline_label="verification off")
+    finally:
+        producers.clear()
+        on.stop()
+        off.stop()
 
 
 def test_resident_memory_with_1000_partitions(benchmark, request: pytest.FixtureRequest,
