@@ -310,6 +310,9 @@ class Handlers:
         the appends are queued at once, as `produce` queues them."""
         txn = _transactional_batches(items)
         gate = conn.produce_gate
+        # A look at the workers' producer state from the loop: if it is stale, a batch
+        # goes without a verification it needed (refused there: its transaction ended)
+        # or through one it did not (answered None on the worker).
         if (gate is None or gate.done()) and all(pid in p.producers.ongoing
                                                   for p, pid, _, _ in txn):
             return items, self.replicas.append(items, {})

@@ -64,6 +64,15 @@ EnsureTopic = Callable[[], Awaitable[int]]
 WriteMarkers = Callable[[dict[TopicPartition, Any]], Awaitable[dict[TopicPartition, int]]]
 
 
+def _per_topic(tps: list[TopicPartition], codes: dict[TopicPartition, int],
+               answer: Callable[[int, int], Any]) -> dict[str, list[Any]]:
+    """Each topic's partition answers (`answer(partition, code)`), in the order asked."""
+    out: dict[str, list[Any]] = {}
+    for tp in tps:
+        out.setdefault(tp.topic, []).append(answer(tp.partition, codes[tp]))
+    return out
+
+
 def _fenced(code: int, version: int, new_from: int) -> int:
     """PRODUCER_FENCED is INVALID_PRODUCER_EPOCH to clients older than `new_from`
     (Kafka's mapping: they do not know the newer code)."""
@@ -171,10 +180,8 @@ class TxnApis:
                 code = await self.coordinator.add_partitions(
                     tid, b.v3_and_below_producer_id, b.v3_and_below_producer_epoch, asked)
                 codes = dict.fromkeys(asked, _fenced(code, req.version, 2))
-        by_topic: dict[str, list[Any]] = {}
-        for tp in asked:
-            by_topic.setdefault(tp.topic, []).append(
-                P(partition_index=tp.partition, partition_error_code=codes[tp]))
+        by_topic = _per_topic(asked, codes, lambda i, code: P(partition_index=i,
+                                                              partition_error_code=code))
         return AddPartitionsToTxnResponse(throttle_time_ms=0, results_by_topic_v3_and_below=[
             R(name=t, results_by_partition=ps) for t, ps in by_topic.items()])
 
@@ -203,10 +210,8 @@ class TxnApis:
                 else:
                     codes = self.coordinator.verify_partitions(
                         txn.transactional_id, txn.producer_id, txn.producer_epoch, asked)
-            by_topic: dict[str, list[Any]] = {}
-            for tp in asked:
-                by_topic.setdefault(tp.topic, []).append(
-                    P(partition_index=tp.partition, partition_error_code=codes[tp]))
+            by_topic = _per_topic(asked, codes, lambda i, code: P(partition_index=i,
+                                                                  partition_error_code=code))
             results.append(R(transactional_id=txn.transactional_id, topic_results=[
                 T(name=t, results_by_partition=ps) for t, ps in by_topic.items()]))
         return AddPartitionsToTxnResponse(throttle_time_ms=0, error_code=errors.NONE,
@@ -253,10 +258,8 @@ class TxnApis:
             tps = [TopicPartition(t.name, i) for t in m.topics for i in t.partition_indexes]
             codes = await self.write_markers(dict.fromkeys(tps, marker)) if allowed else \
                 dict.fromkeys(tps, errors.CLUSTER_AUTHORIZATION_FAILED)
-            by_topic: dict[str, list[Any]] = {}
-            for tp in tps:
-                by_topic.setdefault(tp.topic, []).append(
-                    P(partition_index=tp.partition, error_code=codes[tp]))
+            by_topic = _per_topic(tps, codes, lambda i, code: P(partition_index=i,
+                                                                error_code=code))
             out.append(R(producer_id=m.producer_id, topics=[
                 T(name=t, partitions=ps) for t, ps in by_topic.items()]))
         return WriteTxnMarkersResponse(markers=out)

@@ -27,7 +27,7 @@ from logstore import TopicPartition
 from ..api import errors, protocol
 from ..cluster.metadata_cache import MetadataCache
 from ..replica.manager import Marker
-from ..wire.peer import Peer
+from ..wire.peer import Peers
 
 log = logging.getLogger("logkeeper.transactions")
 
@@ -44,9 +44,9 @@ class TxnMarkerChannel:
         self.broker_id = broker_id
         self.cache = cache
         self.write_local = write_local
-        self.tls_context = tls_context
-        self.login = login
-        self._peers: dict[int, Peer] = {}
+        self._peers = Peers(f"logkeeper-txn-markers-{broker_id}",
+                            request_timeout=MARKER_TIMEOUT_MS / 1000 + 5,
+                            tls_context=tls_context, login=login)
 
     async def write(self, markers: dict[TopicPartition, Marker]) -> dict[TopicPartition, int]:
         if self.cache is None:
@@ -79,14 +79,7 @@ class TxnMarkerChannel:
         b = self.cache.brokers.get(broker_id)
         if b is None:
             return {}
-        peer = self._peers.get(broker_id)
-        if peer is None or (peer.host, peer.port) != (b.host, b.port):
-            if peer is not None:
-                await peer.close()
-            peer = self._peers[broker_id] = Peer(
-                b.host, b.port, client_id=f"logkeeper-txn-markers-{self.broker_id}",
-                tls_context=self.tls_context, login=self.login,
-                request_timeout=MARKER_TIMEOUT_MS / 1000 + 5)
+        peer = await self._peers.to(broker_id, b.host, b.port)
         W = WriteTxnMarkersRequest.WritableTxnMarker
         T = W.WritableTxnMarkerTopic
         grouped: dict[Marker, dict[str, list[int]]] = {}
@@ -102,6 +95,4 @@ class TxnMarkerChannel:
                 for r in resp.markers for t in r.topics for p in t.partitions}
 
     async def close(self) -> None:
-        for peer in self._peers.values():
-            await peer.close()
-        self._peers.clear()
+        await self._peers.close()

@@ -42,7 +42,7 @@ from kafka.protocol.producer import AddPartitionsToTxnRequest
 from logstore import TopicPartition
 
 from ..api import errors, protocol
-from ..wire.peer import Peer
+from ..wire.peer import Peers
 from .partition import Partition
 from .producer import Verification
 
@@ -85,9 +85,9 @@ class TxnVerifier:
         self._start = start
         self._locate = locate
         self._verify_here = verify_here
-        self.tls_context = tls_context
-        self.login = login
-        self._peers: dict[int, Peer] = {}
+        self._peers = Peers(f"logkeeper-txn-verification-{broker_id}",
+                            request_timeout=VERIFY_TIMEOUT_S, tls_context=tls_context,
+                            login=login)
 
     async def verify(self, transactional_id: str | None, producer_id: int,
                      producer_epoch: int, batches: list[tuple[Partition, int]]
@@ -137,14 +137,7 @@ class TxnVerifier:
 
     async def _send(self, node: int, host: str, port: int, tid: str, producer_id: int,
                     producer_epoch: int, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
-        peer = self._peers.get(node)
-        if peer is None or (peer.host, peer.port) != (host, port):
-            if peer is not None:
-                await peer.close()
-            peer = self._peers[node] = Peer(
-                host, port, client_id=f"logkeeper-txn-verification-{self.broker_id}",
-                tls_context=self.tls_context, login=self.login,
-                request_timeout=VERIFY_TIMEOUT_S)
+        peer = await self._peers.to(node, host, port)
         T = AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction
         topics: dict[str, list[int]] = {}
         for tp in tps:
@@ -161,6 +154,4 @@ class TxnVerifier:
                 for t in res.topic_results for r in t.results_by_partition}
 
     async def close(self) -> None:
-        for peer in self._peers.values():
-            await peer.close()
-        self._peers.clear()
+        await self._peers.close()

@@ -208,6 +208,36 @@ class Peer:
         await asyncio.sleep(0)  # let the transport's close run
 
 
+class Peers:
+    """One `Peer` per other broker, made on first use and made again when the broker's
+    endpoint changed (a restart on another port): an inter-broker channel's
+    connections (transaction markers, transaction verification)."""
+
+    def __init__(self, client_id: str, *, request_timeout: float,
+                 tls_context: ssl.SSLContext | None = None,
+                 login: tuple[str, str, str] | None = None):
+        self.client_id = client_id
+        self.request_timeout = request_timeout
+        self.tls_context = tls_context
+        self.login = login
+        self._peers: dict[int, Peer] = {}
+
+    async def to(self, broker_id: int, host: str, port: int) -> Peer:
+        peer = self._peers.get(broker_id)
+        if peer is None or (peer.host, peer.port) != (host, port):
+            if peer is not None:
+                await peer.close()
+            peer = self._peers[broker_id] = Peer(
+                host, port, client_id=self.client_id, tls_context=self.tls_context,
+                login=self.login, request_timeout=self.request_timeout)
+        return peer
+
+    async def close(self) -> None:
+        for peer in self._peers.values():
+            await peer.close()
+        self._peers.clear()
+
+
 def _response_class(body: Any) -> Any:
     """The response class paired with a request object (kafka-python's and ours)."""
     api = protocol.SUPPORTED.get(body.API_KEY)
