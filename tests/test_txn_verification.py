@@ -36,7 +36,7 @@ from kafka.protocol.producer import (
 )
 
 from daemon.api import errors
-from logstore.records import Record, build_batch
+from logstore.records import Record, batch_producer, build_batch
 from tests.cluster_helpers import Cluster
 from tests.daemon_helpers import REPO, RawClient, running
 from tests.sick_helpers import wait_for
@@ -116,7 +116,7 @@ class TxnClient:
 
 
 def _count(batch: bytes) -> int:
-    return int.from_bytes(batch[57:61], "big")  # the batch's record count
+    return batch_producer(batch)[3]  # the batch's record count
 
 
 def last_stable_offset(port: int, topic: str, partition: int) -> int:

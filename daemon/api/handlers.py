@@ -261,14 +261,24 @@ class Handlers:
                 else:
                     slots.append((t.name, pd.index, None))
                     items.append((p, pd.records))
+        # Transaction verification (daemon.replica.txn_verification): with it on, a
+        # transactional batch opens a transaction only with its partition's guard.
         verifier = self.txn_verifier
-        if verifier is None or not verifier.enabled:
+        verifying = verifier is not None and verifier.enabled
+        txn = _transactional_batches(items) if verifying else []
+        gate = conn.produce_gate
+        # A look at the workers' producer state from the loop: if it is stale, a batch
+        # goes without a verification it needed (refused there: its transaction ended)
+        # or through one it did not (answered None on the worker).
+        if (gate is None or gate.done()) and (
+                not verifying or all(pid in p.producers.ongoing for p, pid, _, _ in txn)):
             # Queued now, before any await: keeps per-partition order (module docstring).
-            appended = await self.replicas.append(items) if items else []
+            queued = self.replicas.append(items, {} if verifying else None)
         else:
+            assert verifier is not None  # a gate is only set while verifying
             items, queued = await self._queue_verified(verifier, body.transactional_id,
-                                                       items, slots, conn)
-            appended = await queued if items else []
+                                                       items, txn, slots, conn)
+        appended = await queued if items else []
         if acks == -1 and self.replicas.isr is not None:
             await self._await_replication(items, appended, body.timeout_ms)
         results = iter(appended)
@@ -299,34 +309,29 @@ class Handlers:
 
     async def _queue_verified(self, verifier: TxnVerifier, transactional_id: str | None,
                               items: list[tuple[Partition, bytes]],
+                              txn: list[tuple[Partition, int, int, int]],
                               slots: list[tuple[str, int, AppendResult | None]], conn: ConnInfo
                               ) -> tuple[list[tuple[Partition, bytes]],
                                          asyncio.Future[list[AppendResult]]]:
-        """Queue a Produce's appends once the first batch of a transaction on each of its
-        partitions is verified (daemon.replica.txn_verification): (the items queued,
-        their appends). A partition refused gets its answer in `slots`. While one
-        Produce waits, the connection's next ones wait behind it (`produce_gate`), so
-        appends stay in the order sent; without a question to ask and nothing ahead,
-        the appends are queued at once, as `produce` queues them."""
-        txn = _transactional_batches(items)
+        """Queue a Produce's appends once the first batch of a transaction (`txn`, from
+        `_transactional_batches`) on each of its partitions is verified
+        (daemon.replica.txn_verification): (the items queued, their appends). A
+        partition refused gets its answer in `slots`. While one Produce waits, the
+        connection's next ones wait behind it (`produce_gate`), so appends stay in the
+        order sent."""
         gate = conn.produce_gate
-        # A look at the workers' producer state from the loop: if it is stale, a batch
-        # goes without a verification it needed (refused there: its transaction ended)
-        # or through one it did not (answered None on the worker).
-        if (gate is None or gate.done()) and all(pid in p.producers.ongoing
-                                                  for p, pid, _, _ in txn):
-            return items, self.replicas.append(items, {})
         mine: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         conn.produce_gate = mine
         try:
             if gate is not None:
                 await gate
-            guards: dict[TopicPartition, Any] = {}
+            # (turned off meanwhile: written as they come, after the ones ahead)
+            guards: dict[TopicPartition, Any] | None = {} if verifier.enabled else None
             refused: dict[TopicPartition, int] = {}
             producers = {(pid, epoch) for _, pid, epoch, _ in txn}
-            if len(producers) > 1:  # Kafka refuses it too: one producer per request
+            if guards is not None and len(producers) > 1:  # Kafka refuses it too
                 refused = {p.tp: errors.INVALID_PRODUCER_ID_MAPPING for p, *_ in txn}
-            elif txn:
+            elif guards is not None and txn:
                 pid, epoch = producers.pop()
                 guards, refused = await verifier.verify(
                     transactional_id, pid, epoch, [(p, seq) for p, _, _, seq in txn])

@@ -67,9 +67,8 @@ class InternalTopic:
         p = self.replicas.get(self.topic, partition)
         if p is None:
             return errors.NOT_LEADER_OR_FOLLOWER
-        if guard is None:
-            return (await self._append(p, batch, timeout_ms)).error
-        return (await self._append(p, batch, timeout_ms, guards={p.tp: guard})).error
+        return (await self._append(p, batch, timeout_ms,
+                                   guards=None if guard is None else {p.tp: guard})).error
 
     async def read_all(self, partition: int) -> list[Logged]:
         p = self.replicas.get(self.topic, partition)

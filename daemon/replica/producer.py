@@ -488,17 +488,12 @@ class ProducerView(NamedTuple):
 
 
 def describe(producers: PartitionProducers) -> list[ProducerView]:
-    """The partition's active producers, by producer id."""
-    out = []
-    for pid in sorted(set(producers) | set(producers.ongoing)):
-        state = producers.get(pid)
-        last = state.batches[-1] if state is not None and state.batches else None
-        out.append(ProducerView(pid, state.epoch if state is not None else -1,
-                                last.last_seq if last is not None else -1,
-                                state.last_timestamp if state is not None else -1,
-                                producers.coordinator_epochs.get(pid, -1),
-                                producers.ongoing.get(pid, -1)))
-    return out
+    """The partition's active producers (those with a state or an open transaction),
+    by producer id: what a snapshot holds of each."""
+    return [ProducerView(e.producer_id, e.epoch, e.last_sequence, e.timestamp,
+                         e.coordinator_epoch, e.txn_first_offset)
+            for e in snapshot_entries(producers)
+            if e.producer_id in producers or e.producer_id in producers.ongoing]
 
 
 class _LastEntries(Mapping[int, tuple[int, int]]):
