@@ -158,3 +158,37 @@ def test_a_fetch_answer_of_a_megabyte_is_the_leaders_bytes(tmp_path: Path) -> No
             assert part.error_code == 0
             return bytes(part.records)
         assert asyncio.run(main()) == on_disk
+
+
+def test_a_version_the_broker_does_not_serve_is_not_sent(tmp_path: Path) -> None:
+    """A negotiated request at a version the other broker's ApiVersions does not list
+    (AddPartitionsToTxn v5, KIP-890's second part, not served here) is refused before it
+    is sent, which would close the connection: the same connection still serves what the
+    broker does, and ApiVersions is asked once per connection."""
+    from kafka.protocol.producer import AddPartitionsToTxnRequest
+
+    from daemon.wire.peer import VersionNotServed
+
+    with Daemon(tmp_path / "broker") as d:
+        async def main() -> None:
+            peer = Peer("127.0.0.1", d.port)
+            try:
+                with pytest.raises(VersionNotServed) as refused:
+                    await peer.request(AddPartitionsToTxnRequest(transactions=[]), 5,
+                                       negotiate=True)
+                assert refused.value.served == (0, 4)
+                assert "AddPartitionsToTxnRequest 0-4, not v5" in str(refused.value)
+                connection = peer._answers
+                assert peer.connected
+                answer = await peer.request(AddPartitionsToTxnRequest(transactions=[]), 4,
+                                            negotiate=True)
+                assert answer.error_code == 0 and answer.results_by_transaction == []
+                assert peer._answers is connection  # no new connection was needed
+            finally:
+                await peer.close()
+        asyncio.run(main())
+        _, metrics = d.http("/metrics")
+        assert 'kafka_network_requestmetrics_requests_total{request="ApiVersions"' in metrics
+        served = [line for line in metrics.splitlines() if line.startswith(
+            'kafka_network_requestmetrics_requests_total{request="ApiVersions"')]
+        assert sum(float(line.rsplit(" ", 1)[1]) for line in served) == 1.0, served

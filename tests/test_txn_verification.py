@@ -15,6 +15,7 @@ question goes over the wire (AddPartitionsToTxn v4)."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import time
@@ -39,6 +40,7 @@ from daemon.api import errors
 from logstore.records import Record, batch_producer, build_batch
 from tests.cluster_helpers import Cluster
 from tests.daemon_helpers import REPO, RawClient, running
+from tests.install_helpers import copy_checkout
 from tests.sick_helpers import wait_for
 
 SETTINGS = {"transaction.state.log.num.partitions": 1, "offsets.topic.num.partitions": 1,
@@ -315,3 +317,74 @@ def test_the_coordinator_on_another_broker_is_asked_over_the_wire(tmp_path: Path
         want = {p: vs * 3 for p, vs in values.items()}
         want[added] = [b"remote-added", *want[added]]
         assert got == want
+
+
+def older_release(where: Path) -> Path:
+    """The tree of a broker that predates transaction verification, as a verifying
+    leader meets it during a rolling upgrade: this checkout serving AddPartitionsToTxn
+    0-3, which is what logkeeper served before it verified transactions (and Kafka
+    before 3.6); its native build is this checkout's (the same sources)."""
+    tree = copy_checkout(where)
+    proto = tree / "daemon" / "api" / "protocol.py"
+    served = "_api(AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, 0, 4)"
+    text = proto.read_text()
+    assert served in text, "protocol.py no longer lists AddPartitionsToTxn as the test expects"
+    proto.write_text(text.replace(served, served.replace("0, 4", "0, 3")))
+    for built in (REPO / "native").glob("*.so"):
+        shutil.copy2(built, tree / "native" / built.name)
+    return tree
+
+
+def test_a_coordinator_of_an_older_release_is_not_asked(tmp_path: Path) -> None:
+    """Rolling upgrade: the transactional id's coordinator runs a release that cannot
+    verify (no AddPartitionsToTxn v4), the partitions' leader one that does. The leader
+    learns it from the coordinator's ApiVersions and writes the batches unverified with
+    one warning, as Kafka does, instead of asking with a request the coordinator would
+    close the connection on (and the producer retrying NOT_ENOUGH_REPLICAS until its
+    commit timed out). Once the coordinator's broker is upgraded, batches are verified
+    again: one for a partition the transaction does not hold is refused."""
+    extra = {"transaction.state.log.num.partitions": 1,
+             "transaction.state.log.replication.factor": 1, "transaction.state.log.min.isr": 1,
+             "offsets.topic.num.partitions": 1, "offsets.topic.replication.factor": 1}
+    older = older_release(tmp_path / "older-release")
+    cl = Cluster(tmp_path, brokers=2, dirs=1, extra=extra)
+    coordinator, leader = cl.brokers[2], cl.brokers[1]
+    coordinator.env = {"PYTHONPATH": str(older)}
+    try:
+        # Broker 2 alone first: the transaction state log's partition is created there.
+        coordinator.start()
+        TxnClient(coordinator.port, "upgrade").close()
+        leader.start()
+        wait_for(lambda: all(len(cl.metadata(b)["brokers"]) == 2 for b in cl.brokers), 30,
+                 "both brokers registered")
+        bootstrap = f"{leader.bootstrap},{coordinator.bootstrap}"
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic("w", 2, replica_assignment=[[1], [1]])])["w"].result(30)
+        wait_for(lambda: cl.agreed("w", 2), 30, "the topic's leader")
+
+        values = {0: [b"a0", b"a1"], 1: [b"b0"]}
+        commit_with_a_client(bootstrap, "upgrade", values, "w")
+        assert read_committed(bootstrap, "w", [0, 1]) == values
+        warnings = [line for line in leader.stderr().splitlines()
+                    if "cannot verify transactions" in line]
+        assert len(warnings) == 1 and "broker 2" in warnings[0], warnings
+
+        # The upgrade: broker 2 restarts on this release, on the same port.
+        coordinator.stop()
+        coordinator.env = None
+        coordinator.start()
+        txn = TxnClient(leader.port, "upgrade")
+        try:
+            assert txn.coordinator == 2
+            assert txn.add("w", 0) == 0
+            got = txn.produce({("w", 0): txn.batch("w", 0, [b"c0"]),
+                               ("w", 1): txn.batch("w", 1, [b"not-added"])}, port=leader.port)
+            assert {k: p.error_code for k, p in got.items()} == {
+                ("w", 0): 0, ("w", 1): errors.INVALID_TXN_STATE}, got
+            assert txn.end(commit=True) == 0
+        finally:
+            txn.close()
+        assert read_committed(bootstrap, "w", [0, 1]) == {0: [b"a0", b"a1", b"c0"],
+                                                          1: [b"b0"]}
+    finally:
+        cl.close()

@@ -18,7 +18,10 @@ AddPartitionsToTxn v4 `verifyOnly` request over the inter-broker listener), and 
 back the verifications to append with (daemon.replica.producer checks the append holds
 the one its partition still has: a marker written meanwhile ends it) and the partitions
 refused. With `transaction.partition.verification.enable=false` nothing is asked and
-transactional batches are written as they come, as before Kafka 3.6.
+transactional batches are written as they come, as before Kafka 3.6. Neither is a
+coordinator's broker that does not serve AddPartitionsToTxn v4 (an older release during
+a rolling upgrade, found by its ApiVersions): its transactions' batches are written
+unverified, with one warning, as Kafka does, until it is upgraded.
 
 The coordinator's answers become the producer's as Kafka's become them:
 PRODUCER_FENCED is INVALID_PRODUCER_EPOCH (what a producer aborts on and carries on
@@ -42,7 +45,7 @@ from kafka.protocol.producer import AddPartitionsToTxnRequest
 from logstore import TopicPartition
 
 from ..api import errors, protocol
-from ..wire.peer import Peers
+from ..wire.peer import Peers, VersionNotServed
 from .partition import Partition
 from .producer import Verification
 
@@ -88,6 +91,9 @@ class TxnVerifier:
         self._peers = Peers(f"logkeeper-txn-verification-{broker_id}",
                             request_timeout=VERIFY_TIMEOUT_S, tls_context=tls_context,
                             login=login)
+        # Coordinator brokers found too old to ask (warned about once; forgotten when one
+        # answers a question again, i.e. after its upgrade).
+        self._unverifiable: set[int] = set()
 
     async def verify(self, transactional_id: str | None, producer_id: int,
                      producer_epoch: int, batches: list[tuple[Partition, int]]
@@ -121,6 +127,17 @@ class TxnVerifier:
             try:
                 answer = await self._send(node, host, port, tid, producer_id, producer_epoch,
                                           tps)
+            except VersionNotServed as err:
+                # A broker of an older release (a rolling upgrade): it cannot be asked,
+                # so the batch is written unverified, as before verification existed
+                # (Kafka's AddPartitionsToTxnManager on a version mismatch).
+                if node not in self._unverifiable:
+                    self._unverifiable.add(node)
+                    log.warning("transaction coordinator broker %d cannot verify "
+                                "transactions (%s): transactional batches whose coordinator "
+                                "it is are written unverified until it is upgraded",
+                                node, err)
+                return dict.fromkeys(tps, errors.NONE)
             except (OSError, protocol.ProtocolError) as err:
                 log.warning("verifying transaction %r with its coordinator, broker %d: %s",
                             tid, node, err)
@@ -146,7 +163,8 @@ class TxnVerifier:
             transactional_id=tid, producer_id=producer_id, producer_epoch=producer_epoch,
             verify_only=True, topics=[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(
                 name=t, partitions=ps) for t, ps in topics.items()])])
-        resp: Any = await peer.request(req, VERIFY_VERSION)
+        resp: Any = await peer.request(req, VERIFY_VERSION, negotiate=True)
+        self._unverifiable.discard(node)
         if resp.error_code:
             return dict.fromkeys(tps, resp.error_code)
         return {TopicPartition(t.name, r.partition_index): r.partition_error_code

@@ -12,6 +12,12 @@ A request whose caller is cancelled (a follower abandoning a long poll, see
 daemon.replica.fetcher) closes the connection: its answer may still arrive, and must
 not be read as the next request's.
 
+A caller that sends a request newer brokers added (`request(..., negotiate=True)`) has
+the other broker's ApiVersions asked first, once per connection, as Kafka's
+NetworkClient does: a version it does not serve raises `VersionNotServed` and nothing is
+sent (a broker of an older release, mid rolling upgrade, would close the connection on
+it). The connection stays open for the requests it does serve.
+
 Errors: a connection that cannot be made or breaks raises `PeerError` (an OSError
 subclass: the caller backs off and tries again, as Kafka's fetchers do after
 `replica.fetch.backoff.ms`); an answer that does not decode, or carries another
@@ -28,6 +34,8 @@ import ssl
 import struct
 from typing import Any
 
+from kafka.protocol.metadata import ApiVersionsRequest
+
 from daemon.api import protocol, record_messages
 from daemon.security import sasl
 
@@ -39,6 +47,17 @@ FETCH = 1
 
 class PeerError(OSError):
     """The other broker could not be reached, or answered something unusable."""
+
+
+class VersionNotServed(PeerError):
+    """The other broker does not serve this request at this version (its ApiVersions
+    says so): nothing was sent, and the connection stays open."""
+
+    def __init__(self, peer: Peer, name: str, version: int, served: tuple[int, int] | None):
+        self.served = served
+        what = (f"serves {name} {served[0]}-{served[1]}" if served is not None
+                else f"does not serve {name}")
+        super().__init__(f"{peer} {what}, not v{version}")
 
 
 class _Answers(asyncio.BufferedProtocol):
@@ -127,6 +146,8 @@ class Peer:
         self.request_timeout = request_timeout
         self.max_frame = max_frame
         self._answers: _Answers | None = None
+        # The connection's ApiVersions answer, {api key: (min, max)}: asked on first need.
+        self._served: dict[int, tuple[int, int]] | None = None
         self._ids = itertools.count(1)
         self._lock = asyncio.Lock()
 
@@ -138,12 +159,15 @@ class Peer:
     def __repr__(self) -> str:
         return f"Peer({self.host}:{self.port})"
 
-    async def request(self, body: Any, version: int) -> Any:
-        """Send `body` (a kafka-python request object) at `version`; its response."""
+    async def request(self, body: Any, version: int, *, negotiate: bool = False) -> Any:
+        """Send `body` (a kafka-python request object) at `version`; its response. With
+        `negotiate`, only if the other broker serves that version (VersionNotServed)."""
         async with self._lock:
             try:
                 async with asyncio.timeout(self.request_timeout):
-                    return await self._round_trip(body, version)
+                    return await self._round_trip(body, version, negotiate)
+            except VersionNotServed:
+                raise
             except TimeoutError as err:
                 await self.close()
                 raise PeerError(f"{self}: no answer to {type(body).__name__} v{version} "
@@ -160,7 +184,7 @@ class Peer:
                 self._drop()
                 raise
 
-    async def _round_trip(self, body: Any, version: int) -> Any:
+    async def _round_trip(self, body: Any, version: int, negotiate: bool) -> Any:
         if not self.connected:
             self._drop()
             loop = asyncio.get_running_loop()
@@ -177,6 +201,16 @@ class Peer:
                 except sasl.AuthenticationFailed as err:
                     raise PeerError(f"{self}: SASL login as {self.login[1]} with "
                                     f"{self.login[0]} failed: {err}") from err
+        if negotiate:
+            if self._served is None:
+                answer = await self._exchange(ApiVersionsRequest(), 0)
+                if answer.error_code:
+                    raise PeerError(f"{self}: ApiVersions answered error {answer.error_code}")
+                self._served = {k.api_key: (k.min_version, k.max_version)
+                                for k in answer.api_keys}
+            served = self._served.get(body.API_KEY)
+            if served is None or not served[0] <= version <= served[1]:
+                raise VersionNotServed(self, type(body).__name__, version, served)
         return await self._exchange(body, version)
 
     async def _exchange(self, body: Any, version: int) -> Any:
@@ -200,6 +234,7 @@ class Peer:
     def _drop(self) -> None:
         """Close the connection without waiting for it to close."""
         answers, self._answers = self._answers, None
+        self._served = None  # a new connection may reach an upgraded broker
         if answers is not None and answers.transport is not None:
             answers.transport.close()
 
