@@ -208,7 +208,8 @@ class Server:
             config.broker_id, self.replicas.start_verifications,
             self._txn_coordinator_node, self.transactions.verify_partitions,
             enabled=config["transaction.partition.verification.enable"],
-            tls_context=self.inter_broker_tls, login=config.inter_broker_login)
+            tls_context=self.inter_broker_tls, login=config.inter_broker_login,
+            metrics=self.metrics)
         self.handlers.txn_verifier = txn_apis.verifier = self.txn_verifier
         self.handlers.on_offsets_marker = self.coordinator.txn_completed
         # When this broker last wrote each internal topic's znodes.

@@ -133,6 +133,13 @@ def last_stable_offset(port: int, topic: str, partition: int) -> int:
     return r.topics[0].partitions[0].offset
 
 
+def metric(d: Any, sample: str) -> float:
+    """The value of one sample (name and labels as /metrics writes them); 0 if absent."""
+    _, text = d.http("/metrics")
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith(sample + " "))
+
+
 def commit_with_a_client(bootstrap: str, tid: str, records: dict[int, list[bytes]],
                          topic: str) -> None:
     p = ck.Producer({"bootstrap.servers": bootstrap, "transactional.id": tid})
@@ -193,6 +200,14 @@ def test_a_batch_its_transaction_does_not_hold_never_hangs_the_partition(
                     "Partition was not added to the transaction"
             else:
                 assert codes == {("v", 0): 0, ("v", 1): 0}, late
+            # Kafka's VerificationFailureRate and VerificationTimeMs: two partitions
+            # refused; two questions (the first batch of the transaction, then both
+            # late ones in one).
+            assert metric(d, "kafka_server_addpartitionstotxnmanager_verification_failures_"
+                             f'total{{error="{errors.INVALID_TXN_STATE}"}}') == \
+                (2 if verification else 0)
+            assert metric(d, "kafka_server_addpartitionstotxnmanager_verification_time_"
+                             "seconds_count") == (2 if verification else 0)
         finally:
             txn.close()
 

@@ -318,6 +318,17 @@ class Metrics:
         self._request_children: dict[tuple[str, int], tuple[Any, Any, Any]] = {}
         self.errors = Counter("kafka_network_requestmetrics_errors",
                               "Error codes in responses", ["request", "error"], registry=r)
+        # Kafka's AddPartitionsToTxnManager metrics: transaction verification
+        # (daemon.replica.txn_verification) as the leader sees it.
+        self.verification_failures = Counter(
+            "kafka_server_addpartitionstotxnmanager_verification_failures",
+            "Partitions a transaction verification refused or could not verify (Kafka's "
+            "VerificationFailureRate), by the Kafka error code the coordinator gave",
+            ["error"], registry=r)
+        self.verification_time = Histogram(
+            "kafka_server_addpartitionstotxnmanager_verification_time_seconds",
+            "Time a leader waited for a transaction coordinator's answer (Kafka's "
+            "VerificationTimeMs)", buckets=_LATENCY_BUCKETS, registry=r)
         self.bad_frames = Counter("logkeeper_protocol_rejected_frames",
                                   "Frames that closed their connection", ["reason"], registry=r)
         self.logins = Counter(

@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -45,6 +46,7 @@ from kafka.protocol.producer import AddPartitionsToTxnRequest
 from logstore import TopicPartition
 
 from ..api import errors, protocol
+from ..ops.metrics import Metrics
 from ..wire.peer import Peers, VersionNotServed
 from .partition import Partition
 from .producer import Verification
@@ -82,8 +84,9 @@ def produce_error(code: int) -> tuple[int, str]:
 class TxnVerifier:
     def __init__(self, broker_id: int, start: Start, locate: Locate, verify_here: VerifyHere,
                  *, enabled: bool = True, tls_context: ssl.SSLContext | None = None,
-                 login: tuple[str, str, str] | None = None):
+                 login: tuple[str, str, str] | None = None, metrics: Metrics | None = None):
         self.broker_id = broker_id
+        self.metrics = metrics
         self.enabled = enabled  # transaction.partition.verification.enable
         self._start = start
         self._locate = locate
@@ -111,8 +114,13 @@ class TxnVerifier:
                    if v is not None}
         if not waiting:
             return {}, {}
+        asked = time.perf_counter()
         codes = await self._ask(transactional_id, producer_id, producer_epoch, list(waiting))
         refused = {tp: code for tp, code in codes.items() if code != errors.NONE}
+        if self.metrics is not None:
+            self.metrics.verification_time.observe(time.perf_counter() - asked)
+            for code in refused.values():
+                self.metrics.verification_failures.labels(str(code)).inc()
         return {tp: v for tp, v in waiting.items() if tp not in refused}, refused
 
     async def _ask(self, tid: str, producer_id: int, producer_epoch: int,
