@@ -8,6 +8,12 @@
   splices the records from the segment into pipes on the dir worker and from the pipes
   into the socket on the event loop (docs/architecture.md "The fetch path"); the
   baseline copies them into Python bytes, which the fetch never does.
+- The shares nothing in the daemon can shorten, beside each of those two: the client's
+  own work (confluent-kafka's produce() calls with no broker to send to; its consumer
+  handing over records it has already fetched) and, for the fetch, the kernel's (the
+  same segment bytes sendfile()d over loopback to a reader). Each is timed in the same
+  run against the same baseline: when the client's share and the kernel's add up to
+  more than the target allows, no daemon could meet it on this machine.
 - Follower replication against the leader's `Log.append` is in bench_cluster.py (it
   needs ZooKeeper and three brokers).
 - Transactions with transaction verification on (the default) vs off: the cost of the
@@ -23,7 +29,12 @@ disk's writeback swung the baselines several-fold between runs.
 
 from __future__ import annotations
 
+import os
+import socket
+import statistics
 import sys
+import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -60,7 +71,57 @@ def make_batches() -> list[bytes]:
                                  for j in range(PER_BATCH)]) for _ in range(BATCHES)]
 
 
-def test_produce_through_protocol_vs_log_append(ratio, daemon: Daemon,
+def _median_s(fn: Callable[[], object], rounds: int = 9,
+              setup: Callable[[], object] | None = None) -> float:
+    """Median seconds of one call of fn over `rounds` calls, setup untimed before each."""
+    times = []
+    for _ in range(rounds):
+        if setup is not None:
+            setup()
+        started = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _loopback_sendfile_s(path: Path, rounds: int = 9) -> float:
+    """Median seconds to move a file's bytes over loopback into a reader's buffer with
+    sendfile (one request, one answer of the whole file): the kernel's part of a fetch."""
+    size = path.stat().st_size
+    srv = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        conn, _ = srv.accept()
+        with conn, open(path, "rb") as f:
+            while conn.recv(1):
+                sent = 0
+                while sent < size:
+                    sent += os.sendfile(conn.fileno(), f.fileno(), sent, size - sent)
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    view = memoryview(bytearray(size))
+    with socket.create_connection(srv.getsockname()) as c:
+        def one() -> None:
+            c.sendall(b"x")
+            got = 0
+            while got < size:
+                got += c.recv_into(view[got:], size - got)
+
+        one()
+        median = _median_s(one, rounds)
+    server.join(10)
+    srv.close()
+    return median
+
+
+def test_produce_through_protocol_vs_log_append(ratio, measured, daemon: Daemon,
                                                 page_cache_path: Path) -> None:
     batches = make_batches()
     total = sum(len(b) for b in batches)
@@ -86,8 +147,26 @@ def test_produce_through_protocol_vs_log_append(ratio, daemon: Daemon,
         if log.size_bytes > 512 << 20:
             log.apply_retention()
 
-    ratio("daemon produce 8 MiB, confluent-kafka acks=1", ours, baseline, target=0.5,
-          unit_bytes=total, rounds=7, min_sample=0.05, baseline_label="Log.append")
+    pair = ratio("daemon produce 8 MiB, confluent-kafka acks=1", ours, baseline, target=0.5,
+                 unit_bytes=total, rounds=7, min_sample=0.05, baseline_label="Log.append")
+
+    if pair is not None:
+        # The client's share: the same produce() calls into a producer with no broker
+        # (a closed port), its queue purged between rounds.
+        idle = ck.Producer({"bootstrap.servers": f"127.0.0.1:{_free_port()}", "acks": 1,
+                            "linger.ms": 5, "batch.size": 64 * 1024, "log_level": 0,
+                            "queue.buffering.max.kbytes": 256 * 1024,
+                            "compression.type": "none"})
+
+        def calls() -> None:
+            for i in range(n_records):
+                idle.produce("bench-produce", value=value, key=b"k%d" % (i % PER_BATCH),
+                             partition=(i // PER_BATCH) % PARTITIONS)
+
+        measured("  its client's share: the produce() calls alone, no broker",
+                 _median_s(calls, setup=idle.purge), pair.baseline_s, unit_bytes=total,
+                 ours_label="produce() calls", baseline_label="Log.append")
+        idle.purge()
 
     # The daemon's own share: the same batches, already built, one Produce v8 request
     # each (acks=1) over one connection, answered before the next is sent. The
@@ -111,7 +190,7 @@ def test_produce_through_protocol_vs_log_append(ratio, daemon: Daemon,
     log.close()
 
 
-def test_fetch_through_protocol_vs_log_read(ratio, daemon: Daemon,
+def test_fetch_through_protocol_vs_log_read(ratio, measured, daemon: Daemon,
                                             page_cache_path: Path) -> None:
     batches = make_batches()
     total = sum(len(b) for b in batches)
@@ -153,8 +232,28 @@ def test_fetch_through_protocol_vs_log_read(ratio, daemon: Daemon,
             last = list(records.iter_batches(data))[-1]
             offset = last.base_offset + last.last_offset_delta + 1
 
-    ratio("daemon fetch 8 MiB, confluent-kafka consumer", ours, baseline, target=0.5,
-          unit_bytes=total, rounds=7, min_sample=0.05, baseline_label="Log.read")
+    pair = ratio("daemon fetch 8 MiB, confluent-kafka consumer", ours, baseline, target=0.5,
+                 unit_bytes=total, rounds=7, min_sample=0.05, baseline_label="Log.read")
+
+    if pair is not None:
+        # The client's share: the consumer handing over the same records once its fetch
+        # has brought them in (given 0.3 s, untimed, after the assign).
+        def fetched() -> None:
+            consumer.assign([ck.TopicPartition("bench-fetch", 0, 0)])
+            time.sleep(0.3)
+
+        def handed_over() -> None:
+            got = 0
+            while got < n_records:
+                got += len(consumer.consume(n_records - got, 5.0))
+
+        measured("  its client's share: records already fetched, handed over",
+                 _median_s(handed_over, setup=fetched), pair.baseline_s, unit_bytes=total,
+                 ours_label="consume()", baseline_label="Log.read")
+        segment = min(daemon.root.glob("disk*/bench-fetch-0/*.log"))
+        measured("  its kernel's share: the segment sendfile()d over loopback",
+                 _loopback_sendfile_s(segment), pair.baseline_s, unit_bytes=total,
+                 ours_label="sendfile+recv", baseline_label="Log.read")
 
     from kafka.protocol.consumer import FetchRequest
 
