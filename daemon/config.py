@@ -492,7 +492,9 @@ KEYS: dict[str, Key] = {k.name: k for k in (
     Key("ssl.allow.san.changes", bool, False, _bool,
         "... or other subject alternative names (default false)"),
     Key("ssl.cipher.suites", str, (), _names,
-        "accepted, not applied: OpenSSL's default suites are used (a warning says so)"),
+        "the suites served and offered, by standard name (TLS_ECDHE_RSA_WITH_AES_256_GCM_"
+        "SHA384); a TLS version none of whose suites is listed is not served; TLS 1.3's "
+        "all or none; empty: OpenSSL's defaults"),
     # SASL (daemon.security.sasl), Kafka's keys and defaults; per listener as
     # listener.name.<listener>.sasl.enabled.mechanisms and, for each mechanism, its JAAS
     # config as listener.name.<listener>.<mechanism>.sasl.jaas.config.
@@ -1123,9 +1125,6 @@ def _tls(values: Mapping[str, Any], per_listener: Mapping[str, Mapping[str, Any]
                 else f"{LISTENER_PREFIX}{lst.name.lower()}.{err.key}"
             raise ConfigError(f"{origin.at(key)}: listener {lst.name} "
                               f"({protocols[lst.name]}): {err}") from err
-        if get("ssl.cipher.suites"):
-            warnings.append(f"{origin.source}: listener {lst.name}: ssl.cipher.suites is not "
-                            "applied; OpenSSL's default suites (none of the weak ones) are used")
     return out
 
 

@@ -336,6 +336,97 @@ def test_tls_settings_that_cannot_work_are_refused(tmp_path: Path) -> None:
         cfg.tls["SSL"].client_context()
 
 
+def handshake(port: int, ca: Path, *, ciphers: str | None = None,
+              highest: ssl.TLSVersion | None = None) -> tuple[str, str]:
+    """(TLS version, OpenSSL suite name) a client offering `ciphers` (OpenSSL's names,
+    TLS 1.2) up to `highest` agrees with the listener at `port`; ssl.SSLError if none."""
+    ctx = ssl.create_default_context(cafile=str(ca))
+    if ciphers is not None:
+        ctx.set_ciphers(ciphers)
+    if highest is not None:
+        ctx.maximum_version = highest
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw, \
+            ctx.wrap_socket(raw, server_hostname="localhost") as s:
+        version, cipher = s.version(), s.cipher()
+        assert version is not None and cipher is not None
+        return version, cipher[0]
+
+
+def test_ssl_cipher_suites_decide_what_a_listener_negotiates(tmp_path: Path) -> None:
+    """ssl.cipher.suites by Kafka's (standard) names: a listener given two TLS 1.2 suites
+    negotiates one of them and nothing else, not TLS 1.3 (as under Java, a version none of
+    whose suites is listed is not served), and real clients still produce and read over
+    it; the brokers' own client side offers the same. A list OpenSSL cannot serve as
+    written is refused when the config loads, naming the key."""
+    ca = CertificateAuthority(tmp_path / "ca")
+    broker = ca.issue("broker1")
+    chosen = "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256"
+    d = Daemon(tmp_path / "d", {"num.partitions": 1})
+    ssl_port = free_port()
+    with_ssl_listener(d, ssl_port, ssl_keystore_location=str(broker.keystore_pem),
+                      ssl_cipher_suites=chosen)
+    with d:
+        # A client offering everything (TLS 1.3 first) gets TLS 1.2 and a listed suite.
+        version, suite = handshake(ssl_port, ca.cert_pem)
+        assert version == "TLSv1.2"
+        assert suite in ("ECDHE-ECDSA-AES256-GCM-SHA384", "ECDHE-ECDSA-CHACHA20-POLY1305")
+        assert handshake(ssl_port, ca.cert_pem, ciphers="ECDHE-ECDSA-CHACHA20-POLY1305") == (
+            "TLSv1.2", "ECDHE-ECDSA-CHACHA20-POLY1305")
+        # One offering only suites not listed (strong ones, at that) is refused.
+        with pytest.raises(ssl.SSLError):
+            handshake(ssl_port, ca.cert_pem, ciphers="ECDHE-ECDSA-AES128-GCM-SHA256",
+                      highest=ssl.TLSVersion.TLSv1_2)
+        tls_conf = {"bootstrap.servers": f"localhost:{ssl_port}", "security.protocol": "ssl",
+                    "ssl.ca.location": str(ca.cert_pem)}
+        p = ck.Producer(tls_conf)
+        for i in range(20):
+            p.produce("suites", b"v%d" % i)
+        assert p.flush(30) == 0
+        kc = KafkaConsumer("suites", bootstrap_servers=f"localhost:{ssl_port}",
+                           security_protocol="SSL", ssl_cafile=str(ca.cert_pem),
+                           auto_offset_reset="earliest", consumer_timeout_ms=5000)
+        assert [m.value for m in kc] == [b"v%d" % i for i in range(20)]
+        kc.close()
+
+    # The side a broker connects to other brokers with offers the same suites.
+    cfg = config_mod.from_mapping({
+        "listeners": "PLAINTEXT://127.0.0.1:9092,SSL://127.0.0.1:9093",
+        "ssl.keystore.location": str(broker.keystore_pem), "ssl.cipher.suites": chosen})
+    client = cfg.tls["SSL"].client_context()
+    assert client.maximum_version == ssl.TLSVersion.TLSv1_2
+    assert {c["name"] for c in client.get_ciphers() if c["protocol"] == "TLSv1.2"} == {
+        "ECDHE-ECDSA-AES256-GCM-SHA384", "ECDHE-ECDSA-CHACHA20-POLY1305"}
+    # TLS 1.3's suites, all three listed (OpenSSL's set): TLS 1.3 only.
+    only13 = config_mod.from_mapping({
+        "listeners": "PLAINTEXT://127.0.0.1:9092,SSL://127.0.0.1:9093",
+        "ssl.keystore.location": str(broker.keystore_pem),
+        "ssl.cipher.suites": "TLS_AES_128_GCM_SHA256,TLS_AES_256_GCM_SHA384,"
+                             "TLS_CHACHA20_POLY1305_SHA256"}).tls["SSL"]
+    assert only13.versions == (ssl.TLSVersion.TLSv1_3, ssl.TLSVersion.TLSv1_3)
+
+    keystore = str(broker.keystore_pem)
+    msg = refusal(tmp_path, ssl_keystore_location=keystore,
+                  ssl_cipher_suites="TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,ECDHE-RSA-AES128-SHA")
+    assert "ssl.cipher.suites: ECDHE-RSA-AES128-SHA: no cipher suite" in msg
+    assert "listener SSL (SSL)" in msg
+    msg = refusal(tmp_path, ssl_keystore_location=keystore,
+                  ssl_cipher_suites="TLS_AES_256_GCM_SHA384")
+    assert "serves TLS 1.3 with all of OpenSSL's" in msg and "list all of them or none" in msg
+    assert "lists no suite of the TLS versions" in refusal(
+        tmp_path, ssl_keystore_location=keystore, ssl_enabled_protocols="TLSv1.3",
+        ssl_cipher_suites="TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384")
+    # A listener's own list is named as such.
+    msg = refusal(tmp_path, ssl_keystore_location=keystore,
+                  **{"listener.name.ssl.ssl.cipher.suites": "TLS_NOT_A_SUITE"})
+    assert "listener SSL (SSL): ssl.cipher.suites: TLS_NOT_A_SUITE: no cipher suite" in msg
+    # Java's renegotiation signal in a list copied from a JVM's is no suite: passed over.
+    cfg = config_mod.from_mapping({
+        "listeners": "PLAINTEXT://127.0.0.1:9092,SSL://127.0.0.1:9093",
+        "ssl.keystore.location": keystore, "ssl.cipher.suites":
+            "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,TLS_EMPTY_RENEGOTIATION_INFO_SCSV"})
+    assert cfg.tls["SSL"].ciphers == "ECDHE-ECDSA-AES128-GCM-SHA256"
+
+
 def test_serve_stops_before_binding_on_a_bad_keystore(tmp_path: Path) -> None:
     """`logkeeper serve` with a wrong keystore password: exit 2 and the reason, with no
     port bound and no log dir touched."""

@@ -16,6 +16,12 @@ with `listener.name.<listener>.ssl.*` taking precedence for one listener:
 - `ssl.client.auth` (none, requested, required), `ssl.enabled.protocols` (TLSv1.2 and
   TLSv1.3; older ones are refused), `ssl.endpoint.identification.algorithm` (https, the
   default: a broker checks the host name of the broker it connects to; empty: not).
+- `ssl.cipher.suites`: the suites served and offered, by their standard (IANA) names as
+  Java and Kafka give them (TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384), translated to
+  OpenSSL's through OpenSSL's own table (`cipher_suites`). As under Java, a version none
+  of whose suites is listed is not negotiated: a list of TLS 1.2 suites only serves
+  TLS 1.2. One difference, said when the config loads: Python's ssl module cannot narrow
+  TLS 1.3's suites, so those are listed all or none (OpenSSL's default three).
 
 Everything is read and checked once, when the config loads (`settings`), so a wrong
 password or a missing file stops `logkeeper serve` with the key named, before any
@@ -64,6 +70,7 @@ class TlsSettings:
     client_auth: str
     versions: tuple[ssl.TLSVersion, ssl.TLSVersion]  # lowest, highest
     check_hostname: bool
+    ciphers: str | None = None  # ssl.cipher.suites' TLS 1.2 suites, OpenSSL's names
 
     def __repr__(self) -> str:  # never the key
         return f"TlsSettings({self.listener}, {self.subject!r}, client_auth={self.client_auth})"
@@ -127,6 +134,8 @@ class TlsSettings:
 
     def _common(self, ctx: ssl.SSLContext, purpose: ssl.Purpose) -> None:
         ctx.minimum_version, ctx.maximum_version = self.versions
+        if self.ciphers is not None:
+            ctx.set_ciphers(self.ciphers)
         if self.trusted_pem is not None:
             ctx.load_verify_locations(cadata=self.trusted_pem)
         else:
@@ -153,10 +162,13 @@ def settings(listener: str, get: Callable[[str], Any], *, client: bool = False) 
         raise TlsError("ssl.enabled.protocols",
                        f"expected TLSv1.2 and/or TLSv1.3, got {','.join(enabled) or 'nothing'}")
     versions = sorted(TLS_VERSIONS[p] for p in enabled)
+    ciphers, lowest, highest = _cipher_choice(get("ssl.cipher.suites") or (),
+                                              versions[0], versions[-1])
     out = TlsSettings(listener=listener, chain_pem=chain_pem, subject=subject,
                       trusted_pem=trusted, client_auth=get("ssl.client.auth"),
-                      versions=(versions[0], versions[-1]),
-                      check_hostname=get("ssl.endpoint.identification.algorithm") == "https")
+                      versions=(lowest, highest),
+                      check_hostname=get("ssl.endpoint.identification.algorithm") == "https",
+                      ciphers=ciphers)
     try:  # what OpenSSL itself refuses (a key too weak for its security level, ...)
         out.client_context()
         if not client:
@@ -165,6 +177,109 @@ def settings(listener: str, get: Callable[[str], Any], *, client: bool = False) 
         raise TlsError("ssl.keystore.location", f"OpenSSL refuses the key material: "
                        f"{err.reason or err}") from err
     return out
+
+
+# ---- cipher suites ----
+
+# What Java puts in a ClientHello's suite list as a signal, not a suite: OpenSSL sends
+# it by itself, so a list copied from a JVM's may carry it.
+_SIGNALLING_SUITES = ("TLS_EMPTY_RENEGOTIATION_INFO_SCSV",)
+_cipher_table: dict[str, tuple[str, bool]] | None = None
+
+
+def cipher_suites() -> dict[str, tuple[str, bool]]:
+    """Every suite the running OpenSSL knows: standard (IANA) name -> (OpenSSL's name,
+    whether it is a TLS 1.3 suite), read from OpenSSL itself (SSL_CIPHER_standard_name,
+    OpenSSL 1.1.1 and later) through the libssl Python's ssl module runs on. {} when
+    that library cannot be asked."""
+    global _cipher_table
+    if _cipher_table is None:
+        try:
+            _cipher_table = _ask_openssl()
+        except (OSError, AttributeError):
+            _cipher_table = {}
+    return _cipher_table
+
+
+def _ask_openssl() -> dict[str, tuple[str, bool]]:
+    import ctypes
+    import ctypes.util
+
+    lib = ctypes.CDLL(ctypes.util.find_library("ssl") or "libssl.so.3")
+    ptr, text = ctypes.c_void_p, ctypes.c_char_p
+    for name, res, args in (("TLS_method", ptr, []), ("SSL_CTX_new", ptr, [ptr]),
+                            ("SSL_CTX_free", None, [ptr]),
+                            ("SSL_CTX_set_cipher_list", ctypes.c_int, [ptr, text]),
+                            ("SSL_CTX_get_ciphers", ptr, [ptr]),
+                            ("OPENSSL_sk_num", ctypes.c_int, [ptr]),
+                            ("OPENSSL_sk_value", ptr, [ptr, ctypes.c_int]),
+                            ("SSL_CIPHER_get_name", text, [ptr]),
+                            ("SSL_CIPHER_standard_name", text, [ptr]),
+                            ("SSL_CIPHER_get_version", text, [ptr])):
+        fn = getattr(lib, name)
+        fn.restype, fn.argtypes = res, args
+    ctx = lib.SSL_CTX_new(lib.TLS_method())
+    if not ctx:
+        return {}
+    try:
+        lib.SSL_CTX_set_cipher_list(ctx, b"ALL:COMPLEMENTOFALL:@SECLEVEL=0")
+        stack = lib.SSL_CTX_get_ciphers(ctx)
+        table = {}
+        for i in range(lib.OPENSSL_sk_num(stack) if stack else 0):
+            cipher = lib.OPENSSL_sk_value(stack, i)
+            standard = lib.SSL_CIPHER_standard_name(cipher)
+            if standard:
+                table[standard.decode()] = (lib.SSL_CIPHER_get_name(cipher).decode(),
+                                            lib.SSL_CIPHER_get_version(cipher) == b"TLSv1.3")
+        return table
+    finally:
+        lib.SSL_CTX_free(ctx)
+
+
+def _cipher_choice(suites: tuple[str, ...], lowest: ssl.TLSVersion, highest: ssl.TLSVersion
+                   ) -> tuple[str | None, ssl.TLSVersion, ssl.TLSVersion]:
+    """ssl.cipher.suites as OpenSSL takes it: (the TLS 1.2 suites as an OpenSSL cipher
+    list, None for OpenSSL's defaults; the lowest and highest version left to serve)."""
+    suites = tuple(s for s in suites if s not in _SIGNALLING_SUITES)
+    if not suites:
+        return None, lowest, highest
+    table = cipher_suites()
+    if not table:
+        raise TlsError("ssl.cipher.suites", f"this machine's OpenSSL ({ssl.OPENSSL_VERSION}) "
+                       "cannot name its suites by their standard names; leave the key unset "
+                       "to use OpenSSL's default suites")
+    unknown = [s for s in suites if s not in table]
+    if unknown:
+        raise TlsError("ssl.cipher.suites", f"{', '.join(unknown)}: no cipher suite "
+                       f"{ssl.OPENSSL_VERSION} knows by that name (give standard names, as "
+                       "Java does: TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384, TLS_AES_256_GCM_SHA384)")
+    tls13 = {s for s in suites if table[s][1]}
+    tls12 = [table[s][0] for s in suites if not table[s][1]]
+    served13 = {c["name"] for c in ssl.create_default_context().get_ciphers()
+                if c["protocol"] == "TLSv1.3"}
+    if tls13 and tls13 != served13:
+        raise TlsError("ssl.cipher.suites", f"lists {', '.join(sorted(tls13))} of TLS 1.3's "
+                       "suites: logkeeper serves TLS 1.3 with all of OpenSSL's "
+                       f"({', '.join(sorted(served13))}) or, when none is listed, not at all "
+                       "(Python's ssl module cannot narrow them); list all of them or none")
+    v12, v13 = ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3
+    if not tls13:
+        highest = min(highest, v12)
+    if not tls12:
+        lowest = max(lowest, v13)
+    if lowest > highest:
+        raise TlsError("ssl.cipher.suites", "lists no suite of the TLS versions "
+                       "ssl.enabled.protocols enables, so no connection could be made")
+    if not tls12:
+        return None, lowest, highest
+    ciphers = ":".join(tls12)
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).set_ciphers(ciphers)
+    except ssl.SSLError as err:
+        raise TlsError("ssl.cipher.suites", f"OpenSSL refuses every TLS 1.2 suite listed "
+                       f"({err.reason or err}; those below its security level are not "
+                       "served)") from err
+    return ciphers, lowest, highest
 
 
 # ---- the keystore ----

@@ -63,6 +63,8 @@ def rdkafka_config(props: Mapping[str, str]) -> dict[str, str]:
         if parts is not None:
             out["ssl.key.pem"], out["ssl.certificate.pem"] = parts
         out["ssl.endpoint.identification.algorithm"] = "https" if tls.check_hostname else "none"
+        if tls.ciphers is not None:
+            out["ssl.cipher.suites"] = tls.ciphers  # librdkafka takes OpenSSL's names
     for name, value in props.items():
         value = value.strip()
         if name in _DROPPED or ((tls is not None or login is not None) and (
