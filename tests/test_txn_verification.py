@@ -16,8 +16,10 @@ question goes over the wire (AddPartitionsToTxn v4)."""
 from __future__ import annotations
 
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -325,6 +327,67 @@ def test_the_coordinator_on_another_broker_is_asked_over_the_wire(tmp_path: Path
         want = {p: vs * 3 for p, vs in values.items()}
         want[added] = [b"remote-added", *want[added]]
         assert got == want
+
+
+def test_questions_for_one_coordinator_share_a_request(tmp_path: Path) -> None:
+    """Two brokers: every transaction's coordinator on one, the partitions' leader on
+    the other. The coordinator's broker is paused (SIGSTOP) while six producers each
+    send their transaction's first batch: the leader's first question waits on it, and
+    the other five go in one request once it answers (Kafka's AddPartitionsToTxnManager
+    batches them so). Each transaction gets its own answer out of the shared request:
+    the five whose partition was added are written, the one whose was not is refused,
+    and a read_committed consumer reads the five committed records once each."""
+    extra = {"transaction.state.log.num.partitions": 1,
+             "transaction.state.log.replication.factor": 1, "transaction.state.log.min.isr": 1,
+             "offsets.topic.num.partitions": 1, "offsets.topic.replication.factor": 1}
+    with Cluster(tmp_path, brokers=2, dirs=1, extra=extra) as cl:
+        bootstrap = ",".join(b.bootstrap for b in cl.brokers.values())
+        first = cl.brokers[cl.alive()[0]]
+        clients = [TxnClient(first.port, f"shared-{i}") for i in range(6)]
+        try:
+            coordinator = clients[0].coordinator
+            assert {c.coordinator for c in clients} == {coordinator}
+            leader = next(b for b in cl.brokers if b != coordinator)
+            admin = AdminClient({"bootstrap.servers": bootstrap})
+            created = admin.create_topics([NewTopic("v", 6, replica_assignment=[[leader]] * 6)])
+            created["v"].result(30)
+            wait_for(lambda: cl.agreed("v", 6), 30, "the topic's leader")
+            for i, c in enumerate(clients[:5]):
+                assert c.add("v", i) == 0
+            coord, lead = cl.brokers[coordinator], cl.brokers[leader]
+            asked_before = metric(coord, "kafka_network_requestmetrics_requests_total",
+                                  request="AddPartitionsToTxn", version="4") or 0.0
+            answers: dict[int, int] = {}
+
+            def send(i: int) -> None:
+                got = clients[i].produce({("v", i): clients[i].batch("v", i, [b"t%d" % i])},
+                                         port=lead.port)
+                answers[i] = got[("v", i)].error_code
+
+            coord.proc.send_signal(signal.SIGSTOP)
+            try:
+                senders = [threading.Thread(target=send, args=(i,)) for i in range(6)]
+                for t in senders:
+                    t.start()
+                time.sleep(2.0)  # every Produce reaches the leader and waits
+            finally:
+                coord.proc.send_signal(signal.SIGCONT)
+            for t in senders:
+                t.join(60)
+            assert answers == {0: 0, 1: 0, 2: 0, 3: 0, 4: 0, 5: errors.INVALID_TXN_STATE}
+            asked = (metric(coord, "kafka_network_requestmetrics_requests_total",
+                            request="AddPartitionsToTxn", version="4") or 0.0) - asked_before
+            verified = metric(lead, "kafka_server_addpartitionstotxnmanager_verification_time_"
+                                    "seconds_count")
+            assert verified == 6
+            assert asked == 2, f"{asked:.0f} requests carried the 6 questions"
+            for c in clients[:5]:
+                assert c.end(commit=True) == 0
+        finally:
+            for c in clients:
+                c.close()
+        got = read_committed(bootstrap, "v", list(range(6)))
+        assert got == {**{i: [b"t%d" % i] for i in range(5)}, 5: []}
 
 
 def older_release(where: Path) -> Path:

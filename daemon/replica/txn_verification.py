@@ -23,6 +23,14 @@ coordinator's broker that does not serve AddPartitionsToTxn v4 (an older release
 a rolling upgrade, found by its ApiVersions): its transactions' batches are written
 unverified, with one warning, as Kafka does, until it is upgraded.
 
+Questions to another broker are batched as Kafka's AddPartitionsToTxnManager batches
+them: one request per coordinator broker at a time, carrying every transaction whose
+question came while the one before was out (`_NodeQueue`). Two questions for the same
+transaction and producer epoch share its entry; a question for a newer epoch (or
+another producer id) replaces an older one still waiting, which is answered
+NETWORK_EXCEPTION (retried by its producer), and one for an older epoch is answered
+INVALID_PRODUCER_EPOCH, as Kafka answers them.
+
 The coordinator's answers become the producer's as Kafka's become them:
 PRODUCER_FENCED is INVALID_PRODUCER_EPOCH (what a producer aborts on and carries on
 from), TRANSACTION_ABORTABLE is INVALID_TXN_STATE (the only one clients before KIP-890's
@@ -81,6 +89,50 @@ def produce_error(code: int) -> tuple[int, str]:
     return code, f"transaction verification refused: {name}"
 
 
+class _Waiting:
+    """One transaction's questions queued for a coordinator broker: its producer and
+    epoch, and each asker's future with the partitions it asked about."""
+
+    __slots__ = ("producer_id", "producer_epoch", "askers")
+
+    def __init__(self, producer_id: int, producer_epoch: int):
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.askers: list[tuple[asyncio.Future[dict[TopicPartition, int]],
+                                list[TopicPartition]]] = []
+
+    def partitions(self) -> list[TopicPartition]:
+        return list(dict.fromkeys(tp for _, tps in self.askers for tp in tps))
+
+    def answer(self, codes: dict[TopicPartition, int]) -> None:
+        for fut, tps in self.askers:
+            if not fut.done():
+                fut.set_result({tp: codes.get(tp, errors.UNKNOWN_SERVER_ERROR) for tp in tps})
+
+    def answer_all(self, code: int) -> None:
+        self.answer(dict.fromkeys(self.partitions(), code))
+
+    def fail(self, err: BaseException) -> None:
+        for fut, _ in self.askers:
+            if not fut.done():
+                if isinstance(err, asyncio.CancelledError):
+                    fut.cancel()
+                else:
+                    fut.set_exception(err)
+
+
+class _NodeQueue:
+    """The questions for one coordinator broker not yet sent (by transactional id), and
+    whether a request to it is out."""
+
+    __slots__ = ("host", "port", "waiting", "sending")
+
+    def __init__(self, host: str, port: int):
+        self.host, self.port = host, port
+        self.waiting: dict[str, _Waiting] = {}
+        self.sending = False
+
+
 class TxnVerifier:
     def __init__(self, broker_id: int, start: Start, locate: Locate, verify_here: VerifyHere,
                  *, enabled: bool = True, tls_context: ssl.SSLContext | None = None,
@@ -97,6 +149,8 @@ class TxnVerifier:
         # Coordinator brokers found too old to ask (warned about once; forgotten when one
         # answers a question again, i.e. after its upgrade).
         self._unverifiable: set[int] = set()
+        self._queues: dict[int, _NodeQueue] = {}  # by coordinator broker id
+        self._senders: set[asyncio.Task[None]] = set()
 
     async def verify(self, transactional_id: str | None, producer_id: int,
                      producer_epoch: int, batches: list[tuple[Partition, int]]
@@ -133,8 +187,8 @@ class TxnVerifier:
             answer = self._verify_here(tid, producer_id, producer_epoch, tps)
         else:
             try:
-                answer = await self._send(node, host, port, tid, producer_id, producer_epoch,
-                                          tps)
+                answer = await self._queued(node, host, port, tid, producer_id,
+                                            producer_epoch, tps)
             except VersionNotServed as err:
                 # A broker of an older release (a rolling upgrade): it cannot be asked,
                 # so the batch is written unverified, as before verification existed
@@ -160,24 +214,83 @@ class TxnVerifier:
             out[tp] = got
         return out
 
-    async def _send(self, node: int, host: str, port: int, tid: str, producer_id: int,
-                    producer_epoch: int, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+    def _queued(self, node: int, host: str, port: int, tid: str, producer_id: int,
+                producer_epoch: int, tps: list[TopicPartition]
+                ) -> asyncio.Future[dict[TopicPartition, int]]:
+        """The coordinator broker's answer for `tps`, asked in the next request to it."""
+        fut: asyncio.Future[dict[TopicPartition, int]] = \
+            asyncio.get_running_loop().create_future()
+        queue = self._queues.get(node)
+        if queue is None:
+            queue = self._queues[node] = _NodeQueue(host, port)
+        queue.host, queue.port = host, port  # where it is now
+        waiting = queue.waiting.get(tid)
+        if waiting is not None and (waiting.producer_id, waiting.producer_epoch) != (
+                producer_id, producer_epoch):
+            if waiting.producer_id == producer_id and producer_epoch < waiting.producer_epoch:
+                fut.set_result(dict.fromkeys(tps, errors.INVALID_PRODUCER_EPOCH))
+                return fut
+            waiting.answer_all(errors.NETWORK_EXCEPTION)  # replaced by the newer one
+            waiting = None
+        if waiting is None:
+            waiting = queue.waiting[tid] = _Waiting(producer_id, producer_epoch)
+        waiting.askers.append((fut, tps))
+        if not queue.sending:
+            queue.sending = True
+            task = asyncio.ensure_future(self._send_queued(node, queue))
+            self._senders.add(task)
+            task.add_done_callback(self._senders.discard)
+        return fut
+
+    async def _send_queued(self, node: int, queue: _NodeQueue) -> None:
+        """Send what is queued for `node`, one request at a time, until nothing is."""
+        try:
+            while queue.waiting:
+                batch, queue.waiting = queue.waiting, {}
+                try:
+                    answers = await self._send(node, queue.host, queue.port, batch)
+                except BaseException as err:  # each asker's own _ask says what it means
+                    for waiting in batch.values():
+                        waiting.fail(err)
+                    if isinstance(err, asyncio.CancelledError):
+                        raise
+                    continue
+                for tid, waiting in batch.items():
+                    waiting.answer(answers.get(tid, {}))
+        finally:
+            queue.sending = False
+            for waiting in queue.waiting.values():  # only when cancelled (closing)
+                waiting.fail(asyncio.CancelledError())
+            queue.waiting.clear()
+
+    async def _send(self, node: int, host: str, port: int, batch: dict[str, _Waiting]
+                    ) -> dict[str, dict[TopicPartition, int]]:
+        """One AddPartitionsToTxn v4 (verifyOnly) for every transaction in `batch`: each
+        one's answer per partition."""
         peer = await self._peers.to(node, host, port)
         T = AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction
-        topics: dict[str, list[int]] = {}
-        for tp in tps:
-            topics.setdefault(tp.topic, []).append(tp.partition)
-        req = AddPartitionsToTxnRequest(transactions=[T(
-            transactional_id=tid, producer_id=producer_id, producer_epoch=producer_epoch,
-            verify_only=True, topics=[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(
-                name=t, partitions=ps) for t, ps in topics.items()])])
-        resp: Any = await peer.request(req, VERIFY_VERSION, negotiate=True)
+        transactions = []
+        for tid, waiting in batch.items():
+            topics: dict[str, list[int]] = {}
+            for tp in waiting.partitions():
+                topics.setdefault(tp.topic, []).append(tp.partition)
+            transactions.append(T(
+                transactional_id=tid, producer_id=waiting.producer_id,
+                producer_epoch=waiting.producer_epoch, verify_only=True,
+                topics=[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(
+                    name=t, partitions=ps) for t, ps in topics.items()]))
+        resp: Any = await peer.request(AddPartitionsToTxnRequest(transactions=transactions),
+                                       VERIFY_VERSION, negotiate=True)
         self._unverifiable.discard(node)
         if resp.error_code:
-            return dict.fromkeys(tps, resp.error_code)
-        return {TopicPartition(t.name, r.partition_index): r.partition_error_code
-                for res in resp.results_by_transaction if res.transactional_id == tid
-                for t in res.topic_results for r in t.results_by_partition}
+            return {tid: dict.fromkeys(waiting.partitions(), resp.error_code)
+                    for tid, waiting in batch.items()}
+        return {res.transactional_id: {
+            TopicPartition(t.name, r.partition_index): r.partition_error_code
+            for t in res.topic_results for r in t.results_by_partition}
+            for res in resp.results_by_transaction}
 
     async def close(self) -> None:
+        for task in list(self._senders):
+            task.cancel()
         await self._peers.close()
