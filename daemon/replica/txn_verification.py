@@ -249,11 +249,13 @@ class TxnVerifier:
                 batch, queue.waiting = queue.waiting, {}
                 try:
                     answers = await self._send(node, queue.host, queue.port, batch)
-                except BaseException as err:  # each asker's own _ask says what it means
+                except asyncio.CancelledError as err:  # closing
                     for waiting in batch.values():
                         waiting.fail(err)
-                    if isinstance(err, asyncio.CancelledError):
-                        raise
+                    raise
+                except Exception as err:  # noqa: BLE001 - each asker's _ask says what it means
+                    for waiting in batch.values():
+                        waiting.fail(err)
                     continue
                 for tid, waiting in batch.items():
                     waiting.answer(answers.get(tid, {}))
