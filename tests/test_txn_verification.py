@@ -334,9 +334,10 @@ def test_questions_for_one_coordinator_share_a_request(tmp_path: Path) -> None:
     the other. The coordinator's broker is paused (SIGSTOP) while six producers each
     send their transaction's first batch: the leader's first question waits on it, and
     the other five go in one request once it answers (Kafka's AddPartitionsToTxnManager
-    batches them so). Each transaction gets its own answer out of the shared request:
-    the five whose partition was added are written, the one whose was not is refused,
-    and a read_committed consumer reads the five committed records once each."""
+    batches them so), or all six in one when they reached the leader together. Each
+    transaction gets its own answer out of the shared request: the five whose partition
+    was added are written, the one whose was not is refused, and a read_committed
+    consumer reads the five committed records once each."""
     extra = {"transaction.state.log.num.partitions": 1,
              "transaction.state.log.replication.factor": 1, "transaction.state.log.min.isr": 1,
              "offsets.topic.num.partitions": 1, "offsets.topic.replication.factor": 1}
@@ -380,7 +381,9 @@ def test_questions_for_one_coordinator_share_a_request(tmp_path: Path) -> None:
             verified = metric(lead, "kafka_server_addpartitionstotxnmanager_verification_time_"
                                     "seconds_count")
             assert verified == 6
-            assert asked == 2, f"{asked:.0f} requests carried the 6 questions"
+            # The first question goes alone, or with the others when they all came
+            # before it was sent (they reach the leader's loop together under load).
+            assert 1 <= asked <= 2, f"{asked:.0f} requests carried the 6 questions"
             for c in clients[:5]:
                 assert c.end(commit=True) == 0
         finally:
