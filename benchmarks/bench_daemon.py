@@ -44,6 +44,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from daemon.tools.zookeeper import free_port  # noqa: E402
 from logstore import Log, LogConfig, records  # noqa: E402
 from tests.daemon_helpers import Daemon, RawClient  # noqa: E402
 
@@ -82,12 +83,6 @@ def _median_s(fn: Callable[[], object], rounds: int = 9,
         fn()
         times.append(time.perf_counter() - started)
     return statistics.median(times)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _loopback_sendfile_s(path: Path, rounds: int = 9) -> float:
@@ -153,7 +148,7 @@ def test_produce_through_protocol_vs_log_append(ratio, measured, daemon: Daemon,
     if pair is not None:
         # The client's share: the same produce() calls into a producer with no broker
         # (a closed port), its queue purged between rounds.
-        idle = ck.Producer({"bootstrap.servers": f"127.0.0.1:{_free_port()}", "acks": 1,
+        idle = ck.Producer({"bootstrap.servers": f"127.0.0.1:{free_port()}", "acks": 1,
                             "linger.ms": 5, "batch.size": 64 * 1024, "log_level": 0,
                             "queue.buffering.max.kbytes": 256 * 1024,
                             "compression.type": "none"})

@@ -255,8 +255,9 @@ def _cipher_choice(suites: tuple[str, ...], lowest: ssl.TLSVersion, highest: ssl
                        "Java does: TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384, TLS_AES_256_GCM_SHA384)")
     tls13 = {s for s in suites if table[s][1]}
     tls12 = [table[s][0] for s in suites if not table[s][1]]
-    served13 = {c["name"] for c in ssl.create_default_context().get_ciphers()
-                if c["protocol"] == "TLSv1.3"}
+    # A bare context (no CA certificates read): OpenSSL's default suites, TLS 1.3's among them.
+    probe = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    served13 = {c["name"] for c in probe.get_ciphers() if c["protocol"] == "TLSv1.3"}
     if tls13 and tls13 != served13:
         raise TlsError("ssl.cipher.suites", f"lists {', '.join(sorted(tls13))} of TLS 1.3's "
                        "suites: logkeeper serves TLS 1.3 with all of OpenSSL's "
@@ -274,7 +275,7 @@ def _cipher_choice(suites: tuple[str, ...], lowest: ssl.TLSVersion, highest: ssl
         return None, lowest, highest
     ciphers = ":".join(tls12)
     try:
-        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).set_ciphers(ciphers)
+        probe.set_ciphers(ciphers)
     except ssl.SSLError as err:
         raise TlsError("ssl.cipher.suites", f"OpenSSL refuses every TLS 1.2 suite listed "
                        f"({err.reason or err}; those below its security level are not "
