@@ -708,6 +708,13 @@ class Server:
             move_lags=move_lags, leader_replication_rate=self.quotas.leader.rate(),
             follower_replication_rate=self.quotas.follower.rate())
 
+    def _zookeeper_security(self) -> dict[str, Any]:
+        """How this broker's ZooKeeper clients connect and create znodes
+        (zookeeper.ssl.*, zookeeper.set.acl; daemon.cluster.zk_client)."""
+        tls = self.config.zookeeper_tls
+        return {"tls_context": None if tls is None else tls.client_context(),
+                "secure_acls": self.config["zookeeper.set.acl"]}
+
     async def _cluster_id_from_zookeeper(self, found: str | None) -> str:
         """At start-up, before the dirs open: the cluster's id from `/cluster/id` (the
         first broker creates it). ZooKeeper unreachable: the dirs' id, or no start."""
@@ -715,7 +722,8 @@ class Server:
         timeout = self.config["zookeeper.session.timeout.ms"] / 1000
         try:
             return await asyncio.to_thread(cluster_id_from_zookeeper, hosts,
-                                           found or new_cluster_id(), timeout=timeout)
+                                           found or new_cluster_id(), timeout=timeout,
+                                           **self._zookeeper_security())
         except Exception as err:  # noqa: BLE001 - ZooKeeper away or refusing: decided below
             if found is None:
                 raise LogStoreError(
@@ -928,7 +936,8 @@ class Server:
                                               in self.advertised.items()],
                                    session_timeout=session_timeout,
                                    on_fatal=lambda why: loop.call_soon_threadsafe(self._on_fatal, why),
-                                   on_registered=self._on_registered)
+                                   on_registered=self._on_registered,
+                                   **self._zookeeper_security())
         # The controller shares the link's ZooKeeper session, so losing it loses both the
         # registration and the controller's place; it starts once the broker is
         # registered (_on_registered), never before.

@@ -234,7 +234,8 @@ SASL_PROTOCOLS = ("SASL_PLAINTEXT", "SASL_SSL")
 # Kafka's PASSWORD-type keys: DescribeConfigs never shows their values.
 SENSITIVE_KEYS = frozenset({"ssl.keystore.password", "ssl.key.password", "ssl.keystore.key",
                             "ssl.keystore.certificate.chain", "ssl.truststore.password",
-                            "ssl.truststore.certificates"})
+                            "ssl.truststore.certificates", "zookeeper.ssl.keystore.password",
+                            "zookeeper.ssl.truststore.password"})
 
 
 def _protocol_map(value: Any) -> tuple[tuple[str, str], ...]:
@@ -530,6 +531,43 @@ KEYS: dict[str, Key] = {k.name: k for k in (
         "ZooKeeper connect string; unset = standalone (this broker leads everything)"),
     Key("zookeeper.session.timeout.ms", int, 18000, _int(1000, 600000),
         "ZooKeeper session timeout; after an expiry the broker registers again"),
+    # ZooKeeper over TLS (daemon.cluster.zk_client), Kafka's zookeeper.ssl.* keys and
+    # defaults; the key material is read as the ssl.* keys' (daemon.security.tls).
+    Key("zookeeper.ssl.client.enable", bool, False, _bool,
+        "connect to ZooKeeper over TLS (its secureClientPort); zookeeper.clientCnxnSocket, "
+        "which Java needs for it, is not"),
+    Key("zookeeper.ssl.keystore.location", str, None, _optional_text,
+        "this broker's key and certificate for ZooKeeper (PKCS12 or PEM): for a ZooKeeper "
+        "that asks for a client certificate, and zookeeper.set.acl's identity"),
+    Key("zookeeper.ssl.keystore.password", str, None, _optional_text,
+        "opens the PKCS12 keystore (or decrypts a PEM key)"),
+    Key("zookeeper.ssl.keystore.type", str, None, _keystore_type,
+        "PKCS12 or PEM; unset: read from the file"),
+    Key("zookeeper.ssl.truststore.location", str, None, _optional_text,
+        "the CAs ZooKeeper's certificate must chain to (PKCS12 or PEM); unset: the "
+        "system's CAs"),
+    Key("zookeeper.ssl.truststore.password", str, None, _optional_text,
+        "opens a PKCS12 truststore"),
+    Key("zookeeper.ssl.truststore.type", str, None, _keystore_type,
+        "PKCS12 or PEM; unset: read from the file"),
+    Key("zookeeper.ssl.protocol", str, "TLSv1.2", _ssl_protocol,
+        "the TLS version used when zookeeper.ssl.enabled.protocols is unset (TLS: 1.2 "
+        "and 1.3)"),
+    Key("zookeeper.ssl.enabled.protocols", str, None, _tls_protocols,
+        "the TLS versions offered to ZooKeeper (TLSv1.2, TLSv1.3); unset: "
+        "zookeeper.ssl.protocol"),
+    Key("zookeeper.ssl.cipher.suites", str, (), _names,
+        "the suites offered to ZooKeeper, by standard name, as ssl.cipher.suites"),
+    Key("zookeeper.ssl.endpoint.identification.algorithm", str, "https",
+        _endpoint_identification,
+        "https: ZooKeeper's certificate must name the host connected to; empty: not checked"),
+    Key("zookeeper.ssl.crl.enable", bool, False, _bool,
+        "certificate revocation lists: not served (true is refused)"),
+    Key("zookeeper.ssl.ocsp.enable", bool, False, _bool,
+        "OCSP: not served (true is refused)"),
+    Key("zookeeper.set.acl", bool, False, _bool,
+        "create znodes readable by all and writable only by this broker's ZooKeeper "
+        "identity (its TLS certificate); user and broker configs readable by it alone"),
     Key("controlled.shutdown.enable", bool, True, _bool,
         "ZooKeeper mode: before it stops, the broker asks the controller to move its "
         "partitions' leadership to other in-sync replicas"),
@@ -735,6 +773,8 @@ class Config:
     tls: Mapping[str, tls.TlsSettings] = field(default_factory=lambda: MappingProxyType({}))
     # Each SASL listener's mechanisms and logins (daemon.security.sasl).
     sasl: Mapping[str, sasl.SaslSettings] = field(default_factory=lambda: MappingProxyType({}))
+    # The TLS ZooKeeper is reached with (zookeeper.ssl.client.enable); None: plaintext.
+    zookeeper_tls: tls.TlsSettings | None = None
 
     @property
     def inter_broker_login(self) -> tuple[str, str, str] | None:
@@ -952,6 +992,7 @@ def _validate(flat: Mapping[str, Any], origin: _Origin, *, text: bool = False,
         values[name] = _broker_listeners(values, name, origin)
     _check_listeners(values, given, origin)
     tls_settings = _tls(values, per_listener, origin, warnings)
+    zookeeper_tls = _zookeeper_tls(values, origin, warnings)
     sasl_settings = _sasl(values, per_listener, origin)
     for lname, overrides in per_listener.items():
         for key, value in overrides.items():
@@ -987,7 +1028,7 @@ def _validate(flat: Mapping[str, Any], origin: _Origin, *, text: bool = False,
         raise ConfigError(f"{origin.at('log.segment.bytes')}: log.segment.bytes: {err}") from err
     return Config(values=MappingProxyType(values), source=source, warnings=tuple(warnings),
                   given=MappingProxyType(given), tls=MappingProxyType(tls_settings),
-                  sasl=MappingProxyType(sasl_settings))
+                  sasl=MappingProxyType(sasl_settings), zookeeper_tls=zookeeper_tls)
 
 
 LISTENER_PREFIX = "listener.name."
@@ -1028,6 +1069,30 @@ def _listener_keys(flat: Mapping[str, Any], origin: _Origin, text: bool
             raise ConfigError(f"{origin.at(name)}: unknown key {name!r}: {key!r} is no Kafka "
                               "key a listener can have its own value of")
     return rest, per_listener, unused
+
+
+def zookeeper_client_tls(props: Mapping[str, str], source: str) -> tls.TlsSettings | None:
+    """An admin tool's ZooKeeper TLS from its --zk-tls-config-file (Kafka's
+    zookeeper.ssl.* keys, as text; other keys are ignored, as Kafka's tools do); None
+    unless zookeeper.ssl.client.enable is true. ConfigError names the file and the key."""
+    values: dict[str, Any] = {}
+    for name, key in KEYS.items():
+        if not name.startswith("zookeeper.ssl."):
+            continue
+        try:
+            values[name] = key.check(_from_text(key, props[name])) if name in props \
+                else key.default
+        except ValueError as err:
+            raise ConfigError(f"{source}: {name} = {props[name]!r}: {err}") from err
+    if not values["zookeeper.ssl.client.enable"]:
+        return None
+    for name in ("zookeeper.ssl.crl.enable", "zookeeper.ssl.ocsp.enable"):
+        if values[name]:
+            raise ConfigError(f"{source}: {name} = true: revocation checks are not served")
+    try:
+        return tls.zookeeper_settings(values.__getitem__)
+    except tls.TlsError as err:
+        raise ConfigError(f"{source}: {err}") from err
 
 
 def client_tls(props: Mapping[str, str], source: str) -> tls.TlsSettings | None:
@@ -1125,6 +1190,41 @@ def _tls(values: Mapping[str, Any], per_listener: Mapping[str, Mapping[str, Any]
                 else f"{LISTENER_PREFIX}{lst.name.lower()}.{err.key}"
             raise ConfigError(f"{origin.at(key)}: listener {lst.name} "
                               f"({protocols[lst.name]}): {err}") from err
+    return out
+
+
+def _zookeeper_tls(values: Mapping[str, Any], origin: _Origin, warnings: list[str]
+                   ) -> tls.TlsSettings | None:
+    """The TLS the broker connects to ZooKeeper with (zookeeper.ssl.client.enable), its
+    key material read and checked now; None: plaintext. zookeeper.set.acl needs it, and
+    a keystore: the znodes' ACLs name the certificate's identity, as Kafka refuses
+    secure ACLs without a ZooKeeper login."""
+    for name in ("zookeeper.ssl.crl.enable", "zookeeper.ssl.ocsp.enable"):
+        if values[name]:
+            raise ConfigError(f"{origin.at(name)}: {name} = true: logkeeper's ZooKeeper client "
+                              "cannot check revocation (Java's CRL and OCSP checks); unset it")
+    if values["zookeeper.connect"] is None:
+        return None
+    if not values["zookeeper.ssl.client.enable"]:
+        given = [k for k in KEYS if k.startswith("zookeeper.ssl.") and values[k] != KEYS[k].default]
+        if given:
+            warnings.append(f"{origin.source}: {', '.join(given)} set, but "
+                            "zookeeper.ssl.client.enable is false: ZooKeeper is reached "
+                            "without TLS")
+        if values["zookeeper.set.acl"]:
+            raise ConfigError(f"{origin.at('zookeeper.set.acl')}: zookeeper.set.acl = true "
+                              "needs an identity at ZooKeeper: set zookeeper.ssl.client.enable "
+                              "and zookeeper.ssl.keystore.location (its certificate names the "
+                              "znodes' owner)")
+        return None
+    try:
+        out = tls.zookeeper_settings(values.__getitem__)
+    except tls.TlsError as err:
+        raise ConfigError(f"{origin.at(err.key)}: ZooKeeper TLS: {err}") from err
+    if values["zookeeper.set.acl"] and out.chain_pem is None:
+        raise ConfigError(f"{origin.at('zookeeper.set.acl')}: zookeeper.set.acl = true needs "
+                          "zookeeper.ssl.keystore.location: its certificate is the identity "
+                          "the znodes' ACLs name")
     return out
 
 

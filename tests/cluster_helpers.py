@@ -39,15 +39,19 @@ class Cluster:
     def __init__(self, root: Path, brokers: int = 3, dirs: int = 2,
                  extra: dict[str, Any] | None = None,
                  log_dirs: dict[int, list[Path]] | None = None,
-                 per_broker: dict[int, dict[str, Any]] | None = None):
+                 per_broker: dict[int, dict[str, Any]] | None = None,
+                 zk_tls: tuple[Path, Path] | None = None):
         """`log_dirs` gives some brokers their own dirs (mounts made by the test);
-        `per_broker` some brokers settings of their own (broker.rack...)."""
-        self.zk = ZooKeeperServer()
+        `per_broker` some brokers settings of their own (broker.rack...); `zk_tls`: the
+        brokers reach ZooKeeper on its TLS port, which serves with (keystore, truststore)
+        (the brokers' zookeeper.ssl.* keys come in `extra`)."""
+        self.zk = ZooKeeperServer(tls=zk_tls)
         self.zk.start()
+        hosts = self.zk.hosts if zk_tls is None else self.zk.secure_hosts
         self.brokers: dict[int, Daemon] = {}
         for b in range(1, brokers + 1):
             own = (log_dirs or {}).get(b)
-            values = {"broker.id": b, "zookeeper.connect": self.zk.hosts,
+            values = {"broker.id": b, "zookeeper.connect": hosts,
                       "zookeeper.session.timeout.ms": SESSION_MS,
                       # A broker stopping while another replica has not caught up asks
                       # the controller again this soon (Kafka's default waits 5 s).

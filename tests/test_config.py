@@ -255,6 +255,20 @@ controlled.shutdown.max.retries = 5
 controlled.shutdown.retry.backoff.ms = 1000
 zookeeper.connect = "zk1:2181,zk2:2181/logkeeper"
 zookeeper.session.timeout.ms = 6000
+zookeeper.ssl.client.enable = false
+zookeeper.ssl.keystore.location = "/etc/logkeeper/zk-client.p12"
+zookeeper.ssl.keystore.password = "zk-secret"
+zookeeper.ssl.keystore.type = "PKCS12"
+zookeeper.ssl.truststore.location = "/etc/logkeeper/zk-ca.pem"
+zookeeper.ssl.truststore.password = "zk-trust"
+zookeeper.ssl.truststore.type = "PEM"
+zookeeper.ssl.protocol = "TLS"
+zookeeper.ssl.enabled.protocols = "TLSv1.2,TLSv1.3"
+zookeeper.ssl.cipher.suites = "TLS_AES_256_GCM_SHA384"
+zookeeper.ssl.endpoint.identification.algorithm = ""
+zookeeper.ssl.crl.enable = false
+zookeeper.ssl.ocsp.enable = false
+zookeeper.set.acl = false
 log.segment.bytes = 1048576
 log.roll.ms = 3600000
 log.roll.hours = 5
@@ -391,6 +405,11 @@ def test_every_key_is_read(tmp_path: Path) -> None:
         "alice", "CN=Alice,O=acme"]
     assert cfg["replica.selector.class"] == config.RACK_AWARE_REPLICA_SELECTOR
     assert cfg["controlled.shutdown.enable"] is False and cfg["controlled.shutdown.max.retries"] == 5
+    assert (cfg["zookeeper.ssl.keystore.type"], cfg["zookeeper.ssl.protocol"],
+            cfg["zookeeper.ssl.enabled.protocols"],
+            cfg["zookeeper.ssl.endpoint.identification.algorithm"]) == (
+        "PKCS12", "TLS", ("TLSv1.2", "TLSv1.3"), "")
+    assert cfg.zookeeper_tls is None  # zookeeper.ssl.client.enable is false: nothing read
     assert cfg.log_dirs == ("/srv/k/a", "/srv/k/b")
     assert (cfg.listener.host, cfg.listener.port) == ("::1", 19093)
     assert (cfg.advertised_listener.host, cfg.advertised_listener.port) == ("::1", 29093)

@@ -15,9 +15,10 @@ __all__ = ["ZooKeeperServer", "free_port"]
 
 
 class ZooKeeperServer(zookeeper.ZooKeeperServer):
-    def __init__(self, port: int | None = None, base_dir: Path | None = None):
+    def __init__(self, port: int | None = None, base_dir: Path | None = None, *,
+                 tls: tuple[Path, Path] | None = None):
         if not zookeeper.installed():
             if os.environ.get("CI", "").lower() in ("1", "true"):
                 pytest.fail("ZooKeeper (Debian package zookeeper) is missing; make test installs it")
             pytest.skip("ZooKeeper is not installed here; `make test` installs it")
-        super().__init__(port, base_dir)
+        super().__init__(port, base_dir, tls=tls)

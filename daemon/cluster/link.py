@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import logging
+import ssl
 import threading
 import time
 import uuid
@@ -41,7 +42,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kazoo.client import KazooClient, KazooState
+from kazoo.client import KazooState
 from kazoo.exceptions import (
     BadVersionError,
     ConnectionClosedError,
@@ -56,7 +57,7 @@ from kazoo.protocol.states import KeeperState
 
 from logstore import TopicPartition
 
-from . import znodes
+from . import zk_client, znodes
 
 log = logging.getLogger("logkeeper.zk")
 
@@ -119,7 +120,8 @@ class ClusterLink:
                  rack: str | None = None, session_timeout: float = 10.0,
                  connect_timeout: float = 5.0,
                  on_fatal: Callable[[str], None] | None = None,
-                 on_registered: Callable[[int], None] | None = None):
+                 on_registered: Callable[[int], None] | None = None,
+                 tls_context: ssl.SSLContext | None = None, secure_acls: bool = False):
         self.broker_id = broker_id
         self.on_registered = on_registered
         self.broker_epoch = -1  # czxid of our /brokers/ids node (docs/cluster.md "Znodes")
@@ -127,8 +129,9 @@ class ClusterLink:
         # PLAINTEXT endpoint at host:port.
         self.listeners = tuple(listeners) if listeners else (("PLAINTEXT", host, port),)
         self.rack = rack  # broker.rack, in the registration
-        self.client = KazooClient(hosts=hosts, timeout=session_timeout,
-                                  connection_retry={"max_tries": -1, "max_delay": 2})
+        self.client = zk_client.new_client(hosts, timeout=session_timeout,
+                                           tls_context=tls_context, secure_acls=secure_acls,
+                                           connection_retry={"max_tries": -1, "max_delay": 2})
         self.connect_timeout = connect_timeout
         self.request_timeout = max(session_timeout, 1.0)
         self.on_fatal = on_fatal
@@ -450,15 +453,24 @@ class ClusterLink:
             self.on_registered(self.broker_epoch)
 
 
-def cluster_id_from_zookeeper(hosts: str, proposed: str, *, timeout: float) -> str:
+def cluster_id_from_zookeeper(hosts: str, proposed: str, *, timeout: float,
+                              tls_context: ssl.SSLContext | None = None,
+                              secure_acls: bool = False) -> str:
     """The cluster's id from `/cluster/id`, created with `proposed` by the first broker
     (Kafka's KafkaServer.getOrGenerateClusterId), so every broker's meta.properties and
     Metadata answers name the same cluster. Raises KazooTimeoutError when ZooKeeper
     cannot be reached within `timeout`. A short-lived client: the broker's link starts
     later, once its listener is bound."""
-    client = KazooClient(hosts=hosts, timeout=max(timeout, 1.0))
+    client = zk_client.new_client(hosts, timeout=max(timeout, 1.0), tls_context=tls_context,
+                                  secure_acls=secure_acls)
     try:
-        client.start(timeout=timeout)
+        try:
+            client.start(timeout=timeout)
+        except KazooTimeoutError as err:
+            why = zk_client.handshake_error(client)
+            if why is None:
+                raise
+            raise KazooTimeoutError(f"{err}: the TLS handshake failed: {why}") from err
         try:
             client.create(znodes.CLUSTER_ID, znodes.encode_cluster_id(proposed), makepath=True)
             log.info("created %s = %s", znodes.CLUSTER_ID, proposed)

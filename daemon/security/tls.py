@@ -179,6 +179,57 @@ def settings(listener: str, get: Callable[[str], Any], *, client: bool = False) 
     return out
 
 
+
+# The zookeeper.ssl.* keys (Kafka's ZooKeeper client TLS, KafkaConfig.ZkSsl*) by the
+# ssl.* key `settings` reads for each; the keys with no ZooKeeper twin are left unset.
+_ZOOKEEPER_KEYS = {
+    "ssl.keystore.location": "zookeeper.ssl.keystore.location",
+    "ssl.keystore.password": "zookeeper.ssl.keystore.password",
+    "ssl.keystore.type": "zookeeper.ssl.keystore.type",
+    "ssl.key.password": "zookeeper.ssl.keystore.password",  # ZooKeeper has one password
+    "ssl.truststore.location": "zookeeper.ssl.truststore.location",
+    "ssl.truststore.password": "zookeeper.ssl.truststore.password",
+    "ssl.truststore.type": "zookeeper.ssl.truststore.type",
+    "ssl.cipher.suites": "zookeeper.ssl.cipher.suites",
+    "ssl.endpoint.identification.algorithm": "zookeeper.ssl.endpoint.identification.algorithm",
+}
+_SSL_KEY = re.compile(r"(?<![\w.])ssl\.")
+
+
+def zookeeper_settings(get: Callable[[str], Any]) -> TlsSettings:
+    """The TLS this broker connects to ZooKeeper with (zookeeper.ssl.client.enable),
+    from Kafka's zookeeper.ssl.* keys, read and checked as a listener's are: the
+    keystore (optional: for a ZooKeeper whose ssl.clientAuth wants a certificate, and
+    the identity zookeeper.set.acl's znodes are created under), the truststore (unset:
+    the system's CAs), zookeeper.ssl.protocol and zookeeper.ssl.enabled.protocols (unset:
+    the protocol alone, Kafka's rule; TLSv1.2 by default), the cipher suites and host
+    name checking (HTTPS by default). A keystore or truststore type left unset is read
+    from the file. TlsError names the zookeeper.ssl.* key at fault."""
+    protocol = get("zookeeper.ssl.protocol")
+    enabled = get("zookeeper.ssl.enabled.protocols") or \
+        (tuple(TLS_VERSIONS) if protocol == "TLS" else (protocol,))
+
+    def ssl_get(key: str) -> Any:
+        if key == "ssl.enabled.protocols":
+            return enabled
+        if key == "ssl.client.auth":
+            return "none"
+        zk_key = _ZOOKEEPER_KEYS.get(key)
+        value = None if zk_key is None else get(zk_key)
+        if value is None and key.endswith("store.type"):
+            return "JKS"  # read from the file (`_form`), as Kafka's unset type is
+        return value
+
+    try:
+        return settings("zookeeper", ssl_get, client=True)
+    except TlsError as err:
+        if err.key == "ssl.enabled.protocols" and get("zookeeper.ssl.enabled.protocols") is None:
+            raise TlsError("zookeeper.ssl.protocol", f"{protocol} is not served: give TLSv1.2, "
+                           "TLSv1.3 or TLS") from None
+        raise TlsError("zookeeper." + err.key,
+                       _SSL_KEY.sub("zookeeper.ssl.", str(err).partition(": ")[2])) from None
+
+
 # ---- cipher suites ----
 
 # What Java puts in a ClientHello's suite list as a signal, not a suite: OpenSSL sends

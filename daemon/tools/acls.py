@@ -117,6 +117,9 @@ def _parser() -> argparse.ArgumentParser:
                         "as kafka-acls.sh --authorizer-properties zookeeper.connect=HOSTS")
     p.add_argument("--authorizer-properties", action="append", default=[], metavar="K=V",
                    help="kafka-acls.sh's form of --zookeeper: zookeeper.connect=HOSTS")
+    p.add_argument("--zk-tls-config-file", metavar="FILE",
+                   help="with --zookeeper: Kafka's zookeeper.ssl.* keys for reaching "
+                   "ZooKeeper over TLS (zookeeper.ssl.client.enable=true)")
     p.add_argument("--force", action="store_true",
                    help="accepted for kafka-acls.sh's scripts: nothing is asked anyway")
     return p
@@ -271,10 +274,12 @@ def _backend(args: argparse.Namespace) -> Iterator[_Broker | _ZooKeeper]:
             raise ValueError(f"--authorizer-properties {prop}: only zookeeper.connect is read")
         hosts = value.strip()
     if not hosts:
+        if args.zk_tls_config_file is not None:
+            raise ValueError("--zk-tls-config-file goes with --zookeeper")
         with connect_any(bootstrap_of(args)) as conn:
             yield _Broker(conn)
         return
-    with zookeeper_session(hosts) as zk:
+    with zookeeper_session(hosts, args.zk_tls_config_file) as zk:
         yield _ZooKeeper(ZkAclStore(zk))
 
 

@@ -260,16 +260,30 @@ def run_tool(prog: str, parser: argparse.ArgumentParser, argv: list[str],
 
 
 @contextmanager
-def zookeeper_session(hosts: str) -> Iterator[Any]:
+def zookeeper_session(hosts: str, tls_config: str | None = None) -> Iterator[Any]:
     """A kazoo client connected to `hosts` (a tool that writes ZooKeeper directly, as
-    Kafka's tools' --zookeeper); ClientError when it cannot be reached in 15 s."""
-    from kazoo.client import KazooClient
+    Kafka's tools' --zookeeper), over TLS when `tls_config` (--zk-tls-config-file, a
+    properties file of zookeeper.ssl.* keys) enables it; ClientError when it cannot be
+    reached in 15 s."""
+    from .. import config as config_mod
+    from ..cluster import zk_client
 
-    zk = KazooClient(hosts=hosts, timeout=10)
+    settings = None
+    if tls_config is not None:
+        from .console import load_properties
+
+        props = load_properties(tls_config, "--zk-tls-config-file")
+        settings = config_mod.zookeeper_client_tls(props, tls_config)
+    # As Kafka's tools: a certificate to log in to ZooKeeper with means secure znode ACLs.
+    zk = zk_client.new_client(hosts, timeout=10, tls_context=None if settings is None
+                              else settings.client_context(),
+                              secure_acls=settings is not None and settings.chain_pem is not None)
     try:
         zk.start(15)
     except Exception as err:  # noqa: BLE001 - kazoo's timeout
-        raise ClientError(f"cannot reach ZooKeeper at {hosts}: {err}") from err
+        why = zk_client.handshake_error(zk)
+        raise ClientError(f"cannot reach ZooKeeper at {hosts}: {err}"
+                          + (f" (the TLS handshake failed: {why})" if why else "")) from err
     try:
         yield zk
     finally:

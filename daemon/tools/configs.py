@@ -225,7 +225,8 @@ def alter_user(bootstrap: str, user: str, add: dict[str, str], delete: list[str]
             raise Refused(res.error_code, res.error_message)
 
 
-def alter_user_in_zookeeper(hosts: str, user: str, add: dict[str, str], delete: list[str]) -> None:
+def alter_user_in_zookeeper(hosts: str, user: str, add: dict[str, str], delete: list[str],
+                            tls_config: str | None = None) -> None:
     """kafka-configs.sh --zookeeper: write the user's credentials straight to ZooKeeper,
     as Kafka's docs have for the inter-broker user before any broker runs (every broker
     applies the change notification)."""
@@ -233,7 +234,7 @@ def alter_user_in_zookeeper(hosts: str, user: str, add: dict[str, str], delete: 
     from ..cluster.config_store import USERS, ZkConfigStore
     from ..security.sasl import make_credential
 
-    with zookeeper_session(hosts) as zk:
+    with zookeeper_session(hosts, tls_config) as zk:
         store = ZkConfigStore(zk)
         config = store.read(USERS, sanitize(user))
         for m in delete:
@@ -370,6 +371,9 @@ def _parser() -> argparse.ArgumentParser:
         s.add_argument("--zookeeper", metavar="HOSTS[/CHROOT]",
                        help="with --user: read and write ZooKeeper directly (the first "
                        "inter-broker user, before any broker runs)")
+        s.add_argument("--zk-tls-config-file", metavar="FILE",
+                       help="with --zookeeper: Kafka's zookeeper.ssl.* keys for reaching "
+                       "ZooKeeper over TLS (zookeeper.ssl.client.enable=true)")
         if action == "describe":
             s.add_argument("--all", action="store_true",
                            help="every config with the value that applies, not only those set")
@@ -423,10 +427,13 @@ def main(argv: list[str]) -> int:
         rtype, name = _resource(args)
         entity = _quota_entity(args)
         single_user = entity[0][1] if len(entity) == 1 and entity[0][0] == "user" else None
+        if args.zk_tls_config_file is not None and args.zookeeper is None:
+            raise ValueError("--zk-tls-config-file goes with --zookeeper")
         if args.zookeeper is not None and single_user is None:
             raise ValueError("--zookeeper is for --user only (SCRAM credentials)")
         if args.zookeeper is not None and args.action == "alter":
-            alter_user_in_zookeeper(args.zookeeper, single_user, *_changes(args))
+            alter_user_in_zookeeper(args.zookeeper, single_user, *_changes(args),
+                                    tls_config=args.zk_tls_config_file)
             print(f"Completed updating config for {_what(rtype, name)}.")
             return 0
         bootstrap = bootstrap_of(args)

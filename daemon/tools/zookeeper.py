@@ -81,7 +81,13 @@ def ruok(port: int) -> bool:
 
 
 class ZooKeeperServer:
-    def __init__(self, port: int | None = None, base_dir: Path | None = None):
+    """`tls`: also serve TLS on `secure_port` (`secure_hosts`), with (the server's PEM
+    keystore, the PEM truststore its clients' certificates must chain to), the client
+    certificate required and its subject made the client's `x509` identity (ZooKeeper's
+    X509AuthenticationProvider); the plaintext port stays for `ruok`."""
+
+    def __init__(self, port: int | None = None, base_dir: Path | None = None, *,
+                 tls: tuple[Path, Path] | None = None):
         if not installed():
             raise ZooKeeperMissing("ZooKeeper is not installed: `apt-get install zookeeper` "
                                    "(Debian's package; it brings Java)")
@@ -94,11 +100,29 @@ class ZooKeeperServer:
             f"tickTime=500\ndataDir={self.dir / 'data'}\nclientPort={self.port}\n"
             "clientPortAddress=127.0.0.1\nmaxSessionTimeout=60000\nminSessionTimeout=1000\n"
             "4lw.commands.whitelist=ruok,stat\nadmin.enableServer=false\n")
+        self.secure_port: int | None = None
+        if tls is not None:
+            keystore, truststore = tls
+            self.secure_port = free_port()
+            with open(self.cfg, "a") as cfg:
+                cfg.write(
+                    f"secureClientPort={self.secure_port}\nsecureClientPortAddress=127.0.0.1\n"
+                    "serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory\n"
+                    f"ssl.keyStore.location={keystore}\nssl.keyStore.type=PEM\n"
+                    f"ssl.trustStore.location={truststore}\nssl.trustStore.type=PEM\n"
+                    "ssl.clientAuth=need\nauthProvider.x509="
+                    "org.apache.zookeeper.server.auth.X509AuthenticationProvider\n")
         self.proc: subprocess.Popen | None = None
 
     @property
     def hosts(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def secure_hosts(self) -> str:
+        if self.secure_port is None:
+            raise RuntimeError("this ZooKeeper serves no TLS port")
+        return f"127.0.0.1:{self.secure_port}"
 
     @property
     def log_path(self) -> Path:
