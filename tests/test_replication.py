@@ -496,11 +496,19 @@ def resent_under_a_new_epoch(cl: Cluster, topic: str, partition: int, offsets: l
     when a request on another partition fails with sequence numbers skipped and then
     re-sends, under the new epoch, a message whose first send lost its connection and
     may have been written (librdkafka#4953, open; it duplicates against Kafka too).
-    Read from the batch headers in a replica's segment files."""
-    data = next((b for b in (partition_bytes(cl, br, topic, partition) for br in cl.brokers)
-                 if b), None)
-    if data is None:
-        return False
+    Read from the batch headers in the segment files of a live broker's replica that
+    holds those offsets (a replica on a failed disk cannot be read: EIO)."""
+    for br in cl.alive():
+        try:
+            data = partition_bytes(cl, br, topic, partition)
+        except OSError:  # its dir's disk failed
+            continue
+        if data and _resent_in(data, offsets):
+            return True
+    return False
+
+
+def _resent_in(data: bytes, offsets: list[int]) -> bool:
     found: dict[int, tuple[int, int]] = {}
     for batch in iter_batches(data, verify_crc=False):
         last = batch.base_offset + getattr(batch, "last_offset_delta", 0)
@@ -529,9 +537,17 @@ def test_only_a_resend_under_a_newer_producer_epoch_is_excused(tmp_path: Path) -
             build_batch([Record(None, b"v")], base_offset=i, producer_id=pid,
                         producer_epoch=epoch, base_sequence=seq)
             for i, (pid, epoch, seq) in enumerate(batches)))
-        return SimpleNamespace(brokers={1: SimpleNamespace(log_dirs=[pdir.parent])})
+        return SimpleNamespace(brokers={1: SimpleNamespace(log_dirs=[pdir.parent])},
+                               alive=lambda: [1])
 
     resent = replica([(7, 5, 493), (7, 6, 0)])
+    assert resent_under_a_new_epoch(resent, "t", 0, [0, 1])
+    # A replica that cannot be read (its disk failed: here a directory where the segment
+    # is, which raises as EIO does) is passed over for the next live broker's.
+    broken = tmp_path / "broken" / "t-0"
+    (broken / "00000000000000000000.log").mkdir(parents=True)
+    resent.brokers = {2: SimpleNamespace(log_dirs=[broken.parent]), **resent.brokers}
+    resent.alive = lambda: [2, 1]
     assert resent_under_a_new_epoch(resent, "t", 0, [0, 1])
     assert assert_no_duplicates([(0, b"v"), (1, b"v")], 0, excuse=lambda offs: resent_under_a_new_epoch(
         resent, "t", 0, offs)) == [(b"v", [0, 1])]
