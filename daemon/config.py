@@ -1075,24 +1075,28 @@ def zookeeper_client_tls(props: Mapping[str, str], source: str) -> tls.TlsSettin
     """An admin tool's ZooKeeper TLS from its --zk-tls-config-file (Kafka's
     zookeeper.ssl.* keys, as text; other keys are ignored, as Kafka's tools do); None
     unless zookeeper.ssl.client.enable is true. ConfigError names the file and the key."""
+    values = _client_keys(props, source, "zookeeper.ssl.")
+    if not values["zookeeper.ssl.client.enable"]:
+        return None
+    try:
+        return tls.zookeeper_settings(values.__getitem__)
+    except tls.TlsError as err:
+        raise ConfigError(f"{source}: {err}") from err
+
+
+def _client_keys(props: Mapping[str, str], source: str, prefix: str) -> dict[str, Any]:
+    """Every key of ours starting with `prefix`, from a client's properties (text) or
+    its default, checked; ConfigError names the file and the key."""
     values: dict[str, Any] = {}
     for name, key in KEYS.items():
-        if not name.startswith("zookeeper.ssl."):
+        if not name.startswith(prefix):
             continue
         try:
             values[name] = key.check(_from_text(key, props[name])) if name in props \
                 else key.default
         except ValueError as err:
             raise ConfigError(f"{source}: {name} = {props[name]!r}: {err}") from err
-    if not values["zookeeper.ssl.client.enable"]:
-        return None
-    for name in ("zookeeper.ssl.crl.enable", "zookeeper.ssl.ocsp.enable"):
-        if values[name]:
-            raise ConfigError(f"{source}: {name} = true: revocation checks are not served")
-    try:
-        return tls.zookeeper_settings(values.__getitem__)
-    except tls.TlsError as err:
-        raise ConfigError(f"{source}: {err}") from err
+    return values
 
 
 def client_tls(props: Mapping[str, str], source: str) -> tls.TlsSettings | None:
@@ -1106,17 +1110,7 @@ def client_tls(props: Mapping[str, str], source: str) -> tls.TlsSettings | None:
                           f"{', '.join(SECURITY_PROTOCOLS)}")
     if protocol not in TLS_PROTOCOLS:
         return None
-    values: dict[str, Any] = {}
-    for name, key in KEYS.items():
-        if not name.startswith("ssl."):
-            continue
-        if name in props:
-            try:
-                values[name] = key.check(_from_text(key, props[name]))
-            except ValueError as err:
-                raise ConfigError(f"{source}: {name} = {props[name]!r}: {err}") from err
-        else:
-            values[name] = key.default
+    values = _client_keys(props, source, "ssl.")
     try:
         return tls.settings("client", values.__getitem__, client=True)
     except tls.TlsError as err:
@@ -1199,10 +1193,6 @@ def _zookeeper_tls(values: Mapping[str, Any], origin: _Origin, warnings: list[st
     key material read and checked now; None: plaintext. zookeeper.set.acl needs it, and
     a keystore: the znodes' ACLs name the certificate's identity, as Kafka refuses
     secure ACLs without a ZooKeeper login."""
-    for name in ("zookeeper.ssl.crl.enable", "zookeeper.ssl.ocsp.enable"):
-        if values[name]:
-            raise ConfigError(f"{origin.at(name)}: {name} = true: logkeeper's ZooKeeper client "
-                              "cannot check revocation (Java's CRL and OCSP checks); unset it")
     if values["zookeeper.connect"] is None:
         return None
     if not values["zookeeper.ssl.client.enable"]:

@@ -464,13 +464,7 @@ def cluster_id_from_zookeeper(hosts: str, proposed: str, *, timeout: float,
     client = zk_client.new_client(hosts, timeout=max(timeout, 1.0), tls_context=tls_context,
                                   secure_acls=secure_acls)
     try:
-        try:
-            client.start(timeout=timeout)
-        except KazooTimeoutError as err:
-            why = zk_client.handshake_error(client)
-            if why is None:
-                raise
-            raise KazooTimeoutError(f"{err}: the TLS handshake failed: {why}") from err
+        zk_client.start(client, timeout)
         try:
             client.create(znodes.CLUSTER_ID, znodes.encode_cluster_id(proposed), makepath=True)
             log.info("created %s = %s", znodes.CLUSTER_ID, proposed)

@@ -22,7 +22,7 @@ import ssl
 from typing import Any
 
 from kazoo.client import KazooClient, TransactionRequest
-from kazoo.handlers.threading import SequentialThreadingHandler
+from kazoo.handlers.threading import KazooTimeoutError, SequentialThreadingHandler
 from kazoo.security import CREATOR_ALL_ACL, READ_ACL_UNSAFE
 
 # Kafka's ZkData.SensitiveRootPaths: /config/users, /config/brokers, /delegation_token.
@@ -95,8 +95,15 @@ def new_client(hosts: str, *, timeout: float, tls_context: ssl.SSLContext | None
 
 
 
-def handshake_error(client: KazooClient) -> str | None:
-    """Why the client's last TLS handshake with ZooKeeper failed (a certificate not
-    trusted, a host name it does not name...), or None: what a connection time-out
-    alone would not say."""
-    return getattr(client.handler, "handshake_error", None)
+
+def start(client: KazooClient, timeout: float) -> None:
+    """`client.start(timeout)`; its KazooTimeoutError says why the last TLS handshake
+    with ZooKeeper failed (a certificate not trusted, a host name it does not name...),
+    which kazoo's time-out alone does not."""
+    try:
+        client.start(timeout=timeout)
+    except KazooTimeoutError as err:
+        why = getattr(client.handler, "handshake_error", None)
+        if why is None:
+            raise
+        raise KazooTimeoutError(f"{err}: the TLS handshake failed: {why}") from err

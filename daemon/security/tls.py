@@ -205,6 +205,10 @@ def zookeeper_settings(get: Callable[[str], Any]) -> TlsSettings:
     the protocol alone, Kafka's rule; TLSv1.2 by default), the cipher suites and host
     name checking (HTTPS by default). A keystore or truststore type left unset is read
     from the file. TlsError names the zookeeper.ssl.* key at fault."""
+    for key in ("zookeeper.ssl.crl.enable", "zookeeper.ssl.ocsp.enable"):
+        if get(key):
+            raise TlsError(key, f"logkeeper's ZooKeeper client cannot check revocation "
+                           f"(Java's CRL and OCSP checks; {key} = true): unset it")
     protocol = get("zookeeper.ssl.protocol")
     enabled = get("zookeeper.ssl.enabled.protocols") or \
         (tuple(TLS_VERSIONS) if protocol == "TLS" else (protocol,))

@@ -279,11 +279,9 @@ def zookeeper_session(hosts: str, tls_config: str | None = None) -> Iterator[Any
                               else settings.client_context(),
                               secure_acls=settings is not None and settings.chain_pem is not None)
     try:
-        zk.start(15)
+        zk_client.start(zk, 15)
     except Exception as err:  # noqa: BLE001 - kazoo's timeout
-        why = zk_client.handshake_error(zk)
-        raise ClientError(f"cannot reach ZooKeeper at {hosts}: {err}"
-                          + (f" (the TLS handshake failed: {why})" if why else "")) from err
+        raise ClientError(f"cannot reach ZooKeeper at {hosts}: {err}") from err
     try:
         yield zk
     finally:
