@@ -363,7 +363,7 @@ class FrameAssembler:
             body = self._start + 4
             have = self._end - body
             if have >= size:
-                frames.append(bytes(scratch[body:body + size]))
+                frames.append(bytes(memoryview(scratch)[body:body + size]))
                 self._start = body + size
                 continue
             if size > self.SMALL:  # the rest goes straight into the frame's own buffer
