@@ -9,7 +9,9 @@ broker processes on loopback, each figure against a baseline timed in the same r
   (SIGSTOP) while the leader takes REPLICATE_BYTES with acks=1; then they resume, and
   the time until the leader's high watermark reaches its log end (both followers
   fetched everything and said so) gives follower bytes/s, against `Log.append` of the
-  same batches into a fresh log in this process. Target >= 0.5.
+  same batches into a fresh log in this process. Target >= 0.5. Beside it, the CPU time
+  the leader and the two followers spent during the catch-up (every thread), against
+  the same `Log.append`: what the brokers burn for the bytes, apart from waits.
 - acks=all vs acks=1: the same confluent-kafka produce of PRODUCE_BYTES into an RF 3
   topic with each setting; the ratio is acks=all's throughput over acks=1's.
 - The replication floor: what the kernel alone costs to move the same bytes the way
@@ -40,6 +42,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 from kafka.protocol.consumer import ListOffsetsRequest
 from kafka.protocol.producer import ProduceRequest
@@ -164,6 +167,8 @@ def test_follower_catch_up_vs_log_append(measured: Any, cluster: Cluster, benchm
     total = sum(map(len, batches))
     end = (len(batches) + 1) * PER_BATCH
     catch_up, append = [], []
+    leader_cpu: list[float] = []
+    followers_cpu: list[float] = []
     for run in range(3):
         topic = f"rep{run}"
         meta = create(cl, topic, 1, min_isr=1)
@@ -184,16 +189,37 @@ def test_follower_catch_up_vs_log_append(measured: Any, cluster: Cluster, benchm
         # more CPU than the fetches it was timing (a third of it, more in slow runs).
         poll = RawClient(cl.brokers[leader].port)
         try:
+            cpu_before = _cpu_s(cl, leader)
             started = time.perf_counter()
             while _high_watermark(poll, topic) < end:
                 time.sleep(POLL_S)
             catch_up.append(time.perf_counter() - started)
+            cpu_after = _cpu_s(cl, leader)
+            leader_cpu.append(cpu_after[0] - cpu_before[0])
+            followers_cpu.append(cpu_after[1] - cpu_before[1])
         finally:
             poll.close()
         append.append(_log_append_s(page_cache_path / f"a{run}", batches))
     measured("replication: 2 followers catch up vs Log.append", statistics.median(catch_up),
              statistics.median(append), target=0.5, unit_bytes=total,
              ours_label="follower fetch", baseline_label="Log.append")
+    # The brokers' own work during the catch-up, as CPU time (all threads, user and
+    # system): what the leader spends serving the two followers' fetches, and what the
+    # two followers spend together fetching and appending, against the same Log.append.
+    measured("  its leader's CPU during the catch-up", statistics.median(leader_cpu),
+             statistics.median(append), unit_bytes=total, ours_label="leader CPU",
+             baseline_label="Log.append")
+    measured("  its 2 followers' CPU during the catch-up", statistics.median(followers_cpu),
+             statistics.median(append), unit_bytes=total, ours_label="followers' CPU",
+             baseline_label="Log.append")
+
+
+def _cpu_s(cl: Cluster, leader: int) -> tuple[float, float]:
+    """CPU seconds used so far (user and system, every thread) by the leader's process,
+    and by the other brokers' processes together."""
+    used = {b: psutil.Process(br.proc.pid).cpu_times() for b, br in cl.brokers.items()}
+    leader_s = used[leader].user + used[leader].system
+    return leader_s, sum(t.user + t.system for b, t in used.items() if b != leader)
 
 
 def test_produce_acks_all_vs_acks_1(measured: Any, cluster: Cluster, benchmark: Any) -> None:
