@@ -28,6 +28,7 @@ from kazoo.security import CREATOR_ALL_ACL, READ_ACL_UNSAFE
 # Kafka's ZkData.SensitiveRootPaths: /config/users, /config/brokers, /delegation_token.
 SENSITIVE_ROOTS = ("/config/users", "/config/brokers", "/delegation_token")
 SECURE_ACL = [*CREATOR_ALL_ACL, *READ_ACL_UNSAFE]
+_OURS = (SECURE_ACL, list(CREATOR_ALL_ACL))  # an ACL kazoo passed on is recomputed
 
 
 def acl_for(path: str) -> list[Any]:
@@ -80,9 +81,6 @@ class _SecureAclTransaction(TransactionRequest):
         super().create(path, value, acl_for(path) if acl is None else acl, *args, **kwargs)
 
 
-_OURS = (SECURE_ACL, list(CREATOR_ALL_ACL))  # an ACL kazoo passed on is recomputed
-
-
 def new_client(hosts: str, *, timeout: float, tls_context: ssl.SSLContext | None = None,
                secure_acls: bool = False, **kwargs: Any) -> KazooClient:
     """A kazoo client (not started) for `hosts`; `tls_context`: over TLS with it;
@@ -92,8 +90,6 @@ def new_client(hosts: str, *, timeout: float, tls_context: ssl.SSLContext | None
     if secure_acls:
         return _SecureAclClient(hosts=hosts, timeout=timeout, default_acl=SECURE_ACL, **kwargs)
     return KazooClient(hosts=hosts, timeout=timeout, **kwargs)
-
-
 
 
 def start(client: KazooClient, timeout: float) -> None:

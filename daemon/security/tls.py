@@ -179,7 +179,6 @@ def settings(listener: str, get: Callable[[str], Any], *, client: bool = False) 
     return out
 
 
-
 # The zookeeper.ssl.* keys (Kafka's ZooKeeper client TLS, KafkaConfig.ZkSsl*) by the
 # ssl.* key `settings` reads for each; the keys with no ZooKeeper twin are left unset.
 _ZOOKEEPER_KEYS = {

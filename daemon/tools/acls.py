@@ -70,10 +70,12 @@ from .client import (
     Connection,
     Refused,
     add_broker_options,
+    add_zookeeper_tls_option,
     bootstrap_of,
     connect_any,
     run_tool,
     zookeeper_session,
+    zookeeper_tls_option,
 )
 
 
@@ -117,9 +119,7 @@ def _parser() -> argparse.ArgumentParser:
                         "as kafka-acls.sh --authorizer-properties zookeeper.connect=HOSTS")
     p.add_argument("--authorizer-properties", action="append", default=[], metavar="K=V",
                    help="kafka-acls.sh's form of --zookeeper: zookeeper.connect=HOSTS")
-    p.add_argument("--zk-tls-config-file", metavar="FILE",
-                   help="with --zookeeper: Kafka's zookeeper.ssl.* keys for reaching "
-                   "ZooKeeper over TLS (zookeeper.ssl.client.enable=true)")
+    add_zookeeper_tls_option(p)
     p.add_argument("--force", action="store_true",
                    help="accepted for kafka-acls.sh's scripts: nothing is asked anyway")
     return p
@@ -273,13 +273,12 @@ def _backend(args: argparse.Namespace) -> Iterator[_Broker | _ZooKeeper]:
         if key.strip() != "zookeeper.connect":
             raise ValueError(f"--authorizer-properties {prop}: only zookeeper.connect is read")
         hosts = value.strip()
+    tls_config = zookeeper_tls_option(args, hosts)
     if not hosts:
-        if args.zk_tls_config_file is not None:
-            raise ValueError("--zk-tls-config-file goes with --zookeeper")
         with connect_any(bootstrap_of(args)) as conn:
             yield _Broker(conn)
         return
-    with zookeeper_session(hosts, args.zk_tls_config_file) as zk:
+    with zookeeper_session(hosts, tls_config) as zk:
         yield _ZooKeeper(ZkAclStore(zk))
 
 

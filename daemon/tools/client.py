@@ -259,6 +259,20 @@ def run_tool(prog: str, parser: argparse.ArgumentParser, argv: list[str],
         return 2
 
 
+def add_zookeeper_tls_option(parser: argparse.ArgumentParser) -> None:
+    """Kafka's tools' --zk-tls-config-file, beside their --zookeeper."""
+    parser.add_argument("--zk-tls-config-file", metavar="FILE",
+                        help="with --zookeeper: Kafka's zookeeper.ssl.* keys for reaching "
+                        "ZooKeeper over TLS (zookeeper.ssl.client.enable=true)")
+
+
+def zookeeper_tls_option(args: argparse.Namespace, hosts: str | None) -> str | None:
+    """--zk-tls-config-file's file; ValueError when it is given without --zookeeper."""
+    if args.zk_tls_config_file is not None and not hosts:
+        raise ValueError("--zk-tls-config-file goes with --zookeeper")
+    return args.zk_tls_config_file
+
+
 @contextmanager
 def zookeeper_session(hosts: str, tls_config: str | None = None) -> Iterator[Any]:
     """A kazoo client connected to `hosts` (a tool that writes ZooKeeper directly, as

@@ -59,10 +59,12 @@ from .client import (
     Connection,
     Refused,
     add_command,
+    add_zookeeper_tls_option,
     bootstrap_of,
     connect_any,
     connect_broker,
     zookeeper_session,
+    zookeeper_tls_option,
 )
 
 TOPIC, BROKER = 2, 4
@@ -371,9 +373,7 @@ def _parser() -> argparse.ArgumentParser:
         s.add_argument("--zookeeper", metavar="HOSTS[/CHROOT]",
                        help="with --user: read and write ZooKeeper directly (the first "
                        "inter-broker user, before any broker runs)")
-        s.add_argument("--zk-tls-config-file", metavar="FILE",
-                       help="with --zookeeper: Kafka's zookeeper.ssl.* keys for reaching "
-                       "ZooKeeper over TLS (zookeeper.ssl.client.enable=true)")
+        add_zookeeper_tls_option(s)
         if action == "describe":
             s.add_argument("--all", action="store_true",
                            help="every config with the value that applies, not only those set")
@@ -427,13 +427,12 @@ def main(argv: list[str]) -> int:
         rtype, name = _resource(args)
         entity = _quota_entity(args)
         single_user = entity[0][1] if len(entity) == 1 and entity[0][0] == "user" else None
-        if args.zk_tls_config_file is not None and args.zookeeper is None:
-            raise ValueError("--zk-tls-config-file goes with --zookeeper")
+        tls_config = zookeeper_tls_option(args, args.zookeeper)
         if args.zookeeper is not None and single_user is None:
             raise ValueError("--zookeeper is for --user only (SCRAM credentials)")
         if args.zookeeper is not None and args.action == "alter":
             alter_user_in_zookeeper(args.zookeeper, single_user, *_changes(args),
-                                    tls_config=args.zk_tls_config_file)
+                                    tls_config=tls_config)
             print(f"Completed updating config for {_what(rtype, name)}.")
             return 0
         bootstrap = bootstrap_of(args)
