@@ -102,14 +102,20 @@ class LeaderEpochCache:
 
     # ---- changing ----
 
+    def holds(self, epoch: int, start_offset: int) -> bool:
+        """Whether the cache already says `epoch` covers `start_offset` (its latest entry
+        is that epoch, starting at or below it), so `assign` would change nothing: the
+        append path asks this first, on every leader's append."""
+        entries = self._entries
+        if not entries:
+            return False
+        last = entries[-1]
+        return last.epoch == epoch and start_offset >= last.start_offset
+
     def assign(self, epoch: int, start_offset: int) -> bool:
         """Record that `epoch` starts at `start_offset`; True when the cache changed."""
-        if epoch < 0:
+        if epoch < 0 or self.holds(epoch, start_offset):
             return False
-        if self._entries:
-            last = self._entries[-1]
-            if last.epoch == epoch and start_offset >= last.start_offset:
-                return False
         kept = [e for e in self._entries if e.epoch < epoch and e.start_offset < start_offset]
         kept.append(EpochEntry(epoch, start_offset))
         self._entries = kept

@@ -235,7 +235,9 @@ class Log:
         if out[7]:  # not AppendStatus.OK
             info = self._append_after_roll(out[7], batch_bytes, leader_epoch, assign_offsets)
         else:
-            if out[9] >= 0 or out[8] > 1:  # leader epochs to record
+            if out[8] > 1 or (out[9] >= 0 and not self.epochs.holds(out[9], out[0])):
+                # Leader epochs to record: more than one, or one the cache has not got
+                # (every leader's append carries its epoch; almost always the latest).
                 self._assign_epochs(self._appender.result)
             info = _new_tuple(AppendInfo, out[:7])
         if self._flush_messages != LONG_MAX and \

@@ -60,6 +60,41 @@ def test_checkpoint_is_kafkas_format_and_reloads_within_the_log(tmp_path):
     assert LeaderEpochCache.load(c.path, 7).entries == [(0, 0)]  # a tail cut in recovery
 
 
+def test_holds_is_what_assign_would_leave_unchanged(tmp_path):
+    cases = {(4, 20): True, (4, 31): True,
+             (4, 19): False,  # the latest epoch from lower down: assign moves its start
+             (5, 31): False, (2, 31): False}  # another epoch
+    for (epoch, start), held in cases.items():
+        c = cache(tmp_path, (2, 10), (4, 20))
+        assert c.holds(epoch, start) is held
+        assert c.assign(epoch, start) is not held
+    assert not cache(tmp_path).holds(0, 0)  # nothing cached yet
+
+
+def test_a_leaders_appends_record_its_epoch_once_and_each_new_one(tmp_path):
+    """A leader's appends carry its epoch: the cache and its checkpoint get an entry when
+    the epoch is new to them (its first append, a new leadership, an epoch the cache lost
+    to a truncation), and the appends after it leave both alone."""
+    lg = Log.open(tmp_path / "t-0", LogConfig())
+    checkpoint = tmp_path / "t-0" / names.LEADER_EPOCH_CHECKPOINT
+    lg.append(batch(2), leader_epoch=3)
+    assert lg.epochs.entries == [(3, 0)] and checkpoint.read_text() == "0\n1\n3 0\n"
+    checkpoint.write_text("0\n1\n3 0\n")  # rewritten: its mtime would say little
+    stamp = checkpoint.stat().st_mtime_ns
+    for _ in range(5):
+        lg.append(batch(2), leader_epoch=3)
+    assert lg.epochs.entries == [(3, 0)] and checkpoint.stat().st_mtime_ns == stamp
+    lg.append(batch(2), leader_epoch=5)  # a new leadership here
+    assert lg.epochs.entries == [(3, 0), (5, 12)]
+    assert checkpoint.read_text() == "0\n2\n3 0\n5 12\n"
+    lg.truncate_to(12)  # epoch 5's records cut: the cache forgets it
+    assert lg.epochs.entries == [(3, 0)]
+    lg.append(batch(2), leader_epoch=5)
+    assert lg.epochs.entries == [(3, 0), (5, 12)]
+    lg.close()
+    assert Log.open(tmp_path / "t-0", LogConfig()).epochs.entries == [(3, 0), (5, 12)]
+
+
 def _with_epochs(*epochs: int, start: int = 0) -> bytes:
     """Batches as a follower fetches them: offsets and leader epochs already set."""
     out, offset = b"", start
