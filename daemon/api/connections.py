@@ -3,7 +3,9 @@
 Requests on one connection are handled one at a time, in order, as Kafka does; many
 connections run concurrently. On a SASL listener nothing but ApiVersions and the login
 (SaslHandshake, SaslAuthenticate, answered on the spot) is served before a login
-succeeds (daemon.api.sasl); a TLS listener's connections arrive already decrypted.
+succeeds (daemon.api.sasl). A TLS listener accepts its sockets itself and has the loop
+do each one's handshake (`connect_accepted_socket`) before the connection is served, so
+a failed handshake is logged with OpenSSL's reason; its connections arrive decrypted.
 Consecutive Produce requests are pipelined (up to MAX_PIPELINED), each one's appends
 queued before the next is read. A frame over `socket.request.max.bytes` is refused
 before its body is read, and a frame that does not decode closes only its own
@@ -17,6 +19,7 @@ import asyncio
 import collections
 import logging
 import os
+import socket
 import ssl
 import time
 from typing import Any
@@ -108,9 +111,6 @@ class _ClientConnection(asyncio.BufferedProtocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         self._loop = asyncio.get_running_loop()
-        if self.listener in self.connections.tls:
-            # Nothing is read before the TLS handshake takes the socket over (_serve).
-            self.transport.pause_reading()
         self.connections.on_connection(self)
 
     def get_buffer(self, sizehint: int) -> memoryview:
@@ -215,6 +215,9 @@ class Connections:
         self.max_frame = max_frame
         self.stopping = stopping  # set: read no further requests, accept no connections
         self.servers: list[asyncio.base_events.Server] = []
+        # The TLS listeners' own accepting: (listening sockets, the task accepting on them).
+        self._tls_acceptors: list[tuple[list[socket.socket], asyncio.Task[None]]] = []
+        self._handshakes: set[asyncio.Task[None]] = set()  # TLS handshakes under way
         # SASL logins (daemon.api.sasl); the daemon sets its SASL listeners' own.
         self.sasl = SaslApis({}, Credentials(), _no_store)
         self.tls: dict[str, ssl.SSLContext] = {}  # the TLS listeners' contexts, by name
@@ -229,19 +232,78 @@ class Connections:
     async def listen(self, listener: str, host: str | None, port: int,
                      tls: ssl.SSLContext | None = None) -> tuple[str, int]:
         """Start accepting on host:port for the listener named `listener` (TLS with the
-        `tls` context: each connection's handshake is done by its `_serve`, so a failed
-        one is logged and counted); returns the bound address. OSError if taken."""
+        `tls` context: see `_accept_tls`); returns the bound address. OSError if taken."""
         loop = asyncio.get_running_loop()
-        if tls is not None:
-            self.tls[listener] = tls
-        server = await loop.create_server(
-            lambda: _ClientConnection(self, listener), host, port, reuse_address=True)
-        self.servers.append(server)
-        return server.sockets[0].getsockname()[:2]
+        if tls is None:
+            server = await loop.create_server(
+                lambda: _ClientConnection(self, listener), host, port, reuse_address=True)
+            self.servers.append(server)
+            return server.sockets[0].getsockname()[:2]
+        self.tls[listener] = tls
+        socks = await _bind(host, port)
+        task = loop.create_task(self._accept_tls(socks, listener))
+        self._tls_acceptors.append((socks, task))
+        return socks[0].getsockname()[:2]
 
     def stop_accepting(self) -> None:
         for server in self.servers:
             server.close()
+        for socks, task in self._tls_acceptors:
+            task.cancel()
+            task.add_done_callback(lambda _, socks=socks: [s.close() for s in socks])
+        self._tls_acceptors.clear()
+
+    async def _accept_tls(self, socks: list[socket.socket], listener: str) -> None:
+        """A TLS listener's accepting: each socket accepted is handed to the loop's TLS
+        (`connect_accepted_socket`) with the listener's context as it is then (a rotated
+        keystore's, once renewed), whose handshake must finish within
+        TLS_HANDSHAKE_TIMEOUT_S before the connection is served. Done this way, not with
+        `start_tls` on an accepted plain transport, because an event loop may read from
+        a transport as soon as it is made (uvloop does, whatever `connection_made`
+        asks), and bytes of the handshake read as Kafka frames are lost to it."""
+        loop = asyncio.get_running_loop()
+
+        async def accept(lsock: socket.socket) -> None:
+            while True:
+                try:
+                    sock, addr = await loop.sock_accept(lsock)
+                except OSError as err:  # out of fds, say: wait, as asyncio's servers do
+                    log.warning("listener %s: accept failed: %s", listener, err)
+                    await asyncio.sleep(1.0)
+                    continue
+                if self.stopping.is_set():
+                    sock.close()
+                    continue
+                hs = loop.create_task(self._tls_handshake(sock, addr, listener, self.tls[listener]))
+                self._handshakes.add(hs)
+                hs.add_done_callback(self._handshakes.discard)
+
+        try:
+            await asyncio.gather(*(accept(s) for s in socks))
+        finally:
+            for hs in list(self._handshakes):
+                hs.cancel()
+
+    async def _tls_handshake(self, sock: socket.socket, addr: Any, listener: str,
+                             tls: ssl.SSLContext) -> None:
+        """One accepted socket's TLS handshake; a failure is logged with OpenSSL's reason
+        (a client that does not speak TLS, trusts another CA, has no certificate where
+        one is required) and counted as a failed authentication, as Kafka's
+        SslTransportLayer does. On success the connection is served (`on_connection`)."""
+        loop = asyncio.get_running_loop()
+        peer = f"{addr[0]}:{addr[1]}" if addr else "?"
+        try:
+            await loop.connect_accepted_socket(
+                lambda: _ClientConnection(self, listener), sock, ssl=tls,
+                ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S)
+        except (OSError, TimeoutError, ConnectionError) as err:  # ssl.SSLError: an OSError
+            sock.close()
+            reason = getattr(err, "reason", None) or str(err) or type(err).__name__
+            if reason in ("WRONG_VERSION_NUMBER", "HTTP_REQUEST", "UNKNOWN_PROTOCOL"):
+                reason += ": the client does not speak TLS"
+            log.info("failed authentication with %s on listener %s (TLS handshake failed: "
+                     "%s)", peer, listener, reason)
+            self.metrics.logins.labels(listener, "failed").inc()
 
     async def close(self) -> None:
         """Idle connections close now; in-flight requests get STOP_GRACE_S to finish
@@ -278,8 +340,9 @@ class Connections:
         tls = self.tls.get(link.listener)
         principal = "User:ANONYMOUS"
         if tls is not None:
-            shook = await self._handshake(link, tls, peer)
+            shook = self._tls_principal(link, peer)
             if shook is None:
+                link.close()
                 return
             principal = shook
         conn = ConnInfo(local[0], local[1], f"{peer[0]}:{peer[1]}" if peer else "?",
@@ -403,28 +466,11 @@ class Connections:
             except TimeoutError:
                 continue
 
-    async def _handshake(self, link: _ClientConnection, tls: ssl.SSLContext,
-                         peer: Any) -> str | None:
-        """The TLS handshake of a connection to a TLS listener: the client's principal
-        (its certificate's subject mapped by ssl.principal.mapping.rules, or
-        User:ANONYMOUS without one), None when it failed. A failure is logged with
-        OpenSSL's reason (a client that trusts another CA, has no certificate where one
-        is required, speaks plain Kafka...) and counted as a failed authentication, as
-        Kafka's SslTransportLayer does."""
-        loop = asyncio.get_running_loop()
-        try:
-            link.transport = await loop.start_tls(
-                link.transport, link, tls, server_side=True,
-                ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S)
-        except (OSError, TimeoutError, ConnectionError) as err:  # ssl.SSLError: an OSError
-            reason = getattr(err, "reason", None) or str(err) or type(err).__name__
-            if reason in ("WRONG_VERSION_NUMBER", "HTTP_REQUEST", "UNKNOWN_PROTOCOL"):
-                reason += ": the client does not speak TLS"
-            log.info("failed authentication with %s on listener %s (TLS handshake failed: "
-                     "%s)", f"{peer[0]}:{peer[1]}" if peer else "?", link.listener, reason)
-            self.metrics.logins.labels(link.listener, "failed").inc()
-            link.transport.close()
-            return None
+    def _tls_principal(self, link: _ClientConnection, peer: Any) -> str | None:
+        """The principal of a connection whose TLS handshake succeeded: its client
+        certificate's subject mapped by ssl.principal.mapping.rules, or User:ANONYMOUS
+        without one; None (logged, counted as a failed authentication) when no rule maps
+        it."""
         ssl_object = link.transport.get_extra_info("ssl_object")
         try:
             principal = tls_settings.certificate_principal(
@@ -434,7 +480,6 @@ class Connections:
             log.info("failed authentication with %s on listener %s (%s)",
                      f"{peer[0]}:{peer[1]}" if peer else "?", link.listener, err)
             self.metrics.logins.labels(link.listener, "failed").inc()
-            link.transport.close()
             return None
         if link.listener not in self.sasl.listeners:  # SASL_SSL: the SASL login counts
             self.metrics.logins.labels(link.listener, "successful").inc()
@@ -541,3 +586,28 @@ async def _no_store(user: str, config: dict[str, str]) -> None:
     """The SCRAM store of a daemon with no SASL listener (never called: the daemon sets
     its own)."""
     raise RuntimeError("no SASL listener")
+
+
+async def _bind(host: str | None, port: int) -> list[socket.socket]:
+    """Listening sockets on host:port as `loop.create_server` binds them: one per
+    address the host resolves to (every interface, IPv4 and IPv6, for None or ""),
+    SO_REUSEADDR, IPv6 sockets IPv6-only. OSError when one cannot be bound."""
+    loop = asyncio.get_running_loop()
+    infos = await loop.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
+                                   flags=socket.AI_PASSIVE)
+    socks: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, addr in dict.fromkeys(infos):
+            s = socket.socket(family, kind, proto)
+            socks.append(s)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            s.bind(addr)
+            s.listen(100)
+            s.setblocking(False)
+    except OSError:
+        for s in socks:
+            s.close()
+        raise
+    return socks
