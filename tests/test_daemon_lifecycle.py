@@ -402,6 +402,34 @@ def test_startup_logs_the_crc32c_implementation_and_its_metric(tmp_path: Path) -
         assert 'logkeeper_crc32c_implementation{impl="portable"} 1.0' in text
 
 
+@pytest.mark.parametrize("choice,expected", [
+    (None, "event loop: uvloop "), ("asyncio", "event loop: asyncio"),
+    ("libev", "event loop: uvloop ")])
+def test_the_event_loop_is_uvloop_unless_asked_for_asyncio(tmp_path: Path, choice: str | None,
+                                                           expected: str) -> None:
+    """uvloop's loop by default; LOGKEEPER_EVENT_LOOP=asyncio runs the standard library's
+    (an unknown name is warned about and uvloop runs). The start-up log says which, and
+    either serves a produce and a fetch."""
+    env = {} if choice is None else {"LOGKEEPER_EVENT_LOOP": choice}
+    with running(tmp_path, env=env) as d:
+        assert expected in d.stderr(), d.stderr()
+        if choice == "libev":
+            assert "LOGKEEPER_EVENT_LOOP=libev is not one of uvloop, asyncio" in d.stderr()
+        p = ck.Producer({"bootstrap.servers": d.bootstrap, "acks": "all"})
+        for i in range(50):
+            p.produce("loop", b"v%d" % i, partition=0)
+        assert p.flush(30) == 0
+        c = ck.Consumer({"bootstrap.servers": d.bootstrap, "group.id": "g",
+                         "auto.offset.reset": "earliest"})
+        c.assign([ck.TopicPartition("loop", 0, 0)])
+        got: list[bytes] = []
+        deadline = time.monotonic() + 30
+        while len(got) < 50 and time.monotonic() < deadline:
+            got += [m.value() for m in c.consume(50, 1.0) if not m.error()]
+        c.close()
+        assert got == [b"v%d" % i for i in range(50)]
+
+
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "daemon.cli", *args], cwd=REPO,
                           capture_output=True, text=True, timeout=60)
