@@ -48,7 +48,7 @@ import json
 import re
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -111,6 +111,22 @@ def coordinator(bootstrap: str, group: str) -> Connection:
         time.sleep(0.5)
 
 
+def _ask(conn: Connection, build: Callable[[], Any], response_cls: Any, lo: int, hi: int,
+         codes: Callable[[Any], Iterable[int]]) -> Any:
+    """`build()`'s request at the group's coordinator, asked again while the coordinator
+    is still loading the group's offsets partition (COORDINATOR_LOAD_IN_PROGRESS, which
+    Kafka's admin client retries too: a broker just started or just made leader of the
+    partition answers it for as long as the load takes), for up to COORDINATOR_WAIT_S.
+    `codes(answer)`: the answer's error codes."""
+    deadline = time.monotonic() + COORDINATOR_WAIT_S
+    while True:
+        resp = conn.call(build(), response_cls, lo=lo, hi=hi)
+        if errors.COORDINATOR_LOAD_IN_PROGRESS not in codes(resp) or \
+                time.monotonic() > deadline:
+            return resp
+        time.sleep(0.2)
+
+
 def list_groups(bootstrap: str) -> tuple[list[dict[str, Any]], list[str]]:
     """Every group any broker coordinates, [{"group", "state", "protocol_type"}], and
     what each broker that could not say answered (its groups are missing)."""
@@ -145,8 +161,8 @@ def _offsets(meta: Any, tps: set[tuple[str, int]], which: int = LATEST
 
 
 def _committed(conn: Connection, group: str) -> dict[tuple[str, int], int]:
-    resp = conn.call(OffsetFetchRequest(group_id=group, topics=None), OffsetFetchResponse,
-                     lo=2, hi=7)
+    resp = _ask(conn, lambda: OffsetFetchRequest(group_id=group, topics=None),
+                OffsetFetchResponse, 2, 7, lambda r: (r.error_code,))
     if resp.error_code:
         raise Refused(resp.error_code, f"OffsetFetch of group {group}")
     return {(t.name, p.partition_index): p.committed_offset for t in resp.topics
@@ -154,7 +170,8 @@ def _committed(conn: Connection, group: str) -> dict[tuple[str, int], int]:
 
 
 def _group(conn: Connection, group: str) -> Any:
-    resp = conn.call(DescribeGroupsRequest(groups=[group]), DescribeGroupsResponse, lo=0, hi=5)
+    resp = _ask(conn, lambda: DescribeGroupsRequest(groups=[group]), DescribeGroupsResponse,
+                0, 5, lambda r: [g.error_code for g in r.groups])
     [g] = resp.groups
     if g.error_code:
         raise Refused(g.error_code, f"DescribeGroups of group {group}")
@@ -457,11 +474,12 @@ def commit(conn: Connection, group: str, plan: list[dict[str, Any]]) -> None:
         topics.setdefault(r["topic"], []).append(T.OffsetCommitRequestPartition(
             partition_index=r["partition"], committed_offset=r["offset"],
             committed_leader_epoch=-1, committed_metadata=""))
-    resp = conn.call(OffsetCommitRequest(
+    resp = _ask(conn, lambda: OffsetCommitRequest(
         group_id=group, generation_id_or_member_epoch=-1, member_id="",
         group_instance_id=None, retention_time_ms=-1,
         topics=[T(name=t, partitions=ps) for t, ps in topics.items()]),
-        OffsetCommitResponse, lo=2, hi=7)
+        OffsetCommitResponse, 2, 7,
+        lambda r: [p.error_code for t in r.topics for p in t.partitions])
     for t in resp.topics:
         for p in t.partitions:
             if p.error_code:
@@ -492,9 +510,9 @@ def delete_offsets(bootstrap: str, group: str, scope: Scope
     for t, p in tps:
         by_topic.setdefault(t, []).append(T.OffsetDeleteRequestPartition(partition_index=p))
     with coordinator(bootstrap, group) as conn:
-        resp = conn.call(OffsetDeleteRequest(group_id=group, topics=[
+        resp = _ask(conn, lambda: OffsetDeleteRequest(group_id=group, topics=[
             T(name=t, partitions=ps) for t, ps in by_topic.items()]), OffsetDeleteResponse,
-            lo=0, hi=0)
+            0, 0, lambda r: (r.error_code,))
     per.update({(t.name, p.partition_index): p.error_code
                 for t in resp.topics for p in t.partitions})
     return resp.error_code, per
@@ -525,8 +543,8 @@ def render_offset_deletion(group: str, scope: Scope, code: int,
 
 def delete(bootstrap: str, group: str) -> None:
     with coordinator(bootstrap, group) as conn:
-        resp = conn.call(DeleteGroupsRequest(groups_names=[group]), DeleteGroupsResponse,
-                         lo=0, hi=2)
+        resp = _ask(conn, lambda: DeleteGroupsRequest(groups_names=[group]),
+                    DeleteGroupsResponse, 0, 2, lambda r: [g.error_code for g in r.results])
     [r] = resp.results
     if r.error_code == errors.GROUP_ID_NOT_FOUND:
         raise Refused(r.error_code, f"group {group} does not exist")
