@@ -21,7 +21,7 @@ from daemon.api import protocol
 from daemon.api.connections import STOP_GRACE_S
 from logstore import names
 from tests import faults
-from tests.daemon_helpers import REPO, Daemon, RawClient, free_port, running
+from tests.daemon_helpers import REPO, Daemon, RawClient, aiokafka_read, free_port, running
 
 
 def produce_confluent(d: Daemon, topic: str, n: int, *, partitions: int = 1,
@@ -419,15 +419,8 @@ def test_the_event_loop_is_uvloop_unless_asked_for_asyncio(tmp_path: Path, choic
         for i in range(50):
             p.produce("loop", b"v%d" % i, partition=0)
         assert p.flush(30) == 0
-        c = ck.Consumer({"bootstrap.servers": d.bootstrap, "group.id": "g",
-                         "auto.offset.reset": "earliest"})
-        c.assign([ck.TopicPartition("loop", 0, 0)])
-        got: list[bytes] = []
-        deadline = time.monotonic() + 30
-        while len(got) < 50 and time.monotonic() < deadline:
-            got += [m.value() for m in c.consume(50, 1.0) if not m.error()]
-        c.close()
-        assert got == [b"v%d" % i for i in range(50)]
+        assert aiokafka_read("loop", 50, bootstrap_servers=d.bootstrap) == [
+            b"v%d" % i for i in range(50)]
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
