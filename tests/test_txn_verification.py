@@ -27,6 +27,7 @@ from typing import Any
 import confluent_kafka as ck
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
+from kafka.protocol.admin import DescribeTransactionsRequest
 from kafka.protocol.consumer import ListOffsetsRequest
 from kafka.protocol.metadata import FindCoordinatorRequest
 from kafka.protocol.producer import (
@@ -166,6 +167,16 @@ def read_committed(bootstrap: str, topic: str, partitions: list[int], *,
     return got
 
 
+def transaction_state(port: int, transactional_id: str) -> str:
+    """The transaction's state as its coordinator describes it (DescribeTransactions)."""
+    c = RawClient(port)
+    try:
+        r = c.request(DescribeTransactionsRequest(transactional_ids=[transactional_id]), 0)
+        return r.transaction_states[0].transaction_state
+    finally:
+        c.close()
+
+
 @pytest.mark.parametrize("verification", [True, False], ids=["verified", "unverified"])
 def test_a_batch_its_transaction_does_not_hold_never_hangs_the_partition(
         tmp_path: Path, verification: bool) -> None:
@@ -186,6 +197,11 @@ def test_a_batch_its_transaction_does_not_hold_never_hangs_the_partition(
             assert txn.end(commit=False) == 0
             wait_for(lambda: last_stable_offset(d.port, "v", 0) == 2, 30,
                      "the abort marker written")
+            # The coordinator ends the abort after its markers are written: until then
+            # (PrepareAbort) a verification is answered CONCURRENT_TRANSACTIONS, which
+            # the leader gives the producer as NOT_ENOUGH_REPLICAS, to retry; as Kafka.
+            wait_for(lambda: transaction_state(d.port, "late") == "CompleteAbort", 30,
+                     "the abort completed at the coordinator")
             late = txn.produce({("v", 0): delayed, ("v", 1): txn.batch("v", 1, [b"never-added"])})
             codes = {k: p.error_code for k, p in late.items()}
             if verification:
