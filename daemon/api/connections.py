@@ -301,9 +301,7 @@ class Connections:
             reason = getattr(err, "reason", None) or str(err) or type(err).__name__
             if reason in ("WRONG_VERSION_NUMBER", "HTTP_REQUEST", "UNKNOWN_PROTOCOL"):
                 reason += ": the client does not speak TLS"
-            log.info("failed authentication with %s on listener %s (TLS handshake failed: "
-                     "%s)", peer, listener, reason)
-            self.metrics.logins.labels(listener, "failed").inc()
+            self._failed_login(peer, listener, f"TLS handshake failed: {reason}")
 
     async def close(self) -> None:
         """Idle connections close now; in-flight requests get STOP_GRACE_S to finish
@@ -466,6 +464,12 @@ class Connections:
             except TimeoutError:
                 continue
 
+    def _failed_login(self, peer: str, listener: str, why: object) -> None:
+        """A client that did not get through TLS: logged, and counted as a failed
+        authentication, as Kafka's SslTransportLayer does."""
+        log.info("failed authentication with %s on listener %s (%s)", peer, listener, why)
+        self.metrics.logins.labels(listener, "failed").inc()
+
     def _tls_principal(self, link: _ClientConnection, peer: Any) -> str | None:
         """The principal of a connection whose TLS handshake succeeded: its client
         certificate's subject mapped by ssl.principal.mapping.rules, or User:ANONYMOUS
@@ -477,9 +481,7 @@ class Connections:
                 ssl_object.getpeercert(binary_form=True) if ssl_object else None,
                 self.principal_rules)
         except (tls_settings.TlsError, ValueError) as err:
-            log.info("failed authentication with %s on listener %s (%s)",
-                     f"{peer[0]}:{peer[1]}" if peer else "?", link.listener, err)
-            self.metrics.logins.labels(link.listener, "failed").inc()
+            self._failed_login(f"{peer[0]}:{peer[1]}" if peer else "?", link.listener, err)
             return None
         if link.listener not in self.sasl.listeners:  # SASL_SSL: the SASL login counts
             self.metrics.logins.labels(link.listener, "successful").inc()

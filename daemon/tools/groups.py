@@ -97,18 +97,32 @@ _NOT_READY = frozenset((errors.COORDINATOR_NOT_AVAILABLE, errors.COORDINATOR_LOA
 def coordinator(bootstrap: str, group: str) -> Connection:
     """A connection to `group`'s coordinator (the leader of its __consumer_offsets
     partition)."""
+    def find() -> Any:
+        with connect_any(bootstrap) as conn:
+            return conn.call(FindCoordinatorRequest(key=group, key_type=0),
+                             FindCoordinatorResponse, lo=0, hi=3)
+
+    resp = _until_ready(find, lambda r: (r.error_code,), _NOT_READY)
+    if resp.error_code:
+        raise Refused(resp.error_code, getattr(resp, "error_message", None))
+    conn = Connection(resp.host, resp.port)
+    conn.node_id = resp.node_id
+    return conn
+
+
+def _until_ready(ask: Callable[[], Any], codes: Callable[[Any], Iterable[int]],
+                 not_ready: frozenset[int]) -> Any:
+    """`ask()`'s answer, asked again while one of its error codes (`codes(answer)`) says
+    the coordinator is not ready yet (`not_ready`), for up to COORDINATOR_WAIT_S."""
     deadline = time.monotonic() + COORDINATOR_WAIT_S
     while True:
-        with connect_any(bootstrap) as conn:
-            resp = conn.call(FindCoordinatorRequest(key=group, key_type=0),
-                             FindCoordinatorResponse, lo=0, hi=3)
-        if not resp.error_code:
-            conn = Connection(resp.host, resp.port)
-            conn.node_id = resp.node_id
-            return conn
-        if resp.error_code not in _NOT_READY or time.monotonic() > deadline:
-            raise Refused(resp.error_code, getattr(resp, "error_message", None))
-        time.sleep(0.5)
+        resp = ask()
+        if not not_ready.intersection(codes(resp)) or time.monotonic() > deadline:
+            return resp
+        time.sleep(0.2)
+
+
+_LOADING = frozenset((errors.COORDINATOR_LOAD_IN_PROGRESS,))
 
 
 def _ask(conn: Connection, build: Callable[[], Any], response_cls: Any, lo: int, hi: int,
@@ -116,15 +130,10 @@ def _ask(conn: Connection, build: Callable[[], Any], response_cls: Any, lo: int,
     """`build()`'s request at the group's coordinator, asked again while the coordinator
     is still loading the group's offsets partition (COORDINATOR_LOAD_IN_PROGRESS, which
     Kafka's admin client retries too: a broker just started or just made leader of the
-    partition answers it for as long as the load takes), for up to COORDINATOR_WAIT_S.
-    `codes(answer)`: the answer's error codes."""
-    deadline = time.monotonic() + COORDINATOR_WAIT_S
-    while True:
-        resp = conn.call(build(), response_cls, lo=lo, hi=hi)
-        if errors.COORDINATOR_LOAD_IN_PROGRESS not in codes(resp) or \
-                time.monotonic() > deadline:
-            return resp
-        time.sleep(0.2)
+    partition answers it for as long as the load takes). `codes(answer)`: the answer's
+    error codes."""
+    return _until_ready(lambda: conn.call(build(), response_cls, lo=lo, hi=hi), codes,
+                        _LOADING)
 
 
 def list_groups(bootstrap: str) -> tuple[list[dict[str, Any]], list[str]]:
