@@ -132,6 +132,23 @@ LK_SSE42 LK_INLINE uint32_t lk_sse42_single(uint32_t crc, const uint8_t *p, size
     return crc;
 }
 
+/* The bytes before p's next `align`-byte boundary (align a power of two), on one crc32
+ * stream, when at least `keep` bytes stay after them. A 32- or 64-byte load that
+ * straddles two cache lines costs two: on a Zen 4 EPYC the zmm loop ran at 33 GB/s from
+ * a buffer 16 bytes past a line and at 58 from one on a line (a Python bytes object's
+ * data sits 48 bytes past one), while the head costs a handful of nanoseconds. */
+LK_SSE42 LK_INLINE uint32_t lk_align_head(uint32_t crc, const uint8_t **pp, size_t *np,
+                                          size_t align, size_t keep)
+{
+    size_t head = (size_t)(-(uintptr_t)*pp) & (align - 1);
+    if (head == 0 || *np < head + keep)
+        return crc;
+    crc = lk_sse42_single(crc, *pp, head);
+    *pp += head;
+    *np -= head;
+    return crc;
+}
+
 /* q words on each of three streams `stride` bytes apart, starting at s: the crc32 half of
  * the fused loops. The instruction has a latency of about three cycles and a throughput
  * of one, so three independent chains keep it busy. */
@@ -460,6 +477,7 @@ LK_VPCLMUL256 uint32_t lk_crc_vpclmul256_raw(uint32_t crc, const uint8_t *p, siz
 {
     if (n < LK_VPCLMUL256_MIN)
         return lk_crc_sse42_clmul_raw(crc, p, n);
+    crc = lk_align_head(crc, &p, &n, 32, LK_VPCLMUL256_MIN);
     __m256i y = lk_vpclmul256_body(crc, &p, &n);
     return lk_finish128(lk_ymm_to_xmm(y), p, n);
 }
@@ -473,7 +491,10 @@ LK_VPCLMUL256 LK_INLINE uint32_t lk_fused256(uint32_t crc, const uint8_t **pp, s
     const size_t vstep = 32 * (size_t)v;
     const uint8_t *p = *pp;
     size_t n = *np;
-    while (n >= min) {
+    for (;;) {
+        crc = lk_align_head(crc, &p, &n, 32, min);
+        if (n < min)
+            break;
         size_t iters = lk_fused_iters(n, vstep, q);
         size_t slen = iters * 8 * (size_t)q;
         const uint8_t *s = p + iters * vstep;
@@ -578,6 +599,7 @@ LK_VPCLMUL512 uint32_t lk_crc_vpclmul512_raw(uint32_t crc, const uint8_t *p, siz
 {
     if (n < LK_VPCLMUL512_MIN)
         return lk_crc_sse42_clmul_raw(crc, p, n);
+    crc = lk_align_head(crc, &p, &n, 64, LK_VPCLMUL512_MIN);
     const __m512i k2048 = lk_k512(LK_FOLD2048_K_HI, LK_FOLD2048_K_LO);
     const __m512i k512 = lk_k512(LK_FOLD512_K_HI, LK_FOLD512_K_LO);
     __m512i z0 = _mm512_xor_si512(lk_loadu512(p), lk_init512(crc));
@@ -610,7 +632,10 @@ LK_VPCLMUL512 uint32_t lk_crc_vpclmul512_sse42_raw(uint32_t crc, const uint8_t *
 {
     const __m512i k2048 = lk_k512(LK_FOLD2048_K_HI, LK_FOLD2048_K_LO);
     const __m512i k512 = lk_k512(LK_FOLD512_K_HI, LK_FOLD512_K_LO);
-    while (n >= LK_FUSED_MIN) {
+    for (;;) {
+        crc = lk_align_head(crc, &p, &n, 64, LK_FUSED_MIN);
+        if (n < LK_FUSED_MIN)
+            break;
         size_t iters = lk_fused_iters(n, 256, LK_F512_Q);
         size_t slen = iters * 8 * LK_F512_Q;
         const uint8_t *s = p + iters * 256;
