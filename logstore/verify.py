@@ -14,8 +14,11 @@ raised; an OSError reading the files propagates to the caller.
 from __future__ import annotations
 
 import os
+from array import array
+from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 
 import native
@@ -83,6 +86,8 @@ def verify_segment(
     on_batch: Callable[[BatchInfo], None] | None = None,
     max_batch_size: int = 1 << 30,
     on_bad_batch: Callable[[BatchInfo], None] | None = None,
+    on_batches: Callable[[ScanResult], None] | None = None,
+    native_walk: bool = True,
 ) -> SegmentReport:
     """Scan one `.log`, call `on_batch` for each valid batch, check its indexes.
 
@@ -94,6 +99,12 @@ def verify_segment(
     the offset order is checked again from the next valid batch. Where the scan stops
     early (torn tail, broken framing) the index entries past that point cannot be
     checked and are not reported: the stop is the finding.
+
+    `on_batches` gets each chunk's valid batches at once (the ScanResult; the same
+    batches `on_batch` gets one by one). Without `on_batch`, runs of batches with nothing
+    to report are walked natively (native.VerifyWalk) and only the others one by one
+    here; `native_walk=False` looks at every batch here (the reference the tests hold
+    the native walk to).
     """
     path = Path(log_path)
     parsed = names.parse_segment_file(path.name)
@@ -109,6 +120,12 @@ def verify_segment(
     if check_indexes and time_index_path.exists():
         time_entries = _check_time_index(time_index_path, base, report)
     offset_at = {pos: off for off, pos in offset_entries.items()}
+    # While the native walk is on, the offset index entries before walked["index_next"]
+    # (in index_offsets, ascending) are no longer in offset_entries.
+    index_offsets = array("q", offset_entries)
+    walk = (_native_walk(index_offsets, offset_entries, time_entries)
+            if native_walk and on_batch is None else None)
+    walked = {"index_next": 0}
     seen_at: dict[int, int] = {}  # positions named by the index -> last offset found there
     # prev_last: the previous valid batch's last offset (None after a bad one);
     # next_time: the first time-index entry not yet matched; after_bad: the batch
@@ -131,56 +148,105 @@ def verify_segment(
         state["next_time"] = j
 
     def visit(res: ScanResult) -> None:
+        i, n = 0, len(res)
+        while i < n:
+            if walk is not None and state["prev_last"] is not None and not state["after_bad"]:
+                i = walk_from(res, i)
+                if i == n:
+                    break
+            visit_one(res[i])
+            i += 1
+            if walk is not None:
+                resync()
+        if on_batches is not None:
+            on_batches(res)
+
+    def walk_from(res: ScanResult, i: int) -> int:
+        """The batches from i that the native walk finds nothing to say about, added to
+        the report; returns the index of the first batch it stopped before."""
+        assert walk is not None
+        w = walk.state
+        w.prev_last, w.max_timestamp = state["prev_last"], report.max_timestamp
+        w.index_next, w.time_next = walked["index_next"], state["next_time"]
+        w.batch_count = w.record_count = w.offset_gaps = 0
+        end = walk.walk(res, i)
+        if end > i:
+            report.batch_count += w.batch_count
+            report.record_count += w.record_count
+            report.offset_gaps += w.offset_gaps
+            report.max_timestamp = w.max_timestamp
+            report.last_offset = state["prev_last"] = w.prev_last
+            state["next_time"] = w.time_next
+            for offset in index_offsets[walked["index_next"]:w.index_next]:
+                offset_entries.pop(offset, None)  # matched: each at its batch's position
+            walked["index_next"] = w.index_next
+        return end
+
+    def resync() -> None:
+        """After a batch looked at here: the walk's offset index cursor moves past the
+        last offset seen. An entry it would pass that is still unmatched (the index and
+        the log disagree) keeps the rest of the segment here, one batch at a time."""
+        nonlocal walk
+        prev = state["prev_last"]
+        if prev is None:
+            return
+        start = walked["index_next"]
+        past = bisect_right(index_offsets, prev, lo=start)
+        if any(o in offset_entries for o in index_offsets[start:past]):
+            walk = None
+        else:
+            walked["index_next"] = past
+
+    def visit_one(b: BatchInfo) -> None:
         nonlocal legacy_count
-        for b in res:
-            if report.first_offset is None:
-                first_batch(b)
-            if b.magic < 2:
-                legacy_count += 1
-                if not legacy:
-                    legacy.append(b)
-            prev = state["prev_last"]
-            # A compressed legacy wrapper's first offset is inside its value: only its
-            # last is known, so the offsets before it are no gap.
-            wrapper = b.magic < 2 and b.attributes & 7
-            if prev is not None:
-                if b.base_offset <= prev:
-                    report.problems.append(Problem(
-                        "offset-overlap", str(path), b.position, b.base_offset,
-                        f"batch at {b.position} starts at offset {b.base_offset}, not after "
-                        f"the previous batch's last offset {prev}"))
-                elif b.base_offset > prev + 1 and not wrapper:
-                    report.offset_gaps += 1
-            state["prev_last"] = b.last_offset
-            report.batch_count += 1
-            report.record_count += b.records_count
-            report.last_offset = b.last_offset
-            report.max_timestamp = max(report.max_timestamp, b.max_timestamp)
-            if b.position in offset_at:
-                seen_at[b.position] = b.last_offset
-            expected_pos = offset_entries.pop(b.last_offset, None)
-            if expected_pos is not None and expected_pos != b.position:
+        if report.first_offset is None:
+            first_batch(b)
+        if b.magic < 2:
+            legacy_count += 1
+            if not legacy:
+                legacy.append(b)
+        prev = state["prev_last"]
+        # A compressed legacy wrapper's first offset is inside its value: only its
+        # last is known, so the offsets before it are no gap.
+        wrapper = b.magic < 2 and b.attributes & 7
+        if prev is not None:
+            if b.base_offset <= prev:
                 report.problems.append(Problem(
-                    "index-mismatch", str(index_path), expected_pos, b.last_offset,
-                    f"index maps offset {b.last_offset} to position {expected_pos}, but the "
-                    f"batch ending there starts at {b.position}"))
-            time_entries_below(b.base_offset)
-            state["after_bad"] = False
-            # An entry may name the batch's last offset or (older brokers) the record
-            # holding its max timestamp, inside it: either way, that batch's max.
-            j = state["next_time"]
-            while j < len(time_entries) and time_entries[j][0] <= b.last_offset:
-                entry_offset, ts = time_entries[j]
-                if ts != b.max_timestamp:
-                    report.problems.append(Problem(
-                        "timeindex-mismatch", str(time_index_path), b.position, entry_offset,
-                        f"time index says offset {entry_offset} has timestamp {ts}, the max "
-                        f"timestamp of the batch holding it (offsets {b.base_offset}-"
-                        f"{b.last_offset}) is {b.max_timestamp}"))
-                j += 1
-            state["next_time"] = j
-            if on_batch is not None:
-                on_batch(b)
+                    "offset-overlap", str(path), b.position, b.base_offset,
+                    f"batch at {b.position} starts at offset {b.base_offset}, not after "
+                    f"the previous batch's last offset {prev}"))
+            elif b.base_offset > prev + 1 and not wrapper:
+                report.offset_gaps += 1
+        state["prev_last"] = b.last_offset
+        report.batch_count += 1
+        report.record_count += b.records_count
+        report.last_offset = b.last_offset
+        report.max_timestamp = max(report.max_timestamp, b.max_timestamp)
+        if b.position in offset_at:
+            seen_at[b.position] = b.last_offset
+        expected_pos = offset_entries.pop(b.last_offset, None)
+        if expected_pos is not None and expected_pos != b.position:
+            report.problems.append(Problem(
+                "index-mismatch", str(index_path), expected_pos, b.last_offset,
+                f"index maps offset {b.last_offset} to position {expected_pos}, but the "
+                f"batch ending there starts at {b.position}"))
+        time_entries_below(b.base_offset)
+        state["after_bad"] = False
+        # An entry may name the batch's last offset or (older brokers) the record
+        # holding its max timestamp, inside it: either way, that batch's max.
+        j = state["next_time"]
+        while j < len(time_entries) and time_entries[j][0] <= b.last_offset:
+            entry_offset, ts = time_entries[j]
+            if ts != b.max_timestamp:
+                report.problems.append(Problem(
+                    "timeindex-mismatch", str(time_index_path), b.position, entry_offset,
+                    f"time index says offset {entry_offset} has timestamp {ts}, the max "
+                    f"timestamp of the batch holding it (offsets {b.base_offset}-"
+                    f"{b.last_offset}) is {b.max_timestamp}"))
+            j += 1
+        state["next_time"] = j
+        if on_batch is not None:
+            on_batch(b)
 
     def first_batch(b: BatchInfo) -> None:
         report.first_offset = b.base_offset
@@ -243,6 +309,20 @@ def verify_segment(
     if scan.clean:
         time_entries_below(2**63 - 1)
     return report
+
+
+def _native_walk(index_offsets: array, offset_entries: dict[int, int],
+                 time_entries: list[tuple[int, int]]) -> native.VerifyWalk | None:
+    """The native walk of a segment with these index entries (index_offsets: the offset
+    index's, ascending), or None where its positions do not ascend with its offsets
+    (already a finding: its batches are looked at one by one, which words every
+    mismatch)."""
+    positions = array("q", offset_entries.values())
+    if any(b <= a for a, b in pairwise(positions)):
+        return None
+    return native.VerifyWalk(index_offsets, positions,
+                             array("q", [o for o, _ in time_entries]),
+                             array("q", [ts for _, ts in time_entries]))
 
 
 def _check_offset_index(index_path: Path, base: int, file_size: int,

@@ -31,6 +31,7 @@ import enum
 import errno
 import os
 import struct
+from array import array
 from collections.abc import Iterator
 from operator import itemgetter
 from typing import Any, NamedTuple, overload
@@ -49,8 +50,8 @@ except ImportError as err:  # pragma: no cover - only on a tree that was never b
 __all__ = [
     "CRC32C_IMPLS", "INDEX_ADDED", "INDEX_FULL", "INDEX_PENDING_BYTES", "INDEX_SKIPPED",
     "LEGACY_MIN_SIZE", "ROLL_BASE_UNKNOWN", "AppendStatus", "Appender", "Crc32cCalibration", "BatchInfo",
-    "ScanResult", "ScanStatus",
-    "Space", "address_of", "assign_offsets",
+    "FINGERPRINT_SIZE", "ScanResult", "ScanStatus",
+    "Space", "VerifyWalk", "address_of", "assign_offsets",
     "availability_probe", "batches_end", "crc32c", "crc32c_active", "crc32c_calibration",
     "crc32c_force", "crc32c_supported", "crc32c_using", "find_batch", "read_range",
     "fallocate", "fdatasync", "index_add", "index_batch", "index_flush", "index_map",
@@ -63,6 +64,7 @@ Buffer = Any  # bytes, bytearray, memoryview, mmap: anything with the buffer pro
 PathArg = str | os.PathLike[str] | None
 
 BATCH_HEADER_SIZE = 61
+FINGERPRINT_SIZE = 32  # ScanResult.fingerprints: 4 big-endian int64s a batch
 LEGACY_MIN_SIZE = 26  # the smallest legacy (magic 0) message: 12 + messageSize 14
 # Big arrays of batch infos are malloc'd without zeroing: the scan writes every entry
 # it reports, and clearing an upper-bound array would cost more than the scan itself.
@@ -321,6 +323,14 @@ class ScanResult:
     def __len__(self) -> int:
         return self.count
 
+    def fingerprints(self) -> bytes:
+        """Each batch's position, base offset, last offset and stored CRC as big-endian
+        int64s, 32 bytes a batch: what the audit compares across replicas."""
+        out = bytearray(FINGERPRINT_SIZE * self.count)
+        if self.count:
+            _lib.lk_batch_fingerprints(self._infos, self.count, _ffi.from_buffer(out))
+        return bytes(out)
+
     def _decode(self, i: int) -> BatchInfo:
         return _new_tuple(BatchInfo, _TO_BATCH(_INFO_STRUCT.unpack_from(self._view,
                                                                         i * _INFO_SIZE)))
@@ -418,6 +428,41 @@ def scan_batches(data: Buffer, *, base_position: int = 0, max_batch_size: int = 
     return ScanResult(status, valid, count, bad_value=res.bad_value, stored_crc=res.stored_crc,
                       computed_crc=res.computed_crc, base_position=base_position,
                       max_batch_size=max_batch_size, infos=infos, detail=detail)
+
+
+class VerifyWalk:
+    """`lk_verify_walk` over one segment (logstore/verify.py): the offset index as
+    ascending offsets and positions, the time index as offsets and timestamps in file
+    order, and the walk's state in `state` (struct lk_verify_walk: prev_last,
+    batch_count, record_count, max_timestamp, offset_gaps, index_next, time_next),
+    which the caller reads and sets between calls."""
+
+    __slots__ = ("state", "_keep", "_index", "_time")
+
+    def __init__(self, index_offsets: array, index_positions: array, time_offsets: array,
+                 time_stamps: array) -> None:
+        if len(index_offsets) != len(index_positions) or len(time_offsets) != len(time_stamps):
+            raise ValueError("index offsets and positions (or time offsets and timestamps) "
+                             "differ in length")
+        for a in (index_offsets, index_positions, time_offsets, time_stamps):
+            if a.typecode != "q":
+                raise ValueError(f"index arrays hold int64 ('q'), got {a.typecode!r}")
+        self._keep = (index_offsets, index_positions, time_offsets, time_stamps)
+        self._index = (_ffi.from_buffer("int64_t[]", index_offsets),
+                       _ffi.from_buffer("int64_t[]", index_positions), len(index_offsets))
+        self._time = (_ffi.from_buffer("int64_t[]", time_offsets),
+                      _ffi.from_buffer("int64_t[]", time_stamps), len(time_offsets))
+        self.state = _ffi.new("struct lk_verify_walk *")
+
+    def walk(self, res: ScanResult, start: int) -> int:
+        """Walk res's batches from `start` while verify has nothing to say about them;
+        returns the index of the first one it would (len(res) when none)."""
+        if not 0 <= start <= res.count:
+            raise IndexError(f"start {start} outside 0..{res.count}")
+        if start == res.count:
+            return start
+        return int(_lib.lk_verify_walk(res._infos, start, res.count, *self._index,
+                                       *self._time, self.state))
 
 
 # ---- Records inside a batch (the log cleaner) ----------------------------------------

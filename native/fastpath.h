@@ -108,6 +108,37 @@ int64_t lk_scan_batches(const uint8_t *buf, size_t len, int64_t base_position,
                         struct lk_batch_info *out, size_t out_cap,
                         struct lk_scan_result *res);
 
+/* ---- The verify walk (logstore/verify.py): a segment's batches against its indexes ---- */
+/* What the walk carries from one call to the next, and adds up. */
+struct lk_verify_walk {
+    int64_t prev_last;         /* in/out: the last offset of the batch before */
+    int64_t batch_count;       /* out (added to): batches walked */
+    int64_t record_count;      /* out (added to): their records */
+    int64_t max_timestamp;     /* in/out: the highest max timestamp seen */
+    int64_t offset_gaps;       /* out (added to): batches starting past prev_last + 1 */
+    int64_t index_next;        /* in/out: the offset index entry to match next */
+    int64_t time_next;         /* in/out: the time index entry to match next */
+};
+/* Walk infos[from, n) while each batch is one verify has nothing to say about: magic 2,
+ * starting after w->prev_last, and agreeing with both indexes at their cursors. The
+ * offset index (index_offsets ascending, index_positions ascending, index_n entries):
+ * the entry at w->index_next names this batch's last offset at its position (matched:
+ * the cursor moves on), or lies past it in both offset and position. The time index
+ * (time_offsets ascending): no entry at the cursor below the batch's base offset, and
+ * every entry up to its last offset carries its max timestamp (matched). Returns the
+ * index of the first batch that is not such a batch (n when all are); w says where the
+ * walk got to. Thread-safe (distinct walks); no IO. */
+size_t lk_verify_walk(const struct lk_batch_info *infos, size_t from, size_t n,
+                      const int64_t *index_offsets, const int64_t *index_positions,
+                      size_t index_n, const int64_t *time_offsets,
+                      const int64_t *time_stamps, size_t time_n,
+                      struct lk_verify_walk *w);
+/* Each batch's position, base offset, last offset and stored CRC as big-endian int64s
+ * into out (4 * n of them): a replica's batch fingerprints, which the audit compares.
+ * Thread-safe; no IO. */
+void lk_batch_fingerprints(const struct lk_batch_info *infos, size_t n, uint8_t *out);
+
+
 /* One record of a magic-2 batch's uncompressed records area, as the log cleaner
  * reads it: where its fields lie (positions in the records area) and its deltas. */
 struct lk_record_info {

@@ -24,9 +24,7 @@ from __future__ import annotations
 
 import heapq
 import os
-import sys
 import time
-from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -283,8 +281,9 @@ def scan_segments(items: Iterable[tuple], buffer_size: int = 1 << 20) -> Iterato
     """Executor side: verify each segment and yield SCAN_ROW tuples.
 
     Runs `logstore.verify.verify_segment` (fixed buffer, native scan, index checks).
-    Fingerprints are kept in a flat int64 array while a segment is scanned (32 bytes a
-    batch) and yielded after it as big-endian bytes, in chunks (schema.FINGERPRINTS).
+    Fingerprints (FINGERPRINT_FIELDS as big-endian int64s, 32 bytes a batch) are packed
+    a chunk of batches at a time while a segment is scanned (ScanResult.fingerprints)
+    and yielded after it, in chunks (schema.FINGERPRINTS).
     A file that vanished (retention) is a warning row, one that cannot be read an error
     row; neither stops the task. Items that are already rows (the driver's listing,
     `("row", tuple)`) pass through.
@@ -297,15 +296,15 @@ def scan_segments(items: Iterable[tuple], buffer_size: int = 1 << 20) -> Iterato
             continue
         host, dir_, topic, partition, path, want_batches = item
         name = os.path.basename(path)
-        packed = array("q")
-        on_batch = None
+        packed = bytearray()
+        on_batches = None
         if want_batches:
-            def on_batch(b, extend=packed.extend) -> None:  # FINGERPRINT_FIELDS
-                extend((b.position, b.base_offset, b.base_offset + b.last_offset_delta, b.crc))
+            def on_batches(res, extend=packed.extend) -> None:  # FINGERPRINT_FIELDS
+                extend(res.fingerprints())
 
         started = time.perf_counter()
         try:
-            rep = verify.verify_segment(path, buffer_size=buffer_size, on_batch=on_batch)
+            rep = verify.verify_segment(path, buffer_size=buffer_size, on_batches=on_batches)
         except FileNotFoundError as err:
             yield _row(PROBLEMS, _problem(
                 host, dir_, topic, partition, name, "vanished",
@@ -327,9 +326,7 @@ def scan_segments(items: Iterable[tuple], buffer_size: int = 1 << 20) -> Iterato
                                           os.path.basename(p.path), p.kind, p.detail,
                                           p.severity, p.position, p.offset))
         if packed:
-            if sys.byteorder == "little":
-                packed.byteswap()
-            data = packed.tobytes()
+            data = bytes(packed)
             step = schema.FINGERPRINT_CHUNK * FINGERPRINT.size
             for i in range(0, len(data), step):
                 yield _row(FINGERPRINTS, (host, dir_, topic, partition, name, data[i:i + step]))
