@@ -414,9 +414,20 @@ def _first_nonzero(fd: int, start: int, limit: int) -> int | None:
 class IndexFile(NamedTuple):
     """An index file as a verifier reads it (`read_index_file`)."""
 
-    entries: list[tuple[int, int]]  # the written entries, as stored (relative offsets)
+    data: bytes  # the written entries, as stored (relative offsets)
+    entry: struct.Struct  # OFFSET_ENTRY or TIME_ENTRY
     slots: int  # floor(file length / entry size)
     stray: tuple[int, tuple[int, int]] | None  # (number, fields) of an entry past the end
+
+    @property
+    def count(self) -> int:
+        """How many entries are written."""
+        return len(self.data) // self.entry.size
+
+    @property
+    def entries(self) -> list[tuple[int, int]]:
+        """The written entries, decoded (a new list each time)."""
+        return list(self.entry.iter_unpack(self.data))
 
 
 def read_index_file(path: str | os.PathLike[str], kind: str) -> IndexFile:
@@ -432,7 +443,7 @@ def read_index_file(path: str | os.PathLike[str], kind: str) -> IndexFile:
                      entry.unpack(os.pread(fd, entry.size, written.stray * entry.size)))
     finally:
         os.close(fd)
-    return IndexFile(list(entry.iter_unpack(written.data)), written.slots, stray)
+    return IndexFile(written.data, entry, written.slots, stray)
 
 
 def read_index_entries(path: str | os.PathLike[str], kind: str) -> list[tuple[int, int]]:

@@ -51,9 +51,10 @@ __all__ = [
     "CRC32C_IMPLS", "INDEX_ADDED", "INDEX_FULL", "INDEX_PENDING_BYTES", "INDEX_SKIPPED",
     "LEGACY_MIN_SIZE", "ROLL_BASE_UNKNOWN", "AppendStatus", "Appender", "Crc32cCalibration", "BatchInfo",
     "FINGERPRINT_SIZE", "ScanResult", "ScanStatus",
-    "Space", "VerifyWalk", "address_of", "assign_offsets",
+    "Space", "VerifyWalk", "address_of", "ascending", "assign_offsets",
     "availability_probe", "batches_end", "crc32c", "crc32c_active", "crc32c_calibration",
-    "crc32c_force", "crc32c_supported", "crc32c_using", "find_batch", "read_range",
+    "crc32c_force", "crc32c_supported", "crc32c_using", "decode_offset_index", "find_batch",
+    "read_range",
     "fallocate", "fdatasync", "index_add", "index_batch", "index_flush", "index_map",
     "index_pending", "index_search", "index_truncate", "index_unmap",
     "new_index", "new_segment", "parse_records", "pread", "pread_into", "pwrite_all", "scan_batches",
@@ -428,6 +429,27 @@ def scan_batches(data: Buffer, *, base_position: int = 0, max_batch_size: int = 
     return ScanResult(status, valid, count, bad_value=res.bad_value, stored_crc=res.stored_crc,
                       computed_crc=res.computed_crc, base_position=base_position,
                       max_batch_size=max_batch_size, infos=infos, detail=detail)
+
+
+def decode_offset_index(data: Buffer, base: int, file_size: int) -> tuple[array, array, bool]:
+    """An offset index's entries as stored (8 bytes each) as absolute offsets and
+    positions, and whether they are as Kafka writes them (see lk_offset_index_decode)."""
+    cdata, size = _cbuf(data)
+    if size % 8:
+        raise ValueError(f"an offset index is whole 8-byte entries, got {size} bytes")
+    n = size // 8
+    offsets, positions = array("q", bytes(8 * n)), array("q", bytes(8 * n))
+    in_order = _lib.lk_offset_index_decode(cdata, n, base, file_size,
+                                           _ffi.from_buffer("int64_t[]", offsets),
+                                           _ffi.from_buffer("int64_t[]", positions))
+    return offsets, positions, bool(in_order)
+
+
+def ascending(values: array) -> bool:
+    """Whether an int64 array ('q') rises strictly from each value to the next."""
+    if values.typecode != "q":
+        raise ValueError(f"ascending takes an int64 ('q') array, got {values.typecode!r}")
+    return bool(_lib.lk_ascending(_ffi.from_buffer("int64_t[]", values), len(values)))
 
 
 class VerifyWalk:

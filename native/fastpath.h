@@ -133,6 +133,15 @@ size_t lk_verify_walk(const struct lk_batch_info *infos, size_t from, size_t n,
                       size_t index_n, const int64_t *time_offsets,
                       const int64_t *time_stamps, size_t time_n,
                       struct lk_verify_walk *w);
+/* An offset index's n entries as stored (4-byte offset relative to base, 4-byte
+ * position, big-endian) into absolute offsets and positions. Returns 1 when they are
+ * as Kafka writes them (relative offsets >= 0 and ascending, positions inside a
+ * file_size-byte log), else 0 (verify then words what is wrong, entry by entry).
+ * Thread-safe; no IO. */
+int lk_offset_index_decode(const uint8_t *data, size_t n, int64_t base, int64_t file_size,
+                           int64_t *offsets, int64_t *positions);
+/* 1 when a[0] < a[1] < ... < a[n-1], else 0. Thread-safe; no IO. */
+int lk_ascending(const int64_t *a, size_t n);
 /* Each batch's position, base offset, last offset and stored CRC as big-endian int64s
  * into out (4 * n of them): a replica's batch fingerprints, which the audit compares.
  * Thread-safe; no IO. */

@@ -84,3 +84,26 @@ void lk_batch_fingerprints(const struct lk_batch_info *infos, size_t n, uint8_t 
         lk_put_be64(out + 24, (uint64_t)b->crc);
     }
 }
+
+int lk_offset_index_decode(const uint8_t *data, size_t n, int64_t base, int64_t file_size,
+                           int64_t *offsets, int64_t *positions)
+{
+    int in_order = 1;
+    for (size_t i = 0; i < n; i++, data += 8) {
+        int32_t rel = (int32_t)lk_be32(data);
+        int32_t pos = (int32_t)lk_be32(data + 4);
+        offsets[i] = base + rel;
+        positions[i] = pos;
+        if (rel < 0 || (i > 0 && offsets[i] <= offsets[i - 1]) || pos < 0 || pos >= file_size)
+            in_order = 0;
+    }
+    return in_order;
+}
+
+int lk_ascending(const int64_t *a, size_t n)
+{
+    for (size_t i = 1; i < n; i++)
+        if (a[i] <= a[i - 1])
+            return 0;
+    return 1;
+}

@@ -332,25 +332,53 @@ def scan_segments(items: Iterable[tuple], buffer_size: int = 1 << 20) -> Iterato
                 yield _row(FINGERPRINTS, (host, dir_, topic, partition, name, data[i:i + step]))
 
 
-@dataclass
 class RawTables:
     """The audit's inputs as DataFrames (see schema.RAW_TABLES), and `rows`: all of
     them in one table shaped like the scan's (schema.SCAN_ROW), which the audit reads.
     From a scan, `rows` is the cached scan itself (with packed fingerprints, which
-    `batches` unpacks) and `facts` is already collected (transforms.collect_facts)."""
+    `batches` unpacks) and `facts` is already collected (transforms.collect_facts); the
+    tables are then selected from it when first asked for (--scan-only writes them, the
+    audit itself reads only `rows`: each selection costs the driver a round of the
+    JVM's analysis, a quarter of a 2 GiB audit's time when all were built up front)."""
 
-    dirs: DataFrame
-    partitions: DataFrame
-    checkpoints: DataFrame
-    segments: DataFrame
-    problems: DataFrame
-    batches: DataFrame
-    scanned: DataFrame | None = None
-    facts: Facts | None = None
-    cached: list[DataFrame] = field(default_factory=list)
+    def __init__(self, dirs: DataFrame | None = None, partitions: DataFrame | None = None,
+                 checkpoints: DataFrame | None = None, segments: DataFrame | None = None,
+                 problems: DataFrame | None = None, batches: DataFrame | None = None, *,
+                 scanned: DataFrame | None = None, facts: Facts | None = None,
+                 cached: list[DataFrame] | None = None) -> None:
+        given = {"dirs": dirs, "partitions": partitions, "checkpoints": checkpoints,
+                 "segments": segments, "problems": problems, "batches": batches}
+        missing = [name for name, df in given.items() if df is None]
+        if missing and scanned is None:
+            raise ValueError(f"raw tables {missing} given neither as DataFrames nor by a scan")
+        self._tables = {name: df for name, df in given.items() if df is not None}
+        self.scanned = scanned
+        self.facts = facts
+        self.cached = list(cached or ())
+
+    def table(self, name: str) -> DataFrame:
+        """One raw table (a name of schema.RAW_TABLES)."""
+        if name not in schema.RAW_TABLES:
+            raise KeyError(f"no raw table {name!r}; there are {', '.join(schema.RAW_TABLES)}")
+        df = self._tables.get(name)
+        if df is None:
+            assert self.scanned is not None
+            column = "fingerprints" if name == "batches" else name
+            df = self.scanned.where(f"{column} IS NOT NULL").select(f"{column}.*")
+            if name == "batches":
+                df = unpack_fingerprints(df)
+            self._tables[name] = df
+        return df
+
+    dirs = property(lambda self: self.table("dirs"))
+    partitions = property(lambda self: self.table("partitions"))
+    checkpoints = property(lambda self: self.table("checkpoints"))
+    segments = property(lambda self: self.table("segments"))
+    problems = property(lambda self: self.table("problems"))
+    batches = property(lambda self: self.table("batches"))
 
     def tables(self) -> dict[str, DataFrame]:
-        return {name: getattr(self, name) for name in schema.RAW_TABLES}
+        return {name: self.table(name) for name in schema.RAW_TABLES}
 
     @property
     def rows(self) -> DataFrame:
@@ -407,19 +435,11 @@ def scan(spark: SparkSession, roots: Sequence[Root], *, buffer_size: int = 1 << 
             .flatMap(lambda group: group)  # each slice holds one group: one task
             .mapPartitions(lambda items: scan_segments(items, buffer_size)))
     scanned = spark.createDataFrame(rows, schema.SCAN_ROW, verifySchema=False).cache()
-
-    def part(col: str) -> DataFrame:
-        return scanned.where(f"{col} IS NOT NULL").select(f"{col}.*")
-
     # The scan's one action collects the facts the findings pass needs: it runs every
     # scan task and fills the cache (whole rows, whatever it selects), which every
-    # table below reads.
+    # raw table reads.
     facts = transforms.collect_facts(scanned)
-    return RawTables(dirs=part("dirs"), partitions=part("partitions"),
-                     checkpoints=part("checkpoints"), segments=part("segments"),
-                     problems=part("problems"),
-                     batches=unpack_fingerprints(part("fingerprints")), scanned=scanned,
-                     facts=facts, cached=[scanned])
+    return RawTables(scanned=scanned, facts=facts, cached=[scanned])
 
 
 def unpack_fingerprints(packed: DataFrame) -> DataFrame:

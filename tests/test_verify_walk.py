@@ -217,3 +217,18 @@ def test_property_any_damage_reads_the_same_both_ways(tmp_path_factory, steps, m
         if size:
             patch(target, at % size, bytes([byte]))
     reports(log, buffer_size)
+
+
+def test_offset_index_decode_says_when_entries_are_as_kafka_writes_them() -> None:
+    entries = struct.pack(">iiii", 3, 0, 9, 4096)
+    offsets, positions, in_order = native.decode_offset_index(entries, 100, 8192)
+    assert (list(offsets), list(positions), in_order) == ([103, 109], [0, 4096], True)
+    for bad in (struct.pack(">iiii", 9, 0, 3, 4096),    # offsets going back
+                struct.pack(">iiii", -1, 0, 3, 4096),   # below the base
+                struct.pack(">iiii", 3, 0, 9, 8192)):   # a position past the log
+        assert native.decode_offset_index(bad, 100, 8192)[2] is False
+    with pytest.raises(ValueError, match="8-byte entries"):
+        native.decode_offset_index(entries[:-1], 100, 8192)
+    assert native.ascending(array("q", [1, 2, 5])) and not native.ascending(array("q", [1, 1]))
+    with pytest.raises(ValueError, match="int64"):
+        native.ascending(array("i", [1]))
