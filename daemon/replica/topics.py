@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from logstore import LogConfig, StorageError, TopicPartition, names
 from logstore.errors import InvalidTopicError
@@ -126,8 +127,11 @@ class TopicAdmin:
                 raise TopicError(KAFKA_STORAGE_ERROR, str(err)) from err
             failed = await self._create_logs(topic, 0, placed, log_config)
             if failed is not None:
+                if overrides and self.topic_configs is not None:
+                    self.topic_configs.forget(topic)
+                    await self._write_configs()
                 code, msg = error_of(failed, f"create {topic}")
-                raise TopicError(code, f"creating {topic}: {msg}")
+                raise TopicError(code, f"creating {topic} (nothing created): {msg}")
             log.info("created topic %s with %d partitions on %s", topic, num_partitions,
                      ", ".join(sorted({str(d.path) for d in placed})))
 
@@ -166,26 +170,45 @@ class TopicAdmin:
             failed = await self._create_logs(topic, current, placed, cfg)
             if failed is not None:
                 code, msg = error_of(failed, f"add partitions to {topic}")
-                raise TopicError(code, f"adding partitions to {topic}: {msg}")
+                raise TopicError(code, f"adding partitions to {topic} (none added): {msg}")
             log.info("topic %s: %d partitions now", topic, count)
 
     async def _create_logs(self, topic: str, first: int, placed: list[ManagedDir],
                            log_config: LogConfig | None) -> BaseException | None:
         """Create partitions `first`, `first + 1`, ... of `topic` on the `placed` dirs'
-        workers, take on those made, and record the placement; the first failure, if any."""
+        workers and take them on, recording the placement; or, when any of them fails, undo
+        those made (a topic is created whole or not at all) and return the first failure."""
         futures = [self.storage.submit(d, d.logdir.create_log, topic, first + i,  # type: ignore[union-attr]
                                        log_config)
                    for i, d in enumerate(placed)]
         done = await asyncio.gather(*futures, return_exceptions=True)
-        failed = None
+        failed = next((r for r in done if isinstance(r, BaseException)), None)
+        if failed is not None:
+            await self._undo_create(topic, first, placed, done)
+            return failed
         for i, (d, res) in enumerate(zip(placed, done, strict=True)):
-            if isinstance(res, BaseException):
-                failed = failed or res
-                continue
             self.replicas.add(Partition(TopicPartition(topic, first + i), res, d, 0))
         self.on_change()
         await self.storage.write_placement()
-        return failed
+        return None
+
+    async def _undo_create(self, topic: str, first: int, placed: list[ManagedDir],
+                           done: list[Any]) -> None:
+        """Close and remove the partitions a failed creation made, and the dirs of those it
+        could not (a half-made topic would hold descriptors and hide its gaps)."""
+        futures = []
+        for i, (d, res) in enumerate(zip(placed, done, strict=True)):
+            logdir = d.logdir
+            if logdir is None:
+                continue
+            if isinstance(res, BaseException):
+                full = logdir.path / names.partition_dir_name(topic, first + i)
+                futures.append(self.storage.submit(d, logdir.remove_dir, full))
+            else:
+                futures.append(self.storage.submit(d, logdir.delete_log, topic, first + i))
+        for res in await asyncio.gather(*futures, return_exceptions=True):
+            if isinstance(res, BaseException):
+                log.warning("undoing the creation of %s: %s", topic, res)
 
     async def delete_topic(self, topic: str) -> None:
         async with self._lock:
