@@ -109,20 +109,21 @@ def verify_segment(
     parsed = names.parse_segment_file(path.name)
     base = parsed[0] if parsed else 0
     report = SegmentReport(str(path), base)
-    offset_entries: dict[int, int] = {}  # absolute offset -> expected batch position
+    index_offsets, index_positions = array("q"), array("q")  # the offset index, ascending
     time_entries: list[tuple[int, int]] = []  # (absolute offset, timestamp), in order
     index_path = path.with_suffix(names.INDEX_SUFFIX)
     time_index_path = path.with_suffix(names.TIME_INDEX_SUFFIX)
     file_size = path.stat().st_size
     if check_indexes and index_path.exists():
-        offset_entries = _check_offset_index(index_path, base, file_size, report)
+        index_offsets, index_positions = _check_offset_index(index_path, base, file_size,
+                                                             report)
     if check_indexes and time_index_path.exists():
         time_entries = _check_time_index(time_index_path, base, report)
-    offset_at = {pos: off for off, pos in offset_entries.items()}
-    # While the native walk is on, the offset index entries before walked["index_next"]
-    # (in index_offsets, ascending) are no longer in offset_entries.
-    index_offsets = array("q", offset_entries)
-    walk = (_native_walk(index_offsets, offset_entries, time_entries)
+    # The entries not yet matched, absolute offset -> expected batch position, except that
+    # those below walked["index_next"] in index_offsets are all matched and stay in it.
+    offset_entries = dict(zip(index_offsets, index_positions, strict=True))
+    offset_at = dict(zip(index_positions, index_offsets, strict=True))
+    walk = (_native_walk(index_offsets, index_positions, time_entries)
             if native_walk and on_batch is None else None)
     walked = {"index_next": 0}
     seen_at: dict[int, int] = {}  # positions named by the index -> last offset found there
@@ -176,10 +177,14 @@ def verify_segment(
             report.max_timestamp = w.max_timestamp
             report.last_offset = state["prev_last"] = w.prev_last
             state["next_time"] = w.time_next
-            for offset in index_offsets[walked["index_next"]:w.index_next]:
-                offset_entries.pop(offset, None)  # matched: each at its batch's position
-            walked["index_next"] = w.index_next
+            walked["index_next"] = w.index_next  # matched: each at its batch's position
         return end
+
+    def unmatched(offset: int) -> bool:
+        """Whether `offset`'s index entry (if any) may still be unmatched: it is not
+        below the cursor, under which every entry is matched but not popped."""
+        k = walked["index_next"]
+        return k == 0 or offset > index_offsets[k - 1]
 
     def resync() -> None:
         """After a batch looked at here: the walk's offset index cursor moves past the
@@ -223,7 +228,9 @@ def verify_segment(
         report.max_timestamp = max(report.max_timestamp, b.max_timestamp)
         if b.position in offset_at:
             seen_at[b.position] = b.last_offset
-        expected_pos = offset_entries.pop(b.last_offset, None)
+        expected_pos = None
+        if unmatched(b.last_offset):
+            expected_pos = offset_entries.pop(b.last_offset, None)
         if expected_pos is not None and expected_pos != b.position:
             report.problems.append(Problem(
                 "index-mismatch", str(index_path), expected_pos, b.last_offset,
@@ -295,9 +302,11 @@ def verify_segment(
         report.problems.append(Problem(
             _STATUS_KIND.get(scan.status, "corrupt-batch"), str(path), scan.valid_end,
             stop_offset, scan.detail, ERROR))
-    # Past an early stop, nothing could be checked: those entries are not findings.
-    for offset, position in sorted(offset_entries.items()):
-        if not scan.clean and position >= scan.valid_end:
+    # The entries left unmatched (every one below the cursor is matched); past an early
+    # stop, nothing could be checked: those entries are not findings.
+    for offset in index_offsets[walked["index_next"]:]:
+        position = offset_entries.get(offset)
+        if position is None or (not scan.clean and position >= scan.valid_end):
             continue
         found = seen_at.get(position)
         where = (f"the batch there ends at offset {found}" if found is not None
@@ -310,30 +319,30 @@ def verify_segment(
     return report
 
 
-def _native_walk(index_offsets: array, offset_entries: dict[int, int],
+def _native_walk(index_offsets: array, index_positions: array,
                  time_entries: list[tuple[int, int]]) -> native.VerifyWalk | None:
-    """The native walk of a segment with these index entries (index_offsets: the offset
-    index's, ascending), or None where its positions do not ascend with its offsets
-    (already a finding: its batches are looked at one by one, which words every
-    mismatch)."""
-    positions = array("q", offset_entries.values())
-    if not native.ascending(positions):
+    """The native walk of a segment with these offset index entries (ascending
+    offsets), or None where their positions do not ascend with the offsets (already a
+    finding: its batches are looked at one by one, which words every mismatch)."""
+    if not native.ascending(index_positions):
         return None
-    return native.VerifyWalk(index_offsets, positions,
+    return native.VerifyWalk(index_offsets, index_positions,
                              array("q", [o for o, _ in time_entries]),
                              array("q", [ts for _, ts in time_entries]))
 
 
 def _check_offset_index(index_path: Path, base: int, file_size: int,
-                        report: SegmentReport) -> dict[int, int]:
+                        report: SegmentReport) -> tuple[array, array]:
+    """The offset index's entries worth checking against the log, as (absolute offsets,
+    positions), ascending offsets; those out of order or outside the log are reported."""
     index = read_index_file(index_path, "offset")
     report.index_entries = index.count
     _stray_entry(index, index_path, "index-past-end", report,
                  lambda rel, pos: (pos, base + rel, f"({base + rel}, {pos})"))
     offsets, positions, in_order = native.decode_offset_index(index.data, base, file_size)
     if in_order:  # as Kafka writes them: nothing to report, no entry to leave out
-        return dict(zip(offsets, positions, strict=True))
-    out: dict[int, int] = {}
+        return offsets, positions
+    kept_offsets, kept_positions = array("q"), array("q")
     prev = None
     for i, (rel, pos) in enumerate(index.entries):
         offset = base + rel
@@ -349,8 +358,9 @@ def _check_offset_index(index_path: Path, base: int, file_size: int,
                 f"entry {i}: position {pos} is outside the {file_size}-byte log"))
             continue
         prev = offset
-        out[offset] = pos
-    return out
+        kept_offsets.append(offset)
+        kept_positions.append(pos)
+    return kept_offsets, kept_positions
 
 
 def _check_time_index(index_path: Path, base: int, report: SegmentReport

@@ -324,13 +324,14 @@ class ScanResult:
     def __len__(self) -> int:
         return self.count
 
-    def fingerprints(self) -> bytes:
+    def fingerprints(self) -> bytearray:
         """Each batch's position, base offset, last offset and stored CRC as big-endian
-        int64s, 32 bytes a batch: what the audit compares across replicas."""
+        int64s, 32 bytes a batch: what the audit compares across replicas (a new buffer,
+        the caller's to keep)."""
         out = bytearray(FINGERPRINT_SIZE * self.count)
         if self.count:
             _lib.lk_batch_fingerprints(self._infos, self.count, _ffi.from_buffer(out))
-        return bytes(out)
+        return out
 
     def _decode(self, i: int) -> BatchInfo:
         return _new_tuple(BatchInfo, _TO_BATCH(_INFO_STRUCT.unpack_from(self._view,

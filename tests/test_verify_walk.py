@@ -145,6 +145,15 @@ def test_overlapping_offsets(tmp_path: Path) -> None:
     assert [p.kind for p in fast.problems] == ["index-offset-order", "offset-overlap"]
 
 
+def test_a_batch_replayed_over_offsets_the_walk_matched(tmp_path: Path) -> None:
+    """Batch 40's offsets again after batch 49: the overlap is the finding, not the index
+    entry the walk already matched at batch 40 (the replay ends at its offset too)."""
+    batches = contiguous(50) + [(BASE + 120, 3)] + contiguous(10, start=BASE + 150)
+    log, _ = write_segment(tmp_path, batches)
+    fast, _ = reports(log)
+    assert [p.kind for p in fast.problems] == ["index-offset-order", "offset-overlap"]
+
+
 @pytest.mark.parametrize("victim", [0, 1, 33, 299])
 def test_a_bad_batch_and_the_walk_after_it(tmp_path: Path, victim: int) -> None:
     log, where = write_segment(tmp_path, contiguous(300))
