@@ -344,9 +344,8 @@ def _check_offset_index(index_path: Path, base: int, file_size: int,
         return offsets, positions
     kept_offsets, kept_positions = array("q"), array("q")
     prev = None
-    for i, (rel, pos) in enumerate(index.entries):
-        offset = base + rel
-        if rel < 0 or (prev is not None and offset <= prev):
+    for i, (offset, pos) in enumerate(zip(offsets, positions, strict=True)):
+        if offset < base or (prev is not None and offset <= prev):
             report.problems.append(Problem(
                 "index-offset-order", str(index_path), pos, offset,
                 f"entry {i}: offset {offset} is not above the previous entry "
