@@ -153,8 +153,10 @@ def test_topics_describe_by_pattern_with_overrides_and_without_internal(tmp_path
                 NewTopic("orders.eu", 2, 1, config={"retention.ms": "60000"}),
                 NewTopic("orders.us", 2, 1), NewTopic("payments", 1, 1)]).values():
             fut.result(30)
-        c = ck.Consumer({"bootstrap.servers": d.bootstrap, "group.id": "g"})  # makes
-        c.list_topics(timeout=10)                                           # __consumer_offsets
+        # A group's first offset commit makes __consumer_offsets (its coordinator's
+        # lookup does); a consumer that only looked at metadata may close before asking.
+        c = ck.Consumer({"bootstrap.servers": d.bootstrap, "group.id": "g"})
+        c.commit(offsets=[ck.TopicPartition("payments", 0, 0)], asynchronous=False)
         c.close()
         bs = ["--bootstrap-server", d.bootstrap]
 

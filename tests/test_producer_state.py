@@ -133,6 +133,27 @@ def test_a_transactions_first_batch_is_written_only_with_its_partitions_verifica
     assert producer.check(state, txn_batch(7, 0, 2), stale).error == errors.INVALID_TXN_STATE
 
 
+def test_a_zombie_of_an_older_epoch_is_verified_even_while_its_successor_has_a_transaction_open(
+        ) -> None:
+    """Producer 7 at epoch 0 was fenced by a new instance (epoch 2), whose transaction is
+    open here. The zombie's next batch is not inside that transaction: it is verified
+    (its coordinator then fences it, INVALID_PRODUCER_EPOCH) rather than waved through
+    as the open transaction's, and nothing lets it in without a verification. Asked
+    unverified, it used to be refused INVALID_TXN_STATE or not by whether the
+    successor's commit marker came first (an abortable error instead of a fatal one)."""
+    state = producer.PartitionProducers()
+    got = producer.check(state, txn_batch(7, 2, 0))
+    producer.record(state, got.token, 0)
+    producer.begin_txn(state, 7, 0, 2)
+    assert producer.start_verification(state, 7, 2, 2, now_ms=0) is None  # its own: open
+    zombie = producer.start_verification(state, 7, 1, 0, now_ms=0)
+    assert zombie is not None and zombie.epoch == 0
+    assert producer.check(state, txn_batch(7, 0, 1), producer.UNVERIFIED).error == \
+        errors.INVALID_TXN_STATE
+    # Verification off: the epoch check alone fences it.
+    assert producer.check(state, txn_batch(7, 0, 1)).error == errors.INVALID_PRODUCER_EPOCH
+
+
 def test_a_verification_refuses_a_batch_past_the_lowest_sequence_it_saw() -> None:
     """Two batches of a new transaction asked at once: the later one cannot be written
     first (OUT_OF_ORDER_SEQUENCE_NUMBER, retried by the producer), the earlier one can."""

@@ -271,7 +271,7 @@ class Handlers:
         # goes without a verification it needed (refused there: its transaction ended)
         # or through one it did not (answered None on the worker).
         if (gate is None or gate.done()) and (
-                not verifying or all(pid in p.producers.ongoing for p, pid, _, _ in txn)):
+                not verifying or all(p.producers.txn_open(pid, epoch) for p, pid, epoch, _ in txn)):
             # Queued now, before any await: keeps per-partition order (module docstring).
             queued = self.replicas.append(items, {} if verifying else None)
         else:

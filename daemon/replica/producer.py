@@ -166,6 +166,16 @@ class PartitionProducers(dict[int, ProducerState]):
         self.snapshot_offset = -1  # of the partition's latest producer snapshot, -1: none
         self.verifying: dict[int, Verification] = {}  # producer id -> its verification
 
+    def txn_open(self, producer_id: int, producer_epoch: int) -> bool:
+        """Whether `producer_id` has a transaction open here at `producer_epoch` (Kafka's
+        UnifiedLog.hasOngoingTransaction): a zombie of an older epoch, whose own
+        transaction was aborted when its successor's began, does not write into the
+        successor's open one unverified; it is asked about, and fenced."""
+        if producer_id not in self.ongoing:
+            return False
+        state = self.get(producer_id)
+        return state is None or state.epoch == producer_epoch
+
     def clear(self) -> None:
         super().clear()
         self.ongoing.clear()
@@ -237,7 +247,7 @@ def check(producers: PartitionProducers, records: bytes,
             if meta.first_seq == base_seq and meta.last_seq == last_seq:
                 return Check(duplicate_of=meta.first_offset, append_time=meta.append_time)
     verifying = producers.verifying.get(pid)
-    if transactional and guard is not None and pid not in producers.ongoing \
+    if transactional and guard is not None and not producers.txn_open(pid, epoch) \
             and verifying is not guard:
         return Check(INVALID_TXN_STATE)  # not verified, or not since the last marker
     if not sequenced:
@@ -261,7 +271,7 @@ def start_verification(producers: PartitionProducers, producer_id: int, seq: int
     """A transactional batch of `producer_id` is about to be verified: its producer's
     verification (started now, or the one under way), or None when its transaction is
     open here already (Kafka's maybeStartTransactionVerification)."""
-    if producer_id in producers.ongoing:
+    if producers.txn_open(producer_id, epoch):
         return None
     v = producers.verifying.get(producer_id)
     if v is None:
