@@ -114,8 +114,11 @@ class LogDirWatcher:
             self._wm.add_watch(parent, _PARENT_MASK, quiet=True)
 
     def stop(self) -> None:
+        """Stop both threads; no `on_event` call is made once this returns."""
         self._stopped.set()
         self._notifier.stop()
+        if self._mounts.is_alive():
+            self._mounts.join()  # it looks at the flag every 200 ms
 
     def _handle(self, event: pyinotify.Event) -> None:
         path = os.path.abspath(event.path)

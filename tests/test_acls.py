@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -186,10 +187,25 @@ def acl_daemon(tmp_path: Path, **extra: Any) -> tuple[Daemon, int]:
     return d, sp
 
 
+_ADMIN_CLIENTS: list[KafkaAdminClient] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_admin_clients() -> Iterator[None]:
+    """kafka-python's clients each run an IO thread until closed: one left open keeps
+    reconnecting to a stopped daemon for the rest of the suite."""
+    yield
+    while _ADMIN_CLIENTS:
+        _ADMIN_CLIENTS.pop().close()
+
+
 def kp_admin(port: int, user: str) -> KafkaAdminClient:
-    return KafkaAdminClient(bootstrap_servers=f"127.0.0.1:{port}",
-                            security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN",
-                            sasl_plain_username=user, sasl_plain_password=PASSWORDS[user])
+    """A kafka-python admin client logged in as `user`, closed when the test ends."""
+    client = KafkaAdminClient(bootstrap_servers=f"127.0.0.1:{port}",
+                              security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN",
+                              sasl_plain_username=user, sasl_plain_password=PASSWORDS[user])
+    _ADMIN_CLIENTS.append(client)
+    return client
 
 
 def ck_conf(port: int, user: str, **more: Any) -> dict[str, Any]:
