@@ -155,38 +155,60 @@ def test_a_saturated_dir_pauses_the_cleaner_until_it_is_online(tmp_path: Path) -
             assert "-> offline" not in d.stderr()
 
 
+def _updates(d: Daemon, expected: dict[bytes, bytes], first: int) -> None:
+    """40,000 updates of 2,000 keys, ~16 MiB: 16 segments of 1 MiB for a clean."""
+    producer = KafkaProducer(bootstrap_servers=d.bootstrap, linger_ms=20, batch_size=64 << 10)
+    for i in range(first, first + 40_000):
+        key, value = f"key-{i % 2000}".encode(), f"{i};".encode() * 100
+        producer.send("state", key=key, value=value, partition=0)
+        expected[key] = value
+    producer.flush()
+    producer.close()
+
+
+def _set_cleaner(d: Daemon, enabled: bool) -> None:
+    old, new = ("false", "true") if enabled else ("true", "false")
+    d.config.write_text(d.config.read_text().replace(f"log.cleaner.enable = {old}",
+                                                     f"log.cleaner.enable = {new}"))
+
+
 def test_a_daemon_killed_mid_clean_serves_the_latest_values_after_restart(tmp_path: Path) -> None:
     """kill -9 of the daemon while a `.cleaned` file is being written: the restart
     removes it (or completes a swap), cleans again, and consumers read every key's
     latest value."""
     big = {**COMPACTED, "log.segment.bytes": 1 << 20, "log.cleaner.enable": False}
     d = Daemon(tmp_path, big, dirs=1)
-    with d:
-        producer = KafkaProducer(bootstrap_servers=d.bootstrap, linger_ms=20,
-                                 batch_size=64 << 10)
-        expected = {}
-        for i in range(40_000):
-            key, value = f"key-{i % 2000}".encode(), f"{i};".encode() * 100
-            producer.send("state", key=key, value=value, partition=0)
-            expected[key] = value
-        producer.flush()
-        producer.close()
-        assert d.stop() == 0
     pdir = d.log_dirs[0] / "state-0"
-    d.config.write_text(d.config.read_text().replace("log.cleaner.enable = false",
-                                                     "log.cleaner.enable = true"))
+    expected: dict[bytes, bytes] = {}
+    # A clean's `.cleaned` files live some tens of milliseconds: on a loaded machine
+    # this test's polls can miss them all. Then that clean has completed, and another
+    # 16 MiB of updates (the cleaner off) gives the next try a new one to catch.
+    for attempt in range(5):
+        d.start()  # not `with d:`: it enters a killed daemon without starting it
+        try:
+            _updates(d, expected, attempt * 40_000)
+        finally:
+            assert d.stop() == 0
+        _set_cleaner(d, True)
+        before = cleaned_to(d.log_dirs[0], "state")
+        d.start()
+        try:
+            deadline = time.monotonic() + 30
+            while not list(pdir.glob("*.cleaned")):
+                if cleaned_to(d.log_dirs[0], "state") != before:
+                    break  # missed: the clean is done
+                assert time.monotonic() < deadline, "no clean started"
+                time.sleep(0.002)
+        finally:
+            d.kill()
+        if list(pdir.glob("*.cleaned")) or list(pdir.glob("*.swap")):
+            break
+        _set_cleaner(d, False)
+    assert list(pdir.glob("*.cleaned")) or list(pdir.glob("*.swap")), "no kill mid-clean"
     d.start()
     try:
-        deadline = time.monotonic() + 30
-        while not list(pdir.glob("*.cleaned")):
-            assert time.monotonic() < deadline, "no clean started"
-            time.sleep(0.005)
-    finally:
-        d.kill()
-    assert list(pdir.glob("*.cleaned")) or list(pdir.glob("*.swap"))
-    d.start()
-    try:
-        wait_for(lambda: cleaned_to(d.log_dirs[0], "state"), 60, "a clean after the crash")
+        wait_for(lambda: cleaned_to(d.log_dirs[0], "state") != before, 60,
+                 "a clean after the crash")
         assert not list(pdir.glob("*.cleaned")) and not list(pdir.glob("*.swap"))
         records = consume(d.bootstrap, "state")
         assert {k: v for _, k, v in records} == expected
