@@ -341,8 +341,7 @@ def test_transactions_with_verification_vs_without(ratio, page_cache_path: Path)
         off.stop()
 
 
-def test_resident_memory_with_1000_partitions(benchmark, request: pytest.FixtureRequest,
-                                              tmp_path: Path) -> None:
+def test_resident_memory_with_1000_partitions(benchmark, note, tmp_path: Path) -> None:
     d = Daemon(tmp_path, {"num.partitions": 1})
     d.start()
     try:
@@ -374,8 +373,4 @@ def test_resident_memory_with_1000_partitions(benchmark, request: pytest.Fixture
     benchmark.extra_info.update(rss_bytes=rss, idle_rss_bytes=idle, partitions=1000, fds=fds)
     if not benchmark.disabled:
         benchmark.pedantic(lambda: None, rounds=1)
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None:
-        reporter.write_line("")
-        reporter.write_line(line)
-    print(line)
+    note(line)  # above the table: written from here, -q's progress dots swallowed it
