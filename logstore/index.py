@@ -31,6 +31,7 @@ import mmap
 import os
 import re
 import struct
+import sys
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -47,6 +48,10 @@ _NONZERO = re.compile(rb"[^\x00]")
 _READ_CHUNK = 1 << 16  # bytes read at a time
 _ZEROS = bytes(_READ_CHUNK)
 PENDING_BYTES = native.INDEX_PENDING_BYTES  # new entries kept before one pwrite writes them
+# A mapping keeps no descriptor of its own where Python allows (3.13's trackfd): the
+# index holds its file open already, and each mapping's dup was two more fds a segment
+# (five, not three: 1,000 partitions held 5,000 descriptors).
+_NO_DUP: dict[str, Any] = {"trackfd": False} if sys.version_info >= (3, 13) else {}
 
 
 class _Index(abc.ABC):
@@ -108,7 +113,7 @@ class _Index(abc.ABC):
         self._close_map()
         self._length = length
         if length > 0:
-            self._map = mmap.mmap(self._fd, length, prot=mmap.PROT_READ)
+            self._map = mmap.mmap(self._fd, length, prot=mmap.PROT_READ, **_NO_DUP)
             # C's searches read through it too; released before it closes.
             self._map_handle = native.index_map(self.c, self._map)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import struct
+import sys
 
 import pytest
 from kafka.record import MemoryRecords
@@ -715,3 +716,40 @@ def test_compression_level_sets_how_hard_the_leader_compresses(tmp_path, codec, 
         log.close()
     assert sizes[high] < sizes[low], sizes
     assert read[low] == read[high] == [(r.key, r.value) for r in recs]
+
+
+def _open_fds_under(root) -> dict[str, int]:
+    """This process's open descriptors on files under `root`, by file name."""
+    out: dict[str, int] = {}
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue  # the listing's own descriptor, closed since
+        if target.startswith(f"{root}/"):
+            name = os.path.basename(target)
+            out[name] = out.get(name, 0) + 1
+    return out
+
+
+def test_each_segment_holds_one_descriptor_per_file(pdir):
+    # A broker's descriptor limit goes by the segments it holds: each keeps its .log,
+    # .index and .timeindex open, and the indexes' mappings keep none of their own where
+    # Python can map without one (3.13's mmap trackfd). Before 3.13 a mapping dups its
+    # file's descriptor: two more per mapped index pair.
+    log = Log.open(pdir, LogConfig(segment_bytes=64 << 10))
+    for _ in range(40):  # 8 KiB batches: an index entry each, a roll every 8
+        log.append(batch(8, size=1000))
+    segments = len(log.segments)
+    assert segments >= 4
+    fds = _open_fds_under(pdir)
+    assert {n.rsplit(".", 1)[1] for n in fds} == {"log", "index", "timeindex"}
+    mapped = 1 if sys.version_info >= (3, 13) else 2
+    assert sum(n.endswith(".log") for n in fds) == segments
+    assert all(count == 1 for n, count in fds.items() if n.endswith(".log"))
+    assert all(count == mapped for n, count in fds.items() if not n.endswith(".log"))
+    # Lookups through the mappings still answer from every segment.
+    assert [b.base_offset for b in iter_batches(log.read(0, 1))] == [0]
+    assert [b.base_offset for b in iter_batches(log.read(300, 1))] == [296]
+    log.close()
+    assert _open_fds_under(pdir) == {}
