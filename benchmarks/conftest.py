@@ -99,10 +99,10 @@ def warm_page_cache(root: str | None) -> str | None:
 HELD_FREE_MEMORY = Path("/sys/module/page_reporting/parameters/max_waiting_mib")
 
 
-def hold_free_memory(param: Path = HELD_FREE_MEMORY) -> tuple[int, str] | None:
+def hold_free_memory(param: Path = HELD_FREE_MEMORY) -> tuple[int | None, str] | None:
     """Raise the guest's held free memory to cover WARM_BYTES (twice over), for the
-    bench's run: (the value to put back, a line for the table), or None where the
-    kernel has no such parameter, cannot be changed, or holds enough already."""
+    bench's run: (the value to put back, None if it could not be raised; a line for the
+    table), or None where the kernel has no such parameter or holds enough already."""
     try:
         before = int(param.read_text())
     except (OSError, ValueError):
@@ -113,9 +113,9 @@ def hold_free_memory(param: Path = HELD_FREE_MEMORY) -> tuple[int, str] | None:
     try:
         param.write_text(str(want))
     except OSError as err:
-        return before, (f"free memory goes back to the host past {before} MiB "
-                        f"({param}, could not raise it: {err.strerror}): figures after "
-                        f"a side wrote more than that may pay the host's ~0.4 GB/s")
+        return None, (f"free memory goes back to the host past {before} MiB "
+                      f"({param}, could not raise it: {err.strerror}): figures after "
+                      f"a side wrote more than that may pay the host's ~0.4 GB/s")
     return before, (f"free memory held by the guest raised from {before} to {want} MiB "
                     f"for the run ({param}; put back after), so the warm-up stays backed")
 
@@ -125,20 +125,17 @@ def _page_cache_warmed(request: pytest.FixtureRequest) -> Iterator[None]:
     if not request.config.getoption("benchmark_enable", False):
         yield
         return
-    held = hold_free_memory()
-    if held is not None:
-        _NOTES.append(held[1])
+    restore, line = hold_free_memory() or (None, None)
+    if line is not None:
+        _NOTES.append(line)
     try:
         line = warm_page_cache(PAGE_CACHE_ROOT)
         if line is not None:
             _NOTES.append(line)
         yield
     finally:
-        if held is not None:
-            try:
-                HELD_FREE_MEMORY.write_text(str(held[0]))
-            except OSError:
-                pass  # it was never raised
+        if restore is not None:
+            HELD_FREE_MEMORY.write_text(str(restore))
 
 
 def page_cache_dir(prefix: str) -> Iterator[Path]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import struct
 import sys
+from collections import Counter
 
 import pytest
 from kafka.record import MemoryRecords
@@ -26,6 +27,7 @@ from logstore.records import Codec, Record, build_batch, iter_batches
 from logstore.segments import LogSegments, open_segment
 
 from .logutil import batch, snapshot
+from .sick_helpers import open_files_under
 
 
 @pytest.fixture
@@ -718,20 +720,6 @@ def test_compression_level_sets_how_hard_the_leader_compresses(tmp_path, codec, 
     assert read[low] == read[high] == [(r.key, r.value) for r in recs]
 
 
-def _open_fds_under(root) -> dict[str, int]:
-    """This process's open descriptors on files under `root`, by file name."""
-    out: dict[str, int] = {}
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue  # the listing's own descriptor, closed since
-        if target.startswith(f"{root}/"):
-            name = os.path.basename(target)
-            out[name] = out.get(name, 0) + 1
-    return out
-
-
 def test_each_segment_holds_one_descriptor_per_file(pdir):
     # A broker's descriptor limit goes by the segments it holds: each keeps its .log,
     # .index and .timeindex open, and the indexes' mappings keep none of their own where
@@ -742,7 +730,7 @@ def test_each_segment_holds_one_descriptor_per_file(pdir):
         log.append(batch(8, size=1000))
     segments = len(log.segments)
     assert segments >= 4
-    fds = _open_fds_under(pdir)
+    fds = Counter(os.path.basename(f) for f in open_files_under(os.getpid(), pdir))
     assert {n.rsplit(".", 1)[1] for n in fds} == {"log", "index", "timeindex"}
     mapped = 1 if sys.version_info >= (3, 13) else 2
     assert sum(n.endswith(".log") for n in fds) == segments
@@ -752,4 +740,4 @@ def test_each_segment_holds_one_descriptor_per_file(pdir):
     assert [b.base_offset for b in iter_batches(log.read(0, 1))] == [0]
     assert [b.base_offset for b in iter_batches(log.read(300, 1))] == [296]
     log.close()
-    assert _open_fds_under(pdir) == {}
+    assert open_files_under(os.getpid(), pdir) == []
