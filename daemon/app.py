@@ -1168,6 +1168,7 @@ def main(argv: list[str]) -> int:
     for warning in cfg.warnings:
         log.warning("%s", warning)
     _raise_fd_limit()
+    _limit_malloc_arenas()
     # `kill -USR1` prints every thread's stack to stderr: what a stuck daemon is doing.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     server = Server(cfg)
@@ -1203,6 +1204,23 @@ def _run(main: Awaitable[int]) -> int:
         return uvloop.run(main)  # type: ignore[arg-type]
     log.info("event loop: asyncio (%s)", EVENT_LOOP_ENV)
     return asyncio.run(main)  # type: ignore[arg-type]
+
+
+MALLOC_ARENA_ENV = "MALLOC_ARENA_MAX"
+
+
+def _limit_malloc_arenas() -> None:
+    """One glibc malloc arena for the whole daemon, unless MALLOC_ARENA_MAX says
+    otherwise (glibc reads it itself). By default every thread that allocates gets an
+    arena of its own: each dir worker opens its dir's logs, so each kept ~1.8 MiB of its
+    own beside the main heap, and a daemon holding 1,000 partitions over 3 dirs sat at
+    ~11.9 KiB of RSS a partition against ~8.5 KiB in one arena (bench_daemon). The
+    threads that allocate mostly do so holding the GIL, so one arena's lock costs them
+    nothing measurable (the produce and fetch figures did not move)."""
+    if os.environ.get(MALLOC_ARENA_ENV):
+        return
+    if not native.malloc_arena_max(1):
+        log.debug("not glibc: malloc's arenas left as they are")
 
 
 def _raise_fd_limit() -> None:

@@ -56,7 +56,7 @@ __all__ = [
     "crc32c_force", "crc32c_supported", "crc32c_using", "decode_offset_index", "find_batch",
     "read_range",
     "fallocate", "fdatasync", "index_add", "index_batch", "index_flush", "index_map",
-    "index_pending", "index_search", "index_truncate", "index_unmap",
+    "index_pending", "index_search", "index_truncate", "index_unmap", "malloc_arena_max",
     "new_index", "new_segment", "parse_records", "pread", "pread_into", "pwrite_all", "scan_batches",
     "space_probe", "write_all",
 ]
@@ -882,3 +882,17 @@ def availability_probe(path: str | os.PathLike[str], block_size: int = 4096) -> 
     if rc < 0:
         raise _oserror(rc, "availability_probe", path)
     return int(latency[0])
+
+
+def malloc_arena_max(n: int) -> bool:
+    """Cap glibc malloc's arenas at `n` for the rest of the process (mallopt
+    M_ARENA_MAX); call it before threads start. False where the libc is not glibc
+    (nothing changes there); ValueError for n < 1."""
+    if n < 1:
+        raise ValueError(f"malloc arenas must be >= 1, got {n}")
+    rc = _lib.lk_malloc_arena_max(n)
+    if rc == -errno.ENOSYS:
+        return False
+    if rc < 0:
+        raise _oserror(rc, "malloc_arena_max")
+    return True

@@ -22,7 +22,7 @@ from cffi import FFI
 HERE = Path(__file__).resolve().parent
 HEADER = HERE / "fastpath.h"
 SOURCES = ("crc32c.c", "crc32c_x86.c", "scan.c", "index.c", "append.c", "lookup.c", "io.c",
-           "probe.c", "records.c", "verify.c")
+           "probe.c", "records.c", "verify.c", "malloc.c")
 
 
 def read_cdef(header: Path = HEADER) -> str:

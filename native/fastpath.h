@@ -358,6 +358,13 @@ int64_t lk_segment_batches_end(struct lk_segment *s, int64_t start, int64_t limi
  * Not thread-safe (per segment); no writes. */
 int lk_segment_read_range(struct lk_segment *s, int64_t offset, int64_t max_bytes,
                           int has_max_offset, int64_t max_offset);
+/* ---- The process's allocator ---- */
+/* Cap glibc malloc's arenas at n (mallopt M_ARENA_MAX): by default each thread that
+ * allocates gets its own arena, up to 8 per core, and a dir worker's arena keeps its
+ * own free and partly used pages beside the others'. Call before the threads start.
+ * Returns 0, -EINVAL when n < 1 or mallopt refuses, -ENOSYS on a libc other than glibc.
+ * Thread-safe. */
+int lk_malloc_arena_max(int n);
 /* CDEF-END */
 
 #endif

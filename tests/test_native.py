@@ -800,3 +800,57 @@ def test_availability_probe_read_only_dir(tmp_path: Path) -> None:
         assert info.value.filename == str(target)
         # The space probe only reads, so it still works there.
         assert native.space_probe(target).total_bytes >= 0
+
+
+# ---- The allocator -----------------------------------------------------------------
+
+# Six threads each malloc and hold a block, then glibc's malloc_info counts the arenas
+# (its <heap nr=...> elements). A new thread's first malloc takes a new arena while
+# there are fewer than the cap (8 a core by default).
+_ARENAS = """
+import ctypes, os, sys, tempfile, threading
+libc = ctypes.CDLL("libc.so.6")
+libc.malloc.restype = ctypes.c_void_p
+libc.fopen.restype = ctypes.c_void_p
+libc.fopen.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+libc.malloc_info.argtypes = [ctypes.c_int, ctypes.c_void_p]
+libc.fclose.argtypes = [ctypes.c_void_p]
+{setup}
+start = threading.Barrier(6)
+held = []
+def work():
+    start.wait()
+    held.append(libc.malloc(4096))
+threads = [threading.Thread(target=work) for _ in range(6)]
+for t in threads: t.start()
+for t in threads: t.join()
+path = tempfile.mktemp()
+f = libc.fopen(path.encode(), b"w")
+libc.malloc_info(0, f)
+libc.fclose(f)
+print(open(path).read().count("<heap nr="))
+os.unlink(path)
+"""
+
+
+def _arenas(setup: str, **env: str) -> int:
+    """The arenas of a fresh process that ran `setup` and then the six threads, under
+    the suite's environment less any MALLOC_ARENA_MAX of its own, plus `env`."""
+    base = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
+    proc = subprocess.run([sys.executable, "-c", _ARENAS.format(setup=setup)],
+                          capture_output=True, text=True, cwd=REPO, env={**base, **env},
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return int(proc.stdout)
+
+
+@pytest.mark.skipif(os.confstr("CS_GNU_LIBC_VERSION") is None, reason="glibc's malloc only")
+def test_the_daemon_keeps_one_malloc_arena_unless_malloc_arena_max_says_otherwise() -> None:
+    assert _arenas("") > 1  # glibc's default: the threads got arenas of their own
+    assert _arenas("import native; assert native.malloc_arena_max(1)") == 1
+    daemon_start = "from daemon import app; app._limit_malloc_arenas()"
+    assert _arenas(daemon_start) == 1
+    # An operator's MALLOC_ARENA_MAX is glibc's to apply, and the daemon leaves it be.
+    assert _arenas(daemon_start, MALLOC_ARENA_MAX="3") == 3
+    with pytest.raises(ValueError, match=">= 1"):
+        native.malloc_arena_max(0)
