@@ -226,19 +226,27 @@ class Log:
             # Checked there (CRCs included) before any rewrite: not verified twice.
             batch_bytes, stamped, verify = self._leader_checks(batch_bytes)
         seg = self._segments.active
+        appender = self._appender
         try:
-            out = self._appender.append(seg.c_address, batch_bytes, leader_epoch,
-                                        assign_offsets, verify, seg._log_path_str)
+            out = appender.append(seg.c_address, batch_bytes, leader_epoch, assign_offsets,
+                                  verify, seg._log_path_str)
         except OSError as err:  # the hot path: IoGuard.translate without a context manager
+            appender.shrink()
             seg.cut_back_failed_append()
             raise guard.translate(err, "append", seg.log_path) from err
         if out[7]:  # not AppendStatus.OK
-            info = self._append_after_roll(out[7], batch_bytes, leader_epoch, assign_offsets)
+            try:
+                info = self._append_after_roll(out[7], batch_bytes, leader_epoch,
+                                               assign_offsets)
+            finally:
+                appender.shrink()
         else:
             if out[8] > 1 or (out[9] >= 0 and not self.epochs.holds(out[9], out[0])):
                 # Leader epochs to record: more than one, or one the cache has not got
                 # (every leader's append carries its epoch; almost always the latest).
-                self._assign_epochs(self._appender.result)
+                self._assign_epochs(appender.result)
+            if appender.grown:  # this append's many batches: their infos are read
+                appender.shrink()
             info = _new_tuple(AppendInfo, out[:7])
         if self._flush_messages != LONG_MAX and \
                 self.log_end_offset - self.recovery_point >= self._flush_messages:

@@ -712,13 +712,21 @@ class Appender:
     scan) describes the last call until the next one.
     """
 
-    __slots__ = ("result", "_infos", "_cap", "_address")
+    __slots__ = ("result", "grown", "_infos", "_cap", "_address")
+
+    # The batch infos an Appender keeps between calls. A call with more batches than fit
+    # gets a bigger array (C counts the frames first: -ENOBUFS), which `shrink` drops
+    # once the caller has read it: a log holds 64 x 72 bytes at most, not an array sized
+    # for the most batches any one append ever carried (a follower's 1 MiB of small
+    # batches took ~1.2 MiB, kept per partition).
+    KEEP = 64
 
     def __init__(self, *, segment_bytes: int, segment_ms: int, max_batch_size: int) -> None:
         self.result: Any = _ffi.new("struct lk_append *")
         self._address = address_of(self.result)
         self._cap = 0
         self._infos: Any = None
+        self.grown = False  # holds an array past KEEP for the last call: see shrink
         self._grow(0)
         self.configure(segment_bytes=segment_bytes, segment_ms=segment_ms,
                        max_batch_size=max_batch_size)
@@ -741,23 +749,26 @@ class Appender:
         first_epoch. An OSError from a read or write is raised (part of the data may
         then be in the .log past the segment's size). The call goes through
         native._append (native/append_py.c), not cffi: see there why."""
-        size = len(data) if type(data) is bytes else memoryview(data).nbytes
-        if size // BATCH_HEADER_SIZE >= self._cap:
-            self._grow(size)
         out = _append_ext.append(segment, self._address, data, leader_epoch, assign_offsets,
                                  verify_crc)
-        if type(out) is int and out == -errno.EINVAL and self.result.scan.status == ScanStatus.FULL:
-            # A follower's copy of old Kafka's legacy messages, smaller than a batch
-            # header: room for as many as fit, then again (nothing was written).
-            self._grow(size, LEGACY_MIN_SIZE)
-            out = _append_ext.append(segment, self._address, data, leader_epoch,
-                                     assign_offsets, verify_crc)
         if type(out) is int:
-            raise _oserror(out, "append", path)
+            if out == -errno.ENOBUFS:  # more batches than infos: nothing was done
+                self._grow(self.result.infos_needed)
+                out = _append_ext.append(segment, self._address, data, leader_epoch,
+                                         assign_offsets, verify_crc)
+            if type(out) is int:
+                raise _oserror(out, "append", path)
         return out
 
-    def _grow(self, size: int, smallest: int = BATCH_HEADER_SIZE) -> None:
-        self._cap = max(size // smallest + 1, 16)  # every batch is at least `smallest`
+    def shrink(self) -> None:
+        """Drop an array grown past KEEP infos for the last call (`grown`), once the
+        caller has read what it needed of it (`batch`)."""
+        if self.grown:
+            self._grow(0)
+
+    def _grow(self, count: int) -> None:
+        self._cap = max(count, 16)
+        self.grown = self._cap > self.KEEP
         self._infos = _alloc_uncleared("struct lk_batch_info[]", self._cap)
         self.result.infos = self._infos
         self.result.infos_cap = self._cap

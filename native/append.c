@@ -135,6 +135,26 @@ static int lk_should_roll(struct lk_segment *s, size_t len, const struct lk_appe
     return (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000 - s->created_ms > a->segment_ms;
 }
 
+/* How many frames (baseOffset, length, then length bytes: a batch or a legacy message)
+ * buf holds, a torn or malformed last one included: an upper bound of what a scan of
+ * buf reports, from the length fields alone. */
+static int64_t lk_count_frames(const uint8_t *buf, size_t len)
+{
+    size_t pos = 0;
+    int64_t n = 0;
+
+    while (pos < len) {
+        n++;
+        if (len - pos < LK_LOG_OVERHEAD)
+            break;
+        int32_t length = (int32_t)lk_be32(buf + pos + 8);
+        if (length < 0 || (size_t)length > len - pos - LK_LOG_OVERHEAD)
+            break;
+        pos += LK_LOG_OVERHEAD + (size_t)length;
+    }
+    return n;
+}
+
 int64_t lk_segment_append(struct lk_segment *s, const uint8_t *buf, size_t len,
                           struct lk_append *a, int32_t leader_epoch, int assign_offsets,
                           int verify_crc)
@@ -175,7 +195,16 @@ int64_t lk_segment_append(struct lk_segment *s, const uint8_t *buf, size_t len,
         goto out;
     }
 
-    /* 2. Validate everything before anything is written. */
+    /* 2. Validate everything before anything is written, into room for every batch:
+     * the caller keeps a small array, and a buffer of many small batches asks for more. */
+    if ((uint64_t)a->infos_cap < len / (LK_LOG_OVERHEAD + LK_LEGACY_MIN_LENGTH_V0) + 1) {
+        int64_t frames = lk_count_frames(buf, len);
+        if (frames >= a->infos_cap) {
+            a->infos_needed = frames + 1;
+            rc = -ENOBUFS;
+            goto out;
+        }
+    }
     /* A follower copies what its leader holds, old Kafka's legacy messages too; a
      * producer's data is magic 2 only. */
     n = lk_scan_batches(buf, len, s->size, INT32_MAX, verify_crc, !assign_offsets, infos,

@@ -313,7 +313,8 @@ struct lk_append {
     int64_t segment_bytes;     /* segment.bytes */
     int64_t segment_ms;        /* segment.ms */
     struct lk_batch_info *infos; /* gets every batch's header as validated */
-    int64_t infos_cap;         /* at least len / 61 + 1 for a buffer of len bytes */
+    int64_t infos_cap;         /* its room; a buffer of more frames is refused (-ENOBUFS) */
+    int64_t infos_needed;      /* out, with -ENOBUFS: the room the buffer needs */
     struct lk_scan_result scan;   /* out: the validation scan (LK_APPEND_INVALID says why) */
 };
 /* Append the leading batches of buf that fit segment s, in one call:
@@ -331,7 +332,12 @@ struct lk_append {
  *    (leader_epoch) assigned in the written copy when assign_offsets (buf is not
  *    modified), then add the index entries Kafka's index.interval.bytes rule asks for
  *    (lk_index_add) and move s forward.
- * a->infos gets every batch's header as validated. Returns the status (LK_APPEND_*; the
+ * a->infos gets every batch's header as validated. When a->infos_cap may be too small
+ * for buf (it is below len / 26 + 1, the smallest frame's bound), buf's frames are
+ * counted first (their length fields only): with more than a->infos_cap - 1 of them
+ * nothing is validated or written, a->infos_needed says how many infos it takes and the
+ * call returns -ENOBUFS (the caller grows the array and calls again).
+ * Returns the status (LK_APPEND_*; the
  * batches written are a->batches), or -errno from a read or write: then the indexes and
  * s are as before the call, and part of the data may be in the .log past s->size (the
  * caller cuts it back). Thread-safe on distinct segments and buffers; does not sync. */
