@@ -714,11 +714,14 @@ class Appender:
 
     __slots__ = ("result", "grown", "_infos", "_cap", "_address")
 
-    # The batch infos an Appender keeps between calls. A call with more batches than fit
-    # gets a bigger array (C counts the frames first: -ENOBUFS), which `shrink` drops
-    # once the caller has read it: a log holds 64 x 72 bytes at most, not an array sized
-    # for the most batches any one append ever carried (a follower's 1 MiB of small
-    # batches took ~1.2 MiB, kept per partition).
+    # The batch infos an Appender keeps between calls: room for MIN at first (a
+    # producer's request carries one batch a partition), doubled up to KEEP as appends
+    # ask for more. A call with more batches than fit gets a bigger array (C counts the
+    # frames first: -ENOBUFS), which `shrink` drops once the caller has read it past
+    # KEEP: a log holds 64 x 72 bytes at most, not an array sized for the most batches
+    # any one append ever carried (a follower's 1 MiB of small batches took ~1.2 MiB,
+    # kept per partition).
+    MIN = 4
     KEEP = 64
 
     def __init__(self, *, segment_bytes: int, segment_ms: int, max_batch_size: int) -> None:
@@ -753,7 +756,7 @@ class Appender:
                                  verify_crc)
         if type(out) is int:
             if out == -errno.ENOBUFS:  # more batches than infos: nothing was done
-                self._grow(self.result.infos_needed)
+                self._grow(max(self.result.infos_needed, min(2 * self._cap, self.KEEP)))
                 out = _append_ext.append(segment, self._address, data, leader_epoch,
                                          assign_offsets, verify_crc)
             if type(out) is int:
@@ -767,7 +770,7 @@ class Appender:
             self._grow(0)
 
     def _grow(self, count: int) -> None:
-        self._cap = max(count, 16)
+        self._cap = max(count, self.MIN)
         self.grown = self._cap > self.KEEP
         self._infos = _alloc_uncleared("struct lk_batch_info[]", self._cap)
         self.result.infos = self._infos

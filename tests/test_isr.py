@@ -207,6 +207,6 @@ async def test_resigning_wakes_the_waiters(setup) -> None:  # noqa: ANN001
     p, lg, isr, clock, zk, _ = setup
     lead(isr, p, (ME, F1))
     fut = asyncio.get_running_loop().create_future()
-    p.waiters.add(fut)
+    p.wait(fut)
     isr.resign(TP)
     assert fut.done() and isr.state(TP) is None

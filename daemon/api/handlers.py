@@ -684,7 +684,7 @@ class Handlers:
             return
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         for p in parts:
-            p.waiters.add(fut)
+            p.wait(fut)
         stop = asyncio.ensure_future(self.stopping.wait())
         try:
             await asyncio.wait([fut, stop], timeout=timeout,
@@ -692,7 +692,7 @@ class Handlers:
         finally:
             stop.cancel()
             for p in parts:
-                p.waiters.discard(fut)
+                p.stop_waiting(fut)
 
     # ---- ListOffsets ----
 

@@ -156,6 +156,9 @@ class PartitionProducers(dict[int, ProducerState]):
     """A partition's producers: each one's idempotence window (the mapping, by producer
     id), and the partition's transactions."""
 
+    __slots__ = ("ongoing", "unreplicated", "coordinator_epochs", "snapshot_offset",
+                 "verifying")
+
     def __init__(self) -> None:
         super().__init__()
         self.ongoing: dict[int, int] = {}  # producer id -> first offset of its open txn
