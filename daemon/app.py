@@ -1225,9 +1225,9 @@ def _limit_malloc_arenas() -> None:
 
 def _raise_fd_limit() -> None:
     """Lift the soft RLIMIT_NOFILE to the hard limit: every segment holds its three files
-    open (five under Python before 3.13, whose index mappings dup their descriptors:
-    logstore.index), so 1,000 partitions need ~3,000 to ~5,000 (systemd's LimitNOFILE=
-    sets both limits)."""
+    open (an active one five under Python before 3.13, whose index mappings dup their
+    descriptors: logstore.index), so 1,000 partitions need ~3,000 to ~5,000, and three
+    more for each inactive segment (systemd's LimitNOFILE= sets both limits)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard == resource.RLIM_INFINITY or soft < hard:
         target = hard if hard != resource.RLIM_INFINITY else 1 << 20

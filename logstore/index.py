@@ -13,7 +13,12 @@ loading, `verify` (dump-log, the Spark audit) and dump-log's index listing read 
 
 Entries are written with pwrite, not through the mapping: on a full disk a store into
 a mapped sparse page kills the process with SIGBUS, while pwrite returns ENOSPC,
-which the log dir's IoGuard turns into SATURATED. Lookups read a read-only mapping.
+which the log dir's IoGuard turns into SATURATED. An active segment's lookups read a
+read-only mapping; an inactive segment's read the file with pread (a binary search of
+~20 reads at most), and it holds no mapping: a broker keeps tens of thousands of
+inactive segments, two mappings each went against vm.max_map_count (65,530 by
+default, the limit Kafka's operators raise) and, before Python 3.13, two descriptors
+more each.
 An index's entry count, last entry and new (pending) entries live in C (`struct
 lk_index`, native/index.c), where Kafka's ordering rules and the binary search are
 written once: the append path adds entries there without Python, and the classes here
@@ -49,8 +54,8 @@ _READ_CHUNK = 1 << 16  # bytes read at a time
 _ZEROS = bytes(_READ_CHUNK)
 PENDING_BYTES = native.INDEX_PENDING_BYTES  # new entries kept before one pwrite writes them
 # A mapping keeps no descriptor of its own where Python allows (3.13's trackfd): the
-# index holds its file open already, and each mapping's dup was two more fds a segment
-# (five, not three: 1,000 partitions held 5,000 descriptors).
+# index holds its file open already, and each mapping's dup was two more fds an active
+# segment (five, not three: 1,000 partitions held 5,000 descriptors).
 _NO_DUP: dict[str, Any] = {"trackfd": False} if sys.version_info >= (3, 13) else {}
 
 
@@ -103,8 +108,10 @@ class _Index(abc.ABC):
         # Only an active index batches its new entries, in a 4 KiB buffer C allocates
         # at its first entry: neither an idle partition nor a broker's thousands of
         # inactive segments hold one; entries a rebuild adds to those are written at once.
+        # Only an active index is mapped (the module docstring).
         if not on:
             self.flush_pending()
+            self._close_map()
         native.index_batch(self.c, on)
 
     # -- file and mapping --
@@ -112,7 +119,7 @@ class _Index(abc.ABC):
     def _remap(self, length: int) -> None:
         self._close_map()
         self._length = length
-        if length > 0:
+        if length > 0 and self.writable:
             self._map = mmap.mmap(self._fd, length, prot=mmap.PROT_READ, **_NO_DUP)
             # C's searches read through it too; released before it closes.
             self._map_handle = native.index_map(self.c, self._map)

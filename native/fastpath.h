@@ -212,6 +212,7 @@ int lk_availability_probe(const char *dir, size_t block_size, int64_t *latency_n
 #define LK_INDEX_TIME 12          /* entry_size of a time index: int64 timestamp, int32 relative offset */
 #define LK_INDEX_PENDING_BYTES 4096 /* new entries kept in memory before one pwrite writes them */
 #define LK_INDEX_PENDING_BUFFER 4112 /* LK_INDEX_PENDING_BYTES and room for one more entry */
+#define LK_INDEX_SEARCH_BLOCK 4096 /* an unmapped index's search reads this much at its end */
 #define LK_INDEX_SKIPPED 0        /* lk_index_add: the entry breaks the index's order: not added */
 #define LK_INDEX_ADDED 1          /* lk_index_add: added (and maybe written) */
 #define LK_INDEX_FULL 2           /* lk_index_add: it would be added, but the index is full */
@@ -243,7 +244,8 @@ struct lk_index {
 int lk_index_add(struct lk_index *ix, int64_t a, int64_t b, int reserve_last);
 /* The greatest entry whose field (0: the first as stored, relative offset or timestamp;
  * 1: the second, position or relative offset) is <= key, by binary search over the
- * mapping, the pending entries and (past the mapping) pread. Returns 1 + its number
+ * mapping, the pending entries and (past the mapping) pread; an index without a mapping
+ * reads its last LK_INDEX_SEARCH_BLOCK bytes of candidates with one pread. Returns 1 + its number
  * (0 when there is none), or -errno. Not thread-safe (against adds); no writes. */
 int64_t lk_index_search(struct lk_index *ix, int field, int64_t key);
 /* Write the pending entries with one pwrite. Returns 0 or -errno. Not thread-safe; no sync. */

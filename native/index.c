@@ -13,6 +13,19 @@
 
 #include "internal.h"
 
+/* An entry's two fields from its stored bytes. */
+static void lk_index_decode(const struct lk_index *ix, const uint8_t *e, int64_t *fa,
+                            int64_t *fb)
+{
+    if (ix->entry_size == LK_INDEX_OFFSET) {
+        *fa = (int32_t)lk_be32(e);
+        *fb = (int32_t)lk_be32(e + 4);
+    } else {
+        *fa = (int64_t)lk_be64(e);
+        *fb = (int32_t)lk_be32(e + 8);
+    }
+}
+
 int lk_index_entry(const struct lk_index *ix, int32_t i, int64_t *fa, int64_t *fb)
 {
     uint8_t raw[LK_INDEX_TIME];
@@ -32,13 +45,7 @@ int lk_index_entry(const struct lk_index *ix, int32_t i, int64_t *fa, int64_t *f
             return -EIO; /* the file lost an entry it was known to hold */
         e = raw;
     }
-    if (ix->entry_size == LK_INDEX_OFFSET) {
-        *fa = (int32_t)lk_be32(e);
-        *fb = (int32_t)lk_be32(e + 4);
-    } else {
-        *fa = (int64_t)lk_be64(e);
-        *fb = (int32_t)lk_be32(e + 8);
-    }
+    lk_index_decode(ix, e, fa, fb);
     return 0;
 }
 
@@ -59,11 +66,37 @@ static int lk_index_load_last(struct lk_index *ix)
 int64_t lk_index_search(struct lk_index *ix, int field, int64_t key)
 {
     int32_t lo = 0, hi, found = -1;
+    uint8_t block[LK_INDEX_SEARCH_BLOCK];
 
     if (ix == NULL || (field != 0 && field != 1))
         return -EINVAL;
     hi = ix->entries - 1;
     while (lo <= hi) {
+        if (ix->map == NULL && hi < ix->flushed &&
+            (size_t)(hi - lo + 1) * (size_t)ix->entry_size <= sizeof(block)) {
+            /* An unmapped index (an inactive segment's): the last candidates are read
+             * with one pread and searched here, not one pread each. */
+            size_t len = (size_t)(hi - lo + 1) * (size_t)ix->entry_size;
+            int32_t first = lo;
+            int64_t got = lk_pread_full(ix->fd, block, len, (int64_t)lo * ix->entry_size);
+            if (got < 0)
+                return got;
+            if ((size_t)got != len)
+                return -EIO; /* the file lost entries it was known to hold */
+            while (lo <= hi) {
+                int32_t mid = lo + (hi - lo) / 2;
+                int64_t fa, fb;
+                lk_index_decode(ix, block + (size_t)(mid - first) * (size_t)ix->entry_size,
+                                &fa, &fb);
+                if ((field == 0 ? fa : fb) <= key) {
+                    found = mid;
+                    lo = mid + 1;
+                } else {
+                    hi = mid - 1;
+                }
+            }
+            break;
+        }
         int32_t mid = lo + (hi - lo) / 2;
         int64_t fa, fb;
         int rc = lk_index_entry(ix, mid, &fa, &fb);

@@ -570,6 +570,43 @@ def _floor_position(entries, position):
     return found[-1] if found else 0
 
 
+@pytest.mark.parametrize("count", [1, 7, 511, 512, 513, 3000])
+def test_an_inactive_index_answers_lookups_without_a_mapping_as_a_mapped_one_does(
+        tmp_path, count):
+    """An inactive segment's indexes are read with pread (no mapping: vm.max_map_count);
+    its lookups answer what the active segment's mapped ones answer, for every key, at
+    the sizes around one 4 KiB read of candidates (512 offset entries, 341 time ones)."""
+    import bisect
+
+    from logstore.index import OffsetIndex, TimeIndex
+
+    offsets = [(3 * i + 1, 100 * i + 40) for i in range(count)]  # (relative offset, pos)
+    times = [(1_000 + 5 * i, 3 * i + 1) for i in range(count)]  # (timestamp, rel offset)
+    mapped_o = OffsetIndex(tmp_path / "0.index", 0, 1 << 20, writable=True)
+    mapped_t = TimeIndex(tmp_path / "0.timeindex", 0, 1 << 20, writable=True)
+    for (rel, pos), (ts, trel) in zip(offsets, times, strict=True):
+        mapped_o.append(rel, pos)
+        mapped_t.maybe_append(ts, trel)
+    mapped_o.flush_pending()
+    mapped_t.flush_pending()
+    inactive_o = OffsetIndex(tmp_path / "0.index", 0, 1 << 20, writable=False)
+    inactive_t = TimeIndex(tmp_path / "0.timeindex", 0, 1 << 20, writable=False)
+    assert mapped_o._map is not None and inactive_o._map is None and inactive_t._map is None
+    assert inactive_o.entries == inactive_t.entries == count
+    for key in range(-1, 3 * count + 3):
+        i = bisect.bisect_right([o for o, _ in offsets], key) - 1
+        want = offsets[i] if i >= 0 else (0, 0)
+        assert inactive_o.lookup(key) == mapped_o.lookup(key) == want
+        tkey = 995 + key * 5 // 3
+        j = bisect.bisect_right([t for t, _ in times], tkey) - 1
+        twant = times[j] if j >= 0 else (-1, 0)
+        assert inactive_t.lookup(tkey) == mapped_t.lookup(tkey) == twant
+    for pos in (0, 39, 40, 41, 100 * count, 100 * count + 100):
+        assert inactive_o.position_floor(pos) == mapped_o.position_floor(pos)
+    for idx in (mapped_o, mapped_t, inactive_o, inactive_t):
+        idx.close(trim=False)
+
+
 def test_a_time_index_keeps_its_last_slot_for_the_roll(tmp_path):
     from logstore.errors import IndexFullError
     from logstore.index import TimeIndex
@@ -757,24 +794,46 @@ def test_compression_level_sets_how_hard_the_leader_compresses(tmp_path, codec, 
     assert read[low] == read[high] == [(r.key, r.value) for r in recs]
 
 
-def test_each_segment_holds_one_descriptor_per_file(pdir):
-    # A broker's descriptor limit goes by the segments it holds: each keeps its .log,
-    # .index and .timeindex open, and the indexes' mappings keep none of their own where
-    # Python can map without one (3.13's mmap trackfd). Before 3.13 a mapping dups its
-    # file's descriptor: two more per mapped index pair.
+def _index_mappings(pdir) -> Counter[str]:
+    """This process's mappings of files under pdir, by file name."""
+    with open("/proc/self/maps") as maps:
+        return Counter(os.path.basename(line.split(maxsplit=5)[5].strip())
+                       for line in maps
+                       if len(line.split(maxsplit=5)) == 6 and str(pdir) in line)
+
+
+@pytest.mark.parametrize("reopen", [False, True])
+def test_each_segment_holds_one_descriptor_per_file(pdir, reopen):
+    # A broker's descriptor and mapping limits go by the segments it holds: each keeps
+    # its .log, .index and .timeindex open; only the active segment's indexes are mapped
+    # (an inactive one's are read with pread: vm.max_map_count is 65,530 by default), and
+    # a mapping keeps no descriptor of its own where Python can map without one (3.13's
+    # mmap trackfd). Before 3.13 a mapping dups its file's descriptor.
     log = Log.open(pdir, LogConfig(segment_bytes=64 << 10))
     for _ in range(40):  # 8 KiB batches: an index entry each, a roll every 8
         log.append(batch(8, size=1000))
+    if reopen:  # inactive segments loaded from disk, not rolled here
+        log.close()
+        log = Log.open(pdir, LogConfig(segment_bytes=64 << 10))
     segments = len(log.segments)
     assert segments >= 4
+    active = log.segments[-1]
     fds = Counter(os.path.basename(f) for f in open_files_under(os.getpid(), pdir))
     assert {n.rsplit(".", 1)[1] for n in fds} == {"log", "index", "timeindex"}
-    mapped = 1 if sys.version_info >= (3, 13) else 2
+    dup = 0 if sys.version_info >= (3, 13) else 1
     assert sum(n.endswith(".log") for n in fds) == segments
     assert all(count == 1 for n, count in fds.items() if n.endswith(".log"))
-    assert all(count == mapped for n, count in fds.items() if not n.endswith(".log"))
-    # Lookups through the mappings still answer from every segment.
-    assert [b.base_offset for b in iter_batches(log.read(0, 1))] == [0]
-    assert [b.base_offset for b in iter_batches(log.read(300, 1))] == [296]
+    active_indexes = {active.offset_index.path.name, active.time_index.path.name}
+    assert all(count == 1 + (dup if n in active_indexes else 0)
+               for n, count in fds.items() if not n.endswith(".log"))
+    assert set(_index_mappings(pdir)) == active_indexes
+    # Lookups answer from every segment, mapped or read with pread, as a walk does.
+    every, at = [], 0
+    while at < log.log_end_offset:  # a read stays within one segment
+        every += list(iter_batches(log.read(at, 1 << 30)))
+        at = every[-1].last_offset + 1
+    for offset in (0, 1, 100, 296, 300, log.log_end_offset - 1):
+        want = next(b.base_offset for b in every if b.base_offset <= offset <= b.last_offset)
+        assert [b.base_offset for b in iter_batches(log.read(offset, 1))] == [want]
     log.close()
     assert open_files_under(os.getpid(), pdir) == []
