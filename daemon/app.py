@@ -1214,7 +1214,7 @@ def _limit_malloc_arenas() -> None:
     otherwise (glibc reads it itself). By default every thread that allocates gets an
     arena of its own: each dir worker opens its dir's logs, so each kept ~1.8 MiB of its
     own beside the main heap, and a daemon holding 1,000 partitions over 3 dirs sat at
-    ~11.9 KiB of RSS a partition against ~8.5 KiB in one arena (bench_daemon). The
+    ~11.9 KiB of RSS a partition against ~8.5 KiB in one arena (bench_daemon's flow). The
     threads that allocate mostly do so holding the GIL, so one arena's lock costs them
     nothing measurable (the produce and fetch figures did not move)."""
     if os.environ.get(MALLOC_ARENA_ENV):

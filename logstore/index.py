@@ -15,10 +15,10 @@ Entries are written with pwrite, not through the mapping: on a full disk a store
 a mapped sparse page kills the process with SIGBUS, while pwrite returns ENOSPC,
 which the log dir's IoGuard turns into SATURATED. An active segment's lookups read a
 read-only mapping; an inactive segment's read the file with pread (a binary search of
-~20 reads at most), and it holds no mapping: a broker keeps tens of thousands of
-inactive segments, two mappings each went against vm.max_map_count (65,530 by
-default, the limit Kafka's operators raise) and, before Python 3.13, two descriptors
-more each.
+a dozen reads at most, the last 4 KiB of candidates in one), and it holds no mapping:
+a broker keeps tens of thousands of inactive segments, two mappings each went against
+vm.max_map_count (65,530 by default, the limit Kafka's operators raise) and, before
+Python 3.13, two descriptors more each.
 An index's entry count, last entry and new (pending) entries live in C (`struct
 lk_index`, native/index.c), where Kafka's ordering rules and the binary search are
 written once: the append path adds entries there without Python, and the classes here
