@@ -105,7 +105,7 @@ class _Index(abc.ABC):
 
     @writable.setter
     def writable(self, on: bool) -> None:
-        # Only an active index batches its new entries, in a 4 KiB buffer C allocates
+        # Only an active index batches its new entries, in a 512-byte buffer C allocates
         # at its first entry: neither an idle partition nor a broker's thousands of
         # inactive segments hold one; entries a rebuild adds to those are written at once.
         # Only an active index is mapped (the module docstring).

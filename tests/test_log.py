@@ -440,7 +440,8 @@ def test_a_failed_index_write_leaves_the_segment_as_it_was(tmp_path):
     readonly = os.open(os.devnull, os.O_RDONLY)
     os.dup2(readonly, index_fd)
     try:
-        # Over 4 KiB of new time-index entries: written in the middle of the call.
+        # 400 new time-index entries, several PENDING_BYTES: written in the middle of
+        # the call.
         with pytest.raises(LogDirOfflineError, match="append"):
             lg.append(_batches_at(1_700_000_001_000, 400))
     finally:
@@ -459,20 +460,27 @@ def test_a_failed_index_write_leaves_the_segment_as_it_was(tmp_path):
 
 
 def test_index_entries_wait_in_memory_and_are_written_a_page_at_a_time(tmp_path):
-    """An offset index's new entries reach the file in one write per 4 KiB (512 entries),
-    and lookups see them before and after; entries that do not grow are skipped, and
-    after a truncation below what was written the index goes on from there."""
+    """An offset index's new entries reach the file in one write per PENDING_BYTES (64
+    entries), and lookups see them before and after; entries that do not grow are
+    skipped, and after a truncation below what was written the index goes on from
+    there."""
     from bisect import bisect_right
 
-    from logstore.index import OffsetIndex
+    from logstore.index import PENDING_BYTES, OffsetIndex
 
+    per_write = PENDING_BYTES // 8
     idx = OffsetIndex(tmp_path / "0.index", 1000, 1 << 20, writable=True)
     added = [(1000 + 2 * i + 1, 100 * (i + 1)) for i in range(600)]
     for n, (offset, position) in enumerate(added, 1):
         idx.append(offset, position)
         idx.append(offset, position)  # a repeat: skipped
         on_disk = os.pread(idx._fd, 8, (n - 1) * 8) != bytes(8)
-        assert on_disk == (n == 512), n  # the first 512 go with the 512th, the rest wait
+        # Each write takes the entries since the last: the 64th, 128th, ... go with theirs.
+        assert on_disk == (n % per_write == 0), n
+        if n > per_write:  # the ones before the last write are there, the rest wait
+            written = n // per_write * per_write
+            assert os.pread(idx._fd, 8, (written - 1) * 8) != bytes(8)
+            assert os.pread(idx._fd, 8, written * 8) == bytes(8)
 
     def expect(offset):
         i = bisect_right([o for o, _ in kept], offset) - 1
@@ -497,7 +505,7 @@ def test_index_entries_wait_in_memory_and_are_written_a_page_at_a_time(tmp_path)
 
 
 def test_only_an_active_index_with_entries_holds_a_pending_buffer(tmp_path):
-    """An active index allocates its 4 KiB pending buffer at its first entry (an idle
+    """An active index allocates its pending buffer at its first entry (an idle
     partition holds none); becoming inactive writes what is pending and frees it; an
     inactive index being rebuilt writes each entry at once. Entries read the same
     throughout, from memory or from the file."""
@@ -555,7 +563,7 @@ def test_an_append_of_many_batches_leaves_no_memory_sized_for_it_behind(tmp_path
         info = log.append(many, leader_epoch=1)
         assert (info.base_offset, info.last_offset) == (0, 1999)
     grown = _malloc_in_use() - before
-    # Two index buffers of 4 KiB a log are expected; 40 logs x 190 KiB are not.
+    # Two index buffers of 528 bytes a log are expected; 40 logs x 190 KiB are not.
     assert grown < 2 << 20, f"{grown} bytes still held after the appends"
     for log in logs:  # every batch landed, in order, with its offset
         read = list(iter_batches(log.read(0, 1 << 20)))
