@@ -228,26 +228,25 @@ class Log:
         seg = self._segments.active
         appender = self._appender
         try:
-            out = appender.append(seg.c_address, batch_bytes, leader_epoch, assign_offsets,
-                                  verify, seg._log_path_str)
-        except OSError as err:  # the hot path: IoGuard.translate without a context manager
-            appender.shrink()
-            seg.cut_back_failed_append()
-            raise guard.translate(err, "append", seg.log_path) from err
-        if out[7]:  # not AppendStatus.OK
             try:
+                out = appender.append(seg.c_address, batch_bytes, leader_epoch,
+                                      assign_offsets, verify, seg._log_path_str)
+            except OSError as err:  # the hot path: IoGuard.translate without a context manager
+                seg.cut_back_failed_append()
+                raise guard.translate(err, "append", seg.log_path) from err
+            if out[7]:  # not AppendStatus.OK
                 info = self._append_after_roll(out[7], batch_bytes, leader_epoch,
                                                assign_offsets)
-            finally:
+            else:
+                if out[8] > 1 or (out[9] >= 0 and not self.epochs.holds(out[9], out[0])):
+                    # Leader epochs to record: more than one, or one the cache has not
+                    # got (every leader's append carries its epoch; almost always the
+                    # latest).
+                    self._assign_epochs(appender.result)
+                info = _new_tuple(AppendInfo, out[:7])
+        finally:
+            if appender.grown:  # room for this append's many batches, read by now
                 appender.shrink()
-        else:
-            if out[8] > 1 or (out[9] >= 0 and not self.epochs.holds(out[9], out[0])):
-                # Leader epochs to record: more than one, or one the cache has not got
-                # (every leader's append carries its epoch; almost always the latest).
-                self._assign_epochs(appender.result)
-            if appender.grown:  # this append's many batches: their infos are read
-                appender.shrink()
-            info = _new_tuple(AppendInfo, out[:7])
         if self._flush_messages != LONG_MAX and \
                 self.log_end_offset - self.recovery_point >= self._flush_messages:
             self._flush_segments()  # flush.messages: Kafka's UnifiedLog.append

@@ -66,42 +66,36 @@ static int lk_index_load_last(struct lk_index *ix)
 int64_t lk_index_search(struct lk_index *ix, int field, int64_t key)
 {
     int32_t lo = 0, hi, found = -1;
+    int32_t first = 0, held = 0; /* entries first..first+held-1 are in block */
     uint8_t block[LK_INDEX_SEARCH_BLOCK];
 
     if (ix == NULL || (field != 0 && field != 1))
         return -EINVAL;
     hi = ix->entries - 1;
     while (lo <= hi) {
-        if (ix->map == NULL && hi < ix->flushed &&
+        int32_t mid = lo + (hi - lo) / 2;
+        int64_t fa, fb;
+        if (!held && ix->map == NULL && hi < ix->flushed &&
             (size_t)(hi - lo + 1) * (size_t)ix->entry_size <= sizeof(block)) {
             /* An unmapped index (an inactive segment's): the last candidates are read
-             * with one pread and searched here, not one pread each. */
+             * with one pread, not one pread each. */
             size_t len = (size_t)(hi - lo + 1) * (size_t)ix->entry_size;
-            int32_t first = lo;
             int64_t got = lk_pread_full(ix->fd, block, len, (int64_t)lo * ix->entry_size);
             if (got < 0)
                 return got;
             if ((size_t)got != len)
                 return -EIO; /* the file lost entries it was known to hold */
-            while (lo <= hi) {
-                int32_t mid = lo + (hi - lo) / 2;
-                int64_t fa, fb;
-                lk_index_decode(ix, block + (size_t)(mid - first) * (size_t)ix->entry_size,
-                                &fa, &fb);
-                if ((field == 0 ? fa : fb) <= key) {
-                    found = mid;
-                    lo = mid + 1;
-                } else {
-                    hi = mid - 1;
-                }
-            }
-            break;
+            first = lo;
+            held = hi - lo + 1;
         }
-        int32_t mid = lo + (hi - lo) / 2;
-        int64_t fa, fb;
-        int rc = lk_index_entry(ix, mid, &fa, &fb);
-        if (rc < 0)
-            return rc;
+        if (held) {
+            lk_index_decode(ix, block + (size_t)(mid - first) * (size_t)ix->entry_size,
+                            &fa, &fb);
+        } else {
+            int rc = lk_index_entry(ix, mid, &fa, &fb);
+            if (rc < 0)
+                return rc;
+        }
         if ((field == 0 ? fa : fb) <= key) {
             found = mid;
             lo = mid + 1;

@@ -459,7 +459,7 @@ def test_a_failed_index_write_leaves_the_segment_as_it_was(tmp_path):
     again.close()
 
 
-def test_index_entries_wait_in_memory_and_are_written_a_page_at_a_time(tmp_path):
+def test_index_entries_wait_in_memory_and_are_written_together(tmp_path):
     """An offset index's new entries reach the file in one write per PENDING_BYTES (64
     entries), and lookups see them before and after; entries that do not grow are
     skipped, and after a truncation below what was written the index goes on from
