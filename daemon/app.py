@@ -45,6 +45,7 @@ from logstore import LogStoreError, TopicPartition
 from logstore.names import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 
 from . import config as config_mod
+from . import version
 from .api import errors, protocol
 from .api.acls import AclApis
 from .api.client_quotas import (
@@ -863,9 +864,9 @@ class Server:
             + (f" with SASL {'/'.join(self.config.sasl[name].mechanisms)}"
                if name in self.config.sasl else "")
             for name, (h, p) in self.bound.items())
-        log.info("serving Kafka protocol on %s (broker.id %d, %d partitions, %d log dirs)",
-                 served, self.config.broker_id, len(self.replicas.partitions),
-                 len(self.storage.dirs))
+        log.info("logkeeper %s serving Kafka protocol on %s (broker.id %d, %d partitions, "
+                 "%d log dirs)", version(), served, self.config.broker_id,
+                 len(self.replicas.partitions), len(self.storage.dirs))
         self.notifier.ready("serving on " + ", ".join(f"{h}:{p}" for h, p in self.bound.values()))
         self.cleaner.start()
         self.coordinator.start()

@@ -14,6 +14,8 @@ import os
 import signal
 import sys
 
+from daemon import version
+
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "dump-log": ("daemon.tools.dump_log", "print and verify Kafka log segments and indexes"),
     "serve": ("daemon.app", "run the storage daemon"),
@@ -53,7 +55,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 
 
 def _usage() -> str:
-    lines = ["usage: logkeeper COMMAND [ARGS...]", "", "commands:"]
+    lines = ["usage: logkeeper COMMAND [ARGS...]", "       logkeeper --version", "",
+             "commands:"]
     lines += [f"  {name:<19} {help_}" for name, (_, help_) in SUBCOMMANDS.items()]
     return "\n".join(lines)
 
@@ -63,6 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(_usage())
         return 0 if argv else 2
+    if argv[0] in ("-V", "--version"):
+        print(f"logkeeper {version()}")
+        return 0
     name, rest = argv[0], argv[1:]
     if name not in SUBCOMMANDS:
         print(f"logkeeper: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)

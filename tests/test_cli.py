@@ -35,6 +35,18 @@ def test_output_piped_into_head_ends_quietly(tmp_path: Path) -> None:
     assert proc.stderr == "status 141\n"  # no traceback, no "Exception ignored"
 
 
+def test_version_is_the_installed_packages_and_the_daemon_logs_it(tmp_path: Path) -> None:
+    import importlib.metadata
+
+    installed = importlib.metadata.version("logkeeper")  # make test installs the checkout
+    for flag in ("--version", "-V"):
+        proc = cli(flag)
+        assert proc.returncode == 0 and proc.stdout == f"logkeeper {installed}\n", proc.stderr
+    with running(tmp_path) as d:
+        pass
+    assert f"logkeeper {installed} serving Kafka protocol on" in d.stderr_path.read_text()
+
+
 def test_topics_describe_finds_the_local_daemon_through_its_config(tmp_path: Path) -> None:
     with running(tmp_path, {"num.partitions": 2}) as d:
         c = RawClient(d.port)  # Metadata v1 naming a topic creates it
