@@ -736,7 +736,9 @@ class Appender:
 
     def configure(self, *, segment_bytes: int, segment_ms: int, max_batch_size: int) -> None:
         """The log's settings every append checks (segment.bytes, segment.ms,
-        max.message.bytes)."""
+        max.message.bytes: 0 is valid, as in Kafka, and refuses every batch)."""
+        if not 0 <= max_batch_size < 2**31:
+            raise ValueError(f"max_batch_size must be in 0..2**31-1, got {max_batch_size}")
         a = self.result
         a.segment_bytes = segment_bytes
         a.segment_ms = segment_ms

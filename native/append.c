@@ -166,7 +166,7 @@ int64_t lk_segment_append(struct lk_segment *s, const uint8_t *buf, size_t len,
 
     if (a == NULL || s == NULL || s->offset_index == NULL || s->time_index == NULL ||
         s->fd < 0 || (buf == NULL && len) || a->infos == NULL || s->size < 0 ||
-        s->next_offset < 0 || s->index_interval < 0 || a->max_batch_size <= 0) {
+        s->next_offset < 0 || s->index_interval < 0 || a->max_batch_size < 0) {
         rc = -EINVAL;
         goto out;
     }
@@ -229,7 +229,9 @@ int64_t lk_segment_append(struct lk_segment *s, const uint8_t *buf, size_t len,
     int64_t max_ts = -1;
     for (int64_t i = 0; i < n; i++) {
         const struct lk_batch_info *b = &infos[i];
-        if (b->size > a->max_batch_size) {
+        /* max.message.bytes is the leader's check, as Kafka's (appendAsFollower ignores
+         * record sizes: the leader accepted the batch, maybe under a larger limit). */
+        if (assign_offsets && b->size > a->max_batch_size) {
             a->status = LK_APPEND_TOO_LARGE;
             a->error_batch = (int32_t)i;
             goto out;

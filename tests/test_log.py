@@ -87,14 +87,32 @@ def test_bad_batches_change_nothing(pdir, mutate, error):
     log.close()
 
 
-def test_oversized_batch_is_refused(pdir):
-    log = Log.open(pdir, LogConfig(max_message_bytes=1000))
+@pytest.mark.parametrize("max_message_bytes", [1000, 0])
+def test_oversized_batch_is_refused(pdir, max_message_bytes):
+    """max.message.bytes 0 is valid (Kafka's range is at least 0) and refuses every batch:
+    an input error, never an OSError (which would take the log dir offline)."""
+    log = Log.open(pdir, LogConfig(max_message_bytes=max_message_bytes))
     before = snapshot(pdir)
     with pytest.raises(RecordTooLargeError) as info:
         log.append(batch(1, size=2000))
     assert info.value.error_code == 10
+    assert "over max.message.bytes" in str(info.value)
     assert snapshot(pdir) == before and log.log_end_offset == 0
     log.close()
+
+
+def test_a_follower_append_is_not_held_to_max_message_bytes(pdir):
+    """As Kafka's appendAsFollower: the leader accepted the batch (its limit may have been
+    larger then), so a follower, or a replica move's copy, writes it whatever its own."""
+    leader = Log.open(pdir.parent / "leader-0", LogConfig())
+    leader.append(batch(1, size=5000))
+    follower = Log.open(pdir.parent / "follower-0", LogConfig(max_message_bytes=1000))
+    info = follower.append(leader.read(0, 1 << 20), assign_offsets=False)
+    assert (info.base_offset, follower.log_end_offset) == (0, 1)
+    with pytest.raises(RecordTooLargeError):  # its own producers still are
+        follower.append(batch(1, size=5000))
+    leader.close()
+    follower.close()
 
 
 def test_index_layout_matches_kafka(pdir):
