@@ -530,7 +530,13 @@ class Server:
     async def _load_configs_from_files(self) -> None:
         assert self.config_files is not None
         topics, brokers = await self.config_files.load()
-        self.topic_configs.load(topics, brokers)
+        adopted = self._internal_topics_without_configs(topics)
+        self.topic_configs.load(topics | adopted, brokers)
+        if adopted:
+            try:
+                await self._write_config_files()
+            except LogStoreError as err:  # applied all the same; written at the next change
+                log.warning("storing the configs of %s failed: %s", sorted(adopted), err)
         files = self.config_files
         self.client_quotas.load(
             {(None, c): q for c, q in files.clients.items()}
@@ -540,6 +546,22 @@ class Server:
         if self.authorizer is not None:
             self.authorizer.load(self._file_acls())
         await self.topic_configs.apply(None, "as the configs were loaded")
+
+    def _internal_topics_without_configs(self, stored: Mapping[str, Mapping[str, str]]
+                                         ) -> dict[str, dict[str, str]]:
+        """The creation configs of the internal topics found in the log dirs with none
+        stored (a Kafka broker's dirs: Kafka keeps them in ZooKeeper): without them
+        __consumer_offsets would be a delete-policy topic whose retention removes the
+        committed offsets at start-up."""
+        hosted = self.replicas.topics()
+        out = {}
+        for topic in (OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC):
+            if topic in hosted and not stored.get(topic):
+                configs = self._internal_topic_spec(topic)[2]
+                out[topic] = {k: v for k, v in configs.items() if v is not None}
+                log.info("%s: found with no stored configs; given Kafka's for it: %s", topic,
+                         ", ".join(f"{k}={v}" for k, v in sorted(out[topic].items())))
+        return out
 
     def _file_acls(self) -> list[Binding]:
         assert self.config_files is not None
