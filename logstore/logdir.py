@@ -241,7 +241,10 @@ class LogDir:
     def remove_dir(self, full: Path) -> None:
         """Remove a partition-like dir of this log dir that no log is open on (a
         leftover copy of a replica move): renamed to `-delete` first, like a partition."""
-        doomed = self.path / f"{full.name}.{uuid.uuid4().hex}{names.DELETE_DIR_SUFFIX}"
+        tp = names.parse_partition_dir(full.name) or names.parse_future_dir(full.name)
+        unique = uuid.uuid4().hex
+        doomed = self.path / (names.delete_dir_name(tp.topic, tp.partition, unique) if tp else
+                              f"{full.name[:200]}.{unique}{names.DELETE_DIR_SUFFIX}")
         with self.guard.io("delete dir", full):
             if not full.exists():
                 self.future_logs.pop(full, None)
@@ -251,7 +254,8 @@ class LogDir:
         self.future_logs.pop(full, None)
 
     def delete_log(self, topic: str, partition: int) -> None:
-        """Rename the partition dir to `<name>.<uuid>-delete`, then remove it."""
+        """Rename the partition dir to `<topic>-<partition>.<uuid>-delete` (its topic cut
+        short to fit: `names.delete_dir_name`), then remove it."""
         tp = TopicPartition(topic, partition)
         log = self.logs.pop(tp, None)
         if log is None:
@@ -260,7 +264,7 @@ class LogDir:
         if self.cleaner_offsets.pop(tp, None) is not None:
             self.write_cleaner_checkpoint()
         src = self.path / names.partition_dir_name(topic, partition)
-        doomed = self.path / f"{src.name}.{uuid.uuid4().hex}{names.DELETE_DIR_SUFFIX}"
+        doomed = self.path / names.delete_dir_name(topic, partition, uuid.uuid4().hex)
         with self.guard.io("delete partition", src):
             os.replace(src, doomed)
             shutil.rmtree(doomed)

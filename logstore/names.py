@@ -13,6 +13,7 @@ from typing import NamedTuple
 from .errors import InvalidTopicError
 
 MAX_TOPIC_LENGTH = 249
+MAX_DIR_NAME = 255  # the longest file name Linux filesystems take (NAME_MAX)
 _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
 _SEGMENT_FILE = re.compile(r"(\d{20})(\.[a-z]+(?:\.[a-z]+)?)")
 
@@ -95,6 +96,16 @@ def future_dir_name(topic: str, partition: int, unique: str) -> str:
     """Where a replica being moved to this dir is copied: Kafka's
     `<topic>-<partition>.<unique id>-future`."""
     return f"{partition_dir_name(topic, partition)}.{unique}{FUTURE_DIR_SUFFIX}"
+
+
+def delete_dir_name(topic: str, partition: int, unique: str) -> str:
+    """What a partition dir is renamed to before it is removed: Kafka's
+    `<topic>-<partition>.<unique id>-delete`, its topic cut short so that the name fits
+    MAX_DIR_NAME (Kafka's logDeleteDirName: a 249-character topic is legal, and its
+    delete name would not fit). Kafka's loader still parses what is left."""
+    suffix = f"-{partition_dir_name(topic, partition).rpartition('-')[2]}.{unique}" \
+             f"{DELETE_DIR_SUFFIX}"
+    return topic[:max(0, MAX_DIR_NAME - len(suffix))] + suffix
 
 
 def parse_future_dir(name: str) -> TopicPartition | None:

@@ -78,6 +78,26 @@ def test_delete_partition_renames_then_removes(tmp_path):
     ld2.close()
 
 
+@pytest.mark.parametrize("length", [213, 214, names.MAX_TOPIC_LENGTH])
+def test_a_topic_of_any_legal_length_is_deleted(tmp_path, length):
+    """`<topic>-<p>.<32 hex>-delete` is past 255 characters from a 214-character topic on
+    (Kafka allows 249): the rename failed with ENAMETOOLONG, which took the whole log
+    dir offline. As Kafka, the topic is cut short in the delete name, whose partition
+    and suffix stay where Kafka's loader parses them."""
+    topic = "M" * length
+    ld = LogDir.open(tmp_path / "d")
+    for partition in (0, 12345):
+        ld.create_log(topic, partition).append(batch(2))
+        ld.delete_log(topic, partition)
+        name = names.delete_dir_name(topic, partition, "0" * 32)
+        assert len(name) <= names.MAX_DIR_NAME
+        assert name.endswith(f"-{partition}.{'0' * 32}-delete") and name.startswith("MMM")
+    assert os.listdir(tmp_path / "d") == [p for p in os.listdir(tmp_path / "d")
+                                          if not p.startswith("MMM")]
+    ld.create_log("after", 0).append(batch(1))  # the dir still takes writes
+    ld.close()
+
+
 def test_unclean_log_dir_recovers_and_reports(tmp_path):
     root = tmp_path / "d"
     ld = LogDir.open(root)

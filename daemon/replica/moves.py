@@ -55,7 +55,6 @@ from .quota import ReplicationQuota
 log = logging.getLogger("logkeeper.moves")
 
 CHUNK_BYTES = 1 << 20  # read from the source per step
-MAX_DIR_NAME = 255  # a future dir's name must fit the filesystem's (Kafka's KAFKA-4893 check)
 THROTTLE_WAIT_S = 0.1  # how long a throttled move waits before it looks at the rate again
 
 
@@ -129,7 +128,9 @@ class ReplicaMoves:
         if dest.state is not DirState.ONLINE or dest.logdir is None:
             return errors.KAFKA_STORAGE_ERROR, f"log dir {path} is {dest.state.value}"
         try:
-            too_long = len(names.future_dir_name(tp.topic, tp.partition, "0" * 32)) > MAX_DIR_NAME
+            # A future dir's name must fit the filesystem's (Kafka's KAFKA-4893 check).
+            future = names.future_dir_name(tp.topic, tp.partition, "0" * 32)
+            too_long = len(future) > names.MAX_DIR_NAME
         except LogStoreError as err:
             return errors.INVALID_TOPIC_EXCEPTION, str(err)
         if too_long:
