@@ -377,6 +377,14 @@ def test_admin_clients_list_describe_and_delete_groups(tmp_path: Path) -> None:
             assert [len(x.assignment.topic_partitions) for x in live.members] == [1]
             assert ka.describe_groups(["nobody"])["nobody"]["group_state"] == "Dead"
             assert ka.list_group_offsets("done")["done"][KTP(topic, 0)].offset == 7
+            # Offsets are the members' while it has some: an admin's change is refused
+            # as Kafka refuses it, and changes nothing.
+            before = committed_offsets(d.bootstrap, "live")
+            altered = ca.alter_consumer_group_offsets([ck.ConsumerGroupTopicPartitions(
+                "live", [ck.TopicPartition(topic, 0, 2)])])["live"]
+            [refused] = altered.result(30).topic_partitions
+            assert refused.error is not None and refused.error.name() == "UNKNOWN_MEMBER_ID"
+            assert committed_offsets(d.bootstrap, "live") == before
             res = ca.delete_consumer_groups(["live", "done"], request_timeout=30)
             with pytest.raises(ck.KafkaException, match="NON_EMPTY_GROUP"):
                 res["live"].result(30)

@@ -616,16 +616,17 @@ class GroupCoordinator(CoordinatedPartitions):
                      expire_timestamp: int = -1) -> tuple[int, dict[TopicPartition, int]]:
         """(group error, error per partition) for OffsetCommit. Generation -1 with no
         member id is a commit from outside any group membership ("simple" consumers,
-        admin tools), allowed while the group has no members."""
+        admin tools), allowed while the group has no members (else UNKNOWN_MEMBER_ID,
+        as Kafka's validateOffsetCommit)."""
         code, p = self._owner(group_id)
         if code:
             return code, {}
         if not group_id:
             return errors.INVALID_GROUP_ID, {}
         g = self.groups.get(group_id)
-        if generation < 0 and not member_id:
+        if generation < 0 and not member_id and instance_id is None:
             if g is not None and not g.is_empty:
-                return errors.ILLEGAL_GENERATION, {}
+                return errors.UNKNOWN_MEMBER_ID, {}  # Kafka's: only members commit then
         else:
             code = _check_member(g, generation, member_id, instance_id)
             if code:
