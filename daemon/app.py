@@ -1023,7 +1023,8 @@ class Server:
         self.monitor.publish()  # free bytes change: the controller's view follows
 
     def _partitions_changed(self) -> None:
-        self.metrics.partitions_changed(len(self.replicas.partitions), self.storage.dirs)
+        self.metrics.partitions_changed(len(self.replicas.partitions), self.storage.dirs,
+                                        {tp.topic for tp in self.replicas.partitions})
         self.monitor.publish()  # what this broker holds: the controller reads it
 
     def _on_signal(self, sig: int) -> None:

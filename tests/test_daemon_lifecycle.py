@@ -388,6 +388,14 @@ def test_metrics_and_healthz(tmp_path: Path) -> None:
                        'kafka_log_log_numlogsegments{partition="0",topic="m"} 1.0'):
             assert needle in text, needle
         assert d.http("/nope")[0] == 404
+        # A deleted topic's series go with it (Kafka's removeMetrics): a scrape shows
+        # only what the broker holds.
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": d.bootstrap})
+        admin.delete_topics(["m"])["m"].result(30)
+        text = d.http("/metrics")[1]
+        assert 'topic="m"' not in text, [x for x in text.splitlines() if 'topic="m"' in x]
 
 
 def test_startup_logs_the_crc32c_implementation_and_its_metric(tmp_path: Path) -> None:

@@ -57,6 +57,12 @@ class _TopicCounter:
             child = self._children[topic] = self.counter.labels(topic)
         return child
 
+    def keep_only(self, topics: set[str]) -> None:
+        """Drop the series of every topic not in `topics`."""
+        for topic in [t for t in self._children if t not in topics]:
+            del self._children[topic]
+            self.counter.remove(topic)
+
 
 class Crc32cCollector(Collector):
     """`logkeeper_crc32c_implementation{impl=...} 1`: the CRC-32C implementation the
@@ -442,11 +448,16 @@ class Metrics:
         """Serve the per-partition log gauges from `snapshot()` at scrape time."""
         self.registry.register(LogCollector(snapshot))
 
-    def partitions_changed(self, partitions: int, dirs: Iterable[Any]) -> None:
-        """Partitions held and each log dir's partition count."""
+    def partitions_changed(self, partitions: int, dirs: Iterable[Any],
+                           topics: set[str]) -> None:
+        """Partitions held, each log dir's partition count, and the topics held: a topic
+        with no partition here any more (deleted, or moved to other brokers) loses its
+        per-topic series, as Kafka's maybeRemoveTopicMetrics."""
         self.partition_count.set(partitions)
         for d in dirs:
             self.dir_partitions.labels(str(d.path)).set(len(d.partitions))
+        for counter in (self.bytes_in, self.bytes_out, self.messages_in):
+            counter.keep_only(topics)
 
     def log_dir(self, path: str, *, state: str, size: int, free: int, total: int,
                 partitions: int) -> None:
