@@ -34,7 +34,14 @@ from typing import Any
 
 from kafka import errors as kerr
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import NodeExistsError
+from kazoo.exceptions import (
+    ConnectionClosedError,
+    ConnectionLoss,
+    NodeExistsError,
+    OperationTimeoutError,
+    SessionExpiredError,
+)
+from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import EventType
 
 from daemon.cluster import znodes
@@ -56,6 +63,11 @@ from .state_machines import ReplicaState as R
 from .zkops import ControllerMovedError, ControllerZk, ZkWriteError
 
 log = logging.getLogger("logkeeper.controller")
+
+# kazoo's ways of saying the ZooKeeper session is gone or not answering (most carry no
+# text: `_why` names them).
+ZOOKEEPER_AWAY = (SessionExpiredError, ConnectionLoss, ConnectionClosedError,
+                  OperationTimeoutError, KazooTimeoutError)
 
 NONE = kerr.NoError.errno
 STORAGE_ERROR = kerr.KafkaStorageError.errno
@@ -400,6 +412,11 @@ class Controller:
         if isinstance(err, ControllerMovedError):
             log.info("controller %d: moved while processing %s (%s); resigning", self.broker_id,
                      event.name, err)
+        elif isinstance(err, ZOOKEEPER_AWAY):
+            # Not a bug to trace: the session went (a pause, a partition) or ZooKeeper
+            # did not answer in time; the session listener re-elects once it is back.
+            log.warning("controller %d: ZooKeeper lost while processing %s (%s); resigning",
+                        self.broker_id, event.name, _why(err))
         else:
             log.error("controller %d: %s failed; moving the controller", self.broker_id, event.name,
                       exc_info=err)
@@ -422,7 +439,7 @@ class Controller:
             self.active_id = self.election.active_controller_id(watch=self._controller_watch)
         except Exception as err2:  # noqa: BLE001 - ZooKeeper away: the session listener re-elects
             log.warning("controller %d: cannot read /controller after resigning: %s",
-                        self.broker_id, err2)
+                        self.broker_id, _why(err2))
         self._update_metrics()
 
     def _preferred_replica(self, tp: TopicPartition) -> int:
@@ -1123,3 +1140,9 @@ class Controller:
                 self.reassignments.on_isr_change(sorted(tps))
         finally:
             self.zk.delete_notifications(parent, names)
+
+
+def _why(err: BaseException) -> str:
+    """An exception as a log says it: its type, and its text when it has one."""
+    text = str(err)
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__
