@@ -135,9 +135,10 @@ def describe(bootstrap: str, topics: list[str] | None = None) -> dict[str, Any]:
         out["topics"].append({
             "topic": t.name, "error_code": t.error_code, "internal": bool(t.is_internal),
             "partition_count": len(parts),
-            # As Kafka's: a partition being reassigned counts its original replicas.
-            "replication_factor": max((len(p["replicas"]) - len(p["adding"]) for p in shown),
-                                      default=0),
+            # As Kafka's TopicCommand: the first partition's (a partition being
+            # reassigned counts its original replicas).
+            "replication_factor": (len(shown[0]["replicas"]) - len(shown[0]["adding"])
+                                   if shown else 0),
             "configs": own, "min_insync_replicas": min_isr, "partitions": shown})
     return out
 
