@@ -191,12 +191,14 @@ def _supervise(started: list[Broker], zk_hosts: str, stop: threading.Event,
                 for broker in started:
                     if broker in down and broker not in held:
                         held.append(broker)
-                        print(f"broker {broker.id}: restarting once ZooKeeper lets go of its old "
-                              "registration (up to zookeeper.session.timeout.ms)", flush=True)
+                        # A clean stop ended its session; a kill left it to time out.
+                        print(f"broker {broker.id}: restarting" + (
+                            " once ZooKeeper lets go of its old registration (up to "
+                            "zookeeper.session.timeout.ms)" if _registered(zk, broker) is not False
+                            else ""), flush=True)
             for broker in list(held):
-                try:
-                    registered = zk.exists(f"/brokers/ids/{broker.id}") is not None
-                except KazooException:
+                registered = _registered(zk, broker)
+                if registered is None:
                     continue  # ZooKeeper busy or reconnecting: ask again next round
                 if not registered:
                     held.remove(broker)
@@ -210,6 +212,14 @@ def _supervise(started: list[Broker], zk_hosts: str, stop: threading.Event,
     finally:
         zk.stop()
         zk.close()
+
+
+def _registered(zk: KazooClient, broker: Broker) -> bool | None:
+    """Whether ZooKeeper still holds the broker's registration (None: it did not say)."""
+    try:
+        return zk.exists(f"/brokers/ids/{broker.id}") is not None
+    except KazooException:
+        return None
 
 
 def _how_it_ended(returncode: int) -> str:
