@@ -357,7 +357,7 @@ class Server:
     def _internal_partition_count(self, topic: str) -> int | None:
         if self.metadata_cache is not None:
             return len(self.metadata_cache.partitions.get(topic, {})) or None
-        return sum(1 for tp in self.replicas.partitions if tp.topic == topic) or None
+        return self.replicas.partition_count(topic) or None
 
     def _partition_exists(self, tp: TopicPartition) -> bool:
         if self.metadata_cache is not None:

@@ -89,8 +89,17 @@ class Standalone:
 
     def metadata_topics(self, local: dict[str, list[Partition]]
                         ) -> dict[str, list[tuple[int, LeaderAndIsr]]]:
-        """Every topic Metadata may list: (partition, state) in partition order."""
-        return {t: [(p.tp.partition, self.state(p)) for p in ps] for t, ps in local.items()}
+        """Every topic Metadata may list: (partition, state) in partition order, from 0 to
+        the highest partition held. A partition missing from the log dirs (a Kafka
+        broker's dirs hold only its share of a topic) is listed without a leader or
+        replicas: clients count partitions by the highest id, and librdkafka ignores a
+        partition past the count it was told."""
+        out = {}
+        for t, ps in local.items():
+            held = {p.tp.partition: self.state(p) for p in ps}
+            out[t] = [(i, held.get(i) or LeaderAndIsr(-1, 0, [], [], []))
+                      for i in range(max(held) + 1)]
+        return out
 
     def broker_rows(self, me: tuple[str, int] | None, listener: str) -> list[BrokerRow]:
         """The brokers Metadata lists to a client of `listener`; `me` is this broker's

@@ -144,7 +144,7 @@ class TopicAdmin:
             if not parts:
                 raise TopicError(UNKNOWN_TOPIC_OR_PARTITION,
                                  f"The topic '{topic}' does not exist.")
-            current = len(parts)
+            current = self.replicas.partition_count(topic)
             if count < current:
                 raise TopicError(INVALID_PARTITIONS, f"Topic currently has {current} "
                                  f"partitions, which is higher than the requested {count}.")
