@@ -302,7 +302,7 @@ class Server:
                                              reserve_bytes=config["log.dir.reserve.bytes"],
                                              on_all_offline=self._on_all_offline)
         self.commands = OperatorCommands(self.storage, self.replicas, self.monitor,
-                                         timeout=self.monitor.timeout,
+                                         self.topic_configs, timeout=self.monitor.timeout,
                                          on_partitions_changed=self._partitions_changed,
                                          announce=self.transitions.announce)
         self.cluster: ClusterLink | None = None

@@ -79,13 +79,15 @@ def fill(port: int, topic: str, partition: int, batches: int, tag: bytes) -> Non
         c.close()
 
 
-def produce_raw(c: RawClient, topic: str, partition: int, records: list[bytes]) -> tuple[int, int]:
-    """(error code, base offset) of one acks=-1 produce of `records` as one batch."""
+def produce_raw(c: RawClient, topic: str, partition: int, records: list[bytes], *,
+                key: bytes | None = None) -> tuple[int, int]:
+    """(error code, base offset) of one acks=-1 produce of `records` as one batch, each
+    record with `key`."""
     T = ProduceRequest.TopicProduceData
     resp = c.request(ProduceRequest(transactional_id=None, acks=-1, timeout_ms=10000, topic_data=[
         T(name=topic, partition_data=[T.PartitionProduceData(
             index=partition, records=build_batch(
-                [Record(None, r, [], int(time.time() * 1000)) for r in records]))])]), 8)
+                [Record(key, r, [], int(time.time() * 1000)) for r in records]))])]), 8)
     part = resp.responses[0].partition_responses[0]
     return part.error_code, part.base_offset
 

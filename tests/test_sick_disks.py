@@ -471,6 +471,67 @@ def test_readmit_brings_a_repaired_dir_back_without_a_restart(tmp_path: Path) ->
             assert proc.returncode == 1 and "not a log dir" in proc.stderr
 
 
+def test_a_readmitted_dir_serves_its_logs_under_their_topics_configs(tmp_path: Path) -> None:
+    """The logs a readmit opens get their topic's config as start-up gives it: a topic's
+    override over the dynamic broker config over the config file. After the repair and
+    `log-dirs readmit`, the compacted topic still refuses a record without a key
+    (INVALID_RECORD, 87), a topic's max.message.bytes=10000 still refuses 20,000 bytes,
+    even in the partition the disk came back without (re-created empty), and the
+    dynamic message.max.bytes=50000 still refuses 60,000 bytes in a topic of its own."""
+    with faults.loop_ext4(32) as mnt:
+        sick = mnt / "d"
+        d = Daemon(tmp_path, {**FAST, "log.dir.probe.timeout.ms": 5000,
+                              "auto.create.topics.enable": False,
+                              "log.dirs": [str(tmp_path / "disk0"), str(sick)]})
+        d.log_dirs = [tmp_path / "disk0", sick]
+        with d:
+            cordoned(d, d.log_dirs[0])  # every partition in the dir that will fail
+            a = ck.admin.AdminClient({"bootstrap.servers": d.bootstrap})
+            for f in a.create_topics([
+                    ck.admin.NewTopic("ra_cmp", 1, 1, config={"cleanup.policy": "compact"}),
+                    ck.admin.NewTopic("ra_small", 1, 1, config={"max.message.bytes": "10000"}),
+                    ck.admin.NewTopic("ra_plain", 1, 1)]).values():
+                f.result(30)
+            [f] = a.incremental_alter_configs([ck.admin.ConfigResource(
+                "broker", "1", incremental_configs=[ck.admin.ConfigEntry(
+                    "message.max.bytes", "50000",
+                    incremental_operation=ck.admin.AlterConfigOpType.SET)])]).values()
+            f.result(30)
+            assert {t: ld for t in ("ra_cmp", "ra_small", "ra_plain")
+                    for ld in placement(d, t).values()} == dict.fromkeys(
+                        ("ra_cmp", "ra_small", "ra_plain"), sick)
+            c = RawClient(d.port)
+
+            def refusals() -> list[int]:
+                return [produce_raw(c, "ra_cmp", 0, [b"no key"])[0],
+                        produce_raw(c, "ra_small", 0, [b"s" * 20_000])[0],
+                        produce_raw(c, "ra_plain", 0, [b"p" * 60_000])[0]]
+
+            try:
+                assert refusals() == [87, 10, 10]
+                assert produce_raw(c, "ra_cmp", 0, [b"before"], key=b"k")[0] == 0
+                faults.sync_fs(mnt)
+                faults.shutdown_fs(mnt)
+                wait_for(lambda: d.log_dir_states()[str(sick)] == "offline", 10, "OFFLINE")
+                # The repair: the disk mounted again, without ra_small's partition.
+                subprocess.run(["umount", "-l", str(mnt)], check=True)
+                subprocess.run(["mount", "-o", "loop", str(mnt.parent / "disk.img"),
+                                str(mnt)], check=True)
+                remove_dir(sick / "ra_small-0")
+                proc = run_cli("log-dirs", "readmit", str(sick),
+                               "--http", f"127.0.0.1:{d.http_port}")
+                assert proc.returncode == 0, proc.stderr
+                assert json.loads(proc.stdout)["recreated_empty"] == ["ra_small-0"]
+                assert refusals() == [87, 10, 10]
+                assert produce_raw(c, "ra_cmp", 0, [b"after"], key=b"k")[0] == 0
+                assert produce_raw(c, "ra_small", 0, [b"s" * 9_000])[0] == 0
+                assert produce_raw(c, "ra_plain", 0, [b"p" * 20_000])[0] == 0
+            finally:
+                c.close()
+            [f] = a.describe_configs([ck.admin.ConfigResource("topic", "ra_cmp")]).values()
+            assert f.result(30)["cleanup.policy"].value == "compact"
+
+
 def test_cordoned_dir_takes_no_new_partitions_across_restarts(tmp_path: Path) -> None:
     d = Daemon(tmp_path, {"num.partitions": 1})
     http = f"127.0.0.1:{d.http_port}"

@@ -2,9 +2,10 @@
 through the HTTP endpoint's `POST /admin/log-dirs/<command>`).
 
 `readmit` brings a repaired OFFLINE dir back without a restart: a fresh worker, an
-availability probe, lock, recovery, then its partitions are served again (those the
-disk came back without are re-created empty, and said so). `cordon`/`uncordon` stop or
-allow new partitions in a dir, kept across restarts in the dir (`.logkeeper-cordoned`).
+availability probe, lock, recovery, each log given its topic's config (as at start-up),
+then its partitions are served again (those the disk came back without are re-created
+empty, and said so). `cordon`/`uncordon` stop or allow new partitions in a dir, kept
+across restarts in the dir (`.logkeeper-cordoned`).
 
 Errors: a command that cannot be carried out raises `AdminError` with the HTTP status
 to answer and a message naming the dir and why.
@@ -22,6 +23,7 @@ from checks import probe_availability
 from logstore import LogStoreError
 
 from ..replica.manager import ReplicaManager
+from ..replica.topic_config import TopicConfigs
 from ..storage.dirstate import DirState
 from ..storage.log_manager import CORDON_FILE, LogManager
 from ..storage.workers import ManagedDir
@@ -41,19 +43,20 @@ class AdminError(Exception):
 class OperatorCommands:
     """Event loop only."""
 
-    def __init__(self, storage: LogManager, replicas: ReplicaManager, monitor: LogDirMonitor, *,
-                 timeout: float, on_partitions_changed: Callable[[], None],
-                 announce: Callable[[str], None]):
+    def __init__(self, storage: LogManager, replicas: ReplicaManager, monitor: LogDirMonitor,
+                 configs: TopicConfigs, *, timeout: float,
+                 on_partitions_changed: Callable[[], None], announce: Callable[[str], None]):
         self.dirs = storage
         self.states = storage.states
         self.replicas = replicas
+        self.configs = configs
         self.monitor = monitor
         self.timeout = timeout  # the probe timeout; a re-admission gets four of them
         self.on_partitions_changed = on_partitions_changed
         self.announce = announce  # a log dir event for the controller (in a cluster)
 
     async def readmit(self, path: str) -> dict[str, Any]:
-        """Bring a repaired OFFLINE dir back: probe, lock, recover, serve."""
+        """Bring a repaired OFFLINE dir back: probe, lock, recover, configure, serve."""
         d = self._find(path)
         if d.state is not DirState.OFFLINE:
             raise AdminError(409, f"log dir {d.path} is {d.state.value}, not offline")
@@ -90,9 +93,13 @@ class OperatorCommands:
         self.states.readmit(str(d.path))  # the IoGuard accepts work again
         lost = sorted(tp for tp, p in self.replicas.partitions.items()
                       if p.dir is d and tp not in d.logdir.logs)
+        # The logs were opened with the config file's defaults: their topics' configs
+        # before they are served (a compacted topic's key check, max.message.bytes).
+        await self.configs.configure(d)
         await self.replicas.adopt(d)
         for tp in lost:  # the disk came back without them (replaced): empty again
-            lg = await self.dirs.run(d, d.logdir.create_log, tp.topic, tp.partition)
+            lg = await self.dirs.run(d, d.logdir.create_log, tp.topic, tp.partition,
+                                     self.configs.log_config(tp.topic))
             self.replicas.partitions[tp].log = lg
             d.partitions.add(tp)
             log.warning("log dir %s: partition %s was not on the re-admitted disk; "

@@ -12,7 +12,8 @@ broker keys that may change without a restart.
 `TopicConfigs` holds the overrides this broker knows and applies them: each log of a
 topic gets its new `LogConfig` on its dir's worker, a leader's `min.insync.replicas`
 changes what acks=all answers at once, and a retention round runs on the topic's logs
-at once (a lowered retention frees a full dir without waiting for the next round).
+at once (a lowered retention frees a full dir without waiting for the next round). The
+logs a dir opens after start-up (`log-dirs readmit`) get theirs from `configure`.
 
 Errors: `validate_topic_configs` and `validate_broker_configs` raise `ConfigValueError`
 (answered INVALID_CONFIG, 40) naming the config and the value; nothing is stored or
@@ -661,6 +662,15 @@ class TopicConfigs:
         self.topics.pop(topic, None)
         self.configure_quotas()
 
+    async def configure(self, d: Any) -> None:
+        """Give every log of dir `d`, opened after start-up (a re-admitted dir), the config
+        that applies to its topic, as `apply` gave the logs start-up opened; retention
+        follows at its round. One call on the dir's worker, queued at once: made before
+        the logs are served (before `ReplicaManager.adopt`), it runs before any call on
+        them. Raises what that call raises (the dir failing again)."""
+        ld = d.logdir
+        await self.run(d, _configure_logs, ld, {tp: self.log_config(tp.topic) for tp in ld.logs})
+
     async def apply(self, topic: str | None, why: str = "after a config change") -> None:
         """Give `topic`'s logs here (every topic's with None) the config that applies,
         set each leader's min.insync.replicas, then run retention on them at once
@@ -685,6 +695,16 @@ class TopicConfigs:
 
 def _apply_to_log(logdir: Any, lg: Any, topic: str, cfg: LogConfig, now: int) -> int:
     """On the dir's worker: the log's new config, then a retention pass."""
-    logdir.topic_configs[topic] = cfg
-    lg.update_config(cfg)
+    _set_config(logdir, lg, topic, cfg)
     return lg.apply_retention(now)
+
+
+def _configure_logs(logdir: Any, configs: Mapping[Any, LogConfig]) -> None:
+    """On the dir's worker: each of the LogDir's logs its config (no disk IO)."""
+    for tp, cfg in configs.items():
+        _set_config(logdir, logdir.logs[tp], tp.topic, cfg)
+
+
+def _set_config(logdir: Any, lg: Any, topic: str, cfg: LogConfig) -> None:
+    logdir.topic_configs[topic] = cfg  # what the dir's new logs of `topic` are opened with
+    lg.update_config(cfg)
