@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import json
 import random
+import threading
 
 import pytest
 from kazoo.client import KazooClient
@@ -328,8 +329,9 @@ def test_deletion_waits_for_a_broker_that_is_away_and_completes_when_it_register
     assert wait_for(lambda: 2 not in c.ctx.live_brokers)
     for x in b.values():
         x.clear()
-    done = c.delete_topics(["t", "nope"])
-    assert wait_for(lambda: admin.exists("/admin/delete_topics/t") is not None)
+    # Answered once marked (Kafka's AdminZkClient.deleteTopic), not when the topic is gone.
+    assert c.delete_topics(["t", "nope"]).result(timeout=5) == {"t": 0, "nope": 3}
+    assert admin.exists("/admin/delete_topics/t") is not None
     # Live replicas get StopReplica(delete=true, leader epoch -2) and answer 0.
     assert wait_for(lambda: ("t", 0, True, -2) in {(p.topic, p.partition, p.delete, p.leader_epoch)
                                                    for p in b[1].stop_replicas()})
@@ -338,11 +340,15 @@ def test_deletion_waits_for_a_broker_that_is_away_and_completes_when_it_register
     # Brokers drop the topic from their metadata: leader -2.
     assert wait_for(lambda: (m := _metadata(b[1], "t", 0)) is not None and m.leader == -2)
     assert wait_for(lambda: c.call(lambda: "t" in c.ctx.topics_ineligible_for_deletion).result(5))
-    assert not done.done()
     assert admin.exists("/brokers/topics/t") is not None and admin.exists("/config/topics/t") is not None
+    # Marked again while queued: answered 0 (the API layer answers 3 once its metadata
+    # cache has dropped the topic), and creating it is refused as marked.
+    assert c.delete_topics(["t"]).result(timeout=5) == {"t": 0}
+    created = c.create_topics([TopicSpec("t", 1, 1)]).result(timeout=5)["t"]
+    assert (created.error_code, created.error_message) == (36, "Topic 't' is marked for deletion.")
 
     b[2].register()
-    assert done.result(timeout=15) == {"t": 0, "nope": 3}
+    assert wait_for(lambda: admin.exists("/admin/delete_topics/t") is None, 15)
     assert {(p.topic, p.partition, p.delete) for p in b[2].stop_replicas()} >= {
         ("t", 0, True), ("t", 1, True)}
     for path in ("/brokers/topics/t", "/config/topics/t", "/admin/delete_topics/t"):
@@ -352,14 +358,18 @@ def test_deletion_waits_for_a_broker_that_is_away_and_completes_when_it_register
 
 def test_a_deletion_whose_caller_stopped_waiting_completes_and_the_controller_stays(cluster, admin):
     """DeleteTopics answers 7 once its timeout_ms runs out and cancels what it waited
-    on; the deletion goes on and completes later. That must not take the controller
-    down: it stays active, on the same epoch, and serves the next request."""
+    on, here before the busy event thread got to it; the deletion goes on and completes
+    later. That must not take the controller down: it stays active, on the same epoch,
+    and serves the next request."""
     c, b = _cluster_with_topic(cluster, {"t": {0: [1, 2]}, "u": {0: [1, 2]}}, brokers=(1, 2))
     epoch = c.ctx.epoch
     b[2].offline.add(("t", 0))  # its dir is OFFLINE: StopReplica answers 56
+    busy = threading.Event()
+    c.call(lambda: busy.wait(10))
     gave_up = c.delete_topics(["t"])
-    assert wait_for(lambda: c.call(lambda: "t" in c.ctx.topics_ineligible_for_deletion).result(5))
     assert gave_up.cancel()  # the request's timeout_ms ran out
+    busy.set()
+    assert wait_for(lambda: c.call(lambda: "t" in c.ctx.topics_ineligible_for_deletion).result(5))
     b[2].offline.clear()
     b[2].announce_log_dir_event()
     assert wait_for(lambda: admin.exists("/brokers/topics/t") is None)
@@ -370,15 +380,15 @@ def test_a_deletion_whose_caller_stopped_waiting_completes_and_the_controller_st
 def test_deletion_of_a_replica_on_an_offline_dir_completes_after_its_log_dir_event(cluster, admin):
     c, b = _cluster_with_topic(cluster, {"t": {0: [1, 2]}}, brokers=(1, 2))
     b[2].offline.add(("t", 0))  # its dir is OFFLINE: StopReplica answers 56
-    done = c.delete_topics(["t"])
+    assert c.delete_topics(["t"]).result(timeout=5) == {"t": 0}
     assert wait_for(lambda: any(p.delete for p in b[2].stop_replicas()))
     assert wait_for(lambda: c.call(lambda: "t" in c.ctx.topics_ineligible_for_deletion).result(5))
-    assert not done.done() and admin.exists("/brokers/topics/t") is not None
+    assert admin.exists("/brokers/topics/t") is not None
     # `log-dirs readmit`: the dir is back and the broker writes a log-dir event.
     b[2].offline.clear()
     b[2].announce_log_dir_event()
-    assert done.result(timeout=15) == {"t": 0}
-    assert admin.exists("/brokers/topics/t") is None and admin.exists("/admin/delete_topics/t") is None
+    assert wait_for(lambda: admin.exists("/admin/delete_topics/t") is None, 15)
+    assert admin.exists("/brokers/topics/t") is None
     assert admin.get_children("/log_dir_event_notification") == []
 
 
@@ -393,11 +403,11 @@ def test_a_log_dir_probes_late_56_does_not_undo_a_deletion_on_a_saturated_dir(cl
     b[1].clear()
     b[1].announce_log_dir_event()
     assert wait_for(lambda: b[1].received(LEADER_AND_ISR))  # the probe, unanswered
-    done = c.delete_topics(["t"])
+    assert c.delete_topics(["t"]).result(timeout=5) == {"t": 0}
     assert wait_for(lambda: c.call(lambda: c.replica_sm.state(TopicPartition("t", 0), 1)).result(5)
                     is ReplicaState.DELETION_STARTED)
     b[1].answer_leader_and_isr.set()  # 56 for t-0, then the StopReplica(delete) answered 0
-    assert done.result(timeout=15) == {"t": 0}
+    assert wait_for(lambda: admin.exists("/admin/delete_topics/t") is None, 15)
     assert ("t", 0, True) in {(p.topic, p.partition, p.delete) for p in b[1].stop_replicas()}
     for path in ("/brokers/topics/t", "/config/topics/t", "/admin/delete_topics/t"):
         assert admin.exists(path) is None, path

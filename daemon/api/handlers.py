@@ -835,6 +835,8 @@ class Handlers:
         return waiting
 
     async def _wait_for_removal(self, topics: list[str], deadline: float) -> set[str]:
+        """Wait until this broker's metadata cache no longer shows each topic (Kafka's
+        DelayedDeleteTopics); returns those it still shows."""
         assert self.control is not None
         waiting = set(topics)
         while waiting and not self.stopping.is_set():
@@ -985,9 +987,12 @@ class Handlers:
         return CreateTopicsResponse(throttle_time_ms=0, topics=out)
 
     async def _delete_topics_cluster(self, req: protocol.Request) -> Any:
-        """Cluster mode: only the active controller deletes (others answer 41); parked
-        until every replica is deleted and the topic has left the metadata cache, or
-        `timeout_ms` (7: the deletion goes on, e.g. until a broker that is down returns)."""
+        """Cluster mode: only the active controller deletes (others answer 41). As Kafka's
+        KafkaApis and DelayedDeleteTopics: a topic this broker's metadata cache does not
+        show answers 3; the others are marked for deletion and the answer is parked until
+        the cache no longer shows them, or `timeout_ms` (7; 0 or less: not parked). The
+        controller may keep the deletion queued after that (a replica on a broker that
+        is down), and completes it when that broker or dir returns."""
         assert self.controller is not None
         R = DeleteTopicsResponse.DeletableTopicResult
         names_ = list(req.body.topic_names)
@@ -1001,16 +1006,19 @@ class Handlers:
             except TopicError as err:
                 refused[n] = err
         deadline = time.monotonic() + max(req.body.timeout_ms, 0) / 1000
-        wanted = [n for n in names_ if n not in refused]
-        results = {}
+        assert self.control is not None
+        results = {n: errors.UNKNOWN_TOPIC_OR_PARTITION for n in names_
+                   if n not in refused and n not in self.control.cache.partitions}
+        wanted = [n for n in names_ if n not in refused and n not in results]
         if wanted:
             fut = self.controller.delete_topics(wanted)
             try:
-                results = await asyncio.wait_for(asyncio.wrap_future(fut),
-                                                 max(deadline - time.monotonic(), 0.1))
+                # Kafka marks synchronously, whatever the timeout: at least 1 s here.
+                results.update(await asyncio.wait_for(asyncio.wrap_future(fut),
+                                                      max(deadline - time.monotonic(), 1.0)))
             except TimeoutError:
                 pass
-        late = await self._wait_for_removal(
+        late = set() if req.body.timeout_ms <= 0 else await self._wait_for_removal(
             [n for n, c in results.items() if c == errors.NONE], deadline)
         out = []
         for n in names_:

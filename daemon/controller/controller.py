@@ -11,8 +11,9 @@ The API layer calls `create_topics` and `delete_topics` (from any thread); each 
 a `concurrent.futures.Future`. On a broker that is not the controller the future at once
 holds NOT_CONTROLLER (41) for every topic. The future of a creation is done once the
 controller has written the znodes and elected the new partitions' leaders; that of a
-deletion once the topic's znodes are gone. The API layer applies its own `timeout_ms`
-(and answers REQUEST_TIMED_OUT, 7) and waits for its metadata cache, as Kafka does.
+deletion once the topic is marked (`/admin/delete_topics/<t>`), since its deletion may
+stay queued until a broker returns. The API layer applies its own `timeout_ms` (and
+answers REQUEST_TIMED_OUT, 7) and waits for its metadata cache, as Kafka does.
 
 Errors: a fenced write that fails (`ControllerMovedError`) makes the controller resign;
 any other error while processing an event is logged and moves the controller (resign,
@@ -126,7 +127,7 @@ class _Parked:
 def _answer(future: Future, result: Any) -> None:
     """Hand a caller its result, unless it stopped waiting: the API layer cancels the
     future of a CreateTopics or DeleteTopics whose timeout_ms ran out, while the work
-    goes on here (a deletion waiting for a broker or a dir to return)."""
+    goes on here (a creation waiting for its leaders, a request behind a busy queue)."""
     if not future.done():
         future.set_result(result)
 
@@ -168,7 +169,6 @@ class Controller:
                                                 name=f"controller-{broker_id}-event-thread")
         self.active_id = -1
         self._creations: list[_Parked] = []
-        self._deletions: list[_Parked] = []
         self._watches: dict[str, dict[ev.ControllerEvent, Any]] = {}  # by topic or broker
         self._session_down = False
         self._closed = threading.Event()
@@ -219,7 +219,9 @@ class Controller:
         return self._put(ev.CreateTopics(tuple(topics), validate_only)).future
 
     def delete_topics(self, topics: Iterable[str]) -> Future:
-        """Future of {name: error code}."""
+        """Future of {name: error code}, set once the topics are marked for deletion
+        (`/admin/delete_topics/<t>`), not when they are gone: a deletion can stay queued
+        until a broker or a dir returns (docs/controller.md "Topic deletion")."""
         return self._put(ev.DeleteTopics(tuple(topics))).future
 
     def create_partitions(self, topic: str, count: int, assignments: Sequence[Sequence[int]] | None,
@@ -601,9 +603,7 @@ class Controller:
         for parked in self._creations:
             _answer(parked.future, {**parked.results, **{
                 t: TopicResult(NOT_CONTROLLER, "the controller moved") for t in parked.waiting}})
-        for parked in self._deletions:
-            _answer(parked.future, {**parked.results, **{t: NOT_CONTROLLER for t in parked.waiting}})
-        self._creations, self._deletions = [], []
+        self._creations = []
         self._update_metrics()
 
     # -- brokers --------------------------------------------------------------------------
@@ -849,6 +849,11 @@ class Controller:
             raise _TopicError(INVALID_TOPIC, str(err)) from err
         if refused := creation_refused(name):
             raise _TopicError(INVALID_REQUEST, refused)
+        # Kafka's AdminZkClient.validateTopicCreate: a topic queued for deletion (perhaps
+        # until a broker returns) is named as such, before the plain "exists".
+        if (self.ctx.is_topic_queued_for_deletion(name)
+                or self.zk.get(znodes.delete_topic_path(name)) is not None):
+            raise _TopicError(TOPIC_ALREADY_EXISTS, f"Topic '{name}' is marked for deletion.")
         if name in self.ctx.all_topics or self.zk.get(znodes.topic_path(name)) is not None:
             raise _TopicError(TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
         brokers = self.ctx.live_broker_ids
@@ -991,20 +996,21 @@ class Controller:
         if not self.delete_topic_enable:
             _answer(event.future, {t: TOPIC_DELETION_DISABLED for t in event.topics})
             return
+        # Answered once the topics are marked, as Kafka's AdminZkClient.deleteTopic: the
+        # API layer then waits for its metadata cache to drop them (DelayedDeleteTopics),
+        # while the deletion may stay queued here until a broker or a dir returns.
         results: dict[str, int] = {}
-        waiting = set()
+        marked = False
         for name in event.topics:
             if name not in self.ctx.all_topics:
                 results[name] = UNKNOWN_TOPIC
                 continue
             self.zk.create(znodes.delete_topic_path(name), znodes.DELETE_TOPIC_DATA, exist_ok=True)
             results[name] = NONE
-            waiting.add(name)
-        if not waiting:
-            _answer(event.future, results)
-            return
-        self._deletions.append(_Parked(event.future, results, waiting))
-        self.events.put(ev.TopicDeletion())
+            marked = True
+        _answer(event.future, results)
+        if marked:
+            self.events.put(ev.TopicDeletion())
 
     def _process_topic_deletion(self) -> None:
         names = set(self.zk.children(znodes.DELETE_TOPICS, watch=self._delete_watch))
@@ -1022,14 +1028,6 @@ class Controller:
 
     def _on_topic_deleted(self, topic: str) -> None:
         self._forget_watches(topic)
-        still = []
-        for parked in self._deletions:
-            parked.waiting.discard(topic)
-            if parked.waiting:
-                still.append(parked)
-            else:
-                _answer(parked.future, parked.results)
-        self._deletions = still
 
     def _process_stop_replica_response(self, event: ev.StopReplicaResponseReceived) -> None:
         b = event.broker_id
