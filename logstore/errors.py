@@ -113,6 +113,17 @@ class ResourceError(LogStoreError):
         self.path = path
 
 
+class OperationRefusedError(LogStoreError):
+    """The kernel refused a call for what it asked (EINVAL: an argument it does not take;
+    ENAMETOOLONG: a name past NAME_MAX): a fault of the request or of our code, which
+    says nothing about the disk. Answered UNKNOWN_SERVER_ERROR, and logged as an error."""
+
+    def __init__(self, message: str, *, op: str = "", path: str = ""):
+        super().__init__(message)
+        self.op = op
+        self.path = path
+
+
 class StorageError(LogStoreError):
     """A log dir's disk failed an operation; the dir's state must change."""
 

@@ -7,6 +7,9 @@ raised there is classified by errno (docs/architecture.md, "Log dir states"):
   a probe that itself fails makes the verdict OFFLINE;
 - EMFILE, ENFILE, ENOMEM, ENOBUFS: the process ran short, not the disk; no verdict,
   `ResourceError` is raised and nothing is reported;
+- EINVAL, ENAMETOOLONG: the kernel refused the call for what it asked (a file name
+  past NAME_MAX, an argument it does not take), not for the disk; no verdict,
+  `OperationRefusedError` is raised and nothing is reported;
 - anything else (EIO, EROFS, ENXIO, ENODEV, ESTALE, EACCES/EPERM on our own files, a
   vanished dir root...): the dir is OFFLINE.
 
@@ -31,6 +34,7 @@ from .errors import (
     LogDirSaturatedError,
     LogMovedError,
     LogStoreError,
+    OperationRefusedError,
     ResourceError,
     StorageError,
     Verdict,
@@ -38,6 +42,7 @@ from .errors import (
 
 SATURATING_ERRNOS = frozenset({errno_mod.ENOSPC, errno_mod.EDQUOT})
 PROCESS_ERRNOS = frozenset({errno_mod.EMFILE, errno_mod.ENFILE, errno_mod.ENOMEM, errno_mod.ENOBUFS})
+REQUEST_ERRNOS = frozenset({errno_mod.EINVAL, errno_mod.ENAMETOOLONG})
 
 
 def classify_errno(code: int | None) -> Verdict:
@@ -45,7 +50,7 @@ def classify_errno(code: int | None) -> Verdict:
 
     Used for OSErrors raised on a log dir's files and for the errnos the health checks
     report (a probe's canary write, its space probe)."""
-    if code in PROCESS_ERRNOS:
+    if code in PROCESS_ERRNOS or code in REQUEST_ERRNOS:
         return Verdict.NONE
     if code in SATURATING_ERRNOS:
         return Verdict.SATURATED
@@ -163,6 +168,9 @@ class IoGuard:
         verdict = classify(err)
         detail = f"{op} on {where}: {err.strerror or err}"
         if verdict is Verdict.NONE:
+            if err.errno in REQUEST_ERRNOS:
+                return OperationRefusedError(f"{detail} (refused for what was asked, not a "
+                                             "disk fault: the dir stays online)", op=op, path=where)
             return ResourceError(f"process resource exhausted during {detail}", op=op, path=where)
         if verdict is Verdict.SATURATED:
             probe_err = _probe_space(self.log_dir)

@@ -22,7 +22,12 @@ from logstore import (
     checkpoint,
     names,
 )
-from logstore.errors import CheckpointError, LogDirLockedError, ResourceError
+from logstore.errors import (
+    CheckpointError,
+    LogDirLockedError,
+    OperationRefusedError,
+    ResourceError,
+)
 from logstore.failure import IoGuard, classify
 from logstore.records import Record, build_batch, iter_batches
 
@@ -121,8 +126,22 @@ def test_classify_by_errno():
     for e in (errno.EIO, errno.EROFS, errno.ENXIO, errno.ENODEV, errno.ESTALE, errno.EACCES,
               errno.EPERM):
         assert classify(OSError(e, "x")) is Verdict.OFFLINE
-    for e in (errno.EMFILE, errno.ENFILE, errno.ENOMEM):
+    for e in (errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EINVAL, errno.ENAMETOOLONG):
         assert classify(OSError(e, "x")) is Verdict.NONE
+
+
+def test_a_name_the_kernel_refuses_is_not_the_disks_fault(tmp_path):
+    """ENAMETOOLONG from a real filesystem: the call fails with a clear error, nothing is
+    reported against the dir, and it keeps serving."""
+    channel = FailureChannel()
+    ld = LogDir.open(tmp_path / "d", failure_channel=channel)
+    with pytest.raises(OperationRefusedError, match="not a disk fault") as refused:
+        with ld.guard.io("create", tmp_path / "d"):
+            os.mkdir(tmp_path / "d" / ("x" * 300))
+    assert refused.value.error_code == -1  # UNKNOWN_SERVER_ERROR, as Kafka's for a bug
+    assert channel.get(timeout=0.1) is None
+    ld.create_log("t", 0).append(batch(1))
+    ld.close()
 
 
 @pytest.mark.fault
