@@ -101,20 +101,6 @@ def test_oversized_batch_is_refused(pdir, max_message_bytes):
     log.close()
 
 
-def test_a_follower_append_is_not_held_to_max_message_bytes(pdir):
-    """As Kafka's appendAsFollower: the leader accepted the batch (its limit may have been
-    larger then), so a follower, or a replica move's copy, writes it whatever its own."""
-    leader = Log.open(pdir.parent / "leader-0", LogConfig())
-    leader.append(batch(1, size=5000))
-    follower = Log.open(pdir.parent / "follower-0", LogConfig(max_message_bytes=1000))
-    info = follower.append(leader.read(0, 1 << 20), assign_offsets=False)
-    assert (info.base_offset, follower.log_end_offset) == (0, 1)
-    with pytest.raises(RecordTooLargeError):  # its own producers still are
-        follower.append(batch(1, size=5000))
-    leader.close()
-    follower.close()
-
-
 def test_index_layout_matches_kafka(pdir):
     cfg = LogConfig(index_interval_bytes=4096, max_index_bytes=1024 * 12)
     log = Log.open(pdir, cfg)
