@@ -10,6 +10,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import confluent_kafka as ck
@@ -217,6 +219,52 @@ def test_ties_in_free_space_go_to_the_fewest_partitions(tmp_path: Path) -> None:
             produce_confluent(d, f"t{i}", 1)
         counts = sorted(len([p for p in ld.iterdir() if p.is_dir()]) for ld in d.log_dirs)
         assert counts == [2, 2, 2]
+
+
+def test_an_empty_dir_where_the_placement_record_puts_partitions_stays_offline(
+        tmp_path: Path) -> None:
+    """A disk not mounted at start-up leaves its mount point, empty, in log.dirs. Opened,
+    it was taken for a new dir: its partitions were made again, empty (in a cluster a
+    leader's then truncated its followers to nothing). It stays OFFLINE, nothing is
+    written into it, its partitions answer KAFKA_STORAGE_ERROR and are made nowhere
+    else; with the disk back, a restart serves every record."""
+    from tests.sick_helpers import produce_raw
+
+    d = Daemon(tmp_path, {"num.partitions": 3})
+    with running_again(d):
+        produce_confluent(d, "keep", 30, partitions=3)
+    disk = d.log_dirs[0]
+    held = sorted(p.name for p in disk.iterdir() if p.is_dir() and p.name.startswith("keep-"))
+    assert held, "the topic was spread over the three dirs"
+    unmounted = tmp_path / "unmounted"
+    disk.rename(unmounted)
+    disk.mkdir()  # the mount point, without its disk
+    with running_again(d):
+        assert d.http("/healthz")[1]["log_dirs"][str(disk)] == "offline"
+        assert os.listdir(disk) == []
+        c = RawClient(d.port)
+        try:
+            for name in held:
+                partition = int(name.rpartition("-")[2])
+                assert produce_raw(c, "keep", partition, [b"lost?"])[0] == 56
+        finally:
+            c.close()
+        assert not [ld for ld in d.log_dirs[1:] for name in held if (ld / name).exists()]
+        assert "the placement record puts" in d.stderr() and "not mounted" in d.stderr()
+    disk.rmdir()
+    unmounted.rename(disk)
+    with running_again(d):
+        assert len(consume_all(d, "keep", 3, 30)) == 30
+
+
+@contextmanager
+def running_again(d: Daemon) -> Iterator[Daemon]:
+    """Start `d` (again), stop it cleanly at the end."""
+    d.start()
+    try:
+        yield d
+    finally:
+        d.stop()
 
 
 # ---- fetch and list offsets ----

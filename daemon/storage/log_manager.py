@@ -99,14 +99,31 @@ class LogManager(DirWorkers):
         found = await self._find_cluster_id()
         self.cluster_id = (await cluster_id_of(found) if cluster_id_of is not None
                            else found or new_cluster_id())
-        await self.open_all(cluster_id=self.cluster_id)
-        records = await self.run_each([d for d in self.dirs if d.logdir is not None],
-                                      _read_placement)
+        records = await self.run_each(self.dirs, _read_placement)
         newest = max((r for _, r in records if isinstance(r, dict)),
                      key=lambda r: r.get("generation", 0), default=None)
         if newest is not None:
             self._placement_generation = int(newest.get("generation", 0))
+        await self.open_all(cluster_id=self.cluster_id, missing=await self._missing(newest))
         return newest
+
+    async def _missing(self, placement: dict[str, Any] | None) -> dict[ManagedDir, str]:
+        """The dirs that are empty (no meta.properties) where the placement record puts
+        partitions: their disk is not mounted, or was replaced. Opened, such a dir would
+        be taken for a new one and its partitions made again, empty (a leader's among
+        them, it would then truncate its followers to nothing): it stays OFFLINE instead,
+        with why, and its partitions are reported offline."""
+        placed = placement.get("log_dirs", {}) if placement is not None else {}
+        out = {}
+        for d, new in await self.run_each(self.dirs, _has_no_identity):
+            held = placed.get(str(d.path)) if new is True else None
+            if held:
+                out[d] = (f"it holds no {names.META_PROPERTIES} but the placement record "
+                          f"puts {len(held)} partitions there ({', '.join(held[:5])}"
+                          f"{', ...' if len(held) > 5 else ''}): its disk is missing or not "
+                          "mounted. Mount it and restart, or `logkeeper log-dirs readmit` "
+                          "it to serve those partitions again from empty")
+        return out
 
     async def _find_cluster_id(self) -> str | None:
         found = await self.run_each(self.dirs, _read_cluster_id)
@@ -115,15 +132,21 @@ class LogManager(DirWorkers):
             raise LogStoreError(f"log dirs disagree on cluster.id: {sorted(ids)}")
         return ids.pop() if ids else None
 
-    async def open_all(self, *, cluster_id: str | None) -> None:
+    async def open_all(self, *, cluster_id: str | None,
+                       missing: dict[ManagedDir, str] | None = None) -> None:
         """Open every dir concurrently, each on its own worker (reserve, then recovery).
 
         A dir that cannot be opened because of its disk (an IO error, a lock held by
-        another process, a vanished mount) is OFFLINE and the rest are served. A
-        misconfiguration (another broker's or cluster's dir) stops start-up, and so does
-        every dir being offline: `LogStoreError` naming each dir and why.
+        another process, a vanished mount) is OFFLINE and the rest are served; so is each
+        of `missing` (not opened: dir -> why). A misconfiguration (another broker's or
+        cluster's dir) stops start-up, and so does every dir being offline:
+        `LogStoreError` naming each dir and why.
         """
-        results = await self.run_each(self.dirs, self.open_dir, cluster_id)
+        missing = missing or {}
+        for d, why in missing.items():
+            self.states.on_open_failure(str(d.path), why)
+        results = await self.run_each([d for d in self.dirs if d not in missing],
+                                      self.open_dir, cluster_id)
         fatal = [(d, r) for d, r in results
                  if isinstance(r, BaseException) and not _is_disk_failure(r)]
         for d, r in results:
@@ -294,9 +317,11 @@ def _space(d: ManagedDir) -> DirSpace:
 
 
 def _read_placement(d: ManagedDir) -> dict[str, Any] | None:
-    assert d.logdir is not None
-    data = d.logdir.read_root_file(PLACEMENT_FILE)
-    if data is None:
+    """The dir's placement record, read before the dir is opened (an error here is the
+    open's to judge)."""
+    try:
+        data = (d.path / PLACEMENT_FILE).read_bytes()
+    except FileNotFoundError:
         return None
     try:
         return json.loads(data)
@@ -308,6 +333,11 @@ def _read_placement(d: ManagedDir) -> dict[str, Any] | None:
 def _write_placement(d: ManagedDir, data: bytes) -> None:
     assert d.logdir is not None
     d.logdir.write_root_file(PLACEMENT_FILE, data)
+
+
+def _has_no_identity(d: ManagedDir) -> bool:
+    """Whether the dir has no meta.properties (a new dir, or an empty mount point)."""
+    return not (d.path / names.META_PROPERTIES).exists()
 
 
 def _read_cluster_id(d: ManagedDir) -> str | None:
