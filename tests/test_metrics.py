@@ -87,6 +87,11 @@ def test_recorded_values_appear_in_the_exposition() -> None:
     assert got[("logkeeper_log_dir_probe_latency_seconds_count", (("log_dir", "/d/a"),))] == 1
     assert got[("logkeeper_log_dir_degraded", (("log_dir", "/d/a"),))] == 1
     m.set_degraded("/d/a", False)
+    m.set_log_dir_state("/d/a", "offline")  # what was read of it is no longer known
+    got = samples(m.render().decode())
+    assert ("kafka_log_logdir_size_bytes", (("log_dir", "/d/a"),)) not in got
+    assert ("kafka_log_logdir_free_bytes", (("log_dir", "/d/a"),)) not in got
+    assert got[("kafka_log_logdir_partition_count", (("log_dir", "/d/a"),))] == 3
     assert samples(m.render().decode())[("logkeeper_log_dir_degraded", (("log_dir", "/d/a"),))] == 0
 
 

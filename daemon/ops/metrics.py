@@ -408,6 +408,14 @@ class Metrics:
         for known in dict.fromkeys((*LOG_DIR_STATES, state)):
             self.dir_state.labels(path, known).set(1 if known == state else 0)
         self.dir_online.labels(path).set(1 if state == "offline" else 0)
+        if state == "offline":
+            # Its size and space are not known any more: no series rather than the last
+            # values read while it served (it comes back with the next reading).
+            for gauge in (self.dir_size, self.dir_free, self.dir_total):
+                try:
+                    gauge.remove(path)
+                except KeyError:
+                    pass
 
     def set_offline_counts(self, dirs: int, replicas: int, saturated: int) -> None:
         self.offline_dirs.set(dirs)
