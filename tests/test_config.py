@@ -632,6 +632,27 @@ def test_the_cleanup_policy_says_who_deletes(tmp_path: Path) -> None:
     assert any("log.cleaner.enable" in w for w in cfg.warnings)
 
 
+@pytest.mark.parametrize("broker_policy", ["delete", "compact", "compact,delete"])
+def test_a_topics_cleanup_policy_sets_both_compaction_and_deletion(
+        tmp_path: Path, broker_policy: str) -> None:
+    """A topic's cleanup.policy decides both, whatever the broker's: 'compact,delete' on a
+    topic compacted nothing (taken for 'delete'), and a 'compact' topic under a broker
+    'compact,delete' kept the broker's deletion, so retention emptied it (its keys'
+    latest values, __consumer_offsets' commits)."""
+    from daemon.replica.topic_config import Layers, log_config, typed
+
+    cfg = load_props(tmp_path, f"log.cleanup.policy={broker_policy}\n")
+    layers = Layers(cfg, cfg.broker_id)
+    for policy, (compacted, deletes) in {"compact": (True, False),
+                                         "compact,delete": (True, True),
+                                         "delete,compact": (True, True),
+                                         "delete": (False, True)}.items():
+        lc = log_config(cfg.log_config(), typed(layers, {"cleanup.policy": policy}))
+        assert (lc.compacted, lc.retention_deletes) == (compacted, deletes), policy
+        assert lc.cleanup_policy == ("delete" if policy == "delete" else
+                                     "compact" if policy == "compact" else "compact,delete")
+
+
 def test_the_cleaner_keys_reach_the_log_config(tmp_path: Path) -> None:
     cfg = load_props(tmp_path, "log.cleaner.min.cleanable.ratio=0.25\n"
                                "log.cleaner.delete.retention.ms=1000\n"

@@ -472,9 +472,10 @@ def log_config(base: LogConfig, values: Mapping[str, Any]) -> LogConfig:
         if key.field is None or key.field not in _LOG_FIELDS:
             continue
         value = values[name]
-        if key.field == "compacted":
-            value = "delete" not in value  # nothing compacts here: compact alone keeps all
-        elif key.field == "retention_ms" and value < 0:
+        if key.field == "compacted":  # both fields the policy sets: compact, and delete too
+            changes.update(LogConfig.policy_fields(value))
+            continue
+        if key.field == "retention_ms" and value < 0:
             value = -1
         changes[key.field] = value
     return dataclasses.replace(base, **changes)
