@@ -313,6 +313,18 @@ def test_delete_records_and_create_partitions(daemon: Daemon) -> None:
     [f] = a.delete_records([ck.TopicPartition("dr", 0, 2001)]).values()
     with pytest.raises(ck.KafkaException, match="OFFSET_OUT_OF_RANGE"):
         f.result(30)
+    # A compacted topic's records are its keys' latest values: not deleted by offset
+    # (Kafka's deleteRecordsOnLeader), and nothing moves.
+    [f] = a.create_topics([ca.NewTopic("dr-keys", 1, 1,
+                                       config={"cleanup.policy": "compact"})]).values()
+    f.result(30)
+    for i in range(10):
+        p.produce("dr-keys", key=b"k%d" % i, value=b"v", partition=0)
+    assert p.flush(30) == 0
+    [f] = a.delete_records([ck.TopicPartition("dr-keys", 0, 5)]).values()
+    with pytest.raises(ck.KafkaException, match="POLICY_VIOLATION"):
+        f.result(30)
+    assert c.get_watermark_offsets(ck.TopicPartition("dr-keys", 0), timeout=10) == (0, 10)
     k = KafkaAdminClient(bootstrap_servers=daemon.bootstrap)
     try:
         got = k.delete_records({KTP("dr", 0): -1})  # -1: up to the high watermark

@@ -40,6 +40,7 @@ INVALID_PARTITIONS = ke.InvalidPartitionsError.errno
 INVALID_REPLICATION_FACTOR = ke.InvalidReplicationFactorError.errno
 INVALID_REPLICA_ASSIGNMENT = ke.InvalidReplicationAssignmentError.errno
 INVALID_CONFIG = ke.InvalidConfigurationError.errno
+POLICY_VIOLATION = ke.PolicyViolationError.errno
 INVALID_REQUEST = ke.InvalidRequestError.errno
 OUT_OF_ORDER_SEQUENCE_NUMBER = ke.OutOfOrderSequenceNumberError.errno
 INVALID_PRODUCER_EPOCH = ke.InvalidProducerEpochError.errno

@@ -40,6 +40,7 @@ from ..api.errors import (
     NONE,
     NOT_LEADER_OR_FOLLOWER,
     OFFSET_OUT_OF_RANGE,
+    POLICY_VIOLATION,
     UNKNOWN_LEADER_EPOCH,
     UNKNOWN_TOPIC_OR_PARTITION,
     error_of,
@@ -695,14 +696,18 @@ def _end_offsets_for(items: list[tuple[Partition, int, Log | None]]) -> list[tup
 
 
 def _delete_records(items: list[tuple[Partition, int, Log | None]]) -> list[tuple[int, int]]:
-    """(error, new log start offset) per (partition, offset); Kafka's rules: -1 is the
-    high watermark, an offset past it is OFFSET_OUT_OF_RANGE, one below the log start
-    changes nothing."""
+    """(error, new log start offset) per (partition, offset); Kafka's rules: a topic
+    whose cleanup.policy lacks delete answers POLICY_VIOLATION, -1 is the high
+    watermark, an offset past it is OFFSET_OUT_OF_RANGE, one below the log start changes
+    nothing."""
     out = []
     for p, offset, lg in items:
         try:
             if p.deleted or lg is None:
                 out.append((UNKNOWN_TOPIC_OR_PARTITION, -1))
+                continue
+            if not lg.config.retention_deletes:  # compacted only: its records are the keys'
+                out.append((POLICY_VIOLATION, -1))
                 continue
             target = lg.high_watermark if offset == -1 else offset
             if target < 0 or target > lg.high_watermark:
