@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import confluent_kafka as ck
+import confluent_kafka.admin as ck_admin
 import pytest
 from kafka import KafkaConsumer
 from kafka.errors import KafkaError
@@ -128,6 +129,11 @@ def test_plain_and_scram_logins_with_every_client(tmp_path: Path) -> None:
         assert r.stdout.strip() == ("SCRAM credential configs for user-principal 'bob' are "
                                     "SCRAM-SHA-256=iterations=8192, "
                                     "SCRAM-SHA-512=iterations=4096"), r.stdout + r.stderr
+        # Every user's, asked as librdkafka asks for all (an empty list).
+        admin = ck_admin.AdminClient({"bootstrap.servers": f"127.0.0.1:{d.port}"})
+        every = admin.describe_user_scram_credentials().result(30)
+        assert sorted(every) == ["bob"]
+        assert sorted(i.iterations for i in every["bob"].scram_credential_infos) == [4096, 8192]
         scram = [b"scram-%d" % i for i in range(30)]
         assert produce(ck_conf(sp, "SCRAM-SHA-256", "bob", "bob-256"), "s", scram) == 0
         assert kp_read(sp, "s", "SCRAM-SHA-512", "bob", "bob-512") == scram

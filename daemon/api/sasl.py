@@ -180,7 +180,8 @@ class SaslApis:
                 throttle_time_ms=0, error_code=errors.CLUSTER_AUTHORIZATION_FAILED,
                 error_message="Cluster authorization failed.", results=[])
         users = req.body.users
-        names = sorted(self.credentials.users) if users is None else [u.name for u in users]
+        # No users, or an empty list (librdkafka's "all"): every user, as Kafka's.
+        names = sorted(self.credentials.users) if not users else [u.name for u in users]
         results = []
         seen: set[str] = set()
         for name in names:
