@@ -137,7 +137,9 @@ class _ClientConnection(asyncio.BufferedProtocol):
         self._wake_reader()
         # Half-closed: the client sent all it will, and the answers still due are
         # written before the connection task closes the transport (as with a stream).
-        return True
+        # A TLS transport closes anyway (asyncio warns at every such close when asked
+        # to keep it open).
+        return self.transport.get_extra_info("sslcontext") is None
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost = True
@@ -179,6 +181,11 @@ class _ClientConnection(asyncio.BufferedProtocol):
         return frame
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
+        """Send `data`; ConnectionResetError once the connection is gone (uvloop's closed
+        transport raises RuntimeError: a client that left before its answer is not a
+        server error)."""
+        if self._lost or self.transport.is_closing():
+            raise ConnectionResetError("the connection was lost")
         self.transport.write(data)
 
     async def drain(self) -> None:
