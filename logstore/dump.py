@@ -1,6 +1,7 @@
 """`logkeeper dump-log`: print and verify Kafka log segments, like kafka-dump-log.sh.
 
     logkeeper dump-log [--verify-index] [--deep] [--offsets-decoder] [--json] PATH...
+    (kafka-dump-log.sh's --files A,B, --deep-iteration and --print-data-log work too)
 
 PATH is a `.log`, `.index` or `.timeindex` file, or a directory (every `.log` below
 it). Per batch: offsets, position, size, record count, timestamps, CRC verdict;
@@ -192,13 +193,20 @@ def main(argv: list[str] | None = None, out: TextIO | None = None, *,
     parser = argparse.ArgumentParser(prog="logkeeper dump-log", description=__doc__.split("\n")[0])
     parser.add_argument("--verify-index", action="store_true",
                         help="check .index and .timeindex against the log")
-    parser.add_argument("--deep", action="store_true", help="decode every record")
+    # kafka-dump-log.sh's spellings work too: --deep-iteration, --print-data-log, --files.
+    parser.add_argument("--deep", "--deep-iteration", "--print-data-log", action="store_true",
+                        help="decode every record")
     parser.add_argument("--offsets-decoder", action="store_true",
                         help="decode __consumer_offsets records (implies --deep)")
     parser.add_argument("--json", action="store_true", help="one JSON document on stdout")
-    parser.add_argument("paths", nargs="+", metavar="PATH")
+    parser.add_argument("--files", metavar="PATH[,PATH...]", action="append", default=[],
+                        help="comma-separated files to dump, as kafka-dump-log.sh takes them")
+    parser.add_argument("paths", nargs="*", metavar="PATH")
     try:
         args = parser.parse_args(argv)
+        args.paths += [p for f in args.files for p in f.split(",") if p]
+        if not args.paths:
+            parser.error("name at least one PATH (or --files)")
     except SystemExit as exc:
         return EXIT_OK if exc.code == 0 else EXIT_ERROR
     decoder = None

@@ -32,6 +32,16 @@ def test_valid_segments_exit_0_with_one_line_per_batch(tmp_path):
     assert run.stdout.count("baseOffset:") == 4 and "isvalid: true" in run.stdout
 
 
+def test_kafka_dump_log_sh_spellings_work(tmp_path):
+    """An operator's kafka-dump-log.sh line: --files A,B --deep-iteration --print-data-log."""
+    segs = _segments(tmp_path)
+    ours = dump("--deep", str(segs[0]), str(segs[1]))
+    kafkas = dump("--files", f"{segs[0]},{segs[1]}", "--deep-iteration", "--print-data-log")
+    assert kafkas.returncode == ours.returncode == 0, kafkas.stderr
+    assert kafkas.stdout == ours.stdout and "payload:" in ours.stdout
+    assert ours.stdout.count("baseOffset:") == 8
+
+
 def test_flipped_byte_exits_1_naming_the_position(tmp_path):
     seg = _segments(tmp_path)[0]
     data = bytearray(seg.read_bytes())
