@@ -104,8 +104,9 @@ class LogDirLockedError(LogStoreError):
     """Another process holds the log dir's .lock."""
 
 
-class ResourceError(LogStoreError):
-    """The process ran out of something (file descriptors, memory): not the disk's fault."""
+class NoVerdictError(LogStoreError):
+    """An OSError on a log dir's files that says nothing about its disk (IoGuard reports
+    no verdict): the failed operation `op` on `path`."""
 
     def __init__(self, message: str, *, op: str = "", path: str = ""):
         super().__init__(message)
@@ -113,15 +114,14 @@ class ResourceError(LogStoreError):
         self.path = path
 
 
-class OperationRefusedError(LogStoreError):
+class ResourceError(NoVerdictError):
+    """The process ran out of something (file descriptors, memory): not the disk's fault."""
+
+
+class OperationRefusedError(NoVerdictError):
     """The kernel refused a call for what it asked (EINVAL: an argument it does not take;
     ENAMETOOLONG: a name past NAME_MAX): a fault of the request or of our code, which
     says nothing about the disk. Answered UNKNOWN_SERVER_ERROR, and logged as an error."""
-
-    def __init__(self, message: str, *, op: str = "", path: str = ""):
-        super().__init__(message)
-        self.op = op
-        self.path = path
 
 
 class StorageError(LogStoreError):

@@ -184,6 +184,24 @@ def test_controller_failover_and_a_paused_zombie_is_fenced(tmp_path: Path) -> No
             zc.close()
 
 
+def _restart_and_await_deletion(cl: Cluster, broker: int, topic: str, *,
+                                queued: tuple[str, ...]) -> None:
+    """With the znodes `queued` still there (the deletion waiting for `broker`), start
+    `broker` again and wait until the controller has deleted the topic's znodes, in
+    order (topic, config, the deletion mark)."""
+    zc = KazooClient(hosts=cl.zk.hosts)
+    zc.start(15)
+    try:
+        assert all(zc.exists(path) for path in queued), queued
+        cl.brokers[broker].start()
+        wait_for(lambda: not zc.exists(f"/brokers/topics/{topic}")
+                 and not zc.exists(f"/config/topics/{topic}")
+                 and not zc.exists(f"/admin/delete_topics/{topic}"), 30, "deletion to complete")
+    finally:
+        zc.stop()
+        zc.close()
+
+
 def test_delete_with_a_broker_down_completes_when_it_returns(tmp_path: Path) -> None:
     with Cluster(tmp_path) as cl:
         _admin_create(cl.brokers[1].bootstrap, "gone", 2, 3)
@@ -198,19 +216,7 @@ def test_delete_with_a_broker_down_completes_when_it_returns(tmp_path: Path) -> 
         except Exception as err:  # noqa: BLE001 - 7 only if the metadata cache still shows
             # the topic after 2 s (a loaded machine); the deletion waits for the broker
             assert "TIMED_OUT" in str(err) or "timed out" in str(err).lower(), err
-        zc = KazooClient(hosts=cl.zk.hosts)
-        zc.start(15)
-        try:
-            assert zc.exists("/admin/delete_topics/gone")
-            cl.brokers[down].start()
-            # The controller deletes the topic's znodes in order (topic, config, the
-            # deletion mark): wait for the last one.
-            wait_for(lambda: not zc.exists("/brokers/topics/gone")
-                     and not zc.exists("/config/topics/gone")
-                     and not zc.exists("/admin/delete_topics/gone"), 30, "deletion to complete")
-        finally:
-            zc.stop()
-            zc.close()
+        _restart_and_await_deletion(cl, down, "gone", queued=("/admin/delete_topics/gone",))
         wait_for(lambda: all("gone" not in {t for t, _ in cl.metadata(b)["partitions"]}
                              for b in cl.brokers), 20, "gone from every broker's metadata")
         for d in cl.brokers.values():
@@ -250,17 +256,8 @@ def test_delete_with_a_replica_killed_is_answered_once_metadata_drops_the_topic(
         assert created.value.args[0].code() == ck.KafkaError.TOPIC_ALREADY_EXISTS, created.value
         assert "marked for deletion" in str(created.value), created.value
 
-        zc = KazooClient(hosts=cl.zk.hosts)
-        zc.start(15)
-        try:
-            assert zc.exists("/admin/delete_topics/t4") and zc.exists("/brokers/topics/t4")
-            cl.brokers[victim].start()
-            wait_for(lambda: not zc.exists("/brokers/topics/t4")
-                     and not zc.exists("/config/topics/t4")
-                     and not zc.exists("/admin/delete_topics/t4"), 30, "deletion to complete")
-        finally:
-            zc.stop()
-            zc.close()
+        _restart_and_await_deletion(cl, victim, "t4", queued=("/admin/delete_topics/t4",
+                                                              "/brokers/topics/t4"))
 
         def left() -> dict[int, list[str]]:
             return {b: found for b, d in cl.brokers.items()

@@ -96,41 +96,20 @@ class LogManager(DirWorkers):
         (None when no dir holds one). `cluster_id_of(found)`, given, decides the id from
         the one the dirs hold (None for new dirs): ZooKeeper's, in a cluster; a dir that
         names another cluster then stops start-up."""
-        found = await self._find_cluster_id()
-        self.cluster_id = (await cluster_id_of(found) if cluster_id_of is not None
-                           else found or new_cluster_id())
-        records = await self.run_each(self.dirs, _read_placement)
-        newest = max((r for _, r in records if isinstance(r, dict)),
+        found = [(d, r) for d, r in await self.run_each(self.dirs, _read_before_open)
+                 if isinstance(r, _BeforeOpen)]  # a dir that fails here: the open judges
+        ids = {r.cluster_id for _, r in found if r.cluster_id}
+        if len(ids) > 1:
+            raise LogStoreError(f"log dirs disagree on cluster.id: {sorted(ids)}")
+        held = ids.pop() if ids else None
+        self.cluster_id = (await cluster_id_of(held) if cluster_id_of is not None
+                           else held or new_cluster_id())
+        newest = max((r.placement for _, r in found if r.placement is not None),
                      key=lambda r: r.get("generation", 0), default=None)
         if newest is not None:
             self._placement_generation = int(newest.get("generation", 0))
-        await self.open_all(cluster_id=self.cluster_id, missing=await self._missing(newest))
+        await self.open_all(cluster_id=self.cluster_id, missing=_missing(found, newest))
         return newest
-
-    async def _missing(self, placement: dict[str, Any] | None) -> dict[ManagedDir, str]:
-        """The dirs that are empty (no meta.properties) where the placement record puts
-        partitions: their disk is not mounted, or was replaced. Opened, such a dir would
-        be taken for a new one and its partitions made again, empty (a leader's among
-        them, it would then truncate its followers to nothing): it stays OFFLINE instead,
-        with why, and its partitions are reported offline."""
-        placed = placement.get("log_dirs", {}) if placement is not None else {}
-        out = {}
-        for d, new in await self.run_each(self.dirs, _has_no_identity):
-            held = placed.get(str(d.path)) if new is True else None
-            if held:
-                out[d] = (f"it holds no {names.META_PROPERTIES} but the placement record "
-                          f"puts {len(held)} partitions there ({', '.join(held[:5])}"
-                          f"{', ...' if len(held) > 5 else ''}): its disk is missing or not "
-                          "mounted. Mount it and restart, or `logkeeper log-dirs readmit` "
-                          "it to serve those partitions again from empty")
-        return out
-
-    async def _find_cluster_id(self) -> str | None:
-        found = await self.run_each(self.dirs, _read_cluster_id)
-        ids = {c for _, c in found if isinstance(c, str) and c}
-        if len(ids) > 1:
-            raise LogStoreError(f"log dirs disagree on cluster.id: {sorted(ids)}")
-        return ids.pop() if ids else None
 
     async def open_all(self, *, cluster_id: str | None,
                        missing: dict[ManagedDir, str] | None = None) -> None:
@@ -316,35 +295,55 @@ def _space(d: ManagedDir) -> DirSpace:
     return DirSpace(device, space.avail_bytes, space.total_bytes)
 
 
-def _read_placement(d: ManagedDir) -> dict[str, Any] | None:
-    """The dir's placement record, read before the dir is opened (an error here is the
-    open's to judge)."""
+@dataclass(frozen=True)
+class _BeforeOpen:
+    """What start-up reads of a dir before opening it: its cluster id (None: none, or no
+    meta.properties), whether it has a meta.properties, and its placement record."""
+
+    cluster_id: str | None
+    new: bool
+    placement: dict[str, Any] | None
+
+
+def _read_before_open(d: ManagedDir) -> _BeforeOpen:
+    """On `d`'s worker, in one pass: meta.properties and the placement record (an error
+    here is the open's to judge)."""
+    meta = d.path / names.META_PROPERTIES
+    new = not meta.exists()
+    cluster_id = None if new else checkpoint.read_meta_properties(meta).get("cluster.id")
+    placement = None
     try:
-        data = (d.path / PLACEMENT_FILE).read_bytes()
+        placement = json.loads((d.path / PLACEMENT_FILE).read_bytes())
     except FileNotFoundError:
-        return None
-    try:
-        return json.loads(data)
+        pass
     except ValueError as err:
         log.warning("%s: unreadable, ignored: %s", d.path / PLACEMENT_FILE, err)
-        return None
+    return _BeforeOpen(cluster_id, new, placement if isinstance(placement, dict) else None)
+
+
+def _missing(found: list[tuple[ManagedDir, _BeforeOpen]], placement: dict[str, Any] | None
+             ) -> dict[ManagedDir, str]:
+    """The dirs that are empty (no meta.properties) where the placement record puts
+    partitions: their disk is not mounted, or was replaced. Opened, such a dir would be
+    taken for a new one and its partitions made again, empty (a leader's among them, it
+    would then truncate its followers to nothing): it stays OFFLINE instead, with why,
+    and its partitions are reported offline."""
+    placed = placement.get("log_dirs", {}) if placement is not None else {}
+    out = {}
+    for d, r in found:
+        held = placed.get(str(d.path)) if r.new else None
+        if held:
+            out[d] = (f"it holds no {names.META_PROPERTIES} but the placement record "
+                      f"puts {len(held)} partitions there ({', '.join(held[:5])}"
+                      f"{', ...' if len(held) > 5 else ''}): its disk is missing or not "
+                      "mounted. Mount it and restart, or `logkeeper log-dirs readmit` "
+                      "it to serve those partitions again from empty")
+    return out
 
 
 def _write_placement(d: ManagedDir, data: bytes) -> None:
     assert d.logdir is not None
     d.logdir.write_root_file(PLACEMENT_FILE, data)
-
-
-def _has_no_identity(d: ManagedDir) -> bool:
-    """Whether the dir has no meta.properties (a new dir, or an empty mount point)."""
-    return not (d.path / names.META_PROPERTIES).exists()
-
-
-def _read_cluster_id(d: ManagedDir) -> str | None:
-    meta = d.path / names.META_PROPERTIES
-    if not meta.exists():
-        return None
-    return checkpoint.read_meta_properties(meta).get("cluster.id")
 
 
 def _describe_dir(d: ManagedDir) -> dict[str, Any]:
