@@ -52,6 +52,9 @@ class LogDir:
         # `<topic>-<p>.<id>-future` dirs found here: copies of replica moves to this dir
         # that a stop interrupted (daemon.replica.moves decides what becomes of them).
         self.future_logs: dict[Path, TopicPartition] = {}
+        # `-delete` dirs whose removal did not finish (the process ran out of descriptors
+        # midway, say): retried by `purge_deleted` at each retention round.
+        self.pending_deletes: set[Path] = set()
 
     @classmethod
     def open(
@@ -142,7 +145,7 @@ class LogDir:
         for entry in sorted(os.listdir(self.path)):
             full = self.path / entry
             if entry.endswith(names.DELETE_DIR_SUFFIX) and full.is_dir():
-                shutil.rmtree(full)
+                self._remove_doomed(full)
                 continue
             tp = names.parse_partition_dir(entry)
             if tp is None or not full.is_dir():
@@ -250,8 +253,8 @@ class LogDir:
                 self.future_logs.pop(full, None)
                 return
             os.replace(full, doomed)
-            shutil.rmtree(doomed)
-        self.future_logs.pop(full, None)
+            self.future_logs.pop(full, None)
+            self._remove_doomed(doomed)
 
     def delete_log(self, topic: str, partition: int) -> None:
         """Rename the partition dir to `<topic>-<partition>.<uuid>-delete` (its topic cut
@@ -267,7 +270,25 @@ class LogDir:
         doomed = self.path / names.delete_dir_name(topic, partition, uuid.uuid4().hex)
         with self.guard.io("delete partition", src):
             os.replace(src, doomed)
-            shutil.rmtree(doomed)
+            self._remove_doomed(doomed)
+
+    def _remove_doomed(self, doomed: Path) -> None:
+        """Remove a dir already renamed to `-delete`. Until it is gone it stays in
+        `pending_deletes`, so a removal cut short is finished by `purge_deleted`."""
+        self.pending_deletes.add(doomed)
+        shutil.rmtree(doomed)
+        self.pending_deletes.discard(doomed)
+
+    def purge_deleted(self) -> int:
+        """Finish removing the `-delete` dirs an earlier removal left; how many went."""
+        done = 0
+        for doomed in sorted(self.pending_deletes):
+            with self.guard.io("delete dir", doomed):
+                if doomed.exists():
+                    shutil.rmtree(doomed)
+                self.pending_deletes.discard(doomed)
+                done += 1
+        return done
 
     # ---- checkpoints and space ----
 

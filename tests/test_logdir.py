@@ -221,6 +221,38 @@ def test_emfile_is_not_the_disks_fault(tmp_path):
     ld.close()
 
 
+def test_removal_cut_short_by_emfile_is_finished_later(tmp_path):
+    """A dir renamed to `-delete` whose removal runs out of descriptors stays on the
+    pending list; the next purge (each retention round) removes it, and the disk gets
+    no verdict."""
+    channel = FailureChannel()
+    ld = LogDir.open(tmp_path / "d", failure_channel=channel)
+    leftover = ld.path / names.future_dir_name("t", 0, "a" * 32)
+    leftover.mkdir()
+    (leftover / "00000000000000000000.log").write_bytes(b"x" * 100)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    held = []
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+        with pytest.raises(OSError):
+            while True:
+                held.append(os.open(os.devnull, os.O_RDONLY))
+        with pytest.raises(ResourceError):
+            ld.remove_dir(leftover)
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert not leftover.exists()
+    doomed = [p for p in ld.path.iterdir() if p.name.endswith(names.DELETE_DIR_SUFFIX)]
+    assert len(doomed) == 1 and ld.pending_deletes == set(doomed)
+    assert ld.purge_deleted() == 1
+    assert not doomed[0].exists() and ld.pending_deletes == set()
+    assert ld.purge_deleted() == 0
+    assert channel.get(timeout=0.1) is None
+    ld.close()
+
+
 def test_standalone_log_uses_a_guard_too(tmp_path):
     log = Log.open(tmp_path / names.partition_dir_name("t", 0))
     assert isinstance(log.guard, IoGuard)

@@ -367,6 +367,7 @@ def _maintain(d: ManagedDir, retention: bool, checkpoints: bool, watermarks: boo
         for lg in ld.logs.values():
             lg.flush_if_due(now)
     if retention:
+        ld.purge_deleted()
         now = int(time.time() * 1000)
         for lg in ld.logs.values():
             deleted += lg.apply_retention(now)
