@@ -940,6 +940,16 @@ class Server:
 
             self._background.append(asyncio.ensure_future(self._periodic(
                 self.config["replica.lag.time.max.ms"] / 2000, shrink)))
+        if self.fetchers is not None:
+            fetchers = self.fetchers
+
+            async def follow_log_starts() -> None:
+                await fetchers.follow_log_starts(self.replicas.saturated_followers())
+
+            # Replicas on a SATURATED dir fetch nothing but follow their leader's log
+            # start offset: what DeleteRecords and retention free there, they free here.
+            self._background.append(asyncio.ensure_future(self._periodic(
+                fetchers.backoff, follow_log_starts)))
         if self.fatal is None:
             await self.stop_event.wait()
         code = await self._shutdown()

@@ -8,6 +8,7 @@ followers keep replicating everything else, and nothing acknowledged is lost
 
 from __future__ import annotations
 
+import random
 import subprocess
 import time
 from collections.abc import Iterator
@@ -17,13 +18,15 @@ from typing import Any
 
 import confluent_kafka as ck
 import confluent_kafka.admin as ck_admin
+import pytest
 from kazoo.client import KazooClient
 
+from logstore.records import iter_batches
 from tests import faults
 
 from .cluster_helpers import Cluster, IsrWatch, no_log_dir_event_left, wait_for
 from .daemon_helpers import RawClient
-from .sick_helpers import KAFKA_STORAGE_ERROR, produce_raw
+from .sick_helpers import KAFKA_STORAGE_ERROR, metric, produce_raw
 from .test_replication import (
     assert_every_ack_read_once,
     consume_all,
@@ -69,14 +72,15 @@ def holding_dir(d: Any, topic: str, partition: int) -> Path | None:
 
 
 def create_on(cl: Cluster, only: Path, topic: str, assignment: list[list[int]],
-              min_isr: int = 2) -> None:
+              min_isr: int = 2, config: dict[str, str] | None = None) -> None:
     """Create `topic` with broker 1's replicas on its dir `only` (its others cordoned)."""
     b1 = cl.brokers[1]
     others = [d for d in b1.log_dirs if d != only]
     for d in others:
         assert b1.admin("log-dirs/cordon", d)[0] == 200
     try:
-        create(cl, topic, len(assignment), min_isr=min_isr, assignment=assignment)
+        create(cl, topic, len(assignment), min_isr=min_isr, assignment=assignment,
+               config=config)
     finally:
         for d in others:
             assert b1.admin("log-dirs/uncordon", d)[0] == 200
@@ -95,14 +99,15 @@ def disk_under_broker_1(tmp_path: Path) -> Iterator[tuple[Cluster, Path, Path]]:
 
 
 @contextmanager
-def saturable(tmp_path: Path) -> Iterator[tuple[Cluster, Path, list[Path]]]:
-    """3 brokers; broker 1's first dir is a 16 MiB tmpfs with a 6 MiB free-space floor
-    (a 10 MiB ballast file saturates it), its second a plain dir."""
+def saturable(tmp_path: Path, brokers: int = 3) -> Iterator[tuple[Cluster, Path, list[Path]]]:
+    """`brokers` brokers; broker 1's first dir is a 16 MiB tmpfs with a 6 MiB free-space
+    floor and a 9 MiB resume mark (a 10 MiB ballast file saturates it), its second a
+    plain dir."""
     with faults.tmpfs("16m") as small:
         dirs = [small / "d", tmp_path / "b1-other"]
         extra = {"log.dir.min.free.bytes": 6 << 20, "log.dir.resume.free.bytes": 9 << 20,
                  "log.dir.probe.interval.ms": 100, "log.dir.probe.timeout.ms": 1000}
-        with Cluster(tmp_path, log_dirs={1: dirs}, extra=extra) as cl:
+        with Cluster(tmp_path, brokers=brokers, log_dirs={1: dirs}, extra=extra) as cl:
             yield cl, small, dirs
 
 
@@ -294,6 +299,106 @@ def test_deleting_a_topic_with_a_replica_on_a_saturated_dir_completes_and_frees_
         for b in cl.brokers:
             wait_for(lambda b=b: ("gone", 0) not in cl.metadata(b)["partitions"], 20,
                      f"broker {b} no longer lists the topic")
+        assert b1.proc is not None and b1.proc.poll() is None
+
+
+def replica_batches(cl: Cluster, broker: int, topic: str, partition: int,
+                    start: int) -> list[bytes]:
+    """One replica's batches holding offsets at or above `start`, as bytes: replicas may
+    cut their segments at different offsets, never their batches."""
+    data = partition_bytes(cl, broker, topic, partition) or b""
+    return [bytes(b.data) for b in iter_batches(data, verify_crc=False)
+            if b.last_offset >= start]
+
+
+@pytest.mark.parametrize("free_by", ["delete_records", "retention.bytes", "retention.ms"])
+def test_a_saturated_follower_dir_frees_when_its_leader_deletes_and_rejoins(
+        tmp_path: Path, free_by: str) -> None:
+    """RF 2: broker 2 leads s-0, broker 1 follows it on its small dir. What broker 1
+    replicates fills that dir until it turns SATURATED: broker 1 stops fetching s-0, the
+    controller takes its replica out of the ISR and lists it offline, and the leader goes
+    on taking writes. The operator then frees space as a Kafka operator does, at the
+    leader: DeleteRecords below three quarters of what the follower holds, or
+    retention.bytes or retention.ms lowered (AlterConfigs). The follower, which appends
+    nothing on its full dir, still deletes its segments below the leader's new log
+    start offset (DeleteRecords; it never learned it before: the dir stayed SATURATED
+    for good), or runs its own retention with the new config: the dir is ONLINE again
+    by itself, and broker 1 follows, catches up and rejoins the ISR, no restart, no new
+    leader epoch. Both replicas end with one log start offset and the same batches
+    from it on."""
+    topic = "s"
+    filler = random.Random(7).randbytes(10_000)  # incompressible records of ~10 KB
+    with saturable(tmp_path, brokers=2) as (cl, _small, dirs):
+        b1 = cl.brokers[1]
+        create_on(cl, dirs[0], topic, [[2, 1]], min_isr=1,
+                  config={"segment.bytes": str(256 << 10)})
+        producer = ck.Producer({"bootstrap.servers": cl.brokers[2].bootstrap, "acks": "1",
+                                "linger.ms": 5})
+        sent = 0
+
+        def produce(n: int) -> None:
+            nonlocal sent
+            for _ in range(n):
+                producer.produce(topic, value=b"%06d" % sent + filler, partition=0)
+                sent += 1
+            assert producer.flush(30) == 0
+
+        def saturated() -> bool:
+            assert sent < 3000, "30 MB written and broker 1's dir is not SATURATED"
+            produce(20)
+            return b1.log_dir_states()[str(dirs[0])] == "saturated"
+
+        wait_for(saturated, 60, "broker 1's dir SATURATED by what it replicates")
+        produce(50)  # the leader goes on: records the follower does not get
+
+        def parted() -> Any:
+            views = [cl.metadata(b, [topic])["partitions"][(topic, 0)] for b in cl.brokers]
+            return all(v[0] == 2 and v[3] == [2] and v[4] == [1] for v in views) and views[0]
+
+        leader_epoch = wait_for(parted, 30, "broker 1 out of the ISR and listed offline")[1]
+        held = metric(b1, "kafka_log_log_logendoffset", topic=topic, partition="0")
+        assert held is not None and 0 < held < sent
+        a = ck_admin.AdminClient({"bootstrap.servers": cl.brokers[2].bootstrap})
+        if free_by == "delete_records":
+            deleted_to = int(held) * 3 // 4
+            for fut in a.delete_records([ck.TopicPartition(topic, 0, deleted_to)]).values():
+                assert fut.result(30).low_watermark == deleted_to
+        else:
+            value = str(2 << 20) if free_by == "retention.bytes" else "1000"
+            time.sleep(1.5)  # retention.ms: every record is older than it, on both replicas
+            entry = ck_admin.ConfigEntry(free_by, value,
+                                         incremental_operation=ck_admin.AlterConfigOpType.SET)
+            [fut] = a.incremental_alter_configs([ck_admin.ConfigResource(
+                "topic", topic, incremental_configs=[entry])]).values()
+            fut.result(30)
+
+        def log_start(b: int) -> int:
+            got = metric(cl.brokers[b], "kafka_log_log_logstartoffset", topic=topic,
+                         partition="0")
+            return -1 if got is None else int(got)
+
+        wait_for(lambda: b1.log_dir_states()[str(dirs[0])] == "online", 30,
+                 lambda: f"broker 1's dir ONLINE again; its replica starts at {log_start(1)}, "
+                         f"the leader's at {log_start(2)}")
+
+        def rejoined() -> bool:
+            views = [cl.metadata(b, [topic])["partitions"][(topic, 0)] for b in cl.brokers]
+            return all(v[:2] == (2, leader_epoch) and sorted(v[3]) == [1, 2] and v[4] == []
+                       for v in views)
+
+        wait_for(rejoined, 60, lambda: "broker 1 back in the ISR at leader epoch "
+                 f"{leader_epoch}: {cl.metadata(2, [topic])['partitions'][(topic, 0)]}")
+        produce(20)  # replicated as before the dir filled
+
+        def same_from_log_start() -> bool:
+            start = log_start(2)
+            return start > 0 and log_start(1) == start and \
+                replica_batches(cl, 1, topic, 0, start) == replica_batches(cl, 2, topic, 0, start)
+
+        wait_for(same_from_log_start, 30, lambda: f"one log start ({log_start(1)} on broker "
+                 f"1, {log_start(2)} on broker 2) and the same batches from it on")
+        if free_by == "delete_records":
+            assert log_start(2) == deleted_to
         assert b1.proc is not None and b1.proc.poll() is None
 
 

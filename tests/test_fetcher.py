@@ -19,9 +19,15 @@ from pathlib import Path
 import confluent_kafka as ck
 import pytest
 
-from daemon.replica.fetcher import Fetcher, FetchState, LogFollowerStorage, whole_batches
+from daemon.replica.fetcher import (
+    Fetcher,
+    FetchState,
+    LogFollowerStorage,
+    LogStartFollower,
+    whole_batches,
+)
 from daemon.wire.peer import Peer
-from logstore import FailureChannel, IoGuard, Log, LogConfig, TopicPartition, names
+from logstore import FailureChannel, IoGuard, Log, LogConfig, TopicPartition, Verdict, names
 from logstore.records import Record, build_batch
 from tests import faults
 from tests.daemon_helpers import Daemon
@@ -564,6 +570,55 @@ def test_a_follower_whose_log_ends_below_the_leaders_log_start_starts_over_there
                 assert tp in f.partitions and not f.failed
             finally:
                 await f.stop()
+
+        _run(follower, main)
+
+
+def test_a_replica_on_a_saturated_dir_follows_its_leaders_log_start_without_fetching(
+        tmp_path: Path) -> None:
+    """A replica whose dir is SATURATED fetches nothing, so DeleteRecords at its leader
+    never reached it and its full dir kept the records below the leader's log start for
+    good. `LogStartFollower` asks the leader its log start offset (ListOffsets, as a
+    replica at a leader epoch) and deletes the segments below it, appending nothing (the
+    records the leader took since do not come). Asked at an epoch the leader is not at,
+    the leader does not answer and nothing moves. A log ending below the leader's log
+    start is emptied to start there."""
+    with Daemon(tmp_path / "leader") as d:
+        create_topic(d, TOPIC, 1)
+        produce(d, 300, 1, size=1000)  # ~300 KB: a few of the follower's 64 KB segments
+        follower = Follower(d, {0: tmp_path / "f0"}, FailureChannel())
+        tp = TopicPartition(TOPIC, 0)
+        lg = follower.logs[tp]
+        a = ck.admin.AdminClient({"bootstrap.servers": d.bootstrap})
+        follower.fetcher.partition_max_bytes = 40_000  # a batch per fetch: segments roll
+
+        async def main() -> None:
+            f = await follower.start()
+            try:
+                await _until(lambda: follower.matches(d), 30)
+            finally:
+                await f.stop()
+            lg.guard.verdict = Verdict.SATURATED  # as the daemon marks a full dir
+            for fut in a.delete_records([ck.TopicPartition(TOPIC, 0, 200)]).values():
+                assert fut.result(30).low_watermark == 200
+            produce(d, 50, 1, start=300)
+            segments = len(lg.segments)
+            starts = LogStartFollower(2, follower.storage, lambda _: Peer("127.0.0.1", d.port))
+            try:
+                await starts.follow({tp: (1, 3)})  # the standalone leader is at epoch 0
+                assert (lg.log_start_offset, len(lg.segments)) == (0, segments)
+                await starts.follow({tp: (1, 0)})
+                assert (lg.log_start_offset, lg.log_end_offset) == (200, 300)
+                assert lg.segments[0].base_offset <= 200 < lg.segments[1].base_offset
+                assert len(lg.segments) < segments
+                assert follower_bytes(lg) in leader_bytes(d, 0)
+                for fut in a.delete_records([ck.TopicPartition(TOPIC, 0, 320)]).values():
+                    assert fut.result(30).low_watermark == 320
+                await starts.follow({tp: (1, 0)})
+                assert (lg.log_start_offset, lg.log_end_offset, follower_bytes(lg)) == (
+                    320, 320, b"")
+            finally:
+                await starts.stop()
 
         _run(follower, main)
 

@@ -30,11 +30,12 @@ NOT_ENOUGH_REPLICAS = 19
 
 
 def create(cl: Cluster, topic: str, partitions: int, *, min_isr: int = 2,
-           assignment: list[list[int]] | None = None) -> dict[str, Any]:
-    """Create `topic` with RF 3 through the controller; wait until every broker agrees
-    on it and every ISR is full."""
+           assignment: list[list[int]] | None = None,
+           config: dict[str, str] | None = None) -> dict[str, Any]:
+    """Create `topic` with RF 3 (or `assignment`) and `config` through the controller;
+    wait until every broker agrees on it and every ISR is full."""
     a = ck_admin.AdminClient({"bootstrap.servers": cl.brokers[1].bootstrap})
-    config = {"min.insync.replicas": str(min_isr)}
+    config = {"min.insync.replicas": str(min_isr), **(config or {})}
     spec = (ck_admin.NewTopic(topic, len(assignment), replica_assignment=assignment,
                               config=config)
             if assignment else ck_admin.NewTopic(topic, partitions, 3, config=config))

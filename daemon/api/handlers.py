@@ -700,15 +700,30 @@ class Handlers:
         body = req.body
         R = ListOffsetsResponse.ListOffsetsTopicResponse
         P = R.ListOffsetsPartitionResponse
+        # A replica's ask (a follower whose log dir is full asks its leader's log start:
+        # daemon.replica.fetcher.LogStartFollower) is answered by the leader only, at the
+        # leader epoch it names (Kafka's fetchOnlyFromLeader): another replica's log start
+        # is not the leader's. It needs ClusterAction, else Describe on each topic.
+        from_replica = body.replica_id >= 0
+        replica_allowed = from_replica and conn.allowed(
+            Operation.CLUSTER_ACTION, ResourceType.CLUSTER, log_denied=False)
         entries = []
         denied: set[str] = set()
+        fenced: dict[tuple[str, int], int] = {}
         for t in body.topics:
-            if not conn.allowed(Operation.DESCRIBE, ResourceType.TOPIC, t.name):
+            if not replica_allowed and not conn.allowed(Operation.DESCRIBE, ResourceType.TOPIC,
+                                                        t.name):
                 denied.add(t.name)
             for lp in t.partitions:
-                entries.append((t.name, lp.partition_index, lp.timestamp,
-                                None if t.name in denied
-                                else self.replicas.get(t.name, lp.partition_index)))
+                p = None if t.name in denied else self.replicas.get(t.name, lp.partition_index)
+                if from_replica and p is not None:
+                    code = (self._epoch_fence(p, lp.current_leader_epoch if req.version >= 4
+                                              else -1)
+                            if self.leadership.is_leader(p) else errors.NOT_LEADER_OR_FOLLOWER)
+                    if code:
+                        fenced[(t.name, lp.partition_index)] = code
+                        p = None
+                entries.append((t.name, lp.partition_index, lp.timestamp, p))
         items = [(p, ts) for _, _, ts, p in entries if p is not None]
         read_committed = req.version >= 2 and body.isolation_level == 1
         results = iter(await self.replicas.list_offsets(items, read_committed=read_committed)
@@ -717,6 +732,8 @@ class Handlers:
         for topic, index, _ts, p in entries:
             if topic in denied:
                 err, ts, off, epoch = errors.TOPIC_AUTHORIZATION_FAILED, -1, -1, 0
+            elif (topic, index) in fenced:
+                err, ts, off, epoch = fenced[(topic, index)], -1, -1, 0
             elif p is None:
                 err, ts, off, epoch = _topic_error(topic), -1, -1, 0
             else:

@@ -31,6 +31,10 @@ wait it out), and the partition that just moved here (a failover) would hold bac
 new leader's acks=all writes as long. The fetcher gives that request up (a new
 connection) and asks again with the new partition.
 
+A replica on a SATURATED log dir fetches nothing (nothing may be appended there), yet
+still follows its leader's log start offset (`LogStartFollower`), so that DeleteRecords
+and retention at the leader free its dir as they free the leader's.
+
 The log work happens through `FollowerStorage`, which the replica manager implements on
 each dir's worker. Runs on the event loop; not thread-safe.
 """
@@ -44,7 +48,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from kafka.protocol.consumer import FetchRequest
+from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest
 
 import native
 from logstore import CorruptRecordError, Log, LogMovedError, TopicPartition, UnexpectedAppendOffsetError
@@ -66,6 +70,10 @@ FAST_RETRY = 0.05
 # Partitions joining a fetcher give up its request in flight once none has joined for
 # this long (seconds): see Fetcher._answer.
 JOIN_QUIET = 0.01
+# ListOffsets' timestamp for the log start offset, and the first version that carries
+# the asker's leader epoch (Kafka's ListOffsetsRequest).
+EARLIEST = -2
+LIST_OFFSETS_VERSION = 4
 
 
 class FollowerStorage(Protocol):
@@ -494,8 +502,105 @@ class LogFollowerStorage:
                 self.hw_moved(tp)
 
 
+class LogStartFollower:
+    """The replicas on a SATURATED log dir follow their leader's log start offset.
+
+    A follower learns its leader's log start from each Fetch answer and deletes its
+    segments below it (Kafka's maybeIncrementLogStartOffset), so DeleteRecords and
+    retention at the leader free the followers' disks too. A replica on a full dir
+    fetches nothing (nothing may be appended there), and its segments below the leader's
+    log start would keep the dir full for good: the space an operator wins back at the
+    leader would never come back here. So each round (`follow`, every
+    `replica.fetch.backoff.ms`) asks each leader, in one ListOffsets EARLIEST as a replica
+    at the leader epoch the metadata cache gives (only the leader at that epoch answers),
+    for the log start of the partitions it leads, and moves each replica's log start up to
+    it through `FollowerStorage`, as a fetch answer does: the segments wholly below it go.
+    A log that ends below it holds nothing the leader still has, and is emptied to start
+    there (as a fetch answered OFFSET_OUT_OF_RANGE does). It only deletes: nothing is
+    appended to the full dir. A ListOffsets leaves no follower state at the leader, so
+    the ISR and the leader epoch do not move; the dir turns ONLINE once the health
+    monitor sees the space back, and its replicas fetch again.
+
+    Errors: an unreachable leader, an error it answers, or a failure on the replica's log
+    is logged and asked again at the next round. Event loop only.
+    """
+
+    def __init__(self, broker_id: int, storage: FollowerStorage,
+                 peer_of: Callable[[int], Peer]):
+        self.broker_id = broker_id
+        self.storage = storage
+        self.peer_of = peer_of  # a connection to a leader, made when first asked
+        self.peers: dict[int, Peer] = {}
+        self.followed: dict[TopicPartition, int] = {}  # the leader's log start last applied
+
+    async def follow(self, replicas: Mapping[TopicPartition, tuple[int, int]]) -> None:
+        """One round over `replicas`: partition -> (its leader, that leader's epoch)."""
+        asked: dict[int, dict[TopicPartition, int]] = {}
+        for tp, (leader, epoch) in replicas.items():
+            asked.setdefault(leader, {})[tp] = epoch
+        self.followed = {tp: o for tp, o in self.followed.items() if tp in replicas}
+        for leader in [b for b in self.peers if b not in asked]:
+            await self.peers.pop(leader).close()  # none of its replicas is on a full dir now
+        await asyncio.gather(*(self._ask(leader, epochs) for leader, epochs in asked.items()))
+
+    async def _ask(self, leader: int, epochs: dict[TopicPartition, int]) -> None:
+        T = ListOffsetsRequest.ListOffsetsTopic
+        by_topic: dict[str, list[Any]] = {}
+        for tp, epoch in epochs.items():
+            by_topic.setdefault(tp.topic, []).append(T.ListOffsetsPartition(
+                partition_index=tp.partition, current_leader_epoch=epoch, timestamp=EARLIEST))
+        peer = self.peers.get(leader)
+        if peer is None:
+            peer = self.peers[leader] = self.peer_of(leader)
+        try:
+            resp = await peer.request(ListOffsetsRequest(
+                replica_id=self.broker_id, isolation_level=0,
+                topics=[T(name=t, partitions=ps) for t, ps in by_topic.items()]),
+                LIST_OFFSETS_VERSION)
+        except PeerError as err:
+            log.info("asking broker %d for its log start offsets failed: %s; asking again "
+                     "at the next round", leader, err)
+            return
+        for topic in resp.topics:
+            for part in topic.partitions:
+                tp = TopicPartition(topic.name, part.partition_index)
+                if tp not in epochs:
+                    continue
+                if part.error_code:
+                    log.debug("%s: leader %d answered %d to its log start offset", tp, leader,
+                              part.error_code)
+                    continue
+                try:
+                    await self._follow(tp, leader, part.offset)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as err:  # noqa: BLE001 - this partition only; asked again
+                    log.warning("%s: following leader %d's log start offset %d failed: %s: %s",
+                                tp, leader, part.offset, type(err).__name__, err)
+
+    async def _follow(self, tp: TopicPartition, leader: int, leader_start: int) -> None:
+        if leader_start <= self.followed.get(tp, 0):
+            return  # applied at an earlier round (or 0: nothing lies below it)
+        end, _ = await self.storage.fetch_position(tp)
+        if leader_start > end:
+            await self.storage.start_at(tp, leader_start)
+            log.warning("%s: our log ended at %d, below leader %d's log start %d: emptied it "
+                        "to start there (its log dir is saturated and fetches nothing)", tp,
+                        end, leader, leader_start)
+        else:
+            await self.storage.follow_log_start(tp, leader_start)
+            log.info("%s: following leader %d's log start offset %d (its log dir is "
+                     "saturated and fetches nothing)", tp, leader, leader_start)
+        self.followed[tp] = leader_start
+
+    async def stop(self) -> None:
+        peers, self.peers = list(self.peers.values()), {}
+        await asyncio.gather(*(p.close() for p in peers), return_exceptions=True)
+
+
 class ReplicaFetchers:
-    """Kafka's ReplicaFetcherManager: one `Fetcher` per leader this broker follows.
+    """Kafka's ReplicaFetcherManager: one `Fetcher` per leader this broker follows, and
+    the `LogStartFollower` of the replicas on SATURATED dirs.
 
     `follow` and `unfollow` come from the controller's requests (LeaderAndIsr: become a
     follower, or the leader; StopReplica), on the event loop. A leader's address comes
@@ -520,6 +625,8 @@ class ReplicaFetchers:
         self.fetch = fetch
         self.fetchers: dict[int, Fetcher] = {}
         self._leader_of: dict[TopicPartition, int] = {}
+        self.log_starts = LogStartFollower(broker_id, storage,
+                                           lambda leader_id: _LazyPeer(self, leader_id))
 
     @property
     def failed(self) -> set[TopicPartition]:
@@ -549,9 +656,16 @@ class ReplicaFetchers:
             if fetcher is not None:
                 fetcher.remove_partitions([tp])
 
+    async def follow_log_starts(self, replicas: Mapping[TopicPartition, tuple[int, int]]
+                                ) -> None:
+        """One round of `LogStartFollower` over the replicas on SATURATED dirs (partition
+        -> (leader, leader epoch)); run every `backoff`."""
+        await self.log_starts.follow(replicas)
+
     async def stop(self) -> None:
         fetchers, self.fetchers = list(self.fetchers.values()), {}
-        await asyncio.gather(*(f.stop() for f in fetchers), return_exceptions=True)
+        await asyncio.gather(*(f.stop() for f in fetchers), self.log_starts.stop(),
+                             return_exceptions=True)
 
 
 class _LazyPeer(Peer):

@@ -160,6 +160,21 @@ class ReplicaManager:
     def get(self, topic: str, partition: int) -> Partition | None:
         return self.partitions.get(TopicPartition(topic, partition))
 
+    def saturated_followers(self) -> dict[TopicPartition, tuple[int, int]]:
+        """(leader, leader epoch), as the metadata cache has them, of each partition held
+        on a SATURATED dir that another broker leads: they fetch nothing, and follow only
+        their leader's log start offset (daemon.replica.fetcher.LogStartFollower)."""
+        if not any(d.state is DirState.SATURATED for d in self.storage.dirs):
+            return {}
+        out = {}
+        for tp, p in self.partitions.items():
+            if p.log is None or p.deleted or p.dir.state is not DirState.SATURATED:
+                continue
+            s = self.leadership.state(p)
+            if s.leader >= 0 and s.leader != self.leadership.broker_id:
+                out[tp] = (s.leader, s.leader_epoch)
+        return out
+
     def offline_count(self) -> int:
         return sum(1 for p in self.partitions.values() if p.offline)
 
