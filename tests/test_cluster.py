@@ -18,7 +18,7 @@ import confluent_kafka as ck
 import confluent_kafka.admin as ck_admin
 import pytest
 from kafka.admin import KafkaAdminClient, NewTopic
-from kafka.protocol.consumer import FetchRequest
+from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest
 from kafka.protocol.producer import InitProducerIdRequest
 from kazoo.client import KazooClient
 
@@ -31,6 +31,7 @@ from .sick_helpers import produce_raw
 NOT_LEADER_OR_FOLLOWER = 6
 STALE_CONTROLLER_EPOCH = 11
 KAFKA_STORAGE_ERROR = 56
+UNKNOWN_LEADER_EPOCH = 75
 
 
 def _admin_create(bootstrap: str, topic: str, partitions: int, rf: int) -> None:
@@ -52,6 +53,22 @@ def _fetch_error(port: int, topic: str, partition: int, version: int = 11) -> in
                 partition=partition, current_leader_epoch=-1, fetch_offset=0, log_start_offset=-1,
                 partition_max_bytes=1 << 20)])], forgotten_topics_data=[], rack_id=""), version)
         return resp.responses[0].partitions[0].error_code
+    finally:
+        c.close()
+
+
+def _list_offsets(port: int, topic: str, partition: int, *, replica_id: int = -1,
+                  epoch: int = -1) -> tuple[int, int]:
+    """(error code, latest offset) of one partition, asked with ListOffsets v4."""
+    c = RawClient(port)
+    try:
+        T = ListOffsetsRequest[4].ListOffsetsTopic
+        resp = c.request(ListOffsetsRequest[4](
+            replica_id=replica_id, isolation_level=0, topics=[T(name=topic, partitions=[
+                T.ListOffsetsPartition(partition_index=partition, current_leader_epoch=epoch,
+                                       timestamp=-1)])]), 4)
+        part = resp.topics[0].partitions[0]
+        return part.error_code, part.offset
     finally:
         c.close()
 
@@ -95,6 +112,15 @@ def test_topics_through_any_broker_metadata_agrees_and_only_the_leader_takes_wri
         assert _fetch_error(cl.brokers[follower].port, "kp", 0, 10) == NOT_LEADER_OR_FOLLOWER
         assert _fetch_error(cl.brokers[follower].port, "kp", 0) == 0
         assert _fetch_error(cl.brokers[leader].port, "kp", 0) == 0
+        # ListOffsets is the leader's alone, whatever the version (Kafka's
+        # fetchOnlyFromLeader): a follower's end may lag. Only the debugging id (-2) asks
+        # any replica (its own view: the follower may not have the records yet). A leader
+        # epoch ahead of the leader's is refused.
+        assert _list_offsets(cl.brokers[follower].port, "kp", 0) == (NOT_LEADER_OR_FOLLOWER, -1)
+        assert _list_offsets(cl.brokers[follower].port, "kp", 0, replica_id=-2)[0] == 0
+        assert _list_offsets(cl.brokers[leader].port, "kp", 0) == (0, 2)
+        assert _list_offsets(cl.brokers[leader].port, "kp", 0, epoch=1) == (
+            UNKNOWN_LEADER_EPOCH, -1)
         # A second creation of the same topic is refused by the controller.
         a2 = ck_admin.AdminClient({"bootstrap.servers": cl.brokers[controller].bootstrap})
         fut = a2.create_topics([ck_admin.NewTopic("kp", 1, 1)])["kp"]

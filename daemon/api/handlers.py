@@ -64,6 +64,9 @@ log = logging.getLogger("logkeeper.handlers")
 authorizer_log = logging.getLogger("logkeeper.authorizer")
 
 CLOSE = object()  # sentinel: close the connection without a response
+# ListOffsets' replica id that may ask any replica, not only the leader (Kafka's
+# ListOffsetsRequest.DEBUGGING_REPLICA_ID); consumers send -1, followers their broker id.
+DEBUGGING_REPLICA_ID = -2
 
 
 @dataclass(eq=False)
@@ -700,12 +703,15 @@ class Handlers:
         body = req.body
         R = ListOffsetsResponse.ListOffsetsTopicResponse
         P = R.ListOffsetsPartitionResponse
-        # A replica's ask (a follower whose log dir is full asks its leader's log start:
-        # daemon.replica.fetcher.LogStartFollower) is answered by the leader only, at the
-        # leader epoch it names (Kafka's fetchOnlyFromLeader): another replica's log start
-        # is not the leader's. It needs ClusterAction, else Describe on each topic.
-        from_replica = body.replica_id >= 0
-        replica_allowed = from_replica and conn.allowed(
+        # Answered by the leader only, at the leader epoch the asker names (Kafka's
+        # fetchOnlyFromLeader): a follower's high watermark and log start lag the leader's,
+        # so a consumer with stale metadata is sent to the leader (6) rather than told a
+        # stale end. Only Kafka's debugging replica id (-2) may ask any replica. A replica's
+        # ask (a follower whose log dir is full asks its leader's log start:
+        # daemon.replica.fetcher.LogStartFollower) needs ClusterAction, else Describe on
+        # each topic.
+        only_leader = body.replica_id != DEBUGGING_REPLICA_ID
+        replica_allowed = body.replica_id >= 0 and conn.allowed(
             Operation.CLUSTER_ACTION, ResourceType.CLUSTER, log_denied=False)
         entries = []
         denied: set[str] = set()
@@ -716,7 +722,7 @@ class Handlers:
                 denied.add(t.name)
             for lp in t.partitions:
                 p = None if t.name in denied else self.replicas.get(t.name, lp.partition_index)
-                if from_replica and p is not None:
+                if only_leader and p is not None:
                     code = (self._epoch_fence(p, lp.current_leader_epoch if req.version >= 4
                                               else -1)
                             if self.leadership.is_leader(p) else errors.NOT_LEADER_OR_FOLLOWER)
