@@ -646,12 +646,16 @@ class Log:
 
     # ---- retention and truncation ----
 
-    def apply_retention(self, now_ms: int | None = None) -> int:
+    def apply_retention(self, now_ms: int | None = None, *, replicated: bool = False) -> int:
         """Delete the oldest segments past retention.ms or retention.bytes.
 
         A segment is expired by time when its largest timestamp is older than
         retention.ms. When every segment is deletable, the active one goes too and a new
         empty one is created after the deletes (what a saturated disk needs).
+        `replicated` (a broker's log, whose high watermark is kept): only segments wholly
+        below the high watermark go, as in Kafka's deletableSegments, so retention never
+        deletes records the followers have not copied, nor moves the log start (and the
+        high watermark with it) past what the ISR holds.
         Returns the number of segments deleted.
         """
         if not self.config.retention_deletes:
@@ -660,9 +664,14 @@ class Log:
         doomed = 0
         excess = (self.size_bytes - self.config.retention_bytes
                   if self.config.retention_bytes >= 0 else -1)
-        for seg in self._segments:
+        for i, seg in enumerate(self._segments):
             if seg.is_empty:
                 break
+            if replicated:
+                upper = (self._segments[i + 1].base_offset if i + 1 < len(self._segments)
+                         else self.log_end_offset)
+                if upper > self._high_watermark:
+                    break
             by_time = (self.config.retention_ms >= 0
                        and now - seg.max_timestamp > self.config.retention_ms)
             by_size = excess >= 0 and excess - seg.size >= 0

@@ -24,6 +24,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from daemon.tools.zookeeper import free_port
 
 REPO = Path(__file__).resolve().parents[1]
@@ -42,6 +44,15 @@ def toml_value(value: Any) -> str:
 def write_config(path: Path, values: dict[str, Any]) -> Path:
     path.write_text("".join(f"{k} = {toml_value(v)}\n" for k, v in values.items()))
     return path
+
+
+def skip_if_in_use(*ports: int) -> None:
+    """Skip the test when something listens on one of these loopback ports (the embedded
+    defaults' 9092 and 9308, held by a daemon the developer runs, say)."""
+    for port in ports:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                pytest.skip(f"127.0.0.1:{port} is in use; the embedded defaults need it")
 
 
 class Daemon:

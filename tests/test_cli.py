@@ -10,7 +10,7 @@ from pathlib import Path
 from kafka.protocol.metadata import MetadataRequest
 
 from logstore import Log, LogConfig
-from tests.daemon_helpers import REPO, Daemon, RawClient, free_port, running
+from tests.daemon_helpers import REPO, Daemon, RawClient, free_port, running, skip_if_in_use
 
 from .logutil import batch
 
@@ -57,6 +57,7 @@ def test_topics_describe_finds_the_local_daemon_through_its_config(tmp_path: Pat
         assert "Topic: auto\tPartitionCount: 2" in proc.stdout
         # no flag at all: the embedded defaults' listener, 127.0.0.1:9092, run from a dir
         # without a config; the daemon under test is not there, so it names that address
+    skip_if_in_use(9092)
     proc = cli("topics", "describe", cwd=tmp_path)
     assert proc.returncode == 2
     assert "--bootstrap-server" not in proc.stderr and "127.0.0.1:9092" in proc.stderr

@@ -23,7 +23,7 @@ from daemon.api import protocol
 from daemon.api.connections import STOP_GRACE_S
 from logstore import names
 from tests import faults
-from tests.daemon_helpers import REPO, Daemon, RawClient, aiokafka_read, free_port, running
+from tests.daemon_helpers import REPO, Daemon, RawClient, aiokafka_read, free_port, running, skip_if_in_use
 
 
 def produce_confluent(d: Daemon, topic: str, n: int, *, partitions: int = 1,
@@ -525,10 +525,7 @@ def test_topics_describe_through_metadata(tmp_path: Path) -> None:
 
 
 def test_embedded_defaults_start_with_no_config(tmp_path: Path) -> None:
-    for port in (9092, 9308):
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                pytest.skip(f"127.0.0.1:{port} is in use; the embedded defaults need it")
+    skip_if_in_use(9092, 9308)
     proc = subprocess.Popen([sys.executable, "-m", "daemon.cli", "serve"], cwd=tmp_path,
                             env=dict(os.environ, PYTHONPATH=str(REPO)),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

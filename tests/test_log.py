@@ -161,6 +161,25 @@ def test_retention_by_time_and_size(tmp_path):
     slog.close()
 
 
+def test_a_brokers_retention_deletes_nothing_above_the_high_watermark(tmp_path):
+    """Kafka's deletableSegments: on a broker (replicated=True) a segment goes only when
+    the high watermark has passed its end, however old; the high watermark never jumps
+    over records the followers have not copied."""
+    now = 1_700_000_000_000
+    log = Log.open(tmp_path / "t-0", LogConfig(segment_bytes=1500, retention_ms=10_000))
+    for i in range(4):
+        log.append(batch(1, size=1000, ts=now - 60_000 + i * 1000))
+    assert log.segment_count == 4  # segments at 0, 1, 2, 3: all expired
+    log.high_watermark = 2  # the followers have offsets 0 and 1
+    assert log.apply_retention(now_ms=now, replicated=True) == 2
+    assert log.log_start_offset == 2 and log.high_watermark == 2
+    assert log.apply_retention(now_ms=now, replicated=True) == 0
+    log.high_watermark = 4  # all copied: even the active segment may go
+    assert log.apply_retention(now_ms=now, replicated=True) == 2
+    assert log.log_start_offset == log.log_end_offset == log.high_watermark == 4
+    log.close()
+
+
 def test_offset_for_timestamp_uses_time_index(pdir):
     log = Log.open(pdir, LogConfig(segment_bytes=5000, index_interval_bytes=100))
     for i in range(20):

@@ -697,7 +697,7 @@ class TopicConfigs:
 def _apply_to_log(logdir: Any, lg: Any, topic: str, cfg: LogConfig, now: int) -> int:
     """On the dir's worker: the log's new config, then a retention pass."""
     _set_config(logdir, lg, topic, cfg)
-    return lg.apply_retention(now)
+    return lg.apply_retention(now, replicated=True)
 
 
 def _configure_logs(logdir: Any, configs: Mapping[Any, LogConfig]) -> None:

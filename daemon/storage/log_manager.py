@@ -370,7 +370,7 @@ def _maintain(d: ManagedDir, retention: bool, checkpoints: bool, watermarks: boo
         ld.purge_deleted()
         now = int(time.time() * 1000)
         for lg in ld.logs.values():
-            deleted += lg.apply_retention(now)
+            deleted += lg.apply_retention(now, replicated=True)
     if checkpoints:
         ld.flush()
         ld.write_checkpoints()
