@@ -28,7 +28,7 @@ from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from daemon.api import protocol
 from logstore import records
-from tests.daemon_helpers import Daemon, RawClient, snapshot
+from tests.daemon_helpers import Daemon, RawClient, running, snapshot
 from tests.sick_helpers import create_topic
 
 MAX_MESSAGE = 100_000
@@ -209,6 +209,29 @@ def test_illegal_topic_names_through_admin_clients(daemon: Daemon,
         with pytest.raises(ck.KafkaException) as info:
             fut.result(timeout=30)
         assert info.value.args[0].code() == ck.KafkaError.TOPIC_EXCEPTION
+
+
+def test_auto_creating_a_colliding_name_fails_the_producer_at_once(tmp_path: Path) -> None:
+    """`a_b` collides with an existing `a.b` (their metric names would): auto-creation is
+    refused with Kafka's INVALID_TOPIC_EXCEPTION (17), which clients do not retry, so a
+    producer fails at once instead of retrying LEADER_NOT_AVAILABLE until its timeout.
+    Nothing is created."""
+    with running(tmp_path, {"auto.create.topics.enable": True}) as d:
+        create_topic(d, "a.b", 1)
+        c = RawClient(d.port)
+        try:
+            meta = c.request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(
+                name="a_b")], allow_auto_topic_creation=True), 8)
+            assert [(t.name, t.error_code) for t in meta.topics] == [("a_b", 17)]
+        finally:
+            c.close()
+        failed: list[ck.KafkaError] = []
+        p = ck.Producer({"bootstrap.servers": d.bootstrap, "message.timeout.ms": 120_000})
+        p.produce("a_b", b"v", on_delivery=lambda err, _msg: failed.append(err))
+        assert p.flush(30) == 0, "the producer kept retrying"
+        assert [e.code() for e in failed] == [ck.KafkaError.TOPIC_EXCEPTION]
+        assert not list(tmp_path.glob("*/a_b-*"))
+        assert d.stderr().count("auto-creating a_b") <= 3
 
 
 def test_frame_over_socket_request_max_bytes_is_refused_before_its_body(

@@ -782,7 +782,14 @@ class Handlers:
                     out.append(R(error_code=errors.TOPIC_AUTHORIZATION_FAILED, name=name,
                                  is_internal=False, partitions=[]))
                     continue
-                if await self._auto_create(name, conn):
+                refused = await self._auto_create(name, conn)
+                if refused:
+                    # Kafka passes the creation's error on (17 for a name that collides,
+                    # 38 for too few brokers...): not retriable, so the client stops.
+                    out.append(R(error_code=refused, name=name,
+                                 is_internal=names.is_internal(name), partitions=[]))
+                    continue
+                if refused is not None:
                     known = self.leadership.metadata_topics(self.replicas.topics())
                     if name not in known:  # cluster: the controller is electing leaders
                         out.append(R(error_code=errors.LEADER_NOT_AVAILABLE, name=name,
@@ -820,30 +827,34 @@ class Handlers:
             topics=out, **({} if cluster_ops is None
                            else {"authorized_operations": cluster_ops}))
 
-    async def _auto_create(self, name: str, conn: ConnInfo) -> bool:
-        """Create `name` for a Metadata request (auto.create.topics.enable); whether it
-        was created. In cluster mode only the controller's own broker can."""
+    async def _auto_create(self, name: str, conn: ConnInfo) -> int | None:
+        """Create `name` for a Metadata request (auto.create.topics.enable): NONE once it
+        exists, the error code the creation was refused with (its name collides, say),
+        or None when this broker cannot create it (cluster mode: only the controller's
+        own broker can, and it did not answer in time)."""
         if self.controller is not None:
             if not self.controller.is_active:
-                return False
+                return None
             fut = self.controller.create_topics([TopicSpec(name)])
             try:
                 res = (await asyncio.wait_for(asyncio.wrap_future(fut), 10.0))[name]
             except (TimeoutError, asyncio.CancelledError):
-                return False
+                return None
             if res.error_code not in (errors.NONE, errors.TOPIC_ALREADY_EXISTS):
-                log.warning("auto-creating %s failed: %s", name, res.error_message)
-                return False
+                log.info("auto-creating %s for %s refused: %s", name, conn.peer,
+                         res.error_message)
+                return res.error_code
             await self._wait_for_leaders([name], time.monotonic() + 5.0)
             log.info("auto-created topic %s for %s", name, conn.peer)
-            return True
+            return errors.NONE
         try:
             await self.topic_admin.create_topic(name, -1, -1)
             log.info("auto-created topic %s for %s", name, conn.peer)
         except TopicError as err:
             if err.code != errors.TOPIC_ALREADY_EXISTS:
-                log.warning("auto-creating %s failed: %s", name, err)
-        return True
+                log.info("auto-creating %s for %s refused: %s", name, conn.peer, err)
+                return err.code
+        return errors.NONE
 
     async def _wait_for_leaders(self, topics: list[str], deadline: float) -> set[str]:
         """Wait until this broker's metadata cache shows a leader for every partition of
