@@ -220,6 +220,23 @@ def test_the_configs_command_describes_and_alters(daemon: Daemon) -> None:
     assert {e["name"]: e["value"] for e in as_json}["retention.ms"] == "60000"
     missing = cli("describe", "--bootstrap-server", daemon.bootstrap, "--topic", "nope")
     assert missing.returncode == 1 and "error 3" in missing.stderr
+    # Deleting a key not set on the topic (a typo, say) fails as kafka-configs.sh does,
+    # before anything changes: the --add-config beside it is not applied either.
+    typo = cli("alter", "--bootstrap-server", daemon.bootstrap, "--topic", "cmd",
+               "--add-config", "retention.ms=70000", "--delete-config", "no.such.key,flush.ms")
+    assert typo.returncode == 2
+    assert "Invalid config(s): no.such.key,flush.ms" in typo.stderr, typo.stderr
+    kept = json.loads(cli("describe", "--bootstrap-server", daemon.bootstrap, "--topic",
+                          "cmd", "--json").stdout)
+    assert {e["name"]: e["value"] for e in kept}["retention.ms"] == "60000"
+    gone = cli("alter", "--bootstrap-server", daemon.bootstrap, "--topic", "cmd",
+               "--delete-config", "retention.ms")
+    assert gone.returncode == 0, gone.stderr
+    for args in (["--broker-defaults"], ["--client", "nobody"]):
+        unset = cli("alter", "--bootstrap-server", daemon.bootstrap, *args,
+                    "--delete-config", "log.retention.ms" if len(args) == 1
+                    else "producer_byte_rate")
+        assert unset.returncode == 2 and "Invalid config(s)" in unset.stderr, unset.stderr
 
 
 def test_configs_survive_a_restart(tmp_path: Path) -> None:

@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Iterable
 from typing import Any
 
 from kafka.protocol.admin import (
@@ -339,6 +340,20 @@ def render(entries: list[dict[str, Any]], rtype: int, name: str, everything: boo
     return "\n".join(lines)
 
 
+# The source of a config set on the resource itself: what --delete-config can remove
+# (the broker defaults' own is DYNAMIC_DEFAULT_BROKER_CONFIG).
+_OWN_SOURCE = {TOPIC: "DYNAMIC_TOPIC_CONFIG", BROKER: "DYNAMIC_BROKER_CONFIG"}
+
+
+def _check_deletions(delete: list[str], have: Iterable[str], rtype: int, name: str) -> None:
+    """kafka-configs.sh's check before it alters anything: each --delete-config key must be
+    set on the resource (a typo or an unset key is an error, and nothing changes)."""
+    missing = [k for k in delete if k not in set(have)]
+    if missing:
+        raise ValueError(f"Invalid config(s): {','.join(missing)}: not set on "
+                         f"{_what(rtype, name)}; nothing changed")
+
+
 def _changes(args: argparse.Namespace) -> tuple[dict[str, str], list[str]]:
     add = parse_add_config(args.add_config) if args.add_config else {}
     delete = [k.strip() for k in args.delete_config.split(",") if k.strip()]
@@ -450,11 +465,18 @@ def main(argv: list[str]) -> int:
             if (s_add or s_delete) and single_user is None:
                 raise ValueError("SCRAM credentials belong to one named user (--user NAME "
                                  "alone)")
+            _check_deletions(q_delete, describe_quotas(bootstrap, entity) if q_delete else {},
+                             rtype, name)
             if q_add or q_delete:
                 alter_quotas(bootstrap, entity, q_add, q_delete)
             if s_add or s_delete:
                 alter_user(bootstrap, single_user, s_add, s_delete)
         else:
+            own = _OWN_SOURCE.get(rtype) if rtype != BROKER or name else \
+                "DYNAMIC_DEFAULT_BROKER_CONFIG"
+            if delete and own is not None:
+                _check_deletions(delete, {e["name"] for e in describe(bootstrap, rtype, name)
+                                          if e["source"] == own}, rtype, name)
             alter(bootstrap, rtype, name, add, delete)
     except Refused as err:
         print(f"logkeeper configs: {_what(rtype, name)}: {err}; nothing changed",
