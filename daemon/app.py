@@ -1144,6 +1144,14 @@ class Server:
             else:
                 how = f"no clean-shutdown marker: recovered {recovered} partitions, {cut} bytes cut"
             log.info("log dir %s: %d partitions (%s)", d.path, len(d.logdir.logs), how)
+            for r in d.logdir.recovery:
+                if r.bytes_truncated or r.problem:
+                    # Kafka names each segment it cut ("Found invalid messages in log
+                    # segment ..."): with many partitions, the operator needs which.
+                    deleted = (f"; later segments deleted: {r.segments_deleted}"
+                               if r.segments_deleted else "")
+                    log.warning("%s: recovery cut %d bytes: %s%s", r.topic_partition,
+                                r.bytes_truncated, r.problem or "no detail", deleted)
             for path in d.logdir.cluster_metadata_logs:
                 log.info("%s is a KRaft controller's metadata log, not a topic: left as "
                          "it is (not served, recovered or cleaned; logkeeper does not run "

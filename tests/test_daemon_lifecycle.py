@@ -163,6 +163,25 @@ def test_sigkill_under_load_keeps_every_acknowledged_record(tmp_path: Path) -> N
     d.kill()
 
 
+def test_recovery_names_the_partition_and_segment_it_cut(tmp_path: Path) -> None:
+    """After a kill, a torn tail is cut at start-up and the log says where: the partition,
+    the segment file and how many bytes, as Kafka warns per segment; the records before
+    the tear are all still there."""
+    d = Daemon(tmp_path, {"num.partitions": 1}).start()
+    acked = produce_confluent(d, "torn", 20)
+    d.kill()
+    [seg] = [p for p in tmp_path.glob("*/torn-0/*.log")]
+    with open(seg, "ab") as f:
+        f.write(b"\x07" * 100)  # a tail no batch header makes sense of
+    d.start()
+    err = d.stderr()
+    assert "torn-0: recovery cut 100 bytes: " in err, err
+    assert str(seg) in err.split("torn-0: recovery cut 100 bytes: ", 1)[1].splitlines()[0]
+    got = consume_all(d, "torn", 1, len(acked))
+    assert [got[(p, o)] for p, o, _ in acked] == [v for _, _, v in acked]
+    d.kill()
+
+
 # ---- systemd notify ----
 
 
