@@ -54,7 +54,7 @@ from daemon.security.acls import (
 from daemon.security.acls import ResourceType as RT
 
 from .cluster_helpers import INTER_BROKER_USER, Cluster, secure_inter_broker, wait_for
-from .daemon_helpers import REPO, Daemon, write_config
+from .daemon_helpers import REPO, Daemon, running, write_config
 from .sick_helpers import metric
 from .test_replication import create, full_isr
 from .tls_helpers import CertificateAuthority
@@ -809,3 +809,22 @@ def test_a_transactional_producer_needs_write_on_its_transactional_id(tmp_path: 
                                                       "isolation.level": "read_committed"}),
                               "paid", 2)
         assert (got, err) == ([b"paid-1", b"paid-2"], "")  # the aborted record never comes
+
+
+def test_without_an_authorizer_every_operation_is_authorized(tmp_path: Path) -> None:
+    """KIP-430 without an authorizer: Kafka answers every operation the resource type
+    supports (AuthHelper's supportedOps), so an admin client shows them; they came back
+    empty."""
+    with running(tmp_path) as d:
+        kp = KafkaAdminClient(bootstrap_servers=d.bootstrap)
+        try:
+            kp.create_topics([NewTopic("open", 1, 1)])
+            ops = kp.describe_topics(["open"])[0]["authorized_operations"]
+            assert set(ops) == {"READ", "WRITE", "CREATE", "DESCRIBE", "DELETE", "ALTER",
+                                "DESCRIBE_CONFIGS", "ALTER_CONFIGS"}
+        finally:
+            kp.close()
+        a = AdminClient({"bootstrap.servers": d.bootstrap})
+        cluster = a.describe_cluster(include_authorized_operations=True).result(30)
+        assert {op.name for op in cluster.authorized_operations} >= {
+            "CREATE", "DESCRIBE", "ALTER", "CLUSTER_ACTION", "DESCRIBE_CONFIGS"}

@@ -305,10 +305,8 @@ class GroupApis:
                 continue
             view = g.describe()
             ops = None  # not asked: INT32_MIN on the wire
-            if req.version >= 3 and req.body.include_authorized_operations and \
-                    conn.authorizer is not None:
-                ops = conn.authorizer.authorized_operations(conn.principal, conn.host,
-                                                            ResourceType.GROUP, gid)
+            if req.version >= 3 and req.body.include_authorized_operations:
+                ops = conn.authorized_operations(ResourceType.GROUP, gid)
             out.append(D(error_code=errors.NONE, group_id=gid, group_state=view["state"],
                          authorized_operations=ops,
                          protocol_type=view["protocol_type"], protocol_data=view["protocol"],

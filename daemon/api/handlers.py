@@ -48,7 +48,14 @@ from ..replica.partition import AppendResult, Partition
 from ..replica.topic_config import TopicConfigs
 from ..replica.topics import TopicAdmin, TopicError, refuse_internal
 from ..replica.txn_verification import TxnVerifier, produce_error
-from ..security.acls import CLUSTER_NAME, RESOURCE_NAMES, Authorizer, Operation, ResourceType
+from ..security.acls import (
+    CLUSTER_NAME,
+    RESOURCE_NAMES,
+    SUPPORTED_OPERATIONS,
+    Authorizer,
+    Operation,
+    ResourceType,
+)
 from ..storage.log_manager import LogManager
 from ..wire import (
     ControlledShutdownResponse,
@@ -119,6 +126,13 @@ class ConnInfo:
                                 "resource = %s:%s", self.principal, op.name, self.host,
                                 RESOURCE_NAMES[rtype], name)
         return False
+
+    def authorized_operations(self, rtype: ResourceType, name: str) -> set[int]:
+        """KIP-430's `authorized_operations` of the resource for this principal: without
+        an authorizer every operation the resource type supports, as Kafka answers."""
+        if self.authorizer is None:
+            return {int(op) for op in SUPPORTED_OPERATIONS[rtype]}
+        return self.authorizer.authorized_operations(self.principal, self.host, rtype, name)
 
     def allowed_any(self, op: Operation, rtype: ResourceType) -> bool:
         """Whether the principal may do `op` on some resource of the type."""
@@ -809,16 +823,15 @@ class Handlers:
         rows = self.leadership.broker_rows(me, conn.listener)
         _unreachable_leaders(out, {b for b, *_ in rows}, set(self.leadership.live_brokers()))
         cluster_ops = None
-        if req.version >= 8 and conn.authorizer is not None:
+        if req.version >= 8:
             # What the client may do (KIP-430), when it asks: a bit per operation.
             if body.include_topic_authorized_operations:
                 for t in out:
                     if t.error_code != errors.TOPIC_AUTHORIZATION_FAILED:
-                        t.authorized_operations = conn.authorizer.authorized_operations(
-                            conn.principal, conn.host, ResourceType.TOPIC, t.name)
+                        t.authorized_operations = conn.authorized_operations(
+                            ResourceType.TOPIC, t.name)
             if body.include_cluster_authorized_operations:
-                cluster_ops = conn.authorizer.authorized_operations(
-                    conn.principal, conn.host, ResourceType.CLUSTER, CLUSTER_NAME) \
+                cluster_ops = conn.authorized_operations(ResourceType.CLUSTER, CLUSTER_NAME) \
                     if conn.allowed(Operation.DESCRIBE, ResourceType.CLUSTER) else set()
         return MetadataResponse(
             throttle_time_ms=0,
