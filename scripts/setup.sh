@@ -2,6 +2,10 @@
 # Installs what logkeeper needs on a fresh Debian machine into a project virtualenv, idempotently.
 #   scripts/setup.sh run   : the package itself (gcc + Python headers build the C fast path)
 #   scripts/setup.sh test  : plus the Debian packages and PyPI extras the test suite uses
+#   scripts/setup.sh system: for systemd: a copy (not an editable link to this checkout,
+#                            which ProtectHome= may hide) in /opt/logkeeper (or $LK_VENV),
+#                            its `logkeeper` linked from /usr/local/bin (or $LK_BIN), where
+#                            systemd/logkeeper.service runs it; installed anew each time
 #
 # The venv (.venv, or $LK_VENV) is made from $PYTHON (default python3), whatever that is:
 # Debian's own externally managed python3, a pyenv one, or any other CPython >= 3.11.
@@ -13,7 +17,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-run}
 PY=${PYTHON:-python3}
-VENV=${LK_VENV:-.venv}
+if [ "$mode" = system ]; then
+  VENV=${LK_VENV:-/opt/logkeeper}
+else
+  VENV=${LK_VENV:-.venv}
+fi
 say() { echo "setup: $*" >&2; }
 
 if ! command -v "$PY" >/dev/null 2>&1; then
@@ -67,6 +75,28 @@ else
   echo "$pyexe" > "$VENV/.lk-base"
 fi
 VPY=$VENV/bin/python
+
+if [ "$mode" = system ]; then
+  say "installing logkeeper into $VENV (a copy: builds the C fast path)"
+  "$VPY" -m pip install -q --disable-pip-version-check --upgrade pip 2>&1 | grep -v "is ignored: it is neither" >&2 || true
+  log=$VENV/pip-install.log
+  if ! "$VPY" -m pip install --disable-pip-version-check --progress-bar off --force-reinstall \
+       --no-deps . >"$log" 2>&1 \
+     || ! "$VPY" -m pip install --disable-pip-version-check --progress-bar off . >>"$log" 2>&1; then
+    tail -n 30 "$log" >&2
+    say "pip install failed; the whole log is $log"
+    exit 1
+  fi
+  # Checked from / : the copy in the venv, not this checkout's sources.
+  (cd / && "$VPY" -c "import native; native.crc32c(b'')") \
+    || { say "the native fast path did not build (see $log)"; exit 1; }
+  bin=${LK_BIN:-/usr/local/bin}
+  mkdir -p "$bin"
+  ln -sfn "$(cd "$VENV" && pwd)/bin/logkeeper" "$bin/logkeeper"
+  say "done: $bin/logkeeper -> $VENV/bin/logkeeper ($("$bin/logkeeper" --version))"
+  echo "$VPY"
+  exit 0
+fi
 
 # What an install depends on: the packaging files and the C sources (Python sources are
 # installed editable, so a change to them needs no reinstall).

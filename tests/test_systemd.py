@@ -19,7 +19,9 @@ import pytest
 
 from daemon.config import load
 from daemon.ops.notify import Notifier
+from tests.daemon_helpers import Daemon
 from tests.faults import in_ci
+from tests.install_helpers import clean_env, copy_checkout, produce_and_fetch
 
 REPO = Path(__file__).resolve().parents[1]
 SYSTEMD = REPO / "systemd"
@@ -217,3 +219,31 @@ def test_every_key_in_the_example_config_is_documented() -> None:
         above = lines[at[0] - 1]
         assert above.startswith("# ") and not above.lstrip("# ").startswith(tuple(KEYS)), \
             f"{key} has no comment above it"
+
+
+def test_the_system_install_serves_with_the_checkout_gone(tmp_path: Path) -> None:
+    """`scripts/setup.sh system` (the README's step before the unit) installs a copy,
+    not an editable link: its `logkeeper`, linked where the unit's ExecStart looks (here
+    LK_BIN), serves with the checkout deleted (ProtectHome= hides a checkout under /root
+    or /home from the service), and the unit naming it verifies."""
+    checkout = copy_checkout(tmp_path / "src")
+    venv, bindir = tmp_path / "opt" / "logkeeper", tmp_path / "bin"
+    res = subprocess.run(["bash", "scripts/setup.sh", "system"], cwd=checkout,
+                         env=clean_env(PYTHON=os.path.realpath(sys.executable),
+                                       LK_VENV=str(venv), LK_BIN=str(bindir)),
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         timeout=600)
+    assert res.returncode == 0, res.stdout[-4000:]
+    binary = bindir / "logkeeper"
+    assert binary.is_symlink() and binary.resolve() == (venv / "bin" / "logkeeper").resolve()
+    shutil.rmtree(checkout)
+    with Daemon(tmp_path / "run", {"num.partitions": 1}, command=[str(binary)]) as d:
+        produce_and_fetch(d.bootstrap, "installed")
+    analyze = need_tool("systemd-analyze")
+    unit = tmp_path / "logkeeper.service"
+    unit.write_text(UNIT.read_text().replace(
+        SHIPPED_EXEC, f"ExecStart={binary} serve --config /etc/logkeeper/logkeeper.toml"))
+    proc = subprocess.run([analyze, "verify", str(unit)], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0 and not proc.stdout.strip() and not proc.stderr.strip(), \
+        proc.stdout + proc.stderr
