@@ -18,8 +18,9 @@ The rules are Kafka's LeaderEpochFileCache (3.9):
   new end go. `truncate_from_start(start_offset)` after the log start moves up:
   entries wholly below it go and the one covering it starts there.
 
-Not thread-safe: the owning Log serialises every call. `write()` raises OSError on a
-disk error; the Log runs it inside its log dir's IoGuard.
+Not thread-safe: the owning Log serialises every call; only `latest_epoch` may be read
+from another thread meanwhile (the entry list is replaced, never changed in place).
+`write()` raises OSError on a disk error; the Log runs it inside its log dir's IoGuard.
 """
 
 from __future__ import annotations
@@ -65,7 +66,8 @@ class LeaderEpochCache:
 
     @property
     def latest_epoch(self) -> int:
-        return self._entries[-1].epoch if self._entries else UNDEFINED_EPOCH
+        entries = self._entries  # read once: the list a concurrent change replaces
+        return entries[-1].epoch if entries else UNDEFINED_EPOCH
 
     @property
     def earliest(self) -> EpochEntry | None:

@@ -23,7 +23,7 @@ from typing import Any
 
 from daemon.api.errors import NONE, NOT_LEADER_OR_FOLLOWER
 from daemon.cluster.metadata_cache import MetadataCache
-from daemon.replica.leadership import ClusterLeadership
+from daemon.replica.leadership import ClusterLeadership, Standalone
 from daemon.replica.manager import ReplicaManager
 from daemon.replica.partition import Partition
 from daemon.storage.log_manager import LogManager
@@ -207,5 +207,50 @@ def test_a_fetch_read_across_an_isr_shrink_does_not_bring_its_follower_back(
                 [ReadSpec(p, 3, 1 << 20, replica_id=3, leader_epoch=5)], 1 << 20)
             assert again.error == FENCED_LEADER_EPOCH
             assert proposed == []
+
+    asyncio.run(main())
+
+
+def test_standalone_leads_at_the_latest_epoch_its_log_holds_and_never_lower(
+        tmp_path: Path) -> None:
+    """Standalone, a new log is led at epoch 0 and one a Kafka leader wrote at epoch 5
+    at 5: appends are taken and stamped with it (led at 0, they were refused as stale).
+    A log that comes back holding less (a re-admitted dir that lost the partition,
+    re-created empty) is still led at 5, and its first append records it."""
+    async def main() -> None:
+        storage = LogManager([tmp_path / "d0", tmp_path / "d1"], LogConfig(), broker_id=1)
+        await storage.start()
+        try:
+            d0, d1 = storage.dirs
+            assert d0.logdir is not None and d1.logdir is not None
+            leadership = Standalone(1)
+            replicas = ReplicaManager(storage, leadership)
+            new = Partition(TopicPartition("t", 0),
+                            await storage.run(d0, d0.logdir.create_log, "t", 0), d0, 0)
+            kafka = await storage.run(d0, d0.logdir.create_log, "t", 1)
+            await storage.run(d0, kafka.append, build_batch([Record(b"k", b"kafka")]), 5)
+            taken = Partition(TopicPartition("t", 1), kafka, d0, 1)
+            for p in (new, taken):
+                replicas.add(p)
+            assert [leadership.state(p).leader_epoch for p in (new, taken)] == [0, 5]
+
+            def epochs(p: Partition) -> tuple[list[int], list[tuple[int, int]]]:
+                assert p.log is not None
+                return ([b.partition_leader_epoch for b in iter_batches(p.log.read(0, 1 << 20))],
+                        [(e.epoch, e.start_offset) for e in p.log.epochs.entries])
+
+            results = await replicas.append([(new, build_batch([Record(b"k", b"a")])),
+                                             (taken, build_batch([Record(b"k", b"b")]))])
+            assert [r.error for r in results] == [NONE, NONE]
+            assert await storage.run(d0, epochs, new) == ([0], [(0, 0)])
+            assert await storage.run(d0, epochs, taken) == ([5, 5], [(5, 0)])
+
+            taken.log, taken.dir = await storage.run(d1, d1.logdir.create_log, "t", 1), d1
+            assert leadership.fencing_epoch(taken) == 5
+            [again] = await replicas.append([(taken, build_batch([Record(b"k", b"c")]))])
+            assert (again.error, again.base_offset) == (NONE, 0)
+            assert await storage.run(d1, epochs, taken) == ([5], [(5, 0)])
+        finally:
+            await storage.stop()
 
     asyncio.run(main())

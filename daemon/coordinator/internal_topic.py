@@ -58,7 +58,8 @@ class InternalTopic:
             return None
         if not self.replicas.leadership.is_leader(p):
             return None
-        return self.replicas.leadership.leader_epoch(p.tp)
+        # The epoch its appends are stamped with (standalone: the latest its log holds).
+        return self.replicas.leadership.fencing_epoch(p)
 
     async def append(self, partition: int, batch: bytes, timeout_ms: int, *,
                      guard: Any = None) -> int:

@@ -3,9 +3,10 @@
 This is the one place the daemon decides leadership; everything else asks it. Two
 classes answer the same questions:
 - `Standalone` (no `zookeeper.connect`): the broker is a one-broker cluster that leads
-  every partition it holds, its replica set and ISR are itself, the high watermark is the
-  log end offset (HW = LEO, so acks=all is the same as acks=1), and a partition whose log
-  dir is offline has no leader.
+  every partition it holds, at the latest leader epoch its log holds (`Standalone.epoch`),
+  its replica set and ISR are itself, the high watermark is the log end offset (HW = LEO,
+  so acks=all is the same as acks=1), and a partition whose log dir is offline has no
+  leader.
 - `ClusterLeadership` (ZooKeeper mode): leadership and leader epochs per partition come
   from the controller's LeaderAndIsr requests (`apply`, `forget`); what Metadata tells
   clients (leaders, replicas, ISR, offline replicas, live brokers and their endpoints)
@@ -49,6 +50,8 @@ class Standalone:
     def __init__(self, broker_id: int, rack: str | None = None):
         self.broker_id = broker_id
         self.rack = rack  # broker.rack, shown in Metadata
+        # The highest leader epoch each partition was led at since start-up (`epoch`).
+        self._led: dict[TopicPartition, int] = {}
 
     @property
     def controller_id(self) -> int:
@@ -66,21 +69,53 @@ class Standalone:
         """Whether `p` is followed here (standalone: never)."""
         return False
 
-    def leader_epoch(self, tp: TopicPartition) -> int:
-        """Standalone, every partition is led at epoch 0 (a Kafka broker's first)."""
-        return 0
+    def epoch(self, p: Partition) -> int:
+        """The leader epoch `p` is led at: the latest its log holds (its epoch cache's
+        latest; 0 for a log with none), never lower than one it was led at since
+        start-up. The one answer for Metadata, ListOffsets, the fencing of Fetch and
+        OffsetForLeaderEpoch, the epoch appends are stamped with, and the coordinators'
+        internal topics.
+
+        A log Kafka wrote after a leader change holds batches of, say, epoch 5: led at 0,
+        every append was refused (ReplicaManager refuses an epoch below the log's latest
+        as stale). Not at 6 either, as a Kafka controller bumps the epoch for each new
+        leadership: the bump tells one replica's history from another's, and here the one
+        replica is the history. At 5, what a Kafka client knows stays valid (its cached
+        metadata; the epoch of its position or committed offset, which OffsetForLeaderEpoch
+        finds ending at the log end: nothing truncated), and every batch written here
+        carries an epoch a controller gave: a Kafka broker given the dir back is elected
+        at its ZooKeeper epoch + 1, above them all, where a 6 minted here could be that
+        very epoch, for another leader's batches. So taking a log on writes nothing, a new
+        log is led at 0, and a replica move keeps its epochs.
+
+        The floor: a log can come back holding less (a re-admitted dir that lost the
+        partition, re-created empty; recovery that cut a whole epoch), and a lower epoch
+        would strand the clients that saw the higher one: Kafka's clients ignore metadata
+        older than the epoch they cached, and fetch at theirs, told UNKNOWN_LEADER_EPOCH,
+        forever. Led at the higher one, the next append records it. (A topic deleted and
+        created again keeps it too, for the same clients.)
+
+        Event loop; the log's dir worker may be appending (LeaderEpochCache.latest_epoch
+        may be read meanwhile)."""
+        lg = p.log
+        held = lg.epochs.latest_epoch if lg is not None else -1
+        led = self._led.get(p.tp, 0)
+        if held > led:
+            self._led[p.tp] = led = held
+        return led
 
     def state(self, p: Partition) -> LeaderAndIsr:
         me = [self.broker_id]
         if p.offline:
             # As a Kafka controller reports a partition whose only replica is offline:
             # no leader, the replica listed offline.
-            return LeaderAndIsr(-1, 0, me, me, me)
-        return LeaderAndIsr(self.broker_id, 0, me, me, [])
+            return LeaderAndIsr(-1, self.epoch(p), me, me, me)
+        return LeaderAndIsr(self.broker_id, self.epoch(p), me, me, [])
 
     def fencing_epoch(self, p: Partition) -> int:
-        """The leader epoch a Fetch or OffsetForLeaderEpoch is checked against."""
-        return 0
+        """The leader epoch a Fetch or OffsetForLeaderEpoch is checked against, and the
+        one appends are stamped with."""
+        return self.epoch(p)
 
     def high_watermark(self, log: Log) -> int:
         """On `log`'s dir worker, after an append or when the log is taken on: the high
