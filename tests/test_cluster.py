@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -25,7 +27,7 @@ from kazoo.client import KazooClient
 from daemon.wire import views
 
 from .cluster_helpers import SESSION_MS, Cluster, wait_for
-from .daemon_helpers import RawClient
+from .daemon_helpers import REPO, RawClient
 from .sick_helpers import produce_raw
 
 NOT_LEADER_OR_FOLLOWER = 6
@@ -169,6 +171,16 @@ def test_controller_failover_and_a_paused_zombie_is_fenced(tmp_path: Path) -> No
         try:
             epoch1 = int(zc.get("/controller_epoch")[0])
             cl.brokers[first].kill()
+            # At once, while every broker still names the killed controller: the command
+            # looks it up again until the new one answers (Kafka's admin clients retry
+            # until their API timeout), instead of failing on the refused connection.
+            other = next(b for b in cl.brokers if b != first)
+            made = subprocess.run(
+                [sys.executable, "-m", "daemon.cli", "topics", "create", "--bootstrap-server",
+                 cl.brokers[other].bootstrap, "--topic", "during", "--partitions", "1",
+                 "--replication-factor", "2"], cwd=REPO, capture_output=True, text=True,
+                timeout=120, env=dict(os.environ, PYTHONPATH=str(REPO)))
+            assert made.returncode == 0, made.stderr
             second = wait_for(lambda: (c := cl.controller()) not in (first, -1) and c, 30,
                               "a new controller")
             assert int(zc.get("/controller_epoch")[0]) == epoch1 + 1

@@ -39,6 +39,12 @@ class ClientError(Exception):
     """A broker that cannot be reached or answered nonsense; names the address and API."""
 
 
+class ControllerUnavailable(ClientError):
+    """The bootstrap server answered, but the controller it names cannot be reached (or
+    there is none): it may have just died, with a new one elected within the ZooKeeper
+    session timeout."""
+
+
 class Refused(Exception):
     """The broker answered the request with an error code: nothing was done."""
 
@@ -198,12 +204,17 @@ def connect_broker(bootstrap: str, broker_id: int, *, timeout: float = 10.0) -> 
         meta = metadata(conn, [])
     wanted = meta.controller_id if broker_id == CONTROLLER else broker_id
     if broker_id == CONTROLLER and wanted < 0:
-        raise ClientError(f"{conn.address}: the cluster has no active controller right "
-                          "now (one is elected within the ZooKeeper session timeout); "
-                          "try again")
+        raise ControllerUnavailable(
+            f"{conn.address}: the cluster has no active controller right now (one is "
+            "elected within the ZooKeeper session timeout); try again")
     for b in meta.brokers:
         if b.node_id == wanted:
-            return Connection(b.host, b.port, timeout=timeout)
+            if broker_id != CONTROLLER:
+                return Connection(b.host, b.port, timeout=timeout)
+            try:
+                return Connection(b.host, b.port, timeout=timeout)
+            except ClientError as err:
+                raise ControllerUnavailable(f"the controller, broker {wanted}: {err}") from err
     what = "the controller" if broker_id == CONTROLLER else "broker"
     raise ClientError(f"{what} {wanted} is not in the cluster's metadata (brokers "
                       f"{sorted(b.node_id for b in meta.brokers)})")
@@ -220,18 +231,31 @@ def metadata(conn: Connection, topics: list[str] | None) -> Any:
 # A controller that moved between our Metadata and the request answers NOT_CONTROLLER:
 # asked again (at the new one) this many times, as Kafka's admin clients retry.
 CONTROLLER_TRIES = 3
+# How long before looking up a controller that could not be reached again (seconds).
+CONTROLLER_RETRY_S = 0.5
 
 
 def at_controller(bootstrap: str, timeout_ms: int, send: Callable[[Connection], T], *,
                   socket_timeout: float | None = None) -> T:
     """`send(conn)` at the active controller; its answer (a tuple whose first item is
     the error code) is asked again at the new controller when the controller moved
-    meanwhile (NOT_CONTROLLER). The socket waits `socket_timeout`, by default longer
-    than the broker may hold the answer (timeout_ms)."""
+    meanwhile (NOT_CONTROLLER). A controller that cannot be reached, or none at all (a
+    killed one is listed until its ZooKeeper session expires), is looked up again until
+    timeout_ms has passed, as Kafka's admin clients retry until their API timeout. The
+    socket waits `socket_timeout`, by default longer than the broker may hold the answer
+    (timeout_ms)."""
     tries = 0
     wait = timeout_ms / 1000 + 10 if socket_timeout is None else socket_timeout
+    deadline = time.monotonic() + timeout_ms / 1000
     while True:
-        with connect_broker(bootstrap, CONTROLLER, timeout=wait) as conn:
+        try:
+            conn = connect_broker(bootstrap, CONTROLLER, timeout=wait)
+        except ControllerUnavailable as err:
+            if time.monotonic() >= deadline:
+                raise ClientError(f"{err} (still, after {timeout_ms} ms)") from err
+            time.sleep(CONTROLLER_RETRY_S)
+            continue
+        with conn:
             answer = send(conn)
         tries += 1
         if answer[0] != NOT_CONTROLLER or tries == CONTROLLER_TRIES:  # type: ignore[index]
