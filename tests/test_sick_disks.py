@@ -16,6 +16,8 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -548,6 +550,20 @@ def test_cordoned_dir_takes_no_new_partitions_across_restarts(tmp_path: Path) ->
             create_topic(d, f"t{i}", 1)
         assert {placement(d, f"t{i}")[0] for i in range(4)} == {d.log_dirs[2]}
     with d.start():
+        proc = run_cli("log-dirs", "status", "--http", http)
+        assert [e["cordoned"] for e in json.loads(proc.stdout)] == [True, True, False]
+        # What a web page can make a browser send without asking first (a form, text/plain)
+        # is refused with 415 and changes nothing; the command sends application/json.
+        for ctype in ("text/plain", "application/x-www-form-urlencoded", None):
+            req = urllib.request.Request(
+                f"http://{http}/admin/log-dirs/uncordon", method="POST",
+                data=json.dumps({"dir": str(d.log_dirs[0])}).encode(),
+                headers={} if ctype is None else {"Content-Type": ctype})
+            if ctype is None:
+                req.remove_header("Content-type")
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(req, timeout=30)
+            assert refused.value.code == 415, ctype
         proc = run_cli("log-dirs", "status", "--http", http)
         assert [e["cordoned"] for e in json.loads(proc.stdout)] == [True, True, False]
         create_topic(d, "after-restart", 1)

@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("logkeeper.metrics")
 
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
-            409: "Conflict", 413: "Payload Too Large", 503: "Service Unavailable"}
+            409: "Conflict", 413: "Payload Too Large", 415: "Unsupported Media Type",
+            503: "Service Unavailable"}
 MAX_ADMIN_BODY = 64 * 1024
 AdminHandler = Callable[[str, dict[str, Any]], Awaitable[tuple[int, dict[str, Any]]]]
 
@@ -55,19 +56,29 @@ class HttpEndpoint:
         try:
             line = await asyncio.wait_for(reader.readline(), 10)
             parts = line.decode("latin-1").split()
-            length = 0
-            while True:  # the headers: only Content-Length matters here
+            length, ctype = 0, ""
+            while True:  # the headers: only Content-Length and Content-Type matter here
                 h = await asyncio.wait_for(reader.readline(), 10)
                 if h in (b"\r\n", b"\n", b""):
                     break
                 name, _, value = h.decode("latin-1").partition(":")
                 if name.strip().lower() == "content-length":
                     length = int(value.strip())
+                elif name.strip().lower() == "content-type":
+                    ctype = value.split(";", 1)[0].strip().lower()
             if len(parts) < 2:
                 await self._reply(writer, 400, b"bad request line\n", "text/plain")
                 return
             method, target = parts[0], parts[1].split("?", 1)[0]
             if method == "POST" and target.startswith("/admin/") and self.admin is not None:
+                if ctype != "application/json":
+                    # A web page can make a browser POST a form or text/plain to this
+                    # port without asking; application/json it must ask for first (a
+                    # CORS preflight this endpoint never grants).
+                    await self._reply(writer, 415, b'{"error": "POST /admin/ takes '
+                                      b'Content-Type: application/json"}\n',
+                                      "application/json")
+                    return
                 await self._admin(reader, writer, target[len("/admin/"):], length)
             elif method not in ("GET", "HEAD"):
                 await self._reply(writer, 405, b"GET only (POST for /admin/)\n", "text/plain")
