@@ -32,11 +32,13 @@ def test_prints_each_api_the_broker_serves_and_what_it_does_not(tmp_path: Path) 
     assert f"Fetch(1): {fetch.min_version} to {fetch.max_version} " \
            f"[usable: {fetch.max_version}]" in body
     assert "ListPartitionReassignments(46): 0 [usable: 0]" in body
-    # SASL and transactions are served; DescribeCluster is not, and is said to be so.
+    # SASL, transactions and DescribeCluster are served; KRaft's DescribeQuorum is not,
+    # and is said not to be.
     assert "SaslHandshake(17): 0 to 1 [usable: 1]" in body
     assert "EndTxn(26): 0 to 3 [usable: 3]" in body
     assert "DescribeProducers(61): 0 [usable: 0]" in body
-    assert "DescribeCluster(60): UNSUPPORTED" in body
+    assert "DescribeCluster(60): 0 to 1 [usable: 1]" in body
+    assert "DescribeQuorum(55): UNSUPPORTED" in body
     keys = [int(line.split("(")[1].split(")")[0]) for line in body]
     assert keys == sorted(keys) and set(SUPPORTED) <= set(keys)
 

@@ -8,6 +8,7 @@ watermark and acks=all are tests/test_replication.py's.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -20,6 +21,7 @@ import confluent_kafka as ck
 import confluent_kafka.admin as ck_admin
 import pytest
 from kafka.admin import KafkaAdminClient, NewTopic
+from kafka.protocol.admin import DescribeClusterRequest
 from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest
 from kafka.protocol.producer import InitProducerIdRequest
 from kazoo.client import KazooClient
@@ -93,11 +95,24 @@ def test_topics_through_any_broker_metadata_agrees_and_only_the_leader_takes_wri
             for (_, _), (leader, epoch, replicas, isr, offline) in meta["partitions"].items():
                 assert sorted(replicas) == [1, 2, 3] and sorted(isr) == [1, 2, 3]
                 assert leader == replicas[0] and epoch == 0 and offline == []
+        # DescribeCluster (what admin clients' describe cluster sends) through a broker
+        # that is not the controller: every broker and the controller, as Metadata has
+        # them; a KRaft controller endpoint is asked for in vain (114).
+        c = RawClient(cl.brokers[other].port)
+        desc = c.request(DescribeClusterRequest[1](include_cluster_authorized_operations=True,
+                                                   endpoint_type=1), 1)
+        assert desc.error_code == 0 and desc.controller_id == controller
+        assert sorted((b.broker_id, b.port) for b in desc.brokers) == [
+            (b, cl.brokers[b].port) for b in (1, 2, 3)]
+        assert c.request(DescribeClusterRequest[1](include_cluster_authorized_operations=False,
+                                                   endpoint_type=2), 1).error_code == 114
+        c.close()
         # The topic config and assignment are Kafka's znodes.
         zc = KazooClient(hosts=cl.zk.hosts)
         zc.start(15)
         try:
             assert zc.exists("/config/topics/kp") and zc.exists("/brokers/topics/kp")
+            assert json.loads(zc.get("/cluster/id")[0])["id"] == desc.cluster_id
         finally:
             zc.stop()
             zc.close()

@@ -38,6 +38,7 @@ UNSUPPORTED_VERSION = ke.UnsupportedVersionError.errno
 TOPIC_ALREADY_EXISTS = ke.TopicAlreadyExistsError.errno
 INVALID_PARTITIONS = ke.InvalidPartitionsError.errno
 INVALID_REPLICATION_FACTOR = ke.InvalidReplicationFactorError.errno
+MISMATCHED_ENDPOINT_TYPE = ke.MismatchedEndpointTypeError.errno
 INVALID_REPLICA_ASSIGNMENT = ke.InvalidReplicationAssignmentError.errno
 INVALID_CONFIG = ke.InvalidConfigurationError.errno
 POLICY_VIOLATION = ke.PolicyViolationError.errno

@@ -23,6 +23,7 @@ from kafka.protocol.admin import (
     AlterReplicaLogDirsResponse,
     CreateTopicsResponse,
     DeleteTopicsResponse,
+    DescribeClusterResponse,
     DescribeLogDirsResponse,
 )
 from kafka.protocol.consumer import ListOffsetsResponse, OffsetForLeaderEpochResponse
@@ -74,6 +75,8 @@ CLOSE = object()  # sentinel: close the connection without a response
 # ListOffsets' replica id that may ask any replica, not only the leader (Kafka's
 # ListOffsetsRequest.DEBUGGING_REPLICA_ID); consumers send -1, followers their broker id.
 DEBUGGING_REPLICA_ID = -2
+# DescribeCluster's endpoint type of brokers (2: KRaft controllers, none here).
+BROKER_ENDPOINT = 1
 
 
 @dataclass(eq=False)
@@ -216,6 +219,7 @@ class Handlers:
             18: self.api_versions, 19: self.create_topics, 20: self.delete_topics,
             23: self.offset_for_leader_epoch,
             34: self.alter_replica_log_dirs, 35: self.describe_log_dirs,
+            60: self.describe_cluster,
         }
 
     def register(self, apis: dict[int, Any]) -> None:
@@ -839,6 +843,38 @@ class Handlers:
             cluster_id=self.storage.cluster_id, controller_id=self.leadership.controller_id,
             topics=out, **({} if cluster_ops is None
                            else {"authorized_operations": cluster_ops}))
+
+    # ---- DescribeCluster ----
+
+    async def describe_cluster(self, req: protocol.Request, conn: ConnInfo) -> Any:
+        """The live brokers (on the listener asked), the controller and the cluster id,
+        as Metadata gives them without topics (KIP-700, what admin clients' describe
+        cluster sends first). A broker describes brokers only: asked for controllers
+        (v1 endpoint type 2, KRaft's), MISMATCHED_ENDPOINT_TYPE, as Kafka's broker."""
+        body = req.body
+        endpoint_type = body.endpoint_type if req.version >= 1 else BROKER_ENDPOINT
+        extra = {"endpoint_type": endpoint_type} if req.version >= 1 else {}
+        B = DescribeClusterResponse.DescribeClusterBroker
+        if endpoint_type != BROKER_ENDPOINT:
+            return DescribeClusterResponse(
+                throttle_time_ms=0, error_code=errors.MISMATCHED_ENDPOINT_TYPE,
+                error_message="The request was sent to an endpoint of type BROKER, but we "
+                              "wanted an endpoint of type CONTROLLER",
+                cluster_id=self.storage.cluster_id or "", controller_id=-1, brokers=[],
+                **extra)
+        if body.include_cluster_authorized_operations:  # else its default: not asked
+            extra["authorized_operations"] = conn.authorized_operations(
+                ResourceType.CLUSTER, CLUSTER_NAME) \
+                if conn.allowed(Operation.DESCRIBE, ResourceType.CLUSTER) else set()
+        me = self.advertised.get(conn.listener) if self.advertised else \
+            (conn.local_host, conn.local_port)
+        rows = self.leadership.broker_rows(me, conn.listener)
+        return DescribeClusterResponse(
+            throttle_time_ms=0, error_code=errors.NONE, error_message=None,
+            cluster_id=self.storage.cluster_id or "",
+            controller_id=self.leadership.controller_id,
+            brokers=[B(broker_id=b, host=h, port=pt, rack=rack) for b, h, pt, rack in rows],
+            **extra)
 
     async def _auto_create(self, name: str, conn: ConnInfo) -> int | None:
         """Create `name` for a Metadata request (auto.create.topics.enable): NONE once it

@@ -50,6 +50,8 @@ from kafka.protocol.admin import (
     DescribeAclsResponse,
     DescribeClientQuotasRequest,
     DescribeClientQuotasResponse,
+    DescribeClusterRequest,
+    DescribeClusterResponse,
     DescribeConfigsRequest,
     DescribeConfigsResponse,
     DescribeGroupsRequest,
@@ -214,6 +216,9 @@ SUPPORTED: dict[int, Api] = {a.key: a for a in (
     # everything here is local); v10 adds a timeout for remote lookups, none here.
     _api(ListOffsetsRequest, ListOffsetsResponse, 1, 9),
     _api(MetadataRequest, MetadataResponse, 0, 8),
+    # The brokers and controller without the topics (KIP-700); v2 adds KRaft's fenced
+    # brokers, none here.
+    _api(DescribeClusterRequest, DescribeClusterResponse, 0, 1),
     _api(ApiVersionsRequest, ApiVersionsResponse, 0, 3),
     _api(CreateTopicsRequest, CreateTopicsResponse, 2, 4),
     _api(DeleteTopicsRequest, DeleteTopicsResponse, 1, 5),
