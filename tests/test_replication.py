@@ -8,6 +8,7 @@ replication_test.py and its min.insync.replicas rules).
 from __future__ import annotations
 
 import collections
+import json
 import logging
 import signal
 import threading
@@ -626,3 +627,109 @@ def produce_acks1(c: RawClient, topic: str, values: list[bytes]) -> tuple[int, i
             [Record(None, v, [], int(time.time() * 1000)) for v in values]))])]), 8)
     part = resp.responses[0].partition_responses[0]
     return part.error_code, part.base_offset
+
+
+def _deleted_records_setup(cl: Cluster, topic: str) -> tuple[int, list[int]]:
+    """RF 3 `topic`, led by a broker that is not the controller (its kill -9 then moves
+    only the leadership), holding 300 records in batches of 50, on every replica:
+    (leader, followers)."""
+    ctl = cl.controller()
+    leader = next(b for b in cl.brokers if b != ctl)
+    followers = [b for b in cl.brokers if b != leader]
+    create(cl, topic, 1, assignment=[[leader, *followers]])
+    c = RawClient(cl.brokers[leader].port)
+    try:
+        for i in range(6):
+            assert produce_raw(c, topic, 0, [b"r%d" % j for j in range(50 * i, 50 * i + 50)]
+                               ) == (0, 50 * i)
+    finally:
+        c.close()
+    wait_for(lambda: replicas_identical(cl, topic, 1), 30, f"{topic}-0 on every replica")
+    return leader, followers
+
+
+def _after_killing_the_leader(cl: Cluster, topic: str, leader: int, offset: int) -> None:
+    """kill -9 `leader`: a follower leads, and its log starts at `offset`, as ListOffsets
+    EARLIEST (a real client) and a consumer from the beginning see it."""
+    cl.brokers[leader].kill()
+    other = next(b for b in cl.alive())
+    wait_for(lambda: cl.metadata(other, [topic])["partitions"][(topic, 0)][0] not in (-1, leader),
+             SESSION_MS / 1000 + 20, "a follower elected leader")
+    bootstrap = ",".join(cl.brokers[b].bootstrap for b in cl.alive())
+    c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "after-kill",
+                     "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    try:
+        assert c.get_watermark_offsets(ck.TopicPartition(topic, 0), 30) == (offset, 300)
+        c.assign([ck.TopicPartition(topic, 0, ck.OFFSET_BEGINNING)])
+        got: dict[int, bytes] = {}
+        deadline = time.monotonic() + 30
+        while len(got) < 300 - offset:
+            assert time.monotonic() < deadline, f"consumed only {sorted(got)[:5]}..."
+            for m in c.consume(500, 0.5):
+                if m.error() is None:
+                    got[m.offset()] = m.value()
+        assert min(got) == offset and got[offset] == b"r%d" % offset
+    finally:
+        c.close()
+
+
+def test_delete_records_waits_for_the_live_followers_and_times_out_while_they_are_stopped(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Kafka's DelayedDeleteRecords: the answer waits until every replica on a live
+    broker has moved its log start to the offset asked (each follower's, as its Fetch
+    requests tell it). Both followers stopped (SIGSTOP: still alive in the metadata and
+    in the ISR), `logkeeper delete-records` with a 1 s timeout answers
+    RequestTimedOutError, not a low watermark that only the leader holds (a kill -9 of
+    the leader then brought the records back). The leader's own delete stays done.
+    Resumed, the followers follow; DeleteRecords answers the offset, and after a kill
+    -9 of the leader the new leader starts there."""
+    from daemon.tools import delete_records as tool
+
+    with Cluster(tmp_path, dirs=1) as cl:
+        leader, followers = _deleted_records_setup(cl, "dr")
+        plan = tmp_path / "plan.json"
+        plan.write_text(json.dumps({"partitions": [{"topic": "dr", "partition": 0,
+                                                    "offset": 150}], "version": 1}))
+        capsys.readouterr()
+        for b in followers:
+            cl.brokers[b].proc.send_signal(signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            code = tool.main(["--bootstrap-server", cl.brokers[leader].bootstrap,
+                              "--offset-json-file", str(plan), "--timeout-ms", "1000"])
+            took = time.monotonic() - started
+        finally:
+            for b in followers:
+                cl.brokers[b].proc.send_signal(signal.SIGCONT)
+        out = capsys.readouterr().out
+        assert code == 1, out
+        assert "partition: dr-0\terror: RequestTimedOutError (7)" in out, out
+        assert "low_watermark" not in out and "150 within 1000 ms" in out, out
+        assert 1.0 <= took < 4, took
+        assert metric(cl.brokers[leader], "kafka_log_log_logstartoffset", topic="dr",
+                      partition="0") == 150  # deleted on the leader all the same
+
+        a = ck_admin.AdminClient({"bootstrap.servers": cl.brokers[leader].bootstrap})
+        for fut in a.delete_records([ck.TopicPartition("dr", 0, 150)],
+                                    operation_timeout=30, request_timeout=40).values():
+            assert fut.result(40).low_watermark == 150
+        _after_killing_the_leader(cl, "dr", leader, 150)
+
+
+def test_delete_records_answers_promptly_once_the_live_followers_moved(tmp_path: Path) -> None:
+    """With every follower fetching, DeleteRecords answers within a fetch round, and
+    only once every replica's log start is at the offset asked: a kill -9 of the leader
+    right after the answer leaves the new leader starting there (the followers had
+    moved before the answer, not at a fetch that came after it, or never)."""
+    with Cluster(tmp_path, dirs=1) as cl:
+        leader, followers = _deleted_records_setup(cl, "dq")
+        a = ck_admin.AdminClient({"bootstrap.servers": cl.brokers[leader].bootstrap})
+        started = time.monotonic()
+        for fut in a.delete_records([ck.TopicPartition("dq", 0, 150)],
+                                    operation_timeout=30, request_timeout=40).values():
+            assert fut.result(40).low_watermark == 150
+        assert time.monotonic() - started < 3
+        _after_killing_the_leader(cl, "dq", leader, 150)
+        for b in followers:
+            assert metric(cl.brokers[b], "kafka_log_log_logstartoffset", topic="dq",
+                          partition="0") == 150

@@ -45,7 +45,7 @@ from ..ops.metrics import Metrics
 from ..replica.control import ControlRequests
 from ..replica.manager import Marker, ReadSpec, ReplicaManager
 from ..replica.moves import ReplicaMoves
-from ..replica.partition import AppendResult, Partition
+from ..replica.partition import AppendResult, Partition, delayed, wait_for_change
 from ..replica.topic_config import TopicConfigs
 from ..replica.topics import TopicAdmin, TopicError, refuse_internal
 from ..replica.txn_verification import TxnVerifier, produce_error
@@ -478,37 +478,35 @@ class Handlers:
         `timeout_ms` passed -> REQUEST_TIMED_OUT (7). Results are replaced in place."""
         isr = self.replicas.isr
         assert isr is not None
-        waiting: dict[int, tuple[Partition, int]] = {}
+        waiting: dict[int, Partition] = {}
+        ends: dict[int, int] = {}
         for i, ((p, _), r) in enumerate(zip(items, results, strict=True)):
             if r.error == errors.NONE and r.end_offset >= 0:
-                waiting[i] = (p, r.end_offset)
-        deadline = time.monotonic() + max(timeout_ms, 0) / 1000
-        while waiting:
-            for i, (p, end) in list(waiting.items()):
-                st = isr.state(p.tp)
-                lg = p.log
-                if st is None or lg is None or p.deleted:
-                    results[i] = AppendResult(errors.NOT_LEADER_OR_FOLLOWER,
-                                              message=f"{p.tp}: leadership moved before the "
-                                                      "write was replicated")
-                elif lg.high_watermark >= end:
-                    pass  # replicated: the append's result stands
-                elif st.under_min_isr:
-                    results[i] = AppendResult(
-                        errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
-                        message=f"{p.tp}: written to the leader, but the ISR {list(st.isr)} fell "
-                                f"below min.insync.replicas={st.min_isr}")
-                else:
-                    continue
-                del waiting[i]
-            remaining = deadline - time.monotonic()
-            if not waiting or remaining <= 0 or self.stopping.is_set():
-                break
-            await self._wait_for_data([p for p, _ in waiting.values()], remaining)
-        for i, (p, _end) in waiting.items():
+                waiting[i], ends[i] = p, r.end_offset
+
+        def settled(i: int) -> bool:
+            p = waiting[i]
+            st = isr.state(p.tp)
+            lg = p.log
+            if st is None or lg is None or p.deleted:
+                results[i] = AppendResult(errors.NOT_LEADER_OR_FOLLOWER,
+                                          message=f"{p.tp}: leadership moved before the "
+                                                  "write was replicated")
+            elif lg.high_watermark >= ends[i]:
+                pass  # replicated: the append's result stands
+            elif st.under_min_isr:
+                results[i] = AppendResult(
+                    errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+                    message=f"{p.tp}: written to the leader, but the ISR {list(st.isr)} fell "
+                            f"below min.insync.replicas={st.min_isr}")
+            else:
+                return False
+            return True
+
+        for i in await delayed(waiting, settled, timeout_ms, self.stopping):
             results[i] = AppendResult(errors.REQUEST_TIMED_OUT,
-                                      message=f"{p.tp}: not replicated to the ISR within "
-                                              f"{timeout_ms} ms")
+                                      message=f"{waiting[i].tp}: not replicated to the ISR "
+                                              f"within {timeout_ms} ms")
 
     # ---- Fetch ----
 
@@ -700,20 +698,7 @@ class Handlers:
 
     async def _wait_for_data(self, parts: list[Partition], timeout: float) -> None:
         """Sleep until an append to one of `parts`, the timeout, or shutdown."""
-        if not parts:
-            await asyncio.sleep(timeout)
-            return
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        for p in parts:
-            p.wait(fut)
-        stop = asyncio.ensure_future(self.stopping.wait())
-        try:
-            await asyncio.wait([fut, stop], timeout=timeout,
-                               return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stop.cancel()
-            for p in parts:
-                p.stop_waiting(fut)
+        await wait_for_change(parts, timeout, self.stopping)
 
     # ---- ListOffsets ----
 

@@ -6,8 +6,14 @@ Kafka broker answers them (docs/cluster.md "Deleting records and adding partitio
 DeleteRecords is served by each partition's leader: the log start offset moves up to
 the offset asked (-1: the high watermark), whole segments below it are deleted at once,
 followers follow from the log start offset in their Fetch answers, and ListOffsets
-EARLIEST answers it. The low watermark answered is the leader's new log start offset
-(Kafka waits until every replica has moved; here followers move at their next fetch).
+EARLIEST answers it. As Kafka's DelayedDeleteRecords, the answer waits until the low
+watermark (the least log start offset of the leader and of every replica on a live
+broker, each follower's as its Fetch requests tell it; daemon.replica.isr) reaches the
+offset asked, and answers it then: a leader lost after the answer leaves no replica
+that could lead with the records back. A partition still waiting at `timeout_ms` answers
+REQUEST_TIMED_OUT (7): the leader's delete is done and stays done, and the followers
+follow at their next fetch. Leadership lost meanwhile answers 6. Standalone, the log
+start offset is the low watermark: the answer is at once.
 
 CreatePartitions: standalone, this broker adds the partitions to its dirs (placed by
 free space, with the topic's config); in a cluster only the active controller takes it
@@ -57,7 +63,7 @@ from kafka.protocol.admin import (
 from logstore import TopicPartition
 
 from ..replica.manager import ReplicaManager
-from ..replica.partition import Partition
+from ..replica.partition import Partition, delayed
 from ..replica.topics import TopicAdmin, TopicError, refuse_internal
 from ..security.acls import Operation, ResourceType
 from . import errors, protocol
@@ -108,16 +114,48 @@ class PartitionApis:
                 else:
                     slots.append((t.name, part.partition_index, None))
                     items.append((p, part.offset))
-        done = iter(await self.replicas.delete_records(items) if items else [])
+        deleted = await self.replicas.delete_records(items) if items else []
+        answers = await self._await_low_watermarks(items, deleted, body.timeout_ms)
+        done = iter(answers)
         out: dict[str, list[Any]] = {}
         for topic, index, res in slots:
             code, low = res if res is not None else next(done)
             if code == errors.NONE:
                 log.info("DeleteRecords: %s-%d starts at %d now", topic, index, low)
+            elif code == errors.REQUEST_TIMED_OUT:
+                log.warning("DeleteRecords: %s-%d: deleted here, but a replica on a live "
+                            "broker still started below the offset asked after %d ms "
+                            "(low watermark %d)", topic, index, body.timeout_ms, low)
             out.setdefault(topic, []).append(P(partition_index=index, low_watermark=low,
                                                error_code=code))
         return DeleteRecordsResponse(throttle_time_ms=0, topics=[
             R(name=t, partitions=ps) for t, ps in out.items()])
+
+    async def _await_low_watermarks(self, items: list[tuple[Partition, int]],
+                                    deleted: list[tuple[int, int, int]], timeout_ms: int
+                                    ) -> list[tuple[int, int]]:
+        """Kafka's DelayedDeleteRecords: (error, low watermark) per partition deleted
+        from (`deleted`: the leader's error, new log start, offset required), each one
+        answered once its low watermark reaches the offset required, NOT_LEADER_OR_FOLLOWER
+        (6) if leadership is lost first, REQUEST_TIMED_OUT (7) at `timeout_ms` with the
+        low watermark as it was right after the delete (Kafka's)."""
+        out = [(code, low) for code, low, _ in deleted]
+        waiting = {i: p for i, ((p, _), (code, _, _)) in enumerate(zip(items, deleted, strict=True))
+                   if code == errors.NONE}
+        first: dict[int, int] = {}
+
+        def settled(i: int) -> bool:
+            low = self.replicas.low_watermark(waiting[i])
+            if low is None:
+                out[i] = (errors.NOT_LEADER_OR_FOLLOWER, -1)
+                return True
+            first.setdefault(i, low)
+            out[i] = (errors.NONE, low)
+            return low >= deleted[i][2]
+
+        for i in await delayed(waiting, settled, timeout_ms, self.stopping):
+            out[i] = (errors.REQUEST_TIMED_OUT, first.get(i, out[i][1]))
+        return out
 
     # ---- CreatePartitions ----
 

@@ -99,6 +99,11 @@ class FollowerStorage(Protocol):
         """Move the log start offset up to the leader's."""
         ...
 
+    def log_start_offset(self, tp: TopicPartition) -> int:
+        """Our log start offset, sent in each Fetch (the leader's DeleteRecords waits for
+        it to pass the offset asked); -1 unknown."""
+        ...
+
     async def truncate(self, tp: TopicPartition, offset: int) -> int:
         """Cut the log to end at or below `offset`; the new log end offset."""
         ...
@@ -280,7 +285,8 @@ class Fetcher:
             by_topic.setdefault(tp.topic, []).append(F.FetchPartition(
                 partition=tp.partition, current_leader_epoch=s.leader_epoch,
                 fetch_offset=s.fetch_offset, last_fetched_epoch=s.last_fetched_epoch,
-                log_start_offset=-1, partition_max_bytes=self.partition_max_bytes))
+                log_start_offset=self.storage.log_start_offset(tp),
+                partition_max_bytes=self.partition_max_bytes))
         return FetchRequest(
             replica_id=self.broker_id, max_wait_ms=self.max_wait_ms, min_bytes=self.min_bytes,
             max_bytes=self.max_bytes, isolation_level=0, session_id=0, session_epoch=-1,
@@ -493,6 +499,10 @@ class LogFollowerStorage:
         target = min(offset, lg.log_end_offset)
         if target > lg.log_start_offset:
             await self.run(tp, lg.delete_records, target)
+
+    def log_start_offset(self, tp: TopicPartition) -> int:
+        lg = self.logs.get(tp)  # an int attribute, read on the loop as the log end is
+        return lg.log_start_offset if lg is not None else -1
 
     def set_high_watermark(self, tp: TopicPartition, hw: int) -> None:
         lg = self.logs[tp]

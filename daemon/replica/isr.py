@@ -25,9 +25,13 @@ the topic's `min.insync.replicas`. `IsrManager` moves it, on the event loop:
   maximal ISR, moved only forward, and not at all while the ISR is smaller than
   min(min.insync.replicas, replica count) (Kafka 3.7+, our "durability first").
 
-Each move of the high watermark, of the ISR or of leadership wakes the partition's
-waiters: consumers long-polling at the old high watermark, and acks=all produces in
-the purgatory (daemon.api.handlers).
+**The low watermark** (Kafka's lowWatermarkIfLeader) is the least log start offset of
+the leader and of every replica on a live broker, each follower's as its last fetch
+gave it: DeleteRecords answers once it reaches the offset asked (daemon.api.partitions).
+
+Each move of the high watermark, of the ISR, of leadership or of a follower's log start
+wakes the partition's waiters: consumers long-polling at the old high watermark, and
+acks=all produces and DeleteRecords in the purgatory (daemon.replica.partition.delayed).
 
 Thread-safety: event loop only. The logs are read for their end offset (an int
 attribute; a dir worker may be appending meanwhile, which only makes it larger) and
@@ -168,6 +172,7 @@ class IsrManager:
             f = FollowerState()
             if old is not None:
                 f.log_end_offset = old.log_end_offset
+                f.log_start_offset = old.log_start_offset
                 f.last_fetch_leader_log_end = old.last_fetch_leader_log_end
             if r in isr_t:
                 f.last_caught_up_time = now
@@ -217,9 +222,26 @@ class IsrManager:
         if f is None:
             return  # not a replica of this partition: served, not tracked
         f.on_fetch(fetch_offset, leader_log_end, self.clock())
+        moved_start = log_start_offset > f.log_start_offset
         f.log_start_offset = log_start_offset
         self._maybe_expand(p, st, replica_id, f)
-        self._advance_high_watermark(p)
+        if not self._advance_high_watermark(p) and moved_start:
+            p.notify()  # a DeleteRecords waiting on the low watermark looks again
+
+    def low_watermark(self, tp: TopicPartition) -> int | None:
+        """Kafka's Partition.lowWatermarkIfLeader: the least log start offset of the
+        leader and of every other replica whose broker is alive, in the ISR or not (a
+        replica not heard from since this broker became leader counts as -1); None when
+        `tp` is not led here. DeleteRecords answers once it reaches the offset asked."""
+        st = self.leaders.get(tp)
+        lg = st.partition.log if st is not None else None
+        if st is None or lg is None:
+            return None
+        low = lg.log_start_offset
+        for r, f in st.followers.items():
+            if f.log_start_offset < low and self.alive(r):
+                low = f.log_start_offset
+        return low
 
     # ---- the high watermark ----
 

@@ -398,14 +398,28 @@ class ReplicaManager:
             _with_logs(items), _dir_of, _list_offsets, read_committed,
             on_error=lambda item, err: (error_of(err, "list offsets")[0], -1, -1))
 
-    async def delete_records(self, items: list[tuple[Partition, int]]) -> list[tuple[int, int]]:
-        """(error, low watermark) per (partition, offset): DeleteRecords on a partition
-        led here moves its log start offset up to `offset` (-1: the high watermark) and
-        deletes the segments wholly below it. Followers follow from the log start
-        offset in their Fetch answers; ListOffsets EARLIEST answers it."""
+    async def delete_records(self, items: list[tuple[Partition, int]]
+                             ) -> list[tuple[int, int, int]]:
+        """(error, new log start offset, offset required) per (partition, offset):
+        DeleteRecords on a partition led here moves its log start offset up to `offset`
+        (-1: the high watermark, the offset required then) and deletes the segments
+        wholly below it. Followers follow from the log start offset in their Fetch
+        answers, and tell theirs in their Fetch requests: the answer waits until
+        `low_watermark` reaches the offset required (daemon.api.partitions)."""
         return await self.storage.fan_out(
             _with_logs(items), _dir_of, _delete_records,
-            on_error=lambda item, err: (error_of(err, f"delete records of {item[0].tp}")[0], -1))
+            on_error=lambda item, err: (error_of(err, f"delete records of {item[0].tp}")[0],
+                                        -1, -1))
+
+    def low_watermark(self, p: Partition) -> int | None:
+        """Kafka's lowWatermarkIfLeader: `p`'s log start offset here, in a cluster the
+        least over the replicas on live brokers (daemon.replica.isr); None when `p` is
+        not led here (or its log is gone)."""
+        if not self.leadership.is_leader(p) or p.log is None or p.deleted:
+            return None
+        if self.isr is None:
+            return p.log.log_start_offset  # standalone: the only replica
+        return self.isr.low_watermark(p.tp)
 
     async def end_offsets_for(self, items: list[tuple[Partition, int]]) -> list[tuple[int, int, int]]:
         """(error, epoch, end offset) per (partition, leader epoch): OffsetForLeaderEpoch."""
@@ -710,29 +724,30 @@ def _end_offsets_for(items: list[tuple[Partition, int, Log | None]]) -> list[tup
     return out
 
 
-def _delete_records(items: list[tuple[Partition, int, Log | None]]) -> list[tuple[int, int]]:
-    """(error, new log start offset) per (partition, offset); Kafka's rules: a topic
-    whose cleanup.policy lacks delete answers POLICY_VIOLATION, -1 is the high
-    watermark, an offset past it is OFFSET_OUT_OF_RANGE, one below the log start changes
-    nothing."""
+def _delete_records(items: list[tuple[Partition, int, Log | None]]
+                    ) -> list[tuple[int, int, int]]:
+    """(error, new log start offset, offset required) per (partition, offset); Kafka's
+    rules: a topic whose cleanup.policy lacks delete answers POLICY_VIOLATION, -1 is the
+    high watermark, an offset past it is OFFSET_OUT_OF_RANGE, one below the log start
+    changes nothing."""
     out = []
     for p, offset, lg in items:
         try:
             if p.deleted or lg is None:
-                out.append((UNKNOWN_TOPIC_OR_PARTITION, -1))
+                out.append((UNKNOWN_TOPIC_OR_PARTITION, -1, -1))
                 continue
             if not lg.config.retention_deletes:  # compacted only: its records are the keys'
-                out.append((POLICY_VIOLATION, -1))
+                out.append((POLICY_VIOLATION, -1, -1))
                 continue
             target = lg.high_watermark if offset == -1 else offset
             if target < 0 or target > lg.high_watermark:
-                out.append((OFFSET_OUT_OF_RANGE, -1))
+                out.append((OFFSET_OUT_OF_RANGE, -1, -1))
                 continue
             if target > lg.log_start_offset:
                 lg.delete_records(target)
-            out.append((NONE, lg.log_start_offset))
+            out.append((NONE, lg.log_start_offset, target))
         except Exception as err:  # noqa: BLE001 - per-partition isolation
-            out.append((error_of(err, f"delete records of {p.tp}")[0], -1))
+            out.append((error_of(err, f"delete records of {p.tp}")[0], -1, -1))
     return out
 
 

@@ -8,7 +8,8 @@ daemon.replica.leadership's answer.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+import time
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -21,6 +22,7 @@ from ..storage.workers import ManagedDir
 from .producer import PartitionProducers
 
 T = TypeVar("T")
+K = TypeVar("K", bound=Hashable)
 
 
 @dataclass(slots=True)
@@ -66,6 +68,44 @@ class Partition:
         for fut in waiters:
             if not fut.done():
                 fut.set_result(None)
+
+
+async def wait_for_change(parts: Iterable[Partition], timeout: float,
+                          stopping: asyncio.Event) -> None:
+    """Sleep until one of `parts` is notified (an append, a move of its high watermark,
+    ISR, leadership or a follower's log start), `timeout` seconds pass, or `stopping`."""
+    parts = list(parts)
+    if not parts:
+        await asyncio.sleep(timeout)
+        return
+    fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    for p in parts:
+        p.wait(fut)
+    stop = asyncio.ensure_future(stopping.wait())
+    try:
+        await asyncio.wait([fut, stop], timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stop.cancel()
+        for p in parts:
+            p.stop_waiting(fut)
+
+
+async def delayed(waiting: Mapping[K, Partition], settled: Callable[[K], bool],
+                  timeout_ms: int, stopping: asyncio.Event) -> list[K]:
+    """Kafka's purgatory (DelayedProduce, DelayedDeleteRecords): `settled(key)` is asked
+    for each key now and again at each notify of its partition, until it says True (its
+    answer is known: done, or failed) for every key, `timeout_ms` passes or `stopping`
+    is set. The keys still unsettled then: the caller answers them REQUEST_TIMED_OUT."""
+    pending = dict(waiting)
+    deadline = time.monotonic() + max(timeout_ms, 0) / 1000
+    while pending:
+        for key in [k for k in pending if settled(k)]:
+            del pending[key]
+        remaining = deadline - time.monotonic()
+        if not pending or remaining <= 0 or stopping.is_set():
+            break
+        await wait_for_change(pending.values(), remaining, stopping)
+    return list(pending)
 
 
 async def on_log(run: Callable[..., Awaitable[T]], p: Partition, fn: Callable[..., T],

@@ -7,8 +7,10 @@ FILE is Kafka's: `{"partitions": [{"topic": "t", "partition": 0, "offset": 5}],
 "version": 1}`. Each partition's records below its offset are deleted (-1: below its
 high watermark, every record consumers can read), by its leader (DeleteRecords): the
 log start offset moves up to it at once, whole segments below it go, and followers
-follow at their next fetch. Prints Kafka's lines: "Executing records delete operation",
-"Records delete operation completed:", then per partition `partition: t-0
+follow at their next fetch; the leader answers once every replica on a live broker
+has (Kafka's low watermark), or at `--timeout-ms` with RequestTimedOutError (7), the
+records deleted on the leader only. Prints Kafka's lines: "Executing records delete
+operation", "Records delete operation completed:", then per partition `partition: t-0
 low_watermark: 5` (its new log start offset) or `partition: t-0  error: ...`.
 
 A file that is not Kafka's format, names a partition twice or an offset below -1 is
@@ -18,8 +20,8 @@ refused by its leader (OffsetOutOfRangeError), deleting nothing there.
 The broker asked for the partitions' leaders is `--bootstrap-server`, else the listener
 of the daemon on this host (`--config FILE`, or the embedded defaults).
 
-Exit codes: 0 every partition's records deleted; 1 some partition refused (named, with
-the error; the others are done); 2 a usage error, a bad file or config file, or no
+Exit codes: 0 every partition's records deleted; 1 some partition refused or timed out
+(named, with the error; the others are done); 2 a usage error, a bad file or config file, or no
 broker reachable.
 """
 

@@ -60,22 +60,24 @@ def _by_topic(tps: Iterable[TP]) -> dict[str, list[int]]:
     return topics
 
 
-def _at_leaders(meta: Any, tps: Iterable[TP], ask: Callable[[Connection, list[TP]], Any]
-                ) -> tuple[dict[TP, int], dict[TP, str]]:
+def _at_leaders(meta: Any, tps: Iterable[TP], ask: Callable[[Connection, list[TP]], Any], *,
+                explain: Callable[[TP, int], str | None] = lambda tp, code: None,
+                socket_timeout: float = 10.0) -> tuple[dict[TP, int], dict[TP, str]]:
     """`ask(conn, partitions)` of each leader, which answers [(tp, error code, value)]:
-    (the values, the problems) per partition."""
+    (the values, the problems) per partition; `explain(tp, code)` may say more of an
+    error than its description. The socket waits `socket_timeout` for an answer."""
     groups, problems = by_leader(meta, tps)
     values: dict[TP, int] = {}
     for (host, port), parts in groups.items():
         try:
-            with Connection(host, port) as conn:
+            with Connection(host, port, timeout=socket_timeout) as conn:
                 answers = ask(conn, parts)
         except ClientError as err:
             problems.update({tp: str(err) for tp in parts})
             continue
         for tp, code, value in answers:
             if code:
-                problems[tp] = error_text(code)
+                problems[tp] = error_text(code, explain(tp, code))
             else:
                 values[tp] = value
     return values, problems
@@ -103,8 +105,18 @@ def delete_records(meta: Any, before: dict[TP, int], timeout_ms: int
                    ) -> tuple[dict[TP, int], dict[TP, str]]:
     """Delete each partition's records below its offset in `before` (-1: its high
     watermark): each one's new log start offset (Kafka's low watermark), and why the
-    others failed, deleting nothing there."""
+    others failed, deleting nothing there; or, a timeout, deleted on the leader only:
+    a replica on a live broker had not followed within `timeout_ms` (the leader holds
+    the answer that long, so the socket waits longer)."""
     T = DeleteRecordsRequest.DeleteRecordsTopic
+
+    def explain(tp: TP, code: int) -> str | None:
+        if code != errors.REQUEST_TIMED_OUT:
+            return None
+        to = "the high watermark" if before[tp] == -1 else before[tp]
+        return (f"deleted on the leader, but not every replica on a live broker had moved "
+                f"its log start offset to {to} within {timeout_ms} ms (a follower stopped "
+                "or behind); they follow when they fetch again: ask again to know")
 
     def ask(conn: Connection, parts: list[TP]) -> list[tuple[TP, int, int]]:
         resp = conn.call(DeleteRecordsRequest(timeout_ms=timeout_ms, topics=[
@@ -114,4 +126,5 @@ def delete_records(meta: Any, before: dict[TP, int], timeout_ms: int
         return [((t.name, p.partition_index), p.error_code, p.low_watermark)
                 for t in resp.topics for p in t.partitions]
 
-    return _at_leaders(meta, before, ask)
+    return _at_leaders(meta, before, ask, explain=explain,
+                       socket_timeout=max(timeout_ms, 0) / 1000 + 10)
