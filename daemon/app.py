@@ -158,6 +158,7 @@ class Server:
         self.config_zk: ZkConfigStore | None = None
         self.topic_admin = TopicAdmin(config, self.replicas,
                                       on_change=self._partitions_changed,
+                                      on_deleted=self._partitions_deleted,
                                       topic_configs=self.topic_configs,
                                       config_store=self.config_files)
         producer_ids = (ProducerIds.standalone(config.broker_id) if config.standalone
@@ -283,7 +284,8 @@ class Server:
                 broker_epoch=lambda: self.cluster.broker_epoch if self.cluster else -1,
                 on_change=self._partitions_changed, fetchers=self.fetchers, isr=self.isr,
                 min_isr_of=self._min_isr_of, log_config_of=self._log_config_of,
-                on_leadership=self._coordinators_leadership_changed)
+                on_leadership=self._coordinators_leadership_changed,
+                on_deleted=self._partitions_deleted)
         self.stop_event = asyncio.Event()
         self.connections = Connections(self.handlers, self.metrics,
                                        max_frame=config["socket.request.max.bytes"],
@@ -1036,6 +1038,12 @@ class Server:
         self.metrics.partitions_changed(len(self.replicas.partitions), self.storage.dirs,
                                         {tp.topic for tp in self.replicas.partitions})
         self.monitor.publish()  # what this broker holds: the controller reads it
+
+    def _partitions_deleted(self, tps: list[TopicPartition]) -> Awaitable[int]:
+        """A topic's partitions are deleted (standalone: here; in a cluster: the
+        controller's UpdateMetadata says so to every broker): the groups this broker
+        coordinates drop their committed offsets of them (Kafka's onPartitionsDeleted)."""
+        return self.coordinator.partitions_deleted(tps)
 
     def _on_signal(self, sig: int) -> None:
         if self.stop_event.is_set():

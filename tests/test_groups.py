@@ -717,6 +717,58 @@ def test_the_offsets_topic_cannot_be_deleted_or_grown_and_commits_stay(tmp_path:
             ka.close()
 
 
+def fetched_offset(bootstrap: str, group: str, topic: str, partition: int) -> int:
+    """What OffsetFetch for that one partition answers through confluent's admin client
+    (-1001, OFFSET_INVALID, when there is no commit)."""
+    ca = AdminClient({"bootstrap.servers": bootstrap})
+    res = ca.list_consumer_group_offsets(
+        [ck.ConsumerGroupTopicPartitions(group, [ck.TopicPartition(topic, partition)])])
+    [tp] = res[group].result(30).topic_partitions
+    return tp.offset
+
+
+def test_deleting_a_topic_drops_the_groups_offsets_of_it_and_a_recreated_one_reads_from_reset(
+        tmp_path: Path) -> None:
+    """Kafka's onPartitionsDeleted: deleting a topic drops every group's committed
+    offsets of it (the other topics' stay), and a group left Empty with none goes. The
+    tombstones are written: after a restart they are still gone, and a consumer of the
+    re-created topic starts from auto.offset.reset instead of skipping its first
+    records at the old topic's offsets."""
+    with daemon(tmp_path) as d:
+        create_topic(d.bootstrap, "gone", 2)
+        create_topic(d.bootstrap, "kept", 1)
+        produce(d.bootstrap, "gone", 40, partitions=2)
+        produce(d.bootstrap, "kept", 5, partitions=1)
+        assert len(consume_new(d.bootstrap, "gone", "reader", 40)) == 40  # subscribed: Empty now
+        c = ck.Consumer({"bootstrap.servers": d.bootstrap, "group.id": "mixed",
+                         "enable.auto.commit": False})
+        c.commit(offsets=[ck.TopicPartition("gone", 0, 20), ck.TopicPartition("gone", 1, 20),
+                          ck.TopicPartition("kept", 0, 5)], asynchronous=False)
+        c.close()
+        assert committed_offsets(d.bootstrap, "reader") == {("gone", 0): 20, ("gone", 1): 20}
+        ca = AdminClient({"bootstrap.servers": d.bootstrap})
+        ca.delete_topics(["gone"], operation_timeout=30)["gone"].result(30)
+
+        def check() -> None:
+            assert committed_offsets(d.bootstrap, "mixed") == {("kept", 0): 5}
+            assert committed_offsets(d.bootstrap, "reader") == {}
+            assert fetched_offset(d.bootstrap, "mixed", "gone", 0) == ck.OFFSET_INVALID
+            ka = KafkaAdminClient(bootstrap_servers=d.bootstrap)
+            try:
+                assert {g["group_id"] for g in ka.list_groups()} == {"mixed"}
+            finally:
+                ka.close()
+        check()
+        d.stop()
+        d.start()
+        check()
+        create_topic(d.bootstrap, "gone", 1)
+        produce(d.bootstrap, "gone", 30, start=100, partitions=1)
+        for group in ("reader", "mixed"):
+            got = consume_new(d.bootstrap, "gone", group, 30)
+            assert sorted(got) == sorted(b"v%d" % i for i in range(100, 130)), group
+
+
 # ---- a cluster: the coordinator's broker dies, then its disk ----
 
 
@@ -809,6 +861,61 @@ def test_commits_survive_the_coordinators_broker_killed_and_then_its_disk_failin
                 ka.close()
             assert {tp.partition: om.offset for tp, om in offsets.items()} == {0: 200}
             assert third != second
+
+
+def test_a_deleted_topics_offsets_go_on_a_coordinator_holding_none_of_it(tmp_path: Path) -> None:
+    """2 brokers: the group's coordinator (leader of the one __consumer_offsets
+    partition) holds no replica of the topic, and DeleteTopics goes to the other broker.
+    The controller's UpdateMetadata (leader -2) reaches the coordinator, which drops the
+    group's offsets of the topic and writes the tombstones: gone after the coordinator
+    restarts too, and the re-created topic is read from its start."""
+    from .cluster_helpers import Cluster
+    from .test_replication import create
+
+    group = "far"
+    extra = {**GROUP_KEYS, "offsets.topic.num.partitions": 1,
+             "offsets.topic.replication.factor": 1}
+    with Cluster(tmp_path, brokers=2, dirs=1, extra=extra) as cl:
+        bootstrap = ",".join(d.bootstrap for d in cl.brokers.values())
+        c = RawClient(cl.brokers[1].port)
+        try:
+            find = FindCoordinatorRequest[1](key=group, key_type=0)
+            wait_for(lambda: c.request(find, 1).error_code == errors.NONE, 60,
+                     "FindCoordinator to make __consumer_offsets and name its leader")
+        finally:
+            c.close()
+        coordinator = coordinator_of(cl, group)
+        [other] = [b for b in cl.brokers if b != coordinator]
+        create(cl, "t", 1, min_isr=1, assignment=[[other]])
+        produce(bootstrap, "t", 20, partitions=1)
+        c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                         "enable.auto.commit": False})
+        c.commit(offsets=[ck.TopicPartition("t", 0, 20)], asynchronous=False)
+        c.close()
+        assert committed_offsets(bootstrap, group) == {("t", 0): 20}
+
+        ca = AdminClient({"bootstrap.servers": cl.brokers[other].bootstrap})
+        ca.delete_topics(["t"], operation_timeout=30)["t"].result(60)
+        wait_for(lambda: committed_offsets(bootstrap, group) == {}, 20,
+                 lambda: f"the offsets to go; still {committed_offsets(bootstrap, group)}")
+        cl.brokers[coordinator].stop()
+        cl.brokers[coordinator].start()
+        assert coordinator_of(cl, group) == coordinator
+
+        def fetched_after_restart() -> int | None:
+            try:
+                return fetched_offset(bootstrap, group, "t", 0)
+            except ck.KafkaException:  # the coordinator still loading, clients reconnecting
+                return None
+        # -1001 (no commit) or a commit's offset above 0: either is an answer
+        after = wait_for(fetched_after_restart, 60,
+                         "OffsetFetch answered after the coordinator's restart")
+        assert after == ck.OFFSET_INVALID
+
+        create(cl, "t", 1, min_isr=1, assignment=[[other]])
+        produce(bootstrap, "t", 30, start=100, partitions=1)
+        got = consume_new(bootstrap, "t", group, 30)
+        assert sorted(got) == sorted(b"v%d" % i for i in range(100, 130))
 
 
 MEMBER_SCRIPT = f"""

@@ -10,8 +10,10 @@ each client with the endpoints of its own listener, and leaves out brokers witho
 
 `update` replaces the live-broker list and merges the partition states; a partition
 announced with leader -2 (LeaderDuringDelete) is dropped, with its topic once it has no
-partition left. Thread-safety: event loop only (UpdateMetadata is handled there, and so
-are the Metadata requests that read it).
+partition left, and returned as deleted whether it was known here or not (Kafka's
+ZkMetadataCache: a broker that started during the deletion still hears of it).
+Thread-safety: event loop only (UpdateMetadata is handled there, and so are the
+Metadata requests that read it).
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ class MetadataCache:
 
     def update(self, controller_id: int, brokers: Iterable[views.LiveBroker],
                partitions: Iterable[views.MetadataPartition]) -> list[tuple[str, int]]:
-        """Apply one UpdateMetadata; returns the partitions it removed (topic deletion)."""
+        """Apply one UpdateMetadata; returns the partitions it announces deleted."""
         self.controller_id = controller_id
         live = {}
         by_listener: dict[str, dict[int, BrokerEndpoint]] = {}
@@ -61,11 +63,10 @@ class MetadataCache:
         removed = []
         for p in partitions:
             if p.leader == LEADER_DURING_DELETE:
+                removed.append((p.topic, p.partition))
                 parts = self.partitions.get(p.topic)
-                if parts is not None and parts.pop(p.partition, None) is not None:
-                    removed.append((p.topic, p.partition))
-                    if not parts:
-                        del self.partitions[p.topic]
+                if parts is not None and parts.pop(p.partition, None) is not None and not parts:
+                    del self.partitions[p.topic]
                 continue
             self.partitions.setdefault(p.topic, {})[p.partition] = p
         self.updates += 1

@@ -27,7 +27,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -124,6 +124,7 @@ class GroupCoordinator(CoordinatedPartitions):
         self._loading: dict[int, tuple[int, asyncio.Task[None]]] = {}
         self._clock = clock
         self._sweeper: asyncio.Task[None] | None = None
+        self._cleanups: set[asyncio.Task[int]] = set()  # tombstones of deleted partitions
 
     def _now(self) -> float:
         return self._clock() if self._clock else asyncio.get_running_loop().time()
@@ -137,6 +138,9 @@ class GroupCoordinator(CoordinatedPartitions):
         if self._sweeper is not None:
             self._sweeper.cancel()
             await asyncio.gather(self._sweeper, return_exceptions=True)
+        # Tombstones of deleted partitions being written: each ends within the commit
+        # timeout, and a reload without them would bring the offsets back.
+        await asyncio.gather(*self._cleanups, return_exceptions=True)
         for _, task in self._loading.values():
             task.cancel()
         for p in list(self.loaded):
@@ -784,6 +788,69 @@ class GroupCoordinator(CoordinatedPartitions):
             log.info("group %s: %d committed offsets expired (offsets.retention.minutes)%s",
                      g.group_id, len(gone), "; group removed" if drop_group else "")
         return expired_total
+
+    def partitions_deleted(self, tps: Iterable[TopicPartition]) -> asyncio.Task[int]:
+        """Partitions of a deleted topic (Kafka's GroupCoordinator.handleDeletedPartitions
+        and GroupMetadataManager.cleanupGroupMetadata): each group coordinated here
+        forgets its committed offsets of them, and the pending ones of open transactions,
+        at once, so OffsetFetch no longer answers them and a consumer of a re-created
+        topic starts from auto.offset.reset. A group this leaves Empty with no offsets
+        goes Dead. Then, per group, the offsets' tombstones (and the group's, when it went
+        and was ever written: generation above 0) are appended, so a reload finds them
+        gone too; a failed append is logged, as Kafka does (nothing asks again).
+        Returns the task writing the tombstones (how many offsets went); a caller may
+        wait for it or not."""
+        gone = set(tps)
+        batches: list[tuple[Group, list[Record], int]] = []
+        for g in list(self.groups.values()):
+            if g.partition not in self.loaded or g.is_(GroupState.DEAD):
+                continue
+            dropped = sorted(tp for tp in g.offsets if tp in gone)
+            pending = False
+            for offsets in g.pending_txn.values():
+                for tp in gone & offsets.keys():
+                    del offsets[tp]
+                    pending = True
+            if not dropped and not pending:
+                continue
+            for tp in dropped:
+                del g.offsets[tp]
+            tombstones = [Record(records.offset_key(g.group_id, tp), None) for tp in dropped]
+            dead = g.is_(GroupState.EMPTY) and not g.offsets and not any(g.pending_txn.values())
+            if dead:
+                self._transition(g, GroupState.DEAD)
+                del self.groups[g.group_id]
+                if g.generation > 0:
+                    tombstones.append(Record(records.group_key(g.group_id), None))
+            log.info("group %s: offsets of deleted partitions dropped: %s%s", g.group_id,
+                     ", ".join(str(tp) for tp in dropped) or "pending ones only",
+                     "; group removed" if dead else "")
+            if tombstones:
+                batches.append((g, tombstones, len(dropped)))
+        task = asyncio.ensure_future(self._write_tombstones(batches))
+        self._cleanups.add(task)
+        task.add_done_callback(self._cleanups.discard)
+        return task
+
+    async def _write_tombstones(self, batches: list[tuple[Group, list[Record], int]]) -> int:
+        written = 0
+        for g, tombstones, offsets in batches:
+            try:
+                code = await self.log.append(g.partition, build_batch(tombstones),
+                                             self.settings.commit_timeout_ms)
+            except Exception as err:  # noqa: BLE001 - logged; the other groups' still go
+                log.warning("group %s: writing the tombstones of %d offsets of deleted "
+                            "partitions to %s-%d failed (%s: %s)", g.group_id, offsets,
+                            OFFSETS_TOPIC, g.partition, type(err).__name__, err)
+                continue
+            if code:
+                log.warning("group %s: writing the tombstones of %d offsets of deleted "
+                            "partitions to %s-%d failed (%s); a reload of it brings them back",
+                            g.group_id, offsets, OFFSETS_TOPIC, g.partition,
+                            errors.name_of(code))
+            else:
+                written += offsets
+        return written
 
     # ---- ListGroups, DescribeGroups, DeleteGroups ----
 

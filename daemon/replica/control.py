@@ -62,7 +62,8 @@ class ControlRequests:
                  isr: IsrManager | None = None,
                  min_isr_of: Callable[[str], Awaitable[int]] | None = None,
                  log_config_of: Callable[[str], Awaitable[LogConfig]] | None = None,
-                 on_leadership: Callable[[], None] = lambda: None):
+                 on_leadership: Callable[[], None] = lambda: None,
+                 on_deleted: Callable[[list[TopicPartition]], object] | None = None):
         self.replicas = replicas
         self.storage: LogManager = replicas.storage
         self.leadership = leadership
@@ -75,6 +76,9 @@ class ControlRequests:
         # A topic's LogConfig, read again from `/config/topics/<t>` (its new logs get it).
         self.log_config_of = log_config_of
         self.on_leadership = on_leadership  # what this broker leads may have changed
+        # Partitions UpdateMetadata announced deleted (leader -2): the group coordinator
+        # drops its groups' offsets of them (it writes the tombstones in the background).
+        self.on_deleted = on_deleted
         self.controller_epoch = -1  # the newest controller epoch seen
         # In a controlled shutdown: a partition whose leadership moved away is not
         # followed, so this broker does not fetch its way back into the ISR (and hold up
@@ -260,8 +264,10 @@ class ControlRequests:
         code = self._check("UpdateMetadata", req.controller_id, req.controller_epoch,
                            broker_epoch)
         if not code:
-            self.cache.update(req.controller_id, views.update_metadata_brokers(req),
-                              views.update_metadata_partitions(req))
+            deleted = self.cache.update(req.controller_id, views.update_metadata_brokers(req),
+                                        views.update_metadata_partitions(req))
+            if deleted and self.on_deleted is not None:
+                self.on_deleted([TopicPartition(t, p) for t, p in deleted])
         return UpdateMetadataResponse(version=version, error_code=code)
 
 

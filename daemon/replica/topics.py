@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from logstore import LogConfig, StorageError, TopicPartition, names
@@ -69,6 +69,7 @@ class TopicAdmin:
 
     def __init__(self, config: Config, replicas: ReplicaManager, *,
                  on_change: Callable[[], None] = lambda: None,
+                 on_deleted: Callable[[list[TopicPartition]], Awaitable[object]] | None = None,
                  topic_configs: TopicConfigs | None = None,
                  config_store: FileConfigStore | None = None):
         self.config = config
@@ -79,6 +80,8 @@ class TopicAdmin:
         self.config_store = config_store
         self.storage = replicas.storage
         self.on_change = on_change  # partitions were added or removed (metrics)
+        # A topic's partitions are gone: the groups' committed offsets of them go too.
+        self.on_deleted = on_deleted
         self._lock = asyncio.Lock()
 
     async def create_topic(self, topic: str, num_partitions: int, replication_factor: int, *,
@@ -231,6 +234,9 @@ class TopicAdmin:
                                                    p.tp.topic, p.tp.partition))
             done = await asyncio.gather(*futures, return_exceptions=True)
             self.on_change()
+            # Under the lock: a re-creation of the topic waits until the offsets are gone.
+            if self.on_deleted is not None:
+                await self.on_deleted([p.tp for p in parts])
             await self.storage.write_placement()
             errors = [r for r in done if isinstance(r, BaseException)]
             if errors:
