@@ -357,9 +357,52 @@ class Server:
         self.transactions.leadership_changed()
 
     def _internal_partition_count(self, topic: str) -> int | None:
+        """How many partitions an internal topic has (its groups, transactional ids are
+        placed by it); None while it does not exist. In a cluster: ZooKeeper's
+        assignment, as the controller's UpdateMetadata gave it. Standalone there is none:
+        a topic held whole (0 to n-1: made here, or a Kafka broker's dir that held all
+        of it) keeps its count whatever offsets.topic.num.partitions
+        (transaction.state.log.num.partitions) says now, as Kafka never counts an
+        existing topic again; one with partitions missing is a Kafka broker's share of
+        it, counted as Kafka made it: the configured count, or more when a partition
+        above it is held (its missing partitions are created at start-up,
+        _complete_internal_topics)."""
         if self.metadata_cache is not None:
             return len(self.metadata_cache.partitions.get(topic, {})) or None
-        return self.replicas.partition_count(topic) or None
+        held = [tp.partition for tp in self.replicas.partitions if tp.topic == topic]
+        if not held:
+            return None
+        top = max(held) + 1
+        return top if len(held) == top else max(top, self._internal_topic_spec(topic)[0])
+
+    async def _complete_internal_topics(self) -> None:
+        """Standalone start-up: create the partitions an internal topic held here lacks
+        (a Kafka broker's dir holds only its share of __consumer_offsets), with the
+        topic's configs, so every group (transactional id) has a coordinator: this broker
+        leads every partition. Not while a dir is OFFLINE: a Kafka dir has no placement
+        record, and the missing partitions may be in it. A failure is logged; the groups
+        placed on those partitions get COORDINATOR_NOT_AVAILABLE until a start succeeds."""
+        for topic in (OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC):
+            count = self._internal_partition_count(topic)
+            if count is None:
+                continue  # made at the first coordinator lookup
+            missing = [p for p in range(count) if self.replicas.get(topic, p) is None]
+            if not missing:
+                continue
+            offline = sorted(str(d.path) for d in self.storage.dirs
+                             if d.state is DirState.OFFLINE)
+            if offline:
+                log.warning("%s: %d of its %d partitions are not held here, and log dirs %s "
+                            "are offline (they may hold them): not created; the groups "
+                            "(transactional ids) placed on them have no coordinator until "
+                            "a start with every dir online",
+                            topic, len(missing), count, ", ".join(offline))
+                continue
+            try:
+                await self.topic_admin.create_missing_partitions(topic, missing)
+            except TopicError as err:
+                log.warning("%s: %s; the groups (transactional ids) placed on them have no "
+                            "coordinator", topic, err)
 
     def _partition_exists(self, tp: TopicPartition) -> bool:
         if self.metadata_cache is not None:
@@ -853,6 +896,7 @@ class Server:
             await self.storage.write_placement()
             if self.config_files is not None:
                 await self._load_configs_from_files()
+                await self._complete_internal_topics()
         except (LogStoreError, OSError) as err:
             log.error("start-up failed: %s", err)
             await self._stop_background()

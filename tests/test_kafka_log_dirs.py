@@ -36,14 +36,15 @@ def _configs(d: Daemon, topic: str) -> dict[str, str]:
 
 
 def _read_with_librdkafka(d: Daemon, expected: tuple[int, int]) -> None:
-    """The dir holds partition 13 of __consumer_offsets alone (a Kafka broker's dirs
-    hold its share of a topic): Metadata lists partitions 0 to 13, only 13 with a
-    leader, and confluent-kafka reads every record of it (told of one partition, it
-    ignored partition 13 and read nothing)."""
+    """The dir held partition 13 of __consumer_offsets alone (a Kafka broker's dirs
+    hold its share of a topic): Metadata lists Kafka's 50 partitions, each with a
+    leader (the others were created at start-up), and confluent-kafka reads every
+    record of partition 13 (told of one partition, it ignored partition 13 and read
+    nothing)."""
     admin = ca.AdminClient({"bootstrap.servers": d.bootstrap})
     meta = admin.list_topics("__consumer_offsets", timeout=30).topics["__consumer_offsets"]
-    assert sorted(meta.partitions) == list(range(14))
-    assert [i for i, p in sorted(meta.partitions.items()) if p.leader >= 0] == [13]
+    assert sorted(meta.partitions) == list(range(50))
+    assert all(p.leader >= 0 for p in meta.partitions.values())
     consumer = ck.Consumer({"bootstrap.servers": d.bootstrap, "group.id": "fixture-reader",
                             "enable.auto.commit": False})
     consumer.assign([ck.TopicPartition("__consumer_offsets", 13, expected[0])])
@@ -173,7 +174,8 @@ def _consume_and_commit(d: Daemon, group: str, end: int) -> tuple[list[bytes], l
     return [m.value() for m in got], [m.leader_epoch() for m in got]
 
 
-def _committed(d: Daemon, group: str) -> int:
+def _committed_at_0(d: Daemon, group: str) -> int:
+    """The group's committed offset of my-first-topic-0 (-1001: none)."""
     c = ck.Consumer({"bootstrap.servers": d.bootstrap, "group.id": group})
     try:
         [tp] = c.committed([ck.TopicPartition("my-first-topic", 0)], timeout=30)
@@ -195,7 +197,7 @@ def test_a_kafka_dir_at_a_later_leader_epoch_takes_produce_and_commits_at_it(
     shutil.copytree(kafka_fixtures / "kafka-3.0.0", data)
     topic_start = _restamp(data / "my-first-topic-0", EPOCH, 5)
     offsets_start = _restamp(data / "__consumer_offsets-13", EPOCH, 1500)
-    group = next(g for g in (f"g{i}" for i in range(1000)) if partition_for(g, 14) == 13)
+    group = next(g for g in (f"g{i}" for i in range(1000)) if partition_for(g, 50) == 13)
     # Kafka's records are from 2021: the default 7-day retention would delete them.
     d = Daemon(tmp_path / "broker", {"broker.id": 0, "log.dirs": [str(data)],
                                      "log.retention.ms": -1,
@@ -207,8 +209,12 @@ def test_a_kafka_dir_at_a_later_leader_epoch_takes_produce_and_commits_at_it(
         try:
             c = RawClient(d.port)
             try:
-                assert _leader_epochs(c, ["my-first-topic", "__consumer_offsets"]) == {
-                    ("my-first-topic", 0): EPOCH, ("__consumer_offsets", 13): EPOCH}
+                # The restamped partitions are led at EPOCH; the others (the offsets
+                # topic's partitions created at start-up among them) at 0.
+                restamped = {("my-first-topic", 0), ("__consumer_offsets", 13)}
+                epochs = _leader_epochs(c, ["my-first-topic", "__consumer_offsets"])
+                assert restamped <= set(epochs), epochs
+                assert {tp: e for tp, e in epochs.items() if e} == dict.fromkeys(restamped, EPOCH)
                 # Fenced as a Kafka leader at EPOCH fences; epoch 0 ended where EPOCH began.
                 assert _epoch_ends(c, 0, 0)[0] == 74  # FENCED_LEADER_EPOCH
                 assert _epoch_ends(c, EPOCH, 0) == (0, 0, topic_start)
@@ -216,7 +222,7 @@ def test_a_kafka_dir_at_a_later_leader_epoch_takes_produce_and_commits_at_it(
             finally:
                 c.close()
             committed = 11 + 3 * restart if restart else -1001  # -1001: none yet
-            assert _committed(d, group) == committed
+            assert _committed_at_0(d, group) == committed
             new = [b"new-%d-%d" % (restart, i) for i in range(3)]
             acked = _produce(d, new)
             end = 11 + 3 * (restart + 1)
@@ -225,7 +231,7 @@ def test_a_kafka_dir_at_a_later_leader_epoch_takes_produce_and_commits_at_it(
             values, epochs = _consume_and_commit(d, group, end)
             assert values == expected[max(committed, 0):]
             assert epochs[-3:] == [EPOCH] * 3
-            assert _committed(d, group) == end
+            assert _committed_at_0(d, group) == end
         finally:
             d.stop()
         # The new batches, records and commits, carry the epoch; the checkpoints still
@@ -245,3 +251,50 @@ def _fixture_values(part: Path) -> list[bytes | None]:
     """The values of the records Kafka wrote to the partition, read from its segments."""
     return [r.value for seg in sorted(part.glob("*.log"))
             for b in iter_batches(seg.read_bytes()) for r in b.records()]
+
+
+# What Kafka 3.0.0's __consumer_offsets-13 holds for the group (read with Kafka's
+# kafka-dump-log --offsets-decoder semantics: the last record of each key wins).
+MY_FIRST_APP = {("my-first-topic", 0): 11, ("my-first-topic", 1): 12,
+                ("my-first-topic", 2): 7, ("my-sec-topic", 0): 0}
+
+
+def _committed(d: Daemon, group: str) -> dict[tuple[str, int], int]:
+    admin = ca.AdminClient({"bootstrap.servers": d.bootstrap})
+    res = admin.list_consumer_group_offsets([ck.ConsumerGroupTopicPartitions(group)],
+                                            request_timeout=20)
+    return {(tp.topic, tp.partition): tp.offset
+            for tp in res[group].result(30).topic_partitions}
+
+
+def test_a_kafka_dirs_share_of_the_offsets_topic_is_completed_and_every_group_has_a_coordinator(
+        kafka_fixtures: Path, tmp_path: Path) -> None:
+    """Kafka 3.0.0's dir holds __consumer_offsets-13 alone. Kafka placed its groups by
+    hash % 50 (offsets.topic.num.partitions), not by the 14 partitions the highest one
+    held suggests: with % 14 my-first-app mapped to the leaderless partition 9 and got
+    COORDINATOR_NOT_AVAILABLE for ever, and so did most new groups. The daemon counts
+    the topic as Kafka made it and creates the 49 missing partitions (compacted, as
+    Kafka creates them): my-first-app's commits are read from partition 13, a new group
+    (partition 26) commits and fetches, and a restart keeps both and creates nothing."""
+    data = tmp_path / "kafka-3.0.0"
+    shutil.copytree(kafka_fixtures / "kafka-3.0.0", data)
+    d = Daemon(tmp_path / "broker", {"broker.id": 0, "log.dirs": [str(data)],
+                                     "group.initial.rebalance.delay.ms": 0})
+    with d:
+        assert _committed(d, "my-first-app") == MY_FIRST_APP
+        c = ck.Consumer({"bootstrap.servers": d.bootstrap, "group.id": "brand-new-group",
+                         "enable.auto.commit": False})
+        c.commit(offsets=[ck.TopicPartition("my-first-topic", 0, 5)], asynchronous=False)
+        c.close()
+        assert _committed(d, "brand-new-group") == {("my-first-topic", 0): 5}
+        assert _configs(d, "__consumer_offsets")["cleanup.policy"] == "compact"
+        made = sorted(p.name for p in data.glob("__consumer_offsets-*"))
+        assert made == sorted(f"__consumer_offsets-{i}" for i in range(50))
+        assert [p.name for p in data.glob("__transaction_state-*")] == []
+        d.stop()
+        d.start()
+        assert _committed(d, "my-first-app") == MY_FIRST_APP
+        assert _committed(d, "brand-new-group") == {("my-first-topic", 0): 5}
+        assert sorted(p.name for p in data.glob("__consumer_offsets-*")) == made
+    said = d.stderr()
+    assert said.count("created its 49 missing partitions 0-12, 14-49") == 1, said[-3000:]

@@ -128,7 +128,7 @@ class TopicAdmin:
                 log_config = await self._store_configs(topic, overrides)
             except StorageError as err:
                 raise TopicError(KAFKA_STORAGE_ERROR, str(err)) from err
-            failed = await self._create_logs(topic, 0, placed, log_config)
+            failed = await self._create_logs(topic, list(range(num_partitions)), placed, log_config)
             if failed is not None:
                 if overrides and self.topic_configs is not None:
                     self.topic_configs.forget(topic)
@@ -170,45 +170,70 @@ class TopicAdmin:
             except StorageError as err:
                 raise TopicError(KAFKA_STORAGE_ERROR, str(err)) from err
             cfg = self.topic_configs.log_config(topic) if self.topic_configs else None
-            failed = await self._create_logs(topic, current, placed, cfg)
+            failed = await self._create_logs(topic, list(range(current, count)), placed, cfg)
             if failed is not None:
                 code, msg = error_of(failed, f"add partitions to {topic}")
                 raise TopicError(code, f"adding partitions to {topic} (none added): {msg}")
             log.info("topic %s: %d partitions now", topic, count)
 
-    async def _create_logs(self, topic: str, first: int, placed: list[ManagedDir],
+    async def create_missing_partitions(self, topic: str, numbers: list[int]) -> None:
+        """Create partitions `numbers` of `topic`, which exists with others (an internal
+        topic of a Kafka broker's dir, holding only its share of the partitions:
+        daemon.app), with the topic's configs; all of them or none, TopicError on
+        failure. Those already held are left as they are."""
+        async with self._lock:
+            numbers = [n for n in numbers if self.replicas.get(topic, n) is None]
+            if not numbers:
+                return
+            try:
+                placed = await self.storage.place_partitions(
+                    [TopicPartition(topic, n) for n in numbers])
+            except StorageError as err:
+                raise TopicError(KAFKA_STORAGE_ERROR, str(err)) from err
+            cfg = self.topic_configs.log_config(topic) if self.topic_configs else None
+            failed = await self._create_logs(topic, numbers, placed, cfg)
+            if failed is not None:
+                code, msg = error_of(failed, f"create the missing partitions of {topic}")
+                raise TopicError(code, f"creating {len(numbers)} missing partitions of "
+                                       f"{topic} (none created): {msg}")
+            log.info("topic %s: created its %d missing partitions %s on %s", topic,
+                     len(numbers), _spans(numbers),
+                     ", ".join(sorted({str(d.path) for d in placed})))
+
+    async def _create_logs(self, topic: str, numbers: list[int], placed: list[ManagedDir],
                            log_config: LogConfig | None) -> BaseException | None:
-        """Create partitions `first`, `first + 1`, ... of `topic` on the `placed` dirs'
-        workers and take them on, recording the placement; or, when any of them fails, undo
-        those made (a topic is created whole or not at all) and return the first failure."""
-        futures = [self.storage.submit(d, d.logdir.create_log, topic, first + i,  # type: ignore[union-attr]
+        """Create partitions `numbers` of `topic` on the `placed` dirs' workers (one
+        each, in order) and take them on, recording the placement; or, when any of them
+        fails, undo those made (a topic is created whole or not at all) and return the
+        first failure."""
+        futures = [self.storage.submit(d, d.logdir.create_log, topic, n,  # type: ignore[union-attr]
                                        log_config)
-                   for i, d in enumerate(placed)]
+                   for n, d in zip(numbers, placed, strict=True)]
         done = await asyncio.gather(*futures, return_exceptions=True)
         failed = next((r for r in done if isinstance(r, BaseException)), None)
         if failed is not None:
-            await self._undo_create(topic, first, placed, done)
+            await self._undo_create(topic, numbers, placed, done)
             return failed
-        for i, (d, res) in enumerate(zip(placed, done, strict=True)):
-            self.replicas.add(Partition(TopicPartition(topic, first + i), res, d, 0))
+        for n, d, res in zip(numbers, placed, done, strict=True):
+            self.replicas.add(Partition(TopicPartition(topic, n), res, d, 0))
         self.on_change()
         await self.storage.write_placement()
         return None
 
-    async def _undo_create(self, topic: str, first: int, placed: list[ManagedDir],
+    async def _undo_create(self, topic: str, numbers: list[int], placed: list[ManagedDir],
                            done: list[Any]) -> None:
         """Close and remove the partitions a failed creation made, and the dirs of those it
         could not (a half-made topic would hold descriptors and hide its gaps)."""
         futures = []
-        for i, (d, res) in enumerate(zip(placed, done, strict=True)):
+        for n, d, res in zip(numbers, placed, done, strict=True):
             logdir = d.logdir
             if logdir is None:
                 continue
             if isinstance(res, BaseException):
-                full = logdir.path / names.partition_dir_name(topic, first + i)
+                full = logdir.path / names.partition_dir_name(topic, n)
                 futures.append(self.storage.submit(d, logdir.remove_dir, full))
             else:
-                futures.append(self.storage.submit(d, logdir.delete_log, topic, first + i))
+                futures.append(self.storage.submit(d, logdir.delete_log, topic, n))
         for res in await asyncio.gather(*futures, return_exceptions=True):
             if isinstance(res, BaseException):
                 log.warning("undoing the creation of %s: %s", topic, res)
@@ -264,6 +289,17 @@ class TopicAdmin:
         if self.config_store is None or tcs is None:
             return
         await self.config_store.write(tcs.topics, tcs.dynamic_brokers())
+
+
+def _spans(numbers: list[int]) -> str:
+    """Sorted partition numbers as runs: "0-12, 14-49"."""
+    runs: list[list[int]] = []
+    for n in sorted(numbers):
+        if runs and n == runs[-1][1] + 1:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    return ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in runs)
 
 
 def _collision(topic: str, existing: Iterable[str]) -> str | None:
