@@ -348,7 +348,8 @@ _OWN_SOURCE = {TOPIC: "DYNAMIC_TOPIC_CONFIG", BROKER: "DYNAMIC_BROKER_CONFIG"}
 def _check_deletions(delete: list[str], have: Iterable[str], rtype: int, name: str) -> None:
     """kafka-configs.sh's check before it alters anything: each --delete-config key must be
     set on the resource (a typo or an unset key is an error, and nothing changes)."""
-    missing = [k for k in delete if k not in set(have)]
+    have = set(have)
+    missing = [k for k in delete if k not in have]
     if missing:
         raise ValueError(f"Invalid config(s): {','.join(missing)}: not set on "
                          f"{_what(rtype, name)}; nothing changed")
