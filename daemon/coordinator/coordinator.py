@@ -769,9 +769,7 @@ class GroupCoordinator(CoordinatedPartitions):
                 drop_group = len(gone) == len(g.offsets)
             if not gone and not drop_group:
                 continue
-            tombstones = [Record(records.offset_key(g.group_id, tp), None) for tp in gone]
-            if drop_group:
-                tombstones.append(Record(records.group_key(g.group_id), None))
+            tombstones = _tombstones(g.group_id, gone, drop_group)
             code = await self.log.append(g.partition, build_batch(tombstones),
                                          self.settings.commit_timeout_ms)
             if code:
@@ -815,13 +813,11 @@ class GroupCoordinator(CoordinatedPartitions):
                 continue
             for tp in dropped:
                 del g.offsets[tp]
-            tombstones = [Record(records.offset_key(g.group_id, tp), None) for tp in dropped]
             dead = g.is_(GroupState.EMPTY) and not g.offsets and not any(g.pending_txn.values())
             if dead:
                 self._transition(g, GroupState.DEAD)
                 del self.groups[g.group_id]
-                if g.generation > 0:
-                    tombstones.append(Record(records.group_key(g.group_id), None))
+            tombstones = _tombstones(g.group_id, dropped, dead and g.generation > 0)
             log.info("group %s: offsets of deleted partitions dropped: %s%s", g.group_id,
                      ", ".join(str(tp) for tp in dropped) or "pending ones only",
                      "; group removed" if dead else "")
@@ -950,3 +946,12 @@ def _answer_join(m: Member, result: JoinResult) -> None:
 def _answer_sync(m: Member, code: int, assignment: bytes = b"") -> None:
     if m.sync_future is not None and not m.sync_future.done():
         m.sync_future.set_result((code, assignment))
+
+
+def _tombstones(group_id: str, tps: Iterable[TopicPartition], group: bool) -> list[Record]:
+    """The __consumer_offsets tombstones of a group's committed offsets of `tps`, and of
+    the group itself when `group`."""
+    out = [Record(records.offset_key(group_id, tp), None) for tp in tps]
+    if group:
+        out.append(Record(records.group_key(group_id), None))
+    return out
