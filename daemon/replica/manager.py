@@ -152,6 +152,11 @@ class ReplicaManager:
             parts.sort(key=lambda p: p.tp.partition)
         return out
 
+    def partition_count(self, topic: str) -> int:
+        """Standalone, a topic's partition count: its highest partition held, plus one
+        (a Kafka broker's dirs may hold only some of a topic's partitions); 0 for none."""
+        return max((tp.partition + 1 for tp in self.partitions if tp.topic == topic), default=0)
+
     def get(self, topic: str, partition: int) -> Partition | None:
         return self.partitions.get(TopicPartition(topic, partition))
 
