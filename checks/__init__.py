@@ -8,6 +8,7 @@ from .probes import (
     AvailabilityResult,
     SpaceResult,
     dir_identity,
+    mount_point,
     probe_availability,
     probe_space,
 )
@@ -16,6 +17,6 @@ from .watch import LogDirWatcher, WatchEvent
 
 __all__ = [
     "AvailabilityResult", "DiskLatency", "LogDirWatcher", "SlowDiskDetector", "SpaceResult",
-    "WatchEvent", "device_for_path", "device_io_latency_ms", "dir_identity", "probe_availability",
-    "probe_space",
+    "WatchEvent", "device_for_path", "device_io_latency_ms", "dir_identity", "mount_point",
+    "probe_availability", "probe_space",
 ]

@@ -43,6 +43,17 @@ def dir_identity(path: str | os.PathLike[str]) -> tuple[int, int]:
     return st.st_dev, st.st_ino
 
 
+def mount_point(path: str | os.PathLike[str]) -> str:
+    """The mount point of the filesystem `path` lies on (of its nearest existing
+    ancestor when `path` itself does not exist)."""
+    where = os.path.abspath(path)
+    while not os.path.exists(where):
+        where = os.path.dirname(where)
+    while not os.path.ismount(where):
+        where = os.path.dirname(where)
+    return where
+
+
 def probe_availability(path: str | os.PathLike[str], *, block_size: int = 4096,
                        expect: tuple[int, int] | None = None) -> AvailabilityResult:
     """Canary write, sync and read-back. With `expect` (the dir's `dir_identity` when it

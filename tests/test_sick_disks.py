@@ -478,6 +478,41 @@ def test_readmit_brings_a_repaired_dir_back_without_a_restart(tmp_path: Path) ->
             assert proc.returncode == 1 and "not a log dir" in proc.stderr
 
 
+def test_readmit_refuses_a_mount_point_whose_disk_is_not_mounted(tmp_path: Path) -> None:
+    """A log dir that is its disk's mount point, readmitted after the dead filesystem was
+    unmounted but before the new one is mounted, is an empty dir on the root filesystem:
+    the readmit is refused, says to mount the disk first, and writes nothing there. Once
+    the disk is mounted again the same command brings the dir back."""
+    with faults.loop_ext4(32) as mnt:
+        d = Daemon(tmp_path, {**FAST, "log.dir.probe.timeout.ms": 5000,
+                              "log.dirs": [str(tmp_path / "disk0"), str(mnt)]})
+        d.log_dirs = [tmp_path / "disk0", mnt]
+        http = f"127.0.0.1:{d.http_port}"
+        with d:
+            cordoned(d, d.log_dirs[0])
+            create_topic(d, "t", 1)
+            assert placement(d, "t") == {0: mnt}
+            c = RawClient(d.port)
+            assert produce_raw(c, "t", 0, [b"before"])[0] == 0
+            faults.sync_fs(mnt)
+            faults.shutdown_fs(mnt)
+            wait_for(lambda: d.log_dir_states()[str(mnt)] == "offline", 10, "OFFLINE")
+            subprocess.run(["umount", "-l", str(mnt)], check=True)
+            assert list(mnt.iterdir()) == []  # the bare mount point, on the root's filesystem
+            proc = run_cli("log-dirs", "readmit", str(mnt), "--http", http)
+            assert proc.returncode == 1
+            assert "no longer mounted" in proc.stderr
+            assert f"mount the repaired or new disk at {mnt}" in proc.stderr
+            assert list(mnt.iterdir()) == []
+            assert d.log_dir_states()[str(mnt)] == "offline"
+            subprocess.run(["mount", "-o", "loop", str(mnt.parent / "disk.img"), str(mnt)],
+                           check=True)
+            proc = run_cli("log-dirs", "readmit", str(mnt), "--http", http)
+            assert proc.returncode == 0, proc.stderr
+            assert fetch_all(d, "t", 0, 1) == [b"before"]
+            c.close()
+
+
 def test_a_readmitted_dir_serves_its_logs_under_their_topics_configs(tmp_path: Path) -> None:
     """The logs a readmit opens get their topic's config as start-up gives it: a topic's
     override over the dynamic broker config over the config file. After the repair and

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections.abc import Callable
 from typing import Any
 
-from checks import probe_availability
+from checks import mount_point, probe_availability
 from logstore import LogStoreError
 
 from ..replica.manager import ReplicaManager
@@ -66,6 +67,7 @@ class OperatorCommands:
         started = time.monotonic()
 
         def reopen() -> None:
+            unmounted(d)
             result = probe_availability(d.path)
             if not result.ok:
                 raise AdminError(503, f"log dir {d.path} still fails its probe: {result.error}")
@@ -149,3 +151,17 @@ def _mark_cordoned(d: ManagedDir, cordoned: bool) -> None:
         d.logdir.write_root_file(CORDON_FILE, b"")
     else:
         d.logdir.remove_root_file(CORDON_FILE)
+
+
+def unmounted(d: ManagedDir) -> None:
+    """Refuse a readmit whose dir's filesystem is no longer mounted: the path now
+    lies on the filesystem below it (the root's, most often), and a readmit would fill
+    that one with re-created partitions and hide them under the next mount."""
+    if d.mount_point is None:
+        return  # never opened: nothing to compare with
+    now = mount_point(d.path)
+    if now != d.mount_point and os.path.commonpath([now, d.mount_point]) == now:
+        raise AdminError(409, f"log dir {d.path} was on the filesystem mounted at "
+                              f"{d.mount_point}, which is no longer mounted (the path is "
+                              f"now on {now}'s): mount the repaired or new disk at "
+                              f"{d.mount_point}, then readmit")

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from checks import dir_identity
+from checks import dir_identity, mount_point
 from logstore import (
     CheckpointError,
     FailureChannel,
@@ -146,6 +146,7 @@ class LogManager(DirWorkers):
         try:
             with ld.guard.io("stat log dir", d.path):
                 d.identity = dir_identity(d.path)
+                d.mount_point = mount_point(d.path)
             d.cordoned = ld.read_root_file(CORDON_FILE) is not None
         except BaseException:
             ld.release()

@@ -210,6 +210,7 @@ class ManagedDir:
     cordoned: bool = False  # no new partitions here (operator's choice)
     degraded: bool = False  # slow but serving (daemon.health)
     identity: tuple[int, int] | None = None  # (st_dev, st_ino) when opened
+    mount_point: str | None = None  # of the filesystem it was on when opened
     inflight: set[_Pending] = field(default_factory=set)
 
     def __str__(self) -> str:
