@@ -24,7 +24,7 @@ from . import names
 from .epochs import LeaderEpochCache
 from .errors import LogStoreError
 from .index import OffsetIndex, TimeIndex
-from .records import HEADER_SIZE, MAGIC_AT, parse_batch_header
+from .records import ATTR_LOG_APPEND_TIME, HEADER_SIZE, MAGIC_AT, iter_batches, parse_batch_header
 from .scan import FileScan, scan_file
 
 
@@ -245,8 +245,8 @@ class LogSegment:
         if not found:
             return None
         info = found[0]
-        if info.magic < 2:  # a legacy message (old Kafka): one record, its own timestamp
-            return max(info.base_offset, min_offset), info.max_timestamp
+        if info.magic < 2:  # a legacy message (old Kafka)
+            return self._find_legacy_timestamp(info, timestamp, min_offset)
         batch = parse_batch_header(self.read_exact(info.position, info.size))
         try:
             for rec in batch.records():
@@ -255,6 +255,24 @@ class LogSegment:
                     return rec.offset, rec.timestamp
         except LogStoreError:
             pass  # a codec we cannot decode: the batch itself is the answer
+        return max(info.base_offset, min_offset), info.max_timestamp
+
+    def _find_legacy_timestamp(self, info: BatchInfo, timestamp: int,
+                               min_offset: int) -> tuple[int, int]:
+        """The first message of the legacy message at `info` with timestamp >= `timestamp`
+        and offset >= min_offset: a compressed wrapper's inner ones, as Kafka looks inside
+        it (the scan gives the wrapper's offset, its last inner one's); under
+        LogAppendTime every inner message has the wrapper's timestamp."""
+        (msg,) = iter_batches(self.read_exact(info.position, info.size),
+                              base_position=info.position, verify_crc=False)
+        try:
+            inner = msg.messages()
+        except LogStoreError:
+            inner = []  # a codec we cannot decode: the wrapper itself is the answer
+        for m in inner:
+            ts = msg.timestamp if msg.attributes & ATTR_LOG_APPEND_TIME else m.timestamp
+            if ts is not None and ts >= timestamp and m.offset >= min_offset:
+                return m.offset, ts
         return max(info.base_offset, min_offset), info.max_timestamp
 
     # ---- maintenance ----

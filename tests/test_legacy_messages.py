@@ -122,6 +122,37 @@ def test_recovery_keeps_legacy_messages_and_the_log_reads_and_extends_them(
         log.close()
 
 
+def wrapper_stamped(entry: bytes, timestamp: int, *, log_append_time: bool = False) -> bytes:
+    """A magic-1 wrapper with the timestamp a broker gave it (the inner records' max, or
+    the append time), its CRC-32 recomputed."""
+    out = bytearray(entry)
+    if log_append_time:
+        out[17] |= 0x08
+    struct.pack_into(">q", out, 18, timestamp)
+    struct.pack_into(">I", out, 12, zlib.crc32(bytes(out[16:])))
+    return bytes(out)
+
+
+def test_a_time_lookup_finds_the_record_inside_a_compressed_wrapper(tmp_path: Path) -> None:
+    # Kafka's findOffsetByTimestamp looks inside a wrapper: the first inner record at or
+    # after the time, not the wrapper's (last) offset, which skips the ones before it.
+    ts0 = int(time.time() * 1000) - 60_000
+    data = b"".join([legacy_entry(1, 0, 0, 1, ts0),
+                     wrapper_stamped(legacy_entry(1, 2, 1, 4, ts0), ts0 + 4),  # 1-4
+                     wrapper_stamped(legacy_entry(1, 1, 5, 2, ts0 - 30_000), ts0 + 20,
+                                     log_append_time=True)])  # 5-6, stamped ts0 + 20
+    pdir = write_partition(tmp_path / "old-0", data)
+    log = Log.open(pdir, LogConfig())
+    try:
+        assert log.offset_for_timestamp(ts0 + 2) == (2, ts0 + 2)
+        assert log.offset_for_timestamp(ts0 + 1) == (1, ts0 + 1)
+        assert log.offset_for_timestamp(ts0 + 5) == (5, ts0 + 20)
+        log.log_start_offset = 3
+        assert log.offset_for_timestamp(ts0) == (3, ts0 + 3)
+    finally:
+        log.close()
+
+
 def test_recovery_cuts_at_a_legacy_message_whose_crc_fails(tmp_path: Path) -> None:
     data, positions = legacy_log(int(time.time() * 1000))
     bad = bytearray(data)
