@@ -471,8 +471,9 @@ class LegacyMessage:
     def messages(self) -> list[LegacyMessage]:
         """The messages this one stands for: itself, or a compressed wrapper's inner
         ones with their absolute offsets (magic 1 stores them relative to the wrapper's,
-        which is the last one's; magic 0 stores them absolute). CorruptRecordError when
-        the wrapper does not decompress or frame, UnsupportedCodecError without the
+        which is the last one's; magic 0 stores them absolute), and under LogAppendTime
+        the wrapper's timestamp, as Kafka's deep iterator gives them. CorruptRecordError
+        when the wrapper does not decompress or frame, UnsupportedCodecError without the
         codec's library."""
         if not self.codec:
             return [self]
@@ -483,7 +484,10 @@ class LegacyMessage:
                                      position=self.position, reason="magic")
         if self.magic == 1 and inner:
             last = inner[-1].offset
-            inner = [dataclasses.replace(m, offset=self.offset - last + m.offset) for m in inner]
+            stamped = self.attributes & ATTR_LOG_APPEND_TIME
+            inner = [dataclasses.replace(m, offset=self.offset - last + m.offset,
+                                         timestamp=self.timestamp if stamped else m.timestamp)
+                     for m in inner]
         return inner
 
 

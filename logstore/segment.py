@@ -24,7 +24,7 @@ from . import names
 from .epochs import LeaderEpochCache
 from .errors import LogStoreError
 from .index import OffsetIndex, TimeIndex
-from .records import ATTR_LOG_APPEND_TIME, HEADER_SIZE, MAGIC_AT, iter_batches, parse_batch_header
+from .records import HEADER_SIZE, MAGIC_AT, iter_batches, parse_batch_header
 from .scan import FileScan, scan_file
 
 
@@ -261,8 +261,7 @@ class LogSegment:
                                min_offset: int) -> tuple[int, int]:
         """The first message of the legacy message at `info` with timestamp >= `timestamp`
         and offset >= min_offset: a compressed wrapper's inner ones, as Kafka looks inside
-        it (the scan gives the wrapper's offset, its last inner one's); under
-        LogAppendTime every inner message has the wrapper's timestamp."""
+        it (the scan gives the wrapper's offset, its last inner one's)."""
         (msg,) = iter_batches(self.read_exact(info.position, info.size),
                               base_position=info.position, verify_crc=False)
         try:
@@ -270,9 +269,8 @@ class LogSegment:
         except LogStoreError:
             inner = []  # a codec we cannot decode: the wrapper itself is the answer
         for m in inner:
-            ts = msg.timestamp if msg.attributes & ATTR_LOG_APPEND_TIME else m.timestamp
-            if ts is not None and ts >= timestamp and m.offset >= min_offset:
-                return m.offset, ts
+            if m.timestamp is not None and m.timestamp >= timestamp and m.offset >= min_offset:
+                return m.offset, m.timestamp
         return max(info.base_offset, min_offset), info.max_timestamp
 
     # ---- maintenance ----

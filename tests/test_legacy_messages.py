@@ -151,6 +151,10 @@ def test_a_time_lookup_finds_the_record_inside_a_compressed_wrapper(tmp_path: Pa
         assert log.offset_for_timestamp(ts0) == (3, ts0 + 3)
     finally:
         log.close()
+    # dump-log --deep shows the stamped wrapper's inner records at its time, as Kafka's
+    (stamped,) = records.iter_batches(data[-len(legacy_entry(1, 1, 5, 2, ts0 - 30_000)):],
+                                      verify_crc=False)
+    assert [(m.offset, m.timestamp) for m in stamped.messages()] == [(5, ts0 + 20), (6, ts0 + 20)]
 
 
 def test_recovery_cuts_at_a_legacy_message_whose_crc_fails(tmp_path: Path) -> None:
