@@ -43,6 +43,10 @@ class RecoveryResult:
     segments_deleted: list[int] = field(default_factory=list)
     indexes_rebuilt: list[int] = field(default_factory=list)
     swaps_completed: list[int] = field(default_factory=list)  # cleaned segments swapped in
+    # Segments rescanned that hold a transaction marker or a `.txnindex`: their index of
+    # aborted transactions may lack the last entries (or list a marker cut), so whoever
+    # replays the producer state rebuilds it (daemon.replica.producer.from_log).
+    txn_indexes_to_rebuild: list[int] = field(default_factory=list)
     problem: str = ""
 
 
@@ -81,6 +85,7 @@ class LogLoader:
         self.log_start_offset = log_start_offset
         self.segments = LogSegments()
         self.recovery = RecoveryResult(names.parse_partition_dir(self.dir.name))
+        self._markers_in: set[int] = set()  # rescanned segments holding a marker
 
     def load(self) -> LoadedLog:
         recover = self.recover if self.recover is not None else not clean_marker_present(self.dir)
@@ -116,6 +121,10 @@ class LogLoader:
                              log_end_offset) if not recover else log_end_offset
         epochs.truncate_from_end(log_end_offset)
         epochs.truncate_from_start(log_start_offset)
+        self.recovery.txn_indexes_to_rebuild = [
+            seg.base_offset for seg in segments
+            if seg.base_offset in self.recovery.indexes_rebuilt
+            and (seg.base_offset in self._markers_in or seg.base_offset in txn_index_bases)]
         return LoadedLog(segments=segments, log_start_offset=log_start_offset,
                          recovery_point=recovery_point, epochs=epochs, recovery=self.recovery,
                          txn_index_bases=txn_index_bases,
@@ -188,7 +197,9 @@ class LogLoader:
         i = start
         while i < len(segments):
             seg = segments[i]
-            scan, cut = seg.recover(epochs)
+            scan, cut, markers = seg.recover(epochs)
+            if markers:
+                self._markers_in.add(seg.base_offset)
             self.recovery.segments_recovered += 1
             self.recovery.indexes_rebuilt.append(seg.base_offset)
             if cut or scan.status not in (ScanStatus.OK,):
@@ -209,7 +220,9 @@ class LogLoader:
     def _recover_insane(self, seg: LogSegment, epochs: LeaderEpochCache) -> None:
         """Rebuild the indexes of a segment that failed the load-time sanity check (as
         Kafka does, without deleting later segments), reporting any tail it cut."""
-        scan, cut = seg.recover(epochs)
+        scan, cut, markers = seg.recover(epochs)
+        if markers:
+            self._markers_in.add(seg.base_offset)
         self.recovery.indexes_rebuilt.append(seg.base_offset)
         if cut or not scan.clean:
             self.recovery.bytes_truncated += cut

@@ -461,6 +461,35 @@ class Log:
         entries.append(txn)
         self._txn_index_bases = self._txn_index_bases | {seg.base_offset}
 
+    def rebuild_txn_indexes(self, bases: list[int], aborted: list[txnindex.AbortedTxn]
+                            ) -> dict[str, int]:
+        """Make the `.txnindex` of each segment at `bases` hold exactly the transactions
+        of `aborted` whose abort marker it holds: what a replay of those whole segments
+        found (Kafka's segment recovery rebuilds it so). An index that already agrees is
+        not written. Returns the file name and entry count of each one rewritten."""
+        wanted: dict[int, list[txnindex.AbortedTxn]] = {base: [] for base in bases}
+        for txn in aborted:
+            base = self._segments[self._segments.floor_index(txn.last_offset)].base_offset
+            if base in wanted:
+                wanted[base].append(txn)
+        have = set(self._txn_index_bases)
+        rewritten = {}
+        for seg in self._segments:
+            entries = wanted.get(seg.base_offset)
+            if entries is None or entries == self._txn_index(seg):
+                continue
+            path = self.dir / (names.offset_file_stem(seg.base_offset) + names.TXN_INDEX_SUFFIX)
+            with self.guard.io("write transaction index", path):
+                txnindex.rewrite(path, entries)
+            self._txn_index(seg)[:] = entries
+            rewritten[path.name] = len(entries)
+            if entries:
+                have.add(seg.base_offset)
+            else:
+                have.discard(seg.base_offset)
+        self._txn_index_bases = frozenset(have)
+        return rewritten
+
     def _cut_txn_indexes(self, offset: int) -> None:
         """After a truncation to `offset`: the entries of markers cut go, and so do the
         cached entries of segments deleted (a new one may take their base offset)."""

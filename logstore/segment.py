@@ -24,7 +24,7 @@ from . import names
 from .epochs import LeaderEpochCache
 from .errors import LogStoreError
 from .index import OffsetIndex, TimeIndex
-from .records import HEADER_SIZE, MAGIC_AT, iter_batches, parse_batch_header
+from .records import ATTR_CONTROL, HEADER_SIZE, MAGIC_AT, iter_batches, parse_batch_header
 from .scan import FileScan, scan_file
 
 
@@ -275,18 +275,20 @@ class LogSegment:
 
     # ---- maintenance ----
 
-    def recover(self, epochs: LeaderEpochCache | None = None) -> tuple[FileScan, int]:
+    def recover(self, epochs: LeaderEpochCache | None = None) -> tuple[FileScan, int, bool]:
         """Rebuild indexes from the `.log`, cut at the first invalid batch; each batch
         of a leader epoch newer than `epochs` knows starts that epoch there (Kafka's
         LogSegment.recover: the checkpoint may predate the batches a crash left).
 
-        Returns the scan's verdict and how many bytes were cut. A batch whose offsets
-        go backwards counts as corruption.
+        Returns the scan's verdict, how many bytes were cut, and whether a transaction
+        marker (a control batch) is among the batches kept. A batch whose offsets go
+        backwards counts as corruption.
         """
         self.offset_index.reset()
         self.time_index.reset()
         self.max_timestamp, self.offset_of_max_timestamp = -1, self.base_offset
-        state = {"next": self.base_offset, "valid": 0, "last_indexed": 0, "bad": None}
+        state = {"next": self.base_offset, "valid": 0, "last_indexed": 0, "bad": None,
+                 "markers": False}
 
         def rebuild(res: ScanResult) -> int | None:
             for b in res:
@@ -302,6 +304,8 @@ class LogSegment:
                     self._index_batch(b.last_offset, b.position)
                     state["last_indexed"] = b.position
                 state["next"] = b.last_offset + 1
+                if b.magic == 2 and b.attributes & ATTR_CONTROL:
+                    state["markers"] = True
             return None
 
         scan = scan_file(self.fd, end=self.size, on_batches=rebuild, path=self._log_path_str,
@@ -317,7 +321,7 @@ class LogSegment:
         if not self.active:
             self.close_indexes_for_roll()
         self.indexes_missing = False
-        return scan, cut
+        return scan, cut, state["markers"]
 
     def index_sane(self) -> bool:
         """Kafka's cheap load-time check: entries inside the segment and the log."""

@@ -329,10 +329,11 @@ def check_marker(producers: PartitionProducers, producer_id: int, producer_epoch
 
 def end_txn(producers: PartitionProducers, producer_id: int, producer_epoch: int,
             coordinator_epoch: int, kind: int, marker_offset: int, log: Log | None,
-            timestamp: int = -1) -> None:
+            timestamp: int = -1) -> AbortedTxn | None:
     """A marker of type `kind` (written at `timestamp`) was appended at `marker_offset`:
-    the producer's open transaction ends there. An abort goes into the `.txnindex` when
-    `log` is given (a replay of a log that holds it already passes None)."""
+    the producer's open transaction ends there. Returns the aborted transaction when it
+    was an abort of one with records here; it goes into the `.txnindex` when `log` is
+    given (a replay of a log that holds it already passes None)."""
     state = producers.get(producer_id)
     if state is None or producer_epoch > state.epoch:
         # A marker written with a bumped epoch (a transaction aborted on timeout, or a
@@ -344,22 +345,27 @@ def end_txn(producers: PartitionProducers, producer_id: int, producer_epoch: int
         producers.coordinator_epochs[producer_id] = coordinator_epoch
     first = producers.ongoing.pop(producer_id, None)
     if first is None:
-        return  # nothing of it is in this partition (a retried marker, or none written)
+        return None  # nothing of it is in this partition (a retried marker, or none written)
     producers.unreplicated.append((first, marker_offset, producer_id))
     if log is not None:
         producers.prune(log.high_watermark)  # a follower nobody reads from keeps it short
-    if kind == CONTROL_ABORT and log is not None:
-        # Kafka's lastStableOffset(completedTxn): the first offset of the oldest other
-        # transaction open, else past the marker; every replica computes the same.
-        lso = min(producers.ongoing.values(), default=marker_offset + 1)
-        log.add_aborted_txn(AbortedTxn(producer_id, first, marker_offset, lso))
+    if kind != CONTROL_ABORT:
+        return None
+    # Kafka's lastStableOffset(completedTxn): the first offset of the oldest other
+    # transaction open, else past the marker; every replica computes the same.
+    lso = min(producers.ongoing.values(), default=marker_offset + 1)
+    txn = AbortedTxn(producer_id, first, marker_offset, lso)
+    if log is not None:
+        log.add_aborted_txn(txn)
+    return txn
 
 
 def record_replicated(producers: PartitionProducers, records: bytes | memoryview,
-                      log: Log | None = None) -> None:
+                      log: Log | None = None, aborted: list[AbortedTxn] | None = None) -> None:
     """Remember every idempotent batch of `records`, a leader's batches as a follower
     appended them (their offsets are the leader's), and the transactions they open and
-    their markers close (an abort into `log`'s `.txnindex` when `log` is given). Framing
+    their markers close (an abort into `log`'s `.txnindex` when `log` is given, and onto
+    `aborted` when that is given). Framing
     was checked by the append. Old Kafka's legacy messages (magic 0/1) have no producer:
     they are stepped over."""
     view = memoryview(records)
@@ -373,8 +379,10 @@ def record_replicated(producers: PartitionProducers, records: bytes | memoryview
             if attrs & ATTR_CONTROL:
                 kind, coordinator_epoch = control_record(view, pos)
                 if pid >= 0 and kind >= 0:
-                    end_txn(producers, pid, epoch, coordinator_epoch, kind, base_offset, log,
-                            max_ts)
+                    txn = end_txn(producers, pid, epoch, coordinator_epoch, kind, base_offset,
+                                  log, max_ts)
+                    if txn is not None and aborted is not None:
+                        aborted.append(txn)
             else:
                 if pid >= 0 and base_seq >= 0:
                     # Its sequences span its offsets (Kafka's lastSequence), also for a
@@ -392,32 +400,47 @@ def from_log(log: Log, tail_bytes: int = TAIL_BYTES) -> PartitionProducers:
     (a log never rolled since, or from before snapshots), the batches from the active
     segment's start, or from its last `tail_bytes` if they reach further back: every
     roll writes a snapshot (`snapshot_if_rolled`), so a transaction opened before the
-    active segment would have been in one."""
+    active segment would have been in one.
+
+    The segments with transaction markers that the log's opening rescanned (recovery
+    after an unclean stop) may hold abort markers their `.txnindex` lacks (a crash
+    between the marker and its entry, a Kafka dir without them): the replay then starts
+    at or before the first of them, and each one it covers gets its `.txnindex` rebuilt
+    from its markers, as Kafka's segment recovery rebuilds it; read_committed consumers
+    would otherwise be given the aborted records."""
+    rescanned = log.recovery.txn_indexes_to_rebuild
+    upto = min(log.log_end_offset, rescanned[0]) if rescanned else log.log_end_offset
     snap = None
     if log.snapshot_offsets_at_open:  # the loader's listing: no second look at the dir
         with log.guard.io("read producer snapshot", log.dir, writing=False):
-            snap = producer_snapshot.latest(log.dir, log.log_end_offset, log.log_start_offset,
+            snap = producer_snapshot.latest(log.dir, upto, log.log_start_offset,
                                             known=log.snapshot_offsets_at_open)
     if snap is None:
         producers = PartitionProducers()
-        offset = max(min(log.active_segment.base_offset, log.tail_offset(tail_bytes)),
+        offset = max(min(log.active_segment.base_offset, log.tail_offset(tail_bytes), upto),
                      log.log_start_offset)
     else:
         offset, entries = snap
         producers = from_snapshot(entries)
         producers.snapshot_offset = offset
+    rebuilt = [base for base in rescanned if base >= offset]
+    aborted: list[AbortedTxn] | None = [] if rebuilt else None
     end = log.log_end_offset
     while offset < end:  # the batches from there on, as a follower appends them
         data = log.read(offset, REPLAY_CHUNK)
         if not data:
             break
-        record_replicated(producers, data)
+        record_replicated(producers, data, aborted=aborted)
         after = offset
         for b in iter_batches(data, verify_crc=False):
             after = max(after, b.next_offset if isinstance(b, Batch) else b.offset + 1)
         if after <= offset:
             break
         offset = after
+    if aborted is not None:
+        for name, count in log.rebuild_txn_indexes(rebuilt, aborted).items():
+            _log.warning("%s: recovery rebuilt %s: %d aborted transactions",
+                         log.dir.name, name, count)
     producers.prune(log.high_watermark)
     return producers
 
