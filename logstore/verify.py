@@ -4,18 +4,20 @@ Shared by `logkeeper dump-log` and the Spark audit. A `.log` is streamed through
 fixed buffer (logstore.scan), never read whole; the `.index`/`.timeindex` beside it
 are checked by docs/formats.md's rules: the written entries (up to a preallocated,
 zero-filled tail: logstore.index.read_written_entries) in order, offsets at or above the
-segment base, positions inside the file, and each entry naming a real batch (an offset
-entry's batch ends at that offset and starts at that position; a time entry's offset is
-inside a batch, at its end or, as older brokers wrote, at the record holding its max
-timestamp, and the entry's timestamp is that batch's max). Problems are returned, not
-raised; an OSError reading the files propagates to the caller.
+segment base, positions inside the file, and each entry one Kafka's lookups are right
+with. An offset entry (o, p): a batch starts at p and the batch before it ends below o,
+so a lookup of o from p skips nothing, and o is not past the segment's last offset. It
+need not be the last offset of the batch at p: a Kafka follower's append of a whole
+fetched chunk maps the chunk's last offset to the position of its first batch. A time
+entry's offset is inside a batch, at its end or, as older brokers wrote, at the record
+holding its max timestamp, and the entry's timestamp is that batch's max. Problems are
+returned, not raised; an OSError reading the files propagates to the caller.
 """
 
 from __future__ import annotations
 
 import os
 from array import array
-from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -119,14 +121,20 @@ def verify_segment(
                                                              report)
     if check_indexes and time_index_path.exists():
         time_entries = _check_time_index(time_index_path, base, report)
-    # The entries not yet matched, absolute offset -> expected batch position, except that
-    # those below walked["index_next"] in index_offsets are all matched and stay in it.
-    offset_entries = dict(zip(index_offsets, index_positions, strict=True))
-    offset_at = dict(zip(index_positions, index_offsets, strict=True))
+    # The offset index is checked in position order, as the log is walked: entry
+    # order[k] (file order) is the k-th by position, at_position[k]. Positions rise with
+    # the offsets as Kafka writes them, and then both orders are the file's.
+    in_position_order = native.ascending(index_positions)
+    order: list[int] | None = None
+    at_position = index_positions
+    if not in_position_order:
+        order = sorted(range(len(index_positions)), key=index_positions.__getitem__)
+        at_position = array("q", [index_positions[i] for i in order])
+    index_reported: set[int] = set()  # entries (file order) found wrong
     walk = (_native_walk(index_offsets, index_positions, time_entries)
-            if native_walk and on_batch is None else None)
+            if native_walk and on_batch is None and in_position_order else None)
+    # index_next: the first entry (position order) not yet checked against the log.
     walked = {"index_next": 0}
-    seen_at: dict[int, int] = {}  # positions named by the index -> last offset found there
     # prev_last: the previous valid batch's last offset (None after a bad one);
     # next_time: the first time-index entry not yet matched; after_bad: the batch
     # before is a bad one, so entries below the next batch may be inside it.
@@ -156,8 +164,6 @@ def verify_segment(
                     break
             visit_one(res[i])
             i += 1
-            if walk is not None:
-                resync()
         if on_batches is not None:
             on_batches(res)
 
@@ -177,29 +183,32 @@ def verify_segment(
             report.max_timestamp = w.max_timestamp
             report.last_offset = state["prev_last"] = w.prev_last
             state["next_time"] = w.time_next
-            walked["index_next"] = w.index_next  # matched: each at its batch's position
+            walked["index_next"] = w.index_next  # each sound, at its batch's position
         return end
 
-    def unmatched(offset: int) -> bool:
-        """Whether `offset`'s index entry (if any) may still be unmatched: it is not
-        below the cursor, under which every entry is matched but not popped."""
-        k = walked["index_next"]
-        return k == 0 or offset > index_offsets[k - 1]
+    def index_mismatch(i: int, why: str) -> None:
+        offset, position = index_offsets[i], index_positions[i]
+        index_reported.add(i)
+        report.problems.append(Problem(
+            "index-mismatch", str(index_path), position, offset,
+            f"index maps offset {offset} to position {position}{why}"))
 
-    def resync() -> None:
-        """After a batch looked at here: the walk's offset index cursor moves past the
-        last offset seen. An entry it would pass that is still unmatched (the index and
-        the log disagree) keeps the rest of the segment here, one batch at a time."""
-        nonlocal walk
-        prev = state["prev_last"]
-        if prev is None:
-            return
-        start = walked["index_next"]
-        past = bisect_right(index_offsets, prev, lo=start)
-        if any(o in offset_entries for o in index_offsets[start:past]):
-            walk = None
-        else:
-            walked["index_next"] = past
+    def index_entries_to(position: int, prev: int | None) -> None:
+        """Check the offset index entries up to `position`, where a batch starts (after
+        one ending at `prev`; None: none, or one whose offsets are not trusted). An
+        entry before it names no batch start; one at it is sound unless the batch
+        before already reaches its offset (a lookup from there would skip that)."""
+        k, n = walked["index_next"], len(at_position)
+        while k < n and at_position[k] <= position:
+            i = k if order is None else order[k]
+            if at_position[k] < position:
+                index_mismatch(i, ": no valid batch starts there")
+            elif prev is not None and prev >= index_offsets[i]:
+                index_mismatch(i, f", but the batch before that position ends at offset "
+                                  f"{prev}: a lookup of {index_offsets[i]} from there "
+                                  "skips the offsets up to it")
+            k += 1
+        walked["index_next"] = k
 
     def visit_one(b: BatchInfo) -> None:
         nonlocal legacy_count
@@ -226,16 +235,7 @@ def verify_segment(
         report.record_count += b.records_count
         report.last_offset = b.last_offset
         report.max_timestamp = max(report.max_timestamp, b.max_timestamp)
-        if b.position in offset_at:
-            seen_at[b.position] = b.last_offset
-        expected_pos = None
-        if unmatched(b.last_offset):
-            expected_pos = offset_entries.pop(b.last_offset, None)
-        if expected_pos is not None and expected_pos != b.position:
-            report.problems.append(Problem(
-                "index-mismatch", str(index_path), expected_pos, b.last_offset,
-                f"index maps offset {b.last_offset} to position {expected_pos}, but the "
-                f"batch ending there starts at {b.position}"))
+        index_entries_to(b.position, prev)
         time_entries_below(b.base_offset)
         state["after_bad"] = False
         # An entry may name the batch's last offset or (older brokers) the record
@@ -268,10 +268,8 @@ def verify_segment(
         state["bad"].append(b.position)
         report.problems.append(Problem(
             "bad-crc", str(path), b.position, b.base_offset, res.detail))
-        indexed = offset_at.get(b.position)
-        if indexed is not None:  # the position is right; the last offset is unverifiable
-            offset_entries.pop(indexed, None)
-            seen_at[b.position] = indexed
+        # An entry at it has the right position; its offset cannot be checked.
+        index_entries_to(b.position, None)
         time_entries_below(b.base_offset)
         state["prev_last"], state["after_bad"] = None, True
         if on_bad_batch is not None:
@@ -302,30 +300,40 @@ def verify_segment(
         report.problems.append(Problem(
             _STATUS_KIND.get(scan.status, "corrupt-batch"), str(path), scan.valid_end,
             stop_offset, scan.detail, ERROR))
-    # The entries left unmatched (every one below the cursor is matched); past an early
-    # stop, nothing could be checked: those entries are not findings.
-    for offset in index_offsets[walked["index_next"]:]:
-        position = offset_entries.get(offset)
-        if position is None or (not scan.clean and position >= scan.valid_end):
-            continue
-        found = seen_at.get(position)
-        where = (f"the batch there ends at offset {found}" if found is not None
-                 else "no valid batch starts there")
-        report.problems.append(Problem(
-            "index-mismatch", str(index_path), position, offset,
-            f"index maps offset {offset} to position {position}: {where}"))
+    # The entries past the last batch start (inside it); past an early stop, nothing
+    # could be checked: those entries are not findings.
+    for k in range(walked["index_next"], len(at_position)):
+        if not scan.clean and at_position[k] >= scan.valid_end:
+            break
+        index_mismatch(k if order is None else order[k], ": no valid batch starts there")
+    if order is not None:
+        # Each entry sound on its own, positions must still rise with the offsets (as
+        # Kafka writes them, and as an index is read on open).
+        prev_at = None
+        for i, position in enumerate(index_positions):
+            if i in index_reported:
+                continue
+            if prev_at is not None and position <= prev_at:
+                index_mismatch(i, f": not past the position of the entry before it "
+                                  f"({prev_at})")
+            else:
+                prev_at = position
+    if scan.clean and not state["after_bad"] and report.last_offset is not None:
+        # Offsets rise: the entries naming offsets the segment does not hold are last.
+        i = len(index_offsets) - 1
+        while i >= 0 and (i in index_reported or index_offsets[i] > report.last_offset):
+            if i not in index_reported:
+                index_mismatch(i, f", past the segment's last offset {report.last_offset}")
+            i -= 1
     if scan.clean:
         time_entries_below(2**63 - 1)
     return report
 
 
 def _native_walk(index_offsets: array, index_positions: array,
-                 time_entries: list[tuple[int, int]]) -> native.VerifyWalk | None:
-    """The native walk of a segment with these offset index entries (ascending
-    offsets), or None where their positions do not ascend with the offsets (already a
-    finding: its batches are looked at one by one, which words every mismatch)."""
-    if not native.ascending(index_positions):
-        return None
+                 time_entries: list[tuple[int, int]]) -> native.VerifyWalk:
+    """The native walk of a segment with these offset index entries (offsets and
+    positions ascending)."""
     return native.VerifyWalk(index_offsets, index_positions,
                              array("q", [o for o, _ in time_entries]),
                              array("q", [ts for _, ts in time_entries]))

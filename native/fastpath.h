@@ -122,8 +122,8 @@ struct lk_verify_walk {
 /* Walk infos[from, n) while each batch is one verify has nothing to say about: magic 2,
  * starting after w->prev_last, and agreeing with both indexes at their cursors. The
  * offset index (index_offsets ascending, index_positions ascending, index_n entries):
- * the entry at w->index_next names this batch's last offset at its position (matched:
- * the cursor moves on), or lies past it in both offset and position. The time index
+ * the entry at w->index_next lies past the batch's position, or is at it with an offset
+ * past w->prev_last (sound: the cursor moves on). The time index
  * (time_offsets ascending): no entry at the cursor below the batch's base offset, and
  * every entry up to its last offset carries its max timestamp (matched). Returns the
  * index of the first batch that is not such a batch (n when all are); w says where the

@@ -11,20 +11,22 @@
 
 #include "internal.h"
 
-/* The batch against the offset index's entry at *k: 1 when it is plain (and *k moved
- * past an entry it matched). */
-static int lk_offset_index_plain(const struct lk_batch_info *b, int64_t last,
+/* The batch, after one ending at prev_last, against the offset index's entry at *k:
+ * 1 when it is plain (and *k moved past a sound entry at its position). An entry at
+ * the batch is sound when its offset is past prev_last (a lookup from there skips
+ * nothing), whichever batch holds it: a Kafka follower maps a whole appended chunk's
+ * last offset to its first batch. */
+static int lk_offset_index_plain(const struct lk_batch_info *b, int64_t prev_last,
                                  const int64_t *offsets, const int64_t *positions,
                                  size_t n, size_t *k)
 {
-    if (*k >= n)
-        return 1;
-    if (offsets[*k] == last && positions[*k] == b->position) {
+    if (*k >= n || positions[*k] > b->position)
+        return 1; /* none left, or a later batch's to check */
+    if (positions[*k] == b->position && offsets[*k] > prev_last) {
         (*k)++;
         return 1;
     }
-    /* An entry ahead of the batch in both: a later batch's to match (or not). */
-    return offsets[*k] > last && positions[*k] > b->position;
+    return 0; /* inside the batch before, or one a lookup would skip offsets from */
 }
 
 /* The batch against the time index from *j: 1 when it is plain (and *j moved past
@@ -56,7 +58,8 @@ size_t lk_verify_walk(const struct lk_batch_info *infos, size_t from, size_t n,
         int64_t last = b->base_offset + b->last_offset_delta;
         size_t k2 = k, j2 = j;
         if (b->magic != 2 || b->base_offset <= w->prev_last ||
-            !lk_offset_index_plain(b, last, index_offsets, index_positions, index_n, &k2) ||
+            !lk_offset_index_plain(b, w->prev_last, index_offsets, index_positions, index_n,
+                                   &k2) ||
             !lk_time_index_plain(b, last, time_offsets, time_stamps, time_n, &j2))
             break;
         if (b->base_offset > w->prev_last + 1)

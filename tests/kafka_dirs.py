@@ -6,10 +6,12 @@ that logkeeper's readers must accept.
 - Kafka creates checkpoint files empty (0 bytes) and reads them as "no entries".
 - Kafka 2.x time-index entries name the record holding the max timestamp, which can be
   inside its batch, not the batch's last offset.
+- A Kafka 2.x/3.0 follower indexes each append of a fetched chunk of batches as a whole:
+  the chunk's last offset at the position of its first batch.
 
 The segments are written by logstore (byte-for-byte Kafka's layout) and then given
 what Kafka leaves: the preallocated index tails, the empty checkpoints, the older
-brokers' time-index offsets.
+brokers' time-index offsets, the followers' indexes.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import os
 import struct
 from pathlib import Path
 
-from logstore import Log, LogConfig, names
+from logstore import Log, LogConfig, names, verify
 from logstore.records import Record, build_batch
 
 # Kafka's segment.index.bytes default, as its active segments preallocate it.
@@ -79,6 +81,46 @@ def older_broker_time_index(log_path: Path) -> int:
         n += 1
     index.write_bytes(bytes(data))
     return n
+
+
+def follower_indexes(log_path: Path, chunk: int, *, interval: int = 512,
+                     rolled: bool = False) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """Rewrite a segment's .index and .timeindex as a Kafka 2.x/3.0 follower writes them:
+    one LogSegment.append per fetched chunk of `chunk` batches, which (once more than
+    `interval` bytes were appended since the last entry) maps the chunk's last offset
+    to its first batch's position, and offers the time index the segment's max
+    timestamp so far with the last offset of the first batch that reached it; `rolled`:
+    the entry a roll adds. Returns the (offset, position) and (timestamp, offset)
+    entries, offsets absolute."""
+    batches: list = []
+    verify.verify_segment(log_path, check_indexes=False, on_batch=batches.append)
+    offsets: list[tuple[int, int]] = []
+    times: list[tuple[int, int]] = []
+    since, max_ts, max_at = 0, -1, -1
+
+    def time_entry() -> None:
+        if not times or max_ts > times[-1][0]:
+            times.append((max_ts, max_at))
+
+    for first in range(0, len(batches), chunk):
+        part = batches[first:first + chunk]
+        largest = max(b.max_timestamp for b in part)
+        if largest > max_ts:
+            max_ts = largest
+            max_at = next(b.last_offset for b in part if b.max_timestamp == largest)
+        if since > interval:
+            offsets.append((part[-1].last_offset, part[0].position))
+            time_entry()
+            since = 0
+        since += sum(b.size for b in part)
+    if rolled:
+        time_entry()
+    base = int(log_path.stem)
+    log_path.with_suffix(names.INDEX_SUFFIX).write_bytes(
+        b"".join(struct.pack(">ii", o - base, p) for o, p in offsets))
+    log_path.with_suffix(names.TIME_INDEX_SUFFIX).write_bytes(
+        b"".join(struct.pack(">qi", t, o - base) for t, o in times))
+    return offsets, times
 
 
 def kafka_log_dir(root: Path, cluster_id: str | None = "kafka-cluster-A", broker_id: int = 0,

@@ -17,7 +17,13 @@ from tests.audit_helpers import (  # noqa: F401  (spark_session is the `spark` f
     spark_session,
 )
 
-from .kafka_dirs import OFFSET_INDEX_BYTES, kafka_log_dir, live_partition, older_broker_time_index
+from .kafka_dirs import (
+    OFFSET_INDEX_BYTES,
+    follower_indexes,
+    kafka_log_dir,
+    live_partition,
+    older_broker_time_index,
+)
 
 pytest.importorskip("pyspark")
 from spark_audit import main as audit_main  # noqa: E402
@@ -86,6 +92,29 @@ def test_older_brokers_time_index_entries_are_accepted(spark, tmp_path: Path):
     code, findings, _ = audit(spark, tmp_path / "out2", f"b0={root}")
     assert code == 1
     assert brief(findings) == [("b0", "old", "timeindex-mismatch", "error", 22, 22)]
+
+
+def test_a_kafka_followers_indexes_are_accepted(spark, tmp_path: Path):
+    """A Kafka 2.x/3.0 follower indexes each fetched chunk as a whole: its last offset at
+    its first batch's position (and the time index as the leader does, at the batch
+    with the max timestamp). Replicas written so audit clean; an entry a lookup would
+    skip its offset from (at the batch after the one holding it) is still an error."""
+    root = kafka_log_dir(tmp_path / "kafka-logs", empty_checkpoints=False)
+    segs = live_partition(root, "replicated", 0, 30, roll_every=12, preallocated=False)
+    indexes = [follower_indexes(seg, 4, rolled=seg != segs[-1]) for seg in segs]
+    assert [len(offsets) for offsets, _ in indexes] == [2, 2, 1]
+    code, findings, _ = audit(spark, tmp_path / "out", f"b0={root}")
+    assert findings == [] and code == 0
+
+    (first_entry, first_at), (chunk_last, chunk_at) = indexes[1][0][:2]
+    base = int(segs[1].stem)
+    batch_bytes = first_at // 4  # every chunk is four batches of one size
+    set_index_entry(segs[1].with_suffix(".index"), 1, chunk_last - 3 * 3 - base,
+                    chunk_at + batch_bytes)
+    code, findings, _ = audit(spark, tmp_path / "out2", f"b0={root}")
+    assert code == 1
+    assert brief(findings) == [("b0", "replicated", "index-mismatch", "error",
+                                chunk_last - 9, chunk_last - 9)]
 
 
 def test_replicas_are_compared_within_a_cluster_only(spark, tmp_path: Path):

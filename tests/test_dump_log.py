@@ -9,6 +9,7 @@ import sys
 
 from logstore import Log, LogConfig
 
+from .kafka_dirs import follower_indexes
 from .logutil import batch
 
 
@@ -67,6 +68,33 @@ def test_corrupt_index_entry_is_found_only_with_verify_index(tmp_path):
     assert run.returncode == 1
     problems = json.loads(run.stdout)["files"][0]["problems"]
     assert [(p["kind"], p["position"]) for p in problems] == [("index-mismatch", pos + 7)]
+
+
+def test_a_kafka_followers_index_passes_verify_index(tmp_path):
+    """A Kafka 2.x/3.0 follower's entries map a fetched chunk's last offset to its first
+    batch: sound (a lookup scans forward from there). One a lookup would skip its offset
+    from, at the batch after the one holding it, is still found."""
+    log = Log.open(tmp_path / "t-0", LogConfig())
+    for _ in range(24):
+        log.append(batch(2, size=300))
+    log.close()
+    (seg,) = sorted((tmp_path / "t-0").glob("*.log"))
+    offsets, _ = follower_indexes(seg, 3, interval=1000)
+    assert len(offsets) >= 4 and offsets[1][0] % 6 == 5  # 3 batches of 2 offsets a chunk
+    run = dump("--verify-index", "--json", str(seg))
+    assert run.returncode == 0, run.stdout
+    assert json.loads(run.stdout)["files"][0]["problems"] == []
+    # Entry 1 at the chunk's second batch, naming its first batch's last offset.
+    first_last, second_at = offsets[1][0] - 4, offsets[1][1] + (len(batch(2, size=300)))
+    index = seg.with_suffix(".index")
+    data = bytearray(index.read_bytes())
+    struct.pack_into(">ii", data, 8, first_last, second_at)
+    index.write_bytes(bytes(data))
+    run = dump("--verify-index", "--json", str(seg))
+    assert run.returncode == 1
+    problems = json.loads(run.stdout)["files"][0]["problems"]
+    assert [(p["kind"], p["offset"], p["position"]) for p in problems] == [
+        ("index-mismatch", first_last, second_at)]
 
 
 def test_usage_and_io_errors_exit_2(tmp_path):

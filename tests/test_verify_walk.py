@@ -19,6 +19,8 @@ from logstore import names, verify
 from logstore.records import Record, build_batch
 from spark_audit.findings import FINGERPRINT, FINGERPRINT_FIELDS
 
+from .kafka_dirs import follower_indexes
+
 BASE = 1000
 TS = 1_700_000_000_000
 
@@ -98,23 +100,91 @@ def test_an_index_entry_at_the_wrong_position(tmp_path: Path, entry: int) -> Non
     assert fast.problems[0].offset == where[entry][1]
 
 
-def test_an_index_entry_inside_a_batch_and_one_past_the_last(tmp_path: Path) -> None:
+def test_an_index_entry_inside_its_batch_is_sound_one_past_the_last_offset_is_not(
+        tmp_path: Path) -> None:
     log, where = write_segment(tmp_path, contiguous(200), index_every=4)
-    # Entry 10 (batch 40) names an offset inside its batch, entry 49 one no batch ends at.
+    # Entry 10 (batch 40) names an offset inside its batch: a lookup from there finds it.
     patch(log.with_suffix(names.INDEX_SUFFIX), 8 * 10, struct.pack(">i", where[40][1] - 1 - BASE))
+    fast, _ = reports(log)
+    assert fast.problems == []
+    # Entry 49 names an offset past the segment's last, at batch 196.
     patch(log.with_suffix(names.INDEX_SUFFIX), 8 * 49,
           struct.pack(">ii", where[199][1] + 5 - BASE, where[196][0]))
     fast, _ = reports(log)
-    assert sorted(p.kind for p in fast.problems) == ["index-mismatch", "index-mismatch"]
+    assert [(p.kind, p.offset, p.position) for p in fast.problems] == [
+        ("index-mismatch", where[199][1] + 5, where[196][0])]
+    assert "past the segment's last offset" in fast.problems[0].detail
 
 
-def test_index_positions_out_of_order_are_each_reported(tmp_path: Path) -> None:
+def kafka_segment(directory: Path, stamps: list[int], records: int = 3) -> Path:
+    """A segment of batches of `records` records, batch i's max timestamp TS + stamps[i]."""
+    directory.mkdir(parents=True, exist_ok=True)
+    log = directory / names.log_file_name(BASE)
+    data = bytearray()
+    for i, stamp in enumerate(stamps):
+        data += build_batch([Record(b"k", b"v" * 40, [], TS + stamp - j)
+                             for j in range(records)][::-1], base_offset=BASE + records * i)
+    log.write_bytes(bytes(data))
+    return log
+
+
+@pytest.mark.parametrize("chunk", [2, 3, 7])
+def test_a_kafka_followers_indexes_are_sound(tmp_path: Path, chunk: int) -> None:
+    """A Kafka follower's entries map a chunk's last offset to its first batch (a lookup
+    from there scans forward to it); its time entries name the last offset of the batch
+    with the max timestamp so far, which need not be the chunk's last (nor a late one)."""
+    stamps = [10 * i + (500 if i % 5 == 1 else 0) for i in range(120)]
+    log = kafka_segment(tmp_path, stamps)
+    offsets, times = follower_indexes(log, chunk, interval=0, rolled=True)
+    assert len(offsets) == -(-120 // chunk) - 1
+    assert any(o not in (BASE + 3 * i + 2 for i in range(0, 120, chunk))
+               for _, o in times)  # a time entry inside a chunk
+    fast, _ = reports(log)
+    assert fast.problems == [] and fast.batch_count == 120
+    assert fast.index_entries == len(offsets) and fast.time_index_entries == len(times)
+
+
+@pytest.mark.parametrize(("moved", "error"), [
+    ("to the batch after the one holding its offset", True),
+    ("inside its batch", True),
+    ("to an earlier batch, after the entry before it", False),
+])
+def test_a_follower_index_entry_moved(tmp_path: Path, moved: str, error: bool) -> None:
+    """An entry of a follower's index moved where a lookup of its offset would skip
+    records or land inside a batch is an error; one moved to an earlier batch start
+    (still after the entry before it) is as loose, and as sound, as a follower's own."""
+    log = kafka_segment(tmp_path, [10 * i for i in range(60)])
+    offsets, _ = follower_indexes(log, 4, interval=0)
+    positions: list[int] = []
+    verify.verify_segment(log, check_indexes=False,
+                          on_batch=lambda b: positions.append(b.position))
+    k = 5  # chunk 6: batches 24-27, offsets BASE+72..BASE+83; entry 4 is at batch 20
+    assert offsets[k] == (BASE + 83, positions[24])
+    offset, position = {
+        "to the batch after the one holding its offset": (BASE + 74, positions[25]),
+        "inside its batch": (BASE + 83, positions[24] + 7),
+        "to an earlier batch, after the entry before it": (BASE + 83, positions[22]),
+    }[moved]
+    patch(log.with_suffix(names.INDEX_SUFFIX), 8 * k, struct.pack(">ii", offset - BASE, position))
+    fast, _ = reports(log)
+    expected = [("index-mismatch", offset, position)] if error else []
+    assert [(p.kind, p.offset, p.position) for p in fast.problems] == expected
+
+
+def test_index_positions_out_of_order_are_reported(tmp_path: Path) -> None:
     log, where = write_segment(tmp_path, contiguous(100))
     index = log.with_suffix(names.INDEX_SUFFIX)
     patch(index, 8 * 30 + 4, struct.pack(">i", where[31][0]))
     patch(index, 8 * 31 + 4, struct.pack(">i", where[30][0]))
     fast, _ = reports(log)
-    assert [p.kind for p in fast.problems] == ["index-mismatch"] * 2
+    # Entry 30 would skip its batch; entry 31, at batch 30, is sound once that one is out.
+    assert [(p.kind, p.offset) for p in fast.problems] == [("index-mismatch", where[30][1])]
+    # Entry 40 at batch 35: sound for a lookup, but its position goes back.
+    patch(index, 8 * 40 + 4, struct.pack(">i", where[35][0]))
+    fast, _ = reports(log)
+    assert [(p.kind, p.offset) for p in fast.problems] == [
+        ("index-mismatch", where[30][1]), ("index-mismatch", where[40][1])]
+    assert "not past the position of the entry before it" in fast.problems[1].detail
 
 
 @pytest.mark.parametrize("entry", [0, 20, 99])
@@ -207,18 +277,22 @@ def test_walk_refuses_arrays_of_another_type_or_length() -> None:
                                     st.integers(0, 1 << 20), st.integers(0, 255)),
                           max_size=4),
        index_every=st.integers(1, 4), time_every=st.integers(1, 5),
-       buffer_size=st.sampled_from([256, 1024, 1 << 16]))
+       follower=st.integers(0, 4), buffer_size=st.sampled_from([256, 1024, 1 << 16]))
 def test_property_any_damage_reads_the_same_both_ways(tmp_path_factory, steps, mutations,
-                                                      index_every, time_every,
+                                                      index_every, time_every, follower,
                                                       buffer_size) -> None:
-    # Gaps of 0..3 offsets between batches of 1..4 records, then bytes overwritten
-    # anywhere in the log or its indexes.
+    # Gaps of 0..3 offsets between batches of 1..4 records (indexed per batch, or as a
+    # follower indexes chunks of `follower` batches), then bytes overwritten anywhere in
+    # the log or its indexes.
     batches, offset = [], BASE
     for k in steps:
         batches.append((offset, k))
         offset += k + (k % 3 == 0) * 2
     log, _ = write_segment(tmp_path_factory.mktemp("seg"), batches, index_every=index_every,
                            time_every=time_every, value=8)
+    if follower:
+        follower_indexes(log, follower, interval=0)
+        assert reports(log, buffer_size)[0].problems == []
     for which, at, byte in mutations:
         target = log if which == "log" else log.with_suffix(
             names.INDEX_SUFFIX if which == "index" else names.TIME_INDEX_SUFFIX)
