@@ -463,10 +463,13 @@ class Log:
 
     def rebuild_txn_indexes(self, bases: list[int], aborted: list[txnindex.AbortedTxn]
                             ) -> dict[str, int]:
-        """Make the `.txnindex` of each segment at `bases` hold exactly the transactions
-        of `aborted` whose abort marker it holds: what a replay of those whole segments
-        found (Kafka's segment recovery rebuilds it so). An index that already agrees is
-        not written. Returns the file name and entry count of each one rewritten."""
+        """Make the `.txnindex` of each segment at `bases` hold the transactions of
+        `aborted` whose abort marker it holds: what a replay of those whole segments
+        found (Kafka's segment recovery rebuilds it so). Of the entries it held, those
+        whose marker is past the log end (cut by recovery) go, and those the replay did
+        not find (a transaction begun before it started) stay. An index that already
+        agrees is not written. Returns the file name and entry count of each one
+        rewritten."""
         wanted: dict[int, list[txnindex.AbortedTxn]] = {base: [] for base in bases}
         for txn in aborted:
             base = self._segments[self._segments.floor_index(txn.last_offset)].base_offset
@@ -475,8 +478,15 @@ class Log:
         have = set(self._txn_index_bases)
         rewritten = {}
         for seg in self._segments:
-            entries = wanted.get(seg.base_offset)
-            if entries is None or entries == self._txn_index(seg):
+            found = wanted.get(seg.base_offset)
+            if found is None:
+                continue
+            held = self._txn_index(seg)
+            markers = {(t.producer_id, t.last_offset) for t in found}
+            entries = sorted(found + [t for t in held if t.last_offset < self.log_end_offset
+                                      and (t.producer_id, t.last_offset) not in markers],
+                             key=lambda t: t.last_offset)
+            if entries == held:
                 continue
             path = self.dir / (names.offset_file_stem(seg.base_offset) + names.TXN_INDEX_SUFFIX)
             with self.guard.io("write transaction index", path):

@@ -176,3 +176,37 @@ def test_a_verification_nobody_appended_with_expires_with_the_producers() -> Non
     assert 7 in state.verifying
     state.expire(now_ms=2000, expiration_ms=1000)
     assert 7 not in state.verifying
+
+
+def test_recovery_rebuilds_the_txnindex_of_the_segments_it_rescanned(tmp_path: Path) -> None:
+    """A segment rescanned by recovery gets its `.txnindex` from its abort markers: the
+    entry a crash lost is written again, the one of a marker recovery cut goes, and the
+    one of a transaction begun before the replay could see it (in a segment not
+    rescanned, no snapshot) stays as it was. A segment not rescanned is left alone."""
+    from logstore import txnindex
+    from logstore.records import control_batch
+    from logstore.txnindex import AbortedTxn
+
+    root = tmp_path / "dir"
+    root.mkdir()
+    guard = IoGuard(root, FailureChannel())
+    lg = Log.open(root / "t-0", LogConfig(), guard=guard)
+    lg.append(txn_batch(7, 0, 0), leader_epoch=0)  # 0-1, its abort in the next segment
+    lg.roll()
+    second = lg.log_end_offset
+    lg.append(control_batch(7, 0, commit=False, coordinator_epoch=1), leader_epoch=0)  # 2
+    lg.append(txn_batch(8, 0, 0), leader_epoch=0)  # 3-4
+    lg.append(control_batch(8, 0, commit=False, coordinator_epoch=1), leader_epoch=0)  # 5
+    lg.append(txn_batch(9, 0, 0), leader_epoch=0)  # 6-7
+    lg.append(control_batch(9, 0, commit=True, coordinator_epoch=1), leader_epoch=0)  # 8
+    lg.close()
+    index = root / "t-0" / "00000000000000000002.txnindex"
+    kept, cut = AbortedTxn(7, 0, 2, 3), AbortedTxn(10, 20, 30, 31)
+    index.write_bytes(txnindex.encode([kept, cut]))  # pid 8's entry lost, pid 10's marker cut
+    lg = Log.open(root / "t-0", LogConfig(), guard=guard, recover=True, recovery_point=second)
+    assert lg.recovery.txn_indexes_to_rebuild == [second]
+    producer.from_log(lg, tail_bytes=1)  # the replay starts at the rescanned segment
+    assert txnindex.parse(index.read_bytes()) == [kept, AbortedTxn(8, 3, 5, 6)]
+    assert lg.aborted_txns(0, lg.log_end_offset) == [kept, AbortedTxn(8, 3, 5, 6)]
+    assert not (root / "t-0" / "00000000000000000000.txnindex").exists()
+    lg.close()
