@@ -404,3 +404,28 @@ def test_dynamic_broker_config_applies_to_topics_without_their_own(tmp_path: Pat
         assert d.stop() == 0
         d.start()
         assert describe(d, "plain")["retention.bytes"].value == "100000"
+
+
+def test_describe_shows_only_what_is_set_on_the_resource_itself() -> None:
+    """kafka-configs.sh --describe lists a topic's DYNAMIC_TOPIC_CONFIG entries, one
+    broker's DYNAMIC_BROKER_CONFIG and the broker defaults' DYNAMIC_DEFAULT_BROKER_CONFIG:
+    a cluster-wide default is not shown as if it were the topic's or the broker's own."""
+    from daemon.tools import configs
+
+    def entry(name: str, value: str, source: str) -> dict:
+        return {"name": name, "value": value, "source": source, "sensitive": False,
+                "synonyms": [{"name": name, "value": value, "source": source}]}
+
+    inherited = entry("unclean.leader.election.enable", "true", "DYNAMIC_DEFAULT_BROKER_CONFIG")
+    from_broker = entry("retention.ms", "86400000", "DYNAMIC_BROKER_CONFIG")
+    own = entry("max.message.bytes", "2000000", "DYNAMIC_TOPIC_CONFIG")
+    topic = configs.render([own, from_broker, inherited], configs.TOPIC, "orders", False)
+    assert topic.splitlines()[1:] == [
+        "  max.message.bytes=2000000 sensitive=false "
+        "synonyms={DYNAMIC_TOPIC_CONFIG:max.message.bytes=2000000}"]
+    broker = configs.render([from_broker, inherited], configs.BROKER, "1", False)
+    assert [line.split("=")[0].strip() for line in broker.splitlines()[1:]] == ["retention.ms"]
+    defaults = configs.render([inherited], configs.BROKER, "", False)
+    assert "unclean.leader.election.enable=true" in defaults
+    everything = configs.render([own, from_broker, inherited], configs.TOPIC, "orders", True)
+    assert len(everything.splitlines()) == 4

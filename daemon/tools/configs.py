@@ -328,9 +328,21 @@ def _what(rtype: int, name: str) -> str:
     return f"broker {name}" if name else "default brokers"
 
 
+# The source of a config set on the resource itself: what --delete-config can remove
+# (the broker defaults' own is DYNAMIC_DEFAULT_BROKER_CONFIG).
+_OWN_SOURCE = {TOPIC: "DYNAMIC_TOPIC_CONFIG", BROKER: "DYNAMIC_BROKER_CONFIG"}
+
+
+def _own_source(rtype: int, name: str) -> str | None:
+    return _OWN_SOURCE.get(rtype) if rtype != BROKER or name else \
+        "DYNAMIC_DEFAULT_BROKER_CONFIG"
+
+
 def render(entries: list[dict[str, Any]], rtype: int, name: str, everything: bool) -> str:
-    dynamic = ("DYNAMIC_TOPIC_CONFIG", "DYNAMIC_BROKER_CONFIG", "DYNAMIC_DEFAULT_BROKER_CONFIG")
-    shown = entries if everything else [e for e in entries if e["source"] in dynamic]
+    # As kafka-configs.sh: without --all, only what is set on the resource itself, so a
+    # broker default never reads as a topic's (or one broker's) own override.
+    own = _own_source(rtype, name)
+    shown = entries if everything else [e for e in entries if e["source"] == own]
     head = "All configs" if everything else "Dynamic configs"
     lines = [f"{head} for {_what(rtype, name)} are:"]
     for e in shown:
@@ -339,10 +351,6 @@ def render(entries: list[dict[str, Any]], rtype: int, name: str, everything: boo
                      f"synonyms={{{syn}}}")
     return "\n".join(lines)
 
-
-# The source of a config set on the resource itself: what --delete-config can remove
-# (the broker defaults' own is DYNAMIC_DEFAULT_BROKER_CONFIG).
-_OWN_SOURCE = {TOPIC: "DYNAMIC_TOPIC_CONFIG", BROKER: "DYNAMIC_BROKER_CONFIG"}
 
 
 def _check_deletions(delete: list[str], have: Iterable[str], rtype: int, name: str) -> None:
@@ -473,8 +481,7 @@ def main(argv: list[str]) -> int:
             if s_add or s_delete:
                 alter_user(bootstrap, single_user, s_add, s_delete)
         else:
-            own = _OWN_SOURCE.get(rtype) if rtype != BROKER or name else \
-                "DYNAMIC_DEFAULT_BROKER_CONFIG"
+            own = _own_source(rtype, name)
             if delete and own is not None:
                 _check_deletions(delete, {e["name"] for e in describe(bootstrap, rtype, name)
                                           if e["source"] == own}, rtype, name)
