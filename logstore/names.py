@@ -8,6 +8,7 @@ Bad names raise `InvalidTopicError`; parsers return None for names that are not 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import NamedTuple
 
 from .errors import InvalidTopicError
@@ -82,6 +83,16 @@ def creation_refused(topic: str) -> str | None:
     or None."""
     if topic == CLUSTER_METADATA_TOPIC:
         return f"Creation of internal topic {CLUSTER_METADATA_TOPIC} is prohibited."
+    return None
+
+
+def collision(topic: str, existing: Iterable[str]) -> str | None:
+    """A topic of `existing` whose name differs from `topic` only in '.' against '_'
+    (Kafka's Topic.hasCollision: their metric names would be the same), or None."""
+    key = topic.replace(".", "_")
+    for other in existing:
+        if other != topic and other.replace(".", "_") == key:
+            return other
     return None
 
 

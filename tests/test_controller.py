@@ -204,6 +204,22 @@ def test_create_topic_assigns_round_robin_over_live_brokers(cluster, admin):
     assert admin.get("/config/topics/rr")[0] == b'{"version":1,"config":{}}'
 
 
+def test_a_topic_whose_name_collides_with_an_existing_one_is_refused_17(cluster, admin):
+    """Kafka's AdminZkClient.validateTopicCreate: 'a_b' and 'a.b' would have the same
+    metric names, so the second is refused (InvalidTopicException) and nothing written."""
+    for i in (1, 2, 3):
+        cluster.broker(i)
+    c = cluster.controller(1)
+    assert wait_for(lambda: c.active_controller_count == 1 and len(c.ctx.live_brokers) == 3)
+    assert create(c, TopicSpec("orders.eu", 1, 1))["orders.eu"].error_code == 0
+    got = create(c, TopicSpec("orders_eu", 1, 1), TopicSpec("orders-eu", 1, 1))
+    assert (got["orders_eu"].error_code, got["orders_eu"].error_message) == (
+        17, "Topic 'orders_eu' collides with existing topics: orders.eu")
+    assert admin.exists("/brokers/topics/orders_eu") is None
+    assert admin.exists("/config/topics/orders_eu") is None
+    assert got["orders-eu"].error_code == 0  # '-' is no '.' or '_'
+
+
 def test_not_the_controller_answers_41(cluster):
     c1 = cluster.controller(1)
     assert wait_for(lambda: c1.active_controller_count == 1)

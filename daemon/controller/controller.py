@@ -49,7 +49,7 @@ from daemon.cluster import znodes
 from daemon.replica.topic_config import ConfigValueError, validate_topic_configs
 from daemon.wire import LeaderAndIsrRequest, StopReplicaRequest, UpdateMetadataRequest, views
 from logstore import TopicPartition
-from logstore.names import InvalidTopicError, creation_refused, validate_topic
+from logstore.names import InvalidTopicError, collision, creation_refused, validate_topic
 
 from . import events as ev
 from .channel import ChannelManager, RequestBatch
@@ -856,6 +856,9 @@ class Controller:
             raise _TopicError(TOPIC_ALREADY_EXISTS, f"Topic '{name}' is marked for deletion.")
         if name in self.ctx.all_topics or self.zk.get(znodes.topic_path(name)) is not None:
             raise _TopicError(TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+        if collide := collision(name, self.ctx.all_topics):
+            raise _TopicError(INVALID_TOPIC, f"Topic '{name}' collides with existing topics: "
+                              f"{collide}")
         brokers = self.ctx.live_broker_ids
         if spec.assignments:
             if spec.num_partitions != -1 or spec.replication_factor != -1:

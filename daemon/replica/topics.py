@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from logstore import LogConfig, StorageError, TopicPartition, names
@@ -115,7 +115,7 @@ class TopicAdmin:
             topics = self.replicas.topics()
             if topic in topics:
                 raise TopicError(TOPIC_ALREADY_EXISTS, f"topic {topic!r} already exists")
-            collide = _collision(topic, topics)
+            collide = names.collision(topic, topics)
             if collide:
                 raise TopicError(INVALID_TOPIC_EXCEPTION,
                                  f"topic {topic!r} collides with existing topic {collide!r} "
@@ -301,10 +301,3 @@ def _spans(numbers: list[int]) -> str:
             runs.append([n, n])
     return ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in runs)
 
-
-def _collision(topic: str, existing: Iterable[str]) -> str | None:
-    key = topic.replace(".", "_")
-    for other in existing:
-        if other != topic and other.replace(".", "_") == key:
-            return other
-    return None
