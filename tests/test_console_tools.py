@@ -101,6 +101,17 @@ def test_a_refused_record_is_named_and_fails_the_run(daemon: Daemon) -> None:
     assert b"InvalidRecord" in r.stderr or b"INVALID_RECORD" in r.stderr.upper(), r.stderr
 
 
+def test_a_topic_missing_from_the_metadata_is_a_refusal_not_a_crash(tmp_path) -> None:
+    """Kafka's producer reports "Topic T not present in metadata after N ms" through the
+    send's callback, and the console producer goes on with the next line."""
+    with running(tmp_path, {"auto.create.topics.enable": False}) as d:
+        r = tool(d, "console-producer", "--topic", "absent", "--producer-property",
+                 "max.block.ms=500", stdin=b"one\ntwo\n")
+    assert r.returncode == 1, r.stderr
+    assert b"Traceback" not in r.stderr, r.stderr
+    assert r.stderr.count(b"Error when sending message to topic absent with key: null") == 2
+
+
 def test_the_consumer_prints_as_kafkas_formatter(daemon: Daemon) -> None:
     p = ck.Producer({"bootstrap.servers": daemon.bootstrap})
     p.produce("fmt", key=b"k0", value=b"v0", headers=[("h", b"x"), ("n", None)],

@@ -238,7 +238,13 @@ def _run(args: argparse.Namespace) -> int:
                       f"{unsendable}", file=sys.stderr)
                 code = 1
                 break
-            future = producer.send(args.topic, key=key, value=value, headers=headers)
+            try:
+                future = producer.send(args.topic, key=key, value=value, headers=headers)
+            except KafkaError as err:
+                # Raised before the record is queued (its topic not in the metadata within
+                # max.block.ms, say): Kafka's producer hands it to the callback instead.
+                refused(key, value, err)
+                continue
             if args.sync:
                 try:
                     future.get()
