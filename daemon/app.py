@@ -71,9 +71,10 @@ from .cluster.acl_store import ZkAclStore
 from .cluster.config_store import BROKERS, CLIENTS, TOPICS, USERS, ZkConfigStore
 from .cluster.link import ClusterLink, cluster_id_from_zookeeper
 from .cluster.metadata_cache import MetadataCache
-from .cluster.znodes import ProducerIdBlock
+from .cluster.znodes import DEFAULT_BROKER_ENTITY, ProducerIdBlock
 from .controller.controller import Controller
 from .controller.leader_election import replica_assignment
+from .controller.state_machines import unclean_enabled
 from .coordinator.coordinator import GroupCoordinator, GroupSettings
 from .coordinator.internal_topic import InternalTopic
 from .coordinator.transactions import TransactionCoordinator, TxnSettings
@@ -560,10 +561,18 @@ class Server:
     async def _on_config_change(self, entity_type: str, name: str) -> None:
         zk = self.config_zk
         assert zk is not None
-        if entity_type == TOPICS:
-            await self.topic_configs.set_topic(name, await asyncio.to_thread(zk.read, TOPICS, name))
-        elif entity_type == BROKERS:
-            await self.topic_configs.set_broker(name, await asyncio.to_thread(zk.read, BROKERS, name))
+        if entity_type in (TOPICS, BROKERS):
+            config = await asyncio.to_thread(zk.read, entity_type, name)
+            if entity_type == TOPICS:
+                await self.topic_configs.set_topic(name, config)
+            else:
+                await self.topic_configs.set_broker(name, config)
+            if self.controller is not None and unclean_enabled(config, False) and (
+                    entity_type == TOPICS
+                    or name in (DEFAULT_BROKER_ENTITY, str(self.config.broker_id))):
+                # Kafka's controller elects the leaderless partitions it now may at once.
+                self.controller.unclean_leader_election_enabled(
+                    name if entity_type == TOPICS else None)
         elif entity_type in (CLIENTS, USERS):
             config = await asyncio.to_thread(zk.read, entity_type, name)
             entity = entity_of_znode(entity_type, name)

@@ -279,6 +279,35 @@ def test_a_lost_broker_moves_leadership_with_the_next_leader_epoch(cluster, admi
     assert {(p.topic, p.partition) for p in views_of_first_metadata(b[1])} == {("t", 0), ("solo", 0)}
 
 
+def test_unclean_election_enabled_dynamically_elects_the_leaderless_at_once(cluster, admin):
+    """Kafka: unclean.leader.election.enable set true as a topic's config, or as the
+    brokers' dynamic default, lets the controller elect an out-of-sync replica for a
+    leaderless partition, at once (TopicUncleanLeaderElectionEnable,
+    UncleanLeaderElectionEnable) and at every later election."""
+    c, b = _cluster_with_topic(cluster, {"t": {0: [1, 2]}, "u": {0: [1, 2]}}, brokers=(1, 2, 3))
+    b[2].deregister()  # out of the ISRs: [1]
+    assert wait_for(lambda: json.loads(state_json(admin, "t", 0))["isr"] == [1])
+    assert wait_for(lambda: json.loads(state_json(admin, "u", 0))["isr"] == [1])
+    b[1].deregister()  # the last in-sync replica: no leader
+    assert wait_for(lambda: json.loads(state_json(admin, "t", 0))["leader"] == -1)
+    b[2].register()
+    assert wait_for(lambda: 2 in c.ctx.live_brokers)
+    c.call(lambda: None).result(5)  # the broker change has been handled
+    assert json.loads(state_json(admin, "t", 0))["leader"] == -1  # clean: it waits
+
+    admin.set(znodes.topic_config_path("t"),
+              b'{"version":1,"config":{"unclean.leader.election.enable":"true"}}')
+    c.unclean_leader_election_enabled("t").result(5)
+    assert json.loads(state_json(admin, "t", 0))["leader"] == 2
+    assert json.loads(state_json(admin, "u", 0))["leader"] == -1  # not its topic
+
+    admin.create(znodes.broker_config_path(znodes.DEFAULT_BROKER_ENTITY),
+                 b'{"version":1,"config":{"unclean.leader.election.enable":"true"}}',
+                 makepath=True)
+    c.unclean_leader_election_enabled().result(5)
+    assert json.loads(state_json(admin, "u", 0))["leader"] == 2
+
+
 def views_of_first_metadata(broker: StandInBroker):
     return views.update_metadata_partitions(broker.received(UPDATE_METADATA)[0])
 

@@ -161,7 +161,8 @@ class Controller:
         self.channel = ChannelManager(broker_id, self._on_response, listener=listener,
                                       socket_timeout=socket_timeout, tls_context=tls_context,
                                       login=login)
-        self.partition_sm = PartitionStateMachine(self.ctx, lambda: self.zk, unclean_leader_election)
+        self.partition_sm = PartitionStateMachine(self.ctx, lambda: self.zk, unclean_leader_election,
+                                                  broker_id)
         self.replica_sm = ReplicaStateMachine(self.ctx, lambda: self.zk)
         self.deletion = TopicDeletionManager(self, self._on_topic_deleted)
         self.reassignments = PartitionReassignments(self)
@@ -272,6 +273,20 @@ class Controller:
         auto leader rebalance (auto.leader.rebalance.enable), run every
         leader.imbalance.check.interval.seconds by the daemon. Not active: nothing."""
         return self.call(self._rebalance_leaders)
+
+    def unclean_leader_election_enabled(self, topic: str | None = None) -> Future:
+        """unclean.leader.election.enable was set true on `topic` (None: for every broker,
+        or on the controller's broker): its leaderless partitions get a leader now, as
+        Kafka's TopicUncleanLeaderElectionEnable and UncleanLeaderElectionEnable events
+        do, not at the next broker change. Not active: nothing."""
+        def run() -> None:
+            if not self.is_active:
+                return
+            batch = RequestBatch()
+            self.partition_sm.trigger_online_partition_state_change(
+                batch, None if topic is None else [topic])
+            self.send(batch)
+        return self.call(run)
 
     def call(self, fn) -> Future:
         """Run `fn()` on the event thread (a consistent view of the context)."""

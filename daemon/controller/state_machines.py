@@ -17,6 +17,7 @@ import enum
 import logging
 from collections.abc import Callable, Iterable
 
+from daemon.cluster import znodes
 from logstore import TopicPartition
 
 from . import leader_election as le
@@ -82,10 +83,11 @@ def unclean_enabled(config: dict[str, str], default: bool) -> bool:
 
 class PartitionStateMachine:
     def __init__(self, ctx: ControllerContext, zk: Callable[[], ControllerZk],
-                 default_unclean: bool = False):
+                 default_unclean: bool = False, broker_id: int | None = None):
         self.ctx = ctx
         self._zk = zk
-        self.default_unclean = default_unclean
+        self.default_unclean = default_unclean  # the static config's
+        self.broker_id = broker_id  # the controller's broker: its dynamic config counts
         self.unclean_elections = 0  # leaders elected from outside the ISR, for the metrics
 
     def state(self, tp: TopicPartition) -> PartitionState:
@@ -232,14 +234,28 @@ class PartitionStateMachine:
                     f"(leader {current.leader}, ISR {list(current.isr)})")
         return new
 
+    def dynamic_default_unclean(self) -> bool:
+        """unclean.leader.election.enable for topics without their own: the controller
+        broker's dynamic config, else the cluster-wide dynamic default, else the static
+        config (Kafka's controller reads its KafkaConfig, dynamic configs included)."""
+        zk = self._zk()
+        default = unclean_enabled(zk.broker_config(znodes.DEFAULT_BROKER_ENTITY),
+                                  self.default_unclean)
+        if self.broker_id is None:
+            return default
+        return unclean_enabled(zk.broker_config(str(self.broker_id)), default)
+
     def _offline_choice(self, force_unclean: bool = False
                         ) -> Callable[[TopicPartition, LeaderAndIsr], LeaderAndIsr | str]:
         unclean: dict[str, bool] = {}
+        default: list[bool] = []
 
         def choose(tp: TopicPartition, current: LeaderAndIsr) -> LeaderAndIsr | str:
             if tp.topic not in unclean:
+                if not default and not force_unclean:
+                    default.append(self.dynamic_default_unclean())
                 unclean[tp.topic] = force_unclean or unclean_enabled(
-                    self._zk().topic_config(tp.topic), self.default_unclean)
+                    self._zk().topic_config(tp.topic), default[0])
             new = le.elect_offline_leader(self.ctx.replicas(tp), current,
                                           lambda r: self.ctx.can_lead(r, tp),
                                           unclean[tp.topic], self.ctx.epoch)

@@ -134,6 +134,12 @@ class ControllerZk:
         got = self.get(znodes.topic_config_path(topic))
         return znodes.decode_topic_config(topic, got[0]) if got else {}
 
+    def broker_config(self, entity: str) -> dict[str, str]:
+        """The dynamic config of broker `entity` (an id, or `<default>` for every broker)."""
+        path = znodes.broker_config_path(entity)
+        got = self.get(path)
+        return znodes.decode_entity_config(path, got[0]) if got else {}
+
     def partition_states(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, LeaderAndIsr]:
         """The state znodes that exist, with their zkVersions."""
         out = {}
