@@ -61,6 +61,30 @@ def _usage() -> str:
     return "\n".join(lines)
 
 
+# Kafka's scripts take the action as a flag (`kafka-topics.sh --list`, `kafka-consumer-groups.sh
+# --describe --group G`); given so, it is taken as the subcommand, so an operator's habit
+# works instead of failing on whatever word argparse then takes for the action.
+KAFKA_ACTION_FLAGS: dict[str, tuple[str, ...]] = {
+    "topics": ("list", "describe", "create", "alter", "delete"),
+    "configs": ("describe", "alter"),
+    "groups": ("list", "describe", "reset-offsets", "delete", "delete-offsets"),
+    "log-dirs": ("describe",),
+}
+
+
+def kafka_action_flag(name: str, rest: list[str]) -> list[str]:
+    """`rest` with Kafka's `--<action>` flag made the subcommand, when no subcommand is
+    given first; otherwise `rest` as it is."""
+    actions = KAFKA_ACTION_FLAGS.get(name, ())
+    if not rest or rest[0] in actions:
+        return rest
+    flags = [i for i, arg in enumerate(rest) if arg.startswith("--") and arg[2:] in actions]
+    if len(flags) != 1:  # none, or two actions at once: argparse says what is wrong
+        return rest
+    i = flags[0]
+    return [rest[i][2:], *rest[:i], *rest[i + 1:]]
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help"):
@@ -73,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     if name not in SUBCOMMANDS:
         print(f"logkeeper: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
         return 2
+    rest = kafka_action_flag(name, rest)
     module = importlib.import_module(SUBCOMMANDS[name][0])
     try:
         code = int(module.main(rest) or 0)

@@ -157,3 +157,26 @@ def test_free_ports_come_from_below_the_ephemeral_range_and_never_twice() -> Non
     for p in ports[:5]:
         with socket.socket() as s:
             s.bind(("127.0.0.1", p))
+
+
+def test_kafkas_action_flags_stand_for_the_subcommand() -> None:
+    """`kafka-topics.sh --list`, `kafka-consumer-groups.sh --describe --group G`: an
+    operator's habit is taken as the subcommand instead of failing on 'invalid choice'."""
+    from daemon.cli import kafka_action_flag
+
+    b = ["--bootstrap-server", "h:9092"]
+    assert kafka_action_flag("topics", ["--list", *b]) == ["list", *b]
+    assert kafka_action_flag("topics", [*b, "--describe", "--topic", "t"]) == \
+        ["describe", *b, "--topic", "t"]
+    assert kafka_action_flag("groups", ["--delete-offsets", "--group", "g"]) == \
+        ["delete-offsets", "--group", "g"]
+    assert kafka_action_flag("configs", ["--alter", "--topic", "t", "--delete-config", "k"]) \
+        == ["alter", "--topic", "t", "--delete-config", "k"]
+    # Already a subcommand, two actions at once, or a tool without: left to argparse.
+    assert kafka_action_flag("topics", ["describe", "--list"]) == ["describe", "--list"]
+    assert kafka_action_flag("topics", ["--list", "--describe"]) == ["--list", "--describe"]
+    assert kafka_action_flag("acls", ["--list", *b]) == ["--list", *b]
+    r = subprocess.run([sys.executable, "-m", "daemon.cli", "topics", "--create", "--topic",
+                        "t", "--bootstrap-server", "127.0.0.1:1"], cwd=REPO,
+                       capture_output=True, text=True, timeout=60)
+    assert "invalid choice" not in r.stderr and "cannot connect" in r.stderr, r.stderr
