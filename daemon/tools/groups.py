@@ -531,16 +531,21 @@ def render_offset_deletion(group: str, scope: Scope, code: int,
                            per: dict[tuple[str, int], int]) -> tuple[list[str], list[str]]:
     """kafka-consumer-groups.sh --delete-offsets' output: (stdout lines, stderr lines)."""
     err = []
-    if code == errors.NONE:
+    # Kafka's tool takes a partition error the coordinator answered for the request's (its
+    # admin client's all() fails with it); a topic the tool found unknown itself (partition
+    # -1) is only a row of the table.
+    refused = code == errors.NONE and any(c for (_, p), c in per.items() if p >= 0)
+    if code == errors.NONE and not refused:
         out = [f"Request succeed for deleting offsets with topic {', '.join(scope)} group {group}"]
     else:
         out = []
+    if code != errors.NONE:
         err.append({
             errors.GROUP_ID_NOT_FOUND: f"Error: '{group}' does not exist.",
             errors.NON_EMPTY_GROUP: f"Error: Deleting offsets of a consumer group '{group}' is "
                                     "forbidden if the group is not empty.",
         }.get(code, f"Error: Encounter some unknown error: {ke.for_code(code).__name__}"))
-    if any(per.values()) and code == errors.NONE:
+    if refused:
         err.append("Error: Encounter some partition level error, see the follow-up details:")
     rows = [("TOPIC", "PARTITION", "STATUS")] + [
         (t, str(p) if p >= 0 else "-",
