@@ -42,7 +42,13 @@ from typing import Any
 
 import native
 from logstore import LogStoreError, TopicPartition
-from logstore.names import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
+from logstore.names import (
+    INTERNAL_TOPICS,
+    OFFSETS_TOPIC,
+    TRANSACTION_STATE_TOPIC,
+    collision,
+    creation_refused,
+)
 
 from . import config as config_mod
 from . import version
@@ -221,7 +227,7 @@ class Server:
         self.handlers.txn_verifier = txn_apis.verifier = self.txn_verifier
         self.handlers.on_offsets_marker = self.coordinator.txn_completed
         # When this broker last wrote each internal topic's znodes.
-        self._internal_topic_asked: dict[str, float] = {}
+        self._creations_asked: dict[str, float] = {}  # topic -> when its znodes were written
         self.handlers.topic_configs = self.topic_configs
         config_apis = ConfigApis(
             self.topic_configs, files=self.config_files,
@@ -468,15 +474,48 @@ class Server:
                     return errors.COORDINATOR_NOT_AVAILABLE
             self._coordinators_leadership_changed()
             return errors.NONE
+        refused = await self._create_in_zookeeper(topic, partitions, rf, configs)
+        if refused == errors.INVALID_REPLICATION_FACTOR:
+            log.warning("cannot create %s yet: its replication factor is %d and %d brokers "
+                        "are alive", topic, rf, len(self.metadata_cache.brokers))
+        return errors.COORDINATOR_NOT_AVAILABLE
+
+    async def _auto_create_topic(self, topic: str) -> int:
+        """A client's auto-created topic (Metadata, auto.create.topics.enable) on a broker
+        that is not the controller: written to its znodes here with this broker's
+        num.partitions and default.replication.factor, as a ZooKeeper-mode Kafka broker
+        does (KafkaApis.createTopic); the controller's watch does the rest. NONE once it
+        is on its way (the client's next Metadata finds its leaders), else the refusal's
+        error code (38: more replicas than live brokers; 17: its name collides). An
+        internal topic is made as FindCoordinator makes it."""
+        if creation_refused(topic):
+            return errors.INVALID_REQUEST
+        c = self.config
+        spec = (self._internal_topic_spec(topic) if topic in INTERNAL_TOPICS else
+                (c["num.partitions"], c["default.replication.factor"], {}))
+        refused = await self._create_in_zookeeper(topic, *spec)
+        if refused:
+            log.info("auto-creating %s refused (error %d)", topic, refused)
+        return refused
+
+    async def _create_in_zookeeper(self, topic: str, partitions: int, rf: int,
+                                   configs: dict[str, str | None]) -> int:
+        """Write a new topic's znodes (cluster.create_topic) with an assignment over the
+        live brokers (their racks): NONE when written, already there, asked in the last
+        5 s, or ZooKeeper is away (the client asks again); INVALID_REPLICATION_FACTOR
+        with fewer live brokers than `rf`, INVALID_TOPIC_EXCEPTION when its name collides
+        with a topic's ('.' against '_')."""
+        assert self.metadata_cache is not None
         now = time.monotonic()
-        if self.cluster is None or now - self._internal_topic_asked.get(topic, 0.0) < 5.0:
-            return errors.COORDINATOR_NOT_AVAILABLE
-        self._internal_topic_asked[topic] = now
+        if self.cluster is None or now - self._creations_asked.get(topic, 0.0) < 5.0:
+            return errors.NONE
+        if collide := collision(topic, self.metadata_cache.topics()):
+            log.info("not creating %s: it collides with existing topic %s", topic, collide)
+            return errors.INVALID_TOPIC_EXCEPTION
         brokers = sorted(self.metadata_cache.brokers)
         if len(brokers) < rf:
-            log.warning("cannot create %s yet: its replication factor is %d and %d brokers "
-                        "are alive", topic, rf, len(brokers))
-            return errors.COORDINATOR_NOT_AVAILABLE
+            return errors.INVALID_REPLICATION_FACTOR
+        self._creations_asked[topic] = now
         rng = random.Random()
         assignment = replica_assignment(
             {b: self.metadata_cache.brokers[b].rack for b in brokers}, partitions, rf,
@@ -486,10 +525,10 @@ class Server:
                                               configs)
         except Exception as err:  # noqa: BLE001 - ZooKeeper away: the client asks again
             log.warning("creating %s failed (%s: %s)", topic, type(err).__name__, err)
-            return errors.COORDINATOR_NOT_AVAILABLE
+            return errors.NONE
         if created:
             log.info("created %s: %d partitions, replication factor %d", topic, partitions, rf)
-        return errors.COORDINATOR_NOT_AVAILABLE
+        return errors.NONE
 
     async def _min_isr_of(self, topic: str) -> int:
         """The topic's min.insync.replicas (`/config/topics/<t>`), else the broker's."""
@@ -1044,6 +1083,7 @@ class Server:
             leader_imbalance_percentage=self.config["leader.imbalance.per.broker.percentage"],
             tls_context=self.inter_broker_tls, login=self.config.inter_broker_login)
         self.handlers.controller = self.controller
+        self.handlers.create_in_zookeeper = self._auto_create_topic
         self._controller_started = False
         self.monitor.cluster = self.transitions.cluster = self.cluster
         for d in self.storage.dirs:

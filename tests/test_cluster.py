@@ -23,6 +23,7 @@ import pytest
 from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.protocol.admin import DescribeClusterRequest
 from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest
+from kafka.protocol.metadata import MetadataRequest
 from kafka.protocol.producer import InitProducerIdRequest
 from kazoo.client import KazooClient
 
@@ -154,6 +155,43 @@ def test_topics_through_any_broker_metadata_agrees_and_only_the_leader_takes_wri
         except ck.KafkaException as err:
             assert err.args[0].code() == ck.KafkaError.INVALID_REQUEST, err
             assert "Creation of internal topic __cluster_metadata is prohibited" in str(err)
+
+
+def test_a_producer_on_a_broker_that_is_not_the_controller_auto_creates_its_topic(
+        tmp_path: Path) -> None:
+    """auto.create.topics.enable through any broker, as ZooKeeper-mode Kafka's: a broker
+    that is not the controller writes the topic's znodes itself (its num.partitions and
+    default.replication.factor, no configs of its own) and answers LEADER_NOT_AVAILABLE
+    until the controller has elected leaders. A name that collides with a topic's is
+    refused with 17 and nothing is written."""
+    with Cluster(tmp_path, brokers=2, dirs=1, extra={"num.partitions": 2,
+                                                     "default.replication.factor": 2}) as cl:
+        other = next(b for b in cl.brokers if b != cl.controller())
+        p = ck.Producer({"bootstrap.servers": cl.brokers[other].bootstrap, "acks": "all",
+                         "message.timeout.ms": 30000})
+        failed: list[object] = []
+        for i in range(6):
+            p.produce("made_here", b"v%d" % i, partition=i % 2,
+                      on_delivery=lambda err, _msg: failed.append(err) if err else None)
+        assert p.flush(40) == 0 and failed == []
+        meta = wait_for(lambda: cl.agreed("made_here", 2), 20, "made_here agreed")
+        assert all(sorted(replicas) == [1, 2] for (_, _, replicas, _, _)
+                   in meta["partitions"].values())
+        zc = KazooClient(hosts=cl.zk.hosts)
+        zc.start(15)
+        try:
+            assert zc.get("/config/topics/made_here")[0] == b'{"version":1,"config":{}}'
+            c = RawClient(cl.brokers[other].port)
+            resp = c.request(MetadataRequest[7](
+                topics=[MetadataRequest[7].MetadataRequestTopic(name="made.here")],
+                allow_auto_topic_creation=True), 7)
+            c.close()
+            assert [(t.name, t.error_code) for t in resp.topics] == [("made.here", 17)]
+            assert zc.exists("/brokers/topics/made.here") is None
+            assert zc.exists("/config/topics/made.here") is None
+        finally:
+            zc.stop()
+            zc.close()
 
 
 def test_killed_leader_loses_leadership_within_the_session_timeout(tmp_path: Path) -> None:

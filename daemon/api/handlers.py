@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -200,6 +201,9 @@ class Handlers:
         # CreateTopics and DeleteTopics go to, and the metadata cache Metadata answers from.
         self.control: ControlRequests | None = None
         self.controller: Controller | None = None
+        # A client's auto-created topic on a broker that is not the controller: written
+        # to its znodes here (the app's; an error code, NONE once on its way).
+        self.create_in_zookeeper: Callable[[str], Awaitable[int]] | None = None
         # Told of each transaction marker written to __consumer_offsets-<partition>
         # (partition, producer id, commit): the group coordinator's pending offsets.
         self.on_offsets_marker: Any = None
@@ -863,12 +867,15 @@ class Handlers:
 
     async def _auto_create(self, name: str, conn: ConnInfo) -> int | None:
         """Create `name` for a Metadata request (auto.create.topics.enable): NONE once it
-        exists, the error code the creation was refused with (its name collides, say),
-        or None when this broker cannot create it (cluster mode: only the controller's
-        own broker can, and it did not answer in time)."""
+        exists or is on its way, the error code the creation was refused with (its name
+        collides, say), or None when this broker cannot create it (the controller's own
+        broker did not answer in time). In a cluster a broker that is not the controller
+        writes the topic's znodes itself, as a ZooKeeper-mode Kafka broker does."""
         if self.controller is not None:
             if not self.controller.is_active:
-                return None
+                if self.create_in_zookeeper is None:
+                    return None
+                return await self.create_in_zookeeper(name)
             fut = self.controller.create_topics([TopicSpec(name)])
             try:
                 res = (await asyncio.wait_for(asyncio.wrap_future(fut), 10.0))[name]

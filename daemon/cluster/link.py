@@ -260,7 +260,10 @@ class ClusterLink:
         """Write a new topic's `/config/topics/<t>` then `/brokers/topics/<t>`, as a
         ZooKeeper-mode Kafka broker creates an internal topic (AdminZkClient): the
         controller's watch on /brokers/topics does the rest. False when the topic
-        exists already."""
+        exists already or is queued for deletion (its configs are left as they are)."""
+        for path in (znodes.topic_path(topic), znodes.delete_topic_path(topic)):
+            if self._wait(self.client.exists_async(path)) is not None:
+                return False
         config_path = znodes.topic_config_path(topic)
         data = znodes.encode_topic_config(configs)
         try:
