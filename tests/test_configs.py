@@ -429,3 +429,38 @@ def test_describe_shows_only_what_is_set_on_the_resource_itself() -> None:
     assert "unclean.leader.election.enable=true" in defaults
     everything = configs.render([own, from_broker, inherited], configs.TOPIC, "orders", True)
     assert len(everything.splitlines()) == 4
+
+
+def test_the_configs_command_takes_kafka_configs_entity_options(daemon: Daemon) -> None:
+    """kafka-configs.sh's own way of naming the resource works as written for it:
+    `--alter --entity-type topics --entity-name T`, `--entity-default` of brokers, a
+    user's client-id pair; an entity type we do not have is refused with why."""
+    a = ca.AdminClient({"bootstrap.servers": daemon.bootstrap})
+    [f] = a.create_topics([ca.NewTopic("entity", 1, 1)]).values()
+    f.result(30)
+    done = cli("--alter", "--bootstrap-server", daemon.bootstrap, "--entity-type", "topics",
+               "--entity-name", "entity", "--add-config", "retention.ms=123000")
+    assert done.returncode == 0, done.stderr
+    assert "Completed updating config for topic entity." in done.stdout
+    shown = json.loads(cli("--describe", "--bootstrap-server", daemon.bootstrap,
+                           "--entity-type=topics", "--entity-name=entity", "--json").stdout)
+    assert {e["name"]: e["value"] for e in shown}["retention.ms"] == "123000"
+    done = cli("--alter", "--bootstrap-server", daemon.bootstrap, "--entity-type", "brokers",
+               "--entity-default", "--add-config", "message.max.bytes=1048700")
+    assert done.returncode == 0, done.stderr
+    assert "message.max.bytes=1048700" in cli(
+        "describe", "--bootstrap-server", daemon.bootstrap, "--broker-defaults").stdout
+    assert cli("alter", "--bootstrap-server", daemon.bootstrap, "--broker-defaults",
+               "--delete-config", "message.max.bytes").returncode == 0
+    done = cli("alter", "--bootstrap-server", daemon.bootstrap, "--entity-type", "users",
+               "--entity-name", "alice", "--entity-type", "clients", "--entity-name", "app",
+               "--add-config", "producer_byte_rate=2048000")
+    assert done.returncode == 0, done.stderr
+    assert "producer_byte_rate=2048000" in cli(
+        "describe", "--bootstrap-server", daemon.bootstrap, "--user", "alice",
+        "--client", "app").stdout
+    bad = cli("describe", "--bootstrap-server", daemon.bootstrap, "--entity-type", "ips",
+              "--entity-name", "1.2.3.4")
+    assert bad.returncode == 2 and "--entity-type ips: not one of" in bad.stderr
+    bad = cli("describe", "--bootstrap-server", daemon.bootstrap, "--entity-type", "topics")
+    assert bad.returncode == 2 and "needs --entity-name" in bad.stderr

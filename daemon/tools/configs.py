@@ -441,7 +441,64 @@ def _describe_entity(bootstrap: str, rtype: int, name: str, entity: QuotaEntity,
               else f"No quota or SCRAM credential configs for {_what(rtype, name)}")
 
 
+# kafka-configs.sh's --entity-type (either spelling) -> our option for one entity, and
+# for its defaults (--entity-default).
+_ENTITY_OPTIONS = {"topics": ("--topic", None), "topic": ("--topic", None),
+                   "brokers": ("--broker", "--broker-defaults"),
+                   "broker": ("--broker", "--broker-defaults"),
+                   "users": ("--user", "--user-defaults"), "user": ("--user", "--user-defaults"),
+                   "clients": ("--client", "--client-defaults"),
+                   "client": ("--client", "--client-defaults")}
+
+
+def kafka_entity_args(argv: list[str]) -> list[str]:
+    """kafka-configs.sh's way of naming what to describe or alter, `--entity-type T
+    --entity-name N` (or `--entity-default`), repeated for a user's client-id, written as
+    our options (`--topic N`, `--user N --client-defaults`, ...). ValueError for an
+    entity type we do not have, or a name or default with no type before it."""
+    out: list[str] = []
+    types: list[str] = []  # entity types given, in order; each takes the next name
+    named = 0
+    i = 0
+    while i < len(argv):
+        arg, value = argv[i], None
+        for flag in ("--entity-type", "--entity-name"):
+            if arg == flag and i + 1 < len(argv):
+                value, i = argv[i + 1], i + 1
+                arg = flag
+            elif arg.startswith(flag + "="):
+                arg, value = flag, arg[len(flag) + 1:]
+        if arg == "--entity-type" and value is not None:
+            if value not in _ENTITY_OPTIONS:
+                raise ValueError(f"--entity-type {value}: not one of topics, brokers, users, "
+                                 "clients")
+            types.append(value)
+        elif arg in ("--entity-name", "--entity-default"):
+            if named >= len(types):
+                raise ValueError(f"{arg} needs an --entity-type before it")
+            one, defaults = _ENTITY_OPTIONS[types[named]]
+            named += 1
+            if arg == "--entity-name" and value is not None:
+                out += [one, value]
+            elif defaults is None:
+                raise ValueError(f"--entity-type {types[named - 1]} has no --entity-default")
+            else:
+                out.append(defaults)
+        else:
+            out.append(argv[i])
+        i += 1
+    if named < len(types):
+        raise ValueError(f"--entity-type {types[named]} needs --entity-name or "
+                         "--entity-default")
+    return out
+
+
 def main(argv: list[str]) -> int:
+    try:
+        argv = kafka_entity_args(argv)
+    except ValueError as err:
+        print(f"logkeeper configs: {err}", file=sys.stderr)
+        return 2
     try:
         args = _parser().parse_args(argv)
     except SystemExit as exc:
