@@ -1140,3 +1140,53 @@ def test_describe_members_state_every_group_and_list_by_state(tmp_path: Path) ->
             m.leave()
         empty = groups("describe", "--group", "app", "--members")
         assert empty.stdout == "Consumer group 'app' has no active members.\n"
+
+
+def test_a_replaced_static_member_is_fenced_and_its_successor_survives_a_reload(
+        tmp_path: Path) -> None:
+    """KIP-345: a second process joining with the same group.instance.id takes over the
+    instance; the first one's Heartbeat, SyncGroup, OffsetCommit and JoinGroup with its
+    old member id are answered FENCED_INSTANCE_ID (Kafka checks this before membership),
+    not UNKNOWN_MEMBER_ID, which would have it join again and fence its successor in
+    turn. The new member id is written to __consumer_offsets, as Kafka's storeGroup
+    does: a coordinator loading the partition knows the successor, not the old id."""
+    from daemon.coordinator.coordinator import GroupCoordinator, GroupSettings, OffsetCommit
+
+    settings = GroupSettings(initial_rebalance_delay_ms=0, min_session_timeout_ms=1000)
+    tp = TopicPartition("t", 0)
+    path = tmp_path / "__consumer_offsets-0"
+
+    async def join(coord: GroupCoordinator, member_id: str = "") -> Any:
+        return await coord.join("g", member_id, "inst-1", "c", "/h", 10000, 10000, "consumer",
+                                [("range", b"m")], require_known_member_id=True)
+
+    async def scenario() -> dict[str, int]:
+        coord = GroupCoordinator(LogBackedOffsets(path), settings)
+        coord._owner("g")
+        await coord._loading[0][1]
+        first = await join(coord)
+        assert first.error == errors.NONE
+        code, _ = await coord.sync("g", first.generation, first.member_id, "inst-1", None,
+                                   None, {first.member_id: b"a"})
+        assert code == errors.NONE
+        second = await join(coord)
+        assert second.error == errors.NONE and second.member_id != first.member_id
+        old = first.member_id
+        got = {
+            "heartbeat": coord.heartbeat("g", first.generation, old, "inst-1"),
+            "sync": (await coord.sync("g", first.generation, old, "inst-1", None, None,
+                                      {}))[0],
+            "commit": (await coord.commit("g", first.generation, old, "inst-1",
+                                          [OffsetCommit(tp, 1, -1, "")]))[0],
+            "join": (await join(coord, old)).error,
+        }
+        reloaded = GroupCoordinator(LogBackedOffsets(path), settings)
+        reloaded._owner("g")
+        await reloaded._loading[0][1]
+        got["successor after reload"] = reloaded.heartbeat("g", second.generation,
+                                                           second.member_id, "inst-1")
+        return got
+
+    fenced = errors.FENCED_INSTANCE_ID
+    assert asyncio.run(scenario()) == {"heartbeat": fenced, "sync": fenced, "commit": fenced,
+                                       "join": fenced, "successor after reload": errors.NONE}

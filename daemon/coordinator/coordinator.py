@@ -300,6 +300,8 @@ class GroupCoordinator(CoordinatedPartitions):
             member = Member(member_id, instance_id, client_id, client_host, rebalance_timeout_ms,
                             session_timeout_ms, protocol_type, protocols)
             return await self._add_and_wait(g, member, now)
+        if g.is_fenced(instance_id, member_id):
+            return JoinResult(errors.FENCED_INSTANCE_ID, member_id=member_id)
         member = g.members.get(member_id)
         if member is None:
             return JoinResult(errors.UNKNOWN_MEMBER_ID, member_id=member_id)
@@ -344,7 +346,19 @@ class GroupCoordinator(CoordinatedPartitions):
             g.leader_id = new_id
         if g.is_(GroupState.STABLE) and old.same_protocols(protocols):
             member.synced = True
-            return self._join_result(g, member)
+            # Kafka stores the group with the new member id before answering: a
+            # coordinator that loads it later knows the instance by its new id.
+            gen = g.generation
+            code = await self._store_group(g, gen)
+            if not code:
+                return self._join_result(g, member)
+            if g.generation == gen and g.members.get(new_id) is member:
+                del g.members[new_id]  # not persisted: the old member id stays
+                g.members[old_id] = old
+                g.static_members[instance_id] = old_id
+                if g.leader_id == new_id:
+                    g.leader_id = old_id
+            return JoinResult(code, member_id=new_id)
         self._prepare_rebalance(g, f"static member {instance_id} rejoined")
         return await self._wait_join(g, member)
 
@@ -472,6 +486,8 @@ class GroupCoordinator(CoordinatedPartitions):
         if code:
             return code, b""
         g = self.groups.get(group_id)
+        if g is not None and g.is_fenced(instance_id, member_id):
+            return errors.FENCED_INSTANCE_ID, b""
         if g is None or member_id not in g.members:
             return errors.UNKNOWN_MEMBER_ID, b""
         if instance_id and g.static_members.get(instance_id) != member_id:
@@ -532,6 +548,8 @@ class GroupCoordinator(CoordinatedPartitions):
         if code:
             return code
         g = self.groups.get(group_id)
+        if g is not None and g.is_fenced(instance_id, member_id):
+            return errors.FENCED_INSTANCE_ID
         if g is None or g.is_(GroupState.EMPTY) or g.is_(GroupState.DEAD) \
                 or member_id not in g.members:
             return errors.UNKNOWN_MEMBER_ID
@@ -922,6 +940,8 @@ def _check_member(g: Group | None, generation: int, member_id: str,
                   instance_id: str | None) -> int:
     """A commit naming a member: it must be one, of this generation (and its static
     instance's)."""
+    if g is not None and g.is_fenced(instance_id, member_id):
+        return errors.FENCED_INSTANCE_ID
     if g is None or member_id not in g.members:
         return errors.UNKNOWN_MEMBER_ID
     if instance_id and g.static_members.get(instance_id) != member_id:

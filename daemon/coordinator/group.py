@@ -127,6 +127,14 @@ class Group:
     def has_member(self, member_id: str) -> bool:
         return member_id in self.members
 
+    def is_fenced(self, instance_id: str | None, member_id: str) -> bool:
+        """Whether `member_id` speaks for a static instance that another member id now
+        holds (Kafka's isStaticMemberFenced): answered FENCED_INSTANCE_ID before any
+        membership check, so the replaced process stops instead of joining again and
+        fencing its successor in turn."""
+        known = self.static_members.get(instance_id) if instance_id else None
+        return known is not None and known != member_id
+
     def all_joined(self) -> bool:
         return not self.pending_members and all(m.awaiting_join for m in self.members.values())
 
