@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import faulthandler
 import logging
 import os
@@ -38,12 +39,15 @@ import socket
 import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from types import MappingProxyType
 from typing import Any
 
 import native
 from logstore import LogStoreError, TopicPartition
+from logstore.checkpoint import read_meta_properties
 from logstore.names import (
     INTERNAL_TOPICS,
+    META_PROPERTIES,
     OFFSETS_TOPIC,
     TRANSACTION_STATE_TOPIC,
     collision,
@@ -75,7 +79,7 @@ from .api.transactions import TxnApis
 from .cluster import controlled_shutdown
 from .cluster.acl_store import ZkAclStore
 from .cluster.config_store import BROKERS, CLIENTS, TOPICS, USERS, ZkConfigStore
-from .cluster.link import ClusterLink, cluster_id_from_zookeeper
+from .cluster.link import ClusterLink, cluster_id_from_zookeeper, generate_broker_id
 from .cluster.metadata_cache import MetadataCache
 from .cluster.znodes import DEFAULT_BROKER_ENTITY, ProducerIdBlock
 from .controller.controller import Controller
@@ -830,11 +834,7 @@ class Server:
             follower_replication_rate=self.quotas.follower.rate())
 
     def _zookeeper_security(self) -> dict[str, Any]:
-        """How this broker's ZooKeeper clients connect and create znodes
-        (zookeeper.ssl.*, zookeeper.set.acl; daemon.cluster.zk_client)."""
-        tls = self.config.zookeeper_tls
-        return {"tls_context": None if tls is None else tls.client_context(),
-                "secure_acls": self.config["zookeeper.set.acl"]}
+        return zookeeper_security(self.config)
 
     async def _cluster_id_from_zookeeper(self, found: str | None) -> str:
         """At start-up, before the dirs open: the cluster's id from `/cluster/id` (the
@@ -1293,6 +1293,55 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def zookeeper_security(cfg: config_mod.Config) -> dict[str, Any]:
+    """How a broker's ZooKeeper clients connect and create znodes (zookeeper.ssl.*,
+    zookeeper.set.acl; daemon.cluster.zk_client)."""
+    tls = cfg.zookeeper_tls
+    return {"tls_context": None if tls is None else tls.client_context(),
+            "secure_acls": cfg["zookeeper.set.acl"]}
+
+
+def resolve_broker_id(cfg: config_mod.Config) -> config_mod.Config:
+    """A cluster broker configured without a broker.id (-1, Kafka's default) is the
+    broker its log dirs' meta.properties name (one restarted), else gets an id from
+    ZooKeeper (reserved.broker.max.id plus `/brokers/seqid`'s new version: Kafka's
+    getOrGenerateBrokerId), which the dirs' meta.properties then keep. ConfigError when
+    the dirs name different brokers or ZooKeeper cannot be reached for a new one."""
+    if cfg.broker_id >= 0:
+        return cfg
+    held: dict[int, list[str]] = {}
+    for d in cfg["log.dirs"]:
+        try:
+            meta = read_meta_properties(os.path.join(d, META_PROPERTIES))
+        except (OSError, LogStoreError):
+            continue  # none yet, or a dead disk: the open judges it
+        stored = meta.get("broker.id") or meta.get("node.id")
+        if stored is not None and stored.lstrip("-").isdigit():
+            held.setdefault(int(stored), []).append(d)
+    if len(held) > 1:
+        raise config_mod.ConfigError(
+            "broker.id = -1, and the log dirs' meta.properties name different brokers: "
+            + "; ".join(f"{b} in {', '.join(ds)}" for b, ds in sorted(held.items())))
+    if held:
+        broker_id = next(iter(held))
+        log.info("broker.id -1: this is broker %d, as its log dirs' meta.properties say",
+                 broker_id)
+    else:
+        hosts = cfg["zookeeper.connect"]
+        try:
+            broker_id = generate_broker_id(
+                hosts, cfg["reserved.broker.max.id"],
+                timeout=cfg["zookeeper.session.timeout.ms"] / 1000, **zookeeper_security(cfg))
+        except Exception as err:  # noqa: BLE001 - ZooKeeper away or refusing: no start
+            raise config_mod.ConfigError(
+                f"broker.id = -1 asks ZooKeeper at {hosts} for an id, and it could not "
+                f"give one ({type(err).__name__}: {err}); give broker.id, or start it "
+                "again once ZooKeeper is reachable") from err
+        log.info("broker.id -1: ZooKeeper generated broker id %d", broker_id)
+    return dataclasses.replace(cfg, values=MappingProxyType(
+        {**cfg.values, "broker.id": broker_id, "node.id": broker_id}))
+
+
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     if args.help_config:
@@ -1305,11 +1354,12 @@ def main(argv: list[str]) -> int:
                 else "%(asctime)s %(levelname)s %(name)s: %(message)s"))
     try:
         cfg = config_mod.load(args.config)
+        for warning in cfg.warnings:
+            log.warning("%s", warning)
+        cfg = resolve_broker_id(cfg)
     except config_mod.ConfigError as err:
         print(f"logkeeper serve: {err}", file=sys.stderr)
         return 2
-    for warning in cfg.warnings:
-        log.warning("%s", warning)
     _raise_fd_limit()
     _limit_malloc_arenas()
     # `kill -USR1` prints every thread's stack to stderr: what a stuck daemon is doing.

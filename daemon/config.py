@@ -426,8 +426,16 @@ _HOUR_MS = 3600 * 1000
 
 # Kafka's defaults (KafkaConfig / ServerLogConfigs), except where the doc says why not.
 KEYS: dict[str, Key] = {k.name: k for k in (
-    Key("broker.id", int, 0, _int(0, 2**31 - 1),
-        "this broker's id (Kafka's default -1 asks ZooKeeper for one; standalone uses 0)"),
+    Key("broker.id", int, -1, _int(-1, 2**31 - 1),
+        "this broker's id; -1: the one its log dirs' meta.properties hold, else in a "
+        "cluster one ZooKeeper generates above reserved.broker.max.id (Kafka's), "
+        "standalone 0"),
+    Key("broker.id.generation.enable", bool, True, _bool,
+        "a cluster broker without a broker.id gets one from ZooKeeper (false: broker.id "
+        "must be given)"),
+    Key("reserved.broker.max.id", int, 1000, _int(0, 2**31 - 1),
+        "the highest broker.id a file may give while generation is on; generated ids "
+        "start above it"),
     Key("node.id", int, None, _int(0, 2**31 - 1),
         "a KRaft-mode file's id for this node: the broker id (must equal broker.id when "
         "both are given, as in Kafka)"),
@@ -988,6 +996,7 @@ def _validate(flat: Mapping[str, Any], origin: _Origin, *, text: bool = False,
     values = {name: given.get(name, key.default) for name, key in KEYS.items()}
     _resolve_families(values, given)
     _kraft_file(values, given, flat, origin, warnings)
+    _check_broker_id(values, origin)
     for name in ("listeners", "advertised.listeners"):
         values[name] = _broker_listeners(values, name, origin)
     _check_listeners(values, given, origin)
@@ -1216,6 +1225,28 @@ def _zookeeper_tls(values: Mapping[str, Any], origin: _Origin, warnings: list[st
                           "zookeeper.ssl.keystore.location: its certificate is the identity "
                           "the znodes' ACLs name")
     return out
+
+
+def _check_broker_id(values: dict[str, Any], origin: _Origin) -> None:
+    """broker.id as ZooKeeper-mode Kafka takes it: with broker.id.generation.enable a
+    given id is at most reserved.broker.max.id (generated ones lie above it), and -1 (the
+    default) is resolved at start-up (daemon.app.resolve_broker_id); without it one must
+    be given. Standalone, -1 is broker 0."""
+    broker_id = values["broker.id"]
+    if values["zookeeper.connect"] is None:
+        if broker_id < 0:
+            values["broker.id"] = values["node.id"] = 0
+        return
+    if not values["broker.id.generation.enable"]:
+        if broker_id < 0:
+            raise ConfigError(f"{origin.at('broker.id')}: broker.id must be greater than or "
+                              "equal to 0 when broker.id.generation.enable is false")
+    elif broker_id > values["reserved.broker.max.id"]:
+        raise ConfigError(
+            f"{origin.at('broker.id')}: broker.id = {broker_id}: must be greater than or "
+            f"equal to -1 and not greater than reserved.broker.max.id "
+            f"({values['reserved.broker.max.id']}), which generated ids start above "
+            "(Kafka's rule; or set broker.id.generation.enable = false)")
 
 
 def _kraft_file(values: dict[str, Any], given: Mapping[str, Any], flat: Mapping[str, Any],

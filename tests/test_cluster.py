@@ -28,9 +28,10 @@ from kafka.protocol.producer import InitProducerIdRequest
 from kazoo.client import KazooClient
 
 from daemon.wire import views
+from logstore.checkpoint import read_meta_properties
 
 from .cluster_helpers import SESSION_MS, Cluster, wait_for
-from .daemon_helpers import REPO, RawClient
+from .daemon_helpers import REPO, Daemon, RawClient
 from .sick_helpers import produce_raw
 
 NOT_LEADER_OR_FOLLOWER = 6
@@ -192,6 +193,28 @@ def test_a_producer_on_a_broker_that_is_not_the_controller_auto_creates_its_topi
         finally:
             zc.stop()
             zc.close()
+
+
+def test_brokers_without_a_broker_id_get_one_from_zookeeper_and_keep_it(tmp_path: Path) -> None:
+    """Kafka's default broker.id -1 in ZooKeeper mode: each broker gets reserved.broker.
+    max.id plus `/brokers/seqid`'s next version (1001, 1002), its dirs' meta.properties
+    keep it, and a restart is the same broker again. A broker.id above the reserved range
+    is refused at start-up, as Kafka refuses it."""
+    with Cluster(tmp_path, brokers=2, dirs=1, per_broker={1: {"broker.id": -1},
+                                                          2: {"broker.id": -1}}) as cl:
+        assert sorted(cl.metadata(1)["brokers"]) == [1001, 1002]
+        ids = {b: int(read_meta_properties(d.log_dirs[0] / "meta.properties")["broker.id"])
+               for b, d in cl.brokers.items()}
+        assert sorted(ids.values()) == [1001, 1002]
+        assert cl.brokers[1].stop() == 0
+        cl.brokers[1].start()
+        wait_for(lambda: sorted(cl.metadata(2)["brokers"]) == [1001, 1002], 30,
+                 "the restarted broker back under its id")
+        assert (f"this is broker {ids[1]}, as its log dirs' meta.properties say"
+                in cl.brokers[1].stderr())
+        bad = Daemon(tmp_path / "bad", {"broker.id": 1001, "zookeeper.connect": cl.zk.hosts})
+        with pytest.raises(RuntimeError, match="not greater than reserved.broker.max.id"):
+            bad.start(timeout=20)
 
 
 def test_killed_leader_loses_leadership_within_the_session_timeout(tmp_path: Path) -> None:

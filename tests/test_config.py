@@ -79,7 +79,7 @@ def test_resume_mark_follows_the_reserve_unless_given(tmp_path: Path) -> None:
     ("brokers.id = 1\n", ["brokers.id", "broker.id"]),  # typo: suggests the real key
     ("foo = 1\n", ["foo"]),
     ("broker.id = \"one\"\n", ["broker.id", "integer"]),
-    ("broker.id = -2\n", ["broker.id", ">= 0"]),
+    ("broker.id = -2\n", ["broker.id", ">= -1"]),
     ("log.segment.bytes = 10\n", ["log.segment.bytes", ">= 14"]),
     ("log.retention.ms = -5\n", ["log.retention.ms"]),
     ("num.partitions = 0\n", ["num.partitions"]),
@@ -217,6 +217,8 @@ def test_embedded_defaults() -> None:
 
 EVERY_KEY = """
 broker.id = 42
+"broker.id.generation.enable" = true
+reserved.broker.max.id = 1000
 broker.rack = "r7"
 node.id = 42
 process.roles = "broker,controller"

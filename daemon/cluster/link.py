@@ -456,6 +456,30 @@ class ClusterLink:
             self.on_registered(self.broker_epoch)
 
 
+def generate_broker_id(hosts: str, reserved_max: int, *, timeout: float,
+                       tls_context: ssl.SSLContext | None = None,
+                       secure_acls: bool = False) -> int:
+    """An id for a broker configured without one (broker.id -1): reserved.broker.max.id
+    plus the version `/brokers/seqid` has after this broker bumps it (Kafka's
+    generateBrokerSequenceId), so brokers asking at once never get the same one. Raises
+    KazooTimeoutError when ZooKeeper cannot be reached within `timeout`."""
+    client = zk_client.new_client(hosts, timeout=max(timeout, 1.0), tls_context=tls_context,
+                                  secure_acls=secure_acls)
+    try:
+        zk_client.start(client, timeout)
+        try:
+            client.create(znodes.BROKER_SEQUENCE_ID, b"", makepath=True)
+        except NodeExistsError:
+            pass
+        return reserved_max + client.set(znodes.BROKER_SEQUENCE_ID, b"").version
+    finally:
+        try:
+            client.stop()
+            client.close()
+        except Exception:  # noqa: BLE001 - closing a client that never connected
+            pass
+
+
 def cluster_id_from_zookeeper(hosts: str, proposed: str, *, timeout: float,
                               tls_context: ssl.SSLContext | None = None,
                               secure_acls: bool = False) -> str:

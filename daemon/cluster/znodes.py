@@ -31,6 +31,8 @@ from logstore import TopicPartition
 
 BROKERS = "/brokers"
 BROKER_IDS = "/brokers/ids"
+# Bumped by each broker that asks for a generated id (broker.id -1): its new version.
+BROKER_SEQUENCE_ID = "/brokers/seqid"
 TOPICS = "/brokers/topics"
 CONTROLLER = "/controller"
 CONTROLLER_EPOCH = "/controller_epoch"
