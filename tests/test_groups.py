@@ -589,7 +589,8 @@ def test_the_groups_command_shows_lag_resets_offsets_and_deletes(tmp_path: Path)
             wait_for(lambda: len(again.read) == 30, 60, "every record read again")
         finally:
             again.leave()
-        assert groups("delete", "--group", "app").stdout == "Deleted group app.\n"
+        assert groups("delete", "--group", "app").stdout == (
+            "Deletion of requested consumer groups ('app') was successful.\n")
         gone = groups("describe", "--group", "app")
         assert gone.returncode == 1 and "does not exist" in gone.stderr
         assert groups("list").stdout == "\n"

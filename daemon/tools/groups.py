@@ -737,7 +737,8 @@ def _run(args: argparse.Namespace, bootstrap: str) -> int:
         return 1 if code or any(per.values()) else 0
     else:
         delete(bootstrap, args.group)
-        print(f"Deleted group {args.group}.")
+        # kafka-consumer-groups.sh --delete's line, word for word.
+        print(f"Deletion of requested consumer groups ('{args.group}') was successful.")
     return 0
 
 
