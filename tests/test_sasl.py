@@ -415,3 +415,35 @@ def test_logins_expire_and_are_renewed_on_the_connection(tmp_path: Path) -> None
                            peer="the broker")
         assert c.closed_by_server()
         c.close()
+
+
+def test_a_brokers_own_connections_log_in_again_before_their_session_ends(
+        tmp_path: Path) -> None:
+    """A broker's connections to another (a follower's fetches, the transaction markers:
+    `Peer`) log in again on the connection before the session the other broker gave
+    ends, as Kafka's inter-broker clients do (KIP-368): requests every 0.2 s over several
+    lifetimes of connections.max.reauth.ms are all answered, on one connection, and the
+    other broker closes none for an expired login."""
+    import asyncio
+    import time
+
+    from daemon.wire.peer import Peer
+
+    d, sp, _, _ = sasl_daemon(tmp_path, **{"connections.max.reauth.ms": 1500})
+    with d:
+        async def run() -> tuple[int, set[int], bool]:
+            peer = Peer("127.0.0.1", sp, client_id="follower",
+                        login=("PLAIN", "alice", "alice-secret"))
+            codes = [(await peer.request(ApiVersionsRequest(), 0)).error_code]
+            connection = peer._answers
+            until = time.monotonic() + 5
+            while time.monotonic() < until:
+                await asyncio.sleep(0.2)
+                codes.append((await peer.request(ApiVersionsRequest(), 0)).error_code)
+            same = peer._answers is connection
+            await peer.close()
+            return len(codes), set(codes), same
+
+        count, codes, same = asyncio.run(run())
+        assert count > 20 and codes == {0} and same, (count, codes, same)
+        assert "expired without a new login" not in d.stderr()

@@ -24,6 +24,7 @@ import queue
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -173,6 +174,7 @@ class _Sender(threading.Thread):
         self.stopped = threading.Event()
         self.sock: socket.socket | None = None
         self.correlation_id = 0
+        self.relogin_at: float | None = None  # time.monotonic() of the next SASL login
 
     def stop(self) -> None:
         self.stopped.set()
@@ -207,6 +209,8 @@ class _Sender(threading.Thread):
             try:
                 if self.sock is None:
                     self.sock = self._connect()
+                elif self.relogin_at is not None and time.monotonic() >= self.relogin_at:
+                    self._log_in(self.sock)  # before the session's end closes it (KIP-368)
                 self.correlation_id += 1
                 frame = protocol.encode_request(request, version, self.correlation_id,
                                                 client_id=str(self.controller_id))
@@ -234,18 +238,28 @@ class _Sender(threading.Thread):
                            context=self.tls_context)
         if self.login is not None:
             try:
-                sasl.login_blocking(sock, self.login, client_id=str(self.controller_id),
-                                    peer=f"broker {self.broker.broker_id}")
-            except (sasl.AuthenticationFailed, OSError, ValueError, protocol.ProtocolError) as err:
+                self._log_in(sock)
+            except OSError:
                 sock.close()
-                raise OSError(f"SASL login as {self.login[1]} with {self.login[0]} "
-                              f"failed: {err}") from err
+                raise
         if self.stopped.is_set():
             sock.close()
             raise OSError("sender stopped")
         return sock
 
+    def _log_in(self, sock: socket.socket) -> None:
+        """The SASL login on `sock`, its first or a renewal; OSError when refused."""
+        assert self.login is not None
+        try:
+            lifetime = sasl.login_blocking(sock, self.login, client_id=str(self.controller_id),
+                                           peer=f"broker {self.broker.broker_id}")
+        except (sasl.AuthenticationFailed, OSError, ValueError, protocol.ProtocolError) as err:
+            raise OSError(f"SASL login as {self.login[1]} with {self.login[0]} "
+                          f"failed: {err}") from err
+        self.relogin_at = sasl.relogin_at(time.monotonic(), lifetime)
+
     def _close(self) -> None:
+        self.relogin_at = None
         if self.sock is not None:
             try:
                 self.sock.close()

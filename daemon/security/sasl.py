@@ -25,6 +25,7 @@ import base64
 import hashlib
 import hmac
 import os
+import random
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -358,22 +359,37 @@ def _check_step(resp: Any) -> bytes:
     return bytes(resp.auth_bytes)
 
 
-def login(call: Callable[[Any, int], Any], who: Login) -> None:
+def login(call: Callable[[Any, int], Any], who: Login) -> int:
     """Log in over a connection whose `call(request, version)` sends a request and
     returns its decoded answer: SaslHandshake v1, then SaslAuthenticate v1 until the
-    mechanism is done. AuthenticationFailed with the broker's reason."""
+    mechanism is done. The session lifetime the broker gave, in ms (0: none; see
+    `relogin_at`). AuthenticationFailed with the broker's reason. Called again on the
+    same connection, it is KIP-368's re-authentication."""
     from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
     mechanism, user, password = who
     _check_handshake(call(SaslHandshakeRequest(mechanism=mechanism), 1), mechanism)
     client = client_mechanism(mechanism, user, password)
+    lifetime = 0
     while not client.is_done():
-        client.receive(_check_step(call(SaslAuthenticateRequest(auth_bytes=client.auth_bytes()), 1)))
+        answer = call(SaslAuthenticateRequest(auth_bytes=client.auth_bytes()), 1)
+        client.receive(_check_step(answer))
+        lifetime = answer.session_lifetime_ms
     if not client.is_authenticated():
         raise AuthenticationFailed(f"the broker's answer to the {mechanism} login did not verify")
+    return lifetime
 
 
-def login_blocking(sock: Any, who: Login, *, client_id: str, peer: str) -> None:
+def relogin_at(now: float, lifetime_ms: int) -> float | None:
+    """When a connection whose login was given `lifetime_ms` (connections.max.reauth.ms)
+    at `now` (seconds) logs in again, as Kafka's clients do: at 85-95% of the session,
+    before the broker closes it (KIP-368); None for a session without end."""
+    if lifetime_ms <= 0:
+        return None
+    return now + lifetime_ms / 1000 * random.uniform(0.85, 0.95)
+
+
+def login_blocking(sock: Any, who: Login, *, client_id: str, peer: str) -> int:
     """`login` on a blocking socket (the controller's channel, a controlled shutdown's
     request): Kafka frames sent and read on `sock`, `peer` naming it in errors."""
     from ..api import protocol
@@ -387,21 +403,24 @@ def login_blocking(sock: Any, who: Login, *, client_id: str, peer: str) -> None:
         return protocol.decode_response(protocol.SUPPORTED[request.API_KEY].response,
                                         payload, version)
 
-    login(call, who)
+    return login(call, who)
 
 
-async def login_async(call: Callable[[Any, int], Any], who: Login) -> None:
+async def login_async(call: Callable[[Any, int], Any], who: Login) -> int:
     """`login` over an asyncio connection (`call` is a coroutine function)."""
     from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
     mechanism, user, password = who
     _check_handshake(await call(SaslHandshakeRequest(mechanism=mechanism), 1), mechanism)
     client = client_mechanism(mechanism, user, password)
+    lifetime = 0
     while not client.is_done():
         answer = await call(SaslAuthenticateRequest(auth_bytes=client.auth_bytes()), 1)
         client.receive(_check_step(answer))
+        lifetime = answer.session_lifetime_ms
     if not client.is_authenticated():
         raise AuthenticationFailed(f"the broker's answer to the {mechanism} login did not verify")
+    return lifetime
 
 
 def client_login(props: Mapping[str, str]) -> Login | None:

@@ -18,6 +18,10 @@ NetworkClient does: a version it does not serve raises `VersionNotServed` and no
 sent (a broker of an older release, mid rolling upgrade, would close the connection on
 it). The connection stays open for the requests it does serve.
 
+On a SASL listener the login is renewed on the connection before the session the other
+broker gave ends (connections.max.reauth.ms, KIP-368), as Kafka's inter-broker clients
+renew theirs: that broker would otherwise close the connection under a follower's fetch.
+
 Errors: a connection that cannot be made or breaks raises `PeerError` (an OSError
 subclass: the caller backs off and tries again, as Kafka's fetchers do after
 `replica.fetch.backoff.ms`); an answer that does not decode, or carries another
@@ -148,6 +152,9 @@ class Peer:
         self._answers: _Answers | None = None
         # The connection's ApiVersions answer, {api key: (min, max)}: asked on first need.
         self._served: dict[int, tuple[int, int]] | None = None
+        # When the SASL login is renewed on the connection (connections.max.reauth.ms of
+        # the other broker, KIP-368), by the event loop's clock; None: never.
+        self._relogin_at: float | None = None
         self._ids = itertools.count(1)
         self._lock = asyncio.Lock()
 
@@ -196,11 +203,10 @@ class Peer:
             except OSError as err:
                 raise PeerError(f"{self}: cannot connect: {err.strerror or err}") from err
             if self.login is not None:
-                try:
-                    await sasl.login_async(self._exchange, self.login)
-                except sasl.AuthenticationFailed as err:
-                    raise PeerError(f"{self}: SASL login as {self.login[1]} with "
-                                    f"{self.login[0]} failed: {err}") from err
+                await self._log_in()
+        elif self._relogin_at is not None and \
+                asyncio.get_running_loop().time() >= self._relogin_at:
+            await self._log_in()  # on the same connection, before its session ends
         if negotiate:
             if self._served is None:
                 answer = await self._exchange(ApiVersionsRequest(), 0)
@@ -212,6 +218,15 @@ class Peer:
             if served is None or not served[0] <= version <= served[1]:
                 raise VersionNotServed(self, type(body).__name__, version, served)
         return await self._exchange(body, version)
+
+    async def _log_in(self) -> None:
+        assert self.login is not None
+        try:
+            lifetime = await sasl.login_async(self._exchange, self.login)
+        except sasl.AuthenticationFailed as err:
+            raise PeerError(f"{self}: SASL login as {self.login[1]} with "
+                            f"{self.login[0]} failed: {err}") from err
+        self._relogin_at = sasl.relogin_at(asyncio.get_running_loop().time(), lifetime)
 
     async def _exchange(self, body: Any, version: int) -> Any:
         """One request and its answer on the open connection."""
@@ -235,6 +250,7 @@ class Peer:
         """Close the connection without waiting for it to close."""
         answers, self._answers = self._answers, None
         self._served = None  # a new connection may reach an upgraded broker
+        self._relogin_at = None
         if answers is not None and answers.transport is not None:
             answers.transport.close()
 
