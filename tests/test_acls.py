@@ -424,6 +424,38 @@ def test_certificate_subjects_are_principals(tmp_path: Path) -> None:
         assert "Principal = User:bob is Denied" in d.stderr()
 
 
+def test_a_certificate_principal_is_spelled_as_kafkas() -> None:
+    """A client certificate's principal is its subject as Kafka's (Java's
+    X500Principal.getName()) spells it, so the ACLs and mapping rules written for Kafka
+    match: an attribute RFC 2253 does not name (emailAddress, as openssl req asks for)
+    is its OID and its value's DER in hex, not its text. The expected string is Java
+    17's for this subject."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    from daemon.security.tls import certificate_principal
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COUNTRY_NAME, "US"),
+                         x509.NameAttribute(NameOID.STATE_OR_PROVINCE_NAME, "CA"),
+                         x509.NameAttribute(NameOID.ORGANIZATION_NAME, "acme"),
+                         x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, "eng"),
+                         x509.NameAttribute(NameOID.COMMON_NAME, "Smith, John"),
+                         x509.NameAttribute(NameOID.EMAIL_ADDRESS, "john@acme.com")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject)
+            .public_key(key.public_key()).serial_number(1).not_valid_before(now)
+            .not_valid_after(now + datetime.timedelta(days=1)).sign(key, hashes.SHA256()))
+    der = cert.public_bytes(serialization.Encoding.DER)
+    java = ("1.2.840.113549.1.9.1=#160d6a6f686e4061636d652e636f6d,"
+            "CN=Smith\\, John,OU=eng,O=acme,ST=CA,C=US")
+    assert certificate_principal(der, ()) == f"User:{java}"
+
+
 # ---- a cluster: ACLs in ZooKeeper ----
 
 def test_cluster_acls_live_in_zookeeper(tmp_path: Path) -> None:

@@ -653,14 +653,49 @@ def principal_rules(text: str) -> tuple[PrincipalRule, ...]:
 def certificate_principal(der: bytes | None, rules: tuple[PrincipalRule, ...]) -> str:
     """The principal of a TLS client (Kafka's DefaultKafkaPrincipalBuilder):
     `User:ANONYMOUS` without a certificate, else `User:` and the first rule's mapping of
-    the certificate's subject in RFC 2253 form (CN=client,O=acme). TlsError when no rule
+    the certificate's subject in RFC 2253 form (CN=client,O=acme), written as Java's
+    X500Principal.getName() writes it (`rfc2253_subject`). TlsError when no rule
     applies (Kafka fails the authentication then)."""
     if der is None:
         return "User:ANONYMOUS"
     from cryptography import x509
-    subject = x509.load_der_x509_certificate(der).subject.rfc4514_string()
+    subject = rfc2253_subject(x509.load_der_x509_certificate(der).subject)
     for rule in rules or (PrincipalRule(),):
         name = rule.apply(subject)
         if name is not None:
             return f"User:{name}"
     raise TlsError("ssl.principal.mapping.rules", f"No rules apply to {subject}")
+
+
+# The attribute types RFC 2253 names, which Java's X500Principal.getName() writes by
+# name; any other (emailAddress, serialNumber, ...) it writes as its OID and the value's
+# DER in hex, `1.2.840.113549.1.9.1=#160d6a6f...`, where cryptography writes the text.
+_RFC2253_KEYWORDS = frozenset(("2.5.4.3", "2.5.4.6", "2.5.4.7", "2.5.4.8", "2.5.4.10",
+                               "2.5.4.11", "2.5.4.9", "0.9.2342.19200300.100.1.25",
+                               "0.9.2342.19200300.100.1.1"))  # CN C L ST O OU STREET DC UID
+
+
+def rfc2253_subject(name: Any) -> str:
+    """A certificate's subject (a cryptography `x509.Name`) as Kafka's principals spell
+    it: Java's X500Principal.getName(), RFC 2253, the last RDN first."""
+    from cryptography import x509
+
+    def ava(attr: x509.NameAttribute) -> str:
+        if attr.oid.dotted_string in _RFC2253_KEYWORDS:
+            return attr.rfc4514_string()
+        body = x509.Name([attr]).public_bytes()
+        for _ in range(3):  # into the Name's SEQUENCE, the RDN's SET, the attribute's SEQUENCE
+            body, _rest = _der_split(body)
+        _oid, value = _der_split(body)
+        return f"{attr.oid.dotted_string}=#{value.hex()}"
+
+    return ",".join("+".join(ava(a) for a in rdn) for rdn in reversed(name.rdns))
+
+
+def _der_split(data: bytes) -> tuple[bytes, bytes]:
+    """(the contents of the DER element `data` starts with, what follows that element)."""
+    length, pos = data[1], 2
+    if length & 0x80:
+        pos = 2 + (length & 0x7F)
+        length = int.from_bytes(data[2:pos], "big")
+    return data[pos:pos + length], data[pos + length:]
