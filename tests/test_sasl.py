@@ -447,3 +447,22 @@ def test_a_brokers_own_connections_log_in_again_before_their_session_ends(
         count, codes, same = asyncio.run(run())
         assert count > 20 and codes == {0} and same, (count, codes, same)
         assert "expired without a new login" not in d.stderr()
+
+
+def test_on_sasl_ssl_the_login_names_the_principal_not_the_certificate(
+        tmp_path: Path) -> None:
+    """A SASL_SSL listener asking for client certificates, with mapping rules that apply
+    to none of this client's: as in Kafka, the SASL login names the principal, so the
+    client's PLAIN login gets through and it produces."""
+    d, _, ss, ca = sasl_daemon(tmp_path, **{
+        "ssl.client.auth": "required", "ssl.principal.mapping.rules": "RULE:^CN=(broker[0-9]+)$/$1/"})
+    d.values["ssl.truststore.location"] = str(ca.cert_pem)
+    d.config = write_config(d.root / "logkeeper.toml", d.values)
+    client = ca.issue("Alice", org="acme", client=True)
+    conf = {"bootstrap.servers": f"localhost:{ss}", "security.protocol": "sasl_ssl",
+            "ssl.ca.location": str(ca.cert_pem), "ssl.certificate.location": str(client.cert_pem),
+            "ssl.key.location": str(client.key_pem), "sasl.mechanisms": "PLAIN",
+            "sasl.username": "alice", "sasl.password": "alice-secret"}
+    with d:
+        assert produce(conf, "mapped", [b"a", b"b"]) == 0
+        assert "No rules apply" not in d.stderr()

@@ -344,7 +344,10 @@ class Connections:
         peer = writer.get_extra_info("peername")
         tls = self.tls.get(link.listener)
         principal = "User:ANONYMOUS"
-        if tls is not None:
+        # On SASL_SSL the login names the principal (Kafka's SaslAuthenticationContext):
+        # the certificate's subject is not mapped, and a rule that does not apply to it
+        # refuses nothing.
+        if tls is not None and link.listener not in self.sasl.listeners:
             shook = self._tls_principal(link, peer)
             if shook is None:
                 link.close()
@@ -490,8 +493,7 @@ class Connections:
         except (tls_settings.TlsError, ValueError) as err:
             self._failed_login(f"{peer[0]}:{peer[1]}" if peer else "?", link.listener, err)
             return None
-        if link.listener not in self.sasl.listeners:  # SASL_SSL: the SASL login counts
-            self.metrics.logins.labels(link.listener, "successful").inc()
+        self.metrics.logins.labels(link.listener, "successful").inc()
         return principal
 
     def _sasl_answer(self, req: protocol.Request, conn: ConnInfo) -> Any:
