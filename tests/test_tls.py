@@ -188,6 +188,9 @@ def test_client_certificates_are_checked_when_required(tmp_path: Path) -> None:
         foreign = ssl.create_default_context(cafile=str(ca.cert_pem))
         foreign.load_cert_chain(str(rogue.cert_pem), str(rogue.key_pem))
         assert tls_refused(ssl_port, foreign)
+        # Which check the certificate failed, as Kafka's log says (PKIX path building).
+        wait_for(lambda: "CERTIFICATE_VERIFY_FAILED (self-signed certificate in "
+                 "certificate chain)" in d.stderr(), 10, "the foreign certificate's failure logged")
         trusted = ssl.create_default_context(cafile=str(ca.cert_pem))
         trusted.load_cert_chain(str(good.cert_pem), str(good.key_pem))
         assert not tls_refused(ssl_port, trusted)

@@ -308,6 +308,8 @@ class Connections:
             reason = getattr(err, "reason", None) or str(err) or type(err).__name__
             if reason in ("WRONG_VERSION_NUMBER", "HTTP_REQUEST", "UNKNOWN_PROTOCOL"):
                 reason += ": the client does not speak TLS"
+            if getattr(err, "verify_message", None):  # the check its certificate failed
+                reason += f" ({err.verify_message})"  # expired, another CA's, ...
             self._failed_login(peer, listener, f"TLS handshake failed: {reason}")
 
     async def close(self) -> None:
