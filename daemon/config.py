@@ -852,8 +852,12 @@ class Config:
 
     @property
     def listener(self) -> Listener:
-        """The first Kafka listener: the one this host's tools connect to."""
-        return self.values["listeners"][0]
+        """The Kafka listener this host's tools connect to (`--config FILE`): the
+        inter-broker one, where they log in as the broker does (its principal is the one
+        super.users and the ACLs let act on the cluster), else the first."""
+        listeners = self.values["listeners"]
+        inter = self.values["inter.broker.listener.name"]
+        return next((x for x in listeners if x.name == inter), listeners[0])
 
     @property
     def advertised_listeners(self) -> tuple[Listener, ...]:

@@ -277,11 +277,13 @@ def test_the_tools_log_in(tmp_path: Path) -> None:
         assert r.returncode == 0 and len(r.stdout.splitlines()) == 210, r.stderr
         r = cli("get-offsets", "--topic", "t", *at, "--command-config", str(props))
         assert sum(int(line.rsplit(":", 1)[1]) for line in r.stdout.split()) == 210, r.stderr
-        # `--config`: the daemon's file, whose first listener is now its SASL_PLAINTEXT
-        # one: the tool logs in as the broker's own JAAS username (admin).
+        # `--config`: the daemon's file, whose inter-broker listener is now its
+        # SASL_PLAINTEXT one: the tool goes there, not to the first listener (here a
+        # port nobody serves), and logs in as the broker's own JAAS username (admin).
         first, *rest = d.values["listeners"].split(",")
-        own = write_config(tmp_path / "sasl-first.toml", {**d.values, "listeners": ",".join(
-            [rest[0], first, *rest[1:]])})
+        own = write_config(tmp_path / "sasl-inter.toml", {
+            **d.values, "listeners": ",".join([f"PLAINTEXT://127.0.0.1:{free_port()}", *rest]),
+            "inter.broker.listener.name": "SASL_PLAINTEXT"})
         r = cli("topics", "list", "--config", str(own))
         assert r.returncode == 0 and "t" in r.stdout.split(), r.stderr
 
