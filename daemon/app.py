@@ -230,8 +230,9 @@ class Server:
             metrics=self.metrics)
         self.handlers.txn_verifier = txn_apis.verifier = self.txn_verifier
         self.handlers.on_offsets_marker = self.coordinator.txn_completed
-        # When this broker last wrote each internal topic's znodes.
-        self._creations_asked: dict[str, float] = {}  # topic -> when its znodes were written
+        # When this broker last wrote a topic's znodes (an internal topic's for
+        # FindCoordinator, a client's auto-created one): asked again, it waits 5 s.
+        self._creations_asked: dict[str, float] = {}
         self.handlers.topic_configs = self.topic_configs
         config_apis = ConfigApis(
             self.topic_configs, files=self.config_files,
@@ -1316,7 +1317,7 @@ def resolve_broker_id(cfg: config_mod.Config) -> config_mod.Config:
         except (OSError, LogStoreError):
             continue  # none yet, or a dead disk: the open judges it
         stored = meta.get("broker.id") or meta.get("node.id")
-        if stored is not None and stored.lstrip("-").isdigit():
+        if stored is not None and stored.isdigit():
             held.setdefault(int(stored), []).append(d)
     if len(held) > 1:
         raise config_mod.ConfigError(
