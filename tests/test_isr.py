@@ -184,6 +184,26 @@ async def test_a_lagging_follower_is_removed_after_the_lag_time(setup) -> None: 
 
 
 @in_loop
+async def test_a_leader_on_an_offline_dir_does_not_shrink_its_isr(setup) -> None:  # noqa: ANN001
+    """Its followers stop catching up because its own disk died, not theirs: an ISR of
+    the leader alone would leave the partition with no leader to elect once the
+    controller hears of the dir (Kafka's offline partitions are not shrunk)."""
+    p, lg, isr, clock, zk, _ = setup
+    append(lg, 5)
+    lead(isr, p, (ME, F1, F2))
+    isr.on_follower_fetch(p, F1, 5, 5)
+    isr.on_follower_fetch(p, F2, 5, 5)
+    append(lg, 5)  # appended; the dir dies before the followers fetch it
+    p.dir.states.on_probe_timeout(str(p.dir.path), 1)
+    assert p.offline
+    clock.now += 11
+    isr.shrink_out_of_sync()
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert zk.writes == [] and isr.state(TP).isr == (ME, F1, F2)
+
+
+@in_loop
 async def test_a_write_refused_by_a_moved_state_stays_pending(setup) -> None:  # noqa: ANN001
     p, lg, isr, clock, zk, _ = setup
     append(lg, 5)

@@ -12,7 +12,9 @@ the topic's `min.insync.replicas`. `IsrManager` moves it, on the event loop:
   high watermark and the start of the leader's current epoch (KAFKA-7128), and whose
   broker is alive, is proposed for the ISR (expand).
 - **Every `replica.lag.time.max.ms` / 2** the ISR members that are not caught up (log end
-  below the leader's and not caught up within the lag) are proposed out of it (shrink).
+  below the leader's and not caught up within the lag) are proposed out of it (shrink),
+  unless the leader's own dir is OFFLINE: then it is the one behind, and waits for the
+  controller to move leadership.
 - **An ISR change** is a conditional setData of the partition's state znode at the
   partition epoch, keeping leader, leader epoch and controller epoch; on success the
   partition is queued for an `isr_change_notification` (the controller then tells every
@@ -287,7 +289,11 @@ class IsrManager:
         now = self.clock()
         for tp, st in list(self.leaders.items()):
             p = st.partition
-            if p.log is None or st.pending_isr is not None:
+            if p.offline or st.pending_isr is not None:
+                # Offline: its followers lag because this leader's disk died, not theirs.
+                # Shrunk to the leader alone, the partition would have nobody to elect
+                # once the controller hears of the dir (Kafka never shrinks an offline
+                # partition: it is out of ReplicaManager's online partitions).
                 continue
             leo = p.log.log_end_offset
             out = [r for r in st.isr if r != self.broker_id and r in st.followers
