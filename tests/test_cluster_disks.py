@@ -556,3 +556,50 @@ def test_a_replaced_disk_is_refilled_from_the_leaders_log_start(tmp_path: Path) 
         assert [f.name for f in (sick / "t-0").glob("*.log")] == [
             "00000000000000000100.log"]
         assert len(partition_bytes(cl, 1, "t", 0) or b"") < len(leader)
+
+
+def test_a_replica_readmitted_empty_does_not_lead_over_the_records_of_the_others(
+        tmp_path: Path) -> None:
+    """t-0 (min.insync.replicas 1) takes 100 records on its full ISR, then brokers 2 and
+    3 stop, so broker 1 is its only ISR member, and broker 1's disk dies: t-0 has no
+    leader. Brokers 2 and 3 come back (out of sync, unclean election off); broker 1's
+    disk is replaced by an empty one and readmitted. Its replica, re-created empty, is
+    still the ISR's one member: made leader, brokers 2 and 3 would truncate the 100
+    records away to its empty log. It answers 56 instead; t-0 stays without a leader
+    and the 100 records stay on brokers 2 and 3, for a replica that holds them (or an
+    operator's unclean election) to serve."""
+    with disk_under_broker_1(tmp_path) as (cl, mnt, sick):
+        b1 = cl.brokers[1]
+        create_on(cl, sick, "t", [[1, 2, 3]], min_isr=1)
+        c = RawClient(b1.port)
+        try:
+            assert produce_raw(c, "t", 0, [b"r%d" % i for i in range(100)]) == (0, 0)
+        finally:
+            c.close()
+        wait_for(lambda: replicas_identical(cl, "t", 1), 30, "t-0 replicated")
+        cl.brokers[2].stop()
+        cl.brokers[3].stop()
+        wait_for(lambda: cl.metadata(1, ["t"])["partitions"][("t", 0)][3] == [1], 30,
+                 "broker 1 t-0's only ISR member")
+        faults.shutdown_fs(mnt)
+        wait_for(lambda: b1.log_dir_states()[str(sick)] == "offline", 30, "dir OFFLINE")
+        cl.brokers[2].start()
+        cl.brokers[3].start()
+        wait_for(lambda: all(cl.metadata(b, ["t"])["partitions"].get(("t", 0), (0,))[0] == -1
+                             for b in (2, 3)), 30, "t-0 without a leader")
+        held = partition_bytes(cl, 2, "t", 0)
+        assert held and held == partition_bytes(cl, 3, "t", 0)
+
+        subprocess.run(["umount", "-l", str(mnt)], check=True)
+        image = mnt.parent / "disk.img"
+        subprocess.run(["mkfs.ext4", "-q", "-F", str(image)], check=True)
+        subprocess.run(["mount", "-o", "loop", str(image), str(mnt)], check=True)
+        sick.mkdir()
+        code, body = b1.admin("log-dirs/readmit", sick)
+        assert code == 200, body
+        assert body["recreated_empty"] == ["t-0"]
+        no_log_dir_event_left(cl, 20)
+        time.sleep(3)  # the controller's election, had it made one, is done by now
+        assert cl.metadata(2, ["t"])["partitions"][("t", 0)][0] == -1
+        assert partition_bytes(cl, 2, "t", 0) == held
+        assert partition_bytes(cl, 3, "t", 0) == held

@@ -103,6 +103,7 @@ class OperatorCommands:
             lg = await self.dirs.run(d, d.logdir.create_log, tp.topic, tp.partition,
                                      self.configs.log_config(tp.topic))
             self.replicas.partitions[tp].log = lg
+            self.replicas.partitions[tp].emptied = True
             d.partitions.add(tp)
             log.warning("log dir %s: partition %s was not on the re-admitted disk; "
                         "re-created empty (its records are lost)", d.path, tp)

@@ -161,6 +161,15 @@ class ControlRequests:
             self.replicas.add(p)
             created = True
         leads = s.leader == me
+        if leads and p.emptied:
+            # Its disk was replaced: the ISR it is in is the one of before, whose records
+            # it no longer has. Leading from empty would have the other replicas truncate
+            # them away; answered 56, the partition waits for a replica that has them
+            # (or an operator's unclean election), as for an offline one.
+            log.warning("LeaderAndIsr makes this broker leader of %s, whose replica was "
+                        "re-created empty when its disk was replaced: answered 56", tp)
+            self._forget(tp)
+            return errors.KAFKA_STORAGE_ERROR, created
         if leads and self.fetchers is not None:
             # The fetcher lets go first (Kafka's makeLeaders): an answer of the old leader
             # handled while the epoch below starts would land after its start offset.
@@ -193,6 +202,7 @@ class ControlRequests:
             elif s.leader >= 0 and not leads:
                 try:
                     await self.fetchers.follow(tp, s.leader, s.leader_epoch)
+                    p.emptied = False  # it takes its leader's records from here on
                 except (StorageError, OSError) as err:  # its dir failed under the hop
                     code, msg = errors.error_of(err, f"follow {tp}")
                     log.warning("LeaderAndIsr: cannot follow %s: %s; answered %d", tp, msg, code)

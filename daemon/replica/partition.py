@@ -42,6 +42,10 @@ class Partition:
     waiters: set[asyncio.Future[None]] | None = None  # Fetch long-polls waiting on it
     producers: PartitionProducers = field(default_factory=PartitionProducers)
     deleted: bool = False
+    # Re-created empty by a readmit (its disk was replaced): it may not lead until it
+    # has followed a leader, or the records the other replicas hold would be truncated
+    # away to its empty log (daemon.replica.control).
+    emptied: bool = False
 
     @property
     def offline(self) -> bool:
