@@ -213,8 +213,8 @@ def test_every_key_in_the_example_config_is_documented() -> None:
 
     lines = (SYSTEMD / "logkeeper.toml").read_text().splitlines()
     for key in KEYS:
-        at = [i for i, line in enumerate(lines)
-              if line.lstrip("# ").startswith(f"{key} = ")]
+        at = [i for i, line in enumerate(lines)  # a dotted key may be quoted (TOML)
+              if line.lstrip("# ").startswith((f"{key} = ", f'"{key}" = '))]
         assert at, f"example config does not show {key}"
         above = lines[at[0] - 1]
         assert above.startswith("# ") and not above.lstrip("# ").startswith(tuple(KEYS)), \
