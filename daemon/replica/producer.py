@@ -365,9 +365,8 @@ def record_replicated(producers: PartitionProducers, records: bytes | memoryview
     """Remember every idempotent batch of `records`, a leader's batches as a follower
     appended them (their offsets are the leader's), and the transactions they open and
     their markers close (an abort into `log`'s `.txnindex` when `log` is given, and onto
-    `aborted` when that is given). Framing
-    was checked by the append. Old Kafka's legacy messages (magic 0/1) have no producer:
-    they are stepped over."""
+    `aborted` when that is given). Framing was checked by the append. Old Kafka's legacy
+    messages (magic 0/1) have no producer: they are stepped over."""
     view = memoryview(records)
     pos = 0
     while len(view) - pos >= MAGIC_AT + 1:
