@@ -852,12 +852,16 @@ class Config:
 
     @property
     def listener(self) -> Listener:
-        """The Kafka listener this host's tools connect to (`--config FILE`): the
-        inter-broker one, where they log in as the broker does (its principal is the one
-        super.users and the ACLs let act on the cluster), else the first."""
+        """The Kafka listener this host's tools connect to (`--config FILE`): one where
+        they log in as the broker does, with its own SASL login (the principal
+        super.users names), the inter-broker listener first; else the first listener."""
         listeners = self.values["listeners"]
         inter = self.values["inter.broker.listener.name"]
-        return next((x for x in listeners if x.name == inter), listeners[0])
+        for x in sorted(listeners, key=lambda x: x.name != inter):  # stable: inter first
+            own = self.sasl.get(x.name)
+            if own is not None and own.logins:
+                return x
+        return listeners[0]
 
     @property
     def advertised_listeners(self) -> tuple[Listener, ...]:

@@ -509,15 +509,15 @@ def test_the_tools_reach_an_ssl_listener(tmp_path: Path) -> None:
     """Kafka's way for its tools: `--command-config` (admin commands) or the client config
     file (console and perf tools) with security.protocol=SSL and Kafka's ssl.* client
     keys, a PKCS12 truststore and keystore among them, to a listener that requires
-    client certificates; and `--config`, the daemon's own file, whose inter-broker
-    listener is SSL. Without them the tools say they cannot reach the broker."""
+    client certificates; and `--config`, the daemon's own file, whose first listener is
+    SSL. Without them the tools say they cannot reach the broker."""
     ca = CertificateAuthority(tmp_path / "ca")
     broker, admin = ca.issue("broker1"), ca.issue("admin", client=True)
     d = Daemon(tmp_path / "d")
     ssl_port = free_port()
     d.values.update({
         "listeners": f"SSL://127.0.0.1:{ssl_port},PLAINTEXT://127.0.0.1:{d.port}",
-        "inter.broker.listener.name": "SSL",
+        "inter.broker.listener.name": "PLAINTEXT",
         "ssl.keystore.location": str(broker.keystore_pem),
         "ssl.truststore.location": str(ca.cert_pem), "ssl.client.auth": "required"})
     d.config = write_config(d.root / "logkeeper.toml", d.values)
@@ -539,8 +539,7 @@ def test_the_tools_reach_an_ssl_listener(tmp_path: Path) -> None:
         assert r.returncode == 0, r.stderr
         r = cli("topics", "list", *at)  # plain Kafka at the SSL port
         assert r.returncode == 2 and f"localhost:{ssl_port}" in r.stderr, r.stderr
-        # The daemon's own file: its inter-broker listener, SSL, with its keystore and
-        # truststore.
+        # The daemon's own file: its first listener, SSL, with its keystore and truststore.
         r = cli("topics", "describe", "--topic", "sec", "--config", str(d.config))
         assert r.returncode == 0 and "PartitionCount: 2" in r.stdout, r.stderr
         r = cli("console-producer", "--topic", "sec", *at, "--producer.config", str(props),
