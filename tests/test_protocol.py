@@ -61,9 +61,10 @@ def test_advertises_only_versions_kafka_python_can_decode() -> None:
     assert advertised == {a.key: (a.min_version, a.max_version)
                           for a in protocol.SUPPORTED.values()}
     # The APIs the issues name; no topic IDs on the data path (Fetch 13+, Metadata 10+);
-    # Fetch v12 (the followers' version) and OffsetForLeaderEpoch for truncation checks.
+    # Fetch v12 (the followers' version) and OffsetForLeaderEpoch for truncation checks;
+    # Metadata v9, from which librdkafka trusts leader epochs (KIP-320).
     assert set(advertised) >= {0, 1, 2, 3, 18, 19, 20, 23, 35}
-    assert advertised[0][1] <= 8 and advertised[1][1] == 12 and advertised[3][1] <= 8
+    assert advertised[0][1] <= 8 and advertised[1][1] == 12 and advertised[3][1] == 9
 
 
 @pytest.mark.parametrize("body, version", SAMPLES,
