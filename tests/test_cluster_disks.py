@@ -111,6 +111,19 @@ def saturable(tmp_path: Path, brokers: int = 3) -> Iterator[tuple[Cluster, Path,
             yield cl, small, dirs
 
 
+
+def replace_disk_and_readmit(broker: Any, mnt: Path, sick: Path, recreated: list[str]) -> None:
+    """The operator's repair: a new, empty filesystem mounted where the dead one was,
+    then `log-dirs readmit`, which re-creates `recreated` empty."""
+    subprocess.run(["umount", "-l", str(mnt)], check=True)
+    image = mnt.parent / "disk.img"
+    subprocess.run(["mkfs.ext4", "-q", "-F", str(image)], check=True)
+    subprocess.run(["mount", "-o", "loop", str(image), str(mnt)], check=True)
+    sick.mkdir()
+    code, body = broker.admin("log-dirs/readmit", sick)
+    assert code == 200, body
+    assert body["recreated_empty"] == recreated
+
 def test_eio_on_a_dir_moves_its_leaders_drops_its_followers_and_loses_nothing(
         tmp_path: Path) -> None:
     """KIP-112 cases 1 and 2 at once, with LogDirFailureTest's cases 6 and 7. On broker
@@ -528,14 +541,7 @@ def test_a_replaced_disk_is_refilled_from_the_leaders_log_start(tmp_path: Path) 
         faults.shutdown_fs(mnt)
         wait_for(lambda: b1.log_dir_states()[str(sick)] == "offline", 30, "dir OFFLINE")
         # The replacement: a new, empty filesystem where the dead one was.
-        subprocess.run(["umount", "-l", str(mnt)], check=True)
-        image = mnt.parent / "disk.img"
-        subprocess.run(["mkfs.ext4", "-q", "-F", str(image)], check=True)
-        subprocess.run(["mount", "-o", "loop", str(image), str(mnt)], check=True)
-        sick.mkdir()
-        code, body = b1.admin("log-dirs/readmit", sick)
-        assert code == 200, body
-        assert body["recreated_empty"] == ["t-0"]
+        replace_disk_and_readmit(b1, mnt, sick, ["t-0"])
 
         c = RawClient(cl.brokers[2].port)
         try:
@@ -590,14 +596,7 @@ def test_a_replica_readmitted_empty_does_not_lead_over_the_records_of_the_others
         held = partition_bytes(cl, 2, "t", 0)
         assert held and held == partition_bytes(cl, 3, "t", 0)
 
-        subprocess.run(["umount", "-l", str(mnt)], check=True)
-        image = mnt.parent / "disk.img"
-        subprocess.run(["mkfs.ext4", "-q", "-F", str(image)], check=True)
-        subprocess.run(["mount", "-o", "loop", str(image), str(mnt)], check=True)
-        sick.mkdir()
-        code, body = b1.admin("log-dirs/readmit", sick)
-        assert code == 200, body
-        assert body["recreated_empty"] == ["t-0"]
+        replace_disk_and_readmit(b1, mnt, sick, ["t-0"])
         no_log_dir_event_left(cl, 20)
         time.sleep(3)  # the controller's election, had it made one, is done by now
         assert cl.metadata(2, ["t"])["partitions"][("t", 0)][0] == -1

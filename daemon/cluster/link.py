@@ -31,6 +31,7 @@ live broker (Kafka refuses to start too), an ACL refusal, a bug.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import ssl
@@ -38,7 +39,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -456,6 +457,23 @@ class ClusterLink:
             self.on_registered(self.broker_epoch)
 
 
+@contextlib.contextmanager
+def _short_lived(hosts: str, timeout: float, tls_context: ssl.SSLContext | None,
+                 secure_acls: bool) -> Iterator[Any]:
+    """A started KazooClient for one start-up question, stopped and closed after it."""
+    client = zk_client.new_client(hosts, timeout=max(timeout, 1.0), tls_context=tls_context,
+                                  secure_acls=secure_acls)
+    try:
+        zk_client.start(client, timeout)
+        yield client
+    finally:
+        try:
+            client.stop()
+            client.close()
+        except Exception:  # noqa: BLE001 - closing a client that never connected
+            pass
+
+
 def generate_broker_id(hosts: str, reserved_max: int, *, timeout: float,
                        tls_context: ssl.SSLContext | None = None,
                        secure_acls: bool = False) -> int:
@@ -463,21 +481,12 @@ def generate_broker_id(hosts: str, reserved_max: int, *, timeout: float,
     plus the version `/brokers/seqid` has after this broker bumps it (Kafka's
     generateBrokerSequenceId), so brokers asking at once never get the same one. Raises
     KazooTimeoutError when ZooKeeper cannot be reached within `timeout`."""
-    client = zk_client.new_client(hosts, timeout=max(timeout, 1.0), tls_context=tls_context,
-                                  secure_acls=secure_acls)
-    try:
-        zk_client.start(client, timeout)
+    with _short_lived(hosts, timeout, tls_context, secure_acls) as client:
         try:
             client.create(znodes.BROKER_SEQUENCE_ID, b"", makepath=True)
         except NodeExistsError:
             pass
         return reserved_max + client.set(znodes.BROKER_SEQUENCE_ID, b"").version
-    finally:
-        try:
-            client.stop()
-            client.close()
-        except Exception:  # noqa: BLE001 - closing a client that never connected
-            pass
 
 
 def cluster_id_from_zookeeper(hosts: str, proposed: str, *, timeout: float,
@@ -488,10 +497,7 @@ def cluster_id_from_zookeeper(hosts: str, proposed: str, *, timeout: float,
     Metadata answers name the same cluster. Raises KazooTimeoutError when ZooKeeper
     cannot be reached within `timeout`. A short-lived client: the broker's link starts
     later, once its listener is bound."""
-    client = zk_client.new_client(hosts, timeout=max(timeout, 1.0), tls_context=tls_context,
-                                  secure_acls=secure_acls)
-    try:
-        zk_client.start(client, timeout)
+    with _short_lived(hosts, timeout, tls_context, secure_acls) as client:
         try:
             client.create(znodes.CLUSTER_ID, znodes.encode_cluster_id(proposed), makepath=True)
             log.info("created %s = %s", znodes.CLUSTER_ID, proposed)
@@ -499,9 +505,3 @@ def cluster_id_from_zookeeper(hosts: str, proposed: str, *, timeout: float,
         except NodeExistsError:
             data, _ = client.get(znodes.CLUSTER_ID)
             return znodes.decode_cluster_id(data)
-    finally:
-        try:
-            client.stop()
-            client.close()
-        except Exception:  # noqa: BLE001 - closing a client that never connected
-            pass
