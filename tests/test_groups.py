@@ -28,7 +28,7 @@ from confluent_kafka.admin import AdminClient
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KTP
 from kafka.admin import KafkaAdminClient, NewTopic
-from kafka.protocol.consumer import JoinGroupRequest, OffsetCommitRequest
+from kafka.protocol.consumer import HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, OffsetCommitRequest
 from kafka.protocol.metadata import FindCoordinatorRequest
 from kafka.protocol.producer import ProduceRequest
 
@@ -680,6 +680,22 @@ def test_bad_group_requests_get_kafkas_errors_and_change_nothing(tmp_path: Path)
             resp = c.request(produce_req, 8)
             assert resp.responses[0].partition_responses[0].error_code == \
                 errors.INVALID_TOPIC_EXCEPTION
+            # An admin's removal of members from a group that is not there (LeaveGroup
+            # v3+, as AdminClient.removeMembersFromConsumerGroup sends it): Kafka
+            # answers the group NONE and each member UNKNOWN_MEMBER_ID.
+            M = LeaveGroupRequest[3].MemberIdentity
+            leave = LeaveGroupRequest[3](group_id="g", members=[
+                M(member_id="", group_instance_id="inst-a"),
+                M(member_id="m-1", group_instance_id=None)])
+            resp = c.request(leave, 3)
+            assert resp.error_code == errors.NONE
+            assert [(m.member_id, m.group_instance_id, m.error_code) for m in resp.members] == \
+                [("", "inst-a", errors.UNKNOWN_MEMBER_ID), ("m-1", None, errors.UNKNOWN_MEMBER_ID)]
+            old_leave = LeaveGroupRequest[1](group_id="g", member_id="m-1")
+            assert c.request(old_leave, 1).error_code == errors.UNKNOWN_MEMBER_ID
+            beat = HeartbeatRequest[3](group_id="g", generation_id=1, member_id="m-1",
+                                       group_instance_id=None)
+            assert c.request(beat, 3).error_code == errors.UNKNOWN_MEMBER_ID
         finally:
             c.close()
         ka = KafkaAdminClient(bootstrap_servers=d.bootstrap)
@@ -1191,3 +1207,54 @@ def test_a_replaced_static_member_is_fenced_and_its_successor_survives_a_reload(
     fenced = errors.FENCED_INSTANCE_ID
     assert asyncio.run(scenario()) == {"heartbeat": fenced, "sync": fenced, "commit": fenced,
                                        "join": fenced, "successor after reload": errors.NONE}
+
+
+def test_heartbeats_while_the_group_loads_or_goes_dead_get_kafkas_answers(
+        tmp_path: Path) -> None:
+    """Kafka answers a Heartbeat NONE while the group's partition is still loading (older
+    clients do not expect COORDINATOR_LOAD_IN_PROGRESS there), and
+    COORDINATOR_NOT_AVAILABLE for a group gone Dead meanwhile (deleted while the member
+    still heartbeats), before any membership check, so the member finds the
+    coordinator again instead of rejoining a group being removed."""
+    from daemon.coordinator.coordinator import GroupCoordinator, GroupSettings
+
+    settings = GroupSettings(initial_rebalance_delay_ms=0, min_session_timeout_ms=1000)
+
+    class HeldAppends(LogBackedOffsets):
+        def __init__(self, path: Path):
+            super().__init__(path)
+            self.release = asyncio.Event()
+
+        async def append(self, partition: int, batch: bytes, timeout_ms: int) -> int:
+            await self.release.wait()
+            return await super().append(partition, batch, timeout_ms)
+
+    async def scenario() -> dict[str, int]:
+        offsets = HeldAppends(tmp_path / "__consumer_offsets-0")
+        coord = GroupCoordinator(offsets, settings)
+        got = {"loading": coord.heartbeat("g", 1, "m", None)}
+        await coord._loading[0][1]
+        offsets.release.set()
+        joined = await coord.join("g", "", None, "c", "/h", 10000, 10000, "consumer",
+                                  [("range", b"m")], require_known_member_id=False)
+        assert joined.error == errors.NONE
+        code, _ = await coord.sync("g", joined.generation, joined.member_id, None, None, None,
+                                   {joined.member_id: b"a"})
+        assert code == errors.NONE
+        got["stable"] = coord.heartbeat("g", joined.generation, joined.member_id, None)
+        assert coord.leave("g", [(joined.member_id, None)]) == (
+            errors.NONE, [(joined.member_id, None, errors.NONE)])
+        offsets.release.clear()
+        deleting = asyncio.ensure_future(coord.delete("g"))
+        await asyncio.sleep(0.01)  # the tombstones' append is held: the group is Dead
+        got["dead"] = coord.heartbeat("g", joined.generation, joined.member_id, None)
+        got["dead leave"] = coord.leave("g", [(joined.member_id, None)])[0]
+        offsets.release.set()
+        got["deleted"] = await deleting
+        got["gone"] = coord.heartbeat("g", joined.generation, joined.member_id, None)
+        return got
+
+    assert asyncio.run(scenario()) == {
+        "loading": errors.NONE, "stable": errors.NONE,
+        "dead": errors.COORDINATOR_NOT_AVAILABLE, "dead leave": errors.COORDINATOR_NOT_AVAILABLE,
+        "deleted": errors.NONE, "gone": errors.UNKNOWN_MEMBER_ID}

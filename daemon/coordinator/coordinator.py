@@ -545,13 +545,16 @@ class GroupCoordinator(CoordinatedPartitions):
     def heartbeat(self, group_id: str, generation: int, member_id: str,
                   instance_id: str | None) -> int:
         code, _ = self._owner(group_id)
+        if code == errors.COORDINATOR_LOAD_IN_PROGRESS:
+            return errors.NONE  # answered blindly while the group loads, as Kafka's
         if code:
             return code
         g = self.groups.get(group_id)
+        if g is not None and g.is_(GroupState.DEAD):
+            return errors.COORDINATOR_NOT_AVAILABLE  # gone meanwhile: find the coordinator again
         if g is not None and g.is_fenced(instance_id, member_id):
             return errors.FENCED_INSTANCE_ID
-        if g is None or g.is_(GroupState.EMPTY) or g.is_(GroupState.DEAD) \
-                or member_id not in g.members:
+        if g is None or g.is_(GroupState.EMPTY) or member_id not in g.members:
             return errors.UNKNOWN_MEMBER_ID
         if instance_id and g.static_members.get(instance_id) != member_id:
             return errors.FENCED_INSTANCE_ID
@@ -566,26 +569,30 @@ class GroupCoordinator(CoordinatedPartitions):
     def leave(self, group_id: str, members: list[tuple[str, str | None]]
               ) -> tuple[int, list[tuple[str, str | None, int]]]:
         """(group error, [(member id, instance id, error)]) for LeaveGroup; a static
-        member may be named by its instance id alone (v3+)."""
+        member may be named by its instance id alone (v3+). A group not here has
+        none of the members (each UNKNOWN_MEMBER_ID, the group's error NONE, as Kafka
+        answers)."""
         code, _ = self._owner(group_id)
         if code:
             return code, []
         g = self.groups.get(group_id)
         if g is None:
-            return errors.UNKNOWN_MEMBER_ID, []
+            return errors.NONE, [(m, i, errors.UNKNOWN_MEMBER_ID) for m, i in members]
+        if g.is_(GroupState.DEAD):
+            return errors.COORDINATOR_NOT_AVAILABLE, []
         out = []
         gone = []
         for member_id, instance_id in members:
             mid = member_id
-            if instance_id:
+            if not member_id and instance_id:  # the admin's removal by instance id
                 known = g.static_members.get(instance_id)
                 if known is None:
                     out.append((member_id, instance_id, errors.UNKNOWN_MEMBER_ID))
                     continue
-                if member_id and member_id != known:
-                    out.append((member_id, instance_id, errors.FENCED_INSTANCE_ID))
-                    continue
                 mid = known
+            elif g.is_fenced(instance_id, member_id):
+                out.append((member_id, instance_id, errors.FENCED_INSTANCE_ID))
+                continue
             if mid in g.pending_members:
                 del g.pending_members[mid]
                 out.append((member_id, instance_id, errors.NONE))
