@@ -1258,3 +1258,54 @@ def test_heartbeats_while_the_group_loads_or_goes_dead_get_kafkas_answers(
         "loading": errors.NONE, "stable": errors.NONE,
         "dead": errors.COORDINATOR_NOT_AVAILABLE, "dead leave": errors.COORDINATOR_NOT_AVAILABLE,
         "deleted": errors.NONE, "gone": errors.UNKNOWN_MEMBER_ID}
+
+
+def test_a_static_leader_back_in_a_stable_group_keeps_the_assignment(tmp_path: Path) -> None:
+    """KIP-345/814: a static leader restarted (JoinGroup with its instance id and no
+    member id) into a Stable group with the same protocols causes no rebalance. Through
+    JoinGroup v9+ it is told it leads, with every member, but to skip its assignor;
+    through older versions it is given the old leader's id and no members, so it does
+    not run an assignment the Stable group would ignore. A follower back is neither."""
+    from daemon.coordinator.coordinator import GroupCoordinator, GroupSettings
+
+    settings = GroupSettings(initial_rebalance_delay_ms=0, min_session_timeout_ms=1000)
+
+    async def scenario() -> list[tuple[str, bool, int, bytes]]:
+        coord = GroupCoordinator(LogBackedOffsets(tmp_path / "__consumer_offsets-0"), settings)
+        coord._owner("g")
+        await coord._loading[0][1]
+
+        def join(instance: str, v9: bool, member_id: str = "") -> Any:
+            return coord.join("g", member_id, instance, "c", "/h", 10000, 10000, "consumer",
+                              [("range", b"m")], require_known_member_id=True,
+                              skip_assignment_supported=v9)
+
+        a = await join("inst-a", True)  # alone: generation 1, its leader
+        assert (await coord.sync("g", a.generation, a.member_id, "inst-a", None, None,
+                                 {a.member_id: b"A"}))[0] == errors.NONE
+        b_joining = asyncio.ensure_future(join("inst-b", True))
+        await asyncio.sleep(0.01)
+        a = await join("inst-a", True, a.member_id)  # the rebalance b started
+        b = await b_joining
+        assert a.leader == a.member_id and a.generation == b.generation == 2
+        syncs = [coord.sync("g", 2, a.member_id, "inst-a", None, None,
+                            {a.member_id: b"A", b.member_id: b"B"}),
+                 coord.sync("g", 2, b.member_id, "inst-b", None, None, {})]
+        assert [code for code, _ in await asyncio.gather(*syncs)] == [errors.NONE] * 2
+        seen = []
+        for instance, v9 in (("inst-a", True), ("inst-a", False), ("inst-b", True)):
+            before = coord.groups["g"].leader_id
+            res = await join(instance, v9)
+            assert res.error == errors.NONE and res.generation == 2  # no rebalance
+            role = ("self" if res.leader == res.member_id else
+                    "previous leader" if res.leader == before else res.leader)
+            # Its SyncGroup (no assignments: it skipped or did not lead) gets its own.
+            code, assignment = await coord.sync("g", 2, res.member_id, instance, None, None, {})
+            assert code == errors.NONE
+            seen.append((role, res.skip_assignment, len(res.members), assignment))
+        return seen
+
+    assert asyncio.run(scenario()) == [
+        ("self", True, 2, b"A"),  # v9: leads, skips its assignor, knows the members
+        ("previous leader", False, 0, b"A"),  # v8: not told it leads
+        ("previous leader", False, 0, b"B")]  # a follower: the leader is unchanged

@@ -121,13 +121,13 @@ class GroupApis:
             req.client_id or "", _host(conn), b.session_timeout_ms,
             b.rebalance_timeout_ms if v >= 1 else b.session_timeout_ms, b.protocol_type,
             [(p.name, bytes(p.metadata)) for p in b.protocols],
-            require_known_member_id=v >= 4)
+            require_known_member_id=v >= 4, skip_assignment_supported=v >= 9)
         M = JoinGroupResponse.JoinGroupResponseMember
         return JoinGroupResponse(
             throttle_time_ms=0, error_code=res.error, generation_id=res.generation,
             protocol_type=res.protocol_type, protocol_name=res.protocol_name
             if res.protocol_name is not None or v >= 7 else "",
-            leader=res.leader, skip_assignment=False, member_id=res.member_id,
+            leader=res.leader, skip_assignment=res.skip_assignment, member_id=res.member_id,
             members=[M(member_id=mid, group_instance_id=iid, metadata=meta)
                      for mid, iid, meta in res.members])
 

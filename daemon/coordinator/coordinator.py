@@ -28,7 +28,7 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from logstore import TopicPartition
@@ -260,8 +260,10 @@ class GroupCoordinator(CoordinatedPartitions):
     async def join(self, group_id: str, member_id: str, instance_id: str | None,
                    client_id: str, client_host: str, session_timeout_ms: int,
                    rebalance_timeout_ms: int, protocol_type: str,
-                   protocols: list[tuple[str, bytes]], *, require_known_member_id: bool
-                   ) -> JoinResult:
+                   protocols: list[tuple[str, bytes]], *, require_known_member_id: bool,
+                   skip_assignment_supported: bool = False) -> JoinResult:
+        """JoinGroup. `skip_assignment_supported`: the request is v9+, whose static
+        leader back in a Stable group is told to skip its assignor (KIP-814)."""
         if not group_id:
             return JoinResult(errors.INVALID_GROUP_ID, member_id=member_id)
         code, p = self._owner(group_id)
@@ -283,8 +285,9 @@ class GroupCoordinator(CoordinatedPartitions):
         if not member_id:
             if instance_id and instance_id in g.static_members:
                 return await self._rejoin_static(g, instance_id, client_id, client_host,
-                                           session_timeout_ms, rebalance_timeout_ms,
-                                           protocol_type, protocols)
+                                                 session_timeout_ms, rebalance_timeout_ms,
+                                                 protocol_type, protocols,
+                                                 skip_assignment_supported)
             if len(g.members) + len(g.pending_members) >= s.max_size:
                 return JoinResult(errors.GROUP_MAX_SIZE_REACHED)
             new_id = f"{client_id}-{uuid.uuid4()}"
@@ -328,11 +331,16 @@ class GroupCoordinator(CoordinatedPartitions):
     async def _rejoin_static(self, g: Group, instance_id: str, client_id: str,
                              client_host: str, session_timeout_ms: int,
                              rebalance_timeout_ms: int, protocol_type: str,
-                             protocols: list[tuple[str, bytes]]) -> JoinResult:
+                             protocols: list[tuple[str, bytes]],
+                             skip_assignment_supported: bool) -> JoinResult:
         """A static member (group.instance.id) back with no member id: it replaces its
         old member id, which is fenced from then on; no rebalance when the group is
-        Stable and its protocols are the same (KIP-345)."""
+        Stable and its protocols are the same (KIP-345). Then the group's assignment
+        stands: a leader back through JoinGroup v9+ is told it leads but to skip its
+        assignor (KIP-814); through an older version it is given the old leader's id
+        and no members, so it does not take itself for the leader (Kafka's answers)."""
         old_id = g.static_members[instance_id]
+        previous_leader = g.leader_id or ""
         old = g.members.pop(old_id)
         new_id = f"{client_id}-{uuid.uuid4()}"
         _answer_join(old, JoinResult(errors.FENCED_INSTANCE_ID, member_id=old_id))
@@ -350,8 +358,12 @@ class GroupCoordinator(CoordinatedPartitions):
             # coordinator that loads it later knows the instance by its new id.
             gen = g.generation
             code = await self._store_group(g, gen)
+            if not code and skip_assignment_supported:
+                res = self._join_result(g, member)
+                return replace(res, skip_assignment=g.leader_id == new_id)
             if not code:
-                return self._join_result(g, member)
+                return replace(self._join_result(g, member), leader=previous_leader,
+                                           members=())
             if g.generation == gen and g.members.get(new_id) is member:
                 del g.members[new_id]  # not persisted: the old member id stays
                 g.members[old_id] = old

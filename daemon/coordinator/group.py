@@ -46,6 +46,8 @@ class JoinResult:
     member_id: str = ""
     # (member id, group instance id, metadata) of every member: the leader's answer only.
     members: tuple[tuple[str, str | None, bytes], ...] = ()
+    # A static leader back in a Stable group: lead, but keep the assignment (KIP-814).
+    skip_assignment: bool = False
 
 
 @dataclass
