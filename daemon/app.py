@@ -297,7 +297,8 @@ class Server:
                 on_change=self._partitions_changed, fetchers=self.fetchers, isr=self.isr,
                 min_isr_of=self._min_isr_of, log_config_of=self._log_config_of,
                 on_leadership=self._coordinators_leadership_changed,
-                on_deleted=self._partitions_deleted)
+                on_deleted=self._partitions_deleted,
+                announce_dir=self._announce_log_dir_event)
         self.stop_event = asyncio.Event()
         self.connections = Connections(self.handlers, self.metrics,
                                        max_frame=config["socket.request.max.bytes"],
@@ -1132,6 +1133,11 @@ class Server:
         self.metrics.partitions_changed(len(self.replicas.partitions), self.storage.dirs,
                                         {tp.topic for tp in self.replicas.partitions})
         self.monitor.publish()  # what this broker holds: the controller reads it
+
+    def _announce_log_dir_event(self, path: str) -> None:
+        """A log_dir_event for `path` (the controller asks about every replica here)."""
+        if self.cluster is not None:
+            self.cluster.announce_log_dir_event(path)
 
     def _partitions_deleted(self, tps: list[TopicPartition]) -> Awaitable[int]:
         """A topic's partitions are deleted (standalone: here; in a cluster: the

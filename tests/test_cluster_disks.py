@@ -27,6 +27,7 @@ from tests import faults
 from .cluster_helpers import Cluster, IsrWatch, no_log_dir_event_left, wait_for
 from .daemon_helpers import RawClient
 from .sick_helpers import KAFKA_STORAGE_ERROR, metric, produce_raw
+from .test_cli import cli
 from .test_replication import (
     assert_every_ack_read_once,
     consume_all,
@@ -573,13 +574,17 @@ def test_a_replica_readmitted_empty_does_not_lead_over_the_records_of_the_others
     still the ISR's one member: made leader, brokers 2 and 3 would truncate the 100
     records away to its empty log. It answers 56 instead; t-0 stays without a leader
     and the 100 records stay on brokers 2 and 3, for a replica that holds them (or an
-    operator's unclean election) to serve."""
+    operator's unclean election, after which broker 1's replica follows and catches up
+    without a restart) to serve. solo-0, whose only replica is broker 1's, leads again
+    empty: there are no records elsewhere to keep."""
     with disk_under_broker_1(tmp_path) as (cl, mnt, sick):
         b1 = cl.brokers[1]
         create_on(cl, sick, "t", [[1, 2, 3]], min_isr=1)
+        create_on(cl, sick, "solo", [[1]], min_isr=1)
         c = RawClient(b1.port)
         try:
             assert produce_raw(c, "t", 0, [b"r%d" % i for i in range(100)]) == (0, 0)
+            assert produce_raw(c, "solo", 0, [b"s"]) == (0, 0)
         finally:
             c.close()
         wait_for(lambda: replicas_identical(cl, "t", 1), 30, "t-0 replicated")
@@ -596,9 +601,29 @@ def test_a_replica_readmitted_empty_does_not_lead_over_the_records_of_the_others
         held = partition_bytes(cl, 2, "t", 0)
         assert held and held == partition_bytes(cl, 3, "t", 0)
 
-        replace_disk_and_readmit(b1, mnt, sick, ["t-0"])
+        replace_disk_and_readmit(b1, mnt, sick, ["solo-0", "t-0"])
         no_log_dir_event_left(cl, 20)
+        # solo-0 had no other replica to keep records: it leads again, empty, as a
+        # Kafka broker's would after a restart.
+        wait_for(lambda: cl.metadata(2, ["solo"])["partitions"][("solo", 0)][0] == 1, 30,
+                 "solo-0 led by broker 1 again")
+        c = RawClient(b1.port)
+        try:
+            assert produce_raw(c, "solo", 0, [b"again"]) == (0, 0)
+        finally:
+            c.close()
         time.sleep(3)  # the controller's election, had it made one, is done by now
         assert cl.metadata(2, ["t"])["partitions"][("t", 0)][0] == -1
         assert partition_bytes(cl, 2, "t", 0) == held
         assert partition_bytes(cl, 3, "t", 0) == held
+
+        # The operator's unclean election gives t-0 a leader that holds the records.
+        # Broker 1's replica, held offline by the controller since its 56, then follows
+        # it and catches up: no broker restart (Kafka's would need one).
+        elected = cli("leader-election", "--bootstrap-server", cl.brokers[2].bootstrap,
+                      "--election-type", "unclean", "--topic", "t", "--partition", "0")
+        assert elected.returncode == 0, elected.stderr
+        wait_for(lambda: sorted(cl.metadata(2, ["t"])["partitions"][("t", 0)][3]) == [1, 2, 3],
+                 60, "broker 1 back in t-0's ISR")
+        wait_for(lambda: replicas_identical(cl, "t", 1), 30, "t-0's replicas identical")
+        assert partition_bytes(cl, 1, "t", 0) == held

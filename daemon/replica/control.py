@@ -63,7 +63,8 @@ class ControlRequests:
                  min_isr_of: Callable[[str], Awaitable[int]] | None = None,
                  log_config_of: Callable[[str], Awaitable[LogConfig]] | None = None,
                  on_leadership: Callable[[], None] = lambda: None,
-                 on_deleted: Callable[[list[TopicPartition]], object] | None = None):
+                 on_deleted: Callable[[list[TopicPartition]], object] | None = None,
+                 announce_dir: Callable[[str], None] | None = None):
         self.replicas = replicas
         self.storage: LogManager = replicas.storage
         self.leadership = leadership
@@ -79,6 +80,12 @@ class ControlRequests:
         # Partitions UpdateMetadata announced deleted (leader -2): the group coordinator
         # drops its groups' offsets of them (it writes the tombstones in the background).
         self.on_deleted = on_deleted
+        # Posts a log_dir_event for a dir (daemon.cluster.link): the controller asks
+        # again about every replica of this broker, and brings back the ones answered 0.
+        self.announce_dir = announce_dir
+        # Replicas re-created empty that refused to lead (56): the leader epoch of the
+        # leader elected elsewhere they were announced ready to follow under.
+        self._emptied_refused: dict[TopicPartition, int] = {}
         self.controller_epoch = -1  # the newest controller epoch seen
         # In a controlled shutdown: a partition whose leadership moved away is not
         # followed, so this broker does not fetch its way back into the ISR (and hold up
@@ -161,6 +168,8 @@ class ControlRequests:
             self.replicas.add(p)
             created = True
         leads = s.leader == me
+        if leads and p.emptied and all(r == me for r in s.replicas):
+            p.emptied = False  # its only replica: no records elsewhere to keep (Kafka's too)
         if leads and p.emptied:
             # Its disk was replaced: the ISR it is in is the one of before, whose records
             # it no longer has. Leading from empty would have the other replicas truncate
@@ -169,6 +178,7 @@ class ControlRequests:
             log.warning("LeaderAndIsr makes this broker leader of %s, whose replica was "
                         "re-created empty when its disk was replaced: answered 56", tp)
             self._forget(tp)
+            self._emptied_refused.setdefault(tp, -1)
             return errors.KAFKA_STORAGE_ERROR, created
         if leads and self.fetchers is not None:
             # The fetcher lets go first (Kafka's makeLeaders): an answer of the old leader
@@ -278,7 +288,37 @@ class ControlRequests:
                                         views.update_metadata_partitions(req))
             if deleted and self.on_deleted is not None:
                 self.on_deleted([TopicPartition(t, p) for t, p in deleted])
+            if self._emptied_refused:
+                self._announce_ready_to_follow(views.update_metadata_partitions(req))
         return UpdateMetadataResponse(version=version, error_code=code)
+
+    def _announce_ready_to_follow(self, states: list[views.MetadataPartition]) -> None:
+        """A replica re-created empty refused to lead (56), so the controller holds it
+        offline; once another replica leads (an operator's unclean election, or a
+        replica back that holds the records) it can follow and catch up. Kafka's
+        replica would stay offline until its broker restarts; this one posts a
+        log_dir_event for its dir, once per leader epoch, and the controller's
+        LeaderAndIsr makes it a follower."""
+        me = self.leadership.broker_id
+        dirs: set[str] = set()
+        for m in states:
+            tp = TopicPartition(m.topic, m.partition)
+            announced = self._emptied_refused.get(tp)
+            if announced is None:
+                continue
+            p = self.replicas.partitions.get(tp)
+            if p is None or not p.emptied or me not in m.replicas:
+                del self._emptied_refused[tp]
+                continue
+            if m.leader >= 0 and m.leader != me and m.leader_epoch > announced \
+                    and not _unusable(p):
+                self._emptied_refused[tp] = m.leader_epoch
+                dirs.add(str(p.dir.path))
+        for path in sorted(dirs):
+            log.info("log dir %s: a replica re-created empty has a leader elsewhere now: "
+                     "asking the controller to make it a follower", path)
+            if self.announce_dir is not None:
+                self.announce_dir(path)
 
 
 def _unusable(p: Partition) -> bool:
