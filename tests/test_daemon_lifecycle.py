@@ -416,6 +416,46 @@ def test_list_offsets_max_timestamp_and_the_tiered_storage_specs(tmp_path: Path)
         assert len([f for ld in d.log_dirs for f in ld.glob("mx-0/*.log")]) >= 2
 
 
+def test_list_offsets_v0_answers_kafkas_offset_lists(tmp_path: Path) -> None:
+    """ListOffsets v0, which Kafka 3.9 still serves and Burrow's sarama sends for every
+    partition's end: up to MaxNumOffsets offsets, newest first (the end, then each
+    segment's base offset), the first one alone for EARLIEST, and for a time the
+    segments last written at or before it. It used to close the connection."""
+    from kafka.protocol.consumer import ListOffsetsRequest
+
+    with running(tmp_path, {"log.segment.bytes": 4096}) as d:
+        p = ck.Producer({"bootstrap.servers": d.bootstrap, "linger.ms": 0})
+        for i in range(80):
+            p.produce("old", value=b"v%d" % i * 40, partition=0)
+            if i % 5 == 4:
+                p.flush(10)
+        p.flush(10)
+        bases = sorted(int(f.stem) for ld in d.log_dirs for f in ld.glob("old-0/*.log"))
+        assert len(bases) >= 3
+        resp = protocol.api_versions_response(3)
+        assert {k.api_key: k.min_version for k in resp.api_keys}[2] == 0
+        c = RawClient(d.port)
+        try:
+            def offsets(ts: int, max_num: int, partition: int = 0) -> tuple[int, list[int]]:
+                T = ListOffsetsRequest.ListOffsetsTopic
+                got = c.request(ListOffsetsRequest(replica_id=-1, topics=[T(
+                    name="old", partitions=[T.ListOffsetsPartition(
+                        partition_index=partition, timestamp=ts,
+                        max_num_offsets=max_num)])]), 0)
+                part = got.topics[0].partitions[0]
+                return part.error_code, list(part.old_style_offsets)
+
+            assert offsets(-1, 1) == (0, [80])
+            assert offsets(-2, 1) == (0, [0])
+            assert offsets(-1, 100) == (0, [80, *reversed(bases)])
+            assert offsets(-1, 2) == (0, [80, bases[-1]])
+            assert offsets(int(time.time() * 1000) + 60_000, 1) == (0, [80])
+            assert offsets(1_000_000, 5) == (0, [])  # before every segment was written
+            assert offsets(-1, 1, partition=7)[0] == 3  # UNKNOWN_TOPIC_OR_PARTITION
+        finally:
+            c.close()
+
+
 # ---- operating it ----
 
 

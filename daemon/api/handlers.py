@@ -737,6 +737,8 @@ class Handlers:
                         fenced[(t.name, lp.partition_index)] = code
                         p = None
                 entries.append((t.name, lp.partition_index, lp.timestamp, p))
+        if req.version == 0:  # a list of offsets per partition, found by segment times
+            return await self._list_offsets_v0(body, entries, denied, fenced)
         items = [(p, ts) for _, _, ts, p in entries if p is not None]
         read_committed = req.version >= 2 and body.isolation_level == 1
         results = iter(await self.replicas.list_offsets(items, read_committed=read_committed)
@@ -756,6 +758,36 @@ class Handlers:
                 self.metrics.errors.labels("ListOffsets", str(err)).inc()
             out.setdefault(topic, []).append(P(partition_index=index, error_code=err,
                                                timestamp=ts, offset=off, leader_epoch=epoch))
+        return ListOffsetsResponse(throttle_time_ms=0, topics=[
+            R(name=t, partitions=ps) for t, ps in out.items()])
+
+    async def _list_offsets_v0(self, body: Any, entries: list[tuple[str, int, int, Any]],
+                               denied: set[str], fenced: dict[tuple[str, int], int]) -> Any:
+        """ListOffsets v0 (Kafka's handleListOffsetRequestV0, still served by Kafka 3.x):
+        up to MaxNumOffsets offsets per partition (daemon.replica.manager's
+        _legacy_list_offsets); a consumer's stop at the high watermark."""
+        R = ListOffsetsResponse.ListOffsetsTopicResponse
+        P = R.ListOffsetsPartitionResponse
+        wanted = {(t.name, lp.partition_index): lp.max_num_offsets
+                  for t in body.topics for lp in t.partitions}
+        items = [(p, (ts, wanted[(topic, index)])) for topic, index, ts, p in entries
+                 if p is not None]
+        results = iter(await self.replicas.legacy_list_offsets(
+            items, from_consumer=body.replica_id == -1) if items else [])
+        out: dict[str, list[Any]] = {}
+        for topic, index, _ts, p in entries:
+            if topic in denied:
+                err, offsets = errors.TOPIC_AUTHORIZATION_FAILED, []
+            elif (topic, index) in fenced:
+                err, offsets = fenced[(topic, index)], []
+            elif p is None:
+                err, offsets = _topic_error(topic), []
+            else:
+                err, offsets = next(results)
+            if err:
+                self.metrics.errors.labels("ListOffsets", str(err)).inc()
+            out.setdefault(topic, []).append(P(partition_index=index, error_code=err,
+                                               old_style_offsets=offsets))
         return ListOffsetsResponse(throttle_time_ms=0, topics=[
             R(name=t, partitions=ps) for t, ps in out.items()])
 

@@ -214,9 +214,11 @@ def _api(request: Any, response: Any, lo: int, hi: int) -> Api:
 SUPPORTED: dict[int, Api] = {a.key: a for a in (
     _api(ProduceRequest, ProduceResponse, 3, 8),
     _api(FetchRequest, FetchResponse, 4, 12),
-    # v7 asks for MAX_TIMESTAMP, v8 EARLIEST_LOCAL and v9 LATEST_TIERED (tiered storage:
-    # everything here is local); v10 adds a timeout for remote lookups, none here.
-    _api(ListOffsetsRequest, ListOffsetsResponse, 1, 9),
+    # v0 (several offsets, found by segment times) is Kafka 3.x's still, and what
+    # Burrow's sarama sends; v7 asks for MAX_TIMESTAMP, v8 EARLIEST_LOCAL and v9
+    # LATEST_TIERED (tiered storage: everything here is local); v10 adds a timeout for
+    # remote lookups, none here.
+    _api(ListOffsetsRequest, ListOffsetsResponse, 0, 9),
     _api(MetadataRequest, MetadataResponse, 0, 9),
     # The brokers and controller without the topics (KIP-700); v2 adds KRaft's fenced
     # brokers, none here.

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NamedTuple
@@ -397,6 +398,14 @@ class ReplicaManager:
         return await self.storage.fan_out(
             _with_logs(items), _dir_of, _list_offsets, read_committed,
             on_error=lambda item, err: (error_of(err, "list offsets")[0], -1, -1))
+
+    async def legacy_list_offsets(self, items: list[tuple[Partition, tuple[int, int]]], *,
+                                  from_consumer: bool) -> list[tuple[int, list[int]]]:
+        """(error, offsets) per (partition, (timestamp, max offsets)): ListOffsets v0, as
+        Kafka 3.x still answers it (Burrow's sarama asks this way)."""
+        return await self.storage.fan_out(
+            _with_logs(items), _dir_of, _legacy_list_offsets, from_consumer,
+            on_error=lambda item, err: (error_of(err, "list offsets")[0], []))
 
     async def delete_records(self, items: list[tuple[Partition, int]]
                              ) -> list[tuple[int, int, int]]:
@@ -785,3 +794,41 @@ def _list_offsets(items: list[tuple[Partition, int, Log | None]], read_committed
             out.append((error_of(err, f"list offsets of {p.tp}")[0], -1, -1))
     return out
 
+
+def _legacy_list_offsets(items: list[tuple[Partition, tuple[int, int], Log | None]],
+                         from_consumer: bool) -> list[tuple[int, list[int]]]:
+    """(error, offsets) per (partition, (timestamp, max offsets)): Kafka's
+    legacyFetchOffsetsBefore. Each segment stands for its base offset (at least the log
+    start) at its file's modification time, and a non-empty active segment adds the log
+    end offset at now; the answer is the offsets at or before the timestamp (LATEST:
+    all, EARLIEST: the first), newest first, at most `max offsets` of them. A consumer's
+    answer stops at the high watermark, which comes first when an offset was past it."""
+    out: list[tuple[int, list[int]]] = []
+    for p, (ts, max_offsets), lg in items:
+        try:
+            if p.deleted:
+                out.append((UNKNOWN_TOPIC_OR_PARTITION, []))
+                continue
+            assert lg is not None
+            start = lg.log_start_offset
+            points = [(max(seg.base_offset, start), os.stat(seg.log_path).st_mtime_ns // 1_000_000)
+                      for seg in lg.segments]
+            if lg.active_segment.size > 0:
+                points.append((lg.log_end_offset, int(time.time() * 1000)))
+            if ts == LATEST:
+                at = len(points) - 1
+            elif ts == EARLIEST:
+                at = 0
+            else:
+                at = len(points) - 1
+                while at >= 0 and points[at][1] > ts:
+                    at -= 1
+            offsets = sorted((off for off, _ in points[max(at + 1 - max_offsets, 0):at + 1]),
+                             reverse=True)
+            if from_consumer and any(off > lg.high_watermark for off in offsets):
+                hw = lg.high_watermark
+                offsets = [hw] + [off for off in offsets if off <= hw]
+            out.append((NONE, offsets))
+        except Exception as err:  # noqa: BLE001 - per-partition isolation
+            out.append((error_of(err, f"list offsets of {p.tp}")[0], []))
+    return out
