@@ -32,7 +32,7 @@ TOPIC = "near"
 
 def _bytes_out(cl: Cluster, broker: int) -> float:
     """Record bytes the broker sent to consumers for TOPIC (its /metrics)."""
-    return _metric(cl, broker, 'kafka_server_brokertopicmetrics_bytes_out_total{topic="'
+    return _metric(cl, broker, 'kafka_server_brokertopicmetrics_bytesout_total{topic="'
                    + TOPIC + '"}')
 
 
@@ -113,9 +113,9 @@ def test_a_consumer_reads_from_the_replica_in_its_rack(cluster: Cluster) -> None
     # What followers fetched counts apart (Kafka's ReplicationBytesIn/OutPerSec), and
     # every replica's log gauges show the same log end.
     size = sum(len(v) for v in values)
-    assert _metric(cl, 1, "kafka_server_brokertopicmetrics_replication_bytes_out_total") >= 2 * size
+    assert _metric(cl, 1, "kafka_server_brokertopicmetrics_replicationbytesout_total") >= 2 * size
     for b in (2, 3):
-        assert _metric(cl, b, "kafka_server_brokertopicmetrics_replication_bytes_in_total") >= size
+        assert _metric(cl, b, "kafka_server_brokertopicmetrics_replicationbytesin_total") >= size
     for b in RACKS:
         assert _metric(cl, b, 'kafka_log_log_logendoffset{partition="0",topic="near"}') == 2000
 

@@ -470,13 +470,13 @@ def test_metrics_and_healthz(tmp_path: Path) -> None:
         text = ""
         while time.monotonic() < deadline:
             code, text = d.http("/metrics")
-            if 'kafka_log_logdir_size_bytes{log_dir="' in text and "_bytes_out_total" in text:
+            if 'kafka_log_logdir_size_bytes{log_dir="' in text and "_bytesout_total" in text:
                 break
             time.sleep(0.5)
         assert code == 200
-        for needle in ('kafka_server_brokertopicmetrics_bytes_in_total{topic="m"}',
-                       'kafka_server_brokertopicmetrics_bytes_out_total{topic="m"}',
-                       'kafka_server_brokertopicmetrics_messages_in_total{topic="m"} 100.0',
+        for needle in ('kafka_server_brokertopicmetrics_bytesin_total{topic="m"}',
+                       'kafka_server_brokertopicmetrics_bytesout_total{topic="m"}',
+                       'kafka_server_brokertopicmetrics_messagesin_total{topic="m"} 100.0',
                        'kafka_network_requestmetrics_total_time_seconds_bucket{le="0.001",'
                        'request="Produce"}',
                        "kafka_log_logdir_free_bytes", "kafka_log_logdir_partition_count",

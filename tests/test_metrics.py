@@ -60,9 +60,9 @@ def test_recorded_values_appear_in_the_exposition() -> None:
     m = Metrics()
     record_everything(m)
     got = samples(m.render().decode())
-    assert got[("kafka_server_brokertopicmetrics_bytes_in_total", (("topic", "orders"),))] == 1024
-    assert got[("kafka_server_brokertopicmetrics_bytes_out_total", (("topic", "orders"),))] == 512
-    assert got[("kafka_server_brokertopicmetrics_messages_in_total", (("topic", "orders"),))] == 10
+    assert got[("kafka_server_brokertopicmetrics_bytesin_total", (("topic", "orders"),))] == 1024
+    assert got[("kafka_server_brokertopicmetrics_bytesout_total", (("topic", "orders"),))] == 512
+    assert got[("kafka_server_brokertopicmetrics_messagesin_total", (("topic", "orders"),))] == 10
     hist = "kafka_network_requestmetrics_total_time_seconds"
     assert got[(hist + "_count", (("request", "Produce"),))] == 2
     assert got[(hist + "_bucket", (("le", "0.001"), ("request", "Produce")))] == 1
@@ -95,10 +95,32 @@ def test_recorded_values_appear_in_the_exposition() -> None:
     assert samples(m.render().decode())[("logkeeper_log_dir_degraded", (("log_dir", "/d/a"),))] == 0
 
 
+def test_broker_topic_metrics_have_the_names_the_jmx_exporter_gives_kafkas() -> None:
+    """The Prometheus JMX exporter's Kafka config turns `kafka.server:type=
+    BrokerTopicMetrics,name=BytesInPerSec,topic=T` (Count) into
+    `kafka_server_brokertopicmetrics_bytesin_total{topic="T"}`: the bean's name less
+    PerSec, lowercased, nothing between its words. Dashboards query those names; these
+    were bytes_in_total and the like, which no Kafka dashboard finds."""
+    m = Metrics()
+    m.bytes_in("orders", 100)
+    m.bytes_out("orders", 50)
+    m.messages_in("orders", 2)
+    m.replication_bytes_in.inc(10)
+    m.replication_bytes_out.inc(20)
+    m.failed_produce.labels("56").inc()
+    m.failed_fetch.labels("56").inc()
+    names = {name for name, _ in samples(m.render().decode())
+             if name.startswith("kafka_server_brokertopicmetrics_")
+             and not name.endswith("_created")}
+    assert names == {"kafka_server_brokertopicmetrics_" + n + "_total" for n in (
+        "bytesin", "bytesout", "messagesin", "replicationbytesin", "replicationbytesout",
+        "failedproducerequests", "failedfetchrequests")}
+
+
 def test_each_metrics_object_has_its_own_registry() -> None:
     a, b = Metrics(), Metrics()
     a.bytes_in("t", 5)
-    assert "bytes_in_total{topic=\"t\"}" not in b.render().decode()
+    assert "bytesin_total{topic=\"t\"}" not in b.render().decode()
 
 
 def test_serve_answers_metrics_and_healthz_over_http() -> None:

@@ -286,31 +286,31 @@ class Metrics:
         self.health_fn: Callable[[], tuple[bool, dict[str, Any]]] = _default_health
         self._http: Any = None  # an ops.http.HttpEndpoint once serving
         self.bytes_in = _TopicCounter(Counter(
-            "kafka_server_brokertopicmetrics_bytes_in", "Bytes appended by producers",
+            "kafka_server_brokertopicmetrics_bytesin", "Bytes appended by producers",
             ["topic"], registry=r))
         self.bytes_out = _TopicCounter(Counter(
-            "kafka_server_brokertopicmetrics_bytes_out", "Record bytes sent to consumers",
+            "kafka_server_brokertopicmetrics_bytesout", "Record bytes sent to consumers",
             ["topic"], registry=r))
         # Kafka's ReplicationBytesOutPerSec: what followers fetched, kept out of bytes_out;
         # and ReplicationBytesInPerSec: what this broker's fetchers appended as a follower.
         self.replication_bytes_out = Counter(
-            "kafka_server_brokertopicmetrics_replication_bytes_out",
+            "kafka_server_brokertopicmetrics_replicationbytesout",
             "Record bytes sent to follower replicas", registry=r)
         self.replication_bytes_in = Counter(
-            "kafka_server_brokertopicmetrics_replication_bytes_in",
+            "kafka_server_brokertopicmetrics_replicationbytesin",
             "Record bytes appended as a follower replica", registry=r)
         self.messages_in = _TopicCounter(Counter(
-            "kafka_server_brokertopicmetrics_messages_in", "Records appended", ["topic"],
+            "kafka_server_brokertopicmetrics_messagesin", "Records appended", ["topic"],
             registry=r))
         self.client_throttled = Counter(
             "logkeeper_client_quota_throttled_requests",
             "Produce and Fetch requests answered with a throttle time by a client quota, by "
             "quota (producer_byte_rate, consumer_byte_rate)", ["quota"], registry=r)
         self.failed_produce = Counter(
-            "kafka_server_brokertopicmetrics_failed_produce_requests",
+            "kafka_server_brokertopicmetrics_failedproducerequests",
             "Partition appends refused or failed, by Kafka error code", ["error"], registry=r)
         self.failed_fetch = Counter(
-            "kafka_server_brokertopicmetrics_failed_fetch_requests",
+            "kafka_server_brokertopicmetrics_failedfetchrequests",
             "Partition reads failed, by Kafka error code", ["error"], registry=r)
         self.requests = Counter("kafka_network_requestmetrics_requests",
                                 "Requests handled", ["request", "version"], registry=r)
