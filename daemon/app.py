@@ -902,7 +902,11 @@ class Server:
 
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        # SIGHUP too, as Kafka's broker (its LoggingSignalHandler, then the JVM's shutdown
+        # hooks): a clean stop. There is nothing to reload (configs change at runtime
+        # through the admin APIs); Python's default for it was to die on the spot, with
+        # no checkpoints, no controlled shutdown and not a line in the log.
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.add_signal_handler(sig, self._on_signal, sig)
         # Pinged during start-up too: recovery runs on the workers, the loop stays live.
         self._background.append(asyncio.ensure_future(self._watchdog()))

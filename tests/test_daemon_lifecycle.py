@@ -94,6 +94,28 @@ def test_sigterm_writes_checkpoints_and_marker_and_next_start_skips_recovery(
         d.kill()
 
 
+def test_sighup_stops_cleanly_as_kafkas_broker_does(tmp_path: Path) -> None:
+    """Kafka's broker takes SIGHUP as it takes SIGTERM: it logs the signal and shuts
+    down cleanly. This daemon died on the spot instead (Python's default for SIGHUP):
+    no log line, no clean-shutdown marker, and a recovery at the next start."""
+    import signal
+
+    d = Daemon(tmp_path).start()
+    try:
+        acked = produce_confluent(d, "h", 200)
+        assert d.proc is not None
+        d.proc.send_signal(signal.SIGHUP)
+        assert d.proc.wait(30) == 0
+        assert "SIGHUP: stopping" in d.stderr() and "stopped cleanly" in d.stderr()
+        for ld in d.log_dirs:
+            assert (ld / names.CLEAN_SHUTDOWN_FILE).exists()
+        d.start()
+        assert "no clean-shutdown marker" not in d.stderr()
+        assert consume_all(d, "h", 1, len(acked)) == {(p, o): v for p, o, v in acked}
+    finally:
+        d.kill()
+
+
 def test_an_idle_client_connection_does_not_hold_up_the_shutdown(tmp_path: Path) -> None:
     """A client (or another broker's controller channel) whose last request was answered
     and that keeps its connection open is idle: SIGTERM closes it at once. Before, such
