@@ -305,6 +305,26 @@ def test_startup_serves_the_good_dirs_and_keeps_the_bad_dirs_partitions_offline(
         assert "online -> offline" in d.stderr() and "Input/output error" in d.stderr()
 
 
+def test_a_dir_offline_from_the_start_is_not_reported_stuck_at_the_stop(
+        tmp_path: Path) -> None:
+    """A dir that could not be opened at start-up has an idle worker: the stop lets it
+    go. Every stop of such a daemon said "a log dir's worker is stuck on its disk;
+    exiting without it" (an ERROR meant for a hung disk) and left through os._exit."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    good = tmp_path / "good"
+    d = Daemon(tmp_path / "run", {"log.dirs": [str(good), str(blocker / "disk1")]})
+    d.start()
+    try:
+        assert "online -> offline" in d.stderr()
+        assert d.stop() == 0
+    finally:
+        d.kill()
+    assert "stuck" not in d.stderr()
+    assert "stopped cleanly" in d.stderr()
+    assert (good / ".kafka_cleanshutdown").exists()
+
+
 def test_startup_with_every_dir_bad_exits_non_zero_naming_each(tmp_path: Path) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")

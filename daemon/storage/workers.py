@@ -49,6 +49,8 @@ _VERDICTS = {DirState.ONLINE: Verdict.NONE, DirState.SATURATED: Verdict.SATURATE
 
 # How long a replacement worker waits for its abandoned predecessor's running call.
 PREDECESSOR_WAIT_S = 10.0
+# How long a stop waits for an OFFLINE dir's worker before it counts as stuck on its disk.
+OFFLINE_WORKER_GRACE_S = 2.0
 
 
 log = logging.getLogger("logkeeper.workers")
@@ -355,7 +357,14 @@ class DirWorkers:
         process must exit without joining it."""
         for d in self.dirs:
             d.executor.shutdown(wait=d.state is not DirState.OFFLINE, cancel_futures=True)
-        return not any(t.is_alive() for d in self.dirs for t in getattr(d.executor, "_threads", ()))
+        # An OFFLINE dir's idle worker takes its stop a moment after it was queued: only
+        # one still running after a short grace is stuck (an offline dir's worker was
+        # reported stuck at every stop, a hung disk or not).
+        deadline = time.monotonic() + OFFLINE_WORKER_GRACE_S
+        threads = [t for d in self.dirs for t in getattr(d.executor, "_threads", ())]
+        for t in threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+        return not any(t.is_alive() for t in threads)
 
 
 class _Pending:
