@@ -94,6 +94,44 @@ def test_sigterm_writes_checkpoints_and_marker_and_next_start_skips_recovery(
         d.kill()
 
 
+def test_error_metrics_are_labelled_with_kafkas_error_names(tmp_path: Path) -> None:
+    """Kafka's RequestMetrics ErrorsPerSec is tagged error=<the Errors enum name>, so the
+    JMX exporter gives kafka_network_requestmetrics_errors_total{error="MESSAGE_TOO_LARGE",
+    request="Produce"}; these carried the numeric code ("10") instead, which no Kafka
+    alert matches. Kafka's names where kafka-python's table has older ones
+    (MESSAGE_SIZE_TOO_LARGE, NOT_LEADER_FOR_PARTITION)."""
+    from kafka.protocol.consumer import ListOffsetsRequest
+
+    from tests.sick_helpers import produce_raw
+
+    with running(tmp_path, {"message.max.bytes": 2000}) as d:
+        produce_confluent(d, "e", 1)
+        c = RawClient(d.port)
+        try:
+            assert produce_raw(c, "e", 0, [b"x" * 5000])[0] == 10
+            T = ListOffsetsRequest.ListOffsetsTopic
+            got = c.request(ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=[T(
+                name="e", partitions=[T.ListOffsetsPartition(
+                    partition_index=9, current_leader_epoch=-1, timestamp=-1)])]), 5)
+            assert got.topics[0].partitions[0].error_code == 3
+        finally:
+            c.close()
+        text = d.http("/metrics")[1]
+        for needle in (
+                'kafka_network_requestmetrics_errors_total{error="MESSAGE_TOO_LARGE",'
+                'request="Produce"} 1.0',
+                'kafka_network_requestmetrics_errors_total{error="UNKNOWN_TOPIC_OR_PARTITION",'
+                'request="ListOffsets"} 1.0',
+                'kafka_server_brokertopicmetrics_failedproducerequests_total'
+                '{error="MESSAGE_TOO_LARGE"} 1.0'):
+            assert needle in text, needle
+    from daemon.api import errors
+
+    assert [errors.enum_name(c) for c in (-1, 0, 6, 56, 17)] == [
+        "UNKNOWN_SERVER_ERROR", "NONE", "NOT_LEADER_OR_FOLLOWER", "KAFKA_STORAGE_ERROR",
+        "INVALID_TOPIC_EXCEPTION"]
+
+
 def test_sighup_stops_cleanly_as_kafkas_broker_does(tmp_path: Path) -> None:
     """Kafka's broker takes SIGHUP as it takes SIGTERM: it logs the signal and shuts
     down cleanly. This daemon died on the spot instead (Python's default for SIGHUP):

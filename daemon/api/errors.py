@@ -122,6 +122,26 @@ def java_name(code: int) -> str | None:
     return JAVA_NAMES.get(code, f"KafkaError({code})")
 
 
+# Kafka's Errors enum names where kafka-python's table spells them otherwise (older names).
+_ENUM_NAMES = {
+    UNKNOWN_SERVER_ERROR: "UNKNOWN_SERVER_ERROR",
+    NONE: "NONE",
+    ke.NotLeaderForPartitionError.errno: "NOT_LEADER_OR_FOLLOWER",
+    ke.MessageSizeTooLargeError.errno: "MESSAGE_TOO_LARGE",
+    INVALID_TOPIC_EXCEPTION: "INVALID_TOPIC_EXCEPTION",
+}
+
+
+def enum_name(code: int) -> str:
+    """Kafka's Errors enum name for `code` (KAFKA_STORAGE_ERROR, NOT_LEADER_OR_FOLLOWER):
+    the `error` label Kafka's RequestMetrics ErrorsPerSec carries."""
+    name = _ENUM_NAMES.get(code)
+    if name is None:
+        cls = ke.for_code(code)
+        name = cls.message if cls is not ke.UnknownError else f"UNKNOWN_CODE_{code}"
+    return name
+
+
 def name_of(code: int) -> str:
     """kafka-python's class name for `code`, for messages."""
     return ke.for_code(code).__name__

@@ -320,8 +320,8 @@ class Handlers:
                                              log_append_time_ms=res.log_append_time)
             else:
                 failed = True
-                self.metrics.failed_produce.labels(str(res.error)).inc()
-                self.metrics.errors.labels("Produce", str(res.error)).inc()
+                self.metrics.failed_produce.labels(errors.enum_name(res.error)).inc()
+                self.metrics.errors.labels("Produce", errors.enum_name(res.error)).inc()
                 log.debug("produce to %s-%d from %s refused: error %d %s", topic, index,
                          conn.peer, res.error, res.message or "")
                 produced = ProducedPartition(index, res.error, res.base_offset,
@@ -627,8 +627,8 @@ class Handlers:
             elif records:
                 self.metrics.bytes_out.labels(topic).inc(len(records))
             if r.error:
-                self.metrics.failed_fetch.labels(str(r.error)).inc()
-                self.metrics.errors.labels("Fetch", str(r.error)).inc()
+                self.metrics.failed_fetch.labels(errors.enum_name(r.error)).inc()
+                self.metrics.errors.labels("Fetch", errors.enum_name(r.error)).inc()
             out.setdefault(topic, []).append(FetchPartition(
                 index, r.error, r.high_watermark,
                 r.last_stable_offset if r.last_stable_offset >= 0 else r.high_watermark,
@@ -755,7 +755,7 @@ class Handlers:
                 err, ts, off = next(results)
                 epoch = self.leadership.state(p).leader_epoch
             if err:
-                self.metrics.errors.labels("ListOffsets", str(err)).inc()
+                self.metrics.errors.labels("ListOffsets", errors.enum_name(err)).inc()
             out.setdefault(topic, []).append(P(partition_index=index, error_code=err,
                                                timestamp=ts, offset=off, leader_epoch=epoch))
         return ListOffsetsResponse(throttle_time_ms=0, topics=[
@@ -785,7 +785,7 @@ class Handlers:
             else:
                 err, offsets = next(results)
             if err:
-                self.metrics.errors.labels("ListOffsets", str(err)).inc()
+                self.metrics.errors.labels("ListOffsets", errors.enum_name(err)).inc()
             out.setdefault(topic, []).append(P(partition_index=index, error_code=err,
                                                old_style_offsets=offsets))
         return ListOffsetsResponse(throttle_time_ms=0, topics=[
@@ -1002,7 +1002,7 @@ class Handlers:
                     configs={c.name: c.value for c in t.configs or []})
             except TopicError as err:
                 code, message = err.code, str(err)
-                self.metrics.errors.labels("CreateTopics", str(code)).inc()
+                self.metrics.errors.labels("CreateTopics", errors.enum_name(code)).inc()
             created = self.replicas.topics().get(t.name, [])
             out.append(R(name=t.name, error_code=code, error_message=message,
                          num_partitions=len(created) if created else -1,
@@ -1031,7 +1031,7 @@ class Handlers:
             # Kafka's broker refuses the whole request, whichever broker is asked.
             code = (errors.TOPIC_DELETION_DISABLED if req.version >= 3
                     else errors.INVALID_REQUEST)
-            self.metrics.errors.labels("DeleteTopics", str(code)).inc()
+            self.metrics.errors.labels("DeleteTopics", errors.enum_name(code)).inc()
             return DeleteTopicsResponse(throttle_time_ms=0, responses=[
                 R(name=name, error_code=code, error_message="Topic deletion is disabled.")
                 for name in req.body.topic_names])
@@ -1049,7 +1049,7 @@ class Handlers:
             except TopicError as err:
                 code, message = err.code, str(err)
             if code:
-                self.metrics.errors.labels("DeleteTopics", str(code)).inc()
+                self.metrics.errors.labels("DeleteTopics", errors.enum_name(code)).inc()
             out.append(R(name=name, error_code=code, error_message=message))
         return DeleteTopicsResponse(throttle_time_ms=0, responses=out)
 
@@ -1087,7 +1087,7 @@ class Handlers:
             else:
                 code, msg = r.error_code, r.error_message
             if code:
-                self.metrics.errors.labels("CreateTopics", str(code)).inc()
+                self.metrics.errors.labels("CreateTopics", errors.enum_name(code)).inc()
             out.append(R(name=n, error_code=code, error_message=msg if code else None,
                          num_partitions=r.num_partitions if r else -1,
                          replication_factor=r.replication_factor if r else -1, configs=[]))
@@ -1135,7 +1135,7 @@ class Handlers:
             if n in refused:
                 code = refused[n].code
             if code:
-                self.metrics.errors.labels("DeleteTopics", str(code)).inc()
+                self.metrics.errors.labels("DeleteTopics", errors.enum_name(code)).inc()
             out.append(R(name=n, error_code=code,
                          error_message=str(refused[n]) if n in refused else None))
         return DeleteTopicsResponse(throttle_time_ms=0, responses=out)

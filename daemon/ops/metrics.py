@@ -308,10 +308,12 @@ class Metrics:
             "quota (producer_byte_rate, consumer_byte_rate)", ["quota"], registry=r)
         self.failed_produce = Counter(
             "kafka_server_brokertopicmetrics_failedproducerequests",
-            "Partition appends refused or failed, by Kafka error code", ["error"], registry=r)
+            "Partition appends refused or failed, by Kafka error (its Errors enum name)",
+            ["error"], registry=r)
         self.failed_fetch = Counter(
             "kafka_server_brokertopicmetrics_failedfetchrequests",
-            "Partition reads failed, by Kafka error code", ["error"], registry=r)
+            "Partition reads failed, by Kafka error (its Errors enum name)", ["error"],
+            registry=r)
         self.requests = Counter("kafka_network_requestmetrics_requests",
                                 "Requests handled", ["request", "version"], registry=r)
         self.request_time = Histogram(
@@ -322,8 +324,11 @@ class Metrics:
                                      "Request frame bytes", ["request"], registry=r)
         # (api, version) -> the children of requests, request_bytes and request_time.
         self._request_children: dict[tuple[str, int], tuple[Any, Any, Any]] = {}
+        # Kafka's ErrorsPerSec: its `error` label is the Errors enum name, as Kafka's.
         self.errors = Counter("kafka_network_requestmetrics_errors",
-                              "Error codes in responses", ["request", "error"], registry=r)
+                              "Errors in responses, by request and Kafka's Errors enum name "
+                              "(KAFKA_STORAGE_ERROR, NOT_LEADER_OR_FOLLOWER, ...)",
+                              ["request", "error"], registry=r)
         # Kafka's AddPartitionsToTxnManager metrics: transaction verification
         # (daemon.replica.txn_verification) as the leader sees it.
         self.verification_failures = Counter(
