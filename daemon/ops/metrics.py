@@ -10,7 +10,8 @@ The daemon records through methods (`observe_request`, `bytes_in(topic, n)`,
 port)` (daemon.ops.http); `health_fn` is the callable behind /healthz. Where the Kafka
 name exists, the metric follows Prometheus' base units (seconds, bytes) rather than
 JMX's milliseconds. Values only known at scrape time come from collectors
-(`Crc32cCollector`; `ReplicationCollector`: leader count, under-replicated and
+(`Crc32cCollector`; `LogFlushCollector`: Kafka's LogFlushStats, each segment flush's
+time; `ReplicationCollector`: leader count, under-replicated and
 under-min-ISR partitions, ISR shrinks and expands, the controller's active count and
 offline partitions, the fetchers' failed partitions and lag; `LogCollector`: each
 partition's log start and end offsets, size and segment count, Kafka's
@@ -25,10 +26,12 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 import native
+from logstore import flush_stats
 
 log = logging.getLogger("logkeeper.metrics")
 
@@ -74,6 +77,22 @@ class Crc32cCollector(Collector):
             "1 for the CRC-32C implementation in use (native.crc32c_active)", labels=["impl"])
         family.add_metric([native.crc32c_active()], 1)
         yield family
+
+
+class LogFlushCollector(Collector):
+    """Kafka's LogFlushStats LogFlushRateAndTimeMs (in seconds): every segment flush of
+    this process and its time (logstore.flush_stats), read at scrape time."""
+
+    def collect(self) -> Any:
+        counts, total = flush_stats.snapshot()
+        cumulative, buckets = 0, []
+        for bound, n in zip((*flush_stats.BUCKETS, float("inf")), counts, strict=True):
+            cumulative += n
+            buckets.append((floatToGoString(bound), cumulative))
+        yield HistogramMetricFamily(
+            "kafka_log_logflushstats_logflushrateandtime_seconds",
+            "Time each segment flush (fdatasync of its log and indexes) took",
+            buckets=buckets, sum_value=total)
 
 
 class AuthorizerCollector(Collector):
@@ -384,6 +403,7 @@ class Metrics:
                                   "1 while a log dir is slow but still serving", ["log_dir"],
                                   registry=r)
         r.register(Crc32cCollector())
+        r.register(LogFlushCollector())
 
     # ---- the recording API ----
 
