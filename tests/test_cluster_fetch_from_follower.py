@@ -116,6 +116,12 @@ def test_a_consumer_reads_from_the_replica_in_its_rack(cluster: Cluster) -> None
     assert _metric(cl, 1, "kafka_server_brokertopicmetrics_replicationbytesout_total") >= 2 * size
     for b in (2, 3):
         assert _metric(cl, b, "kafka_server_brokertopicmetrics_replicationbytesin_total") >= size
+    # Kafka's RequestMetrics count a Fetch under FetchFollower or FetchConsumer too: the
+    # leader served its followers, broker 3 a consumer (Fetch v12 here, both).
+    assert _metric(cl, 1, 'kafka_network_requestmetrics_requests_total'
+                   '{request="FetchFollower",version="12"}') > 0
+    assert _metric(cl, 3, 'kafka_network_requestmetrics_requests_total'
+                   '{request="FetchConsumer",version="12"}') > 0
     for b in RACKS:
         assert _metric(cl, b, 'kafka_log_log_logendoffset{partition="0",topic="near"}') == 2000
 

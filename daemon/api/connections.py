@@ -538,7 +538,8 @@ class Connections:
                     finally:
                         response.release()  # whatever was not sent (an error)
                     self.metrics.observe_request(req.name, req.version, req.size,
-                                                 time.perf_counter() - started)
+                                                 time.perf_counter() - started,
+                                                 from_follower=_from_follower(req))
                     continue
                 if response is not None:
                     held += protocol.encode_response(req, response)
@@ -566,7 +567,8 @@ class Connections:
             await writer.drain()
         now = time.perf_counter()
         for req, started in answered:
-            self.metrics.observe_request(req.name, req.version, req.size, now - started)
+            self.metrics.observe_request(req.name, req.version, req.size, now - started,
+                                         from_follower=_from_follower(req))
         answered.clear()
 
     async def _send(self, writer: _ClientConnection, parts: list[Any],
@@ -624,3 +626,8 @@ async def _bind(host: str | None, port: int) -> list[socket.socket]:
             s.close()
         raise
     return socks
+
+
+def _from_follower(req: protocol.Request) -> bool:
+    """A Fetch of a follower replica (Kafka's isFromFollower: a replica id >= 0)."""
+    return req.api.name == "Fetch" and getattr(req.body, "replica_id", -1) >= 0

@@ -407,9 +407,18 @@ class Metrics:
 
     # ---- the recording API ----
 
-    def observe_request(self, api_name: str, version: int, size: int, seconds: float) -> None:
+    def observe_request(self, api_name: str, version: int, size: int, seconds: float, *,
+                        from_follower: bool = False) -> None:
         """One request of `api_name` ("Produce", "Fetch", ...) at `version`, its frame
-        `size` bytes, took `seconds` from its last byte read to its answer written."""
+        `size` bytes, took `seconds` from its last byte read to its answer written. A
+        Fetch counts under "FetchConsumer" or "FetchFollower" (`from_follower`) as well,
+        as Kafka's RequestMetrics count it (the names its dashboards ask for)."""
+        self._observe(api_name, version, size, seconds)
+        if api_name == "Fetch":
+            self._observe("FetchFollower" if from_follower else "FetchConsumer", version,
+                          size, seconds)
+
+    def _observe(self, api_name: str, version: int, size: int, seconds: float) -> None:
         children = self._request_children.get((api_name, version))
         if children is None:
             children = self._request_children[(api_name, version)] = (
