@@ -83,6 +83,7 @@ class Log:
         self._segments = LogSegments()
         self.log_start_offset = 0
         self.recovery_point = 0
+        self._cut_unsynced = False  # truncate_to cut the active segment since the last flush
         self.last_flush_ms = int(time.time() * 1000)
         self._high_watermark = 0
         self.epochs = LeaderEpochCache(self.dir / names.LEADER_EPOCH_CHECKPOINT)
@@ -627,8 +628,12 @@ class Log:
     # ---- durability ----
 
     def flush(self) -> None:
-        """fdatasync every segment past the recovery point; advance the recovery point."""
-        self._flush_segments()
+        """fdatasync every segment past the recovery point; advance the recovery point.
+        A log with nothing past it is not synced again (Kafka's flush up to an offset at
+        or below the recovery point does nothing): the periodic checkpoint of a dir of
+        idle partitions costs no fdatasync."""
+        if self.log_end_offset > self.recovery_point or self._cut_unsynced:
+            self._flush_segments()
         with self.guard.io("flush", self.dir, writing=False):
             self.epochs.write()
 
@@ -640,6 +645,7 @@ class Log:
             for seg in self._segments[self._segments.floor_index(self.recovery_point):]:
                 seg.flush()
         self.recovery_point = end
+        self._cut_unsynced = False
         self.last_flush_ms = int(time.time() * 1000)
 
     def flush_if_due(self, now_ms: int) -> bool:
@@ -858,6 +864,7 @@ class Log:
             producer_snapshot.delete_after(self.dir, offset)
             end = self.log_end_offset
             self.recovery_point = min(self.recovery_point, end)
+            self._cut_unsynced = True  # the next flush syncs the cut segment's new length
             self._high_watermark = min(self._high_watermark, end)
             self.epochs.truncate_from_end(end)
             self.epochs.write()

@@ -868,3 +868,27 @@ def test_each_segment_holds_one_descriptor_per_file(pdir, reopen):
         assert [b.base_offset for b in iter_batches(log.read(offset, 1))] == [want]
     log.close()
     assert open_files_under(os.getpid(), pdir) == []
+
+
+def test_flush_syncs_only_what_changed_since_the_last_one(pdir):
+    """A flush syncs the segments past the recovery point: an idle log's periodic
+    checkpoint costs no fdatasync (Kafka's flush up to the recovery point does nothing),
+    while new records, and a truncation that cut the active segment, are synced at the
+    next one (the recovery point alone would not show the cut)."""
+    from logstore import flush_stats
+
+    def flushes() -> int:
+        return sum(flush_stats.snapshot()[0])
+
+    log = Log.open(pdir, LogConfig())
+    for _ in range(3):
+        log.append(batch(1))
+    seen = []
+    for step in ("appended", "idle", "cut", "idle again"):
+        if step == "cut":
+            log.truncate_to(2)
+        before = flushes()
+        log.flush()
+        seen.append((step, flushes() - before, log.recovery_point))
+    log.close()
+    assert seen == [("appended", 1, 3), ("idle", 0, 3), ("cut", 1, 2), ("idle again", 0, 2)]
