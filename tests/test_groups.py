@@ -706,6 +706,47 @@ def test_bad_group_requests_get_kafkas_errors_and_change_nothing(tmp_path: Path)
             ka.close()
 
 
+def test_offset_commit_v1_as_old_sarama_sends_and_v2_retention_expire_as_in_kafka(
+        tmp_path: Path) -> None:
+    """OffsetCommit v1 is what sarama 1.22's consumer groups send (Debian's package): Kafka
+    3.9 serves it, so it is answered, not the connection closed, and the offsets are
+    committed. A v2-4 commit's retention time makes its offsets expire that long after
+    the commit (Kafka's expire timestamp) while the broker's retention keeps the rest."""
+    with daemon(tmp_path, **{"offsets.retention.check.interval.ms": 300}) as d:
+        create_topic(d.bootstrap, "t", 2)
+        c = RawClient(d.port)
+        try:
+            find = FindCoordinatorRequest[1](key="old-sarama", key_type=0)
+            wait_for(lambda: c.request(find, 1).error_code == errors.NONE, 30,
+                     "FindCoordinator to make __consumer_offsets and name this broker")
+
+            def commit(version: int, group: str, offset: int, **extra: Any) -> list[int]:
+                T = OffsetCommitRequest[version].OffsetCommitRequestTopic
+                req = OffsetCommitRequest[version](
+                    group_id=group, generation_id_or_member_epoch=-1, member_id="",
+                    topics=[T(name="t", partitions=[
+                        T.OffsetCommitRequestPartition(partition_index=i, committed_offset=offset,
+                                                       committed_metadata="", **(
+                                                           {"commit_timestamp": -1}
+                                                           if version == 1 else {}))
+                        for i in (0, 1)])], **extra)
+                got = wait_for(lambda: (r := c.request(req, version)).topics[0].partitions[0]
+                               .error_code != errors.COORDINATOR_LOAD_IN_PROGRESS and r,
+                               30, "the coordinator to load")
+                return [p.error_code for p in got.topics[0].partitions]
+
+            assert commit(1, "old-sarama", 7) == [errors.NONE, errors.NONE]
+            assert commit(2, "short-lived", 3, retention_time_ms=1000) == [errors.NONE] * 2
+            assert commit(2, "broker-retention", 4, retention_time_ms=-1) == [errors.NONE] * 2
+        finally:
+            c.close()
+        assert committed_offsets(d.bootstrap, "old-sarama") == {("t", 0): 7, ("t", 1): 7}
+        wait_for(lambda: committed_offsets(d.bootstrap, "short-lived") == {}, 30,
+                 "the commit's own retention to expire its offsets")
+        assert committed_offsets(d.bootstrap, "broker-retention") == {("t", 0): 4, ("t", 1): 4}
+        assert committed_offsets(d.bootstrap, "old-sarama") == {("t", 0): 7, ("t", 1): 7}
+
+
 def test_the_offsets_topic_cannot_be_deleted_or_grown_and_commits_stay(tmp_path: Path) -> None:
     """Deleting __consumer_offsets, or adding partitions to it (which moves each group
     to another partition: hash mod the count), would lose every group's commits;

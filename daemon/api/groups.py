@@ -189,14 +189,16 @@ class GroupApis:
                   if not conn.allowed(Operation.READ, ResourceType.TOPIC, t.name)}
         asked = [OffsetCommit(TopicPartition(t.name, p.partition_index), p.committed_offset,
                               p.committed_leader_epoch if v >= 6 else -1,
-                              p.committed_metadata)
+                              p.committed_metadata,
+                              p.commit_timestamp if v == 1 else -1)
                  for t in b.topics for p in t.partitions]
         commits = [c for c in asked if c.tp.topic not in denied]
         code, per_partition = errors.NONE, {}
         if commits or not asked:
             code, per_partition = await self.coordinator.commit(
                 b.group_id, b.generation_id_or_member_epoch, b.member_id,
-                b.group_instance_id if v >= 7 else None, commits)
+                b.group_instance_id if v >= 7 else None, commits,
+                b.retention_time_ms if 2 <= v <= 4 else -1)
         out: dict[str, list[Any]] = {}
         for c in asked:
             e = errors.TOPIC_AUTHORIZATION_FAILED if c.tp.topic in denied else \

@@ -245,7 +245,9 @@ SUPPORTED: dict[int, Api] = {a.key: a for a in (
     _api(OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, 2, 4),
     # Consumer groups and committed offsets (daemon/api/groups.py), the classic
     # protocol: up to the versions before KIP-848's member epochs and topic ids.
-    _api(OffsetCommitRequest, OffsetCommitResponse, 2, 8),
+    # OffsetCommit v1 is what older sarama consumer groups send (Debian's 1.22, unless
+    # Consumer.Offsets.Retention is set); v0 is Kafka's ZooKeeper-kept offsets, not served.
+    _api(OffsetCommitRequest, OffsetCommitResponse, 1, 8),
     _api(OffsetFetchRequest, OffsetFetchResponse, 1, 8),
     _api(FindCoordinatorRequest, FindCoordinatorResponse, 0, 4),
     _api(JoinGroupRequest, JoinGroupResponse, 0, 9),

@@ -84,6 +84,7 @@ class OffsetCommit:
     offset: int
     leader_epoch: int
     metadata: str | None
+    commit_timestamp: int = -1  # OffsetCommit v1's own timestamp; -1: the time of the commit
 
 
 def _coordinator_error(code: int, *, offsets: bool) -> int:
@@ -654,11 +655,13 @@ class GroupCoordinator(CoordinatedPartitions):
 
     async def commit(self, group_id: str, generation: int, member_id: str,
                      instance_id: str | None, commits: list[OffsetCommit],
-                     expire_timestamp: int = -1) -> tuple[int, dict[TopicPartition, int]]:
+                     retention_ms: int = -1) -> tuple[int, dict[TopicPartition, int]]:
         """(group error, error per partition) for OffsetCommit. Generation -1 with no
         member id is a commit from outside any group membership ("simple" consumers,
         admin tools), allowed while the group has no members (else UNKNOWN_MEMBER_ID,
-        as Kafka's validateOffsetCommit)."""
+        as Kafka's validateOffsetCommit). `retention_ms` is OffsetCommit v2-4's own
+        retention: other than -1, the offsets expire that long after now (Kafka's
+        expireTimestamp), not `offsets.retention.minutes` after their commit."""
         code, p = self._owner(group_id)
         if code:
             return code, {}
@@ -677,7 +680,7 @@ class GroupCoordinator(CoordinatedPartitions):
                 return errors.REBALANCE_IN_PROGRESS, {}
             m = g.members[member_id]
             m.heartbeat_deadline = self._now() + m.session_timeout_ms / 1000
-        out, written = self._to_write(commits, expire_timestamp)
+        out, written = self._to_write(commits, retention_ms)
         if written:
             batch = build_batch([Record(records.offset_key(group_id, tp), records.offset_value(v))
                                  for tp, v in written])
@@ -735,18 +738,20 @@ class GroupCoordinator(CoordinatedPartitions):
                 live.pending_txn.setdefault(producer_id, {})[tp] = v
         return errors.NONE, out
 
-    def _to_write(self, commits: list[OffsetCommit], expire_timestamp: int
+    def _to_write(self, commits: list[OffsetCommit], retention_ms: int
                   ) -> tuple[dict[TopicPartition, int], list[tuple[TopicPartition, CommittedOffset]]]:
         """(the partitions refused, with their errors; the offsets to write)."""
         out: dict[TopicPartition, int] = {}
         written: list[tuple[TopicPartition, CommittedOffset]] = []
         now = _now_ms()
+        expire_timestamp = -1 if retention_ms == -1 else now + retention_ms
         for c in commits:
             meta = c.metadata or ""
             if len(meta.encode()) > self.settings.max_metadata_bytes:
                 out[c.tp] = errors.OFFSET_METADATA_TOO_LARGE
                 continue
-            written.append((c.tp, CommittedOffset(c.offset, c.leader_epoch, meta, now,
+            stamp = now if c.commit_timestamp == -1 else c.commit_timestamp
+            written.append((c.tp, CommittedOffset(c.offset, c.leader_epoch, meta, stamp,
                                                   expire_timestamp)))
         return out, written
 
@@ -787,8 +792,9 @@ class GroupCoordinator(CoordinatedPartitions):
         """Kafka's offsets retention (KIP-211): a consumer group that has been Empty for
         `offsets.retention.minutes` loses its committed offsets, and then the group
         itself; a group that never had members (commits from outside any membership)
-        loses each offset that long after it was committed (or at its expire timestamp,
-        when the commit set one). Groups with members keep theirs. Tombstones are
+        loses each offset that long after it was committed; an offset whose commit set
+        an expire timestamp (OffsetCommit v2-4) goes at that time in both. Groups with
+        members keep theirs. Tombstones are
         written first; the cache forgets only what was written. Returns how many
         offsets expired."""
         retention = self.settings.offsets_retention_ms
@@ -796,14 +802,16 @@ class GroupCoordinator(CoordinatedPartitions):
         for g in list(self.groups.values()):
             if g.partition not in self.loaded or not g.is_(GroupState.EMPTY):
                 continue
-            if g.protocol_type:  # a consumer group: from when it became Empty
-                drop_group = 0 <= g.state_timestamp <= now_ms - retention
-                gone = list(g.offsets) if drop_group else []
-            else:
-                gone = [tp for tp, c in g.offsets.items()
-                        if (c.expire_timestamp >= 0 and c.expire_timestamp <= now_ms)
-                        or (c.expire_timestamp < 0 and c.commit_timestamp <= now_ms - retention)]
-                drop_group = len(gone) == len(g.offsets)
+            # A commit's own expire timestamp wins (Kafka's getExpiredOffsets); else a
+            # consumer group's offsets count from when it became Empty, others' from
+            # their commit.
+            empty_long = bool(g.protocol_type) and 0 <= g.state_timestamp <= now_ms - retention
+            gone = [tp for tp, c in g.offsets.items()
+                    if (c.expire_timestamp <= now_ms if c.expire_timestamp >= 0
+                        else empty_long or (not g.protocol_type
+                                            and c.commit_timestamp <= now_ms - retention))]
+            drop_group = empty_long or (len(gone) == len(g.offsets)
+                                        and (bool(gone) or not g.protocol_type))
             if not gone and not drop_group:
                 continue
             tombstones = _tombstones(g.group_id, gone, drop_group)
