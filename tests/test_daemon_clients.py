@@ -186,6 +186,31 @@ def test_admin_client_creates_describes_and_deletes_topics(daemon: Daemon) -> No
         admin.close()
 
 
+@pytest.mark.parametrize("api_version, create_version", [((0, 10, 1), 0), ((0, 10, 2), 1)])
+def test_old_clients_create_and_delete_topics_with_the_first_versions(
+        daemon: Daemon, api_version: tuple[int, ...], create_version: int) -> None:
+    """Kafka 3.9 serves CreateTopics and DeleteTopics from v0: kafka-python told the
+    broker is 0.10.1 sends v0 of both (0.10.2: CreateTopics v1), as sarama's admin does
+    with an old Config.Version and kafka-go 0.2's Conn.CreateTopics. The broker closed
+    those connections; now they are answered, refusals included."""
+    from kafka.errors import TopicAlreadyExistsError
+    name = f"old-admin-v{create_version}"
+    admin = KafkaAdminClient(bootstrap_servers=daemon.bootstrap, api_version=api_version)
+    try:
+        from kafka.protocol.admin import CreateTopicsRequest
+        assert admin._client.api_version(CreateTopicsRequest, max_version=4) == create_version
+        result = admin.create_topics([NewTopic(name, 2, 1)])
+        assert [t["error_code"] for t in result["topics"]] == [0]
+        assert name in admin.list_topics()
+        with pytest.raises(TopicAlreadyExistsError):
+            admin.create_topics([NewTopic(name, 2, 1)])
+        result = admin.delete_topics([name])
+        assert [t["error_code"] for t in result["topics"]] == [0]
+        assert name not in admin.list_topics()
+    finally:
+        admin.close()
+
+
 def test_log_dirs_are_listed_by_the_daemon(daemon: Daemon) -> None:
     for d in daemon.log_dirs:
         assert (Path(d) / "meta.properties").exists()

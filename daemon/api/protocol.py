@@ -224,8 +224,10 @@ SUPPORTED: dict[int, Api] = {a.key: a for a in (
     # brokers, none here.
     _api(DescribeClusterRequest, DescribeClusterResponse, 0, 1),
     _api(ApiVersionsRequest, ApiVersionsResponse, 0, 3),
-    _api(CreateTopicsRequest, CreateTopicsResponse, 2, 4),
-    _api(DeleteTopicsRequest, DeleteTopicsResponse, 1, 5),
+    # From v0, as Kafka 3.9: sarama's admin sends CreateTopics v0-1 and DeleteTopics v0
+    # with a Config.Version before 1.0 and 0.11, kafka-go 0.2's Conn.CreateTopics v0.
+    _api(CreateTopicsRequest, CreateTopicsResponse, 0, 4),
+    _api(DeleteTopicsRequest, DeleteTopicsResponse, 0, 5),
     _api(InitProducerIdRequest, InitProducerIdResponse, 0, 4),
     # Transactions (daemon/api/transactions.py), Kafka 3.9's protocol (transaction
     # version 1): AddPartitionsToTxn v4 is a broker's verification (KIP-890's first
