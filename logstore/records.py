@@ -16,6 +16,7 @@ import gzip
 import io
 import struct
 import time
+import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
@@ -507,6 +508,85 @@ def _decode_legacy(view: memoryview, pos: int, position: int) -> LegacyMessage:
     value = None if vlen < 0 else bytes(view[cur : cur + vlen])
     return LegacyMessage(position, offset, size + LOG_OVERHEAD, magic, crc, attributes,
                          timestamp, key, value)
+
+
+# ---- old clients' message sets (Produce v0-2, Fetch v0-3) ----
+
+_LEGACY_HEAD = struct.Struct(">qiIbb")  # offset, size, crc, magic, attributes
+_LEGACY_CRC_AT = 16  # a legacy message's CRC-32 covers from its magic on
+
+
+def legacy_to_batch(buf: bytes | memoryview) -> bytes:
+    """A Produce v0-2 request's message set (magic 0/1) as one magic-2 batch, as Kafka 3.x's
+    leader up-converts it (LogValidator): each message's key and value, its timestamp
+    (none, -1, under magic 0), offsets from 0, in the codec of the compressed wrappers.
+    CorruptRecordError when a message's CRC-32 is wrong, when a magic-2 batch is among
+    them, or when there is no message."""
+    view = memoryview(buf)
+    recs: list[Record] = []
+    codec = Codec.NONE
+    for m in iter_batches(view, verify_crc=False):
+        if not isinstance(m, LegacyMessage):
+            raise CorruptRecordError(f"a record batch at {m.position} in a magic 0/1 message set",
+                                     position=m.position, reason="magic")
+        crc = zlib.crc32(view[m.position + _LEGACY_CRC_AT:m.position + m.size])
+        if crc != m.crc:
+            raise CorruptRecordError(f"message at {m.position}: CRC-32 mismatch",
+                                     position=m.position, reason="crc")
+        if m.codec:
+            codec = Codec(m.codec)
+        for inner in m.messages():
+            stamp = inner.timestamp if inner.timestamp is not None else NO_TIMESTAMP
+            recs.append(Record(inner.key, inner.value, [], stamp))
+    if not recs:
+        raise CorruptRecordError("an empty message set", position=0, reason="length")
+    return build_batch(recs, codec=codec)
+
+
+def _legacy_message(out: bytearray, magic: int, offset: int, attributes: int,
+                    timestamp: int, key: bytes | None, value: bytes | None) -> None:
+    start = len(out)
+    out += _LEGACY_HEAD.pack(offset, 0, 0, magic, attributes)
+    if magic == 1:
+        out += struct.pack(">q", timestamp)
+    for data in (key, value):
+        if data is None:
+            out += b"\xff\xff\xff\xff"
+        else:
+            out += struct.pack(">i", len(data))
+            out += data
+    struct.pack_into(">iI", out, start + 8, len(out) - start - LOG_OVERHEAD,
+                     zlib.crc32(memoryview(out)[start + _LEGACY_CRC_AT:]))
+
+
+def batches_to_legacy(buf: bytes | memoryview, magic: int, first_offset: int) -> bytes:
+    """Read log bytes as magic `magic` (0 or 1) messages, uncompressed, for a Fetch v0-3 (Kafka's
+    RecordsUtil.downConvert): control batches and records before `first_offset` left
+    out, every other record with its offset, key, value and (magic 1) timestamp and
+    timestamp type; headers go, the old formats have none. A torn last batch (a read cut
+    at its size limit) ends the answer, as the client would drop it."""
+    out = bytearray()
+    try:
+        for b in iter_batches(buf, verify_crc=False):
+            if isinstance(b, LegacyMessage):
+                for m in b.messages():
+                    if m.offset >= first_offset:
+                        stamp = m.timestamp if m.timestamp is not None else NO_TIMESTAMP
+                        _legacy_message(out, magic, m.offset, m.attributes & ATTR_LOG_APPEND_TIME,
+                                        stamp, m.key, m.value)
+                continue
+            if b.is_control or b.last_offset < first_offset:
+                continue
+            attributes = ATTR_LOG_APPEND_TIME if b.log_append_time else 0
+            for r in b.records():
+                assert r.offset is not None and r.timestamp is not None
+                if r.offset >= first_offset:
+                    _legacy_message(out, magic, r.offset, attributes if magic else 0,
+                                    r.timestamp, r.key, r.value)
+    except CorruptRecordError as err:
+        if err.reason != "torn":
+            raise
+    return bytes(out)
 
 
 def batch_attributes(buf: bytes | memoryview) -> int | None:

@@ -19,7 +19,7 @@ from pathlib import Path
 import confluent_kafka as ck
 import confluent_kafka.admin as ck_admin
 import pytest
-from kafka import KafkaConsumer, TopicPartition
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
 import native
@@ -309,3 +309,57 @@ def test_verify_and_dump_log_check_legacy_messages_and_everything_after_them(
     seg.write_bytes(bytes(raw))
     kinds = {p.kind for p in verify_segment(seg).problems}
     assert kinds == {"legacy-format", "bad-crc"}
+
+
+@pytest.mark.parametrize("api_version, magic, codec", [
+    ((0, 9), 0, "gzip"), ((0, 10, 1), 1, "snappy"), ((0, 10, 1), 1, None)])
+def test_old_clients_produce_and_consume_through_produce_v0_2_and_fetch_v0_3(
+        tmp_path: Path, api_version: tuple[int, ...], magic: int, codec: str | None) -> None:
+    """Kafka 3.9 serves Produce v0-2 and Fetch v0-3, which sarama with an old (or its
+    1.22 default) Config.Version and kafka-go 0.2 send: their magic 0/1 messages are
+    written as magic-2 batches (Kafka's up-conversion) and read back by them as magic 0/1
+    messages (its down-conversion), control batches left out. kafka-python told the
+    broker is 0.9 (Produce v1, Fetch v1, ListOffsets v0) or 0.10.1 (Produce v2, Fetch v3)
+    sends them; new clients read the same records. The broker closed those connections."""
+    with Daemon(tmp_path / "broker") as d:
+        admin = ck_admin.AdminClient({"bootstrap.servers": d.bootstrap})
+        admin.create_topics([ck_admin.NewTopic("old-api", 1, 1)])["old-api"].result(30)
+        # A transaction's records and its commit marker first: an old consumer reads the
+        # records, never the marker.
+        txp = ck.Producer({"bootstrap.servers": d.bootstrap, "transactional.id": "old-api"})
+        txp.init_transactions(30)
+        txp.begin_transaction()
+        txp.produce("old-api", key=b"t", value=b"in-txn", partition=0)
+        txp.commit_transaction(30)
+        old = KafkaProducer(bootstrap_servers=d.bootstrap, api_version=api_version,
+                            compression_type=codec, acks="all")
+        sent = [old.send("old-api", key=b"k%d" % i, value=b"v%d" % i, partition=0)
+                for i in range(5)]
+        offsets = [f.get(30).offset for f in sent]
+        old.close()
+        assert offsets == [2, 3, 4, 5, 6]  # after the record and its marker
+        expected = [(0, b"t", b"in-txn")] + [(o, b"k%d" % i, b"v%d" % i)
+                                              for i, o in enumerate(offsets)]
+
+        reader = KafkaConsumer(bootstrap_servers=d.bootstrap, api_version=api_version,
+                               consumer_timeout_ms=5000, auto_offset_reset="earliest")
+        tp = TopicPartition("old-api", 0)
+        reader.assign([tp])
+        got = [m for m in reader]
+        assert reader.end_offsets([tp])[tp] == 7
+        reader.close()
+        assert [(m.offset, m.key, m.value) for m in got] == expected
+        # magic 1 keeps the producer's timestamps; magic 0 has none
+        assert all((m.timestamp is not None and m.timestamp > 0) == (magic == 1) for m in got[1:])
+
+        c = ck.Consumer({"bootstrap.servers": d.bootstrap, "group.id": "new-reader",
+                         "enable.auto.commit": False})
+        c.assign([ck.TopicPartition("old-api", 0, 0)])
+        new = []
+        deadline = time.monotonic() + 30
+        while len(new) < len(expected) and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None and not m.error():
+                new.append((m.offset(), m.key(), m.value()))
+        c.close()
+        assert new == expected

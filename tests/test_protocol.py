@@ -23,17 +23,17 @@ def sample_requests() -> list[tuple[object, int]]:
     F = FetchRequest.FetchTopic
     L = ListOffsetsRequest.ListOffsetsTopic
     out: list[tuple[object, int]] = []
-    for v in (3, 5, 8):
+    for v in (0, 2, 3, 5, 8):
         out.append((ProduceRequest(transactional_id=None, acks=-1, timeout_ms=1000, topic_data=[
             T(name="orders", partition_data=[T.PartitionProduceData(index=0, records=batch)])]),
             v))
-    for v in (4, 7, 11):
+    for v in (0, 3, 4, 7, 11):
         out.append((FetchRequest(replica_id=-1, max_wait_ms=100, min_bytes=1, max_bytes=1 << 20,
                                  isolation_level=0, session_id=0, session_epoch=-1, topics=[
             F(topic="orders", partitions=[F.FetchPartition(
                 partition=0, current_leader_epoch=-1, fetch_offset=5, log_start_offset=-1,
                 partition_max_bytes=1 << 20)])], forgotten_topics_data=[], rack_id=""), v))
-    for v in (1, 5):
+    for v in (0, 1, 5):
         out.append((ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=[
             L(name="orders", partitions=[L.ListOffsetsPartition(
                 partition_index=0, current_leader_epoch=-1, timestamp=-2)])]), v))
@@ -232,7 +232,7 @@ def test_fuzz_arbitrary_bytes(frame: bytes) -> None:
     _decode_or_protocol_error(frame)
 
 
-@pytest.mark.parametrize("version", range(4, 13))
+@pytest.mark.parametrize("version", range(0, 13))
 def test_fetch_response_encoder_writes_kafka_pythons_bytes_and_reads_them_back(version: int) -> None:
     """The one Fetch response encoder (hand-written so records are never copied) gives
     exactly the bytes kafka-python's generated encoder gives, at every version served,
@@ -264,6 +264,8 @@ def test_fetch_response_encoder_writes_kafka_pythons_bytes_and_reads_them_back(v
         protocol.SUPPORTED[1], version, 9, None, None, 0), answer)
     assert any(part is big for part in got)  # not copied into the framing
     assert b"".join(map(bytes, got)) == bytes(want[0])
+    if version < 4:
+        return  # an old consumer's version: no follower reads it
     back = decode_fetch(bytes(want[0])[4:], version)
     p0, p3 = back.responses[0].partitions
     assert back.responses[0].topic == "t\u00e9" and back.responses[1].partitions == []
@@ -273,7 +275,7 @@ def test_fetch_response_encoder_writes_kafka_pythons_bytes_and_reads_them_back(v
     assert isinstance(p3.records, memoryview)
 
 
-@pytest.mark.parametrize("version", range(3, 9))
+@pytest.mark.parametrize("version", range(0, 9))
 def test_produce_response_encoder_writes_kafka_pythons_bytes(version: int) -> None:
     """The hand-written Produce answer gives exactly the bytes kafka-python's generated
     encoder gives at every version served, error messages (v8) included, and kafka-python

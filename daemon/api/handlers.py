@@ -31,7 +31,7 @@ from kafka.protocol.consumer import ListOffsetsResponse, OffsetForLeaderEpochRes
 from kafka.protocol.metadata import MetadataResponse
 
 from logstore import TopicPartition, names
-from logstore.errors import InvalidTopicError
+from logstore.errors import CorruptRecordError, InvalidTopicError, UnsupportedCodecError
 from logstore.records import (
     ATTR_TRANSACTIONAL,
     MAGIC,
@@ -39,6 +39,8 @@ from logstore.records import (
     Codec,
     batch_attributes,
     batch_producer,
+    batches_to_legacy,
+    legacy_to_batch,
 )
 
 from ..controller.controller import Controller, TopicSpec
@@ -59,6 +61,7 @@ from ..security.acls import (
     ResourceType,
 )
 from ..storage.log_manager import LogManager
+from ..storage.spliced import SplicedRecords
 from ..wire import (
     ControlledShutdownResponse,
     LeaderAndIsrResponse,
@@ -283,6 +286,16 @@ class Handlers:
                     slots.append((t.name, pd.index, AppendResult(
                         errors.UNSUPPORTED_COMPRESSION_TYPE, message=f"Produce requests with "
                         f"version {req.version} are not allowed to use ZStandard compression")))
+                elif req.version < 3:
+                    # An old client's magic 0/1 messages, up-converted as Kafka 3.x does.
+                    try:
+                        batch = legacy_to_batch(pd.records)
+                    except (CorruptRecordError, UnsupportedCodecError) as err:
+                        slots.append((t.name, pd.index, AppendResult(
+                            errors.CORRUPT_MESSAGE, message=str(err))))
+                    else:
+                        slots.append((t.name, pd.index, None))
+                        items.append((p, batch))
                 else:
                     slots.append((t.name, pd.index, None))
                     items.append((p, pd.records))
@@ -605,7 +618,7 @@ class Handlers:
         # held back or not (Kafka's sizeOfThrottledPartitions).
         quota = self.replicas.leader_quota if replica_id >= 0 else None
         throttled_bytes = 0
-        for topic, index, _off, _pmax, p in entries:
+        for topic, index, fetch_offset, _pmax, p in entries:
             code = fenced.get((topic, index)) or (_topic_error(topic) if p is None else 0)
             if code:
                 out.setdefault(topic, []).append(FetchPartition(index, code))
@@ -620,6 +633,11 @@ class Handlers:
                 r.release()  # past the response budget: the client asks again
                 records = b""
             sent += len(records)
+            if records and req.version < 4 and replica_id < 0:
+                # An old consumer reads magic 0/1 messages (Kafka's down-conversion).
+                raw = records.to_bytes() if isinstance(records, SplicedRecords) else records
+                r.release()
+                records = batches_to_legacy(raw, 1 if req.version >= 2 else 0, fetch_offset)
             if records and replica_id >= 0:
                 self.metrics.replication_bytes_out.inc(len(records))
                 if quota is not None and p is not None and quota.is_throttled(p.tp):

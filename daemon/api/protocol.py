@@ -210,10 +210,13 @@ def _api(request: Any, response: Any, lo: int, hi: int) -> Api:
 # out); ApiVersions v3, DescribeLogDirs v2-4, OffsetForLeaderEpoch v4 and DeleteTopics
 # v4-5 are flexible too: v4 of DescribeLogDirs carries each dir's total and usable bytes,
 # v5 of DeleteTopics a refusal's message (v6 names topics by id). kafka-python 3.x and
-# librdkafka negotiate down to these.
+# librdkafka negotiate down to these. Produce v0-2 and Fetch v0-3 are the old clients'
+# (sarama with a Config.Version before 0.11, kafka-go 0.2), served as Kafka 3.9 serves
+# them: their magic 0/1 messages are written as a magic-2 batch, and read back as magic
+# 0/1 messages (daemon/api/handlers.py, logstore.records).
 SUPPORTED: dict[int, Api] = {a.key: a for a in (
-    _api(ProduceRequest, ProduceResponse, 3, 8),
-    _api(FetchRequest, FetchResponse, 4, 12),
+    _api(ProduceRequest, ProduceResponse, 0, 8),
+    _api(FetchRequest, FetchResponse, 0, 12),
     # v0 (several offsets, found by segment times) is Kafka 3.x's still, and what
     # Burrow's sarama sends; v7 asks for MAX_TIMESTAMP, v8 EARLIEST_LOCAL and v9
     # LATEST_TIERED (tiered storage: everything here is local); v10 adds a timeout for
@@ -426,7 +429,7 @@ def decode_request(frame: bytes | bytearray) -> Request:
     try:
         if api_key == 0:  # Produce: by hand, its records not copied (record_messages)
             client_id, body_at = _client_id(frame)
-            body = record_messages.decode_produce(frame, body_at)
+            body = record_messages.decode_produce(frame, body_at, version)
             return Request(api, version, correlation_id, client_id, body, len(frame))
         body = api.request.decode(frame, version=version, header=True)
     except Exception as err:  # noqa: BLE001 - the decoder raises many types on bad bytes

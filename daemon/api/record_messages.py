@@ -4,11 +4,11 @@ Every other message goes through kafka-python's classes (daemon.api.protocol). T
 carry the bulk of the bytes, and kafka-python copies records at each step (a slice when
 decoding, a join and a bytearray when encoding), so:
 
-- `decode_produce` reads a Produce request (v3-v8) with each partition's records as a
+- `decode_produce` reads a Produce request (v0-v8) with each partition's records as a
   memoryview slice of the request frame, handed as it is to the log's append;
   `encode_produce` writes its answer (`ProduceAnswer`) with one struct per partition,
   since kafka-python's generic encoder of the small answer cost more than the append.
-- `encode_fetch` writes a Fetch response (v4-v12) as a list of parts: bytes for the
+- `encode_fetch` writes a Fetch response (v0-v12) as a list of parts: bytes for the
   header and each partition's framing, and each partition's records as they came from
   the read (bytes, or `SplicedRecords` that daemon.api.connections splices from pipes to
   the socket). It is the one Fetch response encoder, for consumers and followers alike.
@@ -40,6 +40,8 @@ _I32 = struct.Struct(">i")
 _PARTITION_V4 = struct.Struct(">ihqq")  # index, error, high watermark, last stable offset
 _I64 = struct.Struct(">q")
 _PRODUCED = struct.Struct(">ihqq")  # index, error, base offset, log append time
+_PRODUCED_V0 = struct.Struct(">ihq")  # index, error, base offset (v0-1)
+_PARTITION_V0 = struct.Struct(">ihq")  # index, error, high watermark (Fetch v0-3)
 _EPOCH_END = struct.Struct(">iq")
 
 Records = bytes | memoryview | SplicedRecords
@@ -133,10 +135,10 @@ class _Reader:
         return tags
 
 
-def decode_produce(frame: bytes, body_at: int) -> ProduceBody:
-    """A Produce request v3-v8 whose body starts at `body_at` (past the header)."""
+def decode_produce(frame: bytes, body_at: int, version: int) -> ProduceBody:
+    """A Produce request v0-v8 whose body starts at `body_at` (past the header)."""
     r = _Reader(memoryview(frame), body_at)
-    transactional_id = r.string()
+    transactional_id = r.string() if version >= 3 else None
     acks = r.int16()
     timeout_ms = r.int32()
     topics = []
@@ -179,7 +181,7 @@ def _put_string(buf: bytearray, text: str | None) -> None:
 
 
 def encode_produce(answer: ProduceAnswer, version: int, correlation_id: int) -> bytearray:
-    """The framed Produce response v3-v8 (size prefix, header v0, body)."""
+    """The framed Produce response v0-v8 (size prefix, header v0, body)."""
     buf = bytearray(4)  # the size prefix, filled in at the end
     buf += _I32.pack(correlation_id)
     buf += _I32.pack(len(answer.topics))
@@ -189,7 +191,11 @@ def encode_produce(answer: ProduceAnswer, version: int, correlation_id: int) -> 
         buf += name
         buf += _I32.pack(len(partitions))
         for p in partitions:
-            buf += _PRODUCED.pack(p.index, p.error_code, p.base_offset, p.log_append_time_ms)
+            if version >= 2:
+                buf += _PRODUCED.pack(p.index, p.error_code, p.base_offset,
+                                      p.log_append_time_ms)
+            else:
+                buf += _PRODUCED_V0.pack(p.index, p.error_code, p.base_offset)
             if version >= 5:
                 buf += _I64.pack(p.log_start_offset)
             if version >= 8:
@@ -198,7 +204,8 @@ def encode_produce(answer: ProduceAnswer, version: int, correlation_id: int) -> 
                     buf += _I32.pack(index)
                     _put_string(buf, why)
                 _put_string(buf, p.error_message)
-    buf += _I32.pack(answer.throttle_time_ms)
+    if version >= 1:
+        buf += _I32.pack(answer.throttle_time_ms)
     struct.pack_into(">i", buf, 0, len(buf) - 4)
     return buf
 
@@ -261,7 +268,8 @@ def encode_fetch(answer: FetchAnswer, version: int, correlation_id: int) -> list
     buf += _I32.pack(correlation_id)
     if flexible:
         buf.append(0)  # response header v1: no tagged fields
-    buf += _I32.pack(answer.throttle_time_ms)
+    if version >= 1:
+        buf += _I32.pack(answer.throttle_time_ms)
     if version >= 7:
         buf += _I16.pack(answer.error_code)
         buf += _I32.pack(answer.session_id)
@@ -281,12 +289,17 @@ def encode_fetch(answer: FetchAnswer, version: int, correlation_id: int) -> list
             buf += name
             buf += _I32.pack(len(partitions))
         for p in partitions:
-            buf += _PARTITION_V4.pack(p.partition_index, p.error_code, p.high_watermark,
-                                      p.last_stable_offset)
+            if version < 4:
+                buf += _PARTITION_V0.pack(p.partition_index, p.error_code, p.high_watermark)
+            else:
+                buf += _PARTITION_V4.pack(p.partition_index, p.error_code, p.high_watermark,
+                                          p.last_stable_offset)
             if version >= 5:
                 buf += _I64.pack(p.log_start_offset)
             aborted = p.aborted_transactions
-            if aborted is None:
+            if version < 4:
+                pass  # no aborted transactions before v4
+            elif aborted is None:
                 buf += b"\x00" if flexible else b"\xff\xff\xff\xff"
             else:
                 buf += _uvarint(len(aborted) + 1) if flexible else _I32.pack(len(aborted))
