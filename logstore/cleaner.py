@@ -34,6 +34,11 @@ where a crash leaves an old segment beside the swapped one, whose stale values a
 later clean would keep once their tombstones expire. Followers accept empty batches,
 as Kafka's do.
 
+Old logs' magic 0/1 messages (Kafka dirs taken over) are compacted in their own format
+(`Cleaner._filter_legacy`): the same rule per message, a compressed wrapper rewritten
+with what it keeps, a tombstone kept by its segment's modification time (Kafka's legacy
+delete horizon), since such messages carry no horizon of their own.
+
 Transactions (`_Transactions`, Kafka's rules): a clean never passes the partition's
 last stable offset (`ActiveProducers`, from the replica layer), so every transaction
 it meets is decided. An aborted transaction's records (the `.txnindex` entries say
@@ -88,9 +93,12 @@ from .records import (
     HEADER,
     HEADER_SIZE,
     Codec,
+    LegacyMessage,
     compress,
     control_record,
+    decode_legacy,
     decompress,
+    legacy_wrapper,
     write_varint,
 )
 from .segment import LogSegment
@@ -391,6 +399,7 @@ class Cleaner:
         self.step_bytes = step_bytes
         self.check_space = check_space
         self.stats = CleanerStats()
+        self.legacy_delete_horizon_ms = 0  # set by each clean (steps)
 
     def clean(self, job: LogToClean, now_ms: int | None = None) -> int:
         """The whole clean in one call; returns the new first dirty offset."""
@@ -413,6 +422,12 @@ class Cleaner:
         segments = [s for s in log.segments[:-1] if s.base_offset < end]
         txns = _Transactions(log.aborted_txns(segments[0].base_offset, segments[-1].next_offset)
                              if segments else ())
+        # Old logs' tombstones (magic 0/1 messages have no delete horizon of their own):
+        # kept in a segment modified after delete.retention.ms before the last clean
+        # segment was (Kafka's legacyDeleteHorizonMs; none clean yet: all kept).
+        clean = [s for s in log.segments if s.base_offset < job.first_dirty]
+        self.legacy_delete_horizon_ms = (
+            _modified_ms(log, clean[-1]) - log.config.delete_retention_ms if clean else 0)
         i = 0
         while i < len(segments):
             self._check(log, generation)
@@ -438,7 +453,7 @@ class Cleaner:
             want = min(size, seg.size - pos)
             with log.guard.io("clean: read", seg.log_path, writing=False):
                 data = memoryview(seg.read_exact(pos, want))
-            res = native.scan_batches(data, base_position=pos)
+            res = native.scan_batches(data, base_position=pos, legacy=True)
             if res.status not in (ScanStatus.OK, ScanStatus.TORN) or (
                     res.status is ScanStatus.TORN and not len(res) and want == seg.size - pos):
                 raise CorruptRecordError(f"{seg.log_path}: {res.detail} (cleaner)")
@@ -475,6 +490,17 @@ class Cleaner:
                         continue
                     if info.base_offset >= stop:
                         break
+                    if info.magic < 2:  # an old log's message, or compressed wrapper
+                        at = info.position - infos[0].position
+                        for msg in _legacy_messages(data[at:at + info.size], info):
+                            if msg.key is not None and msg.offset >= start:
+                                if m.full:
+                                    return  # the map ends the clean here
+                                m.put(msg.key, msg.offset)
+                        self.stats.map_records += 1
+                        m.latest_offset = max(m.latest_offset, info.last_offset)
+                        self.stats.map_bytes += info.size
+                        continue
                     if info.attributes & ATTR_CONTROL:
                         txns.marker_done(info, _marker_kind(data, info, infos[0]))
                         continue
@@ -543,6 +569,7 @@ class Cleaner:
             while True:
                 seg = segments[k]
                 run.append(seg)
+                legacy_deletes: bool | None = None  # read at its first legacy message
                 for chunk in self._batches(log, seg, 0, generation):
                     if chunk is None:
                         # Synced step by step, so the swap's sync (on the dir's worker,
@@ -554,6 +581,16 @@ class Cleaner:
                     for info in infos:
                         at = info.position - infos[0].position
                         batch = data[at:at + info.size]
+                        if info.magic < 2:
+                            if legacy_deletes is None:
+                                legacy_deletes = (_modified_ms(log, seg)
+                                                  > self.legacy_delete_horizon_ms)
+                            kept = self._filter_legacy(batch, info, legacy_deletes)
+                            last, last_kept = info, kept is not None
+                            if kept is not None:
+                                out.append(kept)
+                            self.stats.bytes_read += info.size
+                            continue
                         kept = self._filter(batch, info, txns, now, config.delete_retention_ms,
                                             f"{seg.log_path} batch at {info.position}")
                         if kept is None and producers is not None and producers.keeps(info):
@@ -594,6 +631,27 @@ class Cleaner:
                 and out.time_index.size_bytes + nxt.time_index.size_bytes
                 <= config.max_index_bytes
                 and last - base <= MAX_RELATIVE)
+
+    def _filter_legacy(self, batch: memoryview, info: BatchInfo, retain_deletes: bool
+                       ) -> memoryview | bytearray | None:
+        """An old log's magic 0/1 message as it survives the clean (Kafka's cleaner keeps
+        the format it finds): the latest of its key is kept, a tombstone while its
+        segment is inside the legacy delete horizon, a message without a key goes; a
+        compressed wrapper keeps what survives of its inner messages, rewritten in a
+        wrapper of its magic and codec when some went."""
+        msg = decode_legacy(batch, info.position)
+        inner = _legacy_messages(batch, info)
+        latest = self.map.latest_offset
+        kept = [m for m in inner
+                if m.offset > latest or (m.key is not None and m.offset >= self.map.get(m.key)
+                                         and (m.value is not None or retain_deletes))]
+        self.stats.records_read += len(inner)
+        self.stats.records_kept += len(kept)
+        if not kept:
+            return None
+        if len(kept) == len(inner):
+            return batch
+        return legacy_wrapper(msg, kept)
 
     def _filter(self, batch: memoryview, info: BatchInfo, txns: _Transactions, now: int,
                 delete_retention_ms: int, where: str) -> memoryview | bytes | None:
@@ -643,6 +701,22 @@ class Cleaner:
             return batch
         return _rewritten(batch, info, payload, kept,
                           now + delete_retention_ms if stamp else None)
+
+
+def _legacy_messages(batch: memoryview, info: BatchInfo) -> list[LegacyMessage]:
+    """The messages a magic 0/1 message stands for: itself, or a compressed wrapper's
+    inner ones with their absolute offsets. CorruptRecordError when it does not decode."""
+    try:
+        return decode_legacy(batch, info.position).messages()
+    except (struct.error, ValueError) as err:
+        raise CorruptRecordError(f"legacy message at {info.position} does not decode: {err}",
+                                 position=info.position, reason="legacy") from err
+
+
+def _modified_ms(log: Log, seg: LogSegment) -> int:
+    """When `seg`'s `.log` was last written (Kafka's LogSegment.lastModified)."""
+    with log.guard.io("clean: stat", seg.log_path, writing=False):
+        return os.stat(seg.log_path).st_mtime_ns // 1_000_000
 
 
 def _marker_kind(data: memoryview, info: BatchInfo, first: BatchInfo) -> int:
@@ -743,7 +817,7 @@ class _CleanedSegment:
             self.time_index = TimeIndex(self.paths[2], self.base, max_index, writable=True)
 
     def append(self, batch: bytes | bytearray | memoryview) -> None:
-        info = native.scan_batches(batch, verify_crc=False, max_batches=1)[0]
+        info = native.scan_batches(batch, verify_crc=False, max_batches=1, legacy=True)[0]
         pos = self.position + len(self.pending)
         if info.max_timestamp > self.max_ts:
             self.max_ts, self.offset_of_max_ts = info.max_timestamp, info.last_offset

@@ -543,8 +543,40 @@ def legacy_to_batch(buf: bytes | memoryview) -> bytes:
     return build_batch(recs, codec=codec)
 
 
+def decode_legacy(buf: bytes | memoryview, position: int = 0) -> LegacyMessage:
+    """The magic 0/1 message at buf[0] (its file `position` for messages)."""
+    return _decode_legacy(memoryview(buf), 0, position)
+
+
+def legacy_wrapper(wrapper: LegacyMessage, inner: list[LegacyMessage]) -> bytearray:
+    """A compressed magic 0/1 wrapper like `wrapper` (its magic, codec and timestamp
+    type) holding the messages `inner` (absolute offsets, as `LegacyMessage.messages`
+    gives them), as Kafka's MemoryRecordsBuilder writes one: magic 1 stores the inner
+    offsets relative to the first, magic 0 absolute; the wrapper's offset is the last
+    one's, its timestamp the largest (or, under LogAppendTime, its own)."""
+    magic = wrapper.magic
+    first = inner[0].offset
+    body = bytearray()
+    for m in inner:
+        _legacy_message(body, magic, m.offset - first if magic == 1 else m.offset,
+                        m.attributes & ~ATTR_CODEC_MASK, _stamp(m.timestamp), m.key, m.value)
+    if magic == 1 and not wrapper.attributes & ATTR_LOG_APPEND_TIME:
+        stamp = max(_stamp(m.timestamp) for m in inner)
+    else:
+        stamp = _stamp(wrapper.timestamp)
+    out = bytearray()
+    _legacy_message(out, magic, inner[-1].offset, wrapper.attributes, stamp, None,
+                    compress(Codec(wrapper.codec), bytes(body)))
+    return out
+
+
+def _stamp(timestamp: int | None) -> int:
+    return NO_TIMESTAMP if timestamp is None else timestamp
+
+
 def _legacy_message(out: bytearray, magic: int, offset: int, attributes: int,
                     timestamp: int, key: bytes | None, value: bytes | None) -> None:
+    """Append one magic 0/1 message to `out`, its size and CRC-32 filled in."""
     start = len(out)
     out += _LEGACY_HEAD.pack(offset, 0, 0, magic, attributes)
     if magic == 1:

@@ -138,32 +138,3 @@ def kafka_log_dir(root: Path, cluster_id: str | None = "kafka-cluster-A", broker
     (root / names.CLEANER_OFFSET_CHECKPOINT).write_bytes(b"")
     (root / names.REPLICATION_OFFSET_CHECKPOINT).write_bytes(b"")
     return root
-
-
-
-def assert_cleaner_leaves_it(root: Path, match: str) -> None:
-    """`root` holds one partition taken over from Kafka that logkeeper's cleaner must not
-    rewrite (legacy messages): as a compacted log given keyed updates over
-    several segments, the cleaner sets it aside with an error matching `match` (the
-    daemon logs it), cleans nothing on the next run, and its bytes stay as they were."""
-    import pytest
-
-    from logstore import CorruptRecordError, LogDir
-    from logstore.cleaner import LogDirCleaner
-
-    ld = LogDir.open(root, LogConfig(compacted=True, segment_bytes=4096,
-                                     min_cleanable_dirty_ratio=0.01))
-    try:
-        (log,) = ld.logs.values()
-        for i in range(40):
-            log.append(build_batch([Record(b"k%d" % (i % 3), b"v%d" % i)]))
-        log.roll()
-        log.high_watermark = log.log_end_offset
-        before = log.read(0, 1 << 20)
-        cleaner = LogDirCleaner(ld)
-        with pytest.raises(CorruptRecordError, match=match):
-            cleaner.run()
-        assert cleaner.run() == 0 and list(cleaner.uncleanable) == [log.topic_partition]
-        assert log.read(0, 1 << 20) == before
-    finally:
-        ld.close()

@@ -26,7 +26,6 @@ import native
 from daemon.replica import producer
 from logstore import CorruptRecordError, Log, LogConfig, records
 from tests.daemon_helpers import Daemon
-from tests.kafka_dirs import assert_cleaner_leaves_it
 
 # (magic, codec, records) per message set entry: uncompressed ones, a gzip wrapper of 3
 # (magic 0), a snappy wrapper of 4 (magic 1). 11 records, offsets 0-10.
@@ -227,10 +226,79 @@ def test_real_clients_consume_a_kafka_partition_of_legacy_messages_then_new_ones
         kp.close()
 
 
-def test_the_cleaner_leaves_a_compacted_log_with_legacy_messages_as_it_is(tmp_path: Path) -> None:
-    data, _ = legacy_log(int(time.time() * 1000))
+def legacy_keyed(magic: int, codec: int, first: int, keys: list[bytes | None],
+                 values: list[bytes | None], ts0: int) -> bytes:
+    """One message or compressed wrapper of `keys`/`values` at offsets first.., as
+    `legacy_entry` writes them."""
+    b = LegacyRecordBatchBuilder(magic=magic, compression_type=codec, batch_size=1 << 20)
+    for j, (key, value) in enumerate(zip(keys, values, strict=True)):
+        inner = (j if magic == 1 else first + j) if codec else first
+        b.append(inner, timestamp=ts0 + first + j if magic else None, key=key, value=value)
+    out = bytearray(b.build())
+    struct.pack_into(">q", out, 0, first + len(keys) - 1)
+    return bytes(out)
+
+
+def test_the_cleaner_compacts_legacy_messages_in_their_own_format(tmp_path: Path) -> None:
+    """A compacted topic taken over from an old Kafka holds magic 0/1 messages (an old
+    cluster's __consumer_offsets, _schemas or connect-configs). Kafka's cleaner compacts
+    them and keeps their format; so does logkeeper's (it used to set such a log aside,
+    and it grew forever): the latest message of each key stays, as it was or, for a
+    compressed wrapper some of whose messages went, rewritten in a wrapper of its magic
+    and codec; messages without a key go; a legacy tombstone stays while its segment is
+    inside the legacy delete horizon (nothing clean yet: all stay), and goes at a later
+    clean once that horizon passes it. What is left reads back whole (CRCs, indexes)."""
+    from logstore import LogDir
+    from logstore.cleaner import LogDirCleaner
+    from logstore.verify import verify_segment
+
+    ts0 = int(time.time() * 1000) - 60_000
+    data = b"".join([
+        legacy_keyed(0, 0, 0, [b"a"], [b"a0"], ts0),
+        legacy_keyed(0, 0, 1, [b"b"], [b"b1"], ts0),
+        legacy_keyed(0, 1, 2, [b"a", b"c", b"b"], [b"a2", b"c3", b"b4"], ts0),  # gzip
+        legacy_keyed(1, 0, 5, [b"c"], [b"c5"], ts0),
+        legacy_keyed(1, 2, 6, [b"a", b"d", b"c", b"e"], [b"a6", b"d7", None, b"e9"], ts0),
+        legacy_keyed(1, 0, 10, [None], [b"no key"], ts0),
+    ])
     write_partition(tmp_path / "d" / "state-0", data)
-    assert_cleaner_leaves_it(tmp_path / "d", "legacy magic 0")
+    config = LogConfig(compacted=True, min_cleanable_dirty_ratio=0.01, delete_retention_ms=0)
+    ld = LogDir.open(tmp_path / "d", config)
+
+    def contents() -> list[tuple[int, bytes | None, bytes | None, int]]:
+        """(offset, key, value, magic) of every record left, in order."""
+        out = []
+        for b in records.iter_batches(log.read(0, 1 << 24)):
+            if isinstance(b, records.LegacyMessage):
+                out += [(m.offset, m.key, m.value, m.magic) for m in b.messages()]
+            else:
+                out += [(r.offset, r.key, r.value, 2) for r in b.records()]
+        return out
+
+    try:
+        (log,) = ld.logs.values()
+        for key, value in ((b"e", b"e11"), (b"b", b"b12")):
+            log.append(records.build_batch([records.Record(key, value)]))
+        log.roll()
+        log.high_watermark = log.log_end_offset
+        cleaner = LogDirCleaner(ld)
+        assert cleaner.run() == 1 and not cleaner.uncleanable
+        assert contents() == [(6, b"a", b"a6", 1), (7, b"d", b"d7", 1), (8, b"c", None, 1),
+                              (11, b"e", b"e11", 2), (12, b"b", b"b12", 2)]
+        [cleaned] = [s for s in log.segments if s.base_offset == 0]
+        report = verify_segment(cleaned.log_path)
+        assert not report.errors and report.legacy, report.problems
+        # A later clean: the legacy tombstone's segment is past the horizon now.
+        time.sleep(0.01)
+        log.append(records.build_batch([records.Record(b"z", b"z13")]))
+        log.roll()
+        log.high_watermark = log.log_end_offset
+        assert cleaner.run() == 1
+        assert contents() == [(6, b"a", b"a6", 1), (7, b"d", b"d7", 1),
+                              (11, b"e", b"e11", 2), (12, b"b", b"b12", 2),
+                              (13, b"z", b"z13", 2)]
+    finally:
+        ld.close()
 
 
 def test_commits_in_legacy_messages_of_consumer_offsets_are_loaded(tmp_path: Path) -> None:
