@@ -114,6 +114,15 @@ class LogConfig:
         return random.randrange(min(self.segment_jitter_ms, self.segment_ms))
 
     @property
+    def max_segment_ms(self) -> int:
+        """The age a segment rolls at (Kafka's maxSegmentMs): segment.ms, or a compacted
+        log's max.compaction.lag.ms when smaller, so the records of an active segment
+        written to only now and then are not kept from the cleaner past that lag."""
+        if self.compacted:
+            return min(self.segment_ms, self.max_compaction_lag_ms)
+        return self.segment_ms
+
+    @property
     def compression_level(self) -> int | None:
         """The level compression.type's codec is written at (None: it has none)."""
         return {"gzip": self.compression_gzip_level, "lz4": self.compression_lz4_level,

@@ -151,8 +151,9 @@ class Log:
         return seg
 
     def _roll_ms(self) -> int:
-        """segment.ms less the active segment's jitter: the age the appender rolls at."""
-        return max(0, self.config.segment_ms - self.roll_jitter_ms)
+        """segment.ms (max.compaction.lag.ms when smaller on a compacted log) less the
+        active segment's jitter: the age the appender rolls at."""
+        return max(0, self.config.max_segment_ms - self.roll_jitter_ms)
 
     def _configure_appender(self) -> None:
         config = self.config

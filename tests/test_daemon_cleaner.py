@@ -106,6 +106,26 @@ def test_a_compacted_topic_is_cleaned_and_consumers_read_the_latest_values(tmp_p
     assert not list((tmp_path / "disk0" / "state-0").glob("*.cleaned"))
 
 
+def test_max_compaction_lag_rolls_the_active_segment_for_the_cleaner(tmp_path: Path) -> None:
+    """max.compaction.lag.ms bounds how long a compacted topic keeps an overwritten value,
+    also when its segments take days to fill: as in Kafka (LogConfig.maxSegmentMs) a
+    compacted log's segment rolls at min(segment.ms, max.compaction.lag.ms), so the
+    next write after the lag rolls the active segment and the cleaner compacts it."""
+    with running(tmp_path, {**COMPACTED, "log.segment.bytes": 1 << 20}, dirs=1) as d:
+        admin = ck.admin.AdminClient({"bootstrap.servers": d.bootstrap})
+        admin.create_topics([ck.admin.NewTopic("state", 1, 1, config={
+            "max.compaction.lag.ms": "1000"})])["state"].result(30)
+        producer = KafkaProducer(bootstrap_servers=d.bootstrap)
+        for r in range(5):
+            producer.send("state", key=b"k", value=b"old-%d" % r, partition=0).get(10)
+        time.sleep(1.5)  # the active segment's first batch is past the lag
+        producer.send("state", key=b"k", value=b"new", partition=0).get(10)
+        producer.close()
+        assert len(list((d.log_dirs[0] / "state-0").glob("*.log"))) == 2, "rolled"
+        wait_for(lambda: [v for _, _, v in consume(d.bootstrap, "state")] == [b"old-4", b"new"],
+                 20, "the rolled segment compacted")
+
+
 def fill(path: Path) -> None:
     with open(path, "wb") as f:
         try:
