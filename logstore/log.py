@@ -695,7 +695,8 @@ class Log:
     def apply_retention(self, now_ms: int | None = None, *, replicated: bool = False) -> int:
         """Delete the oldest segments past retention.ms or retention.bytes.
 
-        A segment is expired by time when its largest timestamp is older than
+        A segment is expired by time when its largest timestamp (its file's modification
+        time when no record has one, as Kafka's largestTimestamp) is older than
         retention.ms. When every segment is deletable, the active one goes too and a new
         empty one is created after the deletes (what a saturated disk needs).
         `replicated` (a broker's log, whose high watermark is kept): only segments wholly
@@ -719,7 +720,7 @@ class Log:
                 if upper > self._high_watermark:
                     break
             by_time = (self.config.retention_ms >= 0
-                       and now - seg.max_timestamp > self.config.retention_ms)
+                       and now - self._largest_timestamp(seg) > self.config.retention_ms)
             by_size = excess >= 0 and excess - seg.size >= 0
             if not (by_time or by_size):
                 break
@@ -744,6 +745,12 @@ class Log:
             else:
                 self._delete_oldest(doomed)
         return doomed
+
+    def _largest_timestamp(self, seg: LogSegment) -> int:
+        if seg.max_timestamp >= 0:
+            return seg.max_timestamp
+        with self.guard.io("retention", seg.log_path, writing=False):
+            return seg.largest_timestamp()  # the file's mtime: a stat
 
     # ---- compaction (logstore.cleaner) ----
 

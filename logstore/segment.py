@@ -108,6 +108,14 @@ class LogSegment:
     def max_timestamp(self, value: int) -> None:
         self.c.max_timestamp = value
 
+    def largest_timestamp(self) -> int:
+        """What retention.ms counts this segment's age from (Kafka's largestTimestamp):
+        its largest timestamp, or, when none of its records has one (old Kafka's magic 0
+        messages), the `.log` file's last modification time."""
+        if self.max_timestamp >= 0:
+            return self.max_timestamp
+        return os.fstat(self.fd).st_mtime_ns // 1_000_000
+
     @property
     def offset_of_max_timestamp(self) -> int:
         return self.c.offset_of_max_timestamp

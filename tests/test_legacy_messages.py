@@ -11,6 +11,7 @@ running daemon, before and after new records.
 
 from __future__ import annotations
 
+import os
 import struct
 import time
 import zlib
@@ -224,6 +225,37 @@ def test_real_clients_consume_a_kafka_partition_of_legacy_messages_then_new_ones
         kp.seek(tp, 0)
         assert [(m.offset, m.key, m.value) for m in kp] == expected
         kp.close()
+
+
+def test_retention_counts_a_segment_without_timestamps_from_its_file_time(
+        tmp_path: Path) -> None:
+    """Magic 0 messages carry no timestamp: as in Kafka (LogSegment.largestTimestamp),
+    retention.ms counts such a segment's age from its file's modification time, so a
+    Kafka partition of them taken over is kept for retention.ms, not deleted at the
+    first retention check; one whose file is older than that goes."""
+    data = b"".join(legacy_entry(0, 0, i, 1, 0) for i in range(5))
+    d = Daemon(tmp_path / "broker", {"log.retention.ms": 3_600_000,
+                                     "log.retention.check.interval.ms": 100})
+    write_partition(d.log_dirs[0] / "recent-0", data)
+    old = write_partition(d.log_dirs[0] / "old-0", data) / "00000000000000000000.log"
+    two_hours_ago = time.time() - 7200
+    os.utime(old, (two_hours_ago, two_hours_ago))
+    with d:
+        c = ck.Consumer({"bootstrap.servers": d.bootstrap, "group.id": "legacy"})
+        deadline = time.monotonic() + 20
+        while c.get_watermark_offsets(ck.TopicPartition("old", 0), 10)[0] != 5:
+            assert time.monotonic() < deadline, "the old segment was not deleted"
+            time.sleep(0.1)
+        time.sleep(0.5)  # a few more retention checks
+        assert c.get_watermark_offsets(ck.TopicPartition("recent", 0), 10) == (0, 5)
+        c.assign([ck.TopicPartition("recent", 0, 0)])
+        got = []
+        while len(got) < 5 and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None and not m.error():
+                got.append(m.offset())
+        c.close()
+        assert got == [0, 1, 2, 3, 4]
 
 
 def legacy_keyed(magic: int, codec: int, first: int, keys: list[bytes | None],
