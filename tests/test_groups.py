@@ -1138,6 +1138,50 @@ def test_an_empty_groups_offsets_expire_after_the_retention_and_stay_expired(
     assert kept == 9
 
 
+def test_a_stable_groups_offsets_of_topics_it_no_longer_reads_expire(tmp_path: Path) -> None:
+    """As in Kafka (GroupMetadata.removeExpiredOffsets), a Stable consumer group whose
+    members subscribe to "reads" loses, offsets.retention.minutes after their commit,
+    its offsets of "left" (a topic it no longer reads) and keeps those of "reads": they
+    are gone after a reload of the log too."""
+    from kafka.protocol.consumer.metadata import ConsumerProtocolSubscription
+
+    from daemon.coordinator.coordinator import GroupCoordinator, GroupSettings, OffsetCommit
+
+    retention = 60_000
+    settings = GroupSettings(initial_rebalance_delay_ms=0, min_session_timeout_ms=1000,
+                             offsets_retention_ms=retention)
+    reads, left = TopicPartition("reads", 0), TopicPartition("left", 0)
+    path = tmp_path / "__consumer_offsets-0"
+    subscription = ConsumerProtocolSubscription(version=0, topics=["reads"]).encode(version=0)
+
+    async def scenario() -> tuple[int, dict[Any, Any], dict[Any, Any]]:
+        coord = GroupCoordinator(LogBackedOffsets(path), settings)
+        coord._owner("x")
+        await coord._loading[0][1]
+        start = int(time.time() * 1000)
+        joined = await coord.join("app", "", None, "c", "/h", 10000, 10000, "consumer",
+                                  [("range", subscription)], require_known_member_id=False)
+        assert joined.error == errors.NONE
+        code, _ = await coord.sync("app", joined.generation, joined.member_id, None, None,
+                                   None, {joined.member_id: b"a"})
+        assert code == errors.NONE
+        code, _ = await coord.commit("app", joined.generation, joined.member_id, None,
+                                     [OffsetCommit(reads, 9, 0, ""), OffsetCommit(left, 4, 0, "")])
+        assert code == errors.NONE
+        assert await coord.expire_offsets(start + retention - 5000) == 0
+        expired = await coord.expire_offsets(start + retention + 5000)
+        kept = coord.fetch_offsets("app", None)[1]
+        reloaded = GroupCoordinator(LogBackedOffsets(path), settings)
+        reloaded._owner("x")
+        await reloaded._loading[0][1]
+        return expired, kept, reloaded.fetch_offsets("app", None)[1]
+
+    expired, kept, reloaded = asyncio.run(scenario())
+    assert expired == 1
+    assert {tp: c.offset for tp, c in kept.items()} == {reads: 9}
+    assert {tp: c.offset for tp, c in reloaded.items()} == {reads: 9}
+
+
 def test_describe_members_state_every_group_and_list_by_state(tmp_path: Path) -> None:
     """kafka-consumer-groups.sh's --describe --members [--verbose], --describe --state,
     several --group / --all-groups, and --list --state [S]: a Stable group with one

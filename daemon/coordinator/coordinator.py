@@ -789,29 +789,40 @@ class GroupCoordinator(CoordinatedPartitions):
         return errors.NONE, {tp: have.get(tp) for tp in tps}
 
     async def expire_offsets(self, now_ms: int) -> int:
-        """Kafka's offsets retention (KIP-211): a consumer group that has been Empty for
-        `offsets.retention.minutes` loses its committed offsets, and then the group
-        itself; a group that never had members (commits from outside any membership)
-        loses each offset that long after it was committed; an offset whose commit set
-        an expire timestamp (OffsetCommit v2-4) goes at that time in both. Groups with
-        members keep theirs. Tombstones are
-        written first; the cache forgets only what was written. Returns how many
-        offsets expired."""
+        """Kafka's offsets retention (KIP-211, GroupMetadata.removeExpiredOffsets): a
+        consumer group that has been Empty for `offsets.retention.minutes` loses its
+        committed offsets, and then the group itself; a group that never had members
+        (commits from outside any membership) loses each offset that long after it was
+        committed; a Stable consumer group loses, that long after they were committed,
+        the offsets of topics none of its members subscribes to (a topic it no longer
+        reads) and keeps the others. An offset committed with an expire timestamp
+        expires then instead. Tombstones are written first; the cache forgets only what
+        was written. Returns how many offsets expired."""
         retention = self.settings.offsets_retention_ms
+
+        def expired(c: CommittedOffset, since: int) -> bool:
+            if c.expire_timestamp >= 0:
+                return c.expire_timestamp <= now_ms
+            return since <= now_ms - retention
+
         expired_total = 0
         for g in list(self.groups.values()):
-            if g.partition not in self.loaded or not g.is_(GroupState.EMPTY):
+            if g.partition not in self.loaded:
                 continue
-            # A commit's own expire timestamp wins (Kafka's getExpiredOffsets); else a
-            # consumer group's offsets count from when it became Empty, others' from
-            # their commit.
-            empty_long = bool(g.protocol_type) and 0 <= g.state_timestamp <= now_ms - retention
-            gone = [tp for tp, c in g.offsets.items()
-                    if (c.expire_timestamp <= now_ms if c.expire_timestamp >= 0
-                        else empty_long or (not g.protocol_type
-                                            and c.commit_timestamp <= now_ms - retention))]
-            drop_group = empty_long or (len(gone) == len(g.offsets)
-                                        and (bool(gone) or not g.protocol_type))
+            if g.is_(GroupState.EMPTY):
+                # A consumer group counts from when it became Empty (a group written
+                # without that time, by an old Kafka, from each commit).
+                since = g.state_timestamp if g.protocol_type and g.state_timestamp >= 0 else None
+                gone = [tp for tp, c in g.offsets.items()
+                        if expired(c, c.commit_timestamp if since is None else since)]
+                drop_group = len(gone) == len(g.offsets)
+            elif g.is_(GroupState.STABLE) and g.protocol_type == "consumer" \
+                    and (subscribed := g.subscribed_topics()) is not None:
+                gone = [tp for tp, c in g.offsets.items()
+                        if tp.topic not in subscribed and expired(c, c.commit_timestamp)]
+                drop_group = False
+            else:
+                continue
             if not gone and not drop_group:
                 continue
             tombstones = _tombstones(g.group_id, gone, drop_group)
