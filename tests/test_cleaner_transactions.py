@@ -77,7 +77,7 @@ class Partition:
         return LogDirCleaner(self.ld, producers_of=self.producers_of).run(now)
 
     def producers_of(self, tp: names.TopicPartition, log: object) -> producer_state.ActiveProducers:
-        return producer_state.for_cleaner(self.producers, self.log.high_watermark)
+        return producer_state.for_cleaner(self.producers, self.log)
 
     def batches(self) -> list[Batch]:
         return [b for seg in self.log.segments for b in iter_batches(seg.read_exact(0, seg.size))]
@@ -184,7 +184,7 @@ def test_a_clean_stays_below_an_open_transaction_until_it_ends(tmp_path: Path) -
     for r in range(1, 6):
         p.plain(keys(10, f"round-{r}"))
         p.log.roll()
-    assert p.producers.last_stable_offset(p.log.log_end_offset) == opened
+    assert p.producers.last_stable_offset(p.log.log_end_offset, 0) == opened
     p.clean()
     # Only what lies below the open transaction's segment was cleaned: every later
     # round is still there, and so is the open transaction's record.

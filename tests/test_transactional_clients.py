@@ -203,6 +203,32 @@ def test_an_open_transaction_holds_read_committed_consumers_at_its_first_offset(
         [b"before-%d" % i for i in range(3)] + [b"in-txn"] + [b"after-%d" % i for i in range(3)])
 
 
+def test_the_last_stable_offset_never_lags_the_log_start(daemon: Daemon) -> None:
+    """Records deleted past the start of a transaction still open (DeleteRecords here;
+    retention does the same): as in Kafka (maybeIncrementFirstUnstableOffset) the last
+    stable offset is then the log start, never an offset below it, so read_committed
+    consumers start there and read on once the transaction is decided."""
+    create(daemon, "cut", 1)
+    plain = ck.Producer({"bootstrap.servers": daemon.bootstrap})
+    plain.produce("cut", b"before")
+    plain.flush(10)
+    p = producer(daemon, "cut-app")
+    p.begin_transaction()
+    p.produce("cut", b"in-txn")
+    p.flush(10)
+    for i in range(4):
+        plain.produce("cut", b"after-%d" % i)
+    plain.flush(10)
+    admin = AdminClient({"bootstrap.servers": daemon.bootstrap})
+    [done] = admin.delete_records([ck.TopicPartition("cut", 0, 4)]).values()
+    assert done.result(30).low_watermark == 4
+    assert (latest(daemon, "cut", True), latest(daemon, "cut", False)) == (4, 6)
+    assert consume(daemon, "cut", wait=2) == []
+    p.commit_transaction(30)
+    assert latest(daemon, "cut", True) == 7
+    assert consume(daemon, "cut", expect=2) == [b"after-2", b"after-3"]
+
+
 def test_a_new_producer_instance_fences_the_old_one_and_aborts_its_transaction(
         daemon: Daemon) -> None:
     create(daemon, "fenced", 1)

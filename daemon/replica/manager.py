@@ -355,7 +355,7 @@ class ReplicaManager:
         p = self.partitions.get(tp)
         if p is None or p.log is not lg or p.deleted:
             return ActiveProducers(lg.log_start_offset)
-        return producer.for_cleaner(p.producers, lg.high_watermark)
+        return producer.for_cleaner(p.producers, lg)
 
     async def snapshot_producers(self, *, every: bool = False) -> None:
         """Write producer snapshots (daemon.replica.producer): of every partition
@@ -680,7 +680,7 @@ def _read_all(items: list[tuple[ReadSpec, Log | None]], budget: int) -> list[Rea
                                       f"offset {offset} of {p.tp} is outside "
                                       f"[{lg.log_start_offset}, {lg.log_end_offset}]"))
                 continue
-            lso = p.producers.last_stable_offset(hw)
+            lso = p.producers.last_stable_offset(hw, lg.log_start_offset)
             upto = leo if replica_id >= 0 else lso if read_committed else hw
             if offset >= upto or throttled or (limit <= 0 and total > 0):
                 out.append(ReadResult(NONE, b"", hw, lg.log_start_offset, log_end_offset=leo,
@@ -775,7 +775,8 @@ def _list_offsets(items: list[tuple[Partition, int, Log | None]], read_committed
                 continue
             assert lg is not None
             if ts == LATEST:  # what the consumer may read to
-                out.append((NONE, -1, p.producers.last_stable_offset(lg.high_watermark)
+                out.append((NONE, -1, p.producers.last_stable_offset(lg.high_watermark,
+                                                                      lg.log_start_offset)
                             if read_committed else lg.high_watermark))
             elif ts in (EARLIEST, EARLIEST_LOCAL):  # no tiered storage: all of it is local
                 out.append((NONE, -1, lg.log_start_offset))

@@ -206,16 +206,21 @@ class PartitionProducers(dict[int, ProducerState]):
             del self.verifying[pid]
         return len(gone)
 
-    def last_stable_offset(self, high_watermark: int) -> int:
+    def last_stable_offset(self, high_watermark: int, log_start_offset: int) -> int:
         """The high watermark, or the first offset of the oldest transaction a
-        read_committed consumer may not read past yet (Kafka's firstUnstableOffset)."""
+        read_committed consumer may not read past yet (Kafka's firstUnstableOffset),
+        but never below the log start: retention or DeleteRecords may delete the start
+        of a transaction still open, and Kafka's maybeIncrementFirstUnstableOffset
+        then holds read_committed consumers at the log start."""
         if not self.ongoing and not self.unreplicated:
             return high_watermark  # the common case: no transaction here
         self.prune(high_watermark)
         firsts = [t[0] for t in self.unreplicated]
         if self.ongoing:
             firsts.append(min(self.ongoing.values()))
-        return min([high_watermark, *firsts])
+        if not firsts:
+            return high_watermark
+        return min(high_watermark, max(min(firsts), log_start_offset))
 
 
 @dataclass(frozen=True)
@@ -550,10 +555,11 @@ class _LastEntries(Mapping[int, tuple[int, int]]):
         return len(self._producers)
 
 
-def for_cleaner(producers: PartitionProducers, high_watermark: int) -> ActiveProducers:
+def for_cleaner(producers: PartitionProducers, log: Log) -> ActiveProducers:
     """What the log cleaner must respect: the last stable offset, and each producer's
     last entry."""
-    return ActiveProducers(producers.last_stable_offset(high_watermark),
+    return ActiveProducers(producers.last_stable_offset(log.high_watermark,
+                                                        log.log_start_offset),
                            _LastEntries(producers))
 
 
