@@ -1182,6 +1182,35 @@ def test_a_stable_groups_offsets_of_topics_it_no_longer_reads_expire(tmp_path: P
     assert {tp: c.offset for tp, c in reloaded.items()} == {reads: 9}
 
 
+def test_an_offset_commits_own_retention_time_expires_it(tmp_path: Path) -> None:
+    """OffsetCommit v2-v4's retention_time_ms, as Kafka's expireTimestamp: the offsets
+    expire that long after the commit, whatever offsets.retention.minutes; -1 is the
+    broker's retention. Expired, they stay gone after a restart."""
+    with daemon(tmp_path, **{"offsets.retention.check.interval.ms": 200}) as d:
+        create_topic(d.bootstrap, "t", 1)
+        c = RawClient(d.port)
+        try:
+            wait_for(lambda: c.request(FindCoordinatorRequest[1](key="brief", key_type=0), 1
+                                       ).error_code == errors.NONE, 30, "__consumer_offsets")
+            T = OffsetCommitRequest[2].OffsetCommitRequestTopic
+            for group, retention in (("brief", 1000), ("kept", -1)):
+                commit = OffsetCommitRequest[2](
+                    group_id=group, generation_id_or_member_epoch=-1, member_id="",
+                    retention_time_ms=retention, topics=[T(name="t", partitions=[
+                        T.OffsetCommitRequestPartition(partition_index=0, committed_offset=5,
+                                                       committed_metadata="")])])
+                wait_for(lambda commit=commit: c.request(commit, 2).topics[0].partitions[0]
+                         .error_code == errors.NONE, 30, f"{group}'s commit")
+        finally:
+            c.close()
+        assert committed_offsets(d.bootstrap, "brief") == {("t", 0): 5}
+        wait_for(lambda: committed_offsets(d.bootstrap, "brief") == {}, 10, "brief expired")
+        assert committed_offsets(d.bootstrap, "kept") == {("t", 0): 5}
+        with restarted(d):
+            assert committed_offsets(d.bootstrap, "brief") == {}
+            assert committed_offsets(d.bootstrap, "kept") == {("t", 0): 5}
+
+
 def test_describe_members_state_every_group_and_list_by_state(tmp_path: Path) -> None:
     """kafka-consumer-groups.sh's --describe --members [--verbose], --describe --state,
     several --group / --all-groups, and --list --state [S]: a Stable group with one
