@@ -167,13 +167,16 @@ def test_kafka_python_and_aiokafka_producers_commit_and_abort(daemon: Daemon) ->
         b"aio-abort", b"aio-commit", b"kp-abort", b"kp-commit"]
 
 
-def latest(d: Daemon, topic: str, committed: bool) -> int:
+def latest(d: Daemon, topic: str, committed: bool, timestamp: int = -1) -> int:
+    """ListOffsets (v7: MAX_TIMESTAMP too) of partition 0: the latest offset, or the
+    offset for `timestamp`."""
     c = RawClient(d.port)
     try:
-        T = ListOffsetsRequest[2].ListOffsetsTopic
+        T = ListOffsetsRequest[7].ListOffsetsTopic
         P = T.ListOffsetsPartition
-        r = c.request(ListOffsetsRequest[2](replica_id=-1, isolation_level=int(committed), topics=[
-            T(name=topic, partitions=[P(partition_index=0, timestamp=-1)])]), 2)
+        r = c.request(ListOffsetsRequest[7](replica_id=-1, isolation_level=int(committed), topics=[
+            T(name=topic, partitions=[P(partition_index=0, current_leader_epoch=-1,
+                                        timestamp=timestamp)])]), 7)
         return r.topics[0].partitions[0].offset
     finally:
         c.close()
@@ -201,6 +204,30 @@ def test_an_open_transaction_holds_read_committed_consumers_at_its_first_offset(
     assert latest(daemon, "held", True) == 8  # past the commit marker
     assert consume(daemon, "held", expect=7) == (
         [b"before-%d" % i for i in range(3)] + [b"in-txn"] + [b"after-%d" % i for i in range(3)])
+
+
+def test_a_read_committed_time_lookup_finds_only_offsets_below_the_last_stable_one(
+        daemon: Daemon) -> None:
+    """ListOffsets by timestamp (and MAX_TIMESTAMP) answers a read_committed consumer
+    only offsets below the last stable offset, as Kafka's lastFetchableOffset: none
+    inside a transaction still open; once it commits, its offsets."""
+    create(daemon, "timed", 1)
+    now = int(time.time() * 1000)
+    plain = ck.Producer({"bootstrap.servers": daemon.bootstrap})
+    plain.produce("timed", b"before", timestamp=now - 10_000)
+    plain.flush(10)
+    p = producer(daemon, "timed-app")
+    p.begin_transaction()
+    p.produce("timed", b"in-txn", timestamp=now - 5_000)
+    p.flush(10)
+    plain.produce("timed", b"after", timestamp=now)
+    plain.flush(10)
+    assert [latest(daemon, "timed", True, ts) for ts in (now - 10_000, now - 5_000, -3)] == [
+        0, -1, -1]
+    assert [latest(daemon, "timed", False, ts) for ts in (now - 10_000, now - 5_000, -3)] == [
+        0, 1, 2]
+    p.commit_transaction(30)
+    assert latest(daemon, "timed", True, now - 5_000) == 1
 
 
 def test_the_last_stable_offset_never_lags_the_log_start(daemon: Daemon) -> None:

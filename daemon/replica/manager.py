@@ -774,10 +774,11 @@ def _list_offsets(items: list[tuple[Partition, int, Log | None]], read_committed
                 out.append((UNKNOWN_TOPIC_OR_PARTITION, -1, -1))
                 continue
             assert lg is not None
-            if ts == LATEST:  # what the consumer may read to
-                out.append((NONE, -1, p.producers.last_stable_offset(lg.high_watermark,
-                                                                      lg.log_start_offset)
-                            if read_committed else lg.high_watermark))
+            # What the consumer may read to (Kafka's lastFetchableOffset).
+            fetchable = (p.producers.last_stable_offset(lg.high_watermark, lg.log_start_offset)
+                         if read_committed else lg.high_watermark)
+            if ts == LATEST:
+                out.append((NONE, -1, fetchable))
             elif ts in (EARLIEST, EARLIEST_LOCAL):  # no tiered storage: all of it is local
                 out.append((NONE, -1, lg.log_start_offset))
             elif ts == LATEST_TIERED:  # nothing is tiered: Kafka answers -1
@@ -787,7 +788,7 @@ def _list_offsets(items: list[tuple[Partition, int, Log | None]], read_committed
             else:
                 found = (lg.offset_of_max_timestamp() if ts == MAX_TIMESTAMP
                          else lg.offset_for_timestamp(ts))
-                if found is None or found[0] >= lg.high_watermark:
+                if found is None or found[0] >= fetchable:  # none it may read yet
                     out.append((NONE, -1, -1))
                 else:
                     out.append((NONE, found[1], max(found[0], lg.log_start_offset)))
