@@ -256,6 +256,27 @@ def test_the_last_stable_offset_never_lags_the_log_start(daemon: Daemon) -> None
     assert consume(daemon, "cut", expect=2) == [b"after-2", b"after-3"]
 
 
+def test_offsets_retention_keeps_a_group_whose_offsets_are_in_an_open_transaction(
+        tmp_path: Path) -> None:
+    """A group with no members and no committed offsets yet, whose first offsets sit in
+    a transaction still open, is not removed by the offsets retention check (Kafka's
+    hasOffsets counts them): once the transaction commits, the group has them."""
+    with running(tmp_path, {**SETTINGS, "offsets.retention.check.interval.ms": 100},
+                 dirs=1) as d:
+        create(d, "in", 1)
+        c = ck.Consumer({"bootstrap.servers": d.bootstrap, "group.id": "eos-assigned",
+                         "enable.auto.commit": False})
+        p = producer(d, "eos-app")
+        p.begin_transaction()
+        p.send_offsets_to_transaction([ck.TopicPartition("in", 0, 7)],
+                                      c.consumer_group_metadata(), 30)
+        time.sleep(1)  # several retention checks while the transaction is open
+        p.commit_transaction(30)
+        [got] = c.committed([ck.TopicPartition("in", 0)], 10)
+        c.close()
+        assert got.offset == 7
+
+
 def test_a_new_producer_instance_fences_the_old_one_and_aborts_its_transaction(
         daemon: Daemon) -> None:
     create(daemon, "fenced", 1)

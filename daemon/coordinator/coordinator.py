@@ -815,7 +815,8 @@ class GroupCoordinator(CoordinatedPartitions):
                 since = g.state_timestamp if g.protocol_type and g.state_timestamp >= 0 else None
                 gone = [tp for tp, c in g.offsets.items()
                         if expired(c, c.commit_timestamp if since is None else since)]
-                drop_group = len(gone) == len(g.offsets)
+                # Kafka's hasOffsets: offsets of an open transaction keep the group.
+                drop_group = len(gone) == len(g.offsets) and not any(g.pending_txn.values())
             elif g.is_(GroupState.STABLE) and g.protocol_type == "consumer" \
                     and (subscribed := g.subscribed_topics()) is not None:
                 gone = [tp for tp, c in g.offsets.items()
@@ -836,7 +837,7 @@ class GroupCoordinator(CoordinatedPartitions):
                 g.offsets.pop(tp, None)
             expired_total += len(gone)
             if drop_group and g.is_(GroupState.EMPTY) and not g.offsets \
-                    and self.groups.get(g.group_id) is g:
+                    and not any(g.pending_txn.values()) and self.groups.get(g.group_id) is g:
                 self._transition(g, GroupState.DEAD)
                 del self.groups[g.group_id]
             log.info("group %s: %d committed offsets expired (offsets.retention.minutes)%s",
