@@ -280,7 +280,9 @@ def cleanable(tp: TopicPartition, log: Log, checkpointed: int | None, now_ms: in
     for seg in segments[:-1]:
         if seg.base_offset < first_dirty and seg.next_offset <= first_dirty:
             continue
-        if lag > 0 and seg.max_timestamp > now_ms - lag:
+        # (a segment without timestamps counts from its file's time, as Kafka's
+        # largestTimestamp: old logs' magic 0 messages)
+        if lag > 0 and seg.largest_timestamp() > now_ms - lag:
             bound = min(bound, seg.base_offset)
         first_ts = seg.roll_base_timestamp()
         if first_ts >= 0 and now_ms - first_ts > log.config.max_compaction_lag_ms:

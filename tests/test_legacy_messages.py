@@ -333,6 +333,38 @@ def test_the_cleaner_compacts_legacy_messages_in_their_own_format(tmp_path: Path
         ld.close()
 
 
+def test_min_compaction_lag_counts_a_segment_without_timestamps_from_its_file_time(
+        tmp_path: Path) -> None:
+    """min.compaction.lag.ms, as Kafka's cleaner (largestTimestamp): a segment of magic
+    0 messages, which carry no timestamps, is as old as its file's modification time;
+    it is not cleaned before the lag has passed since, and is once it has."""
+    from logstore import LogDir
+    from logstore.cleaner import LogDirCleaner
+
+    data = b"".join(legacy_keyed(0, 0, i, [b"k"], [b"v%d" % i], 0) for i in range(4))
+    write_partition(tmp_path / "d" / "state-0", data)
+    config = LogConfig(compacted=True, min_cleanable_dirty_ratio=0.01,
+                       min_compaction_lag_ms=3_600_000)
+    ld = LogDir.open(tmp_path / "d", config)
+    try:
+        (log,) = ld.logs.values()
+        log.roll()
+        log.append(records.build_batch([records.Record(b"k", b"new")]))
+        log.high_watermark = log.log_end_offset
+        cleaner = LogDirCleaner(ld)
+        assert cleaner.run() == 0  # written just now: inside the lag
+        assert log.read(0, 1 << 20)[:len(data)] == data
+        old = tmp_path / "d" / "state-0" / "00000000000000000000.log"
+        two_hours_ago = time.time() - 7200
+        os.utime(old, (two_hours_ago, two_hours_ago))
+        assert cleaner.run() == 1
+        left = [m.offset for b in records.iter_batches(log.read(0, 1 << 20))
+                if isinstance(b, records.LegacyMessage) for m in b.messages()]
+        assert left == [3]  # the legacy segment's latest of k (the map ends at its end)
+    finally:
+        ld.close()
+
+
 def test_commits_in_legacy_messages_of_consumer_offsets_are_loaded(tmp_path: Path) -> None:
     """Groups' commits from Kafka before 0.11 (offset commit key v1, value v1, in magic
     1 messages, one of them compressed) are a group's committed offsets here too."""
