@@ -112,6 +112,7 @@ from .storage.cleaner import LogCleanerService
 from .storage.config_store import CONFIG_FILE, FileConfigStore
 from .storage.dirstate import DirState
 from .storage.log_manager import LogManager, new_cluster_id
+from .storage.workers import ManagedDir
 
 log = logging.getLogger("logkeeper.server")
 
@@ -315,7 +316,8 @@ class Server:
         self.monitor = LogDirMonitor(self.storage, self.replicas, self.metrics, config)
         self.transitions = TransitionHandler(self.storage, self.replicas, self.monitor,
                                              reserve_bytes=config["log.dir.reserve.bytes"],
-                                             on_all_offline=self._on_all_offline)
+                                             on_all_offline=self._on_all_offline,
+                                             on_dir_offline=self._dir_offline)
         self.commands = OperatorCommands(self.storage, self.replicas, self.monitor,
                                          self.topic_configs, timeout=self.monitor.timeout,
                                          on_partitions_changed=self._partitions_changed,
@@ -1137,6 +1139,11 @@ class Server:
         self.metrics.partitions_changed(len(self.replicas.partitions), self.storage.dirs,
                                         {tp.topic for tp in self.replicas.partitions})
         self.monitor.publish()  # what this broker holds: the controller reads it
+
+    def _dir_offline(self, d: ManagedDir) -> None:
+        """A dir went OFFLINE: in a cluster, its partitions' roles are dropped here."""
+        if self.handlers.control is not None:
+            self.handlers.control.dir_offline(d)
 
     def _announce_log_dir_event(self, path: str) -> None:
         """A log_dir_event for `path` (the controller asks about every replica here)."""

@@ -627,3 +627,82 @@ def test_a_replica_readmitted_empty_does_not_lead_over_the_records_of_the_others
                  60, "broker 1 back in t-0's ISR")
         wait_for(lambda: replicas_identical(cl, "t", 1), 30, "t-0's replicas identical")
         assert partition_bytes(cl, 1, "t", 0) == held
+
+
+def test_a_leader_readmitted_before_the_controller_heard_follows_before_it_leads(
+        tmp_path: Path) -> None:
+    """t-0's leader is broker 1. Its disk dies (EIO, the writes it had not synced
+    dropped) and is mounted again and readmitted while the controller is paused, so the
+    controller never moved the leadership: to it broker 1 still leads at the same epoch.
+    The readmitted replica may lack records the ISR acknowledged: it must not go on
+    leading (a producer's appends there would start below offsets already acknowledged,
+    and followers would truncate to it; bench_chaos found both). It serves nothing as
+    leader from the fault on; told to lead again it answers 56, the controller elects
+    another ISR member, and broker 1 follows it, catches up and rejoins the ISR: every
+    acknowledged record is kept and the replicas are byte-identical."""
+    import os
+    import signal
+
+    from kafka.protocol.producer import ProduceRequest
+
+    from logstore.records import Record, build_batch
+
+    with disk_under_broker_1(tmp_path) as (cl, mnt, sick):
+        b1 = cl.brokers[1]
+        zc = KazooClient(hosts=cl.zk.hosts)
+        zc.start(15)
+        try:  # a controller elsewhere, to pause it without pausing broker 1
+            for _ in range(20):
+                if cl.controller() != 1:
+                    break
+                zc.delete("/controller")
+                wait_for(lambda: zc.exists("/controller") is not None, 30, "a controller")
+                time.sleep(0.5)
+        finally:
+            zc.stop()
+            zc.close()
+        controller = cl.controller()
+        assert controller != 1
+        create_on(cl, sick, "t", [[1, 2, 3]], min_isr=2)
+        acked = [b"r%d" % i for i in range(100)]
+        c = RawClient(b1.port)
+        try:
+            assert produce_raw(c, "t", 0, acked) == (0, 0)
+        finally:
+            c.close()
+        wait_for(lambda: replicas_identical(cl, "t", 1), 30, "t-0 replicated")
+
+        paused = cl.brokers[controller].proc
+        assert paused is not None
+        os.kill(paused.pid, signal.SIGSTOP)
+        try:
+            faults.shutdown_fs(mnt)
+            wait_for(lambda: b1.log_dir_states()[str(sick)] == "offline", 10, "dir OFFLINE")
+            subprocess.run(["umount", "-l", str(mnt)], check=True)
+            subprocess.run(["mount", "-o", "loop", str(mnt.parent / "disk.img"), str(mnt)],
+                           check=True)
+            code, body = b1.admin("log-dirs/readmit", str(sick))
+            assert code == 200, body
+            # Not the leader any more, whatever the paused controller believes.
+            T = ProduceRequest.TopicProduceData
+            c = RawClient(b1.port)
+            try:
+                resp = c.request(ProduceRequest(
+                    transactional_id=None, acks=1, timeout_ms=5000, topic_data=[T(
+                        name="t", partition_data=[T.PartitionProduceData(
+                            index=0, records=build_batch([Record(None, b"late")]))])]), 8)
+            finally:
+                c.close()
+            assert resp.responses[0].partition_responses[0].error_code == \
+                NOT_LEADER_OR_FOLLOWER
+        finally:
+            os.kill(paused.pid, signal.SIGCONT)
+
+        wait_for(lambda: cl.metadata(2, ["t"])["partitions"][("t", 0)][0] in (2, 3), 60,
+                 "t-0 led by broker 2 or 3")
+        wait_for(lambda: sorted(cl.metadata(2, ["t"])["partitions"][("t", 0)][3]) == [1, 2, 3],
+                 60, "broker 1 back in t-0's ISR")
+        wait_for(lambda: replicas_identical(cl, "t", 1), 30, "t-0's replicas identical")
+        got = [r.value for b in iter_batches(partition_bytes(cl, 1, "t", 0) or b"")
+               for r in b.records()]
+        assert got == acked

@@ -99,11 +99,16 @@ class OperatorCommands:
         # before they are served (a compacted topic's key check, max.message.bytes).
         await self.configs.configure(d)
         await self.replicas.adopt(d)
+        for tp in d.partitions:
+            # Recovered from a disk whose fault may have dropped writes it had taken
+            # (FS_IOC_SHUTDOWN, a controller reset): the replica follows before it
+            # leads again (daemon.replica.control).
+            self.replicas.partitions[tp].lost_records = True
         for tp in lost:  # the disk came back without them (replaced): empty again
             lg = await self.dirs.run(d, d.logdir.create_log, tp.topic, tp.partition,
                                      self.configs.log_config(tp.topic))
             self.replicas.partitions[tp].log = lg
-            self.replicas.partitions[tp].emptied = True
+            self.replicas.partitions[tp].lost_records = True
             d.partitions.add(tp)
             log.warning("log dir %s: partition %s was not on the re-admitted disk; "
                         "re-created empty (its records are lost)", d.path, tp)

@@ -37,12 +37,16 @@ log = logging.getLogger("logkeeper.health")
 
 class TransitionHandler:
     def __init__(self, storage: LogManager, replicas: ReplicaManager, monitor: LogDirMonitor,
-                 *, reserve_bytes: int, on_all_offline: Callable[[str], None]):
+                 *, reserve_bytes: int, on_all_offline: Callable[[str], None],
+                 on_dir_offline: Callable[[ManagedDir], None] = lambda d: None):
         self.storage = storage
         self.replicas = replicas
         self.monitor = monitor
         self.reserve = reserve_bytes
         self.on_all_offline = on_all_offline
+        # In a cluster: the dir's partitions are neither led nor followed from now on
+        # (daemon.replica.control.ControlRequests.dir_offline).
+        self.on_dir_offline = on_dir_offline
         self.cluster: ClusterLink | None = None
         self.transitions: deque[Transition] = deque(maxlen=1000)  # the latest, newest last
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -78,6 +82,7 @@ class TransitionHandler:
             self.storage.fail_inflight(d)
             self.monitor.forget(d)
             self.replicas.on_dir_offline(d)
+            self.on_dir_offline(d)
             if d.logdir is not None:
                 # On its worker, after whatever was running there: never close a file
                 # under a running call. A worker stuck on a hung disk keeps the lock

@@ -85,7 +85,7 @@ class ControlRequests:
         self.announce_dir = announce_dir
         # Replicas re-created empty that refused to lead (56): the leader epoch of the
         # leader elected elsewhere they were announced ready to follow under.
-        self._emptied_refused: dict[TopicPartition, int] = {}
+        self._refused_to_lead: dict[TopicPartition, int] = {}
         self.controller_epoch = -1  # the newest controller epoch seen
         # In a controlled shutdown: a partition whose leadership moved away is not
         # followed, so this broker does not fetch its way back into the ISR (and hold up
@@ -168,17 +168,19 @@ class ControlRequests:
             self.replicas.add(p)
             created = True
         leads = s.leader == me
-        if leads and p.emptied and all(r == me for r in s.replicas):
-            p.emptied = False  # its only replica: no records elsewhere to keep (Kafka's too)
-        if leads and p.emptied:
-            # Its disk was replaced: the ISR it is in is the one of before, whose records
-            # it no longer has. Leading from empty would have the other replicas truncate
-            # them away; answered 56, the partition waits for a replica that has them
-            # (or an operator's unclean election), as for an offline one.
-            log.warning("LeaderAndIsr makes this broker leader of %s, whose replica was "
-                        "re-created empty when its disk was replaced: answered 56", tp)
+        if leads and p.lost_records and not _better_elsewhere(p, s, me):
+            p.lost_records = False  # it holds the most there is: it leads (Kafka's would too)
+        if leads and p.lost_records:
+            # Its dir was readmitted (a replaced disk, or one whose fault could drop
+            # writes): the ISR it is in is the one of before, whose records it may no
+            # longer have. Leading would have the other replicas truncate them away;
+            # answered 56, the partition waits for a replica that has them (or an
+            # operator's unclean election), as for an offline one.
+            log.warning("LeaderAndIsr makes this broker leader of %s, whose replica came "
+                        "back with its readmitted dir and may lack records it took: "
+                        "answered 56 until it has followed a leader", tp)
             self._forget(tp)
-            self._emptied_refused.setdefault(tp, -1)
+            self._refused_to_lead.setdefault(tp, -1)
             return errors.KAFKA_STORAGE_ERROR, created
         if leads and self.fetchers is not None:
             # The fetcher lets go first (Kafka's makeLeaders): an answer of the old leader
@@ -212,7 +214,7 @@ class ControlRequests:
             elif s.leader >= 0 and not leads:
                 try:
                     await self.fetchers.follow(tp, s.leader, s.leader_epoch)
-                    p.emptied = False  # it takes its leader's records from here on
+                    p.lost_records = False  # it takes its leader's records from here on
                 except (StorageError, OSError) as err:  # its dir failed under the hop
                     code, msg = errors.error_of(err, f"follow {tp}")
                     log.warning("LeaderAndIsr: cannot follow %s: %s; answered %d", tp, msg, code)
@@ -221,6 +223,22 @@ class ControlRequests:
             elif s.leader < 0:  # no leader to fetch from (a leader let go above)
                 self.fetchers.unfollow([tp])
         return errors.NONE, created
+
+    def dir_offline(self, d: Any) -> None:
+        """`d` went OFFLINE: its partitions are neither led nor followed here any more,
+        as Kafka's handleLogDirFailure marks them Offline and stops their fetchers. A
+        readmit brings their logs back but not these roles: the controller's
+        LeaderAndIsr after it decides again, and the replicas, recovered from a disk
+        that may have dropped writes it had taken, must follow before they lead
+        (`Partition.lost_records`)."""
+        tps = [tp for tp, p in self.replicas.partitions.items() if p.dir is d]
+        if not tps:
+            return
+        if self.fetchers is not None:
+            self.fetchers.unfollow(tps)
+        for tp in tps:
+            self._forget(tp)
+        self.on_leadership()
 
     def _forget(self, tp: TopicPartition) -> None:
         """Neither lead nor follow `tp` any more (its leadership is unknown here)."""
@@ -288,13 +306,13 @@ class ControlRequests:
                                         views.update_metadata_partitions(req))
             if deleted and self.on_deleted is not None:
                 self.on_deleted([TopicPartition(t, p) for t, p in deleted])
-            if self._emptied_refused:
+            if self._refused_to_lead:
                 self._announce_ready_to_follow(views.update_metadata_partitions(req))
         return UpdateMetadataResponse(version=version, error_code=code)
 
     def _announce_ready_to_follow(self, states: list[views.MetadataPartition]) -> None:
-        """A replica re-created empty refused to lead (56), so the controller holds it
-        offline; once another replica leads (an operator's unclean election, or a
+        """A replica that came back with a readmitted dir refused to lead (56), so the
+        controller holds it offline; once another replica leads (an operator's unclean election, or a
         replica back that holds the records) it can follow and catch up. Kafka's
         replica would stay offline until its broker restarts; this one posts a
         log_dir_event for its dir, once per leader epoch, and the controller's
@@ -303,22 +321,33 @@ class ControlRequests:
         dirs: set[str] = set()
         for m in states:
             tp = TopicPartition(m.topic, m.partition)
-            announced = self._emptied_refused.get(tp)
+            announced = self._refused_to_lead.get(tp)
             if announced is None:
                 continue
             p = self.replicas.partitions.get(tp)
-            if p is None or not p.emptied or me not in m.replicas:
-                del self._emptied_refused[tp]
+            if p is None or not p.lost_records or me not in m.replicas:
+                del self._refused_to_lead[tp]
                 continue
             if m.leader >= 0 and m.leader != me and m.leader_epoch > announced \
                     and not _unusable(p):
-                self._emptied_refused[tp] = m.leader_epoch
+                self._refused_to_lead[tp] = m.leader_epoch
                 dirs.add(str(p.dir.path))
         for path in sorted(dirs):
-            log.info("log dir %s: a replica re-created empty has a leader elsewhere now: "
+            log.info("log dir %s: a readmitted replica has a leader elsewhere now: "
                      "asking the controller to make it a follower", path)
             if self.announce_dir is not None:
                 self.announce_dir(path)
+
+
+def _better_elsewhere(p: Partition, s: views.LeaderAndIsrPartition, me: int) -> bool:
+    """Whether another replica may hold records this readmitted one lacks: another
+    member of the ISR (it holds every acknowledged record), or, this one being empty
+    (a replaced disk), any other replica."""
+    others = [r for r in s.replicas if r != me]
+    if any(r != me for r in s.isr):
+        return True
+    lg = p.log
+    return bool(others) and (lg is None or lg.log_end_offset <= lg.log_start_offset)
 
 
 def _unusable(p: Partition) -> bool:

@@ -42,10 +42,12 @@ class Partition:
     waiters: set[asyncio.Future[None]] | None = None  # Fetch long-polls waiting on it
     producers: PartitionProducers = field(default_factory=PartitionProducers)
     deleted: bool = False
-    # Re-created empty by a readmit (its disk was replaced): it may not lead until it
-    # has followed a leader, or the records the other replicas hold would be truncated
-    # away to its empty log (daemon.replica.control).
-    emptied: bool = False
+    # Brought back by a readmit, so it may hold fewer records than it acknowledged: its
+    # disk was replaced (re-created empty), or recovered from a disk whose fault could
+    # drop writes it had taken. In a cluster it may not lead until it has followed a
+    # leader, or the records the other replicas hold would be truncated away to its
+    # shorter log (daemon.replica.control).
+    lost_records: bool = False
 
     @property
     def offline(self) -> bool:
