@@ -398,6 +398,63 @@ def test_admin_clients_list_describe_and_delete_groups(tmp_path: Path) -> None:
             assert ka.list_group_offsets("done")["done"] == {}
 
 
+def test_groups_of_other_protocols_are_neither_listed_nor_described_as_consumer_groups(
+        tmp_path: Path) -> None:
+    """Karapace's schema registries elect their primary in a group of protocol type "sr"
+    (Kafka Connect's workers in one of "connect"). kafka-consumer-groups.sh --list leaves
+    such a group out (the admin client's listConsumerGroups keeps protocol types
+    "consumer" and "") and --describe refuses it ("GroupId schema-registry is not a
+    consumer group (sr)."); `groups list` listed Karapace's group among the consumer
+    groups, and `describe` showed its members as consumers holding nothing."""
+    with daemon(tmp_path) as d:
+        create_topic(d.bootstrap, "t", 1)
+        c = ck.Consumer({"bootstrap.servers": d.bootstrap, "group.id": "app",
+                         "enable.auto.commit": False})
+        c.commit(offsets=[ck.TopicPartition("t", 0, 3)], asynchronous=False)
+        c.close()
+        raw = RawClient(d.port)
+        try:
+            # The JoinGroup of Karapace's master election (its protocol type and name).
+            P = JoinGroupRequest[5].JoinGroupRequestProtocol
+
+            def join(member_id: str) -> Any:
+                return raw.request(JoinGroupRequest[5](
+                    group_id="schema-registry", session_timeout_ms=30000,
+                    rebalance_timeout_ms=30000, member_id=member_id, group_instance_id=None,
+                    protocol_type="sr", protocols=[P(name="v0", metadata=b'{"version":2}')]), 5)
+            first = wait_for(lambda: (r := join("")).error_code
+                             != errors.COORDINATOR_LOAD_IN_PROGRESS and r, 30,
+                             "the coordinator to load")
+            assert first.error_code == errors.MEMBER_ID_REQUIRED
+            joined = join(first.member_id)
+            assert joined.error_code == errors.NONE and joined.leader == first.member_id
+            ka = KafkaAdminClient(bootstrap_servers=d.bootstrap)
+            try:  # the broker's ListGroups answers every group (app: offsets only), as Kafka's
+                assert {g["group_id"]: g["protocol_type"] for g in ka.list_groups()} == {
+                    "app": "", "schema-registry": "sr"}
+            finally:
+                ka.close()
+
+            def groups(action: str, *args: str) -> subprocess.CompletedProcess:
+                return cli("groups", action, "--bootstrap-server", d.bootstrap, *args)
+            listed = groups("list")
+            assert listed.returncode == 0 and listed.stdout.split() == ["app"], listed
+            states = groups("list", "--state")
+            assert states.returncode == 0 and "schema-registry" not in states.stdout, states
+            refused = groups("describe", "--group", "schema-registry")
+            assert refused.returncode == 1
+            assert "GroupId schema-registry is not a consumer group (sr)." in refused.stderr
+            both = groups("describe", "--group", "app", "--group", "schema-registry", "--json")
+            assert both.returncode == 1 and "not a consumer group (sr)" in both.stderr
+            assert [g["group"] for g in json.loads(both.stdout)] == ["app"]
+            every = groups("describe", "--all-groups", "--json")
+            assert every.returncode == 0, every.stderr
+            assert [(g["group"], [r["current_offset"] for r in g["partitions"]])
+                    for g in json.loads(every.stdout)] == [("app", [3])]
+        finally:
+            raw.close()
+
+
 def committed_offsets(bootstrap: str, group: str) -> dict[tuple[str, int], int]:
     """The group's committed offsets, as kafka-python's admin client lists them."""
     ka = KafkaAdminClient(bootstrap_servers=bootstrap)

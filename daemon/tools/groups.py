@@ -13,6 +13,9 @@ protocol.
 
 `list` asks every broker (each coordinator knows its own groups: ListGroups); with
 `--state` it prints each group's state, and only those in the states named, as Kafka's.
+Both list consumer groups only, as Kafka's tool does: a group of another protocol type
+(Karapace's "sr", Kafka Connect's "connect") is left out, and `describe` refuses one in
+Kafka's words ("GroupId G is not a consumer group (sr).", exit 1).
 `describe` prints, per partition the group committed or was assigned, its committed
 offset, the partition's log end offset (ListOffsets at the partition's leader) and the
 lag, with the member that holds it (DescribeGroups at the group's coordinator, found with
@@ -136,9 +139,25 @@ def _ask(conn: Connection, build: Callable[[], Any], response_cls: Any, lo: int,
                         _LOADING)
 
 
+# The protocol types of consumer groups: a consumer's ("consumer") and none, a group
+# that only has offsets committed (Kafka's ConsumerProtocol.PROTOCOL_TYPE and "").
+CONSUMER_PROTOCOL_TYPES = ("consumer", "")
+
+
+class NotConsumerGroup(Exception):
+    """A group of another protocol (Karapace's "sr" election group, Kafka Connect's
+    "connect" workers): Kafka's admin client refuses to describe it as a consumer group,
+    in Kafka's words."""
+
+    def __init__(self, group: str, protocol_type: str):
+        super().__init__(f"GroupId {group} is not a consumer group ({protocol_type}).")
+
+
 def list_groups(bootstrap: str) -> tuple[list[dict[str, Any]], list[str]]:
-    """Every group any broker coordinates, [{"group", "state", "protocol_type"}], and
-    what each broker that could not say answered (its groups are missing)."""
+    """Every consumer group any broker coordinates, [{"group", "state",
+    "protocol_type"}], and what each broker that could not say answered (its groups are
+    missing). Groups of other protocols are left out, as Kafka's listConsumerGroups
+    leaves them out of kafka-consumer-groups.sh --list."""
     with connect_any(bootstrap) as conn:
         brokers = [(b.node_id, b.host, b.port) for b in metadata(conn, []).brokers]
     found: dict[str, dict[str, Any]] = {}
@@ -155,8 +174,9 @@ def list_groups(bootstrap: str) -> tuple[list[dict[str, Any]], list[str]]:
             failed.append(f"broker {node}: {Refused(resp.error_code, 'ListGroups')}")
             continue
         for g in resp.groups:
-            found[g.group_id] = {"group": g.group_id, "protocol_type": g.protocol_type,
-                                 "state": getattr(g, "group_state", None)}
+            if g.protocol_type in CONSUMER_PROTOCOL_TYPES:
+                found[g.group_id] = {"group": g.group_id, "protocol_type": g.protocol_type,
+                                     "state": getattr(g, "group_state", None)}
     return [found[g] for g in sorted(found)], failed
 
 
@@ -195,6 +215,8 @@ def describe(bootstrap: str, group: str) -> dict[str, Any]:
         where = {"id": conn.node_id, "host": host, "port": int(port)}
     if g.group_state == "Dead" and not committed:
         raise Refused(errors.GROUP_ID_NOT_FOUND, f"group {group} does not exist")
+    if g.protocol_type not in CONSUMER_PROTOCOL_TYPES:
+        raise NotConsumerGroup(group, g.protocol_type)
     holder: dict[tuple[str, int], Any] = {}
     members = []
     for m in g.members:
@@ -660,13 +682,12 @@ def _describe(args: argparse.Namespace, bootstrap: str) -> int:
     failed = []
     if args.all_groups:
         listed, failed = list_groups(bootstrap)
-        # Kafka's listConsumerGroups: "consumer" groups, and those with offsets only.
-        names = [g["group"] for g in listed if g["protocol_type"] in ("consumer", "")]
+        names = [g["group"] for g in listed]
     blocks, described = [], []
     for name in dict.fromkeys(names):
         try:
             desc = describe(bootstrap, name)
-        except Refused as err:
+        except (Refused, NotConsumerGroup) as err:
             failed.append(str(err))
             continue
         described.append(desc)
