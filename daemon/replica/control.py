@@ -83,8 +83,8 @@ class ControlRequests:
         # Posts a log_dir_event for a dir (daemon.cluster.link): the controller asks
         # again about every replica of this broker, and brings back the ones answered 0.
         self.announce_dir = announce_dir
-        # Replicas re-created empty that refused to lead (56): the leader epoch of the
-        # leader elected elsewhere they were announced ready to follow under.
+        # Readmitted replicas that refused to lead (56): the leader epoch of the leader
+        # elected elsewhere they were announced ready to follow under (-1: none yet).
         self._refused_to_lead: dict[TopicPartition, int] = {}
         self.controller_epoch = -1  # the newest controller epoch seen
         # In a controlled shutdown: a partition whose leadership moved away is not
@@ -312,11 +312,11 @@ class ControlRequests:
 
     def _announce_ready_to_follow(self, states: list[views.MetadataPartition]) -> None:
         """A replica that came back with a readmitted dir refused to lead (56), so the
-        controller holds it offline; once another replica leads (an operator's unclean election, or a
-        replica back that holds the records) it can follow and catch up. Kafka's
-        replica would stay offline until its broker restarts; this one posts a
-        log_dir_event for its dir, once per leader epoch, and the controller's
-        LeaderAndIsr makes it a follower."""
+        controller holds it offline; once another replica leads (another ISR member,
+        one back that holds the records, or an operator's unclean election) it can
+        follow and catch up. Kafka's replica would stay offline until its broker
+        restarts; this one posts a log_dir_event for its dir, once per leader epoch,
+        and the controller's LeaderAndIsr makes it a follower."""
         me = self.leadership.broker_id
         dirs: set[str] = set()
         for m in states:
