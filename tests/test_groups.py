@@ -1142,6 +1142,10 @@ class LogBackedOffsets:
         self.log.append(batch, leader_epoch=0)
         return 0
 
+    async def append_at(self, partition: int, batch: bytes, timeout_ms: int, *,
+                        guard: Any = None) -> tuple[int, int]:
+        return 0, self.log.append(batch, leader_epoch=0).base_offset
+
     async def read_all(self, partition: int) -> list[Any]:
         from daemon.coordinator.internal_topic import read_records
         return read_records(self.log)

@@ -23,9 +23,10 @@ import kafka.errors as ke
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from confluent_kafka.admin import AdminClient, NewTopic
-from kafka import KafkaConsumer, KafkaProducer
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.protocol.admin import DescribeTransactionsRequest, ListTransactionsRequest
 from kafka.protocol.consumer import ListOffsetsRequest
+from kafka.structs import OffsetAndMetadata
 
 from logstore import txnindex
 from tests.daemon_helpers import Daemon, RawClient, running
@@ -378,6 +379,73 @@ def test_consume_transform_produce_delivers_each_input_once(daemon: Daemon) -> N
     instance(200 - first)
     out = consume(daemon, "dst", expect=200)
     assert sorted(out) == [b"REC-%03d" % i for i in range(200)]
+
+
+def committed_offset(d: Daemon, group: str, tp: ck.TopicPartition) -> int:
+    """The group's committed offset of `tp` once no transaction holds one pending
+    (confluent-kafka asks for stable offsets: UNSTABLE_OFFSET_COMMIT until its marker)."""
+    c = ck.Consumer({"bootstrap.servers": d.bootstrap, "group.id": group,
+                     "enable.auto.commit": False})
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                [got] = c.committed([ck.TopicPartition(tp.topic, tp.partition)], 10)
+                if got.error is None:
+                    return got.offset
+            except ck.KafkaException:
+                pass
+            assert time.monotonic() < deadline, f"{group} {tp} never stable"
+            time.sleep(0.2)
+    finally:
+        c.close()
+
+
+def test_an_offset_commit_made_during_a_transaction_outlives_the_transactions_commit(
+        tmp_path: Path) -> None:
+    """A group's offset is the one written last, as in Kafka: a plain OffsetCommit (an
+    operator's reset, a consumer without transactions) written while a transaction holds
+    an older offset of the same partition pending stays when that transaction commits,
+    and after the coordinator loads the partition again (Kafka's
+    completePendingTxnOffsetCommit and its loader keep a transaction's offset only when
+    it was written after the committed one). The transaction's offset replaced it: the
+    group went back to where the transaction had been and read its input again."""
+    with running(tmp_path / "b", SETTINGS, dirs=1) as d:
+        create(d, "resetting", 1)
+        tp = ck.TopicPartition("resetting", 0)
+        group = ck.Consumer({"bootstrap.servers": d.bootstrap, "group.id": "reset-app",
+                             "enable.auto.commit": False})
+        meta = group.consumer_group_metadata()
+        p = producer(d, "reset-app")
+        p.begin_transaction()
+        p.produce("resetting", b"in-transaction")
+        p.send_offsets_to_transaction([ck.TopicPartition("resetting", 0, 5)], meta, 30)
+        group.commit(offsets=[ck.TopicPartition("resetting", 0, 42)], asynchronous=False)
+        group.close()
+        p.commit_transaction(30)
+        assert committed_offset(d, "reset-app", tp) == 42
+
+        # Written the other way round, the transaction's offset is the newer one.
+        p.begin_transaction()
+        p.produce("resetting", b"second")
+        p.send_offsets_to_transaction([ck.TopicPartition("resetting", 0, 50)], meta, 30)
+        p.commit_transaction(30)
+        assert committed_offset(d, "reset-app", tp) == 50
+
+        p.begin_transaction()
+        p.produce("resetting", b"third")
+        p.send_offsets_to_transaction([ck.TopicPartition("resetting", 0, 60)], meta, 30)
+        plain = KafkaConsumer(bootstrap_servers=d.bootstrap, group_id="reset-app",
+                              enable_auto_commit=False)
+        plain.commit({TopicPartition("resetting", 0): OffsetAndMetadata(7, "", -1)})
+        plain.close()
+        p.commit_transaction(30)
+        assert committed_offset(d, "reset-app", tp) == 7
+        p.flush(10)
+
+        assert d.stop() == 0
+        d.start()
+        assert committed_offset(d, "reset-app", tp) == 7
 
 
 def test_transactions_outlive_a_restart_and_a_kill(tmp_path: Path) -> None:

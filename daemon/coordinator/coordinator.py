@@ -29,7 +29,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import Any, Protocol
 
 from logstore import TopicPartition
 from logstore.names import OFFSETS_TOPIC
@@ -59,6 +59,11 @@ class OffsetsLog(Protocol):
 
     async def append(self, partition: int, batch: bytes, timeout_ms: int) -> int:
         """Append `batch` as the leader and wait for the ISR (acks=all): an error code."""
+
+    async def append_at(self, partition: int, batch: bytes, timeout_ms: int, *,
+                        guard: Any = None) -> tuple[int, int]:
+        """`append` (`guard`: a transactional batch's verification), and the offset the
+        batch was written at: (error code, base offset)."""
 
     async def read_all(self, partition: int) -> list[Logged]:
         """Every record of `partition`, and its transaction markers, oldest first."""
@@ -183,17 +188,20 @@ class GroupCoordinator(CoordinatedPartitions):
             self._loading.pop(p, None)
             return
         offsets: dict[str, dict[TopicPartition, CommittedOffset]] = {}
+        offsets_at: dict[str, dict[TopicPartition, int]] = {}
         metas: dict[str, records.GroupRecord | None] = {}
         # TxnOffsetCommits by producer id, until its marker: (group, partition, offset)
-        pending: dict[int, list[OffsetEntry]] = {}
+        # and where each was written
+        pending: dict[int, list[tuple[OffsetEntry, int]]] = {}
         bad = 0
         for item in recs:
             rec = item.record
             if rec is None:  # a transaction marker: its producer's offsets count or go
                 done = pending.pop(item.producer_id, [])
                 if item.marker == CONTROL_COMMIT:
-                    for e in done:
-                        _apply_offset(offsets.setdefault(e.group, {}), e)
+                    for e, at in done:
+                        _apply_offset(offsets.setdefault(e.group, {}),
+                                      offsets_at.setdefault(e.group, {}), e, at, txn=True)
                 continue
             try:
                 entry = records.decode(rec.key, rec.value)
@@ -203,18 +211,22 @@ class GroupCoordinator(CoordinatedPartitions):
                     log.warning("%s-%d offset %s: %s (skipped)", OFFSETS_TOPIC, p, rec.offset, err)
                 continue
             if isinstance(entry, OffsetEntry):
+                at = -1 if rec.offset is None else rec.offset
                 if item.producer_id >= 0:
-                    pending.setdefault(item.producer_id, []).append(entry)
+                    pending.setdefault(item.producer_id, []).append((entry, at))
                 else:
-                    _apply_offset(offsets.setdefault(entry.group, {}), entry)
+                    _apply_offset(offsets.setdefault(entry.group, {}),
+                                  offsets_at.setdefault(entry.group, {}), entry, at)
             else:
                 metas[entry.group] = entry.value
         now = self._now()
         open_txns: dict[str, dict[int, dict[TopicPartition, CommittedOffset]]] = {}
+        open_txns_at: dict[str, dict[int, dict[TopicPartition, int]]] = {}
         for pid, entries in pending.items():  # transactions still open: offsets pending
-            for e in entries:
+            for e, at in entries:
                 if e.value is not None:
                     open_txns.setdefault(e.group, {}).setdefault(pid, {})[e.tp] = e.value
+                    open_txns_at.setdefault(e.group, {}).setdefault(pid, {})[e.tp] = at
         for gid in set(offsets) | set(metas) | set(open_txns):
             meta = metas.get(gid)
             group_offsets = offsets.get(gid, {})
@@ -222,7 +234,10 @@ class GroupCoordinator(CoordinatedPartitions):
                 continue  # deleted
             g = Group(gid, p)
             g.offsets = dict(group_offsets)
+            g.offsets_at = {tp: at for tp, at in offsets_at.get(gid, {}).items()
+                            if tp in g.offsets}
             g.pending_txn = open_txns.get(gid, {})
+            g.pending_txn_at = open_txns_at.get(gid, {})
             if meta is not None:
                 g.protocol_type = meta.protocol_type or None
                 g.generation = meta.generation
@@ -684,7 +699,7 @@ class GroupCoordinator(CoordinatedPartitions):
         if written:
             batch = build_batch([Record(records.offset_key(group_id, tp), records.offset_value(v))
                                  for tp, v in written])
-            code = await self.log.append(p, batch, self.settings.commit_timeout_ms)
+            code, at = await self.log.append_at(p, batch, self.settings.commit_timeout_ms)
             code = _coordinator_error(code, offsets=True)
             live = self.groups.get(group_id)
             if live is None and not code:  # a commit from outside any membership
@@ -693,6 +708,7 @@ class GroupCoordinator(CoordinatedPartitions):
                 out[tp] = code
                 if not code and live is not None:
                     live.offsets[tp] = v
+                    live.offsets_at[tp] = at
         return errors.NONE, out
 
     async def txn_commit(self, group_id: str, producer_id: int, producer_epoch: int,
@@ -721,13 +737,14 @@ class GroupCoordinator(CoordinatedPartitions):
         batch = build_batch([Record(records.offset_key(group_id, tp), records.offset_value(v))
                              for tp, v in written], producer_id=producer_id,
                             producer_epoch=producer_epoch, transactional=True)
+        at = -1
         if verify is None:
-            appended = await self.log.append(p, batch, self.settings.commit_timeout_ms)
+            appended, at = await self.log.append_at(p, batch, self.settings.commit_timeout_ms)
         else:
             appended, guard = await verify(p)
             if not appended:
-                appended = await self.log.append(p, batch, self.settings.commit_timeout_ms,
-                                                 guard=guard)
+                appended, at = await self.log.append_at(
+                    p, batch, self.settings.commit_timeout_ms, guard=guard)
         code = _coordinator_error(appended, offsets=True)
         live = self.groups.get(group_id)
         if live is None and not code:
@@ -736,6 +753,7 @@ class GroupCoordinator(CoordinatedPartitions):
             out[tp] = code
             if not code and live is not None:
                 live.pending_txn.setdefault(producer_id, {})[tp] = v
+                live.pending_txn_at.setdefault(producer_id, {})[tp] = at
         return errors.NONE, out
 
     def _to_write(self, commits: list[OffsetCommit], retention_ms: int
@@ -763,8 +781,11 @@ class GroupCoordinator(CoordinatedPartitions):
             if g.partition != partition:
                 continue
             done = g.pending_txn.pop(producer_id, None)
+            done_at = g.pending_txn_at.pop(producer_id, {})
             if done and commit:
-                g.offsets.update(done)
+                for tp, v in done.items():
+                    _apply_offset(g.offsets, g.offsets_at, OffsetEntry(g.group_id, tp, v),
+                                  done_at.get(tp, -1), txn=True)
 
     def unstable(self, group_id: str, tps: list[TopicPartition] | None) -> set[TopicPartition]:
         """The partitions of `tps` (None: all) with offsets in an open transaction: a
@@ -835,6 +856,7 @@ class GroupCoordinator(CoordinatedPartitions):
                 continue
             for tp in gone:
                 g.offsets.pop(tp, None)
+                g.offsets_at.pop(tp, None)
             expired_total += len(gone)
             if drop_group and g.is_(GroupState.EMPTY) and not g.offsets \
                     and not any(g.pending_txn.values()) and self.groups.get(g.group_id) is g:
@@ -870,6 +892,7 @@ class GroupCoordinator(CoordinatedPartitions):
                 continue
             for tp in dropped:
                 del g.offsets[tp]
+                g.offsets_at.pop(tp, None)
             dead = g.is_(GroupState.EMPTY) and not g.offsets and not any(g.pending_txn.values())
             if dead:
                 self._transition(g, GroupState.DEAD)
@@ -970,6 +993,7 @@ class GroupCoordinator(CoordinatedPartitions):
                 return _coordinator_error(code, offsets=False), {}
             for tp in gone:
                 g.offsets.pop(tp, None)
+                g.offsets_at.pop(tp, None)
             log.info("group %s: committed offsets of %s deleted", group_id,
                      ", ".join(str(tp) for tp in gone))
         return errors.NONE, {tp: refused.get(tp, errors.NONE) for tp in tps}
@@ -990,11 +1014,20 @@ def _check_member(g: Group | None, generation: int, member_id: str,
     return errors.NONE
 
 
-def _apply_offset(group_offsets: dict[TopicPartition, CommittedOffset], e: OffsetEntry) -> None:
+def _apply_offset(group_offsets: dict[TopicPartition, CommittedOffset],
+                  offsets_at: dict[TopicPartition, int], e: OffsetEntry, at: int, *,
+                  txn: bool = False) -> None:
+    """`e`, written at offset `at`, as the group's offset. A committed transaction's
+    offset does not replace one written after it (an OffsetCommit while the transaction
+    was open): Kafka's completePendingTxnOffsetCommit and its loader keep the newer."""
+    if txn and e.tp in group_offsets and offsets_at.get(e.tp, -1) > at >= 0:
+        return
     if e.value is None:
         group_offsets.pop(e.tp, None)
+        offsets_at.pop(e.tp, None)
     else:
         group_offsets[e.tp] = e.value
+        offsets_at[e.tp] = at
 
 
 def _answer_join(m: Member, result: JoinResult) -> None:

@@ -108,6 +108,11 @@ class Group:
     # TxnOffsetCommit's offsets by producer id, written but not yet committed: its
     # transaction's marker decides (Kafka's pendingTransactionalOffsetCommits).
     pending_txn: dict[int, dict[TopicPartition, CommittedOffset]] = field(default_factory=dict)
+    # Where in the group's partition each offset of `offsets` and of `pending_txn` was
+    # written: a transaction's offsets replace a committed one only when written after
+    # it (Kafka's CommitRecordMetadataAndOffset.appendedBatchOffset and olderThan).
+    offsets_at: dict[TopicPartition, int] = field(default_factory=dict)
+    pending_txn_at: dict[int, dict[TopicPartition, int]] = field(default_factory=dict)
     state_timestamp: int = -1  # ms, when the state last changed (written with the group)
     # PreparingRebalance: the join completes once every member rejoined and the loop
     # time is past `join_not_before` (the initial delay of an empty group), or at

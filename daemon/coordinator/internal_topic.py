@@ -65,11 +65,17 @@ class InternalTopic:
                      guard: Any = None) -> int:
         """Append `batch` to `partition` as its leader, acks=all; `guard`: a
         transactional batch's verification (daemon.replica.txn_verification)."""
+        return (await self.append_at(partition, batch, timeout_ms, guard=guard))[0]
+
+    async def append_at(self, partition: int, batch: bytes, timeout_ms: int, *,
+                        guard: Any = None) -> tuple[int, int]:
+        """`append`, and the offset the batch was written at: (error, base offset)."""
         p = self.replicas.get(self.topic, partition)
         if p is None:
-            return errors.NOT_LEADER_OR_FOLLOWER
-        return (await self._append(p, batch, timeout_ms,
-                                   guards=None if guard is None else {p.tp: guard})).error
+            return errors.NOT_LEADER_OR_FOLLOWER, -1
+        result = await self._append(p, batch, timeout_ms,
+                                    guards=None if guard is None else {p.tp: guard})
+        return result.error, result.base_offset
 
     async def read_all(self, partition: int) -> list[Logged]:
         p = self.replicas.get(self.topic, partition)
