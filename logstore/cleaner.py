@@ -718,7 +718,7 @@ def _legacy_messages(batch: memoryview, info: BatchInfo) -> list[LegacyMessage]:
 def _modified_ms(log: Log, seg: LogSegment) -> int:
     """When `seg`'s `.log` was last written (Kafka's LogSegment.lastModified)."""
     with log.guard.io("clean: stat", seg.log_path, writing=False):
-        return os.stat(seg.log_path).st_mtime_ns // 1_000_000
+        return seg.last_modified_ms()
 
 
 def _marker_kind(data: memoryview, info: BatchInfo, first: BatchInfo) -> int:

@@ -114,6 +114,10 @@ class LogSegment:
         messages), the `.log` file's last modification time."""
         if self.max_timestamp >= 0:
             return self.max_timestamp
+        return self.last_modified_ms()
+
+    def last_modified_ms(self) -> int:
+        """When the `.log` was last written (Kafka's LogSegment.lastModified)."""
         return os.fstat(self.fd).st_mtime_ns // 1_000_000
 
     @property

@@ -187,6 +187,15 @@ class Member(threading.Thread):
         self.join(30)
 
 
+def commit_as(bootstrap: str, group: str, offsets: list[tuple[str, int, int]]) -> None:
+    """Commit (topic, partition, offset) for `group` from outside any membership, as a
+    confluent consumer that never subscribed commits."""
+    c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                     "enable.auto.commit": False})
+    c.commit(offsets=[ck.TopicPartition(t, p, o) for t, p, o in offsets], asynchronous=False)
+    c.close()
+
+
 def needs(present: bool, what: str) -> None:
     """Skip without `what` (say how to get it); in CI its absence is a failure."""
     if not present:
@@ -358,10 +367,7 @@ def test_admin_clients_list_describe_and_delete_groups(tmp_path: Path) -> None:
         m = Member(d.bootstrap, topic, "live")
         m.start()
         wait_for(lambda: len(m.read) == 10, 60, "the member to read")
-        c = ck.Consumer({"bootstrap.servers": d.bootstrap, "group.id": "done",
-                         "enable.auto.commit": False})
-        c.commit(offsets=[ck.TopicPartition(topic, 0, 7)], asynchronous=False)
-        c.close()
+        commit_as(d.bootstrap, "done", [(topic, 0, 7)])
         ka = KafkaAdminClient(bootstrap_servers=d.bootstrap)
         ca = AdminClient({"bootstrap.servers": d.bootstrap})
         try:
@@ -408,10 +414,7 @@ def test_groups_of_other_protocols_are_neither_listed_nor_described_as_consumer_
     groups, and `describe` showed its members as consumers holding nothing."""
     with daemon(tmp_path) as d:
         create_topic(d.bootstrap, "t", 1)
-        c = ck.Consumer({"bootstrap.servers": d.bootstrap, "group.id": "app",
-                         "enable.auto.commit": False})
-        c.commit(offsets=[ck.TopicPartition("t", 0, 3)], asynchronous=False)
-        c.close()
+        commit_as(d.bootstrap, "app", [("t", 0, 3)])
         raw = RawClient(d.port)
         try:
             # The JoinGroup of Karapace's master election (its protocol type and name).
@@ -665,11 +668,7 @@ def test_offset_delete_drops_commits_of_topics_a_group_no_longer_reads(tmp_path:
         for topic in ("read", "dropped"):
             create_topic(d.bootstrap, topic, 1)
         produce(d.bootstrap, "read", 5, partitions=1)
-        c = ck.Consumer({"bootstrap.servers": d.bootstrap, "group.id": "gone",
-                         "enable.auto.commit": False})
-        c.commit(offsets=[ck.TopicPartition("read", 0, 4), ck.TopicPartition("dropped", 0, 2)],
-                 asynchronous=False)
-        c.close()
+        commit_as(d.bootstrap, "gone", [("read", 0, 4), ("dropped", 0, 2)])
         m = Member(d.bootstrap, "read", "live")
         m.start()
         ka = KafkaAdminClient(bootstrap_servers=d.bootstrap)
@@ -814,10 +813,7 @@ def test_the_offsets_topic_cannot_be_deleted_or_grown_and_commits_stay(tmp_path:
 
     with daemon(tmp_path) as d:
         create_topic(d.bootstrap, "t", 1)
-        c = ck.Consumer({"bootstrap.servers": d.bootstrap, "group.id": "kept",
-                         "enable.auto.commit": False})
-        c.commit(offsets=[ck.TopicPartition("t", 0, 0)], asynchronous=False)
-        c.close()
+        commit_as(d.bootstrap, "kept", [("t", 0, 0)])
         ka = KafkaAdminClient(bootstrap_servers=d.bootstrap)
         try:
             parts = len(ka.describe_topics(["__consumer_offsets"])[0]["partitions"])
@@ -857,11 +853,7 @@ def test_deleting_a_topic_drops_the_groups_offsets_of_it_and_a_recreated_one_rea
         produce(d.bootstrap, "gone", 40, partitions=2)
         produce(d.bootstrap, "kept", 5, partitions=1)
         assert len(consume_new(d.bootstrap, "gone", "reader", 40)) == 40  # subscribed: Empty now
-        c = ck.Consumer({"bootstrap.servers": d.bootstrap, "group.id": "mixed",
-                         "enable.auto.commit": False})
-        c.commit(offsets=[ck.TopicPartition("gone", 0, 20), ck.TopicPartition("gone", 1, 20),
-                          ck.TopicPartition("kept", 0, 5)], asynchronous=False)
-        c.close()
+        commit_as(d.bootstrap, "mixed", [("gone", 0, 20), ("gone", 1, 20), ("kept", 0, 5)])
         assert committed_offsets(d.bootstrap, "reader") == {("gone", 0): 20, ("gone", 1): 20}
         ca = AdminClient({"bootstrap.servers": d.bootstrap})
         ca.delete_topics(["gone"], operation_timeout=30)["gone"].result(30)
@@ -1005,10 +997,7 @@ def test_a_deleted_topics_offsets_go_on_a_coordinator_holding_none_of_it(tmp_pat
         [other] = [b for b in cl.brokers if b != coordinator]
         create(cl, "t", 1, min_isr=1, assignment=[[other]])
         produce(bootstrap, "t", 20, partitions=1)
-        c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": group,
-                         "enable.auto.commit": False})
-        c.commit(offsets=[ck.TopicPartition("t", 0, 20)], asynchronous=False)
-        c.close()
+        commit_as(bootstrap, group, [("t", 0, 20)])
         assert committed_offsets(bootstrap, group) == {("t", 0): 20}
 
         ca = AdminClient({"bootstrap.servers": cl.brokers[other].bootstrap})

@@ -35,16 +35,36 @@ RECORDS = sum(n for _, _, n in LAYOUT)
 
 
 def legacy_entry(magic: int, codec: int, first: int, n: int, ts0: int) -> bytes:
-    """One message (codec 0, n 1) or one compressed wrapper of n, at offsets first..:
-    inner offsets relative for magic 1, absolute for magic 0, as Kafka wrote them."""
+    """One message (codec 0, n 1) or one compressed wrapper of n, at offsets first..,
+    keys k<offset> and values legacy-m<magic>-<offset>."""
+    return legacy_keyed(magic, codec, first, [b"k%d" % (first + j) for j in range(n)],
+                        [b"legacy-m%d-%d" % (magic, first + j) for j in range(n)], ts0)
+
+
+def legacy_keyed(magic: int, codec: int, first: int, keys: list[bytes | None],
+                 values: list[bytes | None], ts0: int) -> bytes:
+    """One message (one key) or one compressed wrapper of `keys`/`values`, at offsets
+    first..: inner offsets relative for magic 1, absolute for magic 0, as Kafka wrote
+    them; magic 1's timestamps ts0 + offset."""
     b = LegacyRecordBatchBuilder(magic=magic, compression_type=codec, batch_size=1 << 20)
-    for j in range(n):
+    for j, (key, value) in enumerate(zip(keys, values, strict=True)):
         inner = (j if magic == 1 else first + j) if codec else first
-        b.append(inner, timestamp=ts0 + first + j if magic else None, key=b"k%d" % (first + j),
-                 value=b"legacy-m%d-%d" % (magic, first + j))
+        b.append(inner, timestamp=ts0 + first + j if magic else None, key=key, value=value)
     out = bytearray(b.build())
-    struct.pack_into(">q", out, 0, first + n - 1)  # outside the CRC, as a broker sets it
+    struct.pack_into(">q", out, 0, first + len(keys) - 1)  # outside the CRC, as a broker sets it
     return bytes(out)
+
+
+def poll_records(c: ck.Consumer, n: int, timeout: float = 30) -> list[tuple[int, bytes, bytes]]:
+    """Up to `n` records (offset, key, value) the assigned consumer `c` polls within
+    `timeout` seconds."""
+    got: list[tuple[int, bytes, bytes]] = []
+    deadline = time.monotonic() + timeout
+    while len(got) < n and time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is not None and not m.error():
+            got.append((m.offset(), m.key(), m.value()))
+    return got
 
 
 def legacy_log(ts0: int) -> tuple[bytes, list[int]]:
@@ -208,12 +228,7 @@ def test_real_clients_consume_a_kafka_partition_of_legacy_messages_then_new_ones
         c = ck.Consumer({"bootstrap.servers": d.bootstrap, "group.id": "legacy",
                          "enable.auto.commit": False})
         c.assign([ck.TopicPartition("old", 0, 0)])
-        got = []
-        deadline = time.monotonic() + 30
-        while len(got) < len(expected) and time.monotonic() < deadline:
-            m = c.poll(0.5)
-            if m is not None and not m.error():
-                got.append((m.offset(), m.key(), m.value()))
+        got = poll_records(c, len(expected))
         found = c.offsets_for_times([ck.TopicPartition("old", 0, ts0 + 10)], 10)
         c.close()
         assert got == expected
@@ -249,26 +264,9 @@ def test_retention_counts_a_segment_without_timestamps_from_its_file_time(
         time.sleep(0.5)  # a few more retention checks
         assert c.get_watermark_offsets(ck.TopicPartition("recent", 0), 10) == (0, 5)
         c.assign([ck.TopicPartition("recent", 0, 0)])
-        got = []
-        while len(got) < 5 and time.monotonic() < deadline:
-            m = c.poll(0.5)
-            if m is not None and not m.error():
-                got.append(m.offset())
+        got = [offset for offset, _, _ in poll_records(c, 5, 20)]
         c.close()
         assert got == [0, 1, 2, 3, 4]
-
-
-def legacy_keyed(magic: int, codec: int, first: int, keys: list[bytes | None],
-                 values: list[bytes | None], ts0: int) -> bytes:
-    """One message or compressed wrapper of `keys`/`values` at offsets first.., as
-    `legacy_entry` writes them."""
-    b = LegacyRecordBatchBuilder(magic=magic, compression_type=codec, batch_size=1 << 20)
-    for j, (key, value) in enumerate(zip(keys, values, strict=True)):
-        inner = (j if magic == 1 else first + j) if codec else first
-        b.append(inner, timestamp=ts0 + first + j if magic else None, key=key, value=value)
-    out = bytearray(b.build())
-    struct.pack_into(">q", out, 0, first + len(keys) - 1)
-    return bytes(out)
 
 
 def test_the_cleaner_compacts_legacy_messages_in_their_own_format(tmp_path: Path) -> None:
@@ -487,11 +485,6 @@ def test_old_clients_produce_and_consume_through_produce_v0_2_and_fetch_v0_3(
         c = ck.Consumer({"bootstrap.servers": d.bootstrap, "group.id": "new-reader",
                          "enable.auto.commit": False})
         c.assign([ck.TopicPartition("old-api", 0, 0)])
-        new = []
-        deadline = time.monotonic() + 30
-        while len(new) < len(expected) and time.monotonic() < deadline:
-            m = c.poll(0.5)
-            if m is not None and not m.error():
-                new.append((m.offset(), m.key(), m.value()))
+        new = poll_records(c, len(expected))
         c.close()
         assert new == expected

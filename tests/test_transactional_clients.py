@@ -183,20 +183,34 @@ def latest(d: Daemon, topic: str, committed: bool, timestamp: int = -1) -> int:
         c.close()
 
 
+def open_transaction_among(d: Daemon, topic: str, app: str,
+                           before: list[tuple[bytes, int | None]], inside: bytes,
+                           after: list[tuple[bytes, int | None]],
+                           inside_timestamp: int | None = None) -> ck.Producer:
+    """Plain records `before` (value, timestamp or None), then `inside` in a transaction
+    of `app` left open, then plain records `after`: the open transaction's producer."""
+    plain = ck.Producer({"bootstrap.servers": d.bootstrap})
+
+    def send(records: list[tuple[bytes, int | None]]) -> None:
+        for value, ts in records:
+            plain.produce(topic, value, **({} if ts is None else {"timestamp": ts}))
+        plain.flush(10)
+
+    send(before)
+    p = producer(d, app)
+    p.begin_transaction()
+    p.produce(topic, inside, **({} if inside_timestamp is None else {"timestamp": inside_timestamp}))
+    p.flush(10)
+    send(after)
+    return p
+
+
 def test_an_open_transaction_holds_read_committed_consumers_at_its_first_offset(
         daemon: Daemon) -> None:
     create(daemon, "held", 1)
-    plain = ck.Producer({"bootstrap.servers": daemon.bootstrap})
-    for i in range(3):
-        plain.produce("held", b"before-%d" % i)
-    plain.flush(10)
-    p = producer(daemon, "held-app")
-    p.begin_transaction()
-    p.produce("held", b"in-txn")
-    p.flush(10)
-    for i in range(3):
-        plain.produce("held", b"after-%d" % i)
-    plain.flush(10)
+    p = open_transaction_among(daemon, "held", "held-app",
+                               [(b"before-%d" % i, None) for i in range(3)], b"in-txn",
+                               [(b"after-%d" % i, None) for i in range(3)])
     # The last stable offset is the open transaction's first offset (3); the high
     # watermark is past everything (7).
     assert (latest(daemon, "held", True), latest(daemon, "held", False)) == (3, 7)
@@ -214,15 +228,8 @@ def test_a_read_committed_time_lookup_finds_only_offsets_below_the_last_stable_o
     inside a transaction still open; once it commits, its offsets."""
     create(daemon, "timed", 1)
     now = int(time.time() * 1000)
-    plain = ck.Producer({"bootstrap.servers": daemon.bootstrap})
-    plain.produce("timed", b"before", timestamp=now - 10_000)
-    plain.flush(10)
-    p = producer(daemon, "timed-app")
-    p.begin_transaction()
-    p.produce("timed", b"in-txn", timestamp=now - 5_000)
-    p.flush(10)
-    plain.produce("timed", b"after", timestamp=now)
-    plain.flush(10)
+    p = open_transaction_among(daemon, "timed", "timed-app", [(b"before", now - 10_000)],
+                               b"in-txn", [(b"after", now)], inside_timestamp=now - 5_000)
     assert [latest(daemon, "timed", True, ts) for ts in (now - 10_000, now - 5_000, -3)] == [
         0, -1, -1]
     assert [latest(daemon, "timed", False, ts) for ts in (now - 10_000, now - 5_000, -3)] == [
@@ -237,16 +244,8 @@ def test_the_last_stable_offset_never_lags_the_log_start(daemon: Daemon) -> None
     stable offset is then the log start, never an offset below it, so read_committed
     consumers start there and read on once the transaction is decided."""
     create(daemon, "cut", 1)
-    plain = ck.Producer({"bootstrap.servers": daemon.bootstrap})
-    plain.produce("cut", b"before")
-    plain.flush(10)
-    p = producer(daemon, "cut-app")
-    p.begin_transaction()
-    p.produce("cut", b"in-txn")
-    p.flush(10)
-    for i in range(4):
-        plain.produce("cut", b"after-%d" % i)
-    plain.flush(10)
+    p = open_transaction_among(daemon, "cut", "cut-app", [(b"before", None)], b"in-txn",
+                               [(b"after-%d" % i, None) for i in range(4)])
     admin = AdminClient({"bootstrap.servers": daemon.bootstrap})
     [done] = admin.delete_records([ck.TopicPartition("cut", 0, 4)]).values()
     assert done.result(30).low_watermark == 4

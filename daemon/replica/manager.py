@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NamedTuple
@@ -813,7 +812,7 @@ def _legacy_list_offsets(items: list[tuple[Partition, tuple[int, int], Log | Non
                 continue
             assert lg is not None
             start = lg.log_start_offset
-            points = [(max(seg.base_offset, start), os.stat(seg.log_path).st_mtime_ns // 1_000_000)
+            points = [(max(seg.base_offset, start), seg.last_modified_ms())
                       for seg in lg.segments]
             if lg.active_segment.size > 0:
                 points.append((lg.log_end_offset, int(time.time() * 1000)))
