@@ -718,8 +718,10 @@ def test_bad_group_requests_get_kafkas_errors_and_change_nothing(tmp_path: Path)
                     T.OffsetCommitRequestPartition(partition_index=0, committed_offset=5,
                                                    committed_leader_epoch=-1,
                                                    committed_metadata="")])])
+            # A generation for a group that is not there: a member of a group gone
+            # since (Kafka's handleCommitOffsets), and nothing is written.
             resp = c.request(commit, 8)
-            assert resp.topics[0].partitions[0].error_code == errors.UNKNOWN_MEMBER_ID
+            assert resp.topics[0].partitions[0].error_code == errors.ILLEGAL_GENERATION
             big = OffsetCommitRequest[8](
                 group_id="g", generation_id_or_member_epoch=-1, member_id="",
                 group_instance_id=None, topics=[T(name="t", partitions=[

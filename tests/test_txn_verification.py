@@ -237,7 +237,9 @@ def test_a_batch_its_transaction_does_not_hold_never_hangs_the_partition(
 def test_transactional_offsets_need_their_partition_added(tmp_path: Path) -> None:
     """A TxnOffsetCommit before its AddOffsetsToTxn is refused (INVALID_TXN_STATE) and
     writes nothing; after it, the offsets are pending until the commit, then the
-    group's."""
+    group's. A v3 commit with generation -1 is from outside any membership, whatever
+    member id it carries (Kafka's validateOffsetCommit): the group has no members, so
+    it is written; with a generation it must name a member (UNKNOWN_MEMBER_ID)."""
     with running(tmp_path, SETTINGS, dirs=1) as d:
         admin = AdminClient({"bootstrap.servers": d.bootstrap})
         admin.create_topics([NewTopic("in", 1, 1)])["in"].result(30)
@@ -256,11 +258,24 @@ def test_transactional_offsets_need_their_partition_added(tmp_path: Path) -> Non
                         committed_metadata="")])]), 1)
             return r.topics[0].partitions[0].error_code
 
+        def commit_as_member(offset: int, generation: int, member_id: str) -> int:
+            V3 = TxnOffsetCommitRequest[3].TxnOffsetCommitRequestTopic
+            r = txn.c.request(TxnOffsetCommitRequest[3](
+                transactional_id="offsets", group_id="g", producer_id=txn.pid,
+                producer_epoch=txn.epoch, generation_id=generation, member_id=member_id,
+                group_instance_id=None, topics=[V3(name="in", partitions=[
+                    V3.TxnOffsetCommitRequestPartition(
+                        partition_index=0, committed_offset=offset,
+                        committed_leader_epoch=-1, committed_metadata="")])]), 3)
+            return r.topics[0].partitions[0].error_code
+
         try:
             assert commit_offset(7) == errors.INVALID_TXN_STATE
             assert txn.c.request(AddOffsetsToTxnRequest(
                 transactional_id="offsets", producer_id=txn.pid, producer_epoch=txn.epoch,
                 group_id="g"), 1).error_code == 0
+            assert commit_as_member(8, 2, "left-long-ago") == errors.UNKNOWN_MEMBER_ID
+            assert commit_as_member(8, -1, "left-long-ago") == 0
             assert commit_offset(9) == 0
             assert txn.end(commit=True) == 0
         finally:

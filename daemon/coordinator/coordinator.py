@@ -683,14 +683,12 @@ class GroupCoordinator(CoordinatedPartitions):
         if not group_id:
             return errors.INVALID_GROUP_ID, {}
         g = self.groups.get(group_id)
-        if generation < 0 and not member_id and instance_id is None:
-            if g is not None and not g.is_empty:
-                return errors.UNKNOWN_MEMBER_ID, {}  # Kafka's: only members commit then
-        else:
-            code = _check_member(g, generation, member_id, instance_id)
-            if code:
-                return code, {}
-            assert g is not None
+        if g is None and generation >= 0:
+            return errors.ILLEGAL_GENERATION, {}  # a member of a group gone since
+        code = _validate_offset_commit(g, generation, member_id, instance_id, txn=False)
+        if code:
+            return code, {}
+        if g is not None and member_id in g.members:
             if g.is_(GroupState.COMPLETING_REBALANCE):
                 return errors.REBALANCE_IN_PROGRESS, {}
             m = g.members[member_id]
@@ -727,10 +725,10 @@ class GroupCoordinator(CoordinatedPartitions):
             return code, {}
         if not group_id:
             return errors.INVALID_GROUP_ID, {}
-        if member_id:
-            code = _check_member(self.groups.get(group_id), generation, member_id, instance_id)
-            if code:
-                return code, {}
+        code = _validate_offset_commit(self.groups.get(group_id), generation, member_id,
+                                       instance_id, txn=True)
+        if code:
+            return code, {}
         out, written = self._to_write(commits, -1)
         if not written:
             return errors.NONE, out
@@ -997,6 +995,27 @@ class GroupCoordinator(CoordinatedPartitions):
             log.info("group %s: committed offsets of %s deleted", group_id,
                      ", ".join(str(tp) for tp in gone))
         return errors.NONE, {tp: refused.get(tp, errors.NONE) for tp in tps}
+
+
+def _validate_offset_commit(g: Group | None, generation: int, member_id: str,
+                            instance_id: str | None, *, txn: bool) -> int:
+    """Who may commit offsets to group `g` (None: no such group yet), Kafka's
+    validateOffsetCommit: generation -1 commits from outside any membership (admin
+    tools, "simple" consumers, a transactional producer's sendOffsetsToTransaction
+    without group metadata) while the group has no members, whatever member id they
+    carry; a generation, member id or instance id otherwise names a current member;
+    and a plain commit without one is refused while the group has members (a
+    transactional one is not: older TxnOffsetCommit versions carry no member)."""
+    if g is not None and g.is_(GroupState.DEAD):
+        return errors.COORDINATOR_NOT_AVAILABLE
+    empty = g is None or g.is_(GroupState.EMPTY)
+    if generation < 0 and empty:
+        return errors.NONE
+    if generation >= 0 or member_id or instance_id is not None:
+        return _check_member(g, generation, member_id, instance_id)
+    if not txn and not empty:
+        return errors.UNKNOWN_MEMBER_ID
+    return errors.NONE
 
 
 def _check_member(g: Group | None, generation: int, member_id: str,
