@@ -79,8 +79,8 @@ def test_recorded_values_appear_in_the_exposition() -> None:
              if k[0] == "logkeeper_log_dir_state"}
     assert state == {("/d/a", "online"): 1, ("/d/a", "saturated"): 0, ("/d/a", "offline"): 0,
                      ("/d/b", "online"): 0, ("/d/b", "saturated"): 0, ("/d/b", "offline"): 1}
-    assert got[("kafka_log_logmanager_logdirectoryoffline", (("log_dir", "/d/b"),))] == 1
-    assert got[("kafka_log_logmanager_logdirectoryoffline", (("log_dir", "/d/a"),))] == 0
+    assert got[("kafka_log_logmanager_logdirectoryoffline", (("logDirectory", "/d/b"),))] == 1
+    assert got[("kafka_log_logmanager_logdirectoryoffline", (("logDirectory", "/d/a"),))] == 0
     assert got[("kafka_log_logmanager_offlinelogdirectorycount", ())] == 1
     assert got[("kafka_server_replicamanager_offlinereplicacount", ())] == 4
     assert got[("logkeeper_saturated_log_dir_count", ())] == 0

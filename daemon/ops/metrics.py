@@ -380,9 +380,9 @@ class Metrics:
                                "Size of the filesystem of a log dir", ["log_dir"], registry=r)
         self.dir_partitions = Gauge("kafka_log_logdir_partition_count",
                                     "Partitions in a log dir", ["log_dir"], registry=r)
-        self.dir_online = Gauge("kafka_log_logmanager_logdirectoryoffline",
-                                "1 when the log dir is offline (Kafka's LogDirectoryOffline)",
-                                ["log_dir"], registry=r)
+        self.dir_offline = Gauge("kafka_log_logmanager_logdirectoryoffline",
+                                 "1 when the log dir is offline (Kafka's LogDirectoryOffline)",
+                                 ["logDirectory"], registry=r)  # Kafka's tag, as the JMX exporter names it
         self.recovered = Counter("logkeeper_log_recovered_bytes_truncated",
                                  "Bytes cut by recovery at start-up", ["log_dir"], registry=r)
         self.offline_dirs = Gauge("kafka_log_logmanager_offlinelogdirectorycount",
@@ -441,7 +441,7 @@ class Metrics:
         state = state.lower()
         for known in dict.fromkeys((*LOG_DIR_STATES, state)):
             self.dir_state.labels(path, known).set(1 if known == state else 0)
-        self.dir_online.labels(path).set(1 if state == "offline" else 0)
+        self.dir_offline.labels(path).set(1 if state == "offline" else 0)
         if state == "offline":
             # Its size and space are not known any more: no series rather than the last
             # values read while it served (it comes back with the next reading).
