@@ -195,6 +195,75 @@ def _decompress(codec: Codec, data: bytes | memoryview) -> bytes:
     raise UnsupportedCodecError(f"unknown codec id {int(codec)}")
 
 
+# Kafka's LZ4 frames in magic 0 messages carry the header checksum its first (0.8)
+# writer computed over the frame's magic number too (KAFKA-3160); Kafka still writes
+# them so for magic 0 and skips the check when reading magic 0 (Lz4BlockOutputStream's
+# useBrokenFlagDescriptorChecksum, Lz4BlockInputStream's ignoreFlagDescriptorChecksum).
+_LZ4_FRAME_MAGIC = b"\x04\x22\x4d\x18"
+_LZ4_CONTENT_SIZE_FLAG = 0x08
+_XXH32_PRIMES = (0x9E3779B1, 0x85EBCA77, 0xC2B2AE3D, 0x27D4EB2F, 0x165667B1)
+_U32 = 0xFFFFFFFF
+
+
+def _xxh32_short(data: bytes) -> int:
+    """XXH32 (seed 0) of fewer than 16 bytes: an LZ4 frame descriptor's checksum."""
+    p1, p2, p3, p4, p5 = _XXH32_PRIMES
+
+    def rotl(x: int, r: int) -> int:
+        return ((x << r) | (x >> (32 - r))) & _U32
+
+    assert len(data) < 16
+    h = (p5 + len(data)) & _U32
+    at = 0
+    while at + 4 <= len(data):
+        h = rotl((h + int.from_bytes(data[at:at + 4], "little") * p3) & _U32, 17) * p4 & _U32
+        at += 4
+    for b in data[at:]:
+        h = rotl((h + b * p5) & _U32, 11) * p1 & _U32
+    h ^= h >> 15
+    h = h * p2 & _U32
+    h ^= h >> 13
+    h = h * p3 & _U32
+    return h ^ (h >> 16)
+
+
+def _lz4_header_checksum(frame: bytes | bytearray, *, kafka_0_8: bool) -> tuple[int, int]:
+    """(where the LZ4 frame's header checksum byte is, its value: over the descriptor, or
+    with `kafka_0_8` over the magic number and descriptor, as magic 0 messages hold it);
+    CorruptRecordError when `frame` does not start an LZ4 frame."""
+    if len(frame) < 7 or frame[:4] != _LZ4_FRAME_MAGIC:
+        raise CorruptRecordError("LZ4 payload does not start an LZ4 frame")
+    at = 6 + (8 if frame[4] & _LZ4_CONTENT_SIZE_FLAG else 0)
+    if at >= len(frame):
+        raise CorruptRecordError("LZ4 payload ends in its frame descriptor")
+    return at, (_xxh32_short(bytes(frame[0 if kafka_0_8 else 4:at])) >> 8) & 0xFF
+
+
+def _legacy_compress(magic: int, codec: Codec, data: bytes) -> bytes:
+    """A compressed magic 0/1 wrapper's value as Kafka's MemoryRecordsBuilder writes it:
+    LZ4 frames without the content size, their header checksum Kafka 0.8's under magic 0."""
+    if codec is not Codec.LZ4:
+        return _compress(codec, data)
+    try:
+        import lz4.frame
+    except ImportError as err:
+        raise UnsupportedCodecError(f"codec LZ4 needs {err.name}, not installed") from err
+    frame = bytearray(lz4.frame.compress(data, block_linked=False, store_size=False))
+    if magic == 0:
+        at, frame[at] = _lz4_header_checksum(frame, kafka_0_8=True)
+    return bytes(frame)
+
+
+def _legacy_decompress(magic: int, codec: Codec, data: bytes | memoryview) -> bytes:
+    """A compressed magic 0/1 wrapper's value, decompressed; a magic 0 LZ4 frame's
+    header checksum is not checked (any old writer's is taken, as Kafka does)."""
+    if codec is Codec.LZ4 and magic == 0:
+        frame = bytearray(data)
+        at, frame[at] = _lz4_header_checksum(frame, kafka_0_8=False)
+        data = frame
+    return _decompress(codec, data)
+
+
 def compress(codec: Codec, data: bytes) -> bytes:
     """A records area compressed with `codec` as producers write it (the log cleaner's
     rewrite of a compressed batch); UnsupportedCodecError without the codec's library."""
@@ -478,7 +547,7 @@ class LegacyMessage:
         codec's library."""
         if not self.codec:
             return [self]
-        raw = _decompress(Codec(self.codec), self.value or b"")
+        raw = _legacy_decompress(self.magic, Codec(self.codec), self.value or b"")
         inner = list(iter_batches(raw, base_position=self.position, verify_crc=False))
         if not all(isinstance(m, LegacyMessage) for m in inner):
             raise CorruptRecordError(f"legacy wrapper at {self.position} holds a record batch",
@@ -566,7 +635,7 @@ def legacy_wrapper(wrapper: LegacyMessage, inner: list[LegacyMessage]) -> bytear
         stamp = _stamp(wrapper.timestamp)
     out = bytearray()
     _legacy_message(out, magic, inner[-1].offset, wrapper.attributes, stamp, None,
-                    compress(Codec(wrapper.codec), bytes(body)))
+                    _legacy_compress(magic, Codec(wrapper.codec), bytes(body)))
     return out
 
 

@@ -26,7 +26,9 @@ from kafka.record.legacy_records import LegacyRecordBatchBuilder
 import native
 from daemon.replica import producer
 from logstore import CorruptRecordError, Log, LogConfig, records
-from tests.daemon_helpers import Daemon
+from logstore.records import LegacyMessage
+from tests.daemon_helpers import Daemon, RawClient
+from tests.test_daemon_fetch import fetch
 
 # (magic, codec, records) per message set entry: uncompressed ones, a gzip wrapper of 3
 # (magic 0), a snappy wrapper of 4 (magic 1). 11 records, offsets 0-10.
@@ -488,3 +490,60 @@ def test_old_clients_produce_and_consume_through_produce_v0_2_and_fetch_v0_3(
         new = poll_records(c, len(expected))
         c.close()
         assert new == expected
+
+
+OLD_RDKAFKA = {"api.version.request": False}  # librdkafka told the broker's version instead
+
+
+def old_fetch(d: Daemon, topic: str, offset: int, version: int) -> tuple[int, list[LegacyMessage]]:
+    """(error code, the messages) of a raw Fetch `version` (0-3) of `topic`-0 at `offset`."""
+    c = RawClient(d.port)
+    try:
+        part = fetch(c, topic, 0, offset, version=version)
+    finally:
+        c.close()
+    got = list(records.iter_batches(part.records)) if part.records else []
+    assert all(isinstance(m, LegacyMessage) for m in got)
+    return part.error_code, got  # type: ignore[return-value]
+
+
+def test_old_clients_write_and_read_lz4_in_magic_0_messages(tmp_path: Path) -> None:
+    """Kafka's LZ4 frames in magic 0 messages carry the frame header checksum Kafka 0.8
+    got wrong (over the frame's magic number too), and librdkafka told the broker is 0.9
+    (broker.version.fallback) and kafka-python at api_version 0.9 write them so. Kafka
+    skips that checksum for magic 0; logkeeper refused each such Produce with
+    CORRUPT_MESSAGE, which librdkafka retries until message.timeout.ms: the producer hung
+    and its records were never written."""
+    with Daemon(tmp_path / "broker") as d:
+        admin = ck_admin.AdminClient({"bootstrap.servers": d.bootstrap})
+        admin.create_topics([ck_admin.NewTopic("lz4-v0", 1, 1)])["lz4-v0"].result(30)
+        rk = ck.Producer({"bootstrap.servers": d.bootstrap, **OLD_RDKAFKA,
+                          "broker.version.fallback": "0.9.0", "compression.codec": "lz4",
+                          "linger.ms": 50, "message.timeout.ms": 20000})
+        failed: list[object] = []
+        for i in range(4):
+            rk.produce("lz4-v0", key=b"rk%d" % i, value=b"librdkafka-%d-" % i + b"x" * 300,
+                       partition=0, on_delivery=lambda err, _m: failed.append(err) if err else 0)
+        assert rk.flush(30) == 0 and not failed
+        kp = KafkaProducer(bootstrap_servers=d.bootstrap, api_version=(0, 9),
+                           compression_type="lz4", linger_ms=50)
+        sent = [kp.send("lz4-v0", key=b"kp%d" % i, value=b"kafka-python-%d-" % i + b"y" * 300,
+                        partition=0) for i in range(4)]
+        assert [f.get(30).offset for f in sent] == [4, 5, 6, 7]
+        kp.close()
+        expected = [(i, b"rk%d" % i, b"librdkafka-%d-" % i + b"x" * 300) for i in range(4)] + [
+            (4 + i, b"kp%d" % i, b"kafka-python-%d-" % i + b"y" * 300) for i in range(4)]
+
+        old = KafkaConsumer(bootstrap_servers=d.bootstrap, api_version=(0, 9),
+                            consumer_timeout_ms=5000)
+        tp = TopicPartition("lz4-v0", 0)
+        old.assign([tp])
+        old.seek(tp, 0)
+        assert [(m.offset, m.key, m.value) for m in old] == expected
+        old.close()
+        c = ck.Consumer({"bootstrap.servers": d.bootstrap, "group.id": "lz4-v0",
+                         "enable.auto.commit": False})
+        c.assign([ck.TopicPartition("lz4-v0", 0, 0)])
+        assert poll_records(c, len(expected)) == expected
+        c.close()
+
