@@ -661,33 +661,69 @@ def _legacy_message(out: bytearray, magic: int, offset: int, attributes: int,
 
 
 def batches_to_legacy(buf: bytes | memoryview, magic: int, first_offset: int) -> bytes:
-    """Read log bytes as magic `magic` (0 or 1) messages, uncompressed, for a Fetch v0-3 (Kafka's
-    RecordsUtil.downConvert): control batches and records before `first_offset` left
-    out, every other record with its offset, key, value and (magic 1) timestamp and
-    timestamp type; headers go, the old formats have none. A torn last batch (a read cut
-    at its size limit) ends the answer, as the client would drop it."""
+    """Read log bytes as magic `magic` (0 or 1) messages for a Fetch v0-3, as Kafka's
+    RecordsUtil.downConvert does: a legacy message of `magic` or older goes as it is
+    stored; any other is rebuilt in `magic`, keys, values and (magic 1) timestamps and
+    timestamp type kept, headers dropped (the old formats have none). A compressed batch
+    becomes one wrapper in its codec holding all its records (the client steps over those
+    before its fetch offset; inner offsets relative to the first under magic 1, absolute
+    under magic 0, the wrapper's the last one's); an uncompressed one a message per record
+    from `first_offset`. Control batches are left out. A torn last batch (a read cut at
+    its size limit) ends the answer, as the client would drop it."""
     out = bytearray()
     try:
         for b in iter_batches(buf, verify_crc=False):
             if isinstance(b, LegacyMessage):
-                for m in b.messages():
-                    if m.offset >= first_offset:
-                        stamp = m.timestamp if m.timestamp is not None else NO_TIMESTAMP
-                        _legacy_message(out, magic, m.offset, m.attributes & ATTR_LOG_APPEND_TIME,
-                                        stamp, m.key, m.value)
+                if b.magic <= magic:
+                    out += memoryview(buf)[b.position:b.position + b.size]
+                    continue
+                stamped = bool(b.attributes & ATTR_LOG_APPEND_TIME)
+                kept = [(m.offset, _stamp(m.timestamp), m.key, m.value) for m in b.messages()]
+                _legacy_converted(out, magic, Codec(b.codec), stamped, _stamp(b.timestamp),
+                                  kept, first_offset)
                 continue
-            if b.is_control or b.last_offset < first_offset:
+            if b.is_control:
                 continue
-            attributes = ATTR_LOG_APPEND_TIME if b.log_append_time else 0
+            if not b.codec and b.last_offset < first_offset:
+                continue
+            kept = []
             for r in b.records():
                 assert r.offset is not None and r.timestamp is not None
-                if r.offset >= first_offset:
-                    _legacy_message(out, magic, r.offset, attributes if magic else 0,
-                                    r.timestamp, r.key, r.value)
+                kept.append((r.offset, r.timestamp, r.key, r.value))
+            _legacy_converted(out, magic, Codec(b.codec), b.log_append_time, b.max_timestamp,
+                              kept, first_offset)
     except CorruptRecordError as err:
         if err.reason != "torn":
             raise
     return bytes(out)
+
+
+def _legacy_converted(out: bytearray, magic: int, codec: Codec, log_append_time: bool,
+                      max_timestamp: int,
+                      records: list[tuple[int, int, bytes | None, bytes | None]],
+                      first_offset: int) -> None:
+    """Append a batch's `records` (offset, timestamp, key, value) to `out` as magic
+    `magic` messages, as Kafka's MemoryRecordsBuilder writes them (batches_to_legacy):
+    uncompressed, one message per record from `first_offset`; compressed, one wrapper in
+    `codec` of them all. Under LogAppendTime (magic 1) each carries the batch's time."""
+    attributes = ATTR_LOG_APPEND_TIME if log_append_time and magic else 0
+    if log_append_time:
+        records = [(o, max_timestamp, k, v) for o, _, k, v in records]
+    if not codec:
+        for offset, timestamp, key, value in records:
+            if offset >= first_offset:
+                _legacy_message(out, magic, offset, attributes, timestamp, key, value)
+        return
+    if not records:
+        return
+    first = records[0][0]
+    body = bytearray()
+    for offset, timestamp, key, value in records:
+        _legacy_message(body, magic, offset - first if magic else offset, attributes,
+                        timestamp, key, value)
+    stamp = max_timestamp if log_append_time else max(t for _, t, _, _ in records)
+    _legacy_message(out, magic, records[-1][0], attributes | codec, stamp, None,
+                    _legacy_compress(magic, codec, bytes(body)))
 
 
 def batch_attributes(buf: bytes | memoryview) -> int | None:

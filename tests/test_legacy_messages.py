@@ -20,6 +20,7 @@ from pathlib import Path
 import confluent_kafka as ck
 import confluent_kafka.admin as ck_admin
 import pytest
+import xxhash
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
@@ -545,5 +546,73 @@ def test_old_clients_write_and_read_lz4_in_magic_0_messages(tmp_path: Path) -> N
                          "enable.auto.commit": False})
         c.assign([ck.TopicPartition("lz4-v0", 0, 0)])
         assert poll_records(c, len(expected)) == expected
+        c.close()
+
+
+@pytest.mark.parametrize("version, codec, timestamp_type", [
+    (1, "gzip", "CreateTime"), (1, "lz4", "CreateTime"), (3, "snappy", "CreateTime"),
+    (3, "lz4", "LogAppendTime")])
+def test_fetch_v0_3_sends_a_compressed_batch_as_a_wrapper_in_its_codec(
+        tmp_path: Path, version: int, codec: str, timestamp_type: str) -> None:
+    """Kafka's down-conversion (RecordsUtil.downConvert) writes a compressed batch as one
+    compressed magic 0/1 wrapper in the batch's codec, all its records inside (the client
+    steps over those before its fetch offset): inner offsets absolute under magic 0,
+    relative to the first under magic 1, the wrapper's the last record's, its timestamp the
+    largest (LogAppendTime: the broker's, on every message), a magic 0 LZ4 frame with Kafka
+    0.8's header checksum. logkeeper sent every record as an uncompressed message, so old
+    consumers fetched several times the bytes. Old clients read from the middle of it."""
+    magic = 1 if version >= 2 else 0
+    with Daemon(tmp_path / "broker") as d:
+        admin = ck_admin.AdminClient({"bootstrap.servers": d.bootstrap})
+        admin.create_topics([ck_admin.NewTopic("wrapped", 1, 1, config={
+            "message.timestamp.type": timestamp_type})])["wrapped"].result(30)
+        p = ck.Producer({"bootstrap.servers": d.bootstrap, "compression.codec": codec,
+                         "linger.ms": 100})
+        ts0 = int(time.time() * 1000) - 5000
+        p.produce("wrapped", value=b"first", partition=0, timestamp=ts0 - 1)
+        assert p.flush(30) == 0
+        for i in range(1, 6):  # one batch, offsets 1-5
+            p.produce("wrapped", key=b"k%d" % i, value=b"value-%d-" % i + b"z" * 200,
+                      partition=0, timestamp=ts0 + i, headers=[("h", b"dropped")])
+        assert p.flush(30) == 0
+        expected = [(i, b"k%d" % i, b"value-%d-" % i + b"z" * 200) for i in range(1, 6)]
+
+        error, got = old_fetch(d, "wrapped", 3, version)
+        assert error == 0 and len(got) == 1
+        wrapper = got[0]
+        assert (wrapper.magic, wrapper.codec, wrapper.offset) == (
+            magic, records.CODEC_OF[codec], 5)
+        payload = bytearray(wrapper.value or b"")
+        if codec == "lz4" and magic == 0:  # Kafka 0.8's checksum, over the magic number too
+            assert payload[6] == (xxhash.xxh32(bytes(payload[:6])).intdigest() >> 8) & 0xFF
+            payload[6] = (xxhash.xxh32(bytes(payload[4:6])).intdigest() >> 8) & 0xFF
+        inner = list(records.iter_batches(
+            records.decompress(records.Codec(wrapper.codec), payload), verify_crc=False))
+        # relative to the first under magic 1, absolute under magic 0
+        assert [m.offset for m in inner] == ([0, 1, 2, 3, 4] if magic else [1, 2, 3, 4, 5])
+        assert [(m.offset, m.key, m.value) for m in wrapper.messages()] == expected
+        if magic == 1:
+            appended = timestamp_type == "LogAppendTime"
+            assert bool(wrapper.attributes & records.ATTR_LOG_APPEND_TIME) == appended
+            stamps = {m.timestamp for m in wrapper.messages()}
+            if appended:
+                assert stamps == {wrapper.timestamp} and wrapper.timestamp > ts0 + 5
+                assert all(m.attributes & records.ATTR_LOG_APPEND_TIME for m in inner)
+            else:
+                assert stamps == {ts0 + i for i in range(1, 6)}
+                assert wrapper.timestamp == ts0 + 5
+
+        old = KafkaConsumer(bootstrap_servers=d.bootstrap, consumer_timeout_ms=5000,
+                            api_version=(0, 9) if version < 2 else (0, 10, 1))
+        tp = TopicPartition("wrapped", 0)
+        old.assign([tp])
+        old.seek(tp, 3)
+        assert [(m.offset, m.key, m.value) for m in old] == expected[2:]
+        old.close()
+        c = ck.Consumer({"bootstrap.servers": d.bootstrap, **OLD_RDKAFKA,
+                         "broker.version.fallback": "0.9.0" if version < 2 else "0.10.0",
+                         "group.id": "wrapped", "enable.auto.commit": False})
+        c.assign([ck.TopicPartition("wrapped", 0, 4)])
+        assert poll_records(c, 2) == expected[3:]
         c.close()
 
