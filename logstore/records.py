@@ -668,8 +668,10 @@ def batches_to_legacy(buf: bytes | memoryview, magic: int, first_offset: int) ->
     becomes one wrapper in its codec holding all its records (the client steps over those
     before its fetch offset; inner offsets relative to the first under magic 1, absolute
     under magic 0, the wrapper's the last one's); an uncompressed one a message per record
-    from `first_offset`. Control batches are left out. A torn last batch (a read cut at
-    its size limit) ends the answer, as the client would drop it."""
+    from `first_offset`. Control batches are left out. The old formats have no zstd: a
+    zstd batch ends the answer, and one before any record raises UnsupportedCodecError
+    (Kafka's UNSUPPORTED_COMPRESSION_TYPE). A torn last batch (a read cut at its size
+    limit) ends the answer, as the client would drop it."""
     out = bytearray()
     try:
         for b in iter_batches(buf, verify_crc=False):
@@ -684,6 +686,12 @@ def batches_to_legacy(buf: bytes | memoryview, magic: int, first_offset: int) ->
                 continue
             if b.is_control:
                 continue
+            if b.codec == Codec.ZSTD:
+                if not out:
+                    raise UnsupportedCodecError(
+                        f"batch at offset {b.base_offset}: down-conversion of zstd-compressed "
+                        f"batches to magic {magic} is not supported")
+                break
             if not b.codec and b.last_offset < first_offset:
                 continue
             kept = []

@@ -19,12 +19,14 @@ from pathlib import Path
 
 import confluent_kafka as ck
 import confluent_kafka.admin as ck_admin
+import kafka.errors
 import pytest
 import xxhash
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
 import native
+from daemon.api import errors
 from daemon.replica import producer
 from logstore import CorruptRecordError, Log, LogConfig, records
 from logstore.records import LegacyMessage
@@ -616,3 +618,43 @@ def test_fetch_v0_3_sends_a_compressed_batch_as_a_wrapper_in_its_codec(
         assert poll_records(c, 2) == expected[3:]
         c.close()
 
+
+def test_old_fetch_versions_read_up_to_a_zstd_batch_and_are_refused_it(tmp_path: Path) -> None:
+    """The old formats have no zstd: Kafka's down-conversion sends an old consumer the
+    records before a zstd batch a new producer wrote, and answers its fetch at that batch
+    UNSUPPORTED_COMPRESSION_TYPE (76, RecordsUtil.downConvert's refusal), so the consumer
+    fails instead of reading what its own codecs could never have read. logkeeper
+    decompressed the zstd batch and served its records. New clients read them all."""
+    with Daemon(tmp_path / "broker") as d:
+        admin = ck_admin.AdminClient({"bootstrap.servers": d.bootstrap})
+        admin.create_topics([ck_admin.NewTopic("mixed", 1, 1)])["mixed"].result(30)
+        for codec in ("none", "zstd", "none"):  # batches at offsets 0-2, 3-5, 6-8
+            p = ck.Producer({"bootstrap.servers": d.bootstrap, "compression.codec": codec,
+                             "linger.ms": 50})
+            for _ in range(3):
+                p.produce("mixed", value=b"%s-" % codec.encode() + b"v" * 100, partition=0)
+            assert p.flush(30) == 0
+        for version in range(4):
+            error, got = old_fetch(d, "mixed", 0, version)
+            assert error == 0
+            assert [m.offset for m in got] == [0, 1, 2]
+            error, got = old_fetch(d, "mixed", 4, version)
+            assert (error, got) == (errors.UNSUPPORTED_COMPRESSION_TYPE, [])
+
+        old = KafkaConsumer(bootstrap_servers=d.bootstrap, api_version=(0, 10, 1))
+        tp = TopicPartition("mixed", 0)
+        old.assign([tp])
+        old.seek(tp, 0)
+        seen: list[int] = []
+        deadline = time.monotonic() + 30
+        with pytest.raises(kafka.errors.UnsupportedCompressionTypeError):
+            while time.monotonic() < deadline:
+                for batch in old.poll(500).values():
+                    seen += [m.offset for m in batch]
+        old.close()
+        assert seen == [0, 1, 2]
+        c = ck.Consumer({"bootstrap.servers": d.bootstrap, "group.id": "mixed",
+                         "enable.auto.commit": False})
+        c.assign([ck.TopicPartition("mixed", 0, 0)])
+        assert [o for o, _, _ in poll_records(c, 9)] == list(range(9))
+        c.close()

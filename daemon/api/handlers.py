@@ -634,10 +634,17 @@ class Handlers:
                 records = b""
             sent += len(records)
             if records and req.version < 4 and replica_id < 0:
-                # An old consumer reads magic 0/1 messages (Kafka's down-conversion).
+                # An old consumer reads magic 0/1 messages (Kafka's down-conversion); the
+                # first batch in zstd, which they cannot hold, answers an error instead.
                 raw = records.to_bytes() if isinstance(records, SplicedRecords) else records
                 r.release()
-                records = batches_to_legacy(raw, 1 if req.version >= 2 else 0, fetch_offset)
+                try:
+                    records = batches_to_legacy(raw, 1 if req.version >= 2 else 0,
+                                                fetch_offset)
+                except UnsupportedCodecError:
+                    out.setdefault(topic, []).append(
+                        FetchPartition(index, errors.UNSUPPORTED_COMPRESSION_TYPE))
+                    continue
             if records and replica_id >= 0:
                 self.metrics.replication_bytes_out.inc(len(records))
                 if quota is not None and p is not None and quota.is_throttled(p.tp):
