@@ -30,6 +30,7 @@ from daemon.api import errors
 from daemon.replica import producer
 from logstore import CorruptRecordError, Log, LogConfig, records
 from logstore.records import LegacyMessage
+from tests.cluster_helpers import wait_for
 from tests.daemon_helpers import Daemon, RawClient
 from tests.test_daemon_fetch import fetch
 
@@ -658,3 +659,48 @@ def test_old_fetch_versions_read_up_to_a_zstd_batch_and_are_refused_it(tmp_path:
         c.assign([ck.TopicPartition("mixed", 0, 0)])
         assert [o for o, _, _ in poll_records(c, 9)] == list(range(9))
         c.close()
+
+
+def test_message_downconversion_disabled_refuses_old_fetch_versions(tmp_path: Path) -> None:
+    """message.downconversion.enable=false (the topic's, or the broker's
+    log.message.downconversion.enable) has Kafka answer a consumer's Fetch v0-3, which
+    needs magic 0/1 messages made, UNSUPPORTED_VERSION (35) for the topic's partitions
+    (KafkaApis' maybeConvertFetchedData); Fetch v4 and later, and followers, read on.
+    logkeeper took and described the setting but down-converted anyway, so an operator
+    could not keep old consumers from costing the broker a conversion of every read."""
+    with Daemon(tmp_path / "broker") as d:
+        admin = ck_admin.AdminClient({"bootstrap.servers": d.bootstrap})
+        for f in admin.create_topics([
+                ck_admin.NewTopic("no-down", 1, 1,
+                                  config={"message.downconversion.enable": "false"}),
+                ck_admin.NewTopic("down", 1, 1)]).values():
+            f.result(30)
+        p = ck.Producer({"bootstrap.servers": d.bootstrap})
+        for topic in ("no-down", "down"):
+            p.produce(topic, key=b"k", value=b"v", partition=0)
+        assert p.flush(30) == 0
+        for version in range(4):
+            assert old_fetch(d, "no-down", 0, version) == (errors.UNSUPPORTED_VERSION, [])
+            error, got = old_fetch(d, "down", 0, version)
+            assert error == 0 and [m.value for m in got] == [b"v"]
+        old = KafkaConsumer(bootstrap_servers=d.bootstrap, api_version=(0, 10, 1))
+        old.assign([TopicPartition("no-down", 0)])
+        old.seek(TopicPartition("no-down", 0), 0)
+        deadline = time.monotonic() + 30
+        with pytest.raises(kafka.errors.UnsupportedVersionError):
+            while time.monotonic() < deadline:
+                assert not old.poll(500)
+        old.close()
+        c = ck.Consumer({"bootstrap.servers": d.bootstrap, "group.id": "no-down",
+                         "enable.auto.commit": False})
+        c.assign([ck.TopicPartition("no-down", 0, 0)])
+        assert poll_records(c, 1) == [(0, b"k", b"v")]
+        c.close()
+        # The broker's default, changed at run time, applies to topics without their own.
+        admin.incremental_alter_configs([ck_admin.ConfigResource(
+            ck_admin.ResourceType.BROKER, "1", incremental_configs=[ck_admin.ConfigEntry(
+                "log.message.downconversion.enable", "false",
+                incremental_operation=ck_admin.AlterConfigOpType.SET)])])[
+            ck_admin.ConfigResource(ck_admin.ResourceType.BROKER, "1")].result(30)
+        wait_for(lambda: old_fetch(d, "down", 0, 3) == (errors.UNSUPPORTED_VERSION, []), 30,
+                 "the broker's log.message.downconversion.enable=false to refuse Fetch v3")

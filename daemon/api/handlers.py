@@ -459,6 +459,20 @@ class Handlers:
                     self.on_offsets_marker(p.tp.partition, m.producer_id, m.commit)
         return codes
 
+    def _old_fetch_refusal(self, topic: str, version: int) -> int:
+        """The error a consumer's Fetch `version` below v10 gets for each partition of
+        `topic` it holds, unread, as Kafka's maybeConvertFetchedData answers it: one below
+        v10 cannot take zstd, so a topic the leader writes in zstd answers
+        UNSUPPORTED_COMPRESSION_TYPE; one below v4 takes magic 0/1 messages only, which
+        message.downconversion.enable=false refuses to make: UNSUPPORTED_VERSION. 0 to
+        read."""
+        if self._compression_type(topic) == "zstd":
+            return errors.UNSUPPORTED_COMPRESSION_TYPE
+        if version < 4 and self.topic_configs is not None and \
+                not self.topic_configs.values(topic)["message.downconversion.enable"]:
+            return errors.UNSUPPORTED_VERSION
+        return errors.NONE
+
     def _compression_type(self, topic: str) -> str:
         """The compression.type that applies to `topic`."""
         if self.topic_configs is not None:
@@ -551,10 +565,9 @@ class Handlers:
         fenced: dict[tuple[str, int], int] = {}  # partitions answered an error unread
         redirected: dict[tuple[str, int], FetchPartition] = {}  # sent to another replica
         items: list[ReadSpec] = []
-        # A consumer's Fetch below v10 cannot take zstd: a topic the leader writes in zstd
-        # answers UNSUPPORTED_COMPRESSION_TYPE to it, as Kafka's does.
-        zstd = {t.topic: self._compression_type(t.topic) == "zstd" for t in body.topics
-                } if req.version < 10 and replica_id < 0 else {}
+        # What an old consumer's Fetch is refused per topic (_old_fetch_refusal).
+        refused = {t.topic: self._old_fetch_refusal(t.topic, req.version) for t in body.topics
+                   } if req.version < 10 and replica_id < 0 else {}
         # Kafka's ACL checks: a follower's fetch needs ClusterAction, a consumer's Read on
         # each topic.
         replica_allowed = replica_id < 0 or conn.allowed(Operation.CLUSTER_ACTION,
@@ -571,8 +584,8 @@ class Handlers:
                     continue
                 if p is None:
                     continue
-                if zstd.get(t.topic):
-                    fenced[(t.topic, fp.partition)] = errors.UNSUPPORTED_COMPRESSION_TYPE
+                if refused.get(t.topic):
+                    fenced[(t.topic, fp.partition)] = refused[t.topic]
                     continue
                 epoch = fp.current_leader_epoch if req.version >= 9 else -1
                 code = self._epoch_fence(p, epoch)

@@ -209,9 +209,10 @@ TOPIC_CONFIGS: dict[str, TopicKey] = {k.name: k for k in (
     TopicKey("segment.index.bytes", TYPE_INT, (("log.index.size.max.bytes", 1),),
              _int_key(4, _INT_MAX), 10 * 1024 * 1024, "max_index_bytes"),
     # Kept and described with no effect, as in Kafka 3.x: the record format is always
-    # v2 there (message.format.version is ignored from inter.broker.protocol 3.0), and
-    # only Fetch below v4, which logkeeper does not serve, is ever down-converted.
+    # v2 there (message.format.version is ignored from inter.broker.protocol 3.0).
     TopicKey("message.format.version", TYPE_STRING, (), _parse_format_version, "3.0-IV1", None),
+    # false: a consumer's Fetch below v4, which needs magic 0/1 messages, is refused
+    # (daemon.api.handlers: Handlers._old_fetch_refusal).
     TopicKey("message.downconversion.enable", TYPE_BOOLEAN,
              (("log.message.downconversion.enable", 1),), _parse_bool, True, None),
     # "producer" keeps batches as their producers wrote them; a codec has the leader
