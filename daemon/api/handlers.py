@@ -649,11 +649,13 @@ class Handlers:
             if records and req.version < 4 and replica_id < 0:
                 # An old consumer reads magic 0/1 messages (Kafka's down-conversion); the
                 # first batch in zstd, which they cannot hold, answers an error instead.
+                # Converted off the event loop: a megabyte of compressed batches takes a
+                # tenth of a second or more, which every other connection would wait out.
                 raw = records.to_bytes() if isinstance(records, SplicedRecords) else records
                 r.release()
                 try:
-                    records = batches_to_legacy(raw, 1 if req.version >= 2 else 0,
-                                                fetch_offset)
+                    records = await asyncio.to_thread(
+                        batches_to_legacy, raw, 1 if req.version >= 2 else 0, fetch_offset)
                 except UnsupportedCodecError:
                     out.setdefault(topic, []).append(
                         FetchPartition(index, errors.UNSUPPORTED_COMPRESSION_TYPE))
