@@ -538,13 +538,14 @@ class LegacyMessage:
     def last_offset(self) -> int:
         return self.offset
 
-    def messages(self) -> list[LegacyMessage]:
+    def messages(self, *, verify_crc: bool = False) -> list[LegacyMessage]:
         """The messages this one stands for: itself, or a compressed wrapper's inner
         ones with their absolute offsets (magic 1 stores them relative to the wrapper's,
         which is the last one's; magic 0 stores them absolute), and under LogAppendTime
         the wrapper's timestamp, as Kafka's deep iterator gives them. CorruptRecordError
-        when the wrapper does not decompress or frame, UnsupportedCodecError without the
-        codec's library."""
+        when the wrapper does not decompress or frame, or with `verify_crc` when an inner
+        message's CRC-32 is wrong (Kafka's LogValidator checks them on a produce);
+        UnsupportedCodecError without the codec's library."""
         if not self.codec:
             return [self]
         raw = _legacy_decompress(self.magic, Codec(self.codec), self.value or b"")
@@ -552,6 +553,14 @@ class LegacyMessage:
         if not all(isinstance(m, LegacyMessage) for m in inner):
             raise CorruptRecordError(f"legacy wrapper at {self.position} holds a record batch",
                                      position=self.position, reason="magic")
+        if verify_crc:
+            at = 0
+            for m in inner:
+                if zlib.crc32(memoryview(raw)[at + _LEGACY_CRC_AT:at + m.size]) != m.crc:
+                    raise CorruptRecordError(
+                        f"legacy wrapper at {self.position}: inner message at {m.offset} "
+                        "fails its CRC-32", position=self.position, reason="crc")
+                at += m.size
         if self.magic == 1 and inner:
             last = inner[-1].offset
             stamped = self.attributes & ATTR_LOG_APPEND_TIME
@@ -604,7 +613,7 @@ def legacy_to_batch(buf: bytes | memoryview) -> bytes:
                                      position=m.position, reason="crc")
         if m.codec:
             codec = Codec(m.codec)
-        for inner in m.messages():
+        for inner in m.messages(verify_crc=True):
             stamp = inner.timestamp if inner.timestamp is not None else NO_TIMESTAMP
             recs.append(Record(inner.key, inner.value, [], stamp))
     if not recs:

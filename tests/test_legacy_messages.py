@@ -11,6 +11,7 @@ running daemon, before and after new records.
 
 from __future__ import annotations
 
+import gzip
 import os
 import random
 import struct
@@ -27,6 +28,7 @@ import xxhash
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 from kafka.protocol.metadata import MetadataRequest
+from kafka.protocol.producer import ProduceRequest
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
 import native
@@ -764,3 +766,34 @@ def test_other_clients_are_answered_while_an_old_consumers_fetch_is_down_convert
                    if isinstance(m, LegacyMessage)) == partitions * 4000
         assert max(waits) < took / 2, (
             f"a Metadata request waited {max(waits):.2f}s of the fetch's {took:.2f}s")
+
+
+def test_a_produce_v0_2_whose_compressed_messages_fail_their_crc_is_refused(
+        tmp_path: Path) -> None:
+    """Kafka's LogValidator checks the CRC-32 of each message inside an old client's
+    compressed wrapper (ensureValid) and refuses the Produce with CORRUPT_MESSAGE;
+    logkeeper checked the wrapper's only, and wrote the damaged records as they came."""
+    builder = LegacyRecordBatchBuilder(magic=1, compression_type=0, batch_size=1 << 20)
+    for i in range(3):
+        builder.append(i, timestamp=int(time.time() * 1000), key=b"k%d" % i, value=b"good%d" % i)
+    body = bytearray(builder.build())
+    body[-1] ^= 0xFF  # the last message's last value byte, under its CRC
+    value = gzip.compress(bytes(body))
+    wrapper = bytearray(struct.pack(">qiIbbqi", 2, 0, 0, 1, records.Codec.GZIP,
+                                    int(time.time() * 1000), -1))
+    wrapper += struct.pack(">i", len(value)) + value
+    struct.pack_into(">iI", wrapper, 8, len(wrapper) - 12, zlib.crc32(wrapper[16:]))
+    with Daemon(tmp_path / "broker") as d:
+        admin = ck_admin.AdminClient({"bootstrap.servers": d.bootstrap})
+        admin.create_topics([ck_admin.NewTopic("crc", 1, 1)])["crc"].result(30)
+        c = RawClient(d.port)
+        try:
+            P = ProduceRequest.TopicProduceData
+            answer = c.request(ProduceRequest(acks=-1, timeout_ms=10000, topic_data=[P(
+                name="crc", partition_data=[P.PartitionProduceData(
+                    index=0, records=bytes(wrapper))])]), 2)
+            assert answer.responses[0].partition_responses[0].error_code == \
+                errors.CORRUPT_MESSAGE
+            assert fetch(c, "crc", 0, 0).high_watermark == 0
+        finally:
+            c.close()
