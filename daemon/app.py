@@ -940,12 +940,13 @@ class Server:
                 None if self.config.standalone else self._cluster_id_from_zookeeper)
             for d in self.storage.dirs:
                 if d.logdir is not None and d.state is not DirState.OFFLINE:
-                    for tp in await self.replicas.adopt(d):
-                        log.warning("%s is in log dir %s and in %s: served from %s, the "
-                                    "copy in %s left as it is (a replica move cut short "
-                                    "between its two renames leaves two whole copies)", tp,
-                                    self.replicas.partitions[tp].dir.path, d.path,
-                                    self.replicas.partitions[tp].dir.path, d.path)
+                    for tp, left in await self.replicas.adopt(d):
+                        served = self.replicas.partitions[tp]
+                        log.warning("%s is in log dir %s and in %s: served from %s, the one "
+                                    "holding more records; the copy in %s left as it is (a "
+                                    "replica move cut short between its two renames leaves "
+                                    "two whole copies)", tp, served.dir.path, left.path,
+                                    served.dir.path, left.path)
             self.replicas.load(placement)
             await self.moves.clean_leftovers()
             self._partitions_changed()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -355,6 +356,52 @@ def test_an_interrupted_moves_copy_is_removed_at_start_up_and_a_lone_one_kept(
         unknown = cli("log-dirs", "move", "--bootstrap-server", d.bootstrap, "--broker",
                       str(BROKER), "--from", "/no/such/dir", str(src))
         assert unknown.returncode == 2 and "has no log dir /no/such/dir" in unknown.stderr
+    finally:
+        d.stop()
+
+
+def test_of_two_whole_copies_left_by_a_move_cut_short_the_one_with_more_records_is_served(
+        tmp_path: Path) -> None:
+    """A move killed between its copy's rename (the destination holds the replica, and
+    takes the appends from then on) and the removal of the old files leaves two whole
+    copies: the old one as it was at the switch, the new one with everything since.
+    Start-up serves the new one, whichever dir comes first in log.dirs: every record
+    acknowledged after the switch is still read back. (The old copy's files are put back
+    as the kill left them: the copy taken before the move.)"""
+    d = Daemon(tmp_path, dirs=2)
+    first, second = d.log_dirs
+    with d:
+        create_topic(d, "cut", 1)
+        if holding_dir(d, "cut", 0) != first:
+            moved = cli("log-dirs", "move", "--bootstrap-server", d.bootstrap, "--broker",
+                        str(BROKER), "--wait", "30", str(first), "cut-0")
+            assert moved.returncode == 0, moved.stderr
+        p = ck.Producer({"bootstrap.servers": d.bootstrap, "acks": "all"})
+        for i in range(50):
+            p.produce("cut", b"%d" % i, partition=0)
+        assert p.flush(30) == 0
+    assert holding_dir(d, "cut", 0) == first
+    old = tmp_path / "old-copy"
+    shutil.copytree(first / "cut-0", old)
+    d.start()
+    try:
+        moved = cli("log-dirs", "move", "--bootstrap-server", d.bootstrap, "--broker",
+                    str(BROKER), "--wait", "30", str(second), "cut-0")
+        assert moved.returncode == 0, moved.stderr
+        assert holding_dir(d, "cut", 0) == second
+        p = ck.Producer({"bootstrap.servers": d.bootstrap, "acks": "all"})
+        for i in range(50, 80):
+            p.produce("cut", b"%d" % i, partition=0)
+        assert p.flush(30) == 0
+    finally:
+        d.stop()
+    shutil.copytree(old, first / "cut-0")  # the old copy, as the kill left it
+    d.start()
+    try:
+        assert [v for _, v in read_back(d.bootstrap, "cut", 0)] == [
+            b"%d" % i for i in range(80)]
+        assert (f"cut-0 is in log dir {second} and in {first}: served from {second}"
+                in d.stderr())
     finally:
         d.stop()
 

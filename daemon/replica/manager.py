@@ -85,20 +85,26 @@ class ReplicaManager:
         if placement is not None:
             self._add_offline_placeholders(placement)
 
-    async def adopt(self, d: ManagedDir) -> list[TopicPartition]:
+    async def adopt(self, d: ManagedDir) -> list[tuple[TopicPartition, ManagedDir]]:
         """Take on every log of `d` (just opened or re-admitted); returns the partitions
-        that live in another dir too and were left alone (the caller decides)."""
+        that live in another dir too, each with the dir whose copy is left alone (the
+        caller says so). Of two copies the one with more records is served: a replica
+        move cut short between its copy's rename and the old files' removal leaves the
+        old copy as it was at the switch and the new one with everything since."""
         assert d.logdir is not None
         taken = await self.storage.run(d, _take_on, d.logdir.logs, self.leadership)
         clashes = []
         for tp, lg in d.logdir.logs.items():
             other = self.partitions.get(tp)
             if other is not None and other.dir is not d:
-                clashes.append(tp)
-                continue
-            hw, producers = taken[tp]
+                if other.log is None or taken[tp][2] <= other.log.log_end_offset:
+                    clashes.append((tp, d))
+                    continue
+                other.dir.partitions.discard(tp)
+                clashes.append((tp, other.dir))
+            hw, producers, _ = taken[tp]
             self.partitions[tp] = Partition(tp, lg, d, hw, producers=producers)
-        d.partitions = set(d.logdir.logs) - set(clashes)
+        d.partitions = set(d.logdir.logs) - {tp for tp, left in clashes if left is d}
         return clashes
 
     def _add_offline_placeholders(self, record: dict[str, Any]) -> None:
@@ -503,14 +509,14 @@ def _active_producers(items: list[tuple[Partition, int, Log | None]]
 
 
 def _take_on(logs: dict[TopicPartition, Any], leadership: Standalone
-             ) -> dict[TopicPartition, tuple[int, producer.PartitionProducers]]:
+             ) -> dict[TopicPartition, tuple[int, producer.PartitionProducers, int]]:
     """Set each log's high watermark as its leadership says; returns them with each
     log's producer state, from its latest snapshot and the batches after it, else from
-    its tail (daemon.replica.producer.from_log)."""
+    its tail (daemon.replica.producer.from_log), and its log end offset."""
     out = {}
     for tp, lg in logs.items():
         lg.high_watermark = leadership.high_watermark(lg)
-        out[tp] = (lg.high_watermark, producer.from_log(lg))
+        out[tp] = (lg.high_watermark, producer.from_log(lg), lg.log_end_offset)
     return out
 
 
