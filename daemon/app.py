@@ -979,6 +979,7 @@ class Server:
             self._join_cluster()
             await self._await_controller(self.config["zookeeper.session.timeout.ms"] / 1000)
         await self.monitor.start()
+        self.moves.resume_interrupted()
         self.state = "serving"
         served = ", ".join(
             f"{name} {h}:{p}" + (f" (advertised as {self.advertised[name][0]}:"

@@ -240,6 +240,66 @@ def test_moves_copy_at_the_rate_replica_alter_log_dirs_io_max_bytes_per_second_a
         assert read_back(d.bootstrap, "slow", 0) == before
 
 
+def test_a_move_cut_short_by_a_stop_or_a_kill_carries_on_after_the_restart(
+        tmp_path: Path) -> None:
+    """A move is not ended by its broker's stop nor by a kill -9, as in Kafka, which
+    resumes a future replica at start-up: a 6 MiB replica moving from A to B at 1 MiB/s
+    is stopped (SIGTERM) while its copy is under way, then killed while the copy is
+    under way again; each time the broker comes back moving it (a copy listed in B as
+    a future replica), and the move ends in B with every record, without the operator
+    asking again."""
+    from .test_cli import cli as lk
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    d = Daemon(tmp_path / "run", {"log.dirs": [str(a), str(b)],
+                                  "alter.log.dirs.replication.quota.window.num": 3})
+    d.log_dirs = [a, b]
+
+    def copy_under_way() -> bool:
+        return any(p.name.startswith("slow-0.") and p.name.endswith("-future")
+                   for p in b.iterdir())
+
+    with d:
+        assert d.admin("log-dirs/cordon", b)[0] == 200
+        create_topic(d, "slow", 1)
+        assert d.admin("log-dirs/uncordon", b)[0] == 200
+        fill(d.port, "slow", 0, 30, b"m")  # 6 MiB
+        before = read_back(d.bootstrap, "slow", 0)
+        set_ = lk("configs", "alter", "--bootstrap-server", d.bootstrap, "--broker", str(BROKER),
+                  "--add-config", f"replica.alter.log.dirs.io.max.bytes.per.second={1 << 20}")
+        assert set_.returncode == 0, set_.stderr
+        admin = KafkaAdminClient(bootstrap_servers=d.bootstrap)
+        try:
+            got = admin.alter_replica_log_dirs({("slow", 0, BROKER): str(b)})
+            assert list(got.values()) == [ke.NoError]
+        finally:
+            admin.close()
+        wait_for(copy_under_way, 30, "the copy under way in B")
+    assert (a / "slow-0").is_dir()
+    d.start()
+    try:
+        wait_for(copy_under_way, 30, "the copy under way in B after the stop")
+        assert "the move to " + str(b) + " starts over" in d.stderr()
+    finally:
+        d.kill()
+    assert (a / "slow-0").is_dir()
+    d.start()
+    try:
+        admin = KafkaAdminClient(bootstrap_servers=d.bootstrap)
+        try:
+            def moved() -> bool:
+                view = log_dirs_view(admin, BROKER)
+                entry = view[str(b)].get(("slow", 0))
+                return entry is not None and not entry[2] and ("slow", 0) not in view[str(a)]
+            wait_for(moved, 90, lambda: f"the move to finish: {log_dirs_view(admin, BROKER)}")
+        finally:
+            admin.close()
+        assert not (a / "slow-0").exists() and (b / "slow-0").is_dir()
+        assert read_back(d.bootstrap, "slow", 0) == before
+    finally:
+        d.stop()
+
+
 def test_moving_a_partition_off_a_full_disk_brings_the_disk_back_online(tmp_path: Path) -> None:
     """The disk-full story with a move instead of a deletion: dir A (a small tmpfs) fills
     up with partition `big` until appends answer 56 and A turns SATURATED. The operator

@@ -14,9 +14,11 @@ it; the partition is then served from there, and the source's files go.
 
 A source truncated meanwhile (a follower cut to its leader) is followed as a follower
 follows its leader: the copy is cut where the epoch they share ends. A move is given up,
-its copy removed, when either dir leaves ONLINE, the partition is deleted or goes
-offline, or the broker stops; the copy of an interrupted move found at start-up is
-removed, the replica being whole in its source dir (Kafka resumes it instead). The
+its copy removed, when either dir leaves ONLINE or the partition is deleted or goes
+offline. A stop (its copy is closed and kept) or a kill does not end it, as Kafka
+resumes a future replica at start-up: the copy of an interrupted move found at
+start-up is removed (the replica is whole in its source dir) and the move starts over
+into the same dir (ReplicaMoves.clean_leftovers, then resume_interrupted). The
 copying of every move together is capped by the dynamic broker config
 `replica.alter.log.dirs.io.max.bytes.per.second` (Kafka's; daemon.replica.quota): a move
 waits while that rate is exceeded; the retiring step's tail is never held back.
@@ -106,6 +108,8 @@ class ReplicaMoves:
         self.storage = storage
         self.quota = quota  # replica.alter.log.dirs.io.max.bytes.per.second
         self.moves: dict[TopicPartition, Move] = {}
+        self.stopping = False  # the broker is stopping: interrupted moves keep their copy
+        self.interrupted: list[tuple[str, TopicPartition]] = []  # to resume: (dest, tp)
 
     # ---- AlterReplicaLogDirs ----
 
@@ -250,7 +254,10 @@ class ReplicaMoves:
                             m.source.path, err)
             await self.storage.write_placement()
         except asyncio.CancelledError:
-            await self._drop_future(m)
+            if self.stopping:  # kept for the next start, which carries the move on
+                await self._close_future(m)
+            else:
+                await self._drop_future(m)
             raise
         except _GiveUp as err:
             log.warning("move of %s to %s given up: %s", tp, m.dest.path, err)
@@ -298,6 +305,16 @@ class ReplicaMoves:
                 m.dest, _restart_copy, m.future, step[1], m.txns)
         return True
 
+    async def _close_future(self, m: Move) -> None:
+        fut, m.future = m.future, None
+        if fut is None or m.dest.logdir is None or not m.dest.usable:
+            return
+        try:
+            await self.storage.run(m.dest, fut.close_quietly)
+        except Exception as err:  # noqa: BLE001 - the next start-up judges the copy
+            log.warning("the copy of %s in %s was not closed: %s", m.partition.tp,
+                        m.dest.path, err)
+
     async def _drop_future(self, m: Move) -> None:
         fut, m.future = m.future, None
         if fut is None or m.dest.logdir is None or not m.dest.usable:
@@ -311,8 +328,9 @@ class ReplicaMoves:
     # ---- start-up and stop ----
 
     async def clean_leftovers(self) -> None:
-        """Remove the copies of moves a stop interrupted, when the replica is whole in
-        another dir of this broker; any other `-future` dir is left as it is."""
+        """At start-up: the copies of moves a stop or a kill interrupted are removed when
+        the replica is whole in another dir of this broker, and those moves noted for
+        `resume_interrupted`; any other `-future` dir is left as it is."""
         for d in self.storage.dirs:
             ld = d.logdir
             if ld is None or not d.usable:
@@ -325,13 +343,24 @@ class ReplicaMoves:
                     continue
                 try:
                     await self.storage.run(d, ld.remove_dir, path)
-                    log.warning("%s: removed the copy of an interrupted move of %s (the "
-                                "replica is whole in %s); ask for the move again", path, tp,
-                                p.dir.path)
                 except Exception as err:  # noqa: BLE001 - the dir's verdict is the guard's
                     log.warning("%s: cannot remove: %s", path, err)
+                    continue
+                log.warning("%s: removed the copy of an interrupted move of %s (the replica "
+                            "is whole in %s); the move to %s starts over", path, tp,
+                            p.dir.path, d.path)
+                self.interrupted.append((str(d.path), tp))
+
+    def resume_interrupted(self) -> None:
+        """Start the moves `clean_leftovers` found interrupted again, from the start, as
+        Kafka resumes a future replica at start-up (once the broker's configs, its
+        replica.alter.log.dirs.io.max.bytes.per.second among them, are loaded)."""
+        interrupted, self.interrupted = self.interrupted, []
+        for path, tp in interrupted:
+            self.alter(path, [tp])
 
     async def stop(self) -> None:
+        self.stopping = True
         for m in list(self.moves.values()):
             self._cancel(m, "the broker is stopping")
         tasks = [m.task for m in self.moves.values() if m.task is not None]
