@@ -604,6 +604,7 @@ class Server:
                  "configs %s, client quotas of %d entities, SCRAM credentials of %d users",
                  len(self.topic_configs.topics), sorted(brokers), len(self.client_quotas.quotas),
                  len(self.scram.users))
+        self.moves.resume_interrupted()  # under the configs' move throttle
 
     async def _on_config_change(self, entity_type: str, name: str) -> None:
         zk = self.config_zk
@@ -954,6 +955,7 @@ class Server:
             if self.config_files is not None:
                 await self._load_configs_from_files()
                 await self._complete_internal_topics()
+                self.moves.resume_interrupted()  # under the configs' move throttle
         except (LogStoreError, OSError) as err:
             log.error("start-up failed: %s", err)
             await self._stop_background()
@@ -979,7 +981,6 @@ class Server:
             self._join_cluster()
             await self._await_controller(self.config["zookeeper.session.timeout.ms"] / 1000)
         await self.monitor.start()
-        self.moves.resume_interrupted()
         self.state = "serving"
         served = ", ".join(
             f"{name} {h}:{p}" + (f" (advertised as {self.advertised[name][0]}:"

@@ -353,8 +353,9 @@ class ReplicaMoves:
 
     def resume_interrupted(self) -> None:
         """Start the moves `clean_leftovers` found interrupted again, from the start, as
-        Kafka resumes a future replica at start-up (once the broker's configs, its
-        replica.alter.log.dirs.io.max.bytes.per.second among them, are loaded)."""
+        Kafka resumes a future replica at start-up; called once the broker's configs
+        (replica.alter.log.dirs.io.max.bytes.per.second among them) are loaded, from its
+        config files or ZooKeeper."""
         interrupted, self.interrupted = self.interrupted, []
         for path, tp in interrupted:
             self.alter(path, [tp])
