@@ -45,8 +45,9 @@ if [[ $pyexe == /usr/bin/* ]]; then
 fi
 if [ "$mode" = test ]; then
   # ZooKeeper server (real, for the cluster tests), FUSE, systemd-analyze,
-  # mkfs.ext4 and losetup (real faults), Java for ZooKeeper and PySpark.
-  for pkg in zookeeper fuse3 systemd e2fsprogs mount kmod kcat; do
+  # mkfs.ext4 and losetup (real faults), ip and nft (network partitions: network
+  # namespaces and dropped packets), Java for ZooKeeper and PySpark.
+  for pkg in zookeeper fuse3 systemd e2fsprogs mount kmod kcat iproute2 nftables; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
   done
   command -v java >/dev/null || need_apt+=(openjdk-17-jre-headless)

@@ -13,6 +13,7 @@ from kafka.protocol.metadata import MetadataRequest
 from kazoo.client import KazooClient
 
 from .daemon_helpers import Daemon, RawClient
+from .netsplit import NetLab
 from .zkserver import ZooKeeperServer
 
 SESSION_MS = 4000  # how long a killed or paused broker keeps its ZooKeeper session
@@ -40,12 +41,15 @@ class Cluster:
                  extra: dict[str, Any] | None = None,
                  log_dirs: dict[int, list[Path]] | None = None,
                  per_broker: dict[int, dict[str, Any]] | None = None,
-                 zk_tls: tuple[Path, Path] | None = None):
+                 zk_tls: tuple[Path, Path] | None = None, net: NetLab | None = None):
         """`log_dirs` gives some brokers their own dirs (mounts made by the test);
         `per_broker` some brokers settings of their own (broker.rack...); `zk_tls`: the
         brokers reach ZooKeeper on its TLS port, which serves with (keystore, truststore)
-        (the brokers' zookeeper.ssl.* keys come in `extra`)."""
-        self.zk = ZooKeeperServer(tls=zk_tls)
+        (the brokers' zookeeper.ssl.* keys come in `extra`); `net`: each broker runs in
+        its own network namespace of that lab, ZooKeeper in its hub (tests.netsplit),
+        so links between them can be cut."""
+        self.net = net
+        self.zk = ZooKeeperServer(tls=zk_tls) if net is None else net.zookeeper()
         self.zk.start()
         hosts = self.zk.hosts if zk_tls is None else self.zk.secure_hosts
         self.brokers: dict[int, Daemon] = {}
@@ -59,7 +63,10 @@ class Cluster:
                       **(per_broker or {}).get(b, {})}
             if own:
                 values["log.dirs"] = [str(p) for p in own]
-            self.brokers[b] = Daemon(root / f"broker{b}", values, dirs=dirs)
+            self.brokers[b] = Daemon(root / f"broker{b}", values, dirs=dirs,
+                                     prefix=None if net is None else net.prefix(b))
+            if net is not None:
+                net.place(b, self.brokers[b])
             if own:
                 self.brokers[b].log_dirs = list(own)
 
@@ -118,7 +125,8 @@ class Cluster:
     def metadata(self, broker: int, topics: list[str] | None = None) -> dict[str, Any]:
         """What `broker` answers to Metadata v7: controller id, broker ids, and per
         (topic, partition) (leader, leader epoch, replicas, isr, offline replicas)."""
-        c = RawClient(self.brokers[broker].port)
+        d = self.brokers[broker]
+        c = RawClient(d.port, host=d.host)
         try:
             req = MetadataRequest[7](
                 topics=None if topics is None else

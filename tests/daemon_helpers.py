@@ -63,6 +63,7 @@ class Daemon:
         `command` replaces `python -m daemon.cli` from this checkout, e.g. another venv's
         `logkeeper` (then PYTHONPATH is not pointed at this checkout)."""
         self.root = root
+        self.host = "127.0.0.1"  # where the tests reach its listeners (another in a netns)
         root.mkdir(parents=True, exist_ok=True)
         self.log_dirs = [root / f"disk{i}" for i in range(dirs)]
         self.port = free_port()
@@ -95,7 +96,7 @@ class Daemon:
 
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def start(self, timeout: float = 30.0) -> Daemon:
         env = dict(os.environ, PYTHONPATH=str(REPO))
@@ -126,7 +127,7 @@ class Daemon:
         return code == 200 and body.get("status") == "serving"
 
     def http(self, path: str) -> tuple[int, Any]:
-        url = f"http://127.0.0.1:{self.http_port}{path}"
+        url = f"http://{self.host}:{self.http_port}{path}"
         try:
             with urllib.request.urlopen(url, timeout=5) as resp:
                 data = resp.read()
@@ -141,7 +142,7 @@ class Daemon:
         """POST /admin/<command> {"dir": log_dir}: what `logkeeper log-dirs` sends."""
         from daemon.tools.log_dirs import daemon_call
 
-        return daemon_call(f"127.0.0.1:{self.http_port}", f"/admin/{command}",
+        return daemon_call(f"{self.host}:{self.http_port}", f"/admin/{command}",
                            {"dir": str(log_dir)})
 
     def log_dir_states(self) -> dict[str, str]:
@@ -211,9 +212,9 @@ class RawClient:
     """One TCP connection speaking frames: send bytes, read one framed response."""
 
     def __init__(self, port: int, timeout: float = 10.0, client_id: str = "logkeeper", *,
-                 tls: ssl.SSLContext | None = None):
+                 tls: ssl.SSLContext | None = None, host: str = "127.0.0.1"):
         """`tls`: speak TLS (an SSL listener), checking the name 127.0.0.1."""
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        self.sock = socket.create_connection((host, port), timeout=timeout)
         if tls is not None:
             self.sock = tls.wrap_socket(self.sock, server_hostname="127.0.0.1")
         self.correlation = 0
