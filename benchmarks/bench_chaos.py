@@ -39,7 +39,15 @@ end: commits survived every move of the coordinator. The faults survived and the
 records acknowledged are reported (and the seed, to replay a run).
 
 `LK_CHAOS_SECONDS` (default 120) and `LK_CHAOS_SEED` (default: random) tune it;
-`LK_CHAOS_FAULTS` (a comma list, default all) picks the kinds of fault drawn from.
+`LK_CHAOS_FAULTS` (a comma list, default all but `netsplit`) picks the kinds of fault
+drawn from. `netsplit`, opt-in, is a network partition for real (tests.netsplit: each
+broker in a network namespace of its own, ZooKeeper and the clients in a hub, every
+packet between two ends dropped) for 1-8 s, then healed: a partition's leader cut from
+ZooKeeper (a zombie leader once its session expires), a partition's leader cut from the
+other brokers but not from ZooKeeper (the ISR shrinks to it, acks=all refused), the
+controller cut from ZooKeeper (a new controller takes over), or a broker cut from
+everything but the clients; it needs root, `nsenter` and `nft` (Debian's nftables), and
+cannot be combined with `LK_CHAOS_SECURITY`.
 `LK_CHAOS_BROKER_CONFIG` (`key=value,key=value`) adds broker settings, e.g.
 `compression.type=zstd,log.message.timestamp.type=LogAppendTime` to have every leader
 rewrite the batches it takes while the faults come. `LK_CHAOS_RACKS=1` puts the brokers
@@ -77,6 +85,7 @@ from daemon.config import RACK_AWARE_REPLICA_SELECTOR  # noqa: E402
 from daemon.coordinator.group import partition_for  # noqa: E402
 from tests import faults  # noqa: E402
 from tests.cluster_helpers import Cluster, secure_inter_broker, wait_for  # noqa: E402
+from tests.netsplit import ZK, NetLab  # noqa: E402
 from tests.test_replication import (  # noqa: E402
     assert_every_ack_read_once,
     create,
@@ -92,8 +101,11 @@ SESSION_S = 4.0
 DISK_MB = 512  # each log dir's loop-mounted ext4 (a sparse image)
 THROTTLE = 512 * 1024  # bytes per second of a throttled re-add
 ALL_FAULTS = ("kill", "kill-controller", "pause", "move", "disk", "full", "reassign")
+OPT_IN_FAULTS = ("netsplit",)
 FAULTS = [f for f in os.environ.get("LK_CHAOS_FAULTS", ",".join(ALL_FAULTS)).split(",") if f]
-assert set(FAULTS) <= set(ALL_FAULTS), f"LK_CHAOS_FAULTS: unknown {set(FAULTS) - set(ALL_FAULTS)}"
+assert set(FAULTS) <= set(ALL_FAULTS + OPT_IN_FAULTS), \
+    f"LK_CHAOS_FAULTS: unknown {set(FAULTS) - set(ALL_FAULTS + OPT_IN_FAULTS)}"
+NETSPLITS = ("zombie-leader", "leader-alone", "controller-from-zk", "isolated")
 BROKER_CONFIG: dict[str, Any] = {
     k: int(v) if v.lstrip("-").isdigit() else v for k, v in (
         kv.split("=", 1) for kv in os.environ.get("LK_CHAOS_BROKER_CONFIG", "").split(",") if kv)}
@@ -111,8 +123,17 @@ def test_random_kills_and_pauses_under_acks_all_load(note: Any, benchmark: Any) 
     rng = random.Random(seed)
     topic, parts = "chaos", 3
     done: dict[str, int] = {"kill": 0, "kill-controller": 0, "pause": 0, "move": 0,
-                            "disk": 0, "full": 0, "reassign": 0, "throttled": 0}
+                            "disk": 0, "full": 0, "reassign": 0, "netsplit": 0, "throttled": 0}
+    splits: dict[str, int] = dict.fromkeys(NETSPLITS, 0)
+    net = None
+    if "netsplit" in FAULTS:
+        if SECURITY:
+            pytest.skip("netsplit runs its brokers on plaintext listeners of their own")
+        if (why := NetLab.usable()) is not None:
+            pytest.skip(f"netsplit: {why}")
     with tempfile.TemporaryDirectory(prefix="lk-chaos-") as tmp, ExitStack() as disks:
+        if "netsplit" in FAULTS:  # closed last: the brokers and ZooKeeper stop first
+            net = disks.enter_context(NetLab([1, 2, 3]))
         mounts = {b: [disks.enter_context(faults.loop_ext4(DISK_MB)) for _ in range(2)]
                   for b in (1, 2, 3)}
         cl = Cluster(Path(tmp), dirs=2, log_dirs={
@@ -125,7 +146,7 @@ def test_random_kills_and_pauses_under_acks_all_load(note: Any, benchmark: Any) 
             # timeout only guards against a hang.
             "log.dir.probe.interval.ms": 500, "log.dir.probe.timeout.ms": 5000,
             # A full disk is SATURATED within a probe even when nothing writes there.
-            "log.dir.min.free.bytes": 1 << 20, **BROKER_CONFIG})
+            "log.dir.min.free.bytes": 1 << 20, **BROKER_CONFIG}, net=net)
         if SECURITY:
             secure_inter_broker(cl, SECURITY, Path(tmp))
         disks.enter_context(cl)
@@ -141,10 +162,19 @@ def test_random_kills_and_pauses_under_acks_all_load(note: Any, benchmark: Any) 
                 kind = rng.choice(FAULTS)
                 if kind == "kill-controller":
                     victim = cl.controller()
+                elif kind == "netsplit":
+                    assert net is not None
+                    shape = rng.choice(NETSPLITS)
+                    victim = _netsplit(cl, net, shape, topic, rng.randrange(parts))
+                    splits[shape] += 1
+                    time.sleep(rng.uniform(1, 8))
+                    net.heal()
                 else:
                     victim = rng.choice(sorted(cl.brokers))
                 d = cl.brokers[victim]
-                if kind == "move":
+                if kind == "netsplit":
+                    pass  # done above
+                elif kind == "move":
                     _move(d, victim, topic, rng.randrange(parts))
                 elif kind == "reassign":
                     moved_tp = ((OFFSETS_TOPIC, partition_for(GROUP, OFFSETS_PARTITIONS))
@@ -211,13 +241,14 @@ def test_random_kills_and_pauses_under_acks_all_load(note: Any, benchmark: Any) 
     note(f"chaos (seed {seed}, {CHAOS_SECONDS:.0f} s): survived {total} faults "
          f"({done['kill']} kills, {done['kill-controller']} controller kills, "
          f"{done['pause']} pauses, {done['disk']} dead disks, {done['full']} full disks, "
+         f"{done['netsplit']} network partitions {splits}, "
          f"{done['move']} replica moves "
          f"asked, {moved} done, {done['reassign']} replicas dropped and added back, "
          f"{done['throttled']} of them throttled) and "
          f"{rebalances} leader rebalances; {acked} acks=all "
          "records acknowledged, all read back exactly once, replicas byte-identical; the "
          "consumer group read every one and committed up to the log ends")
-    benchmark.extra_info.update(seed=seed, faults=done, acked=acked)
+    benchmark.extra_info.update(seed=seed, faults=done, netsplits=splits, acked=acked)
 
 
 class GroupReader(threading.Thread):
@@ -386,6 +417,24 @@ def _drop_and_readd(cl: Cluster, broker: int, topic: str, partition: int,
     if kill_controller:
         cl.brokers[cl.controller()].kill()
     return kill_controller
+
+
+def _netsplit(cl: Cluster, net: NetLab, shape: str, topic: str, partition: int) -> int:
+    """Cut the links of one `NETSPLITS` shape (healed by the caller); the broker cut off."""
+    if shape == "controller-from-zk":
+        victim = cl.controller()
+    else:
+        leader = cl.metadata(cl.alive()[0], [topic])["partitions"][(topic, partition)][0]
+        victim = leader if leader in cl.brokers else cl.alive()[0]
+    if shape in ("zombie-leader", "controller-from-zk"):
+        net.cut(victim, ZK)
+    elif shape == "leader-alone":
+        for b in cl.brokers:
+            if b != victim:
+                net.cut(victim, b)
+    else:
+        net.isolate(victim)
+    return victim
 
 
 def _stuck(cl: Cluster, topic: str, kind: str, victim: int, seed: int) -> str:
