@@ -313,10 +313,15 @@ class Log:
         compression.type and message.timestamp.type want them. Returns (the batches to
         write, the append time stamped or -1, whether the append must still verify their
         CRCs). Only data whose framing and CRCs check out (one scan) is checked and
-        rewritten; anything else goes on as it came, for the append to refuse."""
-        if native.scan_batches(data, legacy=True).status is not native.ScanStatus.OK:
-            return data, -1, True
+        rewritten; anything else goes on as it came, for the append to refuse. That
+        includes a batch over max.message.bytes as the producer sent it, as Kafka's
+        analyzeAndValidateRecords refuses it before LogValidator: recompression into the
+        topic's codec must not let in a batch the limit refuses (the append checks the
+        rewritten sizes again, as Kafka does after a recompression)."""
         config = self.config
+        if native.scan_batches(data, legacy=True, max_batch_size=max(
+                1, config.max_message_bytes)).status is not native.ScanStatus.OK:
+            return data, -1, True
         if self._validates:
             self._validate_records(data)
         if config.compression_type != "producer":

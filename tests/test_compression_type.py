@@ -209,3 +209,35 @@ def test_clients_too_old_for_zstd_are_told_so(daemon: Daemon) -> None:
             assert bool(part.records) == (code == 0), (topic, version)
     finally:
         c.close()
+
+
+def test_max_message_bytes_holds_the_batch_as_sent_and_as_recompressed(daemon: Daemon) -> None:
+    """As Kafka: max.message.bytes bounds each batch as its producer sent it (Kafka's
+    analyzeAndValidateRecords, before LogValidator), so an uncompressed 5 KB record is
+    MESSAGE_TOO_LARGE on a zstd topic of max.message.bytes 2000 although zstd would shrink
+    it below; and again as the leader rewrote it, so a gzip batch under the limit that an
+    uncompressed topic would store at 5 KB is refused too. A compressed batch under the
+    limit either way is taken. A refused record leaves nothing in the log."""
+    admin = AdminClient({"bootstrap.servers": daemon.bootstrap})
+    for fut in admin.create_topics([
+            NewTopic("small-z", 1, 1, config={"compression.type": "zstd",
+                                              "max.message.bytes": "2000"}),
+            NewTopic("small-u", 1, 1, config={"compression.type": "uncompressed",
+                                              "max.message.bytes": "2000"})]).values():
+        fut.result(30)
+
+    def produce(topic: str, codec: str) -> int | None:
+        p = ck.Producer({"bootstrap.servers": daemon.bootstrap, "compression.type": codec,
+                         "message.max.bytes": 1 << 20, "retries": 0})
+        got: list[int | None] = []
+        p.produce(topic, value=b"a" * 5000,
+                  on_delivery=lambda err, msg: got.append(err.code() if err else msg.offset()))
+        assert p.flush(30) == 0
+        return got[0]
+
+    too_large = ck.KafkaError.MSG_SIZE_TOO_LARGE
+    assert produce("small-z", "none") == too_large
+    assert produce("small-u", "gzip") == too_large
+    assert produce("small-z", "gzip") == 0  # 5 KB of one byte: tens of bytes in gzip or zstd
+    assert _codecs(daemon, "small-z") == [Codec.ZSTD]
+    assert _codecs(daemon, "small-u") == []
