@@ -229,9 +229,10 @@ int64_t lk_segment_append(struct lk_segment *s, const uint8_t *buf, size_t len,
     int64_t max_ts = -1;
     for (int64_t i = 0; i < n; i++) {
         const struct lk_batch_info *b = &infos[i];
-        /* A follower checks it too (Kafka's appendAsFollower does not): its fetcher
-         * sets the partition aside (KIP-461), tests/test_cluster_fetcher_isolation.py. */
-        if (b->size > a->max_batch_size) {
+        /* A leader's limit only: a follower copies what its leader accepted, whatever
+         * its own max.message.bytes now is (Kafka's appendAsFollower, KAFKA-9617): one
+         * lowered since, or a broker's lower default, must not stop replication. */
+        if (assign_offsets && b->size > a->max_batch_size) {
             a->status = LK_APPEND_TOO_LARGE;
             a->error_batch = (int32_t)i;
             goto out;

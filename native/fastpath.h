@@ -271,7 +271,8 @@ void lk_index_release(struct lk_index *ix);
                                  * below recordsCount - 1, in batch a->error_batch */
 #define LK_APPEND_BAD_OFFSET 4  /* nothing written: a follower batch starts below the
                                  * expected offset (s->next_offset, then each batch's end) */
-#define LK_APPEND_TOO_LARGE 5   /* nothing written: batch a->error_batch over max_batch_size */
+#define LK_APPEND_TOO_LARGE 5   /* nothing written: batch a->error_batch over max_batch_size
+                                 * (a leader's append only: assign_offsets) */
 #define LK_APPEND_EMPTY 6       /* nothing written: no batch in the buffer */
 #define LK_ROLL_BASE_UNKNOWN -9223372036854775807 /* lk_segment.roll_base_timestamp not read yet */
 /* The active segment's state, kept between appends (the Python LogSegment reads its
@@ -315,7 +316,7 @@ struct lk_append {
     int32_t batches;           /* whole batches written, from the start of buf */
     int32_t error_batch;       /* the refused batch, for BAD_COUNT/BAD_OFFSET/TOO_LARGE */
     /* in: the log's settings, and room for the batches' headers */
-    int32_t max_batch_size;    /* max.message.bytes */
+    int32_t max_batch_size;    /* max.message.bytes (a leader's append only) */
     int64_t segment_bytes;     /* segment.bytes */
     int64_t segment_ms;        /* segment.ms */
     struct lk_batch_info *infos; /* gets every batch's header as validated */
@@ -328,8 +329,9 @@ struct lk_append {
  *    would take it past segment_bytes, when its offset or time index is full, or when
  *    its first batch has no timestamp and it was created over segment_ms ago (the
  *    first batch's timestamp is read from the .log when s does not know it yet);
- * 2. validate every batch (framing, magic 2, CRC-32C unless verify_crc is 0, sizes,
- *    counts; a follower's offsets against s->next_offset); any refusal writes nothing;
+ * 2. validate every batch (framing, magic 2, CRC-32C unless verify_crc is 0, counts;
+ *    max_batch_size when assign_offsets; a follower's offsets against s->next_offset);
+ *    any refusal writes nothing;
  * 3. a non-empty segment takes none when the batches' max timestamp is past
  *    roll_base_timestamp + segment_ms (status ROLL); otherwise a batch does not fit when
  *    it needs an index entry beyond the indexes' room or a relative offset over
