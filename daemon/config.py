@@ -698,6 +698,9 @@ KEYS: dict[str, Key] = {k.name: k for k in (
         "false: DeleteTopics is refused (TOPIC_DELETION_DISABLED) and nothing is deleted"),
     Key("socket.request.max.bytes", int, 100 * 1024 * 1024, _int(1, 2**31 - 1),
         "largest request frame; bigger ones are refused before their body is read"),
+    Key("fetch.max.bytes", int, 55 * 1024 * 1024, _int(1024, 2**31 - 1),
+        "most record bytes one Fetch answer carries, whatever the fetch asks (its first "
+        "batch still comes whole)"),
     Key("http.listen", str, DEFAULT_HTTP_LISTEN, _host_port,
         "host:port of /metrics and /healthz; \"\" turns the endpoint off"),
     # Consumer groups and committed offsets (daemon.coordinator; docs/groups.md).

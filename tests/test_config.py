@@ -311,6 +311,7 @@ default.replication.factor = 3
 auto.create.topics.enable = false
 delete.topic.enable = false
 socket.request.max.bytes = 3000000
+fetch.max.bytes = 2000000
 http.listen = "0.0.0.0:19308"
 log.dir.reserve.bytes = 1000
 log.dir.resume.free.bytes = 7000

@@ -294,3 +294,49 @@ def test_fetches_from_other_dirs_are_served_while_one_dir_hangs(tmp_path: Path) 
         assert slow_answer["took"] >= 0.5 * TIMEOUT_MS / 1000, slow_answer
         assert len(latencies) > 20 and max(latencies) < 0.5, max(latencies)
         c.close()
+
+
+def test_the_brokers_fetch_max_bytes_bounds_every_answer(tmp_path: Path) -> None:
+    """Kafka's broker fetch.max.bytes: a consumer's Fetch asking 1 MiB from each of three
+    partitions gets at most 4096 record bytes in all (a first batch over it still comes
+    whole, KIP-74), and its min_bytes of 1 MiB is met by what one answer may carry, so
+    it is answered at once rather than after max_wait_ms. kafka-python, asking its
+    default 50 MiB, reads every record in such answers."""
+    limit = 4096
+    with Daemon(tmp_path, {"fetch.max.bytes": limit, "num.partitions": 3}) as d:
+        values = [b"%04d" % i + b"v" * 1000 for i in range(30)]
+        p = ck.Producer({"bootstrap.servers": d.bootstrap, "acks": -1})
+        for i, v in enumerate(values + [b"B" * 3 * limit]):
+            p.produce("capped", v, partition=i // 10 if i < 30 else 0)
+            assert p.flush(30) == 0  # a batch each
+        F = FetchRequest.FetchTopic
+        c = RawClient(d.port, timeout=40)
+        try:
+            def ask(offset: int, min_bytes: int) -> tuple[list[bytes], float]:
+                t0 = time.monotonic()
+                resp = c.request(FetchRequest(
+                    replica_id=-1, max_wait_ms=20000, min_bytes=min_bytes, max_bytes=1 << 20,
+                    isolation_level=0, session_id=0, session_epoch=-1, topics=[F(
+                        topic="capped", partitions=[F.FetchPartition(
+                            partition=p, current_leader_epoch=-1,
+                            fetch_offset=offset if p == 0 else 0, log_start_offset=-1,
+                            partition_max_bytes=1 << 20) for p in range(3)])],
+                    forgotten_topics_data=[], rack_id=""), 11)
+                return ([p.records or b"" for p in resp.responses[0].partitions],
+                        time.monotonic() - t0)
+
+            got, _ = ask(0, 1)
+            assert 0 < sum(len(r) for r in got) <= limit, [len(r) for r in got]
+            got, took = ask(0, 1 << 20)
+            assert 0 < sum(len(r) for r in got) <= limit and took < 10, took
+            got, _ = ask(10, 1)  # partition 0's 12 KB record first: whole, alone
+            assert len(got[0]) > 3 * limit and got[1] == got[2] == b""
+        finally:
+            c.close()
+        kc = kafka.KafkaConsumer("capped", bootstrap_servers=d.bootstrap,
+                                 auto_offset_reset="earliest", consumer_timeout_ms=5000)
+        try:
+            read = sorted(m.value for m in kc)
+        finally:
+            kc.close()
+        assert read == sorted(values + [b"B" * 3 * limit])

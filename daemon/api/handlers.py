@@ -547,13 +547,18 @@ class Handlers:
             # Fetch sessions are not kept: every answer carries session_id 0, so a client
             # only sends a nonzero id by mistake; Kafka answers this code then.
             return FetchAnswer(error_code=errors.FETCH_SESSION_ID_NOT_FOUND)
-        max_bytes = body.max_bytes if req.version >= 3 else 2**31 - 1
+        # The broker's fetch.max.bytes bounds every answer, a follower's too (Kafka's
+        # handleFetchRequest); a first batch over it still comes whole (KIP-74).
+        max_bytes = min(body.max_bytes if req.version >= 3 else 2**31 - 1,
+                        self.config["fetch.max.bytes"])
         if body.replica_id < 0 and self.client_quotas is not None and self.client_quotas.quotas:
             # An answer the consumer's quota could never let through is cut to what it can.
             allowed = self.client_quotas.window_allowance(CONSUMER_BYTE_RATE, conn.user,
                                                           req.client_id)
             if allowed is not None:
                 max_bytes = max(1, min(max_bytes, allowed))
+        # More than an answer may carry is never waited for (Kafka's fetchMinBytes).
+        min_bytes = max(1, min(body.min_bytes, max_bytes))
         # A follower (replica_id >= 0) reads to the log end; a consumer to the HW.
         replica_id = body.replica_id if body.replica_id >= 0 else -1
         read_committed = req.version >= 4 and body.isolation_level == 1 and replica_id < 0
@@ -615,7 +620,7 @@ class Handlers:
         while True:
             results = await self.replicas.read(items, max_bytes) if items else []
             total = sum(len(r.records) for r in results)
-            if (total >= max(body.min_bytes, 1) or errored or any(r.error for r in results)
+            if (total >= min_bytes or errored or any(r.error for r in results)
                     or self.stopping.is_set()):
                 break
             remaining = deadline - time.monotonic()
