@@ -224,9 +224,11 @@ class Log:
         if guard.verdict is not _ONLINE:
             guard.check_usable("append", writing=True)
         stamped, verify = -1, True
-        if assign_offsets and self._leader_work and not checked:
-            # Checked there (CRCs included) before any rewrite: not verified twice.
-            batch_bytes, stamped, verify = self._leader_checks(batch_bytes)
+        if assign_offsets and not checked:
+            compressed = records.holds_compressed(batch_bytes)
+            if self._leader_work or compressed:
+                # Checked there (CRCs included) before any rewrite: not verified twice.
+                batch_bytes, stamped, verify = self._leader_checks(batch_bytes, compressed)
         seg = self._segments.active
         appender = self._appender
         try:
@@ -306,10 +308,15 @@ class Log:
             with self.guard.io("write leader epochs", self.dir):
                 epochs.write()
 
-    def _leader_checks(self, data: bytes | bytearray | memoryview
+    def _leader_checks(self, data: bytes | bytearray | memoryview, compressed: bool
                        ) -> tuple[bytes | bytearray | memoryview, int, bool]:
         """What Kafka's LogValidator does to a leader's batches before they are written:
-        each record checked (`_validate_records`), then the batches rewritten as
+        each record checked (`_validate_records`; a compressed batch's records are
+        always read, at least their framing, as Kafka's
+        validateMessagesAndAssignOffsetsCompressed does, so a payload that does not
+        decompress, or holds other than its header's count of records, is refused here
+        rather than stored for every consumer to fail on),
+        then the batches rewritten as
         compression.type and message.timestamp.type want them. Returns (the batches to
         write, the append time stamped or -1, whether the append must still verify their
         CRCs). Only data whose framing and CRCs check out (one scan) is checked and
@@ -323,7 +330,9 @@ class Log:
                 1, config.max_message_bytes)).status is not native.ScanStatus.OK:
             return data, -1, True
         if self._validates:
-            self._validate_records(data)
+            self._validate_records(data)  # reads every record, compressed ones too
+        elif compressed:
+            records.check_compressed_records(data)
         if config.compression_type != "producer":
             data = records.recompress(data, records.CODEC_OF[config.compression_type],
                                       config.compression_level)

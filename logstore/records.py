@@ -171,26 +171,32 @@ def _decompress(codec: Codec, data: bytes | memoryview) -> bytes:
         if codec is Codec.ZSTD:
             import zstandard
 
-            with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(bytes(data))) as reader:
-                return reader.read()
+            try:
+                with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(bytes(data))) as r:
+                    return r.read()
+            except zstandard.ZstdError as err:
+                raise CorruptRecordError(f"ZSTD payload does not decompress: {err}") from err
         if codec is Codec.SNAPPY:
             import cramjam
 
             raw = bytes(data)
-            if not raw.startswith(_XERIAL_MAGIC):
-                return bytes(cramjam.snappy.decompress_raw(raw))
-            out = bytearray()
-            pos = 16
-            while pos < len(raw):
-                (n,) = struct.unpack_from(">i", raw, pos)
-                out += bytes(cramjam.snappy.decompress_raw(raw[pos + 4 : pos + 4 + n]))
-                pos += 4 + n
-            return bytes(out)
+            try:
+                if not raw.startswith(_XERIAL_MAGIC):
+                    return bytes(cramjam.snappy.decompress_raw(raw))
+                out = bytearray()
+                pos = 16
+                while pos < len(raw):
+                    (n,) = struct.unpack_from(">i", raw, pos)
+                    out += bytes(cramjam.snappy.decompress_raw(raw[pos + 4 : pos + 4 + n]))
+                    pos += 4 + n
+                return bytes(out)
+            except cramjam.DecompressionError as err:
+                raise CorruptRecordError(f"SNAPPY payload does not decompress: {err}") from err
     except ImportError as err:
         raise UnsupportedCodecError(
             f"codec {codec.name} needs the Python package {err.name}, which is not installed"
         ) from err
-    except (OSError, EOFError, ValueError, RuntimeError, struct.error) as err:
+    except (OSError, EOFError, ValueError, RuntimeError, struct.error, zlib.error) as err:
         raise CorruptRecordError(f"{codec.name} payload does not decompress: {err}") from err
     raise UnsupportedCodecError(f"unknown codec id {int(codec)}")
 
@@ -513,6 +519,12 @@ class Batch:
                 self.max_timestamp if self.log_append_time else self.base_timestamp + ts_delta
             )
             out.append(Record(key, value, headers, timestamp, self.base_offset + off_delta))
+        if pos != len(payload):
+            raise CorruptRecordError(  # Kafka's "records still remaining"
+                f"batch at {self.position}: {len(payload) - pos} bytes of records past its "
+                f"{self.records_count} records",
+                position=self.position,
+            )
         return out
 
 
@@ -864,6 +876,55 @@ def iter_batches(buf: bytes | memoryview, *, base_position: int = 0,
 
 
 RecordErrors = list[tuple[int, str]]  # (the record's index in its batch, why)
+
+
+def holds_compressed(buf: bytes | bytearray | memoryview) -> bool:
+    """Whether any batch of `buf` (magic 2, or an old magic 0/1 wrapper) is compressed,
+    from the headers alone; a torn tail ends the walk (the append refuses it)."""
+    pos, n = 0, len(buf)
+    while pos + ATTRIBUTES_AT + 2 <= n:
+        # The codec bits: the low byte of a batch's int16 attributes, a message's byte.
+        at = pos + (ATTRIBUTES_AT + 1 if buf[pos + 16] >= 2 else 17)
+        if buf[at] & ATTR_CODEC_MASK:
+            return True
+        length = int.from_bytes(buf[pos + 8:pos + 12], "big", signed=True)
+        if length <= 0:
+            return False
+        pos += LOG_OVERHEAD + length
+    return False
+
+
+def check_compressed_records(buf: bytes | bytearray | memoryview) -> None:
+    """Kafka's LogValidator reading a leader's compressed batches without their keys and
+    values (skipKeyValueIterator): each one's records area must decompress and frame
+    exactly its header's count of records. CorruptRecordError names the first that does
+    not (UnsupportedCodecError: a codec without its library). Uncompressed and control
+    batches are not read; an old magic 0/1 wrapper's messages are."""
+    for batch in iter_batches(buf, verify_crc=False):
+        if isinstance(batch, LegacyMessage):
+            if batch.codec:
+                batch.messages()
+            continue
+        if batch.is_control or not batch.attributes & ATTR_CODEC_MASK:
+            continue
+        try:
+            codec = batch.codec
+        except ValueError as err:
+            raise UnsupportedCodecError(
+                f"batch at {batch.position}: unknown codec id {batch.attributes & 7}") from err
+        payload = _decompress(codec, batch.data[HEADER_SIZE:])
+        pos, end, count = 0, len(payload), 0
+        while pos < end:
+            length, pos = read_varint(payload, pos)
+            if length <= 0:
+                break
+            pos += length
+            count += 1
+        if pos != end or count != batch.records_count:
+            raise CorruptRecordError(
+                f"batch at {batch.position}: its {codec.name} records area holds "
+                f"{count} records in {end} bytes where its header says {batch.records_count}",
+                position=batch.position)
 
 
 def record_errors(buf: bytes | memoryview, where: str, *, keys: bool,

@@ -9,6 +9,7 @@ In a cluster the followers copy the leader's recompressed batches byte for byte.
 from __future__ import annotations
 
 import asyncio
+import struct
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +22,8 @@ from kafka import KafkaConsumer, KafkaProducer
 from kafka.errors import UnsupportedCompressionTypeError
 from kafka.protocol.producer import ProduceRequest
 
-from logstore.records import Codec, Record, build_batch, iter_batches
+import native
+from logstore.records import CRC_START, HEADER_SIZE, Codec, Record, build_batch, iter_batches
 from tests.cluster_helpers import Cluster, wait_for
 from tests.daemon_helpers import Daemon, RawClient, aiokafka_read, running
 from tests.test_cluster_configs import describe_on
@@ -30,6 +32,7 @@ from tests.test_replication import create, replicas_identical
 
 N = 40  # records per producer
 UNSUPPORTED_COMPRESSION_TYPE = UnsupportedCompressionTypeError.errno
+CORRUPT_MESSAGE = 2
 
 
 @pytest.fixture(scope="module")
@@ -241,3 +244,50 @@ def test_max_message_bytes_holds_the_batch_as_sent_and_as_recompressed(daemon: D
     assert produce("small-z", "gzip") == 0  # 5 KB of one byte: tens of bytes in gzip or zstd
     assert _codecs(daemon, "small-z") == [Codec.ZSTD]
     assert _codecs(daemon, "small-u") == []
+
+
+def _rebuilt(batch: bytearray, count: int | None = None, garble: bool = False) -> bytes:
+    """`batch` with its records area garbled and/or another record count in its header
+    (lastOffsetDelta to match), under a CRC that fits: what a broken producer sends."""
+    if garble:
+        for i in range(HEADER_SIZE + 12, len(batch) - 8):
+            batch[i] ^= 0x5A
+    if count is not None:
+        struct.pack_into(">i", batch, 23, count - 1)  # lastOffsetDelta
+        struct.pack_into(">i", batch, HEADER_SIZE - 4, count)  # recordsCount
+    struct.pack_into(">I", batch, 17, native.crc32c(memoryview(batch)[CRC_START:]))
+    return bytes(batch)
+
+
+@pytest.mark.parametrize("codec", [Codec.GZIP, Codec.SNAPPY, Codec.LZ4, Codec.ZSTD])
+def test_a_compressed_batch_that_does_not_read_back_is_refused(daemon: Daemon,
+                                                               codec: Codec) -> None:
+    """As Kafka's LogValidator, which reads every record of a compressed batch whatever
+    the topic's codec: a payload that does not decompress, or holds fewer or more
+    records than its header says, is refused (CORRUPT_MESSAGE) and written nowhere,
+    on a topic that keeps the producer's codec ("p"), one in that codec or another
+    ("g", "z"); it was stored where no rewrite read it, and every consumer then failed
+    at its offset for good. The same records sent whole are taken."""
+    c = RawClient(daemon.port)
+    try:
+        def produce(topic: str, batch: bytes) -> int:
+            T = ProduceRequest.TopicProduceData
+            resp = c.request(ProduceRequest(
+                transactional_id=None, acks=1, timeout_ms=10000, topic_data=[T(
+                    name=topic, partition_data=[T.PartitionProduceData(index=0,
+                                                                       records=batch)])]), 8)
+            return resp.responses[0].partition_responses[0].error_code
+
+        def batch(n: int) -> bytearray:
+            return bytearray(build_batch([Record(b"k%d" % i, b"v" * 200) for i in range(n)],
+                                         codec=codec))
+
+        for topic in ("p", "g", "z"):
+            before = _codecs(daemon, topic)
+            assert produce(topic, _rebuilt(batch(3), garble=True)) == CORRUPT_MESSAGE, topic
+            assert produce(topic, _rebuilt(batch(2), count=3)) == CORRUPT_MESSAGE, topic
+            assert produce(topic, _rebuilt(batch(4), count=3)) == CORRUPT_MESSAGE, topic
+            assert _codecs(daemon, topic) == before, topic
+            assert produce(topic, bytes(batch(3))) == 0, topic
+    finally:
+        c.close()
