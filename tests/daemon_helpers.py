@@ -190,13 +190,15 @@ def snapshot(dirs: list[Path]) -> dict[str, str]:
     """Every file under the log dirs with its SHA-256 (the lock file's content is empty).
 
     The availability probe's canary (`.logkeeper-probe`) is left out: it is rewritten
-    with fresh bytes every probe interval by design, whatever clients do."""
+    with fresh bytes every probe interval by design, whatever clients do. So is a
+    checkpoint's `.tmp` file: the periodic checkpoints rewrite their file (as Kafka's
+    do, same bytes when nothing changed) through one, renamed into place at once."""
     out = {}
     for root in dirs:
         for dirpath, dirnames, filenames in os.walk(root):
             dirnames.sort()
             for name in sorted(filenames):
-                if name == ".logkeeper-probe":
+                if name == ".logkeeper-probe" or name.endswith(".tmp"):
                     continue
                 p = Path(dirpath) / name
                 out[str(p)] = hashlib.sha256(p.read_bytes()).hexdigest()
