@@ -32,6 +32,7 @@ from . import checkpoint, names, producer_snapshot, records, txnindex
 from .config import LONG_MAX, LogConfig
 from .epochs import LeaderEpochCache
 from .errors import (
+    CheckpointError,
     CorruptRecordError,
     InvalidRecordError,
     InvalidTimestampError,
@@ -63,6 +64,16 @@ class AppendInfo(NamedTuple):
     size: int
 
 
+def _read_topic_id(path: Path) -> str | None:
+    """The topic id of `path`'s `partition.metadata`; None without one (a partition of a
+    Kafka older than 2.8, or made by a standalone logkeeper before it wrote them) or
+    with one that does not parse (left as it is: the id is informative here)."""
+    try:
+        return checkpoint.read_partition_metadata(path / names.PARTITION_METADATA)["topic_id"]
+    except (FileNotFoundError, CheckpointError):
+        return None
+
+
 class Log:
     # Segments holding a `.txnindex` (aborted transactions), and their entries once
     # read: class-level empties, so a log without them costs nothing.
@@ -71,6 +82,9 @@ class Log:
     # The producer snapshots the directory held when the log was opened (the loader's
     # listing): what a partition taken on starts from (daemon.replica.producer).
     snapshot_offsets_at_open: tuple[int, ...] = ()
+    # The topic's id as its `partition.metadata` holds it (Kafka's base64 form), when
+    # the log has one (KIP-516: Kafka writes it for every partition).
+    topic_id: str | None = None
 
     def __init__(self, partition_dir: Path, config: LogConfig, guard: IoGuard):
         self.dir = partition_dir if isinstance(partition_dir, Path) else Path(partition_dir)
@@ -130,6 +144,7 @@ class Log:
             path.mkdir(parents=False, exist_ok=True)
             loaded = LogLoader(path, log.config, recover=recover, recovery_point=recovery_point,
                                log_start_offset=log_start_offset).load()
+            log.topic_id = _read_topic_id(path)
         log._segments = loaded.segments
         log.log_start_offset = loaded.log_start_offset
         log.recovery_point = loaded.recovery_point

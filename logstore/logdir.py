@@ -238,6 +238,7 @@ class LogDir:
             log = Log.open(full, self.config_for(topic), guard=self.guard, recover=False)
             if topic_id:
                 checkpoint.write_partition_metadata(full / names.PARTITION_METADATA, topic_id)
+                log.topic_id = topic_id
         self.logs[tp] = log
         return log
 

@@ -9,6 +9,7 @@ daemon.app they skip outside CI and fail with CI=true.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ import pytest
 
 from daemon.tools import log_dirs as log_dirs_tool
 from daemon.tools import topics as topics_tool
+from logstore.checkpoint import read_partition_metadata
 from tests.cluster_helpers import wait_for
 from tests.daemon_helpers import REPO, Daemon, free_port, running, skip_if_in_use
 
@@ -58,6 +60,9 @@ def test_unreachable_server_exits_2_naming_it(command: str) -> None:
 
 
 # ---- against the real daemon ----
+
+
+TOPIC_ID = r"\tTopicId: [\w-]{22}"  # kafka-topics.sh's, between a topic's name and count
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +121,13 @@ def test_topics_describe_shows_leader_replicas_isr_offline(daemon: Daemon) -> No
     proc = cli("topics", "describe", "--bootstrap-server", daemon.bootstrap, "--topic", "orders")
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert lines[0].startswith("Topic: orders\tPartitionCount: 3\tReplicationFactor: 1")
+    # Its id, as kafka-topics.sh shows it: the one each partition's partition.metadata
+    # holds (KIP-516), written when the topic was created.
+    ids = {read_partition_metadata(p / "partition.metadata")["topic_id"]
+           for d in daemon.log_dirs for p in d.glob("orders-*")}
+    assert len(ids) == 1
+    assert lines[0].startswith(f"Topic: orders\tTopicId: {ids.pop()}\tPartitionCount: 3\t"
+                               "ReplicationFactor: 1")
     for i in range(3):
         assert (f"\tTopic: orders\tPartition: {i}\tLeader: 3\tReplicas: 3\tIsr: 3\tOffline: "
                 in lines)
@@ -171,7 +182,7 @@ def test_topics_describe_by_pattern_with_overrides_and_without_internal(tmp_path
         assert topics("--topic", "orders.us") == ["Topic: orders.us"]  # a name, not a pattern
         overrides = cli("topics", "describe", *bs, "--topics-with-overrides",
                         "--exclude-internal")
-        assert overrides.stdout.splitlines() == [
+        assert re.sub(TOPIC_ID, "", overrides.stdout).splitlines() == [
             "Topic: orders.eu\tPartitionCount: 2\tReplicationFactor: 1\tConfigs: "
             "retention.ms=60000"], overrides.stdout
         wait_for(lambda: "Topic: __consumer_offsets" in topics(), 30, "__consumer_offsets")

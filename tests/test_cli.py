@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -54,7 +55,7 @@ def test_topics_describe_finds_the_local_daemon_through_its_config(tmp_path: Pat
         c.close()
         proc = cli("topics", "describe", "--config", str(d.config))
         assert proc.returncode == 0, proc.stderr
-        assert "Topic: auto\tPartitionCount: 2" in proc.stdout
+        assert re.search(r"Topic: auto\tTopicId: [\w-]{22}\tPartitionCount: 2", proc.stdout)
         # no flag at all: the embedded defaults' listener, 127.0.0.1:9092, run from a dir
         # without a config; the daemon under test is not there, so it names that address
     skip_if_in_use(9092)
@@ -112,7 +113,8 @@ def test_topics_create_list_alter_and_delete_as_kafka_topics_sh(tmp_path: Path) 
             ["__consumer_offsets"] if "__consumer_offsets" in topics else []))
         shown = cli("topics", "describe", *at, "--topic", "orders")
         assert ("Topic: orders\tPartitionCount: 3\tReplicationFactor: 1\tConfigs: "
-                "cleanup.policy=compact,retention.ms=60000\n") in shown.stdout
+                "cleanup.policy=compact,retention.ms=60000\n") in re.sub(
+                    r"\tTopicId: [\w-]{22}", "", shown.stdout)
 
         again = cli("topics", "create", *at, "--topic", "orders", "--partitions", "9")
         assert again.returncode == 1

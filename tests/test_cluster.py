@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import confluent_kafka as ck
@@ -27,6 +29,7 @@ from kafka.protocol.metadata import MetadataRequest
 from kafka.protocol.producer import InitProducerIdRequest
 from kazoo.client import KazooClient
 
+from daemon.cluster import znodes
 from daemon.wire import views
 from logstore.checkpoint import read_meta_properties
 
@@ -38,6 +41,9 @@ NOT_LEADER_OR_FOLLOWER = 6
 STALE_CONTROLLER_EPOCH = 11
 KAFKA_STORAGE_ERROR = 56
 UNKNOWN_LEADER_EPOCH = 75
+INVALID_REQUEST = 42
+ZERO_UUID = uuid.UUID(int=0)
+UNKNOWN_TOPIC_ID = 100
 
 
 def _admin_create(bootstrap: str, topic: str, partitions: int, rf: int) -> None:
@@ -47,6 +53,25 @@ def _admin_create(bootstrap: str, topic: str, partitions: int, rf: int) -> None:
         assert all(t[1] == 0 for t in resp.topic_errors) if hasattr(resp, "topic_errors") else True
     finally:
         a.close()
+
+
+def _topic_ids(port: int, version: int, *, names: list[str] | None = None,
+               ids: list[str] | None = None) -> list[tuple[int, str | None, str]]:
+    """(error, name, topic id) of each topic a Metadata request at `version` answers,
+    asked by `names` or by `ids` (Kafka's base64 form), in the answer's order by name."""
+    T = MetadataRequest[version].MetadataRequestTopic
+    asked = [T(name=n, topic_id=None) for n in names or ()] + [
+        T(name=None, topic_id=znodes.topic_id_from_str(i)) for i in ids or ()]
+    c = RawClient(port)
+    try:
+        resp = c.request(MetadataRequest[version](
+            topics=asked, allow_auto_topic_creation=False,
+            include_cluster_authorized_operations=False,
+            include_topic_authorized_operations=False), version)
+    finally:
+        c.close()
+    return sorted(((t.error_code, t.name, znodes.topic_id_to_str(t.topic_id or ZERO_UUID))
+                   for t in resp.topics), key=lambda t: (t[1] or "", t[2]))
 
 
 def _fetch_error(port: int, topic: str, partition: int, version: int = 11) -> int:
@@ -115,9 +140,21 @@ def test_topics_through_any_broker_metadata_agrees_and_only_the_leader_takes_wri
         try:
             assert zc.exists("/config/topics/kp") and zc.exists("/brokers/topics/kp")
             assert json.loads(zc.get("/cluster/id")[0])["id"] == desc.cluster_id
+            kp_id = json.loads(zc.get("/brokers/topics/kp")[0])["topic_id"]
         finally:
             zc.stop()
             zc.close()
+        # Topic ids (KIP-516): the znode's, from every broker's Metadata v10+, and
+        # looked up by from v12, as Kafka's brokers answer.
+        for bid, b in cl.brokers.items():
+            wait_for(lambda b=b: _topic_ids(b.port, 12, names=["kp"]) == [(0, "kp", kp_id)],
+                     20, f"broker {bid}'s metadata to hold kp's id")
+            assert _topic_ids(b.port, 10, names=["kp"]) == [(0, "kp", kp_id)]
+            assert _topic_ids(b.port, 12, ids=[kp_id, "AAAAAAAAAAAAAAAAAAAAAQ"]) == [
+                (UNKNOWN_TOPIC_ID, None, "AAAAAAAAAAAAAAAAAAAAAQ"), (0, "kp", kp_id)]
+            assert _topic_ids(b.port, 11, ids=[kp_id]) == [(INVALID_REQUEST, None, kp_id)]
+        described = a.describe_topics(ck.TopicCollection(["kp"]))["kp"].result(30)
+        assert str(described.topic_id) == kp_id
         (leader, _, replicas, _, _) = cl.agreed("kp", 2)["partitions"][("kp", 0)]
         follower = next(b for b in replicas if b != leader)
         c = RawClient(cl.brokers[leader].port)
@@ -466,7 +503,8 @@ def test_dev_cluster_starts_describes_survives_a_killed_broker_and_stops_cleanly
             out = cli("topics", "describe", "--bootstrap-server", bootstrap, "--topic", "dev")
             return out.returncode == 0 and "Leader: none" not in out.stdout and out.stdout
         out = wait_for(described, 20, "topics describe")
-        assert "Topic: dev\tPartitionCount: 2\tReplicationFactor: 2" in out
+        assert re.search(r"Topic: dev\tTopicId: [\w-]{22}\tPartitionCount: 2\t"
+                         r"ReplicationFactor: 2", out)
         for p in (0, 1):
             line = next(x for x in out.splitlines() if f"Partition: {p}\t" in x)
             assert "Replicas: " in line and "Isr: " in line and "Offline: " in line

@@ -22,6 +22,7 @@ from kafka.protocol.metadata import MetadataRequest
 from daemon.api import protocol
 from daemon.api.connections import STOP_GRACE_S
 from logstore import names
+from logstore.checkpoint import read_partition_metadata
 from tests import faults
 from tests.daemon_helpers import REPO, Daemon, RawClient, aiokafka_read, free_port, running, skip_if_in_use
 
@@ -655,7 +656,15 @@ def test_topics_describe_through_metadata(tmp_path: Path) -> None:
         produce_confluent(d, "td", 4, partitions=2)
         proc = run_cli("topics", "describe", "--bootstrap-server", d.bootstrap)
         assert proc.returncode == 0, proc.stderr
-        assert "Topic: td\tPartitionCount: 2\tReplicationFactor: 1" in proc.stdout
+        # The topic's id (KIP-516) from its partitions' partition.metadata, kept across
+        # a restart, shown as kafka-topics.sh shows it.
+        topic_id = next(read_partition_metadata(p / "partition.metadata")["topic_id"]
+                        for x in d.log_dirs for p in x.glob("td-1"))
+        line = f"Topic: td\tTopicId: {topic_id}\tPartitionCount: 2\tReplicationFactor: 1"
+        assert line in proc.stdout
+        assert d.stop() == 0
+        d.start()
+        assert line in run_cli("topics", "describe", "--bootstrap-server", d.bootstrap).stdout
         assert "\tTopic: td\tPartition: 1\tLeader: 1\tReplicas: 1\tIsr: 1\tOffline: " in \
             proc.stdout
         js = json.loads(run_cli("topics", "describe", "--bootstrap-server", d.bootstrap,

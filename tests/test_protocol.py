@@ -60,11 +60,11 @@ def test_advertises_only_versions_kafka_python_can_decode() -> None:
     advertised = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
     assert advertised == {a.key: (a.min_version, a.max_version)
                           for a in protocol.SUPPORTED.values()}
-    # The APIs the issues name; no topic IDs on the data path (Fetch 13+, Metadata 10+);
-    # Fetch v12 (the followers' version) and OffsetForLeaderEpoch for truncation checks;
-    # Metadata v9, from which librdkafka trusts leader epochs (KIP-320).
+    # The APIs the issues name; no topic IDs on the data path (Fetch 13+); Fetch v12
+    # (the followers' version) and OffsetForLeaderEpoch for truncation checks; Metadata
+    # v12, with topic ids (v10+) and leader epochs librdkafka trusts (v9+, KIP-320).
     assert set(advertised) >= {0, 1, 2, 3, 18, 19, 20, 23, 35}
-    assert advertised[0][1] <= 8 and advertised[1][1] == 12 and advertised[3][1] == 9
+    assert advertised[0][1] <= 8 and advertised[1][1] == 12 and advertised[3][1] == 12
 
 
 @pytest.mark.parametrize("body, version", SAMPLES,

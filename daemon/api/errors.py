@@ -43,6 +43,7 @@ INVALID_REPLICA_ASSIGNMENT = ke.InvalidReplicationAssignmentError.errno
 INVALID_CONFIG = ke.InvalidConfigurationError.errno
 POLICY_VIOLATION = ke.PolicyViolationError.errno
 INVALID_REQUEST = ke.InvalidRequestError.errno
+UNKNOWN_TOPIC_ID = ke.UnknownTopicIdError.errno
 OUT_OF_ORDER_SEQUENCE_NUMBER = ke.OutOfOrderSequenceNumberError.errno
 INVALID_PRODUCER_EPOCH = ke.InvalidProducerEpochError.errno
 INVALID_TXN_STATE = ke.InvalidTxnStateError.errno

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -165,6 +166,9 @@ def _transactional_batches(items: list[tuple[Partition, bytes]]
             if fields is not None and fields[0] >= 0:
                 out.append((p, fields[0], fields[1], fields[2]))
     return out
+
+
+_ZERO_UUID = uuid.UUID(int=0)
 
 
 def _partition_metadata(index: int, s: Any) -> Any:
@@ -843,21 +847,45 @@ class Handlers:
         requested = body.topics
         local = self.replicas.topics()
         known = self.leadership.metadata_topics(local)
+        # Topic ids (KIP-516), in answers from v10 and asked by from v12 (Kafka's
+        # handleTopicMetadataRequest: ids asked for, the names are not looked at).
+        ids = self.leadership.topic_ids(local) if req.version >= 10 else {}
         R = MetadataResponse.MetadataResponseTopic
         out = []
+        asked_ids = [t.topic_id for t in requested or ()
+                     if req.version >= 10 and t.topic_id not in (None, _ZERO_UUID)]
+        if 10 <= req.version < 12 and (asked_ids or any(t.name is None
+                                                        for t in requested or ())):
+            return self._metadata_refused(req, conn, requested)
         if requested is None or (req.version == 0 and not requested):
             # Null (v1+) or empty (v0): all topics, those it may not describe left out.
             wanted = [t for t in sorted(known) if conn.allowed(
                 Operation.DESCRIBE, ResourceType.TOPIC, t, log_denied=False)]
         else:
             wanted = []
-            for t in requested:
-                if conn.allowed(Operation.DESCRIBE, ResourceType.TOPIC, t.name):
-                    wanted.append(t.name)
-                else:  # its existence is not disclosed
-                    out.append(R(error_code=errors.TOPIC_AUTHORIZATION_FAILED, name=t.name,
+            if asked_ids:
+                names_of = {i: t for t, i in ids.items()}
+                asked = []
+                for i in dict.fromkeys(asked_ids):
+                    if i in names_of:
+                        asked.append(names_of[i])
+                    else:
+                        out.append(R(error_code=errors.UNKNOWN_TOPIC_ID, name=None,
+                                     topic_id=i, is_internal=False, partitions=[]))
+            else:
+                asked = [t.name for t in requested if t.name is not None]
+            for name in asked:
+                if conn.allowed(Operation.DESCRIBE, ResourceType.TOPIC, name):
+                    wanted.append(name)
+                else:  # its existence is not disclosed (an id is not secret, as Kafka)
+                    out.append(R(error_code=errors.TOPIC_AUTHORIZATION_FAILED,
+                                 name=None if asked_ids else name,
+                                 topic_id=ids.get(name) if asked_ids else None,
                                  is_internal=False, partitions=[]))
-        allow_auto = body.allow_auto_topic_creation if req.version >= 4 else True
+        if asked_ids:
+            allow_auto = False  # a topic named by its id exists or is unknown
+        else:
+            allow_auto = body.allow_auto_topic_creation if req.version >= 4 else True
         for name in wanted:
             if name not in known and allow_auto and self.config["auto.create.topics.enable"] \
                     and _topic_error(name) == errors.UNKNOWN_TOPIC_OR_PARTITION:
@@ -885,8 +913,9 @@ class Handlers:
                              is_internal=names.is_internal(name),
                              partitions=[]))
                 continue
-            out.append(R(error_code=0, name=name, is_internal=names.is_internal(name), partitions=[
-                _partition_metadata(i, s) for i, s in parts]))
+            out.append(R(error_code=0, name=name, topic_id=ids.get(name),
+                         is_internal=names.is_internal(name), partitions=[
+                             _partition_metadata(i, s) for i, s in parts]))
         B = MetadataResponse.MetadataResponseBroker
         me = self.advertised.get(conn.listener) if self.advertised else \
             (conn.local_host, conn.local_port)
@@ -900,7 +929,7 @@ class Handlers:
                     if t.error_code != errors.TOPIC_AUTHORIZATION_FAILED:
                         t.authorized_operations = conn.authorized_operations(
                             ResourceType.TOPIC, t.name)
-            if body.include_cluster_authorized_operations:
+            if req.version <= 10 and body.include_cluster_authorized_operations:
                 cluster_ops = conn.authorized_operations(ResourceType.CLUSTER, CLUSTER_NAME) \
                     if conn.allowed(Operation.DESCRIBE, ResourceType.CLUSTER) else set()
         return MetadataResponse(
@@ -909,6 +938,23 @@ class Handlers:
             cluster_id=self.storage.cluster_id, controller_id=self.leadership.controller_id,
             topics=out, **({} if cluster_ops is None
                            else {"authorized_operations": cluster_ops}))
+
+    def _metadata_refused(self, req: protocol.Request, conn: ConnInfo, requested: list[Any]
+                          ) -> Any:
+        """Metadata v10-11 naming a topic by id, or without a name: Kafka's broker
+        throws InvalidRequestException ("Topic IDs are not supported in requests for
+        version 10"), answered with every topic asked for INVALID_REQUEST."""
+        R = MetadataResponse.MetadataResponseTopic
+        B = MetadataResponse.MetadataResponseBroker
+        me = self.advertised.get(conn.listener) if self.advertised else \
+            (conn.local_host, conn.local_port)
+        return MetadataResponse(
+            throttle_time_ms=0,
+            brokers=[B(node_id=b, host=h, port=pt, rack=rack)
+                     for b, h, pt, rack in self.leadership.broker_rows(me, conn.listener)],
+            cluster_id=self.storage.cluster_id, controller_id=self.leadership.controller_id,
+            topics=[R(error_code=errors.INVALID_REQUEST, name=t.name, topic_id=t.topic_id,
+                      is_internal=False, partitions=[]) for t in requested])
 
     # ---- DescribeCluster ----
 

@@ -203,9 +203,9 @@ def _api(request: Any, response: Any, lo: int, hi: int) -> Api:
     return Api(request.API_KEY, request.name.removesuffix("Request"), request, response, lo, hi)
 
 
-# What this broker serves. Topic IDs (Fetch 13+, Metadata 10+) are out of scope; Metadata
-# v9 (v8, flexible) is served: librdkafka trusts leader epochs (KIP-320: a consumer
-# moves to the leader of a new epoch, checks for truncation) only from v9 on. Fetch
+# What this broker serves. Metadata answers topic ids from v10 and is asked by them
+# from v12 (KIP-516; librdkafka trusts leader epochs, KIP-320, only from v9 on); the
+# data path names topics, not ids (Fetch 13+ is not served). Fetch
 # v12 is flexible and the one followers use (a last fetched epoch in, a diverging epoch
 # out); ApiVersions v3, DescribeLogDirs v2-4, OffsetForLeaderEpoch v4 and DeleteTopics
 # v4-5 are flexible too: v4 of DescribeLogDirs carries each dir's total and usable bytes,
@@ -222,7 +222,7 @@ SUPPORTED: dict[int, Api] = {a.key: a for a in (
     # LATEST_TIERED (tiered storage: everything here is local); v10 adds a timeout for
     # remote lookups, none here.
     _api(ListOffsetsRequest, ListOffsetsResponse, 0, 9),
-    _api(MetadataRequest, MetadataResponse, 0, 9),
+    _api(MetadataRequest, MetadataResponse, 0, 12),
     # The brokers and controller without the topics (KIP-700); v2 adds KRaft's fenced
     # brokers, none here.
     _api(DescribeClusterRequest, DescribeClusterResponse, 0, 1),

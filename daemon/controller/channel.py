@@ -2,7 +2,7 @@
 ControllerBrokerRequestBatch), docs/controller.md "Requests to brokers".
 
 `RequestBatch` gathers what one step of the state machines wants each broker told and
-builds the requests: LeaderAndIsr v4, UpdateMetadata v6 and StopReplica v3,
+builds the requests: LeaderAndIsr v4, UpdateMetadata v7 (with topic ids) and StopReplica v3,
 sent to each broker in that order. Adding a LeaderAndIsr for a partition also adds an
 UpdateMetadata for it to every live broker, as Kafka does; a topic being deleted is
 announced with leader -2; `offline_replicas` lists the replicas not online.
@@ -39,7 +39,7 @@ from .leader_election import LEADER_DURING_DELETE, LeaderAndIsr
 log = logging.getLogger("logkeeper.controller.channel")
 
 LEADER_AND_ISR_VERSION = 4
-UPDATE_METADATA_VERSION = 6
+UPDATE_METADATA_VERSION = 7  # v7: topic ids (KIP-516), which Metadata v10+ answers
 STOP_REPLICA_VERSION = 3
 RETRY_BACKOFF_S = 0.1  # Kafka's controller: reconnect.backoff / retry every 100 ms
 _PROTOCOL_IDS = {name: i for i, name in views.SECURITY_PROTOCOLS.items()}

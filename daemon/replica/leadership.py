@@ -20,11 +20,13 @@ everything else is called on the event loop.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from logstore import Log, TopicPartition
 
+from ..cluster import znodes
 from ..cluster.metadata_cache import MetadataCache
 from ..wire import views
 from .partition import Partition
@@ -136,6 +138,20 @@ class Standalone:
                       for i in range(max(held) + 1)]
         return out
 
+    def topic_ids(self, local: dict[str, list[Partition]]) -> dict[str, uuid.UUID]:
+        """Each topic's id (KIP-516) as its partitions' `partition.metadata` holds it;
+        topics without one are left out."""
+        out = {}
+        for t, ps in local.items():
+            text = next((p.log.topic_id for p in ps if p.log is not None and p.log.topic_id),
+                        None)
+            if text is not None:
+                try:
+                    out[t] = znodes.topic_id_from_str(text)
+                except ValueError:
+                    pass  # not Kafka's form: shown as no id
+        return out
+
     def broker_rows(self, me: tuple[str, int] | None, listener: str) -> list[BrokerRow]:
         """The brokers Metadata lists to a client of `listener`; `me` is this broker's
         advertised address on it (None: that listener is not advertised)."""
@@ -239,6 +255,12 @@ class ClusterLeadership:
         """From the metadata cache: every broker answers the same (`local` unused)."""
         return {t: [(m.partition, self._from_cache(m)) for m in ps]
                 for t, ps in self.cache.topics().items()}
+
+    def topic_ids(self, local: dict[str, list[Partition]]) -> dict[str, uuid.UUID]:
+        """From the metadata cache (the controller's UpdateMetadata v7+ carries them):
+        every broker answers the same (`local` unused)."""
+        return {t: ps[0].topic_id for t, ps in self.cache.topics().items()
+                if ps and ps[0].topic_id is not None}
 
     def broker_rows(self, me: tuple[str, int] | None, listener: str) -> list[BrokerRow]:
         if not self.cache.brokers:  # no UpdateMetadata yet: at least this broker

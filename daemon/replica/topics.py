@@ -12,7 +12,9 @@ Errors: a refusal raises `TopicError` with the Kafka code and a message naming t
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -31,6 +33,7 @@ from ..api.errors import (
     UNKNOWN_TOPIC_OR_PARTITION,
     error_of,
 )
+from ..cluster import znodes
 from ..config import Config
 from ..storage.config_store import FileConfigStore
 from ..storage.workers import ManagedDir
@@ -206,8 +209,15 @@ class TopicAdmin:
         each, in order) and take them on, recording the placement; or, when any of them
         fails, undo those made (a topic is created whole or not at all) and return the
         first failure."""
-        futures = [self.storage.submit(d, d.logdir.create_log, topic, n,  # type: ignore[union-attr]
-                                       log_config)
+        held = self.replicas.topics().get(topic)
+        if held:  # its partitions' id, or none if they have none (made before ids were)
+            topic_id = next((p.log.topic_id for p in held
+                             if p.log is not None and p.log.topic_id), None)
+        else:  # a new topic: a new id, in each partition's partition.metadata as Kafka's
+            topic_id = znodes.topic_id_to_str(uuid.uuid4())
+        futures = [self.storage.submit(d, functools.partial(
+                       d.logdir.create_log, topic_id=topic_id),  # type: ignore[union-attr]
+                       topic, n, log_config)
                    for n, d in zip(numbers, placed, strict=True)]
         done = await asyncio.gather(*futures, return_exceptions=True)
         failed = next((r for r in done if isinstance(r, BaseException)), None)

@@ -225,7 +225,7 @@ def metadata(conn: Connection, topics: list[str] | None) -> Any:
     req = None if topics is None else [MetadataRequest.MetadataRequestTopic(name=t)
                                        for t in topics]
     return conn.call(MetadataRequest(topics=req, allow_auto_topic_creation=False),
-                     MetadataResponse, lo=1, hi=8)
+                     MetadataResponse, lo=1, hi=12)
 
 
 # A controller that moved between our Metadata and the request answers NOT_CONTROLLER:

@@ -54,6 +54,7 @@ from kafka.protocol.admin import (
 
 from ..api import errors
 from ..api.errors import name_of
+from ..cluster import znodes
 from .client import (
     ClientError,
     Connection,
@@ -132,8 +133,11 @@ def describe(bootstrap: str, topics: list[str] | None = None) -> dict[str, Any]:
             "adding": moving.get((t.name, p.partition_index), ([], [], []))[1],
             "removing": moving.get((t.name, p.partition_index), ([], [], []))[2],
         } for p in parts]
+        topic_id = getattr(t, "topic_id", None)  # Metadata v10+ (KIP-516)
         out["topics"].append({
             "topic": t.name, "error_code": t.error_code, "internal": bool(t.is_internal),
+            "topic_id": znodes.topic_id_to_str(topic_id)
+            if topic_id is not None and topic_id.int else None,
             "partition_count": len(parts),
             # As Kafka's TopicCommand: the first partition's (a partition being
             # reassigned counts its original replicas).
@@ -177,9 +181,11 @@ def render(desc: dict[str, Any], *, headers: bool = True) -> str:
                          f"({name_of(t['error_code'])})")
             continue
         configs = ",".join(f"{k}={v}" for k, v in t["configs"].items())
-        if headers:
-            lines.append(f"Topic: {t['topic']}\tPartitionCount: {t['partition_count']}\t"
-                         f"ReplicationFactor: {t['replication_factor']}\tConfigs: {configs}")
+        if headers:  # the topic id as kafka-topics.sh shows it: when there is one
+            topic_id = f"\tTopicId: {t['topic_id']}" if t.get("topic_id") else ""
+            lines.append(f"Topic: {t['topic']}{topic_id}\tPartitionCount: "
+                         f"{t['partition_count']}\tReplicationFactor: "
+                         f"{t['replication_factor']}\tConfigs: {configs}")
         for p in t["partitions"]:
             def ids(xs: list[int]) -> str:
                 return ",".join(str(x) for x in xs)
