@@ -192,7 +192,8 @@ class Server:
                 retention_check_interval_ms=config["offsets.retention.check.interval.ms"]))
         group_apis = GroupApis(self.coordinator,
                                lambda p, listener: self._coordinator_node(OFFSETS_TOPIC, p, listener),
-                               lambda: self._ensure_internal_topic(OFFSETS_TOPIC))
+                               lambda: self._ensure_internal_topic(OFFSETS_TOPIC),
+                               self._partition_exists)
         self.handlers.register(group_apis.dispatch())
         # Transactions: __transaction_state's coordinator (daemon.coordinator.transactions)
         # and the channel its markers go to the partitions' leaders by.

@@ -30,7 +30,7 @@ from kafka import TopicPartition as KTP
 from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.protocol.consumer import HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, OffsetCommitRequest
 from kafka.protocol.metadata import FindCoordinatorRequest
-from kafka.protocol.producer import ProduceRequest
+from kafka.protocol.producer import ProduceRequest, TxnOffsetCommitRequest
 
 from daemon.api import errors
 from daemon.coordinator import records
@@ -39,7 +39,7 @@ from logstore import TopicPartition
 from logstore.records import build_batch, iter_batches
 from tests import faults
 
-from .cluster_helpers import wait_for
+from .cluster_helpers import Cluster, wait_for
 from .daemon_helpers import Daemon, RawClient
 from .test_cli import cli
 
@@ -662,7 +662,12 @@ def test_offset_delete_drops_commits_of_topics_a_group_no_longer_reads(tmp_path:
     others, also after a restart; an active consumer group keeps those of the topics its
     members subscribe to (GROUP_SUBSCRIBED_TO_TOPIC) and loses the others; a group that
     does not exist is GROUP_ID_NOT_FOUND."""
-    from kafka.errors import GroupIdNotFoundError, GroupSubscribedToTopicError, NoError
+    from kafka.errors import (
+        GroupIdNotFoundError,
+        GroupSubscribedToTopicError,
+        NoError,
+        UnknownTopicOrPartitionError,
+    )
 
     with daemon(tmp_path) as d:
         for topic in ("read", "dropped"):
@@ -675,7 +680,8 @@ def test_offset_delete_drops_commits_of_topics_a_group_no_longer_reads(tmp_path:
         try:
             wait_for(lambda: len(m.read) == 5, 60, "the live member to read")
             got = ka.delete_group_offsets("gone", [KTP("dropped", 0), KTP("read", 1)])
-            assert got == {KTP("dropped", 0): NoError, KTP("read", 1): NoError}
+            # read has no partition 1: Kafka answers it before asking the coordinator.
+            assert got == {KTP("dropped", 0): NoError, KTP("read", 1): UnknownTopicOrPartitionError}
             assert {tp: o.offset for tp, o in ka.list_group_offsets("gone")["gone"].items()} \
                 == {KTP("read", 0): 4}
             wait_for(lambda: {g["group_id"]: g["group_state"] for g in ka.list_groups()}
@@ -1475,3 +1481,68 @@ def test_a_static_leader_back_in_a_stable_group_keeps_the_assignment(tmp_path: P
         ("self", True, 2, b"A"),  # v9: leads, skips its assignor, knows the members
         ("previous leader", False, 0, b"A"),  # v8: not told it leads
         ("previous leader", False, 0, b"B")]  # a follower: the leader is unchanged
+
+
+def test_offsets_of_a_partition_the_cluster_does_not_have_are_refused_as_in_kafka(
+        tmp_path: Path) -> None:
+    """An operator's offsets script names a partition past a topic's count and a topic
+    that does not exist: Kafka answers each of them UNKNOWN_TOPIC_OR_PARTITION (in
+    OffsetCommit, OffsetDelete and TxnOffsetCommit, before the coordinator is asked) and
+    keeps no offset of them; the group's real partition is committed. In a cluster the
+    coordinator holds none of the topic, so this is the metadata every broker has."""
+    with Cluster(tmp_path, brokers=3, dirs=1, extra=GROUP_KEYS) as cl:
+        bootstrap = ",".join(d.bootstrap for d in cl.brokers.values())
+        ka = KafkaAdminClient(bootstrap_servers=bootstrap)
+        try:
+            ka.create_topics([NewTopic("orders", 2, 2)])
+            wait_for(lambda: cl.agreed("orders", 2), 30, "orders led on every broker")
+            admin = AdminClient({"bootstrap.servers": bootstrap})
+            G = ck.ConsumerGroupTopicPartitions
+            asked = [ck.TopicPartition("orders", 0, 7), ck.TopicPartition("orders", 5, 7),
+                     ck.TopicPartition("ghost", 0, 7)]
+
+            def alter() -> dict[tuple[str, int], int] | None:
+                got = admin.alter_consumer_group_offsets([G("ops", asked)])["ops"].result(30)
+                errs = {(tp.topic, tp.partition): tp.error.code() if tp.error else 0
+                        for tp in got.topic_partitions}
+                loading = errs[("orders", 0)] in (ck.KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                                                  ck.KafkaError.NOT_COORDINATOR)
+                return None if loading else errs
+
+            errs = wait_for(alter, 30, "the group's coordinator to load")
+            unknown = ck.KafkaError.UNKNOWN_TOPIC_OR_PART
+            assert errs == {("orders", 0): 0, ("orders", 5): unknown, ("ghost", 0): unknown}
+            assert committed_offsets(bootstrap, "ops") == {("orders", 0): 7}
+
+            deleted = ka.delete_group_offsets("ops", [KTP("orders", 5), KTP("ghost", 0)])
+            assert {(tp.topic, tp.partition): e.errno for tp, e in deleted.items()} == {
+                ("orders", 5): errors.UNKNOWN_TOPIC_OR_PARTITION,
+                ("ghost", 0): errors.UNKNOWN_TOPIC_OR_PARTITION}
+
+            # TxnOffsetCommit, at the group's coordinator: the unknown partitions are
+            # refused before the producer is looked at.
+            coordinator = wait_for(
+                lambda: (r := RawClient(cl.brokers[1].port).request(
+                    FindCoordinatorRequest[1](key="ops", key_type=0), 1)).error_code == 0
+                and r.node_id, 30, "the group's coordinator")
+            T = TxnOffsetCommitRequest[3].TxnOffsetCommitRequestTopic
+            P = T.TxnOffsetCommitRequestPartition
+            txn = TxnOffsetCommitRequest[3](
+                transactional_id="ops-txn", group_id="ops", producer_id=424242,
+                producer_epoch=0, generation_id=-1, member_id="", group_instance_id=None,
+                topics=[T(name=n, partitions=[P(partition_index=i, committed_offset=9,
+                                                committed_leader_epoch=-1,
+                                                committed_metadata="")])
+                        for n, i in (("orders", 5), ("ghost", 0))])
+            c = RawClient(cl.brokers[coordinator].port)
+            try:
+                resp = c.request(txn, 3)
+            finally:
+                c.close()
+            assert {(t.name, p.partition_index): p.error_code
+                    for t in resp.topics for p in t.partitions} == {
+                ("orders", 5): errors.UNKNOWN_TOPIC_OR_PARTITION,
+                ("ghost", 0): errors.UNKNOWN_TOPIC_OR_PARTITION}
+            assert committed_offsets(bootstrap, "ops") == {("orders", 0): 7}
+        finally:
+            ka.close()

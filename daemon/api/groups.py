@@ -21,7 +21,7 @@ cluster, else only those the principal may describe.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from kafka.protocol.admin import (
@@ -59,10 +59,12 @@ class GroupApis:
 
     def __init__(self, coordinator: GroupCoordinator,
                  coordinator_node: Callable[[int, str], tuple[int, int, str, int]],
-                 ensure_offsets_topic: Callable[[], Awaitable[int]]):
+                 ensure_offsets_topic: Callable[[], Awaitable[int]],
+                 partition_exists: Callable[[TopicPartition], bool]):
         self.coordinator = coordinator
         self.coordinator_node = coordinator_node
         self.ensure_offsets_topic = ensure_offsets_topic
+        self.partition_exists = partition_exists
         # FindCoordinator for a transactional id (key type 1): daemon.api.transactions.
         self.transactions: Any = None
 
@@ -185,14 +187,13 @@ class GroupApis:
             return OffsetCommitResponse(throttle_time_ms=0, topics=[T(name=t.name, partitions=[
                 P(partition_index=p.partition_index, error_code=errors.GROUP_AUTHORIZATION_FAILED)
                 for p in t.partitions]) for t in b.topics])
-        denied = {t.name for t in b.topics
-                  if not conn.allowed(Operation.READ, ResourceType.TOPIC, t.name)}
         asked = [OffsetCommit(TopicPartition(t.name, p.partition_index), p.committed_offset,
                               p.committed_leader_epoch if v >= 6 else -1,
                               p.committed_metadata,
                               p.commit_timestamp if v == 1 else -1)
                  for t in b.topics for p in t.partitions]
-        commits = [c for c in asked if c.tp.topic not in denied]
+        refused = refused_offsets((c.tp for c in asked), conn, self.partition_exists)
+        commits = [c for c in asked if c.tp not in refused]
         code, per_partition = errors.NONE, {}
         if commits or not asked:
             code, per_partition = await self.coordinator.commit(
@@ -201,8 +202,7 @@ class GroupApis:
                 b.retention_time_ms if 2 <= v <= 4 else -1)
         out: dict[str, list[Any]] = {}
         for c in asked:
-            e = errors.TOPIC_AUTHORIZATION_FAILED if c.tp.topic in denied else \
-                code or per_partition.get(c.tp, errors.NONE)
+            e = refused.get(c.tp) or code or per_partition.get(c.tp, errors.NONE)
             out.setdefault(c.tp.topic, []).append(P(partition_index=c.tp.partition, error_code=e))
         return OffsetCommitResponse(throttle_time_ms=0, topics=[
             T(name=t, partitions=ps) for t, ps in out.items()])
@@ -337,20 +337,37 @@ class GroupApis:
         if not conn.allowed(Operation.DELETE, ResourceType.GROUP, body.group_id):
             return OffsetDeleteResponse(error_code=errors.GROUP_AUTHORIZATION_FAILED,
                                         throttle_time_ms=0, topics=[])
-        denied = {t.name for t in body.topics
-                  if not conn.allowed(Operation.READ, ResourceType.TOPIC, t.name)}
         asked = [TopicPartition(t.name, p.partition_index)
                  for t in body.topics for p in t.partitions]
-        tps = [tp for tp in asked if tp.topic not in denied]
+        refused = refused_offsets(asked, conn, self.partition_exists)
+        tps = [tp for tp in asked if tp not in refused]
         code, per = await self.coordinator.delete_offsets(body.group_id, tps)
         by_topic: dict[str, list[Any]] = {}
         if not code:
             for tp in asked:
                 by_topic.setdefault(tp.topic, []).append(P(
-                    partition_index=tp.partition, error_code=errors.TOPIC_AUTHORIZATION_FAILED
-                    if tp.topic in denied else per[tp]))
+                    partition_index=tp.partition, error_code=refused.get(tp) or per[tp]))
         return OffsetDeleteResponse(error_code=code, throttle_time_ms=0, topics=[
             T(name=t, partitions=ps) for t, ps in by_topic.items()])
+
+
+def refused_offsets(tps: Iterable[TopicPartition], conn: Any,
+                    partition_exists: Callable[[TopicPartition], bool]) -> dict[TopicPartition, int]:
+    """The partitions of an OffsetCommit, TxnOffsetCommit or OffsetDelete the coordinator
+    is not asked about, each with its error, as Kafka's KafkaApis checks them first: a
+    topic the principal may not read TOPIC_AUTHORIZATION_FAILED, a topic or partition
+    the cluster does not have UNKNOWN_TOPIC_OR_PARTITION (an offset of it would be kept
+    for a partition no consumer can read, and listed with the group's)."""
+    out = {}
+    readable: dict[str, bool] = {}
+    for tp in tps:
+        if tp.topic not in readable:
+            readable[tp.topic] = conn.allowed(Operation.READ, ResourceType.TOPIC, tp.topic)
+        if not readable[tp.topic]:
+            out[tp] = errors.TOPIC_AUTHORIZATION_FAILED
+        elif not partition_exists(tp):
+            out[tp] = errors.UNKNOWN_TOPIC_OR_PARTITION
+    return out
 
 
 async def coordinator_endpoint(key: str, partition_of: Callable[[str], int | None],

@@ -51,7 +51,7 @@ from ..replica.producer_ids import ProducerIds
 from ..replica.txn_verification import TxnVerifier
 from ..security.acls import Operation, ResourceType
 from . import errors, protocol
-from .groups import coordinator_endpoint
+from .groups import coordinator_endpoint, refused_offsets
 
 log = logging.getLogger("logkeeper.transactions")
 
@@ -274,17 +274,15 @@ class TxnApis:
         asked = [OffsetCommit(TopicPartition(t.name, p.partition_index), p.committed_offset,
                               p.committed_leader_epoch if v >= 2 else -1, p.committed_metadata)
                  for t in b.topics for p in t.partitions]
+        refused: dict[TopicPartition, int] = {}
         if not conn.allowed(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, b.transactional_id):
             code, per = errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, {}
         elif not conn.allowed(Operation.READ, ResourceType.GROUP, b.group_id):
             code, per = errors.GROUP_AUTHORIZATION_FAILED, {}
         else:
-            denied = {c.tp.topic for c in asked
-                      if not conn.allowed(Operation.READ, ResourceType.TOPIC, c.tp.topic)}
-            per = dict.fromkeys((c.tp for c in asked if c.tp.topic in denied),
-                                errors.TOPIC_AUTHORIZATION_FAILED)
-            commits = [c for c in asked if c.tp.topic not in denied]
-            code = errors.NONE
+            refused = refused_offsets((c.tp for c in asked), conn, self.partition_exists)
+            commits = [c for c in asked if c.tp not in refused]
+            code, per = errors.NONE, {}
             if commits:
                 verifier = self.verifier
                 verify = None
@@ -299,7 +297,7 @@ class TxnApis:
                 per.update(written)
         out: dict[str, list[Any]] = {}
         for c in asked:
-            e = code or per.get(c.tp, errors.NONE)
+            e = refused.get(c.tp) or code or per.get(c.tp, errors.NONE)
             out.setdefault(c.tp.topic, []).append(P(partition_index=c.tp.partition,
                                                     error_code=_fenced(e, v, 3)))
         return TxnOffsetCommitResponse(throttle_time_ms=0, topics=[
