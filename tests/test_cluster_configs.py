@@ -244,3 +244,87 @@ def test_lowering_retention_with_the_command_frees_a_saturated_replica(tmp_path:
         wait_for(lambda: b1.log_dir_states()[str(dirs[0])] == "online", 10, "ONLINE again")
         wait_for(lambda: all(sorted(cl.metadata(b, ["f"])["partitions"][("f", 0)][3]) == [1, 2, 3]
                              for b in cl.brokers), 30, "broker 1 back in the ISR")
+
+
+def test_broker_loggers_are_described_and_set_per_broker_as_kafka_configs_does(
+        tmp_path: Path) -> None:
+    """kafka-configs.sh --entity-type broker-loggers --entity-name 2 (BROKER_LOGGER, at
+    broker 2): its loggers with their effective levels, root first; a level set there
+    applies to that broker only (and to the logger's children), DELETE hands the logger
+    back to its parent's level; what Kafka refuses is refused and changes nothing."""
+    from kafka.protocol.admin import (
+        AlterConfigsRequest,
+        DescribeConfigsRequest,
+        IncrementalAlterConfigsRequest,
+    )
+
+    logger = ConfigResourceType.BROKER_LOGGER.value
+    with Cluster(tmp_path, brokers=2, dirs=1) as cl:
+        def describe(at: int, name: str) -> tuple[int, dict[str, str]]:
+            c = RawClient(cl.brokers[at].port)
+            try:
+                resp = c.request(DescribeConfigsRequest[2](
+                    resources=[(logger, name, None)], include_synonyms=True), 2)
+            finally:
+                c.close()
+            [r] = resp.results
+            assert all(e.config_source == 6 and not e.read_only for e in r.configs)
+            return r.error_code, {e.name: e.value for e in r.configs}
+
+        def alter(at: int, changes: list[tuple[str, int, str | None]],
+                  validate_only: bool = False) -> tuple[int, str | None]:
+            c = RawClient(cl.brokers[at].port)
+            try:
+                resp = c.request(IncrementalAlterConfigsRequest[1](
+                    resources=[(logger, str(at), changes)], validate_only=validate_only), 1)
+            finally:
+                c.close()
+            [r] = resp.responses
+            return r.error_code, r.error_message
+
+        code, before = describe(2, "2")
+        assert code == 0
+        assert next(iter(before)) == "root" and before["root"] == "INFO"
+        assert before["logkeeper.configs"] == "INFO" and before["logkeeper.groups"] == "INFO"
+        assert describe(2, "1")[0] == 42 and describe(2, "")[0] == 42
+
+        assert alter(2, [("logkeeper.configs", 0, "DEBUG")], validate_only=True) == (0, None)
+        assert describe(2, "2")[1]["logkeeper.configs"] == "INFO"
+        assert alter(2, [("logkeeper", 0, "DEBUG"), ("logkeeper.groups", 0, "WARN")]) == (0, None)
+        after = describe(2, "2")[1]
+        assert (after["logkeeper"], after["logkeeper.configs"], after["logkeeper.groups"],
+                after["root"]) == ("DEBUG", "DEBUG", "WARN", "INFO")
+        assert describe(1, "1")[1]["logkeeper.configs"] == "INFO"  # broker 1's own
+        assert "Updated the log level of logkeeper to DEBUG" in cl.brokers[2].stderr()
+
+        for changes, code, says in [
+                ([("no.such.logger", 0, "DEBUG")], 40, "Logger no.such.logger does not exist!"),
+                ([("logkeeper", 0, "LOUD")], 40, "Valid log levels are DEBUG, ERROR, FATAL"),
+                ([("root", 1, None)], 42, "Removing the log level of the root logger"),
+                ([("logkeeper", 2, "INFO")], 42, "APPEND operation is not allowed"),
+                ([("logkeeper.groups", 1, None), ("logkeeper", 0, "LOUD")], 40, "LOUD")]:
+            got = alter(2, changes)
+            assert got[0] == code and says in (got[1] or ""), (changes, got)
+        c = RawClient(cl.brokers[2].port)
+        try:
+            legacy = c.request(AlterConfigsRequest[1](
+                resources=[(logger, "2", [("logkeeper", "INFO")])], validate_only=False), 1)
+        finally:
+            c.close()
+        assert legacy.responses[0].error_code == 42
+        assert describe(2, "2")[1] == after  # nothing refused changed anything
+
+        assert alter(2, [("logkeeper.groups", 1, None), ("logkeeper", 1, None)]) == (0, None)
+        back = describe(2, "2")[1]
+        assert back["logkeeper.groups"] == back["logkeeper"] == "INFO"
+
+        # kafka-python's admin client, as a script would ask.
+        ka = KafkaAdminClient(bootstrap_servers=cl.brokers[1].bootstrap)
+        try:
+            ka.alter_configs([ConfigResource("BROKER_LOGGER", "2", configs={
+                "logkeeper.groups": (AlterConfigOp.SET, "ERROR")})], raise_on_unknown=False)
+            got = ka.describe_configs([ConfigResource("BROKER_LOGGER", "2")],
+                                      config_filter="all")
+            assert got["broker_logger"]["2"]["logkeeper.groups"]["value"] == "ERROR"
+        finally:
+            ka.close()

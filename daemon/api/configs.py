@@ -8,6 +8,8 @@ standalone it writes the log dirs' config file (daemon.storage.config_store). Ei
 this broker applies the change before it answers. A BROKER resource names this broker's
 id (its dynamic config) or "" (the cluster's dynamic default); another id answers
 INVALID_REQUEST, as Kafka does, since clients send a broker's request to that broker.
+A BROKER_LOGGER resource (this broker's id) lists its loggers and their levels, and
+IncrementalAlterConfigs sets or unsets them (daemon.ops.loggers); AlterConfigs refuses it.
 
 Errors, per resource, each changing nothing: an unknown topic 3 (UNKNOWN_TOPIC_OR_PARTITION);
 an unknown config name, a bad value, a static broker key 40 (INVALID_CONFIG); a resource
@@ -33,6 +35,7 @@ from kafka.protocol.admin import (
 
 from ..cluster.config_store import BROKERS, TOPICS, ZkConfigStore
 from ..config import SENSITIVE_KEYS
+from ..ops import loggers
 from ..replica import topic_config as tc
 from ..security.acls import Operation, ResourceType
 from ..storage.config_store import FileConfigStore
@@ -44,6 +47,7 @@ RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
 RESOURCE_BROKER_LOGGER = 8
 RESOURCE_GROUP = 32
+SOURCE_DYNAMIC_BROKER_LOGGER = 6  # Kafka's ConfigSource.DYNAMIC_BROKER_LOGGER_CONFIG
 
 
 def _denied(conn: Any, op: Operation, rtype: int, name: str) -> int:
@@ -136,6 +140,12 @@ class ConfigApis:
                         for n, v in sorted(self.configs.broker_dynamic(tc.DEFAULT_BROKER).items())]
             self._check_broker(name)
             return tc.broker_entries(self.configs.layers)
+        if rtype == RESOURCE_BROKER_LOGGER:
+            if not name:
+                raise RequestError(errors.INVALID_REQUEST, "Broker id must not be empty")
+            self._check_broker(name)
+            return [tc.Entry(n, level, SOURCE_DYNAMIC_BROKER_LOGGER, 0, ())
+                    for n, level in loggers.loggers().items()]
         raise RequestError(errors.INVALID_REQUEST, f"Unsupported resource type: {rtype}")
 
     def _check_broker(self, name: str) -> None:
@@ -202,12 +212,18 @@ class ConfigApis:
                     await self._alter_topic(name, ops, replace, validate_only)
                 elif rtype == RESOURCE_BROKER:
                     await self._alter_broker(name, ops, replace, validate_only)
+                elif rtype == RESOURCE_BROKER_LOGGER and not replace:
+                    self._alter_broker_loggers(name, ops, validate_only)
                 else:
                     raise RequestError(errors.INVALID_REQUEST, "AlterConfigs is only supported "
                                        f"for topics and brokers, but resource type is {rtype}")
         except RequestError as err:
             log.info("alter configs of %s (type %d) refused: %s", name, rtype, err)
             return err.code, str(err)
+        except loggers.LoggerChangeError as err:
+            log.info("alter broker loggers of %s refused: %s", name, err)
+            return (errors.INVALID_CONFIG if err.invalid_config else errors.INVALID_REQUEST,
+                    str(err))
         except tc.ConfigValueError as err:
             msg = f"Invalid config value for resource {_resource(rtype, name)}: {err}"
             log.info("%s", msg)
@@ -286,6 +302,20 @@ class ConfigApis:
             assert self.files is not None
             await self.files.write(self.configs.topics, self._brokers_with(entity, new))
         await self.configs.set_broker(entity, new)
+
+    def _alter_broker_loggers(self, name: str, ops: list[tuple[str, int, str | None]],
+                              validate_only: bool) -> None:
+        """IncrementalAlterConfigs of BROKER_LOGGER: this broker's log levels, changed at
+        once and kept until it restarts (daemon.ops.loggers); AlterConfigs has no such
+        resource, as in Kafka."""
+        self._check_broker(name)
+        nulls = [n for n, op, v in ops if op != tc.OP_DELETE and v is None]
+        if nulls:
+            raise RequestError(errors.INVALID_REQUEST,
+                               f"Null value not supported for : {', '.join(nulls)}")
+        loggers.check(ops)
+        if not validate_only:
+            loggers.apply(ops)
 
     def _brokers_with(self, entity: str | None = None,
                       new: dict[str, str] | None = None) -> dict[str, dict[str, str]]:
