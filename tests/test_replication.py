@@ -20,6 +20,7 @@ import confluent_kafka as ck
 import confluent_kafka.admin as ck_admin
 import pytest
 
+from daemon.api import errors
 from logstore.records import iter_batches
 
 from .audit_helpers import spark_session  # noqa: F401  (the `spark` fixture)
@@ -736,3 +737,76 @@ def test_delete_records_answers_promptly_once_the_live_followers_moved(tmp_path:
         for b in followers:
             assert metric(cl.brokers[b], "kafka_log_log_logstartoffset", topic="dq",
                           partition="0") == 150
+
+
+def test_a_new_leader_whose_high_watermark_lags_its_epoch_answers_offset_not_available(
+        tmp_path: Path) -> None:
+    """A leader elected with records past the high watermark it heard of as a follower
+    (the old leader's followers had not all fetched them) does not know its high
+    watermark until they fetch from it: Kafka's ListOffsets answers a client's latest,
+    or an offset by timestamp past the high watermark, OFFSET_NOT_AVAILABLE (78,
+    retriable; KIP-207) meanwhile, not the stale high watermark, and the real end once
+    the followers caught up. The replica that stays behind is stopped (SIGSTOP, its
+    ZooKeeper session long enough to keep it in the metadata) while the leader takes
+    acks=1 writes, and the leader is killed."""
+    from kafka.protocol.consumer import ListOffsetsRequest
+    from kazoo.client import KazooClient
+
+    behind = 3
+    with Cluster(tmp_path, dirs=1, extra={"replica.lag.time.max.ms": 60000},
+                 per_broker={behind: {"zookeeper.session.timeout.ms": 60000}}) as cl:
+        zc = KazooClient(hosts=cl.zk.hosts)
+        zc.start(15)
+        try:  # the controller must stay up and running: not the broker stopped
+            while cl.controller() == behind:
+                zc.delete("/controller")
+                wait_for(lambda: cl.controller() > 0, 30, "a controller elected again")
+        finally:
+            zc.stop()
+            zc.close()
+        ctl = cl.controller()
+        [leader] = [b for b in cl.brokers if b not in (ctl, behind)]
+        create(cl, "w", 1, min_isr=1, assignment=[[leader, ctl, behind]])
+        c = RawClient(cl.brokers[leader].port)
+        try:
+            assert produce_raw(c, "w", 0, [b"v%d" % i for i in range(100)]) == (0, 0)
+        finally:
+            c.close()
+        wait_for(lambda: replicas_identical(cl, "w", 1), 30, "every replica holding 100")
+        R = ListOffsetsRequest[7]
+
+        def list_offset(broker: int, timestamp: int, replica_id: int = -1) -> tuple[int, int]:
+            q = RawClient(cl.brokers[broker].port)
+            try:
+                resp = q.request(R(replica_id=replica_id, isolation_level=0, topics=[
+                    R.ListOffsetsTopic(name="w", partitions=[
+                        R.ListOffsetsTopic.ListOffsetsPartition(
+                            partition_index=0, current_leader_epoch=-1,
+                            timestamp=timestamp)])]), 7)
+            finally:
+                q.close()
+            got = resp.topics[0].partitions[0]
+            return got.error_code, got.offset
+
+        wait_for(lambda: list_offset(leader, -1) == (0, 100), 30, "the high watermark at 100")
+        cl.brokers[behind].proc.send_signal(signal.SIGSTOP)
+        try:
+            p = ck.Producer({"bootstrap.servers": cl.brokers[leader].bootstrap, "acks": 1})
+            for i in range(50):
+                p.produce("w", b"late%d" % i, partition=0)
+            assert p.flush(30) == 0
+            wait_for(lambda: partition_bytes(cl, ctl, "w", 0)
+                     == partition_bytes(cl, leader, "w", 0), 30, "the controller's replica at 150")
+            assert list_offset(leader, -1) == (0, 100)  # the stopped replica holds it there
+            cl.brokers[leader].kill()
+            wait_for(lambda: cl.metadata(ctl, ["w"])["partitions"][("w", 0)][0] == ctl, 30,
+                     "the controller's replica leading")
+            assert list_offset(ctl, -1) == (errors.OFFSET_NOT_AVAILABLE, -1)
+            assert list_offset(ctl, -3) == (errors.OFFSET_NOT_AVAILABLE, -1)  # max timestamp
+            assert list_offset(ctl, -2) == (0, 0)  # the earliest is known
+            assert list_offset(ctl, -1, replica_id=-2) == (0, 100)  # a debugging ask
+        finally:
+            cl.brokers[behind].proc.send_signal(signal.SIGCONT)
+        wait_for(lambda: list_offset(ctl, -1) == (0, 150), 30,
+                 "the latest offset once the resumed replica fetched")
+        assert list_offset(ctl, -3)[0] == 0

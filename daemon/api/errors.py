@@ -63,6 +63,7 @@ LOG_DIR_NOT_FOUND = ke.LogDirNotFoundError.errno
 REPLICA_NOT_AVAILABLE = ke.ReplicaNotAvailableError.errno
 FETCH_SESSION_ID_NOT_FOUND = ke.FetchSessionIdNotFoundError.errno
 FENCED_LEADER_EPOCH = ke.FencedLeaderEpochError.errno
+OFFSET_NOT_AVAILABLE = ke.OffsetNotAvailableError.errno
 UNKNOWN_LEADER_EPOCH = ke.UnknownLeaderEpochError.errno
 REQUEST_TIMED_OUT = ke.RequestTimedOutError.errno
 COORDINATOR_NOT_AVAILABLE = ke.CoordinatorNotAvailableError.errno

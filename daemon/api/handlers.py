@@ -80,6 +80,7 @@ CLOSE = object()  # sentinel: close the connection without a response
 # ListOffsets' replica id that may ask any replica, not only the leader (Kafka's
 # ListOffsetsRequest.DEBUGGING_REPLICA_ID); consumers send -1, followers their broker id.
 DEBUGGING_REPLICA_ID = -2
+CONSUMER_REPLICA_ID = -1  # a client's: Kafka's isolation level is defined for it only
 # DescribeCluster's endpoint type of brokers (2: KRaft controllers, none here).
 BROKER_ENDPOINT = 1
 
@@ -790,8 +791,9 @@ class Handlers:
             return await self._list_offsets_v0(body, entries, denied, fenced)
         items = [(p, ts) for _, _, ts, p in entries if p is not None]
         read_committed = req.version >= 2 and body.isolation_level == 1
-        results = iter(await self.replicas.list_offsets(items, read_committed=read_committed)
-                       if items else [])
+        results = iter(await self.replicas.list_offsets(
+            items, read_committed=read_committed,
+            from_client=body.replica_id == CONSUMER_REPLICA_ID) if items else [])
         out: dict[str, list[Any]] = {}
         for topic, index, _ts, p in entries:
             if topic in denied:

@@ -39,6 +39,7 @@ from ..api.errors import (
     INVALID_TXN_STATE,
     NONE,
     NOT_LEADER_OR_FOLLOWER,
+    OFFSET_NOT_AVAILABLE,
     OFFSET_OUT_OF_RANGE,
     POLICY_VIOLATION,
     UNKNOWN_LEADER_EPOCH,
@@ -397,12 +398,26 @@ class ReplicaManager:
             on_error=lambda item, err: (error_of(err, "describe producers")[0], []))
 
     async def list_offsets(self, items: list[tuple[Partition, int]], *,
-                           read_committed: bool = False) -> list[tuple[int, int, int]]:
+                           read_committed: bool = False, from_client: bool = True
+                           ) -> list[tuple[int, int, int]]:
         """(error, timestamp, offset) per (partition, timestamp query); a read_committed
-        asker's latest offset is the last stable offset, not the high watermark."""
+        asker's latest offset is the last stable offset, not the high watermark.
+
+        A leader elected with records past the high watermark it had heard of as a
+        follower does not know its high watermark until its followers fetch those: till
+        then a client's (`from_client`) latest offset, or an offset by timestamp at or
+        past the high watermark, is OFFSET_NOT_AVAILABLE (78, retriable), as Kafka's
+        Partition.fetchOffsetForTimestamp answers, not the stale high watermark."""
+        asked = [(p, (ts, self._epoch_start(p) if from_client else -1)) for p, ts in items]
         return await self.storage.fan_out(
-            _with_logs(items), _dir_of, _list_offsets, read_committed,
+            _with_logs(asked), _dir_of, _list_offsets, read_committed,
             on_error=lambda item, err: (error_of(err, "list offsets")[0], -1, -1))
+
+    def _epoch_start(self, p: Partition) -> int:
+        """Where the leader epoch `p` is led at here began (its log end when it took
+        the epoch: Kafka's leaderEpochStartOffsetOpt), or -1."""
+        st = self.isr.state(p.tp) if self.isr is not None else None
+        return st.epoch_start_offset if st is not None else -1
 
     async def legacy_list_offsets(self, items: list[tuple[Partition, tuple[int, int]]], *,
                                   from_consumer: bool) -> list[tuple[int, list[int]]]:
@@ -769,11 +784,12 @@ def _delete_records(items: list[tuple[Partition, int, Log | None]]
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
 
 
-def _list_offsets(items: list[tuple[Partition, int, Log | None]], read_committed: bool
-                  ) -> list[tuple[int, int, int]]:
-    """(error, timestamp, offset) per (partition, timestamp query)."""
+def _list_offsets(items: list[tuple[Partition, tuple[int, int], Log | None]],
+                  read_committed: bool) -> list[tuple[int, int, int]]:
+    """(error, timestamp, offset) per (partition, (timestamp query, the start offset of
+    the leader epoch when a lagging high watermark is to be refused, else -1))."""
     out = []
-    for p, ts, lg in items:
+    for p, (ts, epoch_start), lg in items:
         try:
             if p.deleted:
                 out.append((UNKNOWN_TOPIC_OR_PARTITION, -1, -1))
@@ -782,8 +798,9 @@ def _list_offsets(items: list[tuple[Partition, int, Log | None]], read_committed
             # What the consumer may read to (Kafka's lastFetchableOffset).
             fetchable = (p.producers.last_stable_offset(lg.high_watermark, lg.log_start_offset)
                          if read_committed else lg.high_watermark)
+            lagging = epoch_start > lg.high_watermark
             if ts == LATEST:
-                out.append((NONE, -1, fetchable))
+                out.append((OFFSET_NOT_AVAILABLE, -1, -1) if lagging else (NONE, -1, fetchable))
             elif ts in (EARLIEST, EARLIEST_LOCAL):  # no tiered storage: all of it is local
                 out.append((NONE, -1, lg.log_start_offset))
             elif ts == LATEST_TIERED:  # nothing is tiered: Kafka answers -1
@@ -794,7 +811,7 @@ def _list_offsets(items: list[tuple[Partition, int, Log | None]], read_committed
                 found = (lg.offset_of_max_timestamp() if ts == MAX_TIMESTAMP
                          else lg.offset_for_timestamp(ts))
                 if found is None or found[0] >= fetchable:  # none it may read yet
-                    out.append((NONE, -1, -1))
+                    out.append((OFFSET_NOT_AVAILABLE if lagging else NONE, -1, -1))
                 else:
                     out.append((NONE, found[1], max(found[0], lg.log_start_offset)))
         except Exception as err:  # noqa: BLE001 - per-partition isolation
