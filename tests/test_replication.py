@@ -810,3 +810,58 @@ def test_a_new_leader_whose_high_watermark_lags_its_epoch_answers_offset_not_ava
         wait_for(lambda: list_offset(ctl, -1) == (0, 150), 30,
                  "the latest offset once the resumed replica fetched")
         assert list_offset(ctl, -3)[0] == 0
+
+
+def test_list_offsets_answers_the_leader_epoch_of_the_offset_it_found_as_kafka_does(
+        tmp_path: Path) -> None:
+    """AdminClient.list_offsets' leader epoch (the one a consumer validates its position
+    with after a seek by time): Kafka's is the epoch the found record was written at
+    (the log start's for earliest), the current one for latest, and none (-1) when no
+    record matched or the partition errs, not the current epoch every time."""
+    from kafka.protocol.consumer import ListOffsetsRequest
+
+    with Cluster(tmp_path, brokers=2, dirs=1) as cl:
+        create(cl, "e", 1, min_isr=1, assignment=[[1, 2]])
+        t0 = int(time.time() * 1000) - 600_000
+        p = ck.Producer({"bootstrap.servers": cl.brokers[1].bootstrap, "acks": "all"})
+        for i in range(10):
+            p.produce("e", b"first%d" % i, partition=0, timestamp=t0 + i * 1000)
+        assert p.flush(30) == 0
+        wait_for(lambda: replicas_identical(cl, "e", 1), 30, "both replicas holding 10")
+        cl.brokers[1].kill()
+        before = cl.metadata(2, ["e"])["partitions"][("e", 0)][1]
+        wait_for(lambda: cl.metadata(2, ["e"])["partitions"][("e", 0)][0] == 2, 30,
+                 "broker 2 leading")
+        epoch = cl.metadata(2, ["e"])["partitions"][("e", 0)][1]
+        assert epoch > before
+        p = ck.Producer({"bootstrap.servers": cl.brokers[2].bootstrap, "acks": "all"})
+        for i in range(10):
+            p.produce("e", b"second%d" % i, partition=0, timestamp=t0 + 100_000 + i * 1000)
+        assert p.flush(30) == 0
+        a = ck_admin.AdminClient({"bootstrap.servers": cl.brokers[2].bootstrap})
+        tp = ck.TopicPartition("e", 0)
+        S = ck_admin.OffsetSpec
+
+        def listed(spec: Any) -> tuple[int, int | None]:
+            got = a.list_offsets({tp: spec}, request_timeout=30)[tp].result(30)
+            return got.offset, got.leader_epoch
+
+        assert listed(S.earliest()) == (0, before)
+        assert listed(S.latest()) == (20, epoch)
+        assert listed(S.for_timestamp(t0)) == (0, before)
+        assert listed(S.for_timestamp(t0 + 100_000 + 5000)) == (15, epoch)
+        assert listed(S.max_timestamp()) == (19, epoch)
+        assert listed(S.for_timestamp(t0 + 999_000)) == (-1, None)  # no record that late
+
+        R = ListOffsetsRequest[7]
+        c = RawClient(cl.brokers[2].port)
+        try:
+            resp = c.request(R(replica_id=-1, isolation_level=0, topics=[
+                R.ListOffsetsTopic(name="e", partitions=[
+                    R.ListOffsetsTopic.ListOffsetsPartition(
+                        partition_index=3, current_leader_epoch=-1, timestamp=-1)])]), 7)
+        finally:
+            c.close()
+        err = resp.topics[0].partitions[0]
+        assert (err.error_code, err.offset, err.leader_epoch) == (
+            errors.UNKNOWN_TOPIC_OR_PARTITION, -1, -1)

@@ -797,14 +797,13 @@ class Handlers:
         out: dict[str, list[Any]] = {}
         for topic, index, _ts, p in entries:
             if topic in denied:
-                err, ts, off, epoch = errors.TOPIC_AUTHORIZATION_FAILED, -1, -1, 0
+                err, ts, off, epoch = errors.TOPIC_AUTHORIZATION_FAILED, -1, -1, -1
             elif (topic, index) in fenced:
-                err, ts, off, epoch = fenced[(topic, index)], -1, -1, 0
+                err, ts, off, epoch = fenced[(topic, index)], -1, -1, -1
             elif p is None:
-                err, ts, off, epoch = _topic_error(topic), -1, -1, 0
+                err, ts, off, epoch = _topic_error(topic), -1, -1, -1
             else:
-                err, ts, off = next(results)
-                epoch = self.leadership.state(p).leader_epoch
+                err, ts, off, epoch = next(results)
             if err:
                 self.metrics.errors.labels("ListOffsets", errors.enum_name(err)).inc()
             out.setdefault(topic, []).append(P(partition_index=index, error_code=err,

@@ -399,19 +399,23 @@ class ReplicaManager:
 
     async def list_offsets(self, items: list[tuple[Partition, int]], *,
                            read_committed: bool = False, from_client: bool = True
-                           ) -> list[tuple[int, int, int]]:
-        """(error, timestamp, offset) per (partition, timestamp query); a read_committed
-        asker's latest offset is the last stable offset, not the high watermark.
+                           ) -> list[tuple[int, int, int, int]]:
+        """(error, timestamp, offset, leader epoch) per (partition, timestamp query); a
+        read_committed asker's latest offset is the last stable offset, not the high
+        watermark. The epoch is Kafka's: the current leader epoch for the latest offset,
+        that of the log start for the earliest (the epoch cache's first entry, if it
+        starts there), that of the record found by timestamp, else -1.
 
         A leader elected with records past the high watermark it had heard of as a
         follower does not know its high watermark until its followers fetch those: till
         then a client's (`from_client`) latest offset, or an offset by timestamp at or
         past the high watermark, is OFFSET_NOT_AVAILABLE (78, retriable), as Kafka's
         Partition.fetchOffsetForTimestamp answers, not the stale high watermark."""
-        asked = [(p, (ts, self._epoch_start(p) if from_client else -1)) for p, ts in items]
+        asked = [(p, (ts, self._epoch_start(p) if from_client else -1,
+                      self.leadership.state(p).leader_epoch)) for p, ts in items]
         return await self.storage.fan_out(
             _with_logs(asked), _dir_of, _list_offsets, read_committed,
-            on_error=lambda item, err: (error_of(err, "list offsets")[0], -1, -1))
+            on_error=lambda item, err: (error_of(err, "list offsets")[0], -1, -1, -1))
 
     def _epoch_start(self, p: Partition) -> int:
         """Where the leader epoch `p` is led at here began (its log end when it took
@@ -784,15 +788,16 @@ def _delete_records(items: list[tuple[Partition, int, Log | None]]
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
 
 
-def _list_offsets(items: list[tuple[Partition, tuple[int, int], Log | None]],
-                  read_committed: bool) -> list[tuple[int, int, int]]:
-    """(error, timestamp, offset) per (partition, (timestamp query, the start offset of
-    the leader epoch when a lagging high watermark is to be refused, else -1))."""
-    out = []
-    for p, (ts, epoch_start), lg in items:
+def _list_offsets(items: list[tuple[Partition, tuple[int, int, int], Log | None]],
+                  read_committed: bool) -> list[tuple[int, int, int, int]]:
+    """(error, timestamp, offset, leader epoch) per (partition, (timestamp query, the
+    start offset of the leader epoch when a lagging high watermark is to be refused,
+    else -1, the current leader epoch))."""
+    out: list[tuple[int, int, int, int]] = []
+    for p, (ts, epoch_start, leader_epoch), lg in items:
         try:
             if p.deleted:
-                out.append((UNKNOWN_TOPIC_OR_PARTITION, -1, -1))
+                out.append((UNKNOWN_TOPIC_OR_PARTITION, -1, -1, -1))
                 continue
             assert lg is not None
             # What the consumer may read to (Kafka's lastFetchableOffset).
@@ -800,22 +805,27 @@ def _list_offsets(items: list[tuple[Partition, tuple[int, int], Log | None]],
                          if read_committed else lg.high_watermark)
             lagging = epoch_start > lg.high_watermark
             if ts == LATEST:
-                out.append((OFFSET_NOT_AVAILABLE, -1, -1) if lagging else (NONE, -1, fetchable))
+                out.append((OFFSET_NOT_AVAILABLE, -1, -1, -1) if lagging
+                           else (NONE, -1, fetchable, leader_epoch))
             elif ts in (EARLIEST, EARLIEST_LOCAL):  # no tiered storage: all of it is local
-                out.append((NONE, -1, lg.log_start_offset))
+                first = lg.epochs.earliest
+                out.append((NONE, -1, lg.log_start_offset,
+                            first.epoch if first is not None
+                            and first.start_offset <= lg.log_start_offset else -1))
             elif ts == LATEST_TIERED:  # nothing is tiered: Kafka answers -1
-                out.append((NONE, -1, -1))
+                out.append((NONE, -1, -1, -1))
             elif ts < 0 and ts != MAX_TIMESTAMP:
-                out.append((INVALID_REQUEST, -1, -1))
+                out.append((INVALID_REQUEST, -1, -1, -1))
             else:
                 found = (lg.offset_of_max_timestamp() if ts == MAX_TIMESTAMP
                          else lg.offset_for_timestamp(ts))
                 if found is None or found[0] >= fetchable:  # none it may read yet
-                    out.append((OFFSET_NOT_AVAILABLE if lagging else NONE, -1, -1))
+                    out.append((OFFSET_NOT_AVAILABLE if lagging else NONE, -1, -1, -1))
                 else:
-                    out.append((NONE, found[1], max(found[0], lg.log_start_offset)))
+                    at = max(found[0], lg.log_start_offset)
+                    out.append((NONE, found[1], at, lg.epochs.epoch_for_offset(at)))
         except Exception as err:  # noqa: BLE001 - per-partition isolation
-            out.append((error_of(err, f"list offsets of {p.tp}")[0], -1, -1))
+            out.append((error_of(err, f"list offsets of {p.tp}")[0], -1, -1, -1))
     return out
 
 
