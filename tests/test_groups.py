@@ -382,6 +382,13 @@ def test_admin_clients_list_describe_and_delete_groups(tmp_path: Path) -> None:
             live = wait_for(described_stable, 30, "DescribeGroups to show live Stable")
             assert [len(x.assignment.topic_partitions) for x in live.members] == [1]
             assert ka.describe_groups(["nobody"])["nobody"]["group_state"] == "Dead"
+            # What the principal may do with a group that is not there, as Kafka answers
+            # it: a script checks this before it creates the group's offsets.
+            nobody = ca.describe_consumer_groups(
+                ["nobody"], include_authorized_operations=True)["nobody"].result(30)
+            assert nobody.state == ck.ConsumerGroupState.DEAD
+            assert sorted(op.name for op in nobody.authorized_operations or []) == [
+                "ALTER_CONFIGS", "DELETE", "DESCRIBE", "DESCRIBE_CONFIGS", "READ"]
             assert ka.list_group_offsets("done")["done"][KTP(topic, 0)].offset == 7
             # Offsets are the members' while it has some: an admin's change is refused
             # as Kafka refuses it, and changes nothing.

@@ -300,15 +300,17 @@ class GroupApis:
                              group_state="", protocol_type="", protocol_data="", members=[]))
                 continue
             code, g = self.coordinator.describe(gid)
+            ops = None  # not asked, or an error: INT32_MIN on the wire
+            if not code and req.version >= 3 and req.body.include_authorized_operations:
+                # Also for a group that is not there (Dead), as Kafka answers it.
+                ops = conn.authorized_operations(ResourceType.GROUP, gid)
             if code or g is None:
                 out.append(D(error_code=code, group_id=gid,
                              group_state=GroupState.DEAD.value if not code else "",
+                             authorized_operations=ops,
                              protocol_type="", protocol_data="", members=[]))
                 continue
             view = g.describe()
-            ops = None  # not asked: INT32_MIN on the wire
-            if req.version >= 3 and req.body.include_authorized_operations:
-                ops = conn.authorized_operations(ResourceType.GROUP, gid)
             out.append(D(error_code=errors.NONE, group_id=gid, group_state=view["state"],
                          authorized_operations=ops,
                          protocol_type=view["protocol_type"], protocol_data=view["protocol"],
