@@ -857,7 +857,7 @@ class Handlers:
                      if req.version >= 10 and t.topic_id not in (None, _ZERO_UUID)]
         if 10 <= req.version < 12 and (asked_ids or any(t.name is None
                                                         for t in requested or ())):
-            return self._metadata_refused(req, conn, requested)
+            return self._metadata_refused(requested)
         if requested is None or (req.version == 0 and not requested):
             # Null (v1+) or empty (v0): all topics, those it may not describe left out.
             wanted = [t for t in sorted(known) if conn.allowed(
@@ -940,22 +940,18 @@ class Handlers:
             topics=out, **({} if cluster_ops is None
                            else {"authorized_operations": cluster_ops}))
 
-    def _metadata_refused(self, req: protocol.Request, conn: ConnInfo, requested: list[Any]
-                          ) -> Any:
+    @staticmethod
+    def _metadata_refused(requested: list[Any]) -> Any:
         """Metadata v10-11 naming a topic by id, or without a name: Kafka's broker
         throws InvalidRequestException ("Topic IDs are not supported in requests for
-        version 10"), answered with every topic asked for INVALID_REQUEST."""
+        version 10"), answered as MetadataRequest.getErrorResponse: each topic asked
+        for INVALID_REQUEST (a null name as ""), and no brokers or controller."""
         R = MetadataResponse.MetadataResponseTopic
-        B = MetadataResponse.MetadataResponseBroker
-        me = self.advertised.get(conn.listener) if self.advertised else \
-            (conn.local_host, conn.local_port)
         return MetadataResponse(
-            throttle_time_ms=0,
-            brokers=[B(node_id=b, host=h, port=pt, rack=rack)
-                     for b, h, pt, rack in self.leadership.broker_rows(me, conn.listener)],
-            cluster_id=self.storage.cluster_id, controller_id=self.leadership.controller_id,
-            topics=[R(error_code=errors.INVALID_REQUEST, name=t.name, topic_id=t.topic_id,
-                      is_internal=False, partitions=[]) for t in requested])
+            throttle_time_ms=0, brokers=[], cluster_id=None, controller_id=-1,
+            topics=[R(error_code=errors.INVALID_REQUEST, name=t.name or "",
+                      topic_id=t.topic_id, is_internal=False, partitions=[])
+                    for t in requested])
 
     # ---- DescribeCluster ----
 
