@@ -7,6 +7,7 @@ against a stand-in broker."""
 from __future__ import annotations
 
 import threading
+import uuid
 
 import pytest
 
@@ -184,13 +185,16 @@ def test_unclean_election_comes_from_the_topic_config_or_the_default():
 
 # -- the request batch ----------------------------------------------------------------------
 
+T_ID = uuid.UUID("6ba7b810-9dad-11d1-80b4-00c04fd430c8")  # topic t's id
+
+
 def _context() -> ControllerContext:
     ctx = ControllerContext()
     ctx.epoch = 5
     for b in (1, 2, 3):
         reg = znodes.BrokerRegistration(b, (znodes.BrokerEndpoint("PLAINTEXT", "127.0.0.1", 9090 + b),), 0)
         ctx.live_brokers[b] = BrokerInfo(b, 100 + b, reg)
-    ctx.set_assignment("t", {0: (1, 2, 3)}, None)
+    ctx.set_assignment("t", {0: (1, 2, 3)}, T_ID)
     ctx.set_assignment("gone", {0: (1, 2)}, None)
     ctx.leadership[T0] = LeaderAndIsr(2, 1, (2, 3), 5, 1)
     ctx.leadership[TopicPartition("gone", 0)] = LeaderAndIsr(1, 0, (1, 2), 4, 0)
@@ -231,8 +235,10 @@ def test_a_batch_sends_leader_and_isr_then_update_metadata_then_stop_replica():
         (2, 1, (2, 3), 1, (1, 2, 3), True)
     assert views.leader_and_isr_leaders(lai) == [views.LiveLeader(2, "127.0.0.1", 9092)]
     um = _roundtrip(out[1][0])
-    assert um.version == 6 and um.broker_epoch == 101
+    assert um.version == 7 and um.broker_epoch == 101
     parts = {(m.topic, m.partition): m for m in views.update_metadata_partitions(um)}
+    # v7 carries the topic's id (KIP-516), which the brokers' Metadata v10+ answers.
+    assert (parts[("t", 0)].topic_id, parts[("gone", 0)].topic_id) == (T_ID, None)
     assert parts[("t", 0)].offline_replicas == (1,)  # broker 1 reported it on an offline dir
     assert parts[("gone", 0)].leader == -2  # being deleted: brokers drop it
     assert [b.broker_id for b in views.update_metadata_brokers(um)] == [1, 2, 3]
