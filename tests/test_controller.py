@@ -179,7 +179,9 @@ def test_create_topic_writes_kafkas_znodes_and_tells_the_brokers(cluster, admin)
         keys = b.api_keys()
         assert keys.index(LEADER_AND_ISR) < max(i for i, k in enumerate(keys) if k == UPDATE_METADATA)
         assert [r.version for r in b.received(LEADER_AND_ISR)] == [4]
-        assert {r.version for r in b.received(UPDATE_METADATA)} == {6}
+        assert {r.version for r in b.received(UPDATE_METADATA)} == {7}
+        # v7 names the topic's id, the znode's: what Metadata v10+ answers clients.
+        assert {znodes.topic_id_to_str(p.topic_id) for p in b.metadata_states()} == {topic_id}
         assert {r.controller_epoch for r in b.received()} == {1}
         assert b.received(LEADER_AND_ISR)[0].broker_epoch == c.ctx.live_brokers[b.broker_id].epoch
 
