@@ -98,12 +98,12 @@ class ReplicaManager:
         for tp, lg in d.logdir.logs.items():
             other = self.partitions.get(tp)
             if other is not None and other.dir is not d:
-                if other.log is None or taken[tp][2] <= other.log.log_end_offset:
+                if other.log is None or lg.log_end_offset <= other.log.log_end_offset:
                     clashes.append((tp, d))
                     continue
                 other.dir.partitions.discard(tp)
                 clashes.append((tp, other.dir))
-            hw, producers, _ = taken[tp]
+            hw, producers = taken[tp]
             self.partitions[tp] = Partition(tp, lg, d, hw, producers=producers)
         d.partitions = set(d.logdir.logs) - {tp for tp, left in clashes if left is d}
         return clashes
@@ -528,14 +528,14 @@ def _active_producers(items: list[tuple[Partition, int, Log | None]]
 
 
 def _take_on(logs: dict[TopicPartition, Any], leadership: Standalone
-             ) -> dict[TopicPartition, tuple[int, producer.PartitionProducers, int]]:
+             ) -> dict[TopicPartition, tuple[int, producer.PartitionProducers]]:
     """Set each log's high watermark as its leadership says; returns them with each
     log's producer state, from its latest snapshot and the batches after it, else from
-    its tail (daemon.replica.producer.from_log), and its log end offset."""
+    its tail (daemon.replica.producer.from_log)."""
     out = {}
     for tp, lg in logs.items():
         lg.high_watermark = leadership.high_watermark(lg)
-        out[tp] = (lg.high_watermark, producer.from_log(lg), lg.log_end_offset)
+        out[tp] = (lg.high_watermark, producer.from_log(lg))
     return out
 
 
