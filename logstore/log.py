@@ -240,7 +240,7 @@ class Log:
             guard.check_usable("append", writing=True)
         stamped, verify = -1, True
         if assign_offsets and not checked:
-            compressed = records.holds_compressed(batch_bytes)
+            compressed = native.holds_compressed(batch_bytes)
             if self._leader_work or compressed:
                 # Checked there (CRCs included) before any rewrite: not verified twice.
                 batch_bytes, stamped, verify = self._leader_checks(batch_bytes, compressed)

@@ -878,22 +878,6 @@ def iter_batches(buf: bytes | memoryview, *, base_position: int = 0,
 RecordErrors = list[tuple[int, str]]  # (the record's index in its batch, why)
 
 
-def holds_compressed(buf: bytes | bytearray | memoryview) -> bool:
-    """Whether any batch of `buf` (magic 2, or an old magic 0/1 wrapper) is compressed,
-    from the headers alone; a torn tail ends the walk (the append refuses it)."""
-    pos, n = 0, len(buf)
-    while pos + ATTRIBUTES_AT + 2 <= n:
-        # The codec bits: the low byte of a batch's int16 attributes, a message's byte.
-        at = pos + (ATTRIBUTES_AT + 1 if buf[pos + 16] >= 2 else 17)
-        if buf[at] & ATTR_CODEC_MASK:
-            return True
-        length = int.from_bytes(buf[pos + 8:pos + 12], "big", signed=True)
-        if length <= 0:
-            return False
-        pos += LOG_OVERHEAD + length
-    return False
-
-
 def check_compressed_records(buf: bytes | bytearray | memoryview) -> None:
     """Kafka's LogValidator reading a leader's compressed batches without their keys and
     values (skipKeyValueIterator): each one's records area must decompress and frame

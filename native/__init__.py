@@ -55,7 +55,7 @@ __all__ = [
     "availability_probe", "batches_end", "crc32c", "crc32c_active", "crc32c_calibration",
     "crc32c_force", "crc32c_supported", "crc32c_using", "decode_offset_index", "find_batch",
     "read_range",
-    "fallocate", "fdatasync", "index_add", "index_batch", "index_flush", "index_map",
+    "fallocate", "fdatasync", "holds_compressed", "index_add", "index_batch", "index_flush", "index_map",
     "index_pending", "index_search", "index_truncate", "index_unmap", "malloc_arena_max",
     "new_index", "new_segment", "parse_records", "pread", "pread_into", "pwrite_all", "scan_batches",
     "space_probe", "write_all",
@@ -140,6 +140,10 @@ def _impl_index(impl: str) -> int:
 _crc32c_ext.bind(int(_ffi.cast("uintptr_t", _ffi.addressof(_lib, "lk_crc32c"))))
 _append_ext.bind(int(_ffi.cast("uintptr_t", _ffi.addressof(_lib, "lk_segment_append"))))
 crc32c = _crc32c_ext.crc32c
+# Whether any batch (magic 2) or old message (magic 0/1) of a buffer is compressed, from
+# the headers alone; a torn tail ends the walk. Log.append asks it before every leader's
+# append (native/append_py.c).
+holds_compressed = _append_ext.holds_compressed
 
 
 def crc32c_supported(impl: str) -> bool:

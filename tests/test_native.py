@@ -854,3 +854,36 @@ def test_the_daemon_keeps_one_malloc_arena_unless_malloc_arena_max_says_otherwis
     assert _arenas(daemon_start, MALLOC_ARENA_MAX="3") == 3
     with pytest.raises(ValueError, match=">= 1"):
         native.malloc_arena_max(0)
+
+
+def _legacy_message(magic: int, attributes: int, value: bytes) -> bytes:
+    """One old-format message (magic 0 or 1) with its offset and size; CRC left 0."""
+    body = bytes([magic, attributes]) + (b"\0" * 8 if magic == 1 else b"")
+    body += struct.pack(">i", -1) + struct.pack(">i", len(value)) + value
+    return struct.pack(">qi", 0, 4 + len(body)) + struct.pack(">I", 0) + body
+
+
+def test_holds_compressed_reads_every_batch_header() -> None:
+    from logstore.records import Codec, Record, build_batch
+    plain = build_batch([Record(b"k", b"v" * 100, [], 1)])
+    gzip = build_batch([Record(b"k", b"v" * 100, [], 1)], codec=Codec.GZIP)
+    zstd = build_batch([Record(b"k", b"v" * 100, [], 1)], codec=Codec.ZSTD)
+    assert not native.holds_compressed(plain)
+    assert not native.holds_compressed(plain * 3)
+    assert native.holds_compressed(gzip)
+    assert native.holds_compressed(zstd)
+    # The compressed one anywhere in the buffer, from bytes, bytearray or a memoryview.
+    assert native.holds_compressed(plain + plain + gzip)
+    assert native.holds_compressed(bytearray(plain + gzip))
+    assert native.holds_compressed(memoryview(b"xx" + plain + gzip)[2:])
+    # Old clients' messages: the attributes byte's codec bits.
+    for magic in (0, 1):
+        assert not native.holds_compressed(_legacy_message(magic, 0, b"abc"))
+        assert native.holds_compressed(_legacy_message(magic, 2, b"abc"))
+        assert native.holds_compressed(_legacy_message(magic, 0, b"a") + _legacy_message(magic, 1, b"b"))
+    # A torn tail, a zero length or nothing at all ends the walk without a verdict.
+    assert not native.holds_compressed(b"")
+    assert not native.holds_compressed(plain + gzip[:20])
+    assert not native.holds_compressed(plain + b"\0" * 64 + gzip)
+    with pytest.raises(TypeError):
+        native.holds_compressed("not bytes")
