@@ -206,3 +206,21 @@ def test_the_controller_rebalances_leaders_on_its_own(tmp_path: Path) -> None:
             "".join(d.stderr() for d in cl.brokers.values())
         _produce(cl, 200, 100)
         assert _consume_all(cl, 300) == list(range(300))
+
+
+def test_get_offsets_waits_out_a_leader_that_died(tmp_path: Path) -> None:
+    """A leader killed just before `logkeeper get-offsets` asks: the Metadata still names
+    it until its ZooKeeper session ends, and a leader that cannot be reached is looked
+    up again (as Kafka's admin client does, for its default.api.timeout.ms), so each
+    partition's log end is printed once the controller has moved leadership, not
+    "Skip getting offsets"."""
+    with Cluster(tmp_path, extra={"auto.leader.rebalance.enable": False}) as cl:
+        _create(cl)
+        _produce(cl, 0, 100)
+        assert _leaders(cl) == {0: 1, 1: 1, 2: 2}
+        cl.brokers[1].kill()
+        assert cl.metadata(2, ["pl"])["partitions"][("pl", 0)][0] == 1  # not noticed yet
+        ends = _cli("get-offsets", "--bootstrap-server", cl.brokers[2].bootstrap, "--topic", "pl")
+        # Record i went to partition i % 3.
+        assert (ends.returncode, ends.stdout) == (0, "pl:0:34\npl:1:33\npl:2:33\n"), ends.stderr
+        assert _leaders(cl)[0] != 1 and _leaders(cl)[1] != 1

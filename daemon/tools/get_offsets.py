@@ -12,7 +12,9 @@ partition's log end offset (`--time latest`, -1, the default), its log start off
 (-4) and `latest-tiered` (-5) are asked as Kafka's tool asks them (with no tiered
 storage, the log start offset and -1). A partition with no record at or after the time
 is left out, as Kafka's tool leaves it out. Each partition is asked of its leader
-(ListOffsets).
+(ListOffsets); one whose leader is not known, not reachable, moved or answered another
+retriable error (OFFSET_NOT_AVAILABLE while a new leader catches up) is asked again, for
+up to a minute, as Kafka's tool (its admin client's default.api.timeout.ms) does.
 
 Partitions: every partition of each topic whose whole name matches `--topic` (a regular
 expression; every topic without it, internal ones too unless
@@ -123,7 +125,7 @@ def get_offsets(bootstrap: str, rules: list[Rule], timestamp: int, *,
     tps = chosen(meta, rules, exclude_internal)
     if not tps:
         raise LookupError("Could not match any topic-partitions with the specified filters")
-    offsets, problems = list_offsets(meta, tps, timestamp)
+    offsets, problems = list_offsets(meta, tps, timestamp, bootstrap=bootstrap)
     return {tp: o for tp, o in offsets.items() if o >= 0}, problems
 
 

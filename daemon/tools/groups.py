@@ -180,13 +180,18 @@ def list_groups(bootstrap: str) -> tuple[list[dict[str, Any]], list[str]]:
     return [found[g] for g in sorted(found)], failed
 
 
-def _offsets(meta: Any, tps: set[tuple[str, int]], which: int = LATEST
+# How long a partition's offsets are asked again while its leader moves or catches up:
+# kafka-consumer-groups.sh's --timeout default.
+OFFSETS_TIMEOUT_S = 5.0
+
+
+def _offsets(bootstrap: str, meta: Any, tps: set[tuple[str, int]], which: int = LATEST
              ) -> dict[tuple[str, int], int]:
     """Each partition's log end offset (LATEST), log start offset (EARLIEST) or first
     offset at or after a time (ms; -1 when none is), as its leader answers ListOffsets;
     a partition with no leader, one that is gone or whose leader cannot say is left
-    out."""
-    return list_offsets(meta, tps, which)[0]
+    out (after asking again for OFFSETS_TIMEOUT_S where the answer may change)."""
+    return list_offsets(meta, tps, which, bootstrap=bootstrap, timeout_s=OFFSETS_TIMEOUT_S)[0]
 
 
 def _committed(conn: Connection, group: str) -> dict[tuple[str, int], int]:
@@ -238,7 +243,7 @@ def describe(bootstrap: str, group: str) -> dict[str, Any]:
     ends = {}
     if tps:
         with connect_any(bootstrap) as conn:
-            ends = _offsets(metadata(conn, sorted({t for t, _ in tps})), tps)
+            ends = _offsets(bootstrap, metadata(conn, sorted({t for t, _ in tps})), tps)
     rows = []
     for tp in sorted(tps):
         current, end, m = committed.get(tp), ends.get(tp), holder.get(tp)
@@ -469,8 +474,8 @@ def plan_reset(conn: Connection, bootstrap: str, group: str, scope: Scope | None
         if missing:
             raise ValueError(f"--topic {t.name}: no partition {missing} (it has {len(known)})")
         tps |= {(t.name, p) for p in wanted}
-    starts, ends = _offsets(meta, tps, EARLIEST), _offsets(meta, tps, LATEST)
-    at_time = _offsets(meta, tps, value) if how == "time" else {}
+    starts, ends = _offsets(bootstrap, meta, tps, EARLIEST), _offsets(bootstrap, meta, tps, LATEST)
+    at_time = _offsets(bootstrap, meta, tps, value) if how == "time" else {}
     plan = []
     for tp in sorted(tps):
         if tp not in starts or tp not in ends:

@@ -5,11 +5,17 @@ which the Metadata of the partitions' topics names.
 
 Each call answers per partition: its offset, or why there is none (no such partition,
 no leader right now, a leader that cannot be reached or that answered an error). A
-broker that is down costs the partitions it leads, not the whole command.
+broker that is down costs the partitions it leads, not the whole command. ListOffsets
+is asked again, as Kafka's admin client asks it again until its timeout, where the
+answer may change: a partition with no leader, an unreachable leader or a leader that
+moved is looked up again in fresh Metadata, and one whose leader answered another
+retriable error (OFFSET_NOT_AVAILABLE while a new leader's high watermark catches up,
+KAFKA_STORAGE_ERROR while a replica moves) is asked again.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -18,13 +24,19 @@ from kafka.protocol.admin import DeleteRecordsRequest, DeleteRecordsResponse
 from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
 
 from ..api import errors
-from .client import ClientError, Connection
+from .client import ClientError, Connection, connect_any, metadata
 
 TP = tuple[str, int]
 EARLIEST, LATEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -2, -1, -3, -4, -5
 # The lowest ListOffsets version that can ask each special timestamp (Kafka's
 # ListOffsetsRequest): asking an older broker for it fails instead of being misread.
 _VERSION_FOR = {MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8, LATEST_TIERED: 9}
+# How long ListOffsets is asked again: Kafka's admin client default.api.timeout.ms, what
+# kafka-get-offsets.sh waits for (kafka-consumer-groups.sh passes its --timeout, 5 s).
+API_TIMEOUT_S = 60.0
+# Kafka's retry.backoff.ms and retry.backoff.max.ms: the pause before each round of asking
+# again doubles from the first to the second.
+RETRY_BACKOFF_S, RETRY_BACKOFF_MAX_S = 0.1, 1.0
 
 
 def error_text(code: int, message: str | None = None) -> str:
@@ -62,32 +74,61 @@ def _by_topic(tps: Iterable[TP]) -> dict[str, list[int]]:
 
 def _at_leaders(meta: Any, tps: Iterable[TP], ask: Callable[[Connection, list[TP]], Any], *,
                 explain: Callable[[TP, int], str | None] = lambda tp, code: None,
-                socket_timeout: float = 10.0) -> tuple[dict[TP, int], dict[TP, str]]:
+                socket_timeout: float = 10.0, bootstrap: str | None = None,
+                timeout_s: float = 0.0) -> tuple[dict[TP, int], dict[TP, str]]:
     """`ask(conn, partitions)` of each leader, which answers [(tp, error code, value)]:
     (the values, the problems) per partition; `explain(tp, code)` may say more of an
-    error than its description. The socket waits `socket_timeout` for an answer."""
-    groups, problems = by_leader(meta, tps)
+    error than its description. The socket waits `socket_timeout` for an answer. With a
+    `bootstrap` to ask for fresh Metadata, the partitions whose problem may pass (see the
+    module's docstring) are asked again, with a growing pause between rounds, for up to
+    `timeout_s`; what is still wrong then is the problem reported."""
+    deadline = time.monotonic() + timeout_s
+    backoff = RETRY_BACKOFF_S
     values: dict[TP, int] = {}
-    for (host, port), parts in groups.items():
+    settled: dict[TP, str] = {}  # problems that asking again would not change
+    pending = sorted(set(tps))
+    while True:
+        groups, problems = by_leader(meta, pending)
+        # Kafka's admin client fails a partition of a topic the Metadata does not know at
+        # once, and looks again for one with no leader (or not listed) in a known topic.
+        gone = {t.name for t in meta.topics if t.error_code == errors.UNKNOWN_TOPIC_OR_PARTITION}
+        again = {tp for tp in problems if tp[0] not in gone}
+        for (host, port), parts in groups.items():
+            try:
+                with Connection(host, port, timeout=socket_timeout) as conn:
+                    answers = ask(conn, parts)
+            except ClientError as err:
+                problems.update({tp: str(err) for tp in parts})
+                again.update(parts)
+                continue
+            for tp, code, value in answers:
+                if code:
+                    problems[tp] = error_text(code, explain(tp, code))
+                    if ke.for_code(code).retriable:
+                        again.add(tp)
+                else:
+                    values[tp] = value
+        settled.update((tp, why) for tp, why in problems.items() if tp not in again)
+        if not again or bootstrap is None or time.monotonic() + backoff > deadline:
+            return values, {**settled, **{tp: problems[tp] for tp in again}}
+        time.sleep(backoff)
+        backoff = min(2 * backoff, RETRY_BACKOFF_MAX_S)
+        pending = sorted(again)
         try:
-            with Connection(host, port, timeout=socket_timeout) as conn:
-                answers = ask(conn, parts)
-        except ClientError as err:
-            problems.update({tp: str(err) for tp in parts})
-            continue
-        for tp, code, value in answers:
-            if code:
-                problems[tp] = error_text(code, explain(tp, code))
-            else:
-                values[tp] = value
-    return values, problems
+            with connect_any(bootstrap, timeout=socket_timeout) as conn:
+                meta = metadata(conn, sorted({t for t, _ in pending}))
+        except ClientError:
+            pass  # no broker answered: ask the leaders the last Metadata named again
 
 
-def list_offsets(meta: Any, tps: Iterable[TP], timestamp: int = LATEST
+def list_offsets(meta: Any, tps: Iterable[TP], timestamp: int = LATEST, *,
+                 bootstrap: str | None = None, timeout_s: float = API_TIMEOUT_S
                  ) -> tuple[dict[TP, int], dict[TP, str]]:
     """Each partition's log end offset (LATEST), log start offset (EARLIEST), the offset
     of its newest timestamp (MAX_TIMESTAMP) or of its first record at or after a time (ms;
-    -1 when there is none), as a consumer sees them; and why the others have none."""
+    -1 when there is none), as a consumer sees them; and why the others have none. With
+    a `bootstrap`, a partition whose answer may change is asked again for up to
+    `timeout_s` (see the module's docstring)."""
     T = ListOffsetsRequest.ListOffsetsTopic
 
     def ask(conn: Connection, parts: list[TP]) -> list[tuple[TP, int, int]]:
@@ -98,7 +139,7 @@ def list_offsets(meta: Any, tps: Iterable[TP], timestamp: int = LATEST
         return [((t.name, p.partition_index), p.error_code, p.offset)
                 for t in resp.topics for p in t.partitions]
 
-    return _at_leaders(meta, tps, ask)
+    return _at_leaders(meta, tps, ask, bootstrap=bootstrap, timeout_s=timeout_s)
 
 
 def delete_records(meta: Any, before: dict[TP, int], timeout_ms: int
