@@ -20,6 +20,8 @@ import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
+import xxhash
+
 import native
 
 from .errors import CorruptRecordError, UnsupportedCodecError
@@ -207,32 +209,6 @@ def _decompress(codec: Codec, data: bytes | memoryview) -> bytes:
 # useBrokenFlagDescriptorChecksum, Lz4BlockInputStream's ignoreFlagDescriptorChecksum).
 _LZ4_FRAME_MAGIC = b"\x04\x22\x4d\x18"
 _LZ4_CONTENT_SIZE_FLAG = 0x08
-_XXH32_PRIMES = (0x9E3779B1, 0x85EBCA77, 0xC2B2AE3D, 0x27D4EB2F, 0x165667B1)
-_U32 = 0xFFFFFFFF
-
-
-def _xxh32_short(data: bytes) -> int:
-    """XXH32 (seed 0) of fewer than 16 bytes: an LZ4 frame descriptor's checksum."""
-    p1, p2, p3, p4, p5 = _XXH32_PRIMES
-
-    def rotl(x: int, r: int) -> int:
-        return ((x << r) | (x >> (32 - r))) & _U32
-
-    assert len(data) < 16
-    h = (p5 + len(data)) & _U32
-    at = 0
-    while at + 4 <= len(data):
-        h = rotl((h + int.from_bytes(data[at:at + 4], "little") * p3) & _U32, 17) * p4 & _U32
-        at += 4
-    for b in data[at:]:
-        h = rotl((h + b * p5) & _U32, 11) * p1 & _U32
-    h ^= h >> 15
-    h = h * p2 & _U32
-    h ^= h >> 13
-    h = h * p3 & _U32
-    return h ^ (h >> 16)
-
-
 def _lz4_header_checksum(frame: bytes | bytearray, *, kafka_0_8: bool) -> tuple[int, int]:
     """(where the LZ4 frame's header checksum byte is, its value: over the descriptor, or
     with `kafka_0_8` over the magic number and descriptor, as magic 0 messages hold it);
@@ -242,7 +218,7 @@ def _lz4_header_checksum(frame: bytes | bytearray, *, kafka_0_8: bool) -> tuple[
     at = 6 + (8 if frame[4] & _LZ4_CONTENT_SIZE_FLAG else 0)
     if at >= len(frame):
         raise CorruptRecordError("LZ4 payload ends in its frame descriptor")
-    return at, (_xxh32_short(bytes(frame[0 if kafka_0_8 else 4:at])) >> 8) & 0xFF
+    return at, (xxhash.xxh32_intdigest(bytes(frame[0 if kafka_0_8 else 4:at])) >> 8) & 0xFF
 
 
 def _legacy_compress(magic: int, codec: Codec, data: bytes) -> bytes:
