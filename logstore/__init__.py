@@ -8,8 +8,8 @@ Public API (tools and the daemon rely on these names):
     data = log.read(offset, max_bytes)
     log.roll(); log.flush(); log.close(); log.apply_retention(); log.truncate_to(offset)
 
-Errors: input errors (`CorruptRecordError`, `RecordTooLargeError`, `InvalidTopicError`,
-`OffsetOutOfRangeError`) change nothing on disk; disk failures surface as
+Errors: input errors (`CorruptRecordError`, `RecordTooLargeError`, `RecordBatchTooLargeError`,
+`InvalidTopicError`, `OffsetOutOfRangeError`) change nothing on disk; disk failures surface as
 `StorageError` subclasses raised by the log dir's IoGuard (logstore.failure), which has
 already classified the OSError and reported it to the failure channel.
 """
@@ -27,6 +27,7 @@ from .errors import (
     LogMovedError,
     LogStoreError,
     OffsetOutOfRangeError,
+    RecordBatchTooLargeError,
     RecordTooLargeError,
     StorageError,
     UnexpectedAppendOffsetError,
@@ -42,6 +43,7 @@ __all__ = [
     "InvalidTimestampError", "InvalidTopicError",
     "IoGuard", "Log", "LogConfig", "LogDir", "LogDirFailure", "LogDirLockedError",
     "LogDirOfflineError", "LogDirSaturatedError", "LogMovedError",
-    "LogStoreError", "OffsetOutOfRangeError", "RecordTooLargeError", "RecoveryResult",
+    "LogStoreError", "OffsetOutOfRangeError", "RecordBatchTooLargeError", "RecordTooLargeError",
+    "RecoveryResult",
     "StorageError", "TopicPartition", "UnexpectedAppendOffsetError", "Verdict",
 ]

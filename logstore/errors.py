@@ -76,6 +76,13 @@ class RecordTooLargeError(LogStoreError):
     error_code = 10  # MESSAGE_TOO_LARGE
 
 
+class RecordBatchTooLargeError(LogStoreError):
+    """The batches of one append, together, over segment.bytes: no segment could hold
+    them (Kafka's RecordBatchTooLargeException in UnifiedLog.append)."""
+
+    error_code = 18  # RECORD_LIST_TOO_LARGE
+
+
 class InvalidTopicError(LogStoreError, ValueError):
     error_code = 17
 

@@ -38,6 +38,7 @@ from .errors import (
     InvalidTimestampError,
     LogStoreError,
     OffsetOutOfRangeError,
+    RecordBatchTooLargeError,
     RecordTooLargeError,
     UnexpectedAppendOffsetError,
     Verdict,
@@ -244,6 +245,8 @@ class Log:
             if self._leader_work or compressed:
                 # Checked there (CRCs included) before any rewrite: not verified twice.
                 batch_bytes, stamped, verify = self._leader_checks(batch_bytes, compressed)
+        if assign_offsets and len(batch_bytes) > self.config.segment_bytes:
+            self._refuse_over_segment(batch_bytes)
         seg = self._segments.active
         appender = self._appender
         try:
@@ -416,6 +419,19 @@ class Log:
         raise UnexpectedAppendOffsetError(
             f"{where}: batch offset {b.base_offset} below log end {self.log_end_offset}",
             first_offset=b.base_offset, log_end_offset=self.log_end_offset, position=at)
+
+    def _refuse_over_segment(self, data: bytes | bytearray | memoryview) -> None:
+        """Kafka's UnifiedLog.append refusing a leader's append that no segment could
+        hold, after the leader's checks (the size as it would be written). Not a
+        follower's: Kafka 3.9 refuses that too, which fails the follower of a topic whose
+        segment.bytes is below replica.fetch.max.bytes (why Kafka 4.0 raised the least
+        segment.bytes to 1 MiB): a follower takes what its leader took."""
+        size = memoryview(data).nbytes
+        if size > self.config.segment_bytes:
+            raise RecordBatchTooLargeError(
+                f"Message batch size is {size} bytes in append to partition {self.dir.name}, "
+                f"which exceeds the maximum configured segment size of "
+                f"{self.config.segment_bytes}.")
 
     def _roll_for_append(self) -> None:
         try:

@@ -255,10 +255,16 @@ def test_configs_survive_a_restart(tmp_path: Path) -> None:
         c = RawClient(d.port)
         try:
             assert produce_raw(c, "kept", 0, [b"x" * 5000])[0] == 10  # MESSAGE_TOO_LARGE
+            # Under max.message.bytes but over segment.bytes: Kafka's UnifiedLog.append
+            # answers RECORD_LIST_TOO_LARGE, nothing written.
+            incremental(d, "kept", segment_bytes="1024")
+            assert produce_raw(c, "kept", 0, [b"x" * 1500])[0] == 18
+            assert produce_raw(c, "kept", 0, [b"x" * 500]) == (0, 0)
         finally:
             c.close()
     record = json.loads((tmp_path / "disk0" / "logkeeper-configs.json").read_text())
-    assert record["topics"]["kept"] == {"retention.bytes": "123456", "max.message.bytes": "2000"}
+    assert record["topics"]["kept"] == {"retention.bytes": "123456", "max.message.bytes": "2000",
+                                        "segment.bytes": "1024"}
 
 
 def test_lowering_retention_with_the_command_brings_a_saturated_dir_back(

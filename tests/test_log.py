@@ -16,6 +16,7 @@ from logstore import (
     Log,
     LogConfig,
     OffsetOutOfRangeError,
+    RecordBatchTooLargeError,
     RecordTooLargeError,
     UnexpectedAppendOffsetError,
     names,
@@ -99,6 +100,33 @@ def test_oversized_batch_is_refused(pdir, max_message_bytes):
     assert "over max.message.bytes" in str(info.value)
     assert snapshot(pdir) == before and log.log_end_offset == 0
     log.close()
+
+
+def test_an_append_over_segment_bytes_is_refused_as_kafka_refuses_it(pdir):
+    """Kafka's UnifiedLog.append: a leader's append whose batches, together, are over
+    segment.bytes is RECORD_LIST_TOO_LARGE (one batch or several), nothing written; a
+    follower's append of the same bytes is taken (Kafka 3.9 refuses it too, failing the
+    follower; see Log._refuse_over_segment)."""
+    log = Log.open(pdir, LogConfig(segment_bytes=1000))
+    before = snapshot(pdir)
+    for data in (batch(1, size=1500), batch(1, size=600) + batch(1, size=600)):
+        with pytest.raises(RecordBatchTooLargeError) as info:
+            log.append(data)
+        assert info.value.error_code == 18
+        assert str(info.value).endswith(
+            f"Message batch size is {len(data)} bytes in append to partition {pdir.name}, "
+            "which exceeds the maximum configured segment size of 1000.")
+        assert snapshot(pdir) == before and log.log_end_offset == 0
+    first = log.append(batch(1, size=600))  # one that fits is written
+    assert (first.base_offset, log.log_end_offset) == (0, 1)
+    log.close()
+
+    follower = Log.open(pdir.parent / "f-0", LogConfig(segment_bytes=1000))
+    leader_written = bytearray(batch(1, size=600) + batch(1, size=600))
+    native.assign_offsets(leader_written, 0, 0)
+    info = follower.append(leader_written, assign_offsets=False)
+    assert (info.base_offset, info.last_offset, follower.log_end_offset) == (0, 1, 2)
+    follower.close()
 
 
 def test_index_layout_matches_kafka(pdir):

@@ -35,7 +35,8 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
         for fut in admin.create_topics([NewTopic("orders", 3, 1), NewTopic("pay", 2, 1),
                                         NewTopic("audit", 1, 1), NewTopic("trim", 3, 1)]).values():
             fut.result(30)
-        p = ck.Producer({"bootstrap.servers": d.bootstrap, "linger.ms": 0})
+        # Batches under segment.bytes: Kafka refuses a larger one (RECORD_LIST_TOO_LARGE).
+        p = ck.Producer({"bootstrap.servers": d.bootstrap, "linger.ms": 0, "batch.size": 3000})
         for i in range(300):  # 100 per partition, partition p's k-th record at T0 + 3k + p
             p.produce("orders", value=b"o" * 100, partition=i % 3, timestamp=T0 + i)
         for i in range(10):
