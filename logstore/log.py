@@ -673,6 +673,19 @@ class Log:
 
     # ---- durability ----
 
+    def assign_topic_id(self, topic_id: str) -> None:
+        """Kafka's UnifiedLog.assignTopicId: write `partition.metadata` naming the topic id
+        (base64, as Kafka writes it) for a log that has none; a log that names this id
+        already is left alone. The caller checks that a log naming another id is not
+        asked (Kafka's INCONSISTENT_TOPIC_ID)."""
+        if self.topic_id == topic_id:
+            return
+        if self.topic_id is not None:
+            raise ValueError(f"{self.dir.name} holds topic id {self.topic_id}, not {topic_id}")
+        with self.guard.io("write partition.metadata", self.dir, writing=True):
+            checkpoint.write_partition_metadata(self.dir / names.PARTITION_METADATA, topic_id)
+        self.topic_id = topic_id
+
     def flush(self) -> None:
         """fdatasync every segment past the recovery point; advance the recovery point.
         A log with nothing past it is not synced again (Kafka's flush up to an offset at

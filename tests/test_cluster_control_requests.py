@@ -8,8 +8,10 @@ cluster; what is checked is each answer and what it did to the broker's log dirs
 
 from __future__ import annotations
 
+import json
 import threading
 import time
+import uuid
 from pathlib import Path
 
 from kazoo.client import KazooClient
@@ -189,3 +191,58 @@ def test_a_fetch_from_before_an_epoch_change_does_not_put_a_dead_follower_back(
             assert produce_raw(c, "h", 0, [b"c"]) == (0, 2)
         finally:
             c.close()
+
+
+def _partition_metadata(d: object, topic: str, partition: int) -> str | None:
+    where = holding_dir(d, topic, partition)
+    f = None if where is None else where / f"{topic}-{partition}" / "partition.metadata"
+    return None if f is None or not f.exists() else f.read_text()
+
+
+def test_replicas_name_their_topic_id_and_leader_and_isr_v5_checks_it(tmp_path: Path) -> None:
+    """Every replica's log names its topic's id (the znode's, KIP-516) in
+    `partition.metadata`, as Kafka's brokers write it, learnt from the controller's
+    UpdateMetadata v7 (its LeaderAndIsr is v4, without ids). A log without one (written
+    before topic ids; here its file removed while its broker was down) gets it once its
+    broker is back. A LeaderAndIsr v5, as a Kafka controller sends it, naming another id
+    for a log that has one (a topic of the same name deleted meanwhile) is answered
+    INCONSISTENT_TOPIC_ID and changes nothing."""
+    with Cluster(tmp_path) as cl:
+        create(cl, "ids", 2)
+        zc = KazooClient(hosts=cl.zk.hosts)
+        zc.start(15)
+        try:
+            topic_id = json.loads(zc.get("/brokers/topics/ids")[0])["topic_id"]
+            epoch = int(zc.get("/controller_epoch")[0])
+        finally:
+            zc.stop()
+            zc.close()
+        kafkas = f"version: 0\ntopic_id: {topic_id}"
+        for b in cl.brokers.values():
+            for p in (0, 1):
+                assert _partition_metadata(b, "ids", p) == kafkas, (b.port, p)
+
+        b2 = cl.brokers[2]
+        b2.stop()
+        (holding_dir(b2, "ids", 0) / "ids-0" / "partition.metadata").unlink()
+        b2.start()
+        wait_for(lambda: _partition_metadata(b2, "ids", 0) == kafkas, 30,
+                 "broker 2's ids-0 given its topic id again")
+
+        b1 = cl.brokers[1]
+        other = uuid.uuid4()
+        state = cl.metadata(1, ["ids"])["partitions"][("ids", 1)]
+        leader, leader_epoch, replicas, isr = state[0], state[1], state[2], state[3]
+        c = RawClient(b1.port)
+        try:
+            resp = c.request(views.leader_and_isr_request(
+                5, controller_id=cl.controller(), controller_epoch=epoch, broker_epoch=-1,
+                partitions=[views.LeaderAndIsrPartition(
+                    "ids", 1, epoch, leader, leader_epoch + 5, tuple(isr), 0, tuple(replicas),
+                    topic_id=other)], live_leaders=[]), 5)
+        finally:
+            c.close()
+        assert resp.error_code == NONE
+        assert views.leader_and_isr_errors(resp, {other: "ids"}) == {("ids", 1): 103}
+        assert _partition_metadata(b1, "ids", 1) == kafkas
+        assert cl.metadata(1, ["ids"])["partitions"][("ids", 1)][1] == leader_epoch

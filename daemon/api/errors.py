@@ -44,6 +44,7 @@ INVALID_CONFIG = ke.InvalidConfigurationError.errno
 POLICY_VIOLATION = ke.PolicyViolationError.errno
 INVALID_REQUEST = ke.InvalidRequestError.errno
 UNKNOWN_TOPIC_ID = ke.UnknownTopicIdError.errno
+INCONSISTENT_TOPIC_ID = ke.InconsistentTopicIdError.errno
 OUT_OF_ORDER_SEQUENCE_NUMBER = ke.OutOfOrderSequenceNumberError.errno
 INVALID_PRODUCER_EPOCH = ke.InvalidProducerEpochError.errno
 INVALID_TXN_STATE = ke.InvalidTxnStateError.errno

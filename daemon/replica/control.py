@@ -28,6 +28,7 @@ state change lock. Storage work runs on the dirs' workers.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
@@ -36,6 +37,7 @@ from typing import Any
 from logstore import LogConfig, StorageError, TopicPartition
 
 from ..api import errors
+from ..cluster import znodes
 from ..cluster.metadata_cache import MetadataCache
 from ..storage.dirstate import DirState
 from ..storage.log_manager import LogManager
@@ -137,6 +139,19 @@ class ControlRequests:
                      req.controller_epoch, ", ".join(led))
         return views.leader_and_isr_response(version, out, topic_ids)
 
+    async def _assign_topic_id(self, p: Partition, topic_id: str) -> int:
+        """Write the topic id into a log that has none (`partition.metadata`, as Kafka's
+        broker does on the first LeaderAndIsr naming it): 0, or the error of a dir that
+        could not write it."""
+        try:
+            await on_log(self.storage.run, p, _assign_topic_id, topic_id)
+        except (StorageError, OSError) as err:
+            code, msg = errors.error_of(err, f"assign topic id to {p.tp}")
+            log.warning("LeaderAndIsr: %s; answered %d", msg, code)
+            return code
+        log.info("%s now names topic id %s (partition.metadata)", p.tp, topic_id)
+        return errors.NONE
+
     async def _become(self, s: views.LeaderAndIsrPartition) -> tuple[int, bool]:
         """(error code, whether a log was created) for one partition state."""
         tp = TopicPartition(s.topic, s.partition)
@@ -145,7 +160,21 @@ class ControlRequests:
         if p is not None and _unusable(p):
             self._forget(tp)
             return errors.KAFKA_STORAGE_ERROR, False
+        # The topic id (LeaderAndIsr v5+), checked before the epoch as Kafka's
+        # ReplicaManager does: a log naming another id belongs to a topic of the same name
+        # that was deleted (its replica here left behind), answered INCONSISTENT_TOPIC_ID.
+        topic_id = znodes.topic_id_to_str(s.topic_id) if s.topic_id is not None else None
+        held_id = p.log.topic_id if p is not None and p.log is not None else None
+        if topic_id is not None and held_id is not None and held_id != topic_id:
+            log.error("LeaderAndIsr for %s names topic id %s, but its log here holds %s: "
+                      "answered 103", tp, topic_id, held_id)
+            return errors.INCONSISTENT_TOPIC_ID, False
         if s.leader_epoch <= self.leadership.leader_epoch(tp):
+            if s.leader_epoch == self.leadership.leader_epoch(tp) and topic_id is not None \
+                    and held_id is None and p is not None:
+                # Kafka's controller gives topic ids to logs without one at the same epoch.
+                code = await self._assign_topic_id(p, topic_id)
+                return code, False
             return STALE_CONTROLLER_EPOCH, False
         if me not in s.replicas:
             return errors.UNKNOWN_TOPIC_OR_PARTITION, False
@@ -159,14 +188,19 @@ class ControlRequests:
             try:
                 cfg = await self.log_config_of(tp.topic) if self.log_config_of else None
                 [d] = await self.storage.place_partitions([tp])
-                lg = await self.storage.run(d, d.logdir.create_log, tp.topic, tp.partition,  # type: ignore[union-attr]
-                                            cfg)
+                lg = await self.storage.run(d, functools.partial(
+                    d.logdir.create_log, topic_id=topic_id),  # type: ignore[union-attr]
+                    tp.topic, tp.partition, cfg)
             except (StorageError, OSError) as err:
                 log.warning("cannot create %s for the controller: %s; answered 56", tp, err)
                 return errors.KAFKA_STORAGE_ERROR, False
             p = Partition(tp, lg, d, 0)
             self.replicas.add(p)
             created = True
+        elif topic_id is not None and held_id is None:
+            code = await self._assign_topic_id(p, topic_id)
+            if code:
+                return code, False
         leads = s.leader == me
         if leads and p.lost_records and not _better_elsewhere(p, s, me):
             p.lost_records = False  # it holds the most there is: it leads (Kafka's would too)
@@ -308,7 +342,22 @@ class ControlRequests:
                 self.on_deleted([TopicPartition(t, p) for t, p in deleted])
             if self._refused_to_lead:
                 self._announce_ready_to_follow(views.update_metadata_partitions(req))
+            await self._name_topic_ids(views.update_metadata_partitions(req))
         return UpdateMetadataResponse(version=version, error_code=code)
+
+    async def _name_topic_ids(self, states: list[views.MetadataPartition]) -> None:
+        """The topic ids UpdateMetadata v7 names, written into the logs here that have
+        none (`partition.metadata`): our controller's LeaderAndIsr is v4, without ids
+        (docs/cluster.md), so this is where a replica learns its topic's id; a log made
+        before topic ids gets it too. A log naming another id is left alone (a v5+
+        LeaderAndIsr answers it INCONSISTENT_TOPIC_ID)."""
+        for m in states:
+            if m.topic_id is None:
+                continue
+            p = self.replicas.partitions.get(TopicPartition(m.topic, m.partition))
+            if p is None or p.log is None or p.log.topic_id is not None or _unusable(p):
+                continue
+            await self._assign_topic_id(p, znodes.topic_id_to_str(m.topic_id))
 
     def _announce_ready_to_follow(self, states: list[views.MetadataPartition]) -> None:
         """A replica that came back with a readmitted dir refused to lead (56), so the
@@ -353,6 +402,10 @@ def _better_elsewhere(p: Partition, s: views.LeaderAndIsrPartition, me: int) -> 
 def _unusable(p: Partition) -> bool:
     """Offline, or on a full dir: the controller must move leadership off it."""
     return p.offline or p.dir.state is DirState.SATURATED
+
+
+def _assign_topic_id(_logdir: Any, lg: Any, topic_id: str) -> None:
+    lg.assign_topic_id(topic_id)
 
 
 def _start_leader_epoch(_logdir: Any, lg: Any, epoch: int) -> int:
