@@ -142,12 +142,12 @@ class ControlRequests:
     async def _assign_topic_id(self, p: Partition, topic_id: str) -> int:
         """Write the topic id into a log that has none (`partition.metadata`, as Kafka's
         broker does on the first LeaderAndIsr naming it): 0, or the error of a dir that
-        could not write it."""
+        could not write it (asked again at the next UpdateMetadata)."""
         try:
             await on_log(self.storage.run, p, _assign_topic_id, topic_id)
         except (StorageError, OSError) as err:
-            code, msg = errors.error_of(err, f"assign topic id to {p.tp}")
-            log.warning("LeaderAndIsr: %s; answered %d", msg, code)
+            code, msg = errors.error_of(err, f"write {p.tp}'s topic id")
+            log.warning("%s (error %d)", msg, code)
             return code
         log.info("%s now names topic id %s (partition.metadata)", p.tp, topic_id)
         return errors.NONE
