@@ -426,12 +426,10 @@ class Log:
         follower's: Kafka 3.9 refuses that too, which fails the follower of a topic whose
         segment.bytes is below replica.fetch.max.bytes (why Kafka 4.0 raised the least
         segment.bytes to 1 MiB): a follower takes what its leader took."""
-        size = memoryview(data).nbytes
-        if size > self.config.segment_bytes:
-            raise RecordBatchTooLargeError(
-                f"Message batch size is {size} bytes in append to partition {self.dir.name}, "
-                f"which exceeds the maximum configured segment size of "
-                f"{self.config.segment_bytes}.")
+        raise RecordBatchTooLargeError(
+            f"Message batch size is {memoryview(data).nbytes} bytes in append to partition "
+            f"{self.dir.name}, which exceeds the maximum configured segment size of "
+            f"{self.config.segment_bytes}.")
 
     def _roll_for_append(self) -> None:
         try:

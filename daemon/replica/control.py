@@ -169,8 +169,9 @@ class ControlRequests:
             log.error("LeaderAndIsr for %s names topic id %s, but its log here holds %s: "
                       "answered 103", tp, topic_id, held_id)
             return errors.INCONSISTENT_TOPIC_ID, False
-        if s.leader_epoch <= self.leadership.leader_epoch(tp):
-            if s.leader_epoch == self.leadership.leader_epoch(tp) and topic_id is not None \
+        current_epoch = self.leadership.leader_epoch(tp)
+        if s.leader_epoch <= current_epoch:
+            if s.leader_epoch == current_epoch and topic_id is not None \
                     and held_id is None and p is not None:
                 # Kafka's controller gives topic ids to logs without one at the same epoch.
                 code = await self._assign_topic_id(p, topic_id)
@@ -336,13 +337,14 @@ class ControlRequests:
         code = self._check("UpdateMetadata", req.controller_id, req.controller_epoch,
                            broker_epoch)
         if not code:
+            states = views.update_metadata_partitions(req)
             deleted = self.cache.update(req.controller_id, views.update_metadata_brokers(req),
-                                        views.update_metadata_partitions(req))
+                                        states)
             if deleted and self.on_deleted is not None:
                 self.on_deleted([TopicPartition(t, p) for t, p in deleted])
             if self._refused_to_lead:
-                self._announce_ready_to_follow(views.update_metadata_partitions(req))
-            await self._name_topic_ids(views.update_metadata_partitions(req))
+                self._announce_ready_to_follow(states)
+            await self._name_topic_ids(states)
         return UpdateMetadataResponse(version=version, error_code=code)
 
     async def _name_topic_ids(self, states: list[views.MetadataPartition]) -> None:
