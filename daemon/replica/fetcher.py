@@ -297,8 +297,13 @@ class Fetcher:
                       now: float) -> None:
         code = part.error_code  # type: ignore[attr-defined]
         if code == errors.FENCED_LEADER_EPOCH:
-            # The leader is past our epoch: wait for the LeaderAndIsr that tells us.
-            self._fail(tp, state, f"leader fenced epoch {state.leader_epoch}")
+            # The leader is past our epoch: wait for the LeaderAndIsr that tells us. This
+            # is the ordinary course of a leader epoch change (the controller's requests
+            # reach the leader first, or this broker is shutting down and left the ISR),
+            # so it is told at info, as Kafka's onPartitionFenced does.
+            self._fail(tp, state, f"leader {self.leader_id} is past our leader epoch "
+                       f"{state.leader_epoch}; awaiting the LeaderAndIsr that names the "
+                       f"new one before fetching again", level=logging.INFO)
             return
         leader_start = getattr(part, "log_start_offset", -1)
         # Our log ends below the leader's log start (records deleted there while we were
@@ -399,14 +404,15 @@ class Fetcher:
         state.fetch_offset = await self.storage.truncate(tp, target)
         state.last_fetched_epoch = await self.storage.last_fetched_epoch(tp)
 
-    def _fail(self, tp: TopicPartition, state: FetchState, why: str) -> None:
+    def _fail(self, tp: TopicPartition, state: FetchState, why: str,
+              level: int = logging.WARNING) -> None:
         """Set `tp` aside, unless it was re-added (a new epoch) while `state`'s answer
         was being handled: that failure belongs to the old fetch."""
         if self.partitions.get(tp) is state:
             del self.partitions[tp]
             self.failed.add(tp)
-            log.warning("%s: fetching from broker %d stopped for this partition only "
-                        "(failed partition): %s", tp, self.leader_id, why)
+            log.log(level, "%s: fetching from broker %d stopped for this partition only "
+                    "(failed partition): %s", tp, self.leader_id, why)
 
 
 class LogFollowerStorage:
