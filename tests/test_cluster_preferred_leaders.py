@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import confluent_kafka as ck
@@ -213,9 +214,13 @@ def test_get_offsets_waits_out_a_leader_that_died(tmp_path: Path) -> None:
     it until its ZooKeeper session ends, and a leader that cannot be reached is looked
     up again (as Kafka's admin client does, for its default.api.timeout.ms), so each
     partition's log end is printed once the controller has moved leadership, not
-    "Skip getting offsets"."""
+    "Skip getting offsets". A partition that no live broker holds is asked again only
+    for the `default.api.timeout.ms` of `--command-config`, then named."""
     with Cluster(tmp_path, extra={"auto.leader.rebalance.enable": False}) as cl:
         _create(cl)
+        admin = AdminClient({"bootstrap.servers": cl.brokers[2].bootstrap})
+        admin.create_topics([NewTopic("solo", num_partitions=1, replica_assignment=[[1]])])["solo"].result(30)
+        wait_for(lambda: cl.agreed("solo", 1), 30, "solo agreed")
         _produce(cl, 0, 100)
         assert _leaders(cl) == {0: 1, 1: 1, 2: 2}
         cl.brokers[1].kill()
@@ -224,3 +229,19 @@ def test_get_offsets_waits_out_a_leader_that_died(tmp_path: Path) -> None:
         # Record i went to partition i % 3.
         assert (ends.returncode, ends.stdout) == (0, "pl:0:34\npl:1:33\npl:2:33\n"), ends.stderr
         assert _leaders(cl)[0] != 1 and _leaders(cl)[1] != 1
+
+        props = tmp_path / "admin.properties"
+        props.write_text("default.api.timeout.ms=1500\n")
+        began = time.monotonic()
+        gone = _cli("get-offsets", "--bootstrap-server", cl.brokers[2].bootstrap,
+                    "--topic", "solo|pl", "--command-config", str(props))
+        waited = time.monotonic() - began
+        assert gone.returncode == 1 and gone.stdout == "pl:0:34\npl:1:33\npl:2:33\n", gone
+        assert gone.stderr.startswith("Skip getting offsets for topic-partition solo-0 due "
+                                      "to error: LeaderNotAvailableError"), gone.stderr
+        assert 1.5 <= waited < 30, waited  # its 1.5 s, not Kafka's default minute
+        props.write_text("default.api.timeout.ms=soon\n")
+        bad = _cli("get-offsets", "--bootstrap-server", cl.brokers[2].bootstrap,
+                   "--command-config", str(props))
+        assert bad.returncode == 2 and "default.api.timeout.ms" in bad.stderr, bad
+        assert not bad.stdout

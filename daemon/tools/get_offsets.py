@@ -14,7 +14,8 @@ storage, the log start offset and -1). A partition with no record at or after th
 is left out, as Kafka's tool leaves it out. Each partition is asked of its leader
 (ListOffsets); one whose leader is not known, not reachable, moved or answered another
 retriable error (OFFSET_NOT_AVAILABLE while a new leader catches up) is asked again, for
-up to a minute, as Kafka's tool (its admin client's default.api.timeout.ms) does.
+up to a minute, as Kafka's tool (its admin client's default.api.timeout.ms) does; a
+`--command-config` file's `default.api.timeout.ms` sets that time.
 
 Partitions: every partition of each topic whose whole name matches `--topic` (a regular
 expression; every topic without it, internal ones too unless
@@ -41,7 +42,18 @@ from collections.abc import Callable
 from typing import Any
 
 from .client import add_broker_options, bootstrap_of, connect_any, metadata, run_tool
-from .leaders import EARLIEST, EARLIEST_LOCAL, LATEST, LATEST_TIERED, MAX_TIMESTAMP, list_offsets
+from .console import load_properties
+from .leaders import (
+    API_TIMEOUT_S,
+    EARLIEST,
+    EARLIEST_LOCAL,
+    LATEST,
+    LATEST_TIERED,
+    MAX_TIMESTAMP,
+    list_offsets,
+)
+
+API_TIMEOUT_KEY = "default.api.timeout.ms"
 
 TIMES = {"latest": LATEST, "earliest": EARLIEST, "max-timestamp": MAX_TIMESTAMP,
          "earliest-local": EARLIEST_LOCAL, "latest-tiered": LATEST_TIERED}
@@ -116,17 +128,37 @@ def chosen(meta: Any, rules: list[Rule], exclude_internal: bool) -> list[tuple[s
 
 
 def get_offsets(bootstrap: str, rules: list[Rule], timestamp: int, *,
-                exclude_internal: bool = False) -> tuple[dict[tuple[str, int], int],
-                                                         dict[tuple[str, int], str]]:
+                exclude_internal: bool = False, timeout_s: float = API_TIMEOUT_S
+                ) -> tuple[dict[tuple[str, int], int], dict[tuple[str, int], str]]:
     """(offset of each partition chosen, why each of the others has none); a partition
-    with no record at or after `timestamp` is in neither."""
+    with no record at or after `timestamp` is in neither. ListOffsets is asked again
+    for up to `timeout_s` where the answer may change (daemon.tools.leaders)."""
     with connect_any(bootstrap) as conn:
         meta = metadata(conn, None)
     tps = chosen(meta, rules, exclude_internal)
     if not tps:
         raise LookupError("Could not match any topic-partitions with the specified filters")
-    offsets, problems = list_offsets(meta, tps, timestamp, bootstrap=bootstrap)
+    offsets, problems = list_offsets(meta, tps, timestamp, bootstrap=bootstrap,
+                                     timeout_s=timeout_s)
     return {tp: o for tp, o in offsets.items() if o >= 0}, problems
+
+
+def api_timeout_s(command_config: str | None) -> float:
+    """How long the admin client asks again: `default.api.timeout.ms` of the
+    `--command-config` file, as kafka-get-offsets.sh's admin client takes it (an int of
+    at least 0), else Kafka's default of 60 s. ValueError names a bad value."""
+    raw = load_properties(command_config, "--command-config").get(API_TIMEOUT_KEY)
+    if raw is None:
+        return API_TIMEOUT_S
+    try:
+        ms = int(raw.strip())
+    except ValueError:
+        ms = -1
+    if ms < 0:
+        raise ValueError(f"--command-config {command_config}: Invalid value {raw} for "
+                         f"configuration {API_TIMEOUT_KEY}: an integer of at least 0 "
+                         "(milliseconds) is required")
+    return ms / 1000
 
 
 def _kafka_order(tp: tuple[str, int]) -> str:
@@ -160,9 +192,11 @@ def _run(args: argparse.Namespace) -> int:
     rules = (parse_rules(args.topic_partitions) if args.topic_partitions is not None
              else topic_and_partitions(args.topic, args.partitions))
     timestamp = parse_time(args.time)
+    timeout_s = api_timeout_s(args.command_config)
     try:
         offsets, problems = get_offsets(bootstrap_of(args), rules, timestamp,
-                                        exclude_internal=args.exclude_internal_topics)
+                                        exclude_internal=args.exclude_internal_topics,
+                                        timeout_s=timeout_s)
     except LookupError as err:
         print(f"logkeeper get-offsets: {err}", file=sys.stderr)
         return 1

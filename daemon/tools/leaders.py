@@ -109,9 +109,10 @@ def _at_leaders(meta: Any, tps: Iterable[TP], ask: Callable[[Connection, list[TP
                 else:
                     values[tp] = value
         settled.update((tp, why) for tp, why in problems.items() if tp not in again)
-        if not again or bootstrap is None or time.monotonic() + backoff > deadline:
+        remaining = deadline - time.monotonic()
+        if not again or bootstrap is None or remaining <= 0:
             return values, {**settled, **{tp: problems[tp] for tp in again}}
-        time.sleep(backoff)
+        time.sleep(min(backoff, remaining))  # a last round at the deadline
         backoff = min(2 * backoff, RETRY_BACKOFF_MAX_S)
         pending = sorted(again)
         try:
