@@ -3,8 +3,11 @@
 #   make test  installs everything the tests need into the same venv and runs the whole suite
 # PYTHON selects the interpreter the venv (.venv, or LK_VENV) is made from; default python3.
 # ARGS go to `logkeeper serve`: make run ARGS="--config /etc/logkeeper/logkeeper.toml".
+# TEST_WORKERS: how many tests run at once (pytest-xdist; most wait on brokers and
+# disks rather than compute); 0 runs them one after another.
 PYTHON ?= python3
 LK_VENV ?= .venv
+TEST_WORKERS ?= 2
 VPY := $(LK_VENV)/bin/python
 export PYTHON LK_VENV
 
@@ -16,7 +19,7 @@ run:
 
 test:
 	@bash scripts/setup.sh test >/dev/null
-	$(VPY) -m pytest -q
+	$(VPY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 bench:
 	@bash scripts/setup.sh test >/dev/null

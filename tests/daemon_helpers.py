@@ -46,6 +46,11 @@ def write_config(path: Path, values: dict[str, Any]) -> Path:
     return path
 
 
+# The tests that listen on, or connect to, the embedded defaults' 127.0.0.1:9092 and
+# :9308: one xdist group, so that parallel workers run them one at a time (conftest).
+EMBEDDED_DEFAULTS = pytest.mark.xdist_group("embedded-defaults")
+
+
 def skip_if_in_use(*ports: int) -> None:
     """Skip the test when something listens on one of these loopback ports (the embedded
     defaults' 9092 and 9308, held by a daemon the developer runs, say)."""

@@ -21,7 +21,7 @@ from daemon.tools import log_dirs as log_dirs_tool
 from daemon.tools import topics as topics_tool
 from logstore.checkpoint import read_partition_metadata
 from tests.cluster_helpers import wait_for
-from tests.daemon_helpers import REPO, Daemon, free_port, running, skip_if_in_use
+from tests.daemon_helpers import EMBEDDED_DEFAULTS, REPO, Daemon, free_port, running, skip_if_in_use
 
 ADMIN = [(log_dirs_tool.main, "log-dirs"), (topics_tool.main, "topics")]
 
@@ -34,6 +34,7 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
 # ---- usage and connection errors: exit 2, the message names the server ----
 
 
+@EMBEDDED_DEFAULTS
 @pytest.mark.parametrize("main, name", ADMIN)
 def test_usage_errors_exit_2(main, name, capsys: pytest.CaptureFixture[str]) -> None:
     skip_if_in_use(9092)  # without --bootstrap-server: the embedded defaults' listener

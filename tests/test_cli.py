@@ -8,10 +8,19 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from kafka.protocol.metadata import MetadataRequest
 
 from logstore import Log, LogConfig
-from tests.daemon_helpers import REPO, Daemon, RawClient, free_port, running, skip_if_in_use
+from tests.daemon_helpers import (
+    EMBEDDED_DEFAULTS,
+    REPO,
+    Daemon,
+    RawClient,
+    free_port,
+    running,
+    skip_if_in_use,
+)
 
 from .logutil import batch
 
@@ -48,6 +57,7 @@ def test_version_is_the_installed_packages_and_the_daemon_logs_it(tmp_path: Path
     assert f"logkeeper {installed} serving Kafka protocol on" in d.stderr_path.read_text()
 
 
+@EMBEDDED_DEFAULTS
 def test_topics_describe_finds_the_local_daemon_through_its_config(tmp_path: Path) -> None:
     with running(tmp_path, {"num.partitions": 2}) as d:
         c = RawClient(d.port)  # Metadata v1 naming a topic creates it
@@ -159,6 +169,23 @@ def test_free_ports_come_from_below_the_ephemeral_range_and_never_twice() -> Non
     for p in ports[:5]:
         with socket.socket() as s:
             s.bind(("127.0.0.1", p))
+
+
+def test_free_ports_come_from_lk_free_ports_when_it_is_set(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The share of the range a parallel test worker (or anything else that starts
+    servers beside another picker) takes: LK_FREE_PORTS=LOW-HIGH, HIGH excluded; a value
+    that is not a range of ports is named."""
+    from daemon.tools import zookeeper
+
+    monkeypatch.setenv(zookeeper.PORTS_ENV, "20000-20040")
+    assert zookeeper.free_port_range() == range(20000, 20040)
+    ports = {zookeeper.free_port() for _ in range(20)}
+    assert len(ports) == 20 and all(20000 <= p < 20040 for p in ports)
+    for bad in ("20000", "20040-20000", "80-90", "a-b", "20000-70000"):
+        monkeypatch.setenv(zookeeper.PORTS_ENV, bad)
+        with pytest.raises(ValueError, match=f"LK_FREE_PORTS={bad}: expected LOW-HIGH"):
+            zookeeper.free_port_range()
 
 
 def test_kafkas_action_flags_stand_for_the_subcommand() -> None:

@@ -24,7 +24,16 @@ from daemon.api.connections import STOP_GRACE_S
 from logstore import names
 from logstore.checkpoint import read_partition_metadata
 from tests import faults
-from tests.daemon_helpers import REPO, Daemon, RawClient, aiokafka_read, free_port, running, skip_if_in_use
+from tests.daemon_helpers import (
+    EMBEDDED_DEFAULTS,
+    REPO,
+    Daemon,
+    RawClient,
+    aiokafka_read,
+    free_port,
+    running,
+    skip_if_in_use,
+)
 
 
 def produce_confluent(d: Daemon, topic: str, n: int, *, partitions: int = 1,
@@ -677,6 +686,7 @@ def test_topics_describe_through_metadata(tmp_path: Path) -> None:
         assert missing.returncode == 1
 
 
+@EMBEDDED_DEFAULTS
 def test_embedded_defaults_start_with_no_config(tmp_path: Path) -> None:
     skip_if_in_use(9092, 9308)
     proc = subprocess.Popen([sys.executable, "-m", "daemon.cli", "serve"], cwd=tmp_path,

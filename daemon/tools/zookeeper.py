@@ -18,6 +18,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 JARS = Path("/usr/share/java")
@@ -45,17 +46,39 @@ def _ephemeral_low(procfs: str = "/proc") -> int:
         return 32768
 
 
+# The ports `free_port` picks from, "LOW-HIGH" (HIGH excluded), when set: processes that
+# pick ports at the same time (the test suite's parallel workers) each take their own
+# share, so none hands out a port another has picked but not bound yet.
+PORTS_ENV = "LK_FREE_PORTS"
+
+
+def free_port_range(environ: Mapping[str, str] = os.environ) -> range:
+    """Where `free_port` picks: `LK_FREE_PORTS`, else the 12,000 ports below the kernel's
+    ephemeral range. ValueError for an `LK_FREE_PORTS` that is not LOW-HIGH."""
+    given = environ.get(PORTS_ENV)
+    if given is None:
+        low = _ephemeral_low()
+        below = range(max(1024, low - 12000), low)
+        return below if len(below) >= 1000 else range(0)  # no room: the kernel's pick
+    try:
+        lo, hi = (int(part) for part in given.split("-"))
+    except ValueError:
+        lo = hi = -1
+    if not 1024 <= lo < hi <= 65536:
+        raise ValueError(f"{PORTS_ENV}={given}: expected LOW-HIGH, 1024 <= LOW < HIGH <= 65536")
+    return range(lo, hi)
+
+
 def free_port() -> int:
     """A 127.0.0.1 port nothing is bound to, for a server about to start on it.
 
-    Picked below the kernel's ephemeral range: a port the kernel picks (bind to port 0)
-    comes from that range, where every outgoing connection takes its local port too,
-    and one can take it before the server binds it ("address already in use", seen
-    when a benchmark's brokers start while clients connect). Only when there is no room
-    below the range is the kernel's pick used."""
-    low = _ephemeral_low()
-    candidates = range(max(1024, low - 12000), low)
-    for _ in range(200 if len(candidates) >= 1000 else 0):
+    Picked below the kernel's ephemeral range (or from `LK_FREE_PORTS`): a port the
+    kernel picks (bind to port 0) comes from that range, where every outgoing connection
+    takes its local port too, and one can take it before the server binds it ("address
+    already in use", seen when a benchmark's brokers start while clients connect). Only
+    when there is no room below the range is the kernel's pick used."""
+    candidates = free_port_range()
+    for _ in range(200 if candidates else 0):
         port = random.choice(candidates)
         if port in _PICKED:
             continue
