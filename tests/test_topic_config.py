@@ -69,7 +69,10 @@ def test_log_config_carries_the_topic_values() -> None:
     ({"max.compaction.lag.ms": "0"}, "Value must be at least 1"),
     ({"min.compaction.lag.ms": "5000", "max.compaction.lag.ms": "4000"},
      r"conflict topic config setting min.compaction.lag.ms \(5000\) > max.compaction.lag.ms"),
-    ({"preallocate": "true"}, "not supported by logkeeper"),
+    ({"preallocate": "true"}, "logkeeper does not preallocate segment files"),
+    ({"remote.storage.enable": "true"}, "Tiered Storage functionality is disabled"),
+    ({"local.retention.ms": "-3"}, "Value must be at least -2"),
+    ({"file.delete.delay.ms": "60000"}, "not supported by logkeeper"),
     ({"segment.index.bytes": "3"}, "Value must be at least 4"),
     ({"message.format.version": "4.7-beta"}, "Version `4.7-beta` is not a valid version"),
     ({"message.downconversion.enable": "maybe"}, "either true or false"),
@@ -78,6 +81,16 @@ def test_log_config_carries_the_topic_values() -> None:
 def test_bad_topic_configs_are_refused_naming_them(configs: dict[str, str], message: str) -> None:
     with pytest.raises(tc.ConfigValueError, match=message):
         tc.validate_topic_configs(configs)
+
+
+def test_what_a_kafka_broker_without_tiered_storage_takes_is_taken() -> None:
+    """A topic cloned from a Kafka cluster (every config it describes): the tiered
+    storage keys as a Kafka broker without tiered storage takes them (no effect), and
+    preallocate at its default."""
+    cloned = {"remote.storage.enable": "false", "local.retention.ms": "-2",
+              "local.retention.bytes": "1000000", "remote.log.copy.disable": "false",
+              "remote.log.delete.on.disable": "false", "preallocate": "false"}
+    assert tc.validate_topic_configs(cloned) == cloned
 
 
 def test_broker_configs_only_the_dynamic_ones() -> None:

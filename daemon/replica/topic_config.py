@@ -148,6 +148,21 @@ def _parse_format_version(name: str, text: str) -> str:
     return s
 
 
+def _parse_remote_storage(name: str, text: str) -> bool:
+    if _parse_bool(name, text):
+        # Kafka's answer on a broker with remote.log.storage.system.enable=false.
+        raise ConfigValueError("Tiered Storage functionality is disabled in the broker. "
+                               "Topic cannot be configured with remote log storage.")
+    return False
+
+
+def _parse_preallocate(name: str, text: str) -> bool:
+    if _parse_bool(name, text):
+        raise ConfigValueError(f"Invalid value {text} for configuration {name}: logkeeper "
+                               "does not preallocate segment files (false is supported)")
+    return False
+
+
 def _parse_throttled(name: str, text: str) -> tuple[str, ...]:
     try:
         return quota.parse_throttled_replicas(name, text)
@@ -240,6 +255,17 @@ TOPIC_CONFIGS: dict[str, TopicKey] = {k.name: k for k in (
              _int_key(0, _LONG_MAX), 0, "min_compaction_lag_ms"),
     TopicKey("max.compaction.lag.ms", TYPE_LONG, (("log.cleaner.max.compaction.lag.ms", 1),),
              _int_key(1, _LONG_MAX), _LONG_MAX, "max_compaction_lag_ms"),
+    # Tiered storage (KIP-405), which logkeeper does not have: a topic may say so, as on a
+    # Kafka broker with remote.log.storage.system.enable=false, where the local.* and
+    # remote.log.* keys are taken and have no effect; remote.storage.enable=true is
+    # refused with that broker's message. Topic-cloning tools send them all.
+    TopicKey("remote.storage.enable", TYPE_BOOLEAN, (), _parse_remote_storage, False, None),
+    TopicKey("local.retention.ms", TYPE_LONG, (), _int_key(-2, _LONG_MAX), -2, None),
+    TopicKey("local.retention.bytes", TYPE_LONG, (), _int_key(-2, _LONG_MAX), -2, None),
+    TopicKey("remote.log.copy.disable", TYPE_BOOLEAN, (), _parse_bool, False, None),
+    TopicKey("remote.log.delete.on.disable", TYPE_BOOLEAN, (), _parse_bool, False, None),
+    # Segment files are not preallocated (Kafka's default, false; true is refused).
+    TopicKey("preallocate", TYPE_BOOLEAN, (), _parse_preallocate, False, None),
     # Replication throttles (daemon.replica.quota): topic-only, no broker synonym.
     TopicKey(quota.LEADER_REPLICAS, TYPE_LIST, (), _parse_throttled, (), None),
     TopicKey(quota.FOLLOWER_REPLICAS, TYPE_LIST, (), _parse_throttled, (), None),
@@ -247,13 +273,9 @@ TOPIC_CONFIGS: dict[str, TopicKey] = {k.name: k for k in (
 
 # Kafka topic configs logkeeper knows but does not apply: refused with a clear message
 # rather than stored and silently ignored.
-UNSUPPORTED_TOPIC_CONFIGS = frozenset({
-    "file.delete.delay.ms",
-    "local.retention.bytes", "local.retention.ms",
-    "preallocate", "remote.storage.enable",
-    "remote.log.copy.disable",
-    "remote.log.delete.on.disable",
-})
+# file.delete.delay.ms: logkeeper unlinks a deleted segment's files at once (a reader
+# that has them open keeps reading), and a full disk gets its space back at once.
+UNSUPPORTED_TOPIC_CONFIGS = frozenset({"file.delete.delay.ms"})
 
 # Broker keys that change without a restart (a subset of Kafka's
 # DynamicBrokerConfig.AllDynamicConfigs: the log defaults of the topic configs above,
