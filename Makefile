@@ -19,7 +19,7 @@ run:
 
 test:
 	@bash scripts/setup.sh test >/dev/null
-	$(VPY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
+	$(VPY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 bench:
 	@bash scripts/setup.sh test >/dev/null

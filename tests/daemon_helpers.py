@@ -47,8 +47,9 @@ def write_config(path: Path, values: dict[str, Any]) -> Path:
 
 
 # The tests that listen on, or connect to, the embedded defaults' 127.0.0.1:9092 and
-# :9308: one xdist group, so that parallel workers run them one at a time (conftest).
-EMBEDDED_DEFAULTS = pytest.mark.xdist_group("embedded-defaults")
+# :9308: each holds a lock while it runs, so parallel workers run them one at a time
+# (conftest's `embedded_defaults_ports`).
+EMBEDDED_DEFAULTS = pytest.mark.usefixtures("embedded_defaults_ports")
 
 
 def skip_if_in_use(*ports: int) -> None:
