@@ -581,3 +581,33 @@ def test_reassign_partitions_znode_of_the_older_tools_is_taken_and_emptied(clust
     assert wait_for(lambda: admin.exists(znodes.REASSIGN_PARTITIONS) is None)
     assert json.loads(admin.get(znodes.topic_path("t"))[0])["partitions"]["1"] == [3, 2]
     assert c.list_partition_reassignments([t1]).result(15) == {}
+
+
+def test_a_znode_created_between_the_read_and_the_watch_is_read(admin):
+    """Kafka's registerZNodeChangeHandlerAndCheckExistence: a read that finds no node
+    arms a watch for its creation; a node created between the two (a tool writing
+    `/admin/reassign_partitions` just as the controller deleted the last one) gets no
+    creation event, so the read is made again. Before, the controller took the node as
+    absent and never saw it. The creation is made to land in that gap."""
+    events: list[object] = []
+    zk = ControllerZk(admin, 0)
+    real_exists = admin.exists_async
+    admin.ensure_path("/admin")
+    admin.ensure_path("/brokers")
+
+    def exists_after_a_creation(path, watch=None):
+        if real_exists(path).get(timeout=15) is None:
+            admin.create(path, b"late")
+        return real_exists(path, watch=watch)
+
+    admin.exists_async = exists_after_a_creation
+    try:
+        got = zk.get("/admin/reassign_partitions", watch=events.append)
+        assert got is not None and got[0] == b"late"
+        assert zk.children("/brokers/topics", watch=events.append) == []
+        assert admin.exists("/brokers/topics") is not None
+    finally:
+        del admin.exists_async
+    assert zk.get("/admin/never", watch=None) is None
+    admin.set("/admin/reassign_partitions", b"changed")
+    assert wait_for(lambda: events)  # the watch is on the node as it is

@@ -91,20 +91,31 @@ class ControllerZk:
     # -- reads --------------------------------------------------------------------------
 
     def get(self, path: str, watch: Callable | None = None) -> tuple[bytes, Any] | None:
-        try:
-            return self._call(self.client.get_async, path, watch=watch)
-        except NoNodeError:
-            if watch is not None:  # arm the watch for the node's creation
-                self._call(self.client.exists_async, path, watch=watch)
-            return None
+        """The node's data and stat, None when there is none. With a watch: on the node,
+        or, when there is none, on its creation."""
+        while True:
+            try:
+                return self._call(self.client.get_async, path, watch=watch)
+            except NoNodeError:
+                if not self._created_meanwhile(path, watch):
+                    return None
 
     def children(self, path: str, watch: Callable | None = None) -> list[str]:
-        try:
-            return sorted(self._call(self.client.get_children_async, path, watch=watch))
-        except NoNodeError:
-            if watch is not None:
-                self._call(self.client.exists_async, path, watch=watch)
-            return []
+        while True:
+            try:
+                return sorted(self._call(self.client.get_children_async, path, watch=watch))
+            except NoNodeError:
+                if not self._created_meanwhile(path, watch):
+                    return []
+
+    def _created_meanwhile(self, path: str, watch: Callable | None) -> bool:
+        """After a read found no node: arm `watch` for its creation (Kafka's
+        registerZNodeChangeHandlerAndCheckExistence). True when the node was created
+        between the read and the arming: then no creation event will come (the watch
+        was set on the node as it is), so the caller reads it again."""
+        if watch is None:
+            return False
+        return self._call(self.client.exists_async, path, watch=watch) is not None
 
     def brokers(self, watch: Callable | None = None) -> dict[int, tuple[znodes.BrokerRegistration, int]]:
         """Live broker id -> (registration, epoch = czxid). A broker that goes between
