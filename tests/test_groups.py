@@ -1513,7 +1513,8 @@ def test_offsets_of_a_partition_the_cluster_does_not_have_are_refused_as_in_kafk
                 errs = {(tp.topic, tp.partition): tp.error.code() if tp.error else 0
                         for tp in got.topic_partitions}
                 loading = errs[("orders", 0)] in (ck.KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
-                                                  ck.KafkaError.NOT_COORDINATOR)
+                                                  ck.KafkaError.NOT_COORDINATOR,
+                                                  ck.KafkaError.COORDINATOR_NOT_AVAILABLE)
                 return None if loading else errs
 
             errs = wait_for(alter, 30, "the group's coordinator to load")
