@@ -148,19 +148,24 @@ def _parse_format_version(name: str, text: str) -> str:
     return s
 
 
-def _parse_remote_storage(name: str, text: str) -> bool:
-    if _parse_bool(name, text):
-        # Kafka's answer on a broker with remote.log.storage.system.enable=false.
-        raise ConfigValueError("Tiered Storage functionality is disabled in the broker. "
-                               "Topic cannot be configured with remote log storage.")
-    return False
+def _false_only(refusal: Callable[[str, str], str]) -> Callable[[str, str], bool]:
+    """A boolean key logkeeper takes only as false: true is refused with `refusal(name,
+    text)`."""
+    def parse(name: str, text: str) -> bool:
+        if _parse_bool(name, text):
+            raise ConfigValueError(refusal(name, text))
+        return False
+
+    return parse
 
 
-def _parse_preallocate(name: str, text: str) -> bool:
-    if _parse_bool(name, text):
-        raise ConfigValueError(f"Invalid value {text} for configuration {name}: logkeeper "
-                               "does not preallocate segment files (false is supported)")
-    return False
+# Kafka's answer on a broker with remote.log.storage.system.enable=false.
+_parse_remote_storage = _false_only(lambda name, text: (
+    "Tiered Storage functionality is disabled in the broker. Topic cannot be configured "
+    "with remote log storage."))
+_parse_preallocate = _false_only(lambda name, text: (
+    f"Invalid value {text} for configuration {name}: logkeeper does not preallocate "
+    "segment files (false is supported)"))
 
 
 def _parse_throttled(name: str, text: str) -> tuple[str, ...]:
