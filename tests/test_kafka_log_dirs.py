@@ -259,12 +259,26 @@ MY_FIRST_APP = {("my-first-topic", 0): 11, ("my-first-topic", 1): 12,
                 ("my-first-topic", 2): 7, ("my-sec-topic", 0): 0}
 
 
+# What Kafka's own admin client retries for OffsetFetch and librdkafka's hands back: the
+# coordinator's partition still being loaded (or led) just after a start.
+_COORDINATOR_RETRIABLE = (ck.KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                          ck.KafkaError.COORDINATOR_NOT_AVAILABLE,
+                          ck.KafkaError.NOT_COORDINATOR)
+
+
 def _committed(d: Daemon, group: str) -> dict[tuple[str, int], int]:
     admin = ca.AdminClient({"bootstrap.servers": d.bootstrap})
-    res = admin.list_consumer_group_offsets([ck.ConsumerGroupTopicPartitions(group)],
-                                            request_timeout=20)
-    return {(tp.topic, tp.partition): tp.offset
-            for tp in res[group].result(30).topic_partitions}
+    deadline = time.monotonic() + 30
+    while True:
+        res = admin.list_consumer_group_offsets([ck.ConsumerGroupTopicPartitions(group)],
+                                                request_timeout=20)
+        try:
+            return {(tp.topic, tp.partition): tp.offset
+                    for tp in res[group].result(30).topic_partitions}
+        except ck.KafkaException as e:
+            if e.args[0].code() not in _COORDINATOR_RETRIABLE or time.monotonic() > deadline:
+                raise
+        time.sleep(0.2)
 
 
 def test_a_kafka_dirs_share_of_the_offsets_topic_is_completed_and_every_group_has_a_coordinator(
