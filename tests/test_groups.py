@@ -27,6 +27,7 @@ import pytest
 from confluent_kafka.admin import AdminClient
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KTP
+from kafka import errors as kafka_errors
 from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.protocol.consumer import HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, OffsetCommitRequest
 from kafka.protocol.metadata import FindCoordinatorRequest
@@ -466,11 +467,22 @@ def test_groups_of_other_protocols_are_neither_listed_nor_described_as_consumer_
 
 
 def committed_offsets(bootstrap: str, group: str) -> dict[tuple[str, int], int]:
-    """The group's committed offsets, as kafka-python's admin client lists them."""
+    """The group's committed offsets, as kafka-python's admin client lists them; asked
+    again while the coordinator is loading or not yet known (just after a start), as
+    Kafka's own admin client retries those, where kafka-python raises them."""
     ka = KafkaAdminClient(bootstrap_servers=bootstrap)
+    deadline = time.monotonic() + 30
     try:
-        return {(tp.topic, tp.partition): o.offset
-                for tp, o in ka.list_group_offsets(group)[group].items()}
+        while True:
+            try:
+                return {(tp.topic, tp.partition): o.offset
+                        for tp, o in ka.list_group_offsets(group)[group].items()}
+            except (kafka_errors.CoordinatorLoadInProgressError,
+                    kafka_errors.CoordinatorNotAvailableError,
+                    kafka_errors.NotCoordinatorError):
+                if time.monotonic() > deadline:
+                    raise
+            time.sleep(0.2)
     finally:
         ka.close()
 
