@@ -19,6 +19,7 @@ from kazoo.client import KazooClient
 
 from daemon.cluster import znodes
 from daemon.controller import Controller, ControllerMovedError, ControllerZk, TopicSpec
+from daemon.controller.election import ControllerElection
 from daemon.controller.state_machines import ReplicaState
 from daemon.wire import views
 from logstore import TopicPartition
@@ -595,9 +596,11 @@ def test_a_znode_created_between_the_read_and_the_watch_is_read(admin):
     admin.ensure_path("/admin")
     admin.ensure_path("/brokers")
 
+    late = {znodes.CONTROLLER: znodes.encode_controller(7, 0)}
+
     def exists_after_a_creation(path, watch=None):
         if real_exists(path).get(timeout=15) is None:
-            admin.create(path, b"late")
+            admin.create(path, late.get(path, b"late"))
         return real_exists(path, watch=watch)
 
     admin.exists_async = exists_after_a_creation
@@ -606,6 +609,8 @@ def test_a_znode_created_between_the_read_and_the_watch_is_read(admin):
         assert got is not None and got[0] == b"late"
         assert zk.children("/brokers/topics", watch=events.append) == []
         assert admin.exists("/brokers/topics") is not None
+        # The election's read of /controller: broker 7 took it in the gap.
+        assert ControllerElection(admin, 0).active_controller_id(watch=events.append) == 7
     finally:
         del admin.exists_async
     assert zk.get("/admin/never", watch=None) is None

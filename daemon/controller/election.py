@@ -28,7 +28,7 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from daemon.cluster import znodes
 
-from .zkops import call
+from .zkops import call, watched_read
 
 log = logging.getLogger("logkeeper.controller.election")
 
@@ -51,15 +51,12 @@ class ControllerElection:
 
     def active_controller_id(self, watch: Callable | None = None) -> int:
         """The id `/controller` names, -1 if none; `watch` is armed either way."""
-        try:
-            data, _ = self._call(self.client.get_async, znodes.CONTROLLER, watch=watch)
-        except NoNodeError:
-            if watch is not None and self._call(self.client.exists_async, znodes.CONTROLLER,
-                                                watch=watch) is not None:
-                return self.active_controller_id(watch)  # created in between
+        got = watched_read(self._call, self.client, self.client.get_async, znodes.CONTROLLER,
+                           watch)
+        if got is None:
             return -1
         try:
-            return znodes.decode_controller(data).broker_id
+            return znodes.decode_controller(got[0]).broker_id
         except znodes.ZnodeError as err:
             log.error("cannot read %s: %s", znodes.CONTROLLER, err)
             return -1

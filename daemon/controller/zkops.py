@@ -76,6 +76,21 @@ def call(fn: Callable[..., Any], *args: Any, request_timeout: float = 10.0,
             delay = min(delay * 2, 1.0)
 
 
+def watched_read(call_: Callable[..., Any], client: KazooClient,
+                 read: Callable[..., Any], path: str, watch: Callable | None) -> Any | None:
+    """`read(path, watch=watch)` (a kazoo `*_async` read) through `call_`; None when there
+    is no node, with `watch` then armed for its creation (Kafka's
+    registerZNodeChangeHandlerAndCheckExistence). A node created between the read and
+    the arming is read again: the watch was set on the node as it is, so no creation
+    event would come."""
+    while True:
+        try:
+            return call_(read, path, watch=watch)
+        except NoNodeError:
+            if watch is None or call_(client.exists_async, path, watch=watch) is None:
+                return None
+
+
 class ControllerZk:
     def __init__(self, client: KazooClient, epoch_zk_version: int, *,
                  request_timeout: float = 10.0, deadline: float = 10.0):
@@ -93,29 +108,11 @@ class ControllerZk:
     def get(self, path: str, watch: Callable | None = None) -> tuple[bytes, Any] | None:
         """The node's data and stat, None when there is none. With a watch: on the node,
         or, when there is none, on its creation."""
-        while True:
-            try:
-                return self._call(self.client.get_async, path, watch=watch)
-            except NoNodeError:
-                if not self._created_meanwhile(path, watch):
-                    return None
+        return watched_read(self._call, self.client, self.client.get_async, path, watch)
 
     def children(self, path: str, watch: Callable | None = None) -> list[str]:
-        while True:
-            try:
-                return sorted(self._call(self.client.get_children_async, path, watch=watch))
-            except NoNodeError:
-                if not self._created_meanwhile(path, watch):
-                    return []
-
-    def _created_meanwhile(self, path: str, watch: Callable | None) -> bool:
-        """After a read found no node: arm `watch` for its creation (Kafka's
-        registerZNodeChangeHandlerAndCheckExistence). True when the node was created
-        between the read and the arming: then no creation event will come (the watch
-        was set on the node as it is), so the caller reads it again."""
-        if watch is None:
-            return False
-        return self._call(self.client.exists_async, path, watch=watch) is not None
+        got = watched_read(self._call, self.client, self.client.get_children_async, path, watch)
+        return [] if got is None else sorted(got)
 
     def brokers(self, watch: Callable | None = None) -> dict[int, tuple[znodes.BrokerRegistration, int]]:
         """Live broker id -> (registration, epoch = czxid). A broker that goes between
