@@ -105,6 +105,7 @@ OPT_IN_FAULTS = ("netsplit",)
 FAULTS = [f for f in os.environ.get("LK_CHAOS_FAULTS", ",".join(ALL_FAULTS)).split(",") if f]
 assert set(FAULTS) <= set(ALL_FAULTS + OPT_IN_FAULTS), \
     f"LK_CHAOS_FAULTS: unknown {set(FAULTS) - set(ALL_FAULTS + OPT_IN_FAULTS)}"
+assert FAULTS, f"LK_CHAOS_FAULTS names no fault; choose from {', '.join(ALL_FAULTS + OPT_IN_FAULTS)}"
 NETSPLITS = ("zombie-leader", "leader-alone", "controller-from-zk", "isolated")
 BROKER_CONFIG: dict[str, Any] = {
     k: int(v) if v.lstrip("-").isdigit() else v for k, v in (
