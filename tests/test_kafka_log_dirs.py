@@ -259,7 +259,7 @@ MY_FIRST_APP = {("my-first-topic", 0): 11, ("my-first-topic", 1): 12,
                 ("my-first-topic", 2): 7, ("my-sec-topic", 0): 0}
 
 
-# What Kafka's own admin client retries for OffsetFetch and librdkafka's hands back: the
+# What Kafka's own admin client retries for OffsetFetch and librdkafka hands back: the
 # coordinator's partition still being loaded (or led) just after a start.
 _COORDINATOR_RETRIABLE = (ck.KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
                           ck.KafkaError.COORDINATOR_NOT_AVAILABLE,
