@@ -91,6 +91,38 @@ def _median_s(fn: Callable[[], object], rounds: int = 9,
     return statistics.median(times)
 
 
+def _fetch_all(raw: RawClient, topic: str, end: int, max_bytes: int) -> int:
+    """Partition 0 of `topic` read from offset 0 to `end` with raw Fetch v11 requests of
+    up to max_bytes, one at a time; the requests it took."""
+    from kafka.protocol.consumer import FetchRequest
+
+    F = FetchRequest.FetchTopic
+    offset, asked = 0, 0
+    while offset < end:
+        req = FetchRequest(
+            replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=max_bytes,
+            isolation_level=0, session_id=0, session_epoch=-1, topics=[F(
+                topic=topic, partitions=[F.FetchPartition(
+                    partition=0, current_leader_epoch=-1, fetch_offset=offset,
+                    log_start_offset=-1, partition_max_bytes=max_bytes)])],
+            forgotten_topics_data=[], rack_id="")
+        part = raw.request(req, 11).responses[0].partitions[0]
+        last = list(records.iter_batches(bytes(part.records)))[-1]
+        offset = last.base_offset + last.last_offset_delta + 1
+        asked += 1
+    return asked
+
+
+def _read_all(log: Log, max_bytes: int) -> None:
+    """`log` read from offset 0 to its end with `Log.read` of up to max_bytes at a time,
+    each read's batches parsed as a client's would be: the fetch figures' baseline."""
+    offset = 0
+    end = log.log_end_offset
+    while offset < end:
+        last = list(records.iter_batches(log.read(offset, max_bytes)))[-1]
+        offset = last.base_offset + last.last_offset_delta + 1
+
+
 def _loopback_sendfile_s(path: Path, rounds: int = 9) -> float:
     """Median seconds to move a file's bytes over loopback into a reader's buffer with
     sendfile (one request, one answer of the whole file): the kernel's part of a fetch."""
@@ -249,12 +281,7 @@ def test_fetch_through_protocol_vs_log_read(ratio, measured, daemon: Daemon,
     log.high_watermark = log.log_end_offset
 
     def baseline() -> None:
-        offset = 0
-        end = log.log_end_offset
-        while offset < end:
-            data = log.read(offset, 1 << 20)
-            last = list(records.iter_batches(data))[-1]
-            offset = last.base_offset + last.last_offset_delta + 1
+        _read_all(log, 1 << 20)
 
     pair = ratio("daemon fetch 8 MiB, confluent-kafka consumer", ours, baseline, target=0.5,
                  unit_bytes=total, rounds=7, min_sample=0.05, baseline_label="Log.read")
@@ -279,24 +306,10 @@ def test_fetch_through_protocol_vs_log_read(ratio, measured, daemon: Daemon,
                  _loopback_sendfile_s(segment), pair.baseline_s, unit_bytes=total,
                  ours_label="sendfile+recv", baseline_label="Log.read")
 
-    from kafka.protocol.consumer import FetchRequest
-
     raw = RawClient(daemon.port)
-    F = FetchRequest.FetchTopic
 
     def raw_fetch() -> None:
-        offset = 0
-        while offset < n_records:
-            req = FetchRequest(
-                replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20,
-                isolation_level=0, session_id=0, session_epoch=-1, topics=[F(
-                    topic="bench-fetch", partitions=[F.FetchPartition(
-                        partition=0, current_leader_epoch=-1, fetch_offset=offset,
-                        log_start_offset=-1, partition_max_bytes=1 << 20)])],
-                forgotten_topics_data=[], rack_id="")
-            part = raw.request(req, 11).responses[0].partitions[0]
-            last = list(records.iter_batches(bytes(part.records)))[-1]
-            offset = last.base_offset + last.last_offset_delta + 1
+        _fetch_all(raw, "bench-fetch", n_records, 1 << 20)
 
     ratio("daemon fetch 8 MiB, raw Fetch v11 loop", raw_fetch, baseline, target=None,
           unit_bytes=total, rounds=7, min_sample=0.05, baseline_label="Log.read")
@@ -313,7 +326,6 @@ def test_broker_cpu_per_fetch_request(measured, note, daemon: Daemon,
     event loop's scheduling) is what keeps the wire figures above from their targets,
     more than the bytes. Raw Fetch v11 requests over one connection, one at a time."""
     from confluent_kafka.admin import AdminClient, NewTopic
-    from kafka.protocol.consumer import FetchRequest
     from kafka.protocol.producer import ProduceRequest
 
     batches = make_batches()
@@ -338,43 +350,19 @@ def test_broker_cpu_per_fetch_request(measured, note, daemon: Daemon,
         log.append(b)
     log.high_watermark = log.log_end_offset
     broker = psutil.Process(daemon.proc.pid)
-    F = FetchRequest.FetchTopic
-
-    def fetch_all(max_bytes: int) -> int:
-        """Every record fetched in answers of up to max_bytes; the requests it took."""
-        offset, asked = 0, 0
-        while offset < n_records:
-            req = FetchRequest(
-                replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=max_bytes,
-                isolation_level=0, session_id=0, session_epoch=-1, topics=[F(
-                    topic="bench-cost", partitions=[F.FetchPartition(
-                        partition=0, current_leader_epoch=-1, fetch_offset=offset,
-                        log_start_offset=-1, partition_max_bytes=max_bytes)])],
-                forgotten_topics_data=[], rack_id="")
-            part = raw.request(req, 11).responses[0].partitions[0]
-            last = list(records.iter_batches(bytes(part.records)))[-1]
-            offset = last.base_offset + last.last_offset_delta + 1
-            asked += 1
-        return asked
-
-    def read_all(max_bytes: int) -> None:
-        offset = 0
-        while offset < n_records:
-            last = list(records.iter_batches(log.read(offset, max_bytes)))[-1]
-            offset = last.base_offset + last.last_offset_delta + 1
 
     try:
         per_request = {}
         for size in (64 << 10, 1 << 20):
-            fetch_all(size)  # warm
+            _fetch_all(raw, "bench-cost", n_records, size)  # warm
             cpu = []
             for _ in range(5):
                 before = broker.cpu_times()
-                asked = fetch_all(size)
+                asked = _fetch_all(raw, "bench-cost", n_records, size)
                 after = broker.cpu_times()
                 cpu.append((after.user + after.system - before.user - before.system) / asked)
             per_request[size] = statistics.median(cpu)
-            read_s = _median_s(lambda size=size: read_all(size)) / asked
+            read_s = _median_s(lambda size=size: _read_all(log, size)) / asked
             measured(f"broker CPU per Fetch of {size >> 10} KiB (raw v11)", per_request[size],
                      read_s, unit_bytes=size, ours_label="broker CPU",
                      baseline_label="Log.read")

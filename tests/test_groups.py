@@ -36,6 +36,7 @@ from kafka.protocol.producer import ProduceRequest, TxnOffsetCommitRequest
 from daemon.api import errors
 from daemon.coordinator import records
 from daemon.coordinator.group import partition_for
+from daemon.tools.groups import COORDINATOR_NOT_READY
 from logstore import TopicPartition
 from logstore.records import build_batch, iter_batches
 from tests import faults
@@ -477,10 +478,8 @@ def committed_offsets(bootstrap: str, group: str) -> dict[tuple[str, int], int]:
             try:
                 return {(tp.topic, tp.partition): o.offset
                         for tp, o in ka.list_group_offsets(group)[group].items()}
-            except (kafka_errors.CoordinatorLoadInProgressError,
-                    kafka_errors.CoordinatorNotAvailableError,
-                    kafka_errors.NotCoordinatorError):
-                if time.monotonic() > deadline:
+            except kafka_errors.BrokerResponseError as err:
+                if err.errno not in COORDINATOR_NOT_READY or time.monotonic() > deadline:
                     raise
             time.sleep(0.2)
     finally:
@@ -1524,9 +1523,7 @@ def test_offsets_of_a_partition_the_cluster_does_not_have_are_refused_as_in_kafk
                 got = admin.alter_consumer_group_offsets([G("ops", asked)])["ops"].result(30)
                 errs = {(tp.topic, tp.partition): tp.error.code() if tp.error else 0
                         for tp in got.topic_partitions}
-                loading = errs[("orders", 0)] in (ck.KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
-                                                  ck.KafkaError.NOT_COORDINATOR,
-                                                  ck.KafkaError.COORDINATOR_NOT_AVAILABLE)
+                loading = errs[("orders", 0)] in COORDINATOR_NOT_READY
                 return None if loading else errs
 
             errs = wait_for(alter, 30, "the group's coordinator to load")

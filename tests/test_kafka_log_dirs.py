@@ -16,6 +16,7 @@ from kafka.protocol.consumer import ListOffsetsRequest, OffsetForLeaderEpochRequ
 from kafka.protocol.metadata import MetadataRequest
 
 from daemon.coordinator.group import partition_for
+from daemon.tools.groups import COORDINATOR_NOT_READY
 from logstore import Log, checkpoint, names
 from logstore.records import iter_batches
 from tests.daemon_helpers import Daemon, RawClient
@@ -259,14 +260,10 @@ MY_FIRST_APP = {("my-first-topic", 0): 11, ("my-first-topic", 1): 12,
                 ("my-first-topic", 2): 7, ("my-sec-topic", 0): 0}
 
 
-# What Kafka's own admin client retries for OffsetFetch and librdkafka hands back: the
-# coordinator's partition still being loaded (or led) just after a start.
-_COORDINATOR_RETRIABLE = (ck.KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
-                          ck.KafkaError.COORDINATOR_NOT_AVAILABLE,
-                          ck.KafkaError.NOT_COORDINATOR)
-
-
 def _committed(d: Daemon, group: str) -> dict[tuple[str, int], int]:
+    """The group's committed offsets through confluent's admin client, asked again while
+    the coordinator is not ready (just after a start), as Kafka's admin client and our
+    groups tool do; librdkafka hands those errors back."""
     admin = ca.AdminClient({"bootstrap.servers": d.bootstrap})
     deadline = time.monotonic() + 30
     while True:
@@ -276,7 +273,7 @@ def _committed(d: Daemon, group: str) -> dict[tuple[str, int], int]:
             return {(tp.topic, tp.partition): tp.offset
                     for tp in res[group].result(30).topic_partitions}
         except ck.KafkaException as e:
-            if e.args[0].code() not in _COORDINATOR_RETRIABLE or time.monotonic() > deadline:
+            if e.args[0].code() not in COORDINATOR_NOT_READY or time.monotonic() > deadline:
                 raise
         time.sleep(0.2)
 

@@ -93,7 +93,7 @@ from .leaders import EARLIEST, LATEST, list_offsets
 # A coordinator still loading its offsets partition, or one not elected yet (the first
 # FindCoordinator creates __consumer_offsets): asked again this often, this long.
 COORDINATOR_WAIT_S = 15.0
-_NOT_READY = frozenset((errors.COORDINATOR_NOT_AVAILABLE, errors.COORDINATOR_LOAD_IN_PROGRESS,
+COORDINATOR_NOT_READY = frozenset((errors.COORDINATOR_NOT_AVAILABLE, errors.COORDINATOR_LOAD_IN_PROGRESS,
                         errors.NOT_COORDINATOR))
 
 
@@ -105,7 +105,7 @@ def coordinator(bootstrap: str, group: str) -> Connection:
             return conn.call(FindCoordinatorRequest(key=group, key_type=0),
                              FindCoordinatorResponse, lo=0, hi=3)
 
-    resp = _until_ready(find, lambda r: (r.error_code,), _NOT_READY)
+    resp = _until_ready(find, lambda r: (r.error_code,), COORDINATOR_NOT_READY)
     if resp.error_code:
         raise Refused(resp.error_code, getattr(resp, "error_message", None))
     conn = Connection(resp.host, resp.port)
