@@ -33,6 +33,19 @@ def sample_requests() -> list[tuple[object, int]]:
             F(topic="orders", partitions=[F.FetchPartition(
                 partition=0, current_leader_epoch=-1, fetch_offset=5, log_start_offset=-1,
                 partition_max_bytes=1 << 20)])], forgotten_topics_data=[], rack_id=""), v))
+    # Every field set (a follower's fetch, a read_committed consumer's session), at each
+    # version where Fetch's layout changes.
+    for v in range(0, 13):
+        out.append((FetchRequest(
+            replica_id=3 if v % 2 else -1, max_wait_ms=500, min_bytes=7, max_bytes=3 << 20,
+            isolation_level=1, session_id=11, session_epoch=4, topics=[
+                F(topic="orders", partitions=[
+                    F.FetchPartition(partition=p, current_leader_epoch=9, fetch_offset=2**40 + p,
+                                     last_fetched_epoch=8, log_start_offset=17,
+                                     partition_max_bytes=1 << 19) for p in (0, 5)]),
+                F(topic="t\u00e9", partitions=[])],
+            forgotten_topics_data=[FetchRequest.ForgottenTopic(topic="old", partitions=[1, 2])]
+            if v >= 7 else [], rack_id="rack-b"), v))
     for v in (0, 1, 5):
         out.append((ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=[
             L(name="orders", partitions=[L.ListOffsetsPartition(
@@ -88,9 +101,62 @@ def test_request_round_trip(body: object, version: int) -> None:
         assert all(isinstance(p.records, memoryview) for t in b.topic_data
                    for p in t.partition_data if p.records is not None)
         return
+    if req.api.key == 1:
+        # Fetch is decoded by hand (record_messages): kafka-python's decoder finds the
+        # same fields, Kafka's defaults where the version lacks one.
+        assert _fetch_fields(req.body) == _fetch_fields(
+            FetchRequest.decode(frame[4:], version=version, header=True))
+        return
     # Re-encoding what was decoded gives the client's bytes back, field for field.
     again = protocol.encode_request(req.body, version, correlation_id=42, client_id="me")
     assert again == frame
+
+
+def _fetch_fields(body: object) -> tuple[object, ...]:
+    """A Fetch request's fields, however it was decoded."""
+    b: object = body
+    return (b.replica_id, b.max_wait_ms, b.min_bytes, b.max_bytes, b.isolation_level,
+            b.session_id, b.session_epoch, b.rack_id or "",
+            [(t.topic, [(p.partition, p.current_leader_epoch, p.fetch_offset,
+                         p.last_fetched_epoch, p.log_start_offset, p.partition_max_bytes)
+                        for p in t.partitions]) for t in b.topics],
+            [(t.topic, list(t.partitions)) for t in b.forgotten_topics_data or []])
+
+
+def test_a_fetch_v12_reads_the_cluster_id_and_skips_tags_it_does_not_know() -> None:
+    """Fetch v12 is flexible: tagged fields in the header, in each partition and topic,
+    and at the end (ClusterId is tag 0 there). Unknown tags are skipped, as Kafka skips
+    them; the fields around them still read."""
+    from daemon.api.record_messages import decode_fetch_request
+
+    def uv(n: int) -> bytes:
+        out = bytearray()
+        while n >= 0x80:
+            out.append(n & 0x7F | 0x80)
+            n >>= 7
+        return bytes(out + bytes([n]))
+
+    unknown = uv(1) + uv(9) + uv(3) + b"xyz"  # one tagged field, tag 9, 3 bytes
+    header = struct.pack(">hhih", 1, 12, 77, 2) + b"me" + unknown
+    body = (struct.pack(">iiiibii", -1, 250, 1, 1 << 20, 0, 0, -1)
+            + uv(2) + uv(4) + b"abc" + uv(2)
+            + struct.pack(">iiqiqi", 4, 6, 123, 5, 0, 65536) + unknown
+            + unknown  # the topic's tags
+            + uv(1)  # no forgotten topics
+            + uv(3) + b"r1"  # rack id
+            + uv(2) + uv(0) + uv(5) + uv(5) + b"kfka" + uv(7) + uv(0))  # ClusterId, tag 7
+    req = protocol.decode_request(header + body)
+    assert (req.correlation_id, req.client_id) == (77, "me")
+    b = req.body
+    assert (b.max_wait_ms, b.max_bytes, b.rack_id, b.cluster_id) == (250, 1 << 20, "r1", "kfka")
+    assert [(t.topic, [tuple(p) for p in t.partitions]) for t in b.topics] == [
+        ("abc", [(4, 6, 123, 5, 0, 65536)])]
+    # Cut short anywhere: a clear error naming the request, never a half-read body.
+    for end in range(len(body)):
+        with pytest.raises(protocol.ProtocolError, match="Fetch v12 request .* does not decode"):
+            protocol.decode_request(header + body[:end])
+    # A header's tags read as the body's would misplace every field after them.
+    assert decode_fetch_request(header + body, len(header) - len(unknown), 12) == b
 
 
 def test_unknown_api_and_unserved_version_are_refused() -> None:

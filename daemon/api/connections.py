@@ -405,9 +405,7 @@ class Connections:
                         break
                     if req.api.key in SASL_APIS:
                         # Answered now, in order: what comes next depends on it.
-                        if pending:
-                            await asyncio.wait(pending)
-                            pending.clear()
+                        await _finished(pending)
                         done = loop.create_future()
                         done.set_result(self._sasl_answer(req, conn))
                         await outq.put((req, done, started))
@@ -421,9 +419,8 @@ class Connections:
                     # client, so its request waits for them.
                     await self._authorizer_ready()
                 produce = req.api.key == 0
-                if not (produce and prev_produce) and pending:
-                    await asyncio.wait(pending)
-                    pending.clear()
+                if not (produce and prev_produce):
+                    await _finished(pending)
                 if conn.muted_until:
                     # A client quota throttled this client (Kafka mutes its channel):
                     # nothing more of it is taken until the throttle time is over.
@@ -595,6 +592,16 @@ class Connections:
                 except BlockingIOError:
                     await out.writable()
         await writer.drain()
+
+
+async def _finished(pending: list[asyncio.Future[Any]]) -> None:
+    """Wait until the requests in flight (`pending`) are done, then empty it. Most often
+    they are done already (one request at a time): asyncio.wait would still take a turn
+    of the event loop for them, a tenth of a small Fetch's time on the loop."""
+    unfinished = [t for t in pending if not t.done()]
+    if unfinished:
+        await asyncio.wait(unfinished)
+    pending.clear()
 
 
 async def _no_store(user: str, config: dict[str, str]) -> None:

@@ -416,20 +416,26 @@ def peek_header(frame: bytes) -> tuple[int, int, int]:
     return _PEEK.unpack_from(frame)
 
 
+# Requests decoded by hand (daemon.api.record_messages), not by kafka-python: Produce,
+# its records not copied, and Fetch, the request of every consumer and follower.
+_DECODED_BY_HAND = {0: record_messages.decode_produce, 1: record_messages.decode_fetch_request}
+
+
 def decode_request(frame: bytes | bytearray) -> Request:
     """Decode one request frame (without its size prefix)."""
     api_key, version, correlation_id = peek_header(frame)
     api = SUPPORTED.get(api_key)
     if api is None:
         raise UnsupportedApi(api_key, version, correlation_id)
-    if api_key != 0 and not isinstance(frame, bytes):
+    by_hand = _DECODED_BY_HAND.get(api_key)
+    if by_hand is None and not isinstance(frame, bytes):
         frame = bytes(frame)  # kafka-python's decoders take bytes
     if not api.min_version <= version <= api.max_version:
         raise UnsupportedVersion(api_key, version, correlation_id)
     try:
-        if api_key == 0:  # Produce: by hand, its records not copied (record_messages)
+        if by_hand is not None:
             client_id, body_at = _client_id(frame)
-            body = record_messages.decode_produce(frame, body_at, version)
+            body = by_hand(frame, body_at, version)
             return Request(api, version, correlation_id, client_id, body, len(frame))
         body = api.request.decode(frame, version=version, header=True)
     except Exception as err:  # noqa: BLE001 - the decoder raises many types on bad bytes
@@ -443,8 +449,8 @@ def decode_request(frame: bytes | bytearray) -> Request:
 
 
 def _client_id(frame: bytes) -> tuple[str | None, int]:
-    """The client id of a request header v1 (what non-flexible requests carry), and where
-    the body starts."""
+    """The client id of a request header (v1, or v2 of a flexible request: the same
+    nullable STRING), and where it ends: where the body starts, or v2's tagged fields."""
     at = _PEEK.size + 2
     (n,) = struct.unpack_from(">h", frame, _PEEK.size)
     if n < 0:

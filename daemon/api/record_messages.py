@@ -14,8 +14,11 @@ decoding, a join and a bytearray when encoding), so:
   the socket). It is the one Fetch response encoder, for consumers and followers alike.
 - `decode_fetch` reads a Fetch response (a follower's fetcher) with each partition's
   records as a memoryview slice of the response frame.
+- `decode_fetch_request` reads a Fetch request (v0-v12), the request every consumer
+  and follower sends: kafka-python's generic decoder of it was the largest single
+  part of a fetch's time on the event loop (about 80 us of a 64 KiB fetch's 570).
 
-The layouts are Kafka's FetchResponse.json, ProduceRequest.json and
+The layouts are Kafka's FetchRequest.json, FetchResponse.json, ProduceRequest.json and
 ProduceResponse.json at the versions
 `protocol.SUPPORTED` serves (Fetch v12 is flexible: compact strings and arrays, tagged
 fields; topic ids, v13+, are not served); tests/test_protocol.py checks them byte for
@@ -35,6 +38,7 @@ from typing import Any, NamedTuple
 
 from ..storage.spliced import SplicedRecords
 
+_I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _PARTITION_V4 = struct.Struct(">ihqq")  # index, error, high watermark, last stable offset
@@ -76,6 +80,11 @@ class _Reader:
     def __init__(self, buf: memoryview, pos: int = 0):
         self.buf = buf
         self.pos = pos
+
+    def int8(self) -> int:
+        (v,) = _I8.unpack_from(self.buf, self.pos)
+        self.pos += 1
+        return v
 
     def int16(self) -> int:
         (v,) = _I16.unpack_from(self.buf, self.pos)
@@ -149,6 +158,113 @@ def decode_produce(frame: bytes, body_at: int, version: int) -> ProduceBody:
         parts = [ProducePartition(r.int32(), r.nbytes()) for _ in range(max(r.array_len(), 0))]
         topics.append(ProduceTopic(name, parts))
     return ProduceBody(transactional_id, acks, timeout_ms, topics)
+
+
+# ---- Fetch requests ----
+
+
+class FetchRequestPartition(NamedTuple):
+    """One partition of a Fetch request (the names are kafka-python's, which handlers
+    read); a field the request's version lacks has Kafka's default."""
+
+    partition: int
+    current_leader_epoch: int  # v9+
+    fetch_offset: int
+    last_fetched_epoch: int  # v12+
+    log_start_offset: int  # v5+
+    partition_max_bytes: int
+
+
+class FetchRequestTopic(NamedTuple):
+    topic: str
+    partitions: list[FetchRequestPartition]
+
+
+class ForgottenTopic(NamedTuple):
+    topic: str
+    partitions: list[int]
+
+
+@dataclass
+class FetchBody:
+    """What a Fetch request says (kafka-python's names); Kafka's defaults where its
+    version lacks a field."""
+
+    replica_id: int
+    max_wait_ms: int
+    min_bytes: int
+    max_bytes: int = 0x7FFFFFFF  # v3+
+    isolation_level: int = 0  # v4+
+    session_id: int = 0  # v7+
+    session_epoch: int = -1  # v7+
+    topics: list[FetchRequestTopic] = field(default_factory=list)
+    forgotten_topics_data: list[ForgottenTopic] = field(default_factory=list)  # v7+
+    rack_id: str = ""  # v11+
+    cluster_id: str | None = None  # v12+, tagged field 0
+
+
+# A partition's fixed fields by version, and how they become FetchRequestPartition's
+# (Kafka's default, -1, for a field the version lacks).
+_FETCH_PARTITION: tuple[tuple[struct.Struct, Any], ...] = (
+    (struct.Struct(">iqi"), lambda f: (f[0], -1, f[1], -1, -1, f[2])),  # v0-4
+    (struct.Struct(">iqqi"), lambda f: (f[0], -1, f[1], -1, f[2], f[3])),  # v5-8
+    (struct.Struct(">iiqqi"), lambda f: (f[0], f[1], f[2], -1, f[3], f[4])),  # v9-11
+    (struct.Struct(">iiqiqi"), lambda f: f),  # v12
+)
+_FETCH_HEAD = struct.Struct(">iii")  # replica id, max wait, min bytes
+_FETCH_SESSION = struct.Struct(">ii")  # session id, session epoch (v7+)
+
+
+def decode_fetch_request(frame: bytes | bytearray, body_at: int, version: int) -> FetchBody:
+    """A Fetch request v0-v12 whose header's client id ends at `body_at` (v12's header
+    tagged fields, request header v2, are read here)."""
+    flexible = version >= 12
+    r = _Reader(memoryview(frame), body_at)
+    if flexible:
+        r.skip_tags()  # the request header's
+    replica_id, max_wait_ms, min_bytes = _FETCH_HEAD.unpack_from(r.buf, r.pos)
+    r.pos += _FETCH_HEAD.size
+    body = FetchBody(replica_id, max_wait_ms, min_bytes)
+    if version >= 3:
+        body.max_bytes = r.int32()
+    if version >= 4:
+        body.isolation_level = r.int8()
+    if version >= 7:
+        body.session_id, body.session_epoch = _FETCH_SESSION.unpack_from(r.buf, r.pos)
+        r.pos += _FETCH_SESSION.size
+    layout, fields_of = _FETCH_PARTITION[0 if version < 5 else 1 if version < 9
+                                         else 2 if version < 12 else 3]
+    unpack, size, make = layout.unpack_from, layout.size, FetchRequestPartition._make
+    for _ in range(max(r.array_len(flexible), 0)):
+        topic = r.string(flexible)
+        if topic is None:
+            raise ValueError("a null topic name")
+        partitions = []
+        for _ in range(max(r.array_len(flexible), 0)):
+            partitions.append(make(fields_of(unpack(r.buf, r.pos))))
+            r.pos += size
+            if flexible:
+                r.skip_tags()
+        body.topics.append(FetchRequestTopic(topic, partitions))
+        if flexible:
+            r.skip_tags()
+    if version >= 7:
+        for _ in range(max(r.array_len(flexible), 0)):
+            topic = r.string(flexible)
+            if topic is None:
+                raise ValueError("a null forgotten topic name")
+            gone = [r.int32() for _ in range(max(r.array_len(flexible), 0))]
+            body.forgotten_topics_data.append(ForgottenTopic(topic, gone))
+            if flexible:
+                r.skip_tags()
+    if version >= 11:
+        rack = r.string(flexible)
+        body.rack_id = rack if rack is not None else ""
+    if flexible:
+        cluster = r.skip_tags().get(0)
+        if cluster is not None:
+            body.cluster_id = _Reader(cluster).string(compact=True)
+    return body
 
 
 class ProducedPartition(NamedTuple):
