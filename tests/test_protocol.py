@@ -159,6 +159,45 @@ def test_a_fetch_v12_reads_the_cluster_id_and_skips_tags_it_does_not_know() -> N
     assert decode_fetch_request(header + body, len(header) - len(unknown), 12) == b
 
 
+@pytest.mark.parametrize("version", range(0, 13))
+def test_a_followers_fetch_is_encoded_as_kafka_python_encodes_it(version: int) -> None:
+    """A follower's Fetch (record_messages.FetchBody, encoded by hand) is byte for byte
+    what kafka-python's encoder writes for the same fields, and decodes back to them."""
+    from daemon.api.record_messages import (
+        FetchBody,
+        FetchRequestPartition,
+        FetchRequestTopic,
+        ForgottenTopic,
+    )
+
+    body = FetchBody(3, 500, 1, 10 << 20, 0, 0, -1, topics=[
+        FetchRequestTopic("orders", [FetchRequestPartition(p, 9, 2**40 + p, 8, 17, 1 << 20)
+                                     for p in (0, 5)]),
+        FetchRequestTopic("t\u00e9", [])],
+        forgotten_topics_data=[ForgottenTopic("old", [1, 2])] if version >= 7 else [],
+        rack_id="rack-b" if version >= 11 else "")
+    F = FetchRequest.FetchTopic
+    ref = FetchRequest(
+        replica_id=3, max_wait_ms=500, min_bytes=1, max_bytes=10 << 20, isolation_level=0,
+        session_id=0, session_epoch=-1, topics=[
+            F(topic=t.topic, partitions=[F.FetchPartition(
+                partition=p.partition, current_leader_epoch=p.current_leader_epoch,
+                fetch_offset=p.fetch_offset, last_fetched_epoch=p.last_fetched_epoch,
+                log_start_offset=p.log_start_offset, partition_max_bytes=p.partition_max_bytes)
+                for p in t.partitions]) for t in body.topics],
+        forgotten_topics_data=[FetchRequest.ForgottenTopic(topic=f.topic, partitions=f.partitions)
+                               for f in body.forgotten_topics_data], rack_id=body.rack_id)
+    frame = protocol.encode_request(body, version, 42, client_id="replica-3")
+    assert frame == protocol.encode_request(ref, version, 42, client_id="replica-3")
+    req = protocol.decode_request(frame[4:])
+    assert (req.version, req.correlation_id, req.client_id) == (version, 42, "replica-3")
+    assert _fetch_fields(req.body) == _fetch_fields(FetchRequest.decode(
+        frame[4:], version=version, header=True))
+    if version >= 12:  # the cluster id, a tagged field, goes and comes back
+        body.cluster_id = "kfka"
+        assert protocol.decode_request(protocol.encode_request(body, 12, 1)[4:]).body == body
+
+
 def test_unknown_api_and_unserved_version_are_refused() -> None:
     header = struct.pack(">hhih", 99, 0, 1, -1)
     with pytest.raises(protocol.ProtocolError, match="not served"):

@@ -496,7 +496,10 @@ def unsupported_api_versions_frame(correlation_id: int) -> bytes:
 
 def encode_request(body: Any, version: int, correlation_id: int,
                    client_id: str = "logkeeper") -> bytes:
-    """A framed request (for the admin commands and the tests)."""
+    """A framed request (for the admin commands, a follower's fetches and the tests): a
+    kafka-python request object, or a `record_messages.FetchBody`, encoded by hand."""
+    if isinstance(body, record_messages.FetchBody):
+        return record_messages.encode_fetch_request(body, version, correlation_id, client_id)
     body.API_VERSION = version
     body.with_header(correlation_id=correlation_id, client_id=client_id)
     return bytes(body.encode(header=True, framed=True))

@@ -34,7 +34,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 from ..storage.spliced import SplicedRecords
 
@@ -188,7 +188,11 @@ class ForgottenTopic(NamedTuple):
 @dataclass
 class FetchBody:
     """What a Fetch request says (kafka-python's names); Kafka's defaults where its
-    version lacks a field."""
+    version lacks a field. A follower's fetcher builds one to send (`encode_fetch_request`,
+    through protocol.encode_request and daemon.wire.peer)."""
+
+    API_KEY: ClassVar[int] = 1
+    name: ClassVar[str] = "FetchRequest"
 
     replica_id: int
     max_wait_ms: int
@@ -211,6 +215,7 @@ _FETCH_PARTITION: tuple[tuple[struct.Struct, Any], ...] = (
     (struct.Struct(">iiqqi"), lambda f: (f[0], f[1], f[2], -1, f[3], f[4])),  # v9-11
     (struct.Struct(">iiqiqi"), lambda f: f),  # v12
 )
+_FETCH_HEADER = struct.Struct(">hhi")  # api key, version, correlation id
 _FETCH_HEAD = struct.Struct(">iii")  # replica id, max wait, min bytes
 _FETCH_SESSION = struct.Struct(">ii")  # session id, session epoch (v7+)
 
@@ -265,6 +270,84 @@ def decode_fetch_request(frame: bytes | bytearray, body_at: int, version: int) -
         if cluster is not None:
             body.cluster_id = _Reader(cluster).string(compact=True)
     return body
+
+
+def encode_fetch_request(body: FetchBody, version: int, correlation_id: int,
+                         client_id: str | None) -> bytes:
+    """`body` as a framed Fetch request v0-v12 (size prefix, request header, body): what
+    a follower sends its leader several times a second, where kafka-python's generic
+    encoder took 60 us (hot) of each. The fields its version lacks are left out."""
+    if not 0 <= version <= 12:
+        raise ValueError(f"Fetch v{version} is not encoded here (v0-v12 are)")
+    flexible = version >= 12
+    buf = bytearray(4)  # the size prefix, filled in at the end
+    buf += _FETCH_HEADER.pack(1, version, correlation_id)
+    _put_string(buf, client_id)
+    if flexible:
+        buf.append(0)  # request header v2: no tagged fields
+    buf += _FETCH_HEAD.pack(body.replica_id, body.max_wait_ms, body.min_bytes)
+    if version >= 3:
+        buf += _I32.pack(body.max_bytes)
+    if version >= 4:
+        buf += _I8.pack(body.isolation_level)
+    if version >= 7:
+        buf += _FETCH_SESSION.pack(body.session_id, body.session_epoch)
+    _put_count(buf, len(body.topics), flexible)
+    for t in body.topics:
+        _put_name(buf, t.topic, flexible)
+        _put_count(buf, len(t.partitions), flexible)
+        for p in t.partitions:
+            if version >= 12:
+                buf += _FETCH_PARTITION[3][0].pack(*p)
+            elif version >= 9:
+                buf += _FETCH_PARTITION[2][0].pack(p.partition, p.current_leader_epoch,
+                                                   p.fetch_offset, p.log_start_offset,
+                                                   p.partition_max_bytes)
+            elif version >= 5:
+                buf += _FETCH_PARTITION[1][0].pack(p.partition, p.fetch_offset,
+                                                   p.log_start_offset, p.partition_max_bytes)
+            else:
+                buf += _FETCH_PARTITION[0][0].pack(p.partition, p.fetch_offset,
+                                                   p.partition_max_bytes)
+            if flexible:
+                buf.append(0)
+        if flexible:
+            buf.append(0)
+    if version >= 7:
+        _put_count(buf, len(body.forgotten_topics_data), flexible)
+        for f in body.forgotten_topics_data:
+            _put_name(buf, f.topic, flexible)
+            _put_count(buf, len(f.partitions), flexible)
+            for index in f.partitions:
+                buf += _I32.pack(index)
+            if flexible:
+                buf.append(0)
+    if version >= 11:
+        _put_name(buf, body.rack_id, flexible)
+    if flexible:
+        if body.cluster_id is None:
+            buf.append(0)
+        else:
+            tag = bytearray()
+            _put_name(tag, body.cluster_id, True)
+            buf += b"\x01\x00" + _uvarint(len(tag)) + tag  # one tagged field: ClusterId (0)
+    struct.pack_into(">i", buf, 0, len(buf) - 4)
+    return bytes(buf)
+
+
+def _put_count(buf: bytearray, n: int, compact: bool) -> None:
+    """An array's length: a uvarint of n + 1 when compact, an INT32 otherwise."""
+    buf += _uvarint(n + 1) if compact else _I32.pack(n)
+
+
+def _put_name(buf: bytearray, text: str, compact: bool) -> None:
+    """A non-null string: COMPACT_STRING or STRING."""
+    if not compact:
+        _put_string(buf, text)
+        return
+    data = text.encode()
+    buf += _uvarint(len(data) + 1)
+    buf += data
 
 
 class ProducedPartition(NamedTuple):

@@ -48,13 +48,14 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest
+from kafka.protocol.consumer import ListOffsetsRequest
 
 import native
 from logstore import CorruptRecordError, Log, LogMovedError, TopicPartition, UnexpectedAppendOffsetError
 from logstore.records import iter_batches
 
 from ..api import errors
+from ..api.record_messages import FetchBody, FetchRequestPartition, FetchRequestTopic
 from ..wire.peer import Peer, PeerError
 from . import producer
 from .quota import ReplicationQuota
@@ -253,7 +254,7 @@ class Fetcher:
         held = {tp for tp, s in ready.items() if not s.in_sync and quota.is_throttled(tp)}
         return held if held and quota.is_exceeded() else set()
 
-    async def _answer(self, request: FetchRequest) -> Any | None:
+    async def _answer(self, request: FetchBody) -> Any | None:
         """The leader's answer to `request`, or None when partitions joined (or were
         re-added at a new epoch) before it came: the request is abandoned (the peer drops
         its connection) so they are fetched at once. Without that, a fetch parked at the
@@ -278,20 +279,15 @@ class Fetcher:
                 answer.cancel()
                 await asyncio.gather(answer, return_exceptions=True)
 
-    def _request(self, ready: dict[TopicPartition, FetchState]) -> FetchRequest:
-        F = FetchRequest.FetchTopic
-        by_topic: dict[str, list[object]] = {}
+    def _request(self, ready: dict[TopicPartition, FetchState]) -> FetchBody:
+        """The Fetch of the `ready` partitions (encoded by hand: record_messages)."""
+        by_topic: dict[str, list[FetchRequestPartition]] = {}
         for tp, s in ready.items():
-            by_topic.setdefault(tp.topic, []).append(F.FetchPartition(
-                partition=tp.partition, current_leader_epoch=s.leader_epoch,
-                fetch_offset=s.fetch_offset, last_fetched_epoch=s.last_fetched_epoch,
-                log_start_offset=self.storage.log_start_offset(tp),
-                partition_max_bytes=self.partition_max_bytes))
-        return FetchRequest(
-            replica_id=self.broker_id, max_wait_ms=self.max_wait_ms, min_bytes=self.min_bytes,
-            max_bytes=self.max_bytes, isolation_level=0, session_id=0, session_epoch=-1,
-            topics=[F(topic=t, partitions=ps) for t, ps in by_topic.items()],
-            forgotten_topics_data=[], rack_id="")
+            by_topic.setdefault(tp.topic, []).append(FetchRequestPartition(
+                tp.partition, s.leader_epoch, s.fetch_offset, s.last_fetched_epoch,
+                self.storage.log_start_offset(tp), self.partition_max_bytes))
+        return FetchBody(self.broker_id, self.max_wait_ms, self.min_bytes, self.max_bytes,
+                         topics=[FetchRequestTopic(t, ps) for t, ps in by_topic.items()])
 
     async def _handle(self, tp: TopicPartition, state: FetchState, part: object,
                       now: float) -> None:

@@ -167,8 +167,10 @@ class Peer:
         return f"Peer({self.host}:{self.port})"
 
     async def request(self, body: Any, version: int, *, negotiate: bool = False) -> Any:
-        """Send `body` (a kafka-python request object) at `version`; its response. With
-        `negotiate`, only if the other broker serves that version (VersionNotServed)."""
+        """Send `body` (a kafka-python request object, or a follower's
+        record_messages.FetchBody: each has its API_KEY and name) at `version`; its
+        response. With `negotiate`, only if the other broker serves that version
+        (VersionNotServed)."""
         async with self._lock:
             try:
                 async with asyncio.timeout(self.request_timeout):
@@ -177,13 +179,13 @@ class Peer:
                 raise
             except TimeoutError as err:
                 await self.close()
-                raise PeerError(f"{self}: no answer to {type(body).__name__} v{version} "
+                raise PeerError(f"{self}: no answer to {body.name} v{version} "
                                 f"within {self.request_timeout:g} s") from err
             except (OSError, protocol.ProtocolError) as err:
                 await self.close()
                 if isinstance(err, PeerError):
                     raise
-                raise PeerError(f"{self}: {type(body).__name__} v{version} failed: "
+                raise PeerError(f"{self}: {body.name} v{version} failed: "
                                 f"{err}") from err
             except asyncio.CancelledError:
                 # The caller gave up on this answer: it may still come, and the next
@@ -216,7 +218,7 @@ class Peer:
                                 for k in answer.api_keys}
             served = self._served.get(body.API_KEY)
             if served is None or not served[0] <= version <= served[1]:
-                raise VersionNotServed(self, type(body).__name__, version, served)
+                raise VersionNotServed(self, body.name, version, served)
         return await self._exchange(body, version)
 
     async def _log_in(self) -> None:
