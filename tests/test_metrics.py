@@ -95,6 +95,38 @@ def test_recorded_values_appear_in_the_exposition() -> None:
     assert samples(m.render().decode())[("logkeeper_log_dir_degraded", (("log_dir", "/d/a"),))] == 0
 
 
+def test_request_times_fall_in_the_buckets_prometheus_would_put_them_in() -> None:
+    """The request metrics are kept as plain numbers and exposed when scraped
+    (metrics.RequestMetrics): a time on a bucket's bound counts in that bucket (le), one
+    past the last bound only in +Inf, and the sums, counts and `_created` samples are
+    those a prometheus_client Histogram and Counter give."""
+    m = Metrics()
+    for seconds in (0.001, 0.0010001, 45.0):
+        m.observe_request("Metadata", 12, 40, seconds)
+    m.observe_request("Fetch", 11, 100, 0.0004, from_follower=True)
+    text = m.render().decode()
+    got = samples(text)
+    hist = "kafka_network_requestmetrics_total_time_seconds"
+    bucket = {dict(k[1])["le"]: v for k, v in got.items()
+              if k[0] == hist + "_bucket" and dict(k[1])["request"] == "Metadata"}
+    assert bucket["0.0005"] == 0 and bucket["0.001"] == 1 and bucket["0.0025"] == 2
+    assert bucket["30.0"] == 2 and bucket["+Inf"] == 3
+    assert got[(hist + "_count", (("request", "Metadata"),))] == 3
+    assert got[(hist + "_sum", (("request", "Metadata"),))] == pytest.approx(45.0020001)
+    assert got[("kafka_network_requestmetrics_request_bytes_total",
+                (("request", "Metadata"),))] == 120
+    # A follower's Fetch counts under Fetch and FetchFollower, as Kafka's RequestMetrics.
+    for name in ("Fetch", "FetchFollower"):
+        assert got[(hist + "_bucket", (("le", "0.0005"), ("request", name)))] == 1
+        assert got[("kafka_network_requestmetrics_requests_total",
+                    (("request", name), ("version", "11")))] == 1
+    assert ("kafka_network_requestmetrics_requests_total",
+            (("request", "FetchConsumer"), ("version", "11"))) not in got
+    for created in (hist + "_created", "kafka_network_requestmetrics_requests_created",
+                    "kafka_network_requestmetrics_request_bytes_created"):
+        assert f"# TYPE {created} gauge" in text
+
+
 def test_broker_topic_metrics_have_the_names_the_jmx_exporter_gives_kafkas() -> None:
     """The Prometheus JMX exporter's Kafka config turns `kafka.server:type=
     BrokerTopicMetrics,name=BytesInPerSec,topic=T` (Count) into
