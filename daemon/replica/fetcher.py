@@ -150,6 +150,11 @@ def whole_batches(records: bytes | memoryview) -> bytes | memoryview:
     return records[:scan.valid_bytes] if scan.valid_bytes < len(records) else records
 
 
+def _settle(fut: asyncio.Future[None] | None) -> None:
+    if fut is not None and not fut.done():
+        fut.set_result(None)
+
+
 class Fetcher:
     def __init__(self, broker_id: int, leader_id: int, peer: Peer, storage: FollowerStorage, *,
                  max_wait_ms: int = 500, min_bytes: int = 1, max_bytes: int = 10 << 20,
@@ -171,6 +176,8 @@ class Fetcher:
         self.rounds = 0
         self._wake = asyncio.Event()
         self._joined = asyncio.Event()  # partitions (re-)added since the fetch in flight
+        # The fetch in flight's wake-up: settled by its answer or by a partition joining.
+        self._answered_or_joined: asyncio.Future[None] | None = None
         self._task: asyncio.Task[None] | None = None
 
     # ---- the partition set (the replica manager calls these) ----
@@ -186,6 +193,7 @@ class Fetcher:
             self.partitions[tp] = FetchState(epoch, end, last_epoch)
         self._wake.set()
         self._joined.set()
+        _settle(self._answered_or_joined)
 
     def remove_partitions(self, tps: Iterable[TopicPartition]) -> None:
         for tp in tps:
@@ -264,9 +272,12 @@ class Fetcher:
         is given up once none has joined for JOIN_QUIET seconds, not at each."""
         self._joined.clear()
         answer = asyncio.ensure_future(self.peer.request(request, self.fetch_version))
-        joined = asyncio.ensure_future(self._joined.wait())
+        # One future the answer and a joining partition both settle, where a task waiting
+        # on the Event and asyncio.wait of the two took a fetch two more turns of the loop.
+        either = self._answered_or_joined = answer.get_loop().create_future()
+        answer.add_done_callback(lambda _: _settle(either))
         try:
-            await asyncio.wait((answer, joined), return_when=asyncio.FIRST_COMPLETED)
+            await either
             while not answer.done() and self._joined.is_set():
                 self._joined.clear()
                 await asyncio.wait((answer,), timeout=JOIN_QUIET)
@@ -274,7 +285,7 @@ class Fetcher:
                 return answer.result()
             return None
         finally:
-            joined.cancel()
+            self._answered_or_joined = None
             if not answer.done():
                 answer.cancel()
                 await asyncio.gather(answer, return_exceptions=True)
