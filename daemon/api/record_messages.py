@@ -207,14 +207,25 @@ class FetchBody:
     cluster_id: str | None = None  # v12+, tagged field 0
 
 
-# A partition's fixed fields by version, and how they become FetchRequestPartition's
-# (Kafka's default, -1, for a field the version lacks).
-_FETCH_PARTITION: tuple[tuple[struct.Struct, Any], ...] = (
-    (struct.Struct(">iqi"), lambda f: (f[0], -1, f[1], -1, -1, f[2])),  # v0-4
-    (struct.Struct(">iqqi"), lambda f: (f[0], -1, f[1], -1, f[2], f[3])),  # v5-8
-    (struct.Struct(">iiqqi"), lambda f: (f[0], f[1], f[2], -1, f[3], f[4])),  # v9-11
-    (struct.Struct(">iiqiqi"), lambda f: f),  # v12
+# A partition's fixed fields by version: their struct, how its fields become a
+# FetchRequestPartition's (Kafka's default, -1, for one the version lacks), and back.
+_FETCH_PARTITION: tuple[tuple[struct.Struct, Any, Any], ...] = (
+    (struct.Struct(">iqi"), lambda f: (f[0], -1, f[1], -1, -1, f[2]),  # v0-4
+     lambda p: (p.partition, p.fetch_offset, p.partition_max_bytes)),
+    (struct.Struct(">iqqi"), lambda f: (f[0], -1, f[1], -1, f[2], f[3]),  # v5-8
+     lambda p: (p.partition, p.fetch_offset, p.log_start_offset, p.partition_max_bytes)),
+    (struct.Struct(">iiqqi"), lambda f: (f[0], f[1], f[2], -1, f[3], f[4]),  # v9-11
+     lambda p: (p.partition, p.current_leader_epoch, p.fetch_offset, p.log_start_offset,
+                p.partition_max_bytes)),
+    (struct.Struct(">iiqiqi"), lambda f: f, lambda p: p),  # v12: every field, in order
 )
+
+
+def _fetch_partition_layout(version: int) -> tuple[struct.Struct, Any, Any]:
+    return _FETCH_PARTITION[0 if version < 5 else 1 if version < 9 else 2 if version < 12
+                            else 3]
+
+
 _FETCH_HEADER = struct.Struct(">hhi")  # api key, version, correlation id
 _FETCH_HEAD = struct.Struct(">iii")  # replica id, max wait, min bytes
 _FETCH_SESSION = struct.Struct(">ii")  # session id, session epoch (v7+)
@@ -237,8 +248,7 @@ def decode_fetch_request(frame: bytes | bytearray, body_at: int, version: int) -
     if version >= 7:
         body.session_id, body.session_epoch = _FETCH_SESSION.unpack_from(r.buf, r.pos)
         r.pos += _FETCH_SESSION.size
-    layout, fields_of = _FETCH_PARTITION[0 if version < 5 else 1 if version < 9
-                                         else 2 if version < 12 else 3]
+    layout, fields_of, _ = _fetch_partition_layout(version)
     unpack, size, make = layout.unpack_from, layout.size, FetchRequestPartition._make
     for _ in range(max(r.array_len(flexible), 0)):
         topic = r.string(flexible)
@@ -292,23 +302,13 @@ def encode_fetch_request(body: FetchBody, version: int, correlation_id: int,
         buf += _I8.pack(body.isolation_level)
     if version >= 7:
         buf += _FETCH_SESSION.pack(body.session_id, body.session_epoch)
+    layout, _, fields_to = _fetch_partition_layout(version)
     _put_count(buf, len(body.topics), flexible)
     for t in body.topics:
         _put_name(buf, t.topic, flexible)
         _put_count(buf, len(t.partitions), flexible)
         for p in t.partitions:
-            if version >= 12:
-                buf += _FETCH_PARTITION[3][0].pack(*p)
-            elif version >= 9:
-                buf += _FETCH_PARTITION[2][0].pack(p.partition, p.current_leader_epoch,
-                                                   p.fetch_offset, p.log_start_offset,
-                                                   p.partition_max_bytes)
-            elif version >= 5:
-                buf += _FETCH_PARTITION[1][0].pack(p.partition, p.fetch_offset,
-                                                   p.log_start_offset, p.partition_max_bytes)
-            else:
-                buf += _FETCH_PARTITION[0][0].pack(p.partition, p.fetch_offset,
-                                                   p.partition_max_bytes)
+            buf += layout.pack(*fields_to(p))
             if flexible:
                 buf.append(0)
         if flexible:
