@@ -15,7 +15,9 @@ time; `ReplicationCollector`: leader count, under-replicated and
 under-min-ISR partitions, ISR shrinks and expands, the controller's active count and
 offline partitions, the fetchers' failed partitions and lag; `LogCollector`: each
 partition's log start and end offsets, size and segment count, Kafka's
-`kafka.log:type=Log` gauges). Recording never raises.
+`kafka.log:type=Log` gauges). Kafka's RequestMetrics, recorded at every request, are
+kept as plain numbers and become families when scraped (`RequestMetrics`). Recording
+never raises.
 """
 
 from __future__ import annotations
