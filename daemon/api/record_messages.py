@@ -336,7 +336,8 @@ def encode_fetch_request(body: FetchBody, version: int, correlation_id: int,
 
 
 def _put_count(buf: bytearray, n: int, compact: bool) -> None:
-    """An array's length: a uvarint of n + 1 when compact, an INT32 otherwise."""
+    """An array's (or a byte string's) length: a uvarint of n + 1 when compact, an INT32
+    otherwise."""
     buf += _uvarint(n + 1) if compact else _I32.pack(n)
 
 
@@ -472,21 +473,11 @@ def encode_fetch(answer: FetchAnswer, version: int, correlation_id: int) -> list
     if version >= 7:
         buf += _I16.pack(answer.error_code)
         buf += _I32.pack(answer.session_id)
-    if flexible:
-        buf += _uvarint(len(answer.topics) + 1)
-    else:
-        buf += _I32.pack(len(answer.topics))
+    _put_count(buf, len(answer.topics), flexible)
     total = 0
     for topic, partitions in answer.topics:
-        name = topic.encode()
-        if flexible:
-            buf += _uvarint(len(name) + 1)
-            buf += name
-            buf += _uvarint(len(partitions) + 1)
-        else:
-            buf += _I16.pack(len(name))
-            buf += name
-            buf += _I32.pack(len(partitions))
+        _put_name(buf, topic, flexible)
+        _put_count(buf, len(partitions), flexible)
         for p in partitions:
             if version < 4:
                 buf += _PARTITION_V0.pack(p.partition_index, p.error_code, p.high_watermark)
@@ -501,7 +492,7 @@ def encode_fetch(answer: FetchAnswer, version: int, correlation_id: int) -> list
             elif aborted is None:
                 buf += b"\x00" if flexible else b"\xff\xff\xff\xff"
             else:
-                buf += _uvarint(len(aborted) + 1) if flexible else _I32.pack(len(aborted))
+                _put_count(buf, len(aborted), flexible)
                 for producer_id, first_offset in aborted:
                     buf += _I64.pack(producer_id)
                     buf += _I64.pack(first_offset)
@@ -511,7 +502,7 @@ def encode_fetch(answer: FetchAnswer, version: int, correlation_id: int) -> list
                 buf += _I32.pack(p.preferred_read_replica)
             records = p.records
             size = len(records)
-            buf += _uvarint(size + 1) if flexible else _I32.pack(size)
+            _put_count(buf, size, flexible)  # COMPACT_RECORDS or RECORDS: the same prefix
             if size:
                 if isinstance(records, SplicedRecords) or size > 4096:
                     parts.append(buf)

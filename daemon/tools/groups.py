@@ -93,8 +93,8 @@ from .leaders import EARLIEST, LATEST, list_offsets
 # A coordinator still loading its offsets partition, or one not elected yet (the first
 # FindCoordinator creates __consumer_offsets): asked again this often, this long.
 COORDINATOR_WAIT_S = 15.0
-COORDINATOR_NOT_READY = frozenset((errors.COORDINATOR_NOT_AVAILABLE, errors.COORDINATOR_LOAD_IN_PROGRESS,
-                        errors.NOT_COORDINATOR))
+COORDINATOR_NOT_READY = frozenset((errors.COORDINATOR_NOT_AVAILABLE,
+                                   errors.COORDINATOR_LOAD_IN_PROGRESS, errors.NOT_COORDINATOR))
 
 
 def coordinator(bootstrap: str, group: str) -> Connection:
