@@ -47,6 +47,7 @@ from pathlib import Path
 import confluent_kafka as ck
 import psutil
 import pytest
+from cpu_clock import process_cpu_s, thread_cpu_s  # this directory, as conftest's report
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -205,12 +206,10 @@ def test_produce_through_protocol_vs_log_append(ratio, measured, daemon: Daemon,
         # against Log.append's wall time (one thread, all CPU). Wall-time pairs on a
         # loaded two-core machine swing by a tenth between runs; the CPU a round costs
         # the broker says whether a change made its work smaller.
-        broker = psutil.Process(daemon.proc.pid)
+        pid = daemon.proc.pid
 
         def cpu() -> tuple[float, float]:  # (the whole broker, its event loop's thread)
-            loop = next(t for t in broker.threads() if t.id == broker.pid)
-            times = broker.cpu_times()
-            return times.user + times.system, loop.user_time + loop.system_time
+            return process_cpu_s(pid), thread_cpu_s(pid, pid)
 
         before = cpu()
         rounds = 15
@@ -349,7 +348,7 @@ def test_broker_cpu_per_fetch_request(measured, note, daemon: Daemon,
     for b in batches:
         log.append(b)
     log.high_watermark = log.log_end_offset
-    broker = psutil.Process(daemon.proc.pid)
+    pid = daemon.proc.pid
 
     try:
         per_request = {}
@@ -357,10 +356,9 @@ def test_broker_cpu_per_fetch_request(measured, note, daemon: Daemon,
             _fetch_all(raw, "bench-cost", n_records, size)  # warm
             cpu = []
             for _ in range(5):
-                before = broker.cpu_times()
+                before = process_cpu_s(pid)
                 asked = _fetch_all(raw, "bench-cost", n_records, size)
-                after = broker.cpu_times()
-                cpu.append((after.user + after.system - before.user - before.system) / asked)
+                cpu.append((process_cpu_s(pid) - before) / asked)
             per_request[size] = statistics.median(cpu)
             read_s = _median_s(lambda size=size: _read_all(log, size)) / asked
             measured(f"broker CPU per Fetch of {size >> 10} KiB (raw v11)", per_request[size],
