@@ -323,7 +323,8 @@ class FrameAssembler:
 
     Small frames are received into a reused scratch buffer and copied out once; a frame
     larger than SMALL (a Produce's records, a Fetch answer's) is received straight into
-    its own bytearray, which becomes the frame: the kernel's copy is the only one. Each
+    its own bytearray, which becomes the frame: the kernel's copy is the only one, but
+    for the bytes that came into scratch with its size prefix (copied over once). Each
     size prefix is checked as soon as it arrives, before any of its body is taken: over
     `max_bytes` it sets `error` to FrameTooLarge, under `min_bytes` (a request header) to
     ProtocolError, and nothing after it is taken; the frames before it in the stream are
@@ -384,7 +385,7 @@ class FrameAssembler:
                 continue
             if size > self.SMALL:  # the rest goes straight into the frame's own buffer
                 frame = bytearray(size)
-                frame[:have] = scratch[body:self._end]
+                frame[:have] = memoryview(scratch)[body:self._end]  # one copy, not two
                 self._frame, self._got = frame, have
                 self._start = self._end = 0
                 return frames
