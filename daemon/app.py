@@ -238,7 +238,7 @@ class Server:
         self.handlers.topic_configs = self.topic_configs
         config_apis = ConfigApis(
             self.topic_configs, files=self.config_files,
-            topics=lambda: set(self.replicas.leadership.metadata_topics(self.replicas.topics())),
+            topics=lambda: set(self.replicas.metadata_topic_names()),
             zk=None if config.standalone else lambda: self.config_zk)
         config_apis.check_listeners = self._check_listener_tls
         self.topic_configs.on_broker_change = self._broker_config_changed

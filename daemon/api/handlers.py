@@ -846,11 +846,9 @@ class Handlers:
     async def metadata(self, req: protocol.Request, conn: ConnInfo) -> Any:
         body = req.body
         requested = body.topics
-        local = self.replicas.topics()
-        known = self.leadership.metadata_topics(local)
-        # Topic ids (KIP-516), in answers from v10 and asked by from v12 (Kafka's
-        # handleTopicMetadataRequest: ids asked for, the names are not looked at).
-        ids = self.leadership.topic_ids(local) if req.version >= 10 else {}
+        # What a topic asked for costs is its own partitions', whatever else is held:
+        # clients ask again and again while leaders move.
+        replicas = self.replicas
         R = MetadataResponse.MetadataResponseTopic
         out = []
         asked_ids = [t.topic_id for t in requested or ()
@@ -860,12 +858,14 @@ class Handlers:
             return self._metadata_refused(requested)
         if requested is None or (req.version == 0 and not requested):
             # Null (v1+) or empty (v0): all topics, those it may not describe left out.
-            wanted = [t for t in sorted(known) if conn.allowed(
+            wanted = [t for t in replicas.metadata_topic_names() if conn.allowed(
                 Operation.DESCRIBE, ResourceType.TOPIC, t, log_denied=False)]
         else:
             wanted = []
             if asked_ids:
-                names_of = {i: t for t, i in ids.items()}
+                # Topic ids (KIP-516), asked by from v12 (Kafka's handleTopicMetadataRequest:
+                # ids asked for, the names are not looked at).
+                names_of = {i: t for t, i in replicas.topic_ids().items()}
                 asked = []
                 for i in dict.fromkeys(asked_ids):
                     if i in names_of:
@@ -881,14 +881,15 @@ class Handlers:
                 else:  # its existence is not disclosed (an id is not secret, as Kafka)
                     out.append(R(error_code=errors.TOPIC_AUTHORIZATION_FAILED,
                                  name=None if asked_ids else name,
-                                 topic_id=ids.get(name) if asked_ids else None,
+                                 topic_id=replicas.topic_id(name) if asked_ids else None,
                                  is_internal=False, partitions=[]))
         if asked_ids:
             allow_auto = False  # a topic named by its id exists or is unknown
         else:
             allow_auto = body.allow_auto_topic_creation if req.version >= 4 else True
         for name in wanted:
-            if name not in known and allow_auto and self.config["auto.create.topics.enable"] \
+            parts = replicas.metadata_topic(name)
+            if parts is None and allow_auto and self.config["auto.create.topics.enable"] \
                     and _topic_error(name) == errors.UNKNOWN_TOPIC_OR_PARTITION:
                 if not (conn.allowed(Operation.CREATE, ResourceType.CLUSTER, log_denied=False)
                         or conn.allowed(Operation.CREATE, ResourceType.TOPIC, name)):
@@ -903,18 +904,19 @@ class Handlers:
                                  is_internal=names.is_internal(name), partitions=[]))
                     continue
                 if refused is not None:
-                    known = self.leadership.metadata_topics(self.replicas.topics())
-                    if name not in known:  # cluster: the controller is electing leaders
+                    parts = replicas.metadata_topic(name)
+                    if parts is None:  # cluster: the controller is electing leaders
                         out.append(R(error_code=errors.LEADER_NOT_AVAILABLE, name=name,
                                      is_internal=names.is_internal(name), partitions=[]))
                         continue
-            parts = known.get(name)
             if parts is None:
                 out.append(R(error_code=_topic_error(name), name=name,
                              is_internal=names.is_internal(name),
                              partitions=[]))
                 continue
-            out.append(R(error_code=0, name=name, topic_id=ids.get(name),
+            # Topic ids (KIP-516) are in answers from v10.
+            out.append(R(error_code=0, name=name,
+                         topic_id=replicas.topic_id(name) if req.version >= 10 else None,
                          is_internal=names.is_internal(name), partitions=[
                              _partition_metadata(i, s) for i, s in parts]))
         B = MetadataResponse.MetadataResponseBroker
@@ -1091,7 +1093,7 @@ class Handlers:
             except TopicError as err:
                 code, message = err.code, str(err)
                 self.metrics.errors.labels("CreateTopics", errors.enum_name(code)).inc()
-            created = self.replicas.topics().get(t.name, [])
+            created = self.replicas.topic(t.name)
             out.append(R(name=t.name, error_code=code, error_message=message,
                          num_partitions=len(created) if created else -1,
                          replication_factor=1 if created else -1, configs=[]))

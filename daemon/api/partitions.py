@@ -213,7 +213,7 @@ class PartitionApis:
         """Whether this broker's metadata shows `count` partitions of `topic`, each with
         a leader, by `deadline`."""
         while not self.stopping.is_set():
-            parts = self.leadership.metadata_topics(self.replicas.topics()).get(topic, [])
+            parts = self.replicas.metadata_topic(topic) or []
             if len(parts) >= count and all(s.leader >= 0 for _, s in parts):
                 return True
             if time.monotonic() >= deadline:

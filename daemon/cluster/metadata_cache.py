@@ -80,7 +80,12 @@ class MetadataCache:
         return self._by_listener.get(listener, {})
 
     def topics(self) -> dict[str, list[views.MetadataPartition]]:
-        return {t: [ps[i] for i in sorted(ps)] for t, ps in self.partitions.items()}
+        return {t: self.topic(t) for t in self.partitions}
+
+    def topic(self, name: str) -> list[views.MetadataPartition]:
+        """`name`'s partitions in partition order; [] for a topic not known."""
+        ps = self.partitions.get(name)
+        return [ps[i] for i in sorted(ps)] if ps else []
 
     def partition(self, topic: str, partition: int) -> views.MetadataPartition | None:
         return self.partitions.get(topic, {}).get(partition)

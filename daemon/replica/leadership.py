@@ -21,7 +21,7 @@ everything else is called on the event loop.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from logstore import Log, TopicPartition
@@ -124,33 +124,35 @@ class Standalone:
         watermark to set. Standalone: the ISR is this broker alone, so HW = LEO."""
         return log.log_end_offset
 
-    def metadata_topics(self, local: dict[str, list[Partition]]
-                        ) -> dict[str, list[tuple[int, LeaderAndIsr]]]:
-        """Every topic Metadata may list: (partition, state) in partition order, from 0 to
-        the highest partition held. A partition missing from the log dirs (a Kafka
-        broker's dirs hold only its share of a topic) is listed without a leader or
-        replicas: clients count partitions by the highest id, and librdkafka ignores a
-        partition past the count it was told."""
-        out = {}
-        for t, ps in local.items():
-            held = {p.tp.partition: self.state(p) for p in ps}
-            out[t] = [(i, held.get(i) or LeaderAndIsr(-1, 0, [], [], []))
-                      for i in range(max(held) + 1)]
-        return out
+    def metadata_topic_names(self, local: Iterable[str]) -> Iterable[str]:
+        """The topics Metadata may list: those held here (`local`)."""
+        return local
 
-    def topic_ids(self, local: dict[str, list[Partition]]) -> dict[str, uuid.UUID]:
-        """Each topic's id (KIP-516) as its partitions' `partition.metadata` holds it;
-        topics without one are left out."""
-        out = {}
-        for t, ps in local.items():
-            text = next((p.log.topic_id for p in ps if p.log is not None and p.log.topic_id),
-                        None)
-            if text is not None:
-                try:
-                    out[t] = znodes.topic_id_from_str(text)
-                except ValueError:
-                    pass  # not Kafka's form: shown as no id
-        return out
+    def metadata_topic(self, name: str, local: list[Partition]
+                       ) -> list[tuple[int, LeaderAndIsr]] | None:
+        """What Metadata lists for topic `name`, whose partitions held here are `local`:
+        (partition, state) in partition order, from 0 to the highest partition held;
+        None when none is. A partition missing from the log dirs (a Kafka broker's dirs
+        hold only its share of a topic) is listed without a leader or replicas: clients
+        count partitions by the highest id, and librdkafka ignores a partition past the
+        count it was told."""
+        if not local:
+            return None
+        held = {p.tp.partition: self.state(p) for p in local}
+        return [(i, held.get(i) or LeaderAndIsr(-1, 0, [], [], []))
+                for i in range(max(held) + 1)]
+
+    def topic_id(self, name: str, local: list[Partition]) -> uuid.UUID | None:
+        """Topic `name`'s id (KIP-516) as its partitions' `partition.metadata` holds it;
+        None without one."""
+        text = next((p.log.topic_id for p in local if p.log is not None and p.log.topic_id),
+                    None)
+        if text is None:
+            return None
+        try:
+            return znodes.topic_id_from_str(text)
+        except ValueError:
+            return None  # not Kafka's form: shown as no id
 
     def broker_rows(self, me: tuple[str, int] | None, listener: str) -> list[BrokerRow]:
         """The brokers Metadata lists to a client of `listener`; `me` is this broker's
@@ -250,17 +252,20 @@ class ClusterLeadership:
         # Moved on the loop (IsrManager for a leader, the fetcher for a follower).
         return log.high_watermark
 
-    def metadata_topics(self, local: dict[str, list[Partition]]
-                        ) -> dict[str, list[tuple[int, LeaderAndIsr]]]:
-        """From the metadata cache: every broker answers the same (`local` unused)."""
-        return {t: [(m.partition, self._from_cache(m)) for m in ps]
-                for t, ps in self.cache.topics().items()}
+    # Metadata's answers come from the metadata cache: every broker answers the same
+    # (`local`, the partitions held here, is not looked at).
 
-    def topic_ids(self, local: dict[str, list[Partition]]) -> dict[str, uuid.UUID]:
-        """From the metadata cache (the controller's UpdateMetadata v7+ carries them):
-        every broker answers the same (`local` unused)."""
-        return {t: ps[0].topic_id for t, ps in self.cache.topics().items()
-                if ps and ps[0].topic_id is not None}
+    def metadata_topic_names(self, local: Iterable[str]) -> Iterable[str]:
+        return self.cache.partitions.keys()
+
+    def metadata_topic(self, name: str, local: list[Partition]
+                       ) -> list[tuple[int, LeaderAndIsr]] | None:
+        return [(m.partition, self._from_cache(m)) for m in self.cache.topic(name)] or None
+
+    def topic_id(self, name: str, local: list[Partition]) -> uuid.UUID | None:
+        """As the controller's UpdateMetadata v7+ carries it."""
+        ps = self.cache.topic(name)
+        return ps[0].topic_id if ps else None
 
     def broker_rows(self, me: tuple[str, int] | None, listener: str) -> list[BrokerRow]:
         if not self.cache.brokers:  # no UpdateMetadata yet: at least this broker

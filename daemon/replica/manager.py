@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NamedTuple
 
@@ -52,7 +53,7 @@ from ..storage.spliced import splice_range
 from ..storage.workers import ManagedDir
 from . import producer
 from .isr import IsrManager
-from .leadership import ClusterLeadership, Standalone
+from .leadership import ClusterLeadership, LeaderAndIsr, Standalone
 from .partition import AppendResult, Partition, ReadResult
 from .producer import Verification
 from .quota import ReplicationQuota
@@ -77,6 +78,9 @@ class ReplicaManager:
         # rack are sent to an in-sync replica in it (daemon.replica.selector).
         self.rack_aware_reads = False
         self.partitions: dict[TopicPartition, Partition] = {}
+        # The same partitions by topic, then index: what Metadata asks one topic at a
+        # time (`topic`), changed with `partitions` only by `_hold` and `_let_go`.
+        self._by_topic: dict[str, dict[int, Partition]] = {}
 
     # ---- taking partitions on and letting them go ----
 
@@ -104,7 +108,7 @@ class ReplicaManager:
                 other.dir.partitions.discard(tp)
                 clashes.append((tp, other.dir))
             hw, producers = taken[tp]
-            self.partitions[tp] = Partition(tp, lg, d, hw, producers=producers)
+            self._hold(Partition(tp, lg, d, hw, producers=producers))
         d.partitions = set(d.logdir.logs) - {tp for tp, left in clashes if left is d}
         return clashes
 
@@ -120,7 +124,7 @@ class ReplicaManager:
             for name in partitions:
                 tp = names.parse_partition_dir(name)
                 if tp is not None and tp not in self.partitions:
-                    self.partitions[tp] = Partition(tp, None, d, -1)
+                    self._hold(Partition(tp, None, d, -1))
                     d.partitions.add(tp)
             if d.partitions:
                 log.warning("log dir %s is offline: its %d partitions are reported offline "
@@ -129,12 +133,12 @@ class ReplicaManager:
     def add(self, p: Partition) -> None:
         """A partition just created in its dir."""
         p.dir.partitions.add(p.tp)
-        self.partitions[p.tp] = p
+        self._hold(p)
 
     def remove(self, p: Partition) -> None:
         """Stop serving `p` (its topic is being deleted): calls already queued on its
         worker see `deleted`, and its fetch long-polls wake."""
-        del self.partitions[p.tp]
+        self._let_go(p)
         p.dir.partitions.discard(p.tp)
         p.deleted = True
         p.notify()
@@ -151,18 +155,54 @@ class ReplicaManager:
 
     # ---- lookups ----
 
+    def _hold(self, p: Partition) -> None:
+        """Serve `p` (in place of a partition held under its name)."""
+        self.partitions[p.tp] = p
+        self._by_topic.setdefault(p.tp.topic, {})[p.tp.partition] = p
+
+    def _let_go(self, p: Partition) -> None:
+        del self.partitions[p.tp]
+        held = self._by_topic[p.tp.topic]
+        del held[p.tp.partition]
+        if not held:
+            del self._by_topic[p.tp.topic]
+
     def topics(self) -> dict[str, list[Partition]]:
-        out: dict[str, list[Partition]] = {}
-        for tp, p in self.partitions.items():
-            out.setdefault(tp.topic, []).append(p)
-        for parts in out.values():
-            parts.sort(key=lambda p: p.tp.partition)
-        return out
+        """Every topic held here, its partitions in partition order."""
+        return {t: self.topic(t) for t in self._by_topic}
+
+    def topic_names(self) -> list[str]:
+        return list(self._by_topic)
+
+    def topic(self, name: str) -> list[Partition]:
+        """`name`'s partitions held here, in partition order; [] for none."""
+        held = self._by_topic.get(name)
+        return [held[i] for i in sorted(held)] if held else []
+
+    # What Metadata lists (the leadership says what; standalone, from the partitions
+    # held here).
+
+    def metadata_topic_names(self) -> list[str]:
+        return sorted(self.leadership.metadata_topic_names(self._by_topic))
+
+    def metadata_topic(self, name: str) -> list[tuple[int, LeaderAndIsr]] | None:
+        """(partition, state) of each partition of `name` in order; None: not known."""
+        return self.leadership.metadata_topic(name, self.topic(name))
+
+    def topic_id(self, name: str) -> uuid.UUID | None:
+        return self.leadership.topic_id(name, self.topic(name))
+
+    def topic_ids(self) -> dict[str, uuid.UUID]:
+        """Every topic's id, for Metadata naming topics by id."""
+        ids = {t: self.topic_id(t) for t in self.leadership.metadata_topic_names(
+            self._by_topic)}
+        return {t: i for t, i in ids.items() if i is not None}
 
     def partition_count(self, topic: str) -> int:
         """Standalone, a topic's partition count: its highest partition held, plus one
         (a Kafka broker's dirs may hold only some of a topic's partitions); 0 for none."""
-        return max((tp.partition + 1 for tp in self.partitions if tp.topic == topic), default=0)
+        held = self._by_topic.get(topic)
+        return max(held) + 1 if held else 0
 
     def get(self, topic: str, partition: int) -> Partition | None:
         return self.partitions.get(TopicPartition(topic, partition))

@@ -146,7 +146,7 @@ class TopicAdmin:
                                 validate_only: bool = False) -> None:
         """Grow `topic` to `count` partitions (CreatePartitions); TopicError on refusal."""
         async with self._lock:
-            parts = self.replicas.topics().get(topic)
+            parts = self.replicas.topic(topic)
             if not parts:
                 raise TopicError(UNKNOWN_TOPIC_OR_PARTITION,
                                  f"The topic '{topic}' does not exist.")
@@ -209,7 +209,7 @@ class TopicAdmin:
         each, in order) and take them on, recording the placement; or, when any of them
         fails, undo those made (a topic is created whole or not at all) and return the
         first failure."""
-        held = self.replicas.topics().get(topic)
+        held = self.replicas.topic(topic)
         if held:  # its partitions' id, or none if they have none (made before ids were)
             topic_id = next((p.log.topic_id for p in held
                              if p.log is not None and p.log.topic_id), None)
@@ -250,7 +250,7 @@ class TopicAdmin:
 
     async def delete_topic(self, topic: str) -> None:
         async with self._lock:
-            parts = self.replicas.topics().get(topic)
+            parts = self.replicas.topic(topic)
             if not parts:
                 raise TopicError(UNKNOWN_TOPIC_OR_PARTITION, f"topic {topic!r} does not exist")
             offline = sorted({str(p.dir.path) for p in parts if p.offline})
