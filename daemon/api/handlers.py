@@ -29,7 +29,6 @@ from kafka.protocol.admin import (
     DescribeLogDirsResponse,
 )
 from kafka.protocol.consumer import ListOffsetsResponse, OffsetForLeaderEpochResponse
-from kafka.protocol.metadata import MetadataResponse
 
 from logstore import TopicPartition, names
 from logstore.errors import CorruptRecordError, InvalidTopicError, UnsupportedCodecError
@@ -47,6 +46,7 @@ from logstore.records import (
 from ..controller.controller import Controller, TopicSpec
 from ..ops.metrics import Metrics
 from ..replica.control import ControlRequests
+from ..replica.leadership import LeaderAndIsr
 from ..replica.manager import Marker, ReadSpec, ReplicaManager
 from ..replica.moves import ReplicaMoves
 from ..replica.partition import AppendResult, Partition, delayed, wait_for_change
@@ -71,6 +71,7 @@ from ..wire import (
 )
 from . import errors, protocol
 from .client_quotas import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, ClientQuotas
+from .metadata_messages import BrokerMetadata, MetadataAnswer, PartitionMetadata, TopicMetadata
 from .record_messages import FetchAnswer, FetchPartition, ProduceAnswer, ProducedPartition
 
 log = logging.getLogger("logkeeper.handlers")
@@ -172,15 +173,14 @@ def _transactional_batches(items: list[tuple[Partition, bytes]]
 _ZERO_UUID = uuid.UUID(int=0)
 
 
-def _partition_metadata(index: int, s: Any) -> Any:
+def _partition_metadata(index: int, s: LeaderAndIsr) -> PartitionMetadata:
     """A Metadata partition from a leadership state (daemon.replica.leadership)."""
-    return MetadataResponse.MetadataResponseTopic.MetadataResponsePartition(
-        error_code=errors.LEADER_NOT_AVAILABLE if s.leader < 0 else 0,
-        partition_index=index, leader_id=s.leader, leader_epoch=s.leader_epoch,
-        replica_nodes=s.replicas, isr_nodes=s.isr, offline_replicas=s.offline_replicas)
+    return PartitionMetadata(errors.LEADER_NOT_AVAILABLE if s.leader < 0 else 0, index,
+                             s.leader, s.leader_epoch, s.replicas, s.isr, s.offline_replicas)
 
 
-def _unreachable_leaders(topics: list[Any], listed: set[int], live: set[int]) -> None:
+def _unreachable_leaders(topics: list[TopicMetadata], listed: set[int], live: set[int]
+                         ) -> None:
     """Kafka's rule for a partition whose leader the client cannot reach on its listener
     (it has no endpoint there): no leader, and LISTENER_NOT_FOUND while that broker is
     alive, LEADER_NOT_AVAILABLE otherwise."""
@@ -249,7 +249,7 @@ class Handlers:
     # ---- ApiVersions ----
 
     async def api_versions(self, req: protocol.Request, conn: ConnInfo) -> Any:
-        return protocol.api_versions_response(req.version)
+        return protocol.ApiVersionsAnswer(req.version)
 
     # ---- Produce ----
 
@@ -849,8 +849,8 @@ class Handlers:
         # What a topic asked for costs is its own partitions', whatever else is held:
         # clients ask again and again while leaders move.
         replicas = self.replicas
-        R = MetadataResponse.MetadataResponseTopic
-        out = []
+        R = TopicMetadata
+        out: list[TopicMetadata] = []
         asked_ids = [t.topic_id for t in requested or ()
                      if req.version >= 10 and t.topic_id not in (None, _ZERO_UUID)]
         if 10 <= req.version < 12 and (asked_ids or any(t.name is None
@@ -871,18 +871,16 @@ class Handlers:
                     if i in names_of:
                         asked.append(names_of[i])
                     else:
-                        out.append(R(error_code=errors.UNKNOWN_TOPIC_ID, name=None,
-                                     topic_id=i, is_internal=False, partitions=[]))
+                        out.append(R(errors.UNKNOWN_TOPIC_ID, None, topic_id=i))
             else:
                 asked = [t.name for t in requested if t.name is not None]
             for name in asked:
                 if conn.allowed(Operation.DESCRIBE, ResourceType.TOPIC, name):
                     wanted.append(name)
                 else:  # its existence is not disclosed (an id is not secret, as Kafka)
-                    out.append(R(error_code=errors.TOPIC_AUTHORIZATION_FAILED,
-                                 name=None if asked_ids else name,
-                                 topic_id=replicas.topic_id(name) if asked_ids else None,
-                                 is_internal=False, partitions=[]))
+                    out.append(R(errors.TOPIC_AUTHORIZATION_FAILED,
+                                 None if asked_ids else name,
+                                 topic_id=replicas.topic_id(name) if asked_ids else None))
         if asked_ids:
             allow_auto = False  # a topic named by its id exists or is unknown
         else:
@@ -893,33 +891,27 @@ class Handlers:
                     and _topic_error(name) == errors.UNKNOWN_TOPIC_OR_PARTITION:
                 if not (conn.allowed(Operation.CREATE, ResourceType.CLUSTER, log_denied=False)
                         or conn.allowed(Operation.CREATE, ResourceType.TOPIC, name)):
-                    out.append(R(error_code=errors.TOPIC_AUTHORIZATION_FAILED, name=name,
-                                 is_internal=False, partitions=[]))
+                    out.append(R(errors.TOPIC_AUTHORIZATION_FAILED, name))
                     continue
                 refused = await self._auto_create(name, conn)
                 if refused:
                     # Kafka passes the creation's error on (17 for a name that collides,
                     # 38 for too few brokers...): not retriable, so the client stops.
-                    out.append(R(error_code=refused, name=name,
-                                 is_internal=names.is_internal(name), partitions=[]))
+                    out.append(R(refused, name, is_internal=names.is_internal(name)))
                     continue
                 if refused is not None:
                     parts = replicas.metadata_topic(name)
                     if parts is None:  # cluster: the controller is electing leaders
-                        out.append(R(error_code=errors.LEADER_NOT_AVAILABLE, name=name,
-                                     is_internal=names.is_internal(name), partitions=[]))
+                        out.append(R(errors.LEADER_NOT_AVAILABLE, name,
+                                     is_internal=names.is_internal(name)))
                         continue
             if parts is None:
-                out.append(R(error_code=_topic_error(name), name=name,
-                             is_internal=names.is_internal(name),
-                             partitions=[]))
+                out.append(R(_topic_error(name), name, is_internal=names.is_internal(name)))
                 continue
             # Topic ids (KIP-516) are in answers from v10.
-            out.append(R(error_code=0, name=name,
-                         topic_id=replicas.topic_id(name) if req.version >= 10 else None,
-                         is_internal=names.is_internal(name), partitions=[
-                             _partition_metadata(i, s) for i, s in parts]))
-        B = MetadataResponse.MetadataResponseBroker
+            out.append(R(errors.NONE, name, [_partition_metadata(i, s) for i, s in parts],
+                         is_internal=names.is_internal(name),
+                         topic_id=replicas.topic_id(name) if req.version >= 10 else None))
         me = self.advertised.get(conn.listener) if self.advertised else \
             (conn.local_host, conn.local_port)
         rows = self.leadership.broker_rows(me, conn.listener)
@@ -935,12 +927,9 @@ class Handlers:
             if req.version <= 10 and body.include_cluster_authorized_operations:
                 cluster_ops = conn.authorized_operations(ResourceType.CLUSTER, CLUSTER_NAME) \
                     if conn.allowed(Operation.DESCRIBE, ResourceType.CLUSTER) else set()
-        return MetadataResponse(
-            throttle_time_ms=0,
-            brokers=[B(node_id=b, host=h, port=pt, rack=rack) for b, h, pt, rack in rows],
-            cluster_id=self.storage.cluster_id, controller_id=self.leadership.controller_id,
-            topics=out, **({} if cluster_ops is None
-                           else {"authorized_operations": cluster_ops}))
+        return MetadataAnswer([BrokerMetadata(*row) for row in rows], out,
+                              self.storage.cluster_id, self.leadership.controller_id,
+                              cluster_authorized_operations=cluster_ops)
 
     @staticmethod
     def _metadata_refused(requested: list[Any]) -> Any:
@@ -948,12 +937,8 @@ class Handlers:
         throws InvalidRequestException ("Topic IDs are not supported in requests for
         version 10"), answered as MetadataRequest.getErrorResponse: each topic asked
         for INVALID_REQUEST (a null name as ""), and no brokers or controller."""
-        R = MetadataResponse.MetadataResponseTopic
-        return MetadataResponse(
-            throttle_time_ms=0, brokers=[], cluster_id=None, controller_id=-1,
-            topics=[R(error_code=errors.INVALID_REQUEST, name=t.name or "",
-                      topic_id=t.topic_id, is_internal=False, partitions=[])
-                    for t in requested])
+        return MetadataAnswer([], [TopicMetadata(errors.INVALID_REQUEST, t.name or "",
+                                                 topic_id=t.topic_id) for t in requested])
 
     # ---- DescribeCluster ----
 

@@ -1,6 +1,6 @@
 """The two messages that carry record bytes, coded by hand so the records are never copied.
 
-Every other message goes through kafka-python's classes (daemon.api.protocol). These two
+Most other messages go through kafka-python's classes (daemon.api.protocol). These two
 carry the bulk of the bytes, and kafka-python copies records at each step (a slice when
 decoding, a join and a bytearray when encoding), so:
 
@@ -37,10 +37,11 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple
 
 from ..storage.spliced import SplicedRecords
+from .codec import I16 as _I16
+from .codec import I32 as _I32
+from .codec import put_count, put_name, put_string, uvarint
 
 _I8 = struct.Struct(">b")
-_I16 = struct.Struct(">h")
-_I32 = struct.Struct(">i")
 _PARTITION_V4 = struct.Struct(">ihqq")  # index, error, high watermark, last stable offset
 _I64 = struct.Struct(">q")
 _PRODUCED = struct.Struct(">ihqq")  # index, error, base offset, log append time
@@ -292,7 +293,7 @@ def encode_fetch_request(body: FetchBody, version: int, correlation_id: int,
     flexible = version >= 12
     buf = bytearray(4)  # the size prefix, filled in at the end
     buf += _FETCH_HEADER.pack(1, version, correlation_id)
-    _put_string(buf, client_id)
+    put_string(buf, client_id)
     if flexible:
         buf.append(0)  # request header v2: no tagged fields
     buf += _FETCH_HEAD.pack(body.replica_id, body.max_wait_ms, body.min_bytes)
@@ -303,10 +304,10 @@ def encode_fetch_request(body: FetchBody, version: int, correlation_id: int,
     if version >= 7:
         buf += _FETCH_SESSION.pack(body.session_id, body.session_epoch)
     layout, _, fields_to = _fetch_partition_layout(version)
-    _put_count(buf, len(body.topics), flexible)
+    put_count(buf, len(body.topics), flexible)
     for t in body.topics:
-        _put_name(buf, t.topic, flexible)
-        _put_count(buf, len(t.partitions), flexible)
+        put_name(buf, t.topic, flexible)
+        put_count(buf, len(t.partitions), flexible)
         for p in t.partitions:
             buf += layout.pack(*fields_to(p))
             if flexible:
@@ -314,41 +315,25 @@ def encode_fetch_request(body: FetchBody, version: int, correlation_id: int,
         if flexible:
             buf.append(0)
     if version >= 7:
-        _put_count(buf, len(body.forgotten_topics_data), flexible)
+        put_count(buf, len(body.forgotten_topics_data), flexible)
         for f in body.forgotten_topics_data:
-            _put_name(buf, f.topic, flexible)
-            _put_count(buf, len(f.partitions), flexible)
+            put_name(buf, f.topic, flexible)
+            put_count(buf, len(f.partitions), flexible)
             for index in f.partitions:
                 buf += _I32.pack(index)
             if flexible:
                 buf.append(0)
     if version >= 11:
-        _put_name(buf, body.rack_id, flexible)
+        put_name(buf, body.rack_id, flexible)
     if flexible:
         if body.cluster_id is None:
             buf.append(0)
         else:
             tag = bytearray()
-            _put_name(tag, body.cluster_id, True)
-            buf += b"\x01\x00" + _uvarint(len(tag)) + tag  # one tagged field: ClusterId (0)
+            put_name(tag, body.cluster_id, True)
+            buf += b"\x01\x00" + uvarint(len(tag)) + tag  # one tagged field: ClusterId (0)
     struct.pack_into(">i", buf, 0, len(buf) - 4)
     return bytes(buf)
-
-
-def _put_count(buf: bytearray, n: int, compact: bool) -> None:
-    """An array's (or a byte string's) length: a uvarint of n + 1 when compact, an INT32
-    otherwise."""
-    buf += _uvarint(n + 1) if compact else _I32.pack(n)
-
-
-def _put_name(buf: bytearray, text: str, compact: bool) -> None:
-    """A non-null string: COMPACT_STRING or STRING."""
-    if not compact:
-        _put_string(buf, text)
-        return
-    data = text.encode()
-    buf += _uvarint(len(data) + 1)
-    buf += data
 
 
 class ProducedPartition(NamedTuple):
@@ -369,15 +354,6 @@ class ProduceAnswer(NamedTuple):
     topics: list[tuple[str, list[ProducedPartition]]]
     throttle_time_ms: int = 0
 
-
-def _put_string(buf: bytearray, text: str | None) -> None:
-    """A nullable STRING: int16 length (-1 for null), then UTF-8."""
-    if text is None:
-        buf += b"\xff\xff"
-        return
-    data = text.encode()
-    buf += _I16.pack(len(data))
-    buf += data
 
 
 def encode_produce(answer: ProduceAnswer, version: int, correlation_id: int) -> bytearray:
@@ -402,8 +378,8 @@ def encode_produce(answer: ProduceAnswer, version: int, correlation_id: int) -> 
                 buf += _I32.pack(len(p.record_errors))
                 for index, why in p.record_errors:
                     buf += _I32.pack(index)
-                    _put_string(buf, why)
-                _put_string(buf, p.error_message)
+                    put_string(buf, why)
+                put_string(buf, p.error_message)
     if version >= 1:
         buf += _I32.pack(answer.throttle_time_ms)
     struct.pack_into(">i", buf, 0, len(buf) - 4)
@@ -450,14 +426,6 @@ class FetchAnswer:
                 p.release()
 
 
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
 
 def encode_fetch(answer: FetchAnswer, version: int, correlation_id: int) -> list[Any]:
     """The framed response (size prefix, header, body) as parts to send in order: bytes
@@ -473,11 +441,11 @@ def encode_fetch(answer: FetchAnswer, version: int, correlation_id: int) -> list
     if version >= 7:
         buf += _I16.pack(answer.error_code)
         buf += _I32.pack(answer.session_id)
-    _put_count(buf, len(answer.topics), flexible)
+    put_count(buf, len(answer.topics), flexible)
     total = 0
     for topic, partitions in answer.topics:
-        _put_name(buf, topic, flexible)
-        _put_count(buf, len(partitions), flexible)
+        put_name(buf, topic, flexible)
+        put_count(buf, len(partitions), flexible)
         for p in partitions:
             if version < 4:
                 buf += _PARTITION_V0.pack(p.partition_index, p.error_code, p.high_watermark)
@@ -492,7 +460,7 @@ def encode_fetch(answer: FetchAnswer, version: int, correlation_id: int) -> list
             elif aborted is None:
                 buf += b"\x00" if flexible else b"\xff\xff\xff\xff"
             else:
-                _put_count(buf, len(aborted), flexible)
+                put_count(buf, len(aborted), flexible)
                 for producer_id, first_offset in aborted:
                     buf += _I64.pack(producer_id)
                     buf += _I64.pack(first_offset)
@@ -502,7 +470,7 @@ def encode_fetch(answer: FetchAnswer, version: int, correlation_id: int) -> list
                 buf += _I32.pack(p.preferred_read_replica)
             records = p.records
             size = len(records)
-            _put_count(buf, size, flexible)  # COMPACT_RECORDS or RECORDS: the same prefix
+            put_count(buf, size, flexible)  # COMPACT_RECORDS or RECORDS: the same prefix
             if size:
                 if isinstance(records, SplicedRecords) or size > 4096:
                     parts.append(buf)
