@@ -22,6 +22,9 @@
   needs ZooKeeper and three brokers).
 - The broker's CPU per Fetch request, at 64 KiB and 1 MiB answers, against `Log.read` of
   the same bytes: the fixed cost of a request beside the cost of its bytes.
+- Metadata: an answer of 500 partitions built and encoded by hand against kafka-python's
+  classes, and the broker's CPU per Metadata request for one topic when it holds 400
+  other partitions against when that topic is all it holds (at most 1.25x).
 - Transactions with transaction verification on (the default) vs off: the cost of the
   leader's question to the coordinator, paid once per partition per transaction.
 - Resident memory (RSS, not virtual size) of a daemon holding 1,000 partitions over 3
@@ -373,6 +376,107 @@ def test_broker_cpu_per_fetch_request(measured, note, daemon: Daemon,
     finally:
         raw.close()
         log.close()
+
+
+def _metadata_answer_pair(topics: int, partitions: int) -> tuple[Callable[[], object],
+                                                                  Callable[[], object]]:
+    """Building and encoding one Metadata v12 answer of `topics` x `partitions` (three
+    replicas each), as the broker does (metadata_messages) and with kafka-python's
+    classes, which it used before."""
+    import uuid
+
+    from kafka.protocol.metadata import MetadataResponse
+
+    from daemon.api import protocol
+    from daemon.api.metadata_messages import (
+        BrokerMetadata,
+        MetadataAnswer,
+        PartitionMetadata,
+        TopicMetadata,
+    )
+
+    request = protocol.Request(protocol.SUPPORTED[3], 12, 1, None, None, 0)
+    ids = [uuid.uuid4() for _ in range(topics)]
+    R = MetadataResponse.MetadataResponseTopic
+    P = R.MetadataResponsePartition
+    B = MetadataResponse.MetadataResponseBroker
+
+    def ours() -> object:
+        return protocol.encode_response(request, MetadataAnswer(
+            [BrokerMetadata(b, f"10.0.0.{b}", 9092, None) for b in range(3)],
+            [TopicMetadata(0, f"topic-{t}", [PartitionMetadata(
+                0, i, i % 3, 5, [i % 3, (i + 1) % 3, (i + 2) % 3],
+                [i % 3, (i + 1) % 3, (i + 2) % 3], []) for i in range(partitions)],
+                topic_id=ids[t]) for t in range(topics)], "cluster", 0))
+
+    def kafka_pythons() -> object:
+        return protocol.encode_response(request, MetadataResponse(
+            throttle_time_ms=0,
+            brokers=[B(node_id=b, host=f"10.0.0.{b}", port=9092, rack=None)
+                     for b in range(3)],
+            cluster_id="cluster", controller_id=0, topics=[R(
+                error_code=0, name=f"topic-{t}", topic_id=ids[t], is_internal=False,
+                partitions=[P(error_code=0, partition_index=i, leader_id=i % 3,
+                              leader_epoch=5, replica_nodes=[i % 3, (i + 1) % 3, (i + 2) % 3],
+                              isr_nodes=[i % 3, (i + 1) % 3, (i + 2) % 3],
+                              offline_replicas=[]) for i in range(partitions)])
+                for t in range(topics)]))
+
+    assert bytes(ours()[0]) == bytes(kafka_pythons()[0])  # type: ignore[index]
+    return ours, kafka_pythons
+
+
+def test_metadata_answer_vs_kafka_pythons(ratio) -> None:
+    """A Metadata answer of 500 partitions (what a client listing every topic of a
+    broker gets), built and encoded by hand against kafka-python's classes: the event
+    loop's time for each such request, which a failover asks of every client at once."""
+    ours, kafka_pythons = _metadata_answer_pair(100, 5)
+    ratio("Metadata answer of 100 topics x 5 partitions, encoded", ours, kafka_pythons,
+          target=1.0, ours_label="metadata_messages", baseline_label="kafka-python")
+
+
+def test_broker_cpu_per_metadata_with_many_topics_held(measured, tmp_path: Path) -> None:
+    """What a Metadata request for one topic costs a broker that holds 400 more
+    partitions, against the same request to a broker that holds that topic alone (two
+    daemons, asked in turn, medians of 9 rounds): the answer's cost is its own topic's,
+    not the broker's whole (a target of at most 1.25x)."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+    from kafka.protocol.metadata import MetadataRequest
+
+    request = MetadataRequest[12](topics=[MetadataRequest[12].MetadataRequestTopic(
+        topic_id=None, name="asked")], allow_auto_topic_creation=True,
+        include_topic_authorized_operations=False)
+    brokers = [Daemon(tmp_path / name, {"num.partitions": 4}, dirs=1)
+               for name in ("alone", "crowded")]
+    clients: list[RawClient] = []
+    try:
+        for d in brokers:
+            d.start()
+            clients.append(RawClient(d.port))
+            deadline = time.monotonic() + 30
+            while clients[-1].request(request, 12).topics[0].error_code != 0:  # auto-created
+                assert time.monotonic() < deadline, "the asked topic was not created"
+                time.sleep(0.1)
+        admin = AdminClient({"bootstrap.servers": brokers[1].bootstrap})
+        for f in admin.create_topics([NewTopic(f"other-{i}", 4) for i in range(100)]).values():
+            f.result(60)
+        del admin  # its threads would try the broker after it stopped
+        per_request: list[list[float]] = [[], []]
+        for _ in range(9):
+            for i, (d, raw) in enumerate(zip(brokers, clients, strict=True)):
+                before = process_cpu_s(d.proc.pid)
+                for _ in range(60):
+                    raw.request(request, 12)
+                per_request[i].append((process_cpu_s(d.proc.pid) - before) / 60)
+        alone, crowded = (statistics.median(x) for x in per_request)
+        measured("broker CPU per Metadata of 1 topic, 400 other partitions held", crowded,
+                 alone, target=1.25, higher_is_better=False, ours_label="400 held",
+                 baseline_label="1 topic held")
+    finally:
+        for raw in clients:
+            raw.close()
+        for d in brokers:
+            d.stop()
 
 
 def test_transactions_with_verification_vs_without(ratio, page_cache_path: Path) -> None:
