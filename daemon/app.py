@@ -385,10 +385,10 @@ class Server:
         _complete_internal_topics)."""
         if self.metadata_cache is not None:
             return len(self.metadata_cache.partitions.get(topic, {})) or None
-        held = [tp.partition for tp in self.replicas.partitions if tp.topic == topic]
+        held = self.replicas.topic(topic)
         if not held:
             return None
-        top = max(held) + 1
+        top = held[-1].tp.partition + 1
         return top if len(held) == top else max(top, self._internal_topic_spec(topic)[0])
 
     async def _complete_internal_topics(self) -> None:
@@ -562,8 +562,8 @@ class Server:
                         "broker knew", topic, type(err).__name__, err)
 
     def _hosted(self, topic: str | None) -> list[Any]:
-        return [p for p in self.replicas.partitions.values()
-                if topic is None or p.tp.topic == topic]
+        return list(self.replicas.partitions.values()) if topic is None else \
+            self.replicas.topic(topic)
 
     async def _load_configs_from_zookeeper(self) -> None:
         """Once registered: watch `/config/changes`, then read every topic and broker
