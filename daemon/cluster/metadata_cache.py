@@ -18,6 +18,7 @@ Metadata requests that read it).
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -86,6 +87,11 @@ class MetadataCache:
         """`name`'s partitions in partition order; [] for a topic not known."""
         ps = self.partitions.get(name)
         return [ps[i] for i in sorted(ps)] if ps else []
+
+    def topic_id(self, name: str) -> uuid.UUID | None:
+        """`name`'s id (KIP-516) as UpdateMetadata v7+ gave it (partition 0's)."""
+        ps = self.partitions.get(name)
+        return ps[min(ps)].topic_id if ps else None
 
     def partition(self, topic: str, partition: int) -> views.MetadataPartition | None:
         return self.partitions.get(topic, {}).get(partition)

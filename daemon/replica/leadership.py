@@ -263,9 +263,7 @@ class ClusterLeadership:
         return [(m.partition, self._from_cache(m)) for m in self.cache.topic(name)] or None
 
     def topic_id(self, name: str, local: list[Partition]) -> uuid.UUID | None:
-        """As the controller's UpdateMetadata v7+ carries it."""
-        ps = self.cache.topic(name)
-        return ps[0].topic_id if ps else None
+        return self.cache.topic_id(name)
 
     def broker_rows(self, me: tuple[str, int] | None, listener: str) -> list[BrokerRow]:
         if not self.cache.brokers:  # no UpdateMetadata yet: at least this broker
