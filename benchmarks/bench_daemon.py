@@ -22,6 +22,8 @@
   needs ZooKeeper and three brokers).
 - The broker's CPU per Fetch request, at 64 KiB and 1 MiB answers, against `Log.read` of
   the same bytes: the fixed cost of a request beside the cost of its bytes.
+- The broker's CPU per Fetch of 100 partitions a record behind each (a consumer of many
+  partitions, each with a trickle), against `Log.read` of the same 100 ranges.
 - Metadata: an answer of 500 partitions built and encoded by hand against kafka-python's
   classes, and the broker's CPU per Metadata request for one topic when it holds 400
   other partitions against when that topic is all it holds (at most 1.25x).
@@ -56,7 +58,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from daemon.tools.zookeeper import free_port  # noqa: E402
 from logstore import Log, LogConfig, records  # noqa: E402
-from tests.daemon_helpers import Daemon, RawClient  # noqa: E402
+from tests.daemon_helpers import Daemon, RawClient, fetch_request  # noqa: E402
 
 VALUE = 4096
 PER_BATCH = 16  # 16 x 4 KiB values: ~64 KiB batches
@@ -376,6 +378,59 @@ def test_broker_cpu_per_fetch_request(measured, note, daemon: Daemon,
     finally:
         raw.close()
         log.close()
+
+
+def test_broker_cpu_per_fetch_of_many_small_partitions(measured, page_cache_path: Path
+                                                       ) -> None:
+    """What one Fetch of 100 partitions, each a record behind (a consumer of many
+    partitions with a trickle in each), costs the broker in CPU, against `Log.read` of
+    the same 100 ranges in-process: per partition, the answer's part of each range is
+    a copy written inline (under SPLICE_MIN), not a pipe's two splices."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    n = 100
+    d = Daemon(page_cache_path / "many", {"num.partitions": n}, dirs=1)
+    d.start()
+    raw = RawClient(d.port)
+    logs = []
+    try:
+        admin = AdminClient({"bootstrap.servers": d.bootstrap})
+        admin.create_topics([NewTopic("many", n)])["many"].result(60)
+        del admin  # its threads would try the broker after it stopped
+        batch = records.build_batch([records.Record(key=b"k", value=bytes(200))])
+        producer = ck.Producer({"bootstrap.servers": d.bootstrap, "linger.ms": 5})
+        for i in range(n):
+            producer.produce("many", key=b"k", value=bytes(200), partition=i)
+        assert producer.flush(30) == 0
+        del producer
+        for i in range(n):
+            lg = Log.open(page_cache_path / f"many-base-{i}", LogConfig())
+            lg.append(batch)
+            lg.high_watermark = lg.log_end_offset
+            logs.append(lg)
+        request = fetch_request("many", range(n))
+        got = raw.request(request, 11).responses[0].partitions
+        assert all(len(p.records) > 0 for p in got)
+        pid = d.proc.pid
+        cpu = []
+        for _ in range(7):
+            before = process_cpu_s(pid)
+            for _ in range(20):
+                raw.request(request, 11)
+            cpu.append((process_cpu_s(pid) - before) / 20)
+
+        def read_all() -> None:
+            for lg in logs:
+                lg.read(0, 1 << 20)
+
+        measured(f"broker CPU per Fetch of {n} partitions, 1 small record each",
+                 statistics.median(cpu), _median_s(read_all),
+                 ours_label="broker CPU", baseline_label="Log.read")
+    finally:
+        raw.close()
+        for lg in logs:
+            lg.close()
+        d.stop()
 
 
 def _metadata_answer_pair(topics: int, partitions: int) -> tuple[Callable[[], object],

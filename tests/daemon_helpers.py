@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -276,6 +276,21 @@ class RawClient:
             return True
         except TimeoutError:
             return False
+
+
+def fetch_request(topic: str, partitions: Iterable[int], *, offset: int = 0,
+                  max_bytes: int = 64 << 20, partition_max_bytes: int = 1 << 20) -> Any:
+    """A consumer's Fetch (kafka-python's, for v4-v12) of `partitions` of `topic` in the
+    order given, each from `offset`, answered at once (no min bytes, no wait)."""
+    from kafka.protocol.consumer import FetchRequest
+
+    F = FetchRequest.FetchTopic
+    return FetchRequest(
+        replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=max_bytes, isolation_level=0,
+        session_id=0, session_epoch=-1, topics=[F(topic=topic, partitions=[F.FetchPartition(
+            partition=i, current_leader_epoch=-1, fetch_offset=offset, log_start_offset=-1,
+            partition_max_bytes=partition_max_bytes) for i in partitions])],
+        forgotten_topics_data=[], rack_id="")
 
 
 def aiokafka_read(topic: str, count: int, **consumer: Any) -> list[bytes]:

@@ -36,6 +36,7 @@ from kafka.protocol.consumer import FetchRequest, FetchResponse
 
 from daemon.api import protocol
 from logstore import names, records
+from tests import daemon_helpers
 from tests.daemon_helpers import Daemon, RawClient
 from tests.sick_helpers import KAFKA_STORAGE_ERROR, open_files_under, produce_raw, wait_for
 from tests.test_groups import needs
@@ -44,13 +45,8 @@ SEGMENT = 1 << 20
 
 
 def fetch_request(topic: str, partition: int, offset: int, max_bytes: int) -> Any:
-    F = FetchRequest.FetchTopic
-    return FetchRequest(
-        replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=max_bytes, isolation_level=0,
-        session_id=0, session_epoch=-1, topics=[F(topic=topic, partitions=[F.FetchPartition(
-            partition=partition, current_leader_epoch=-1, fetch_offset=offset,
-            log_start_offset=-1, partition_max_bytes=max_bytes)])],
-        forgotten_topics_data=[], rack_id="")
+    return daemon_helpers.fetch_request(topic, [partition], offset=offset, max_bytes=max_bytes,
+                                        partition_max_bytes=max_bytes)
 
 
 def fetch(c: RawClient, topic: str, partition: int, offset: int, max_bytes: int = 1 << 20,
@@ -159,6 +155,58 @@ def test_records_are_byte_identical_through_every_client_across_segments(tmp_pat
         lines = run.stdout.decode().splitlines()
         assert [tuple(map(int, line.split())) for line in lines] == [
             (i, len(v)) for i, v in enumerate(values)]
+
+
+def test_an_answer_of_many_partitions_small_and_large_is_the_segment_files(tmp_path: Path
+                                                                          ) -> None:
+    """One Fetch of 40 partitions, most of them a record or two behind (read into bytes
+    and written inline with the framing, under SPLICE_MIN) and some with hundreds of KiB
+    (spliced from pipes between them): each partition's records are exactly its segment
+    file's bytes, in the order asked, at v4, v11 and v12, and a consumer reads them all."""
+    from daemon.storage.spliced import SPLICE_MIN
+
+    n = 40
+    big = {3, 17, 18, 39}  # over SPLICE_MIN, between and after small ones
+    with Daemon(tmp_path, {"num.partitions": n}, dirs=2) as d:
+        rnd = random.Random(7)
+        want: dict[int, list[bytes]] = {}
+        p = ck.Producer({"bootstrap.servers": d.bootstrap, "acks": -1, "linger.ms": 5,
+                         "compression.type": "none"})
+        for i in range(n):
+            sizes = [20000] * 24 if i in big else [rnd.choice((1, 100, 3000))] * rnd.randint(1, 3)
+            want[i] = [rnd.randbytes(size) for size in sizes]
+            for v in want[i]:
+                p.produce("many", value=v, partition=i)
+        assert p.flush(60) == 0
+        del p  # its threads would try the broker after it stopped
+        on_disk = {i: segment_bytes(partition_dir(d, "many", i)) for i in range(n)}
+        assert all((len(on_disk[i]) >= SPLICE_MIN) == (i in big) for i in range(n))
+        order = rnd.sample(range(n), n)
+        c = RawClient(d.port)
+        try:
+            for version in (4, 11, 12):
+                resp = c.request(daemon_helpers.fetch_request(
+                    "many", order, partition_max_bytes=4 << 20), version)
+                parts = resp.responses[0].partitions
+                assert [pt.partition_index for pt in parts] == order
+                for pt in parts:
+                    assert pt.error_code == 0
+                    assert bytes(pt.records) == on_disk[pt.partition_index], \
+                        f"v{version}: partition {pt.partition_index} differs from its segment"
+        finally:
+            c.close()
+        cc = ck.Consumer({"bootstrap.servers": d.bootstrap, "group.id": "many",
+                          "enable.auto.commit": False, "check.crcs": True})
+        cc.assign([ck.TopicPartition("many", i, 0) for i in range(n)])
+        got: dict[int, list[bytes]] = {i: [] for i in range(n)}
+        total = sum(len(v) for v in want.values())
+        deadline = time.monotonic() + 60
+        while sum(len(v) for v in got.values()) < total and time.monotonic() < deadline:
+            for m in cc.consume(1000, 1.0):
+                assert m.error() is None, m.error()
+                got[m.partition()].append(m.value())
+        cc.close()
+        assert got == want
 
 
 def test_one_large_fetch_spans_several_pipes_and_comes_back_whole(tmp_path: Path) -> None:

@@ -26,7 +26,7 @@ import kafka.errors
 import pytest
 import xxhash
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
-from kafka.protocol.consumer import FetchRequest, FetchResponse
+from kafka.protocol.consumer import FetchResponse
 from kafka.protocol.metadata import MetadataRequest
 from kafka.protocol.producer import ProduceRequest
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
@@ -37,7 +37,7 @@ from daemon.replica import producer
 from logstore import CorruptRecordError, Log, LogConfig, records
 from logstore.records import LegacyMessage
 from tests.cluster_helpers import wait_for
-from tests.daemon_helpers import Daemon, RawClient
+from tests.daemon_helpers import Daemon, RawClient, fetch_request
 from tests.test_daemon_fetch import fetch
 
 # (magic, codec, records) per message set entry: uncompressed ones, a gzip wrapper of 3
@@ -735,13 +735,7 @@ def test_other_clients_are_answered_while_an_old_consumers_fetch_is_down_convert
                 p.poll(0)
         assert p.flush(60) == 0
 
-        F = FetchRequest.FetchTopic
-        request = FetchRequest(
-            replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=64 << 20, isolation_level=0,
-            session_id=0, session_epoch=-1, topics=[F(topic="bulk", partitions=[
-                F.FetchPartition(partition=i, current_leader_epoch=-1, fetch_offset=0,
-                                 log_start_offset=-1, partition_max_bytes=1 << 20)
-                for i in range(partitions)])], forgotten_topics_data=[], rack_id="")
+        request = fetch_request("bulk", range(partitions))
         old = RawClient(d.port, timeout=120)
         probe = RawClient(d.port, timeout=120)
         answer: list[bytes | None] = []

@@ -10,8 +10,9 @@ decoding, a join and a bytearray when encoding), so:
   since kafka-python's generic encoder of the small answer cost more than the append.
 - `encode_fetch` writes a Fetch response (v0-v12) as a list of parts: bytes for the
   header and each partition's framing, and each partition's records as they came from
-  the read (bytes, or `SplicedRecords` that daemon.api.connections splices from pipes to
-  the socket). It is the one Fetch response encoder, for consumers and followers alike.
+  the read (`SplicedRecords` that daemon.api.connections splices from pipes to the
+  socket, or bytes: under SPLICE_MIN written inline with the framing). It is the one
+  Fetch response encoder, for consumers and followers alike.
 - `decode_fetch` reads a Fetch response (a follower's fetcher) with each partition's
   records as a memoryview slice of the response frame.
 - `decode_fetch_request` reads a Fetch request (v0-v12), the request every consumer
@@ -36,7 +37,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple
 
-from ..storage.spliced import SplicedRecords
+from ..storage.spliced import SPLICE_MIN, SplicedRecords
 from .codec import I16 as _I16
 from .codec import I32 as _I32
 from .codec import put_count, put_name, put_string, uvarint
@@ -472,7 +473,7 @@ def encode_fetch(answer: FetchAnswer, version: int, correlation_id: int) -> list
             size = len(records)
             put_count(buf, size, flexible)  # COMPACT_RECORDS or RECORDS: the same prefix
             if size:
-                if isinstance(records, SplicedRecords) or size > 4096:
+                if isinstance(records, SplicedRecords) or size >= SPLICE_MIN:
                     parts.append(buf)
                     total += len(buf)
                     parts.append(records)

@@ -171,9 +171,6 @@ class ReplicaManager:
         """Every topic held here, its partitions in partition order."""
         return {t: self.topic(t) for t in self._by_topic}
 
-    def topic_names(self) -> list[str]:
-        return list(self._by_topic)
-
     def topic(self, name: str) -> list[Partition]:
         """`name`'s partitions held here, in partition order; [] for none."""
         held = self._by_topic.get(name)

@@ -16,7 +16,8 @@ truncation (a follower cutting its diverged tail) zeroes the part of the page it
 through, as it does under Kafka's sendfile; only bytes past the new log end are touched,
 and the receiver's CRC check refuses a batch that changed.
 
-Pipes are a bounded resource (fs.pipe-max-size per pipe, fs.pipe-user-pages-soft per
+A range under SPLICE_MIN is read into bytes instead (a copy of a few KiB costs less
+than the pipes). Pipes are a bounded resource (fs.pipe-max-size per pipe, fs.pipe-user-pages-soft per
 user): each is grown to fs.pipe-max-size where allowed, a range larger than one pipe
 takes several, and a range that would need more than MAX_PIPES pipes, or a file system
 that cannot splice (EINVAL), has its rest read with pread into bytes, sent the ordinary
@@ -40,6 +41,10 @@ import weakref
 import native
 
 MAX_PIPES = 64  # pipes per range; past that the rest is read into bytes
+# A range under this is read into bytes: for a few KiB (a consumer of many partitions,
+# each a few records behind), a pipe's two splices and the answer's part of its own
+# cost more than the copy, which the answer's encoder then writes inline.
+SPLICE_MIN = 16 << 10
 POOL_SIZE = 16  # idle pipes kept for reuse
 _SPLICE_FLAGS = os.SPLICE_F_MOVE | os.SPLICE_F_NONBLOCK
 _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
@@ -207,9 +212,13 @@ class SplicedRecords:
         self._finalizer()
 
 
-def splice_range(fd: int, position: int, size: int, path: str | None = None) -> SplicedRecords:
-    """The `size` bytes of `fd` from `position` as SplicedRecords. Runs on the dir worker
-    (it reads the file); OSError as from a read, the pipes closed first."""
+def splice_range(fd: int, position: int, size: int, path: str | None = None
+                 ) -> SplicedRecords | bytes:
+    """The `size` bytes of `fd` from `position` as SplicedRecords, or as bytes when
+    under SPLICE_MIN. Runs on the dir worker (it reads the file); OSError as from a
+    read, the pipes closed first."""
+    if size < SPLICE_MIN:
+        return native.pread(fd, size, position, path=path)
     out = SplicedRecords()
     try:
         try:
