@@ -20,12 +20,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
-from functools import partial, reduce
+from functools import cached_property, partial, reduce
 from operator import itemgetter
 from pathlib import Path
 
 from pyspark import RDD
-from pyspark.sql import DataFrame, Row
+from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql.types import StructType
 
 from . import findings, output, schema
@@ -50,12 +50,27 @@ def collect_facts(rows: DataFrame) -> findings.Facts:
 
 @dataclass(frozen=True)
 class AuditResult:
-    """The findings pass, not yet run: each action over it runs it once."""
+    """The findings pass, not yet run: each action over it runs it once. `findings`
+    (schema.FINDINGS) and `segments` (schema.SEGMENT_SUMMARIES) are DataFrames over it,
+    made when first asked for: the audit itself writes them from the pass's tasks
+    (`write`), and making both cost it 50-100 ms of the driver's time."""
 
-    findings: DataFrame  # schema.FINDINGS
-    segments: DataFrame  # schema.SEGMENT_SUMMARIES
     facts: findings.Facts
     tagged: RDD  # (findings.FINDING | SEGMENT | TALLY, row), as audit_partitions yields
+    spark: SparkSession
+
+    @cached_property
+    def findings(self) -> DataFrame:
+        return self._table(findings.FINDING, schema.FINDINGS)
+
+    @cached_property
+    def segments(self) -> DataFrame:
+        return self._table(findings.SEGMENT, schema.SEGMENT_SUMMARIES)
+
+    def _table(self, tag: str, sch: StructType) -> DataFrame:
+        return self.spark.createDataFrame(
+            self.tagged.filter(lambda t: t[0] == tag).map(itemgetter(1)), sch,
+            verifySchema=False)
 
     def tally(self) -> findings.Tally:
         """The reports' numbers, merged from each task's (one Spark action)."""
@@ -106,11 +121,4 @@ def audit(rows: DataFrame, *, facts: findings.Facts | None = None,
                             findings.PartitionRows.merge, tasks)
               .mapPartitions(partial(findings.audit_partitions, facts=facts,
                                      max_listed=max_listed)))
-
-    def table(tag: str, sch: StructType) -> DataFrame:
-        return spark.createDataFrame(tagged.filter(lambda t: t[0] == tag).map(itemgetter(1)),
-                                     sch, verifySchema=False)
-
-    return AuditResult(findings=table(findings.FINDING, schema.FINDINGS),
-                       segments=table(findings.SEGMENT, schema.SEGMENT_SUMMARIES),
-                       facts=facts, tagged=tagged)
+    return AuditResult(facts=facts, tagged=tagged, spark=spark)
