@@ -10,6 +10,22 @@ I16 = struct.Struct(">h")
 I32 = struct.Struct(">i")
 
 
+def response_head(correlation_id: int, flexible: bool) -> bytearray:
+    """A response frame's start: room for its size prefix (`seal_frame` fills it in),
+    the correlation id, and for a flexible header (v1) its empty tag buffer."""
+    buf = bytearray(4)
+    buf += I32.pack(correlation_id)
+    if flexible:
+        buf.append(0)
+    return buf
+
+
+def seal_frame(buf: bytearray, size: int | None = None) -> None:
+    """Write the size prefix of the frame `buf` starts: `size` bytes in all (the frame's
+    parts together, for one sent in parts), or `buf` alone."""
+    I32.pack_into(buf, 0, (len(buf) if size is None else size) - 4)
+
+
 def uvarint(n: int) -> bytes:
     """An unsigned varint: 7 bits a byte, least significant first."""
     if n < 0x80:

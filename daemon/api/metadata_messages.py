@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import NamedTuple
 
-from .codec import I16, I32, put_count, put_name, put_nullable
+from .codec import I16, I32, put_count, put_name, put_nullable, response_head, seal_frame
 
 # KIP-430's authorized operations when not asked for (None here): bit 31 alone
 # (Kafka's Integer.MIN_VALUE).
@@ -144,10 +144,7 @@ def _put_partition_longhand(buf: bytearray, p: PartitionMetadata, version: int) 
 def encode_metadata(answer: MetadataAnswer, version: int, correlation_id: int) -> bytearray:
     """The framed Metadata response v0-v12 (size prefix, header, body)."""
     flexible = version >= 9
-    buf = bytearray(4)  # the size prefix, filled in at the end
-    buf += I32.pack(correlation_id)
-    if flexible:
-        buf.append(0)  # response header v1: no tagged fields
+    buf = response_head(correlation_id, flexible)
     if version >= 3:
         buf += I32.pack(answer.throttle_time_ms)
     put_count(buf, len(answer.brokers), flexible)
@@ -185,6 +182,6 @@ def encode_metadata(answer: MetadataAnswer, version: int, correlation_id: int) -
         buf += I32.pack(_operations(answer.cluster_authorized_operations))
     if flexible:
         buf.append(0)
-    struct.pack_into(">i", buf, 0, len(buf) - 4)
+    seal_frame(buf)
     return buf
 

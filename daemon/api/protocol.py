@@ -140,13 +140,12 @@ from ..wire.messages import (
     UpdateMetadataRequest,
     UpdateMetadataResponse,
 )
-from . import errors, metadata_messages, record_messages
+from . import codec, errors, metadata_messages, record_messages
 
 # api_key(2) + api_version(2) + correlation_id(4) + client_id length(2)
 MIN_REQUEST_SIZE = 10
 _PEEK = struct.Struct(">hhi")
 _SIZE = struct.Struct(">i")
-_SIZE_AND_ID = struct.Struct(">ii")  # a frame's size prefix, its correlation id
 
 class ProtocolError(Exception):
     """A frame that is not a valid request; the connection it came on is closed."""
@@ -480,8 +479,10 @@ def encode_response(request: Request, response: Any) -> list[Any]:
     if isinstance(response, ApiVersionsAnswer):
         # Header v0 at every version (KIP-511: the client reads it before it knows
         # which versions this broker speaks).
-        body = _api_versions_body(request.version)
-        return [_SIZE_AND_ID.pack(4 + len(body), request.correlation_id) + body]
+        buf = codec.response_head(request.correlation_id, False)
+        buf += _api_versions_body(request.version)
+        codec.seal_frame(buf)
+        return [buf]
     # Version first: kafka-python's version setter assumes a request header once a
     # header is attached.
     response.API_VERSION = request.version

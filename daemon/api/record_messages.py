@@ -40,7 +40,7 @@ from typing import Any, ClassVar, NamedTuple
 from ..storage.spliced import SPLICE_MIN, SplicedRecords
 from .codec import I16 as _I16
 from .codec import I32 as _I32
-from .codec import put_count, put_name, put_string, uvarint
+from .codec import put_count, put_name, put_string, response_head, seal_frame, uvarint
 
 _I8 = struct.Struct(">b")
 _PARTITION_V4 = struct.Struct(">ihqq")  # index, error, high watermark, last stable offset
@@ -356,11 +356,9 @@ class ProduceAnswer(NamedTuple):
     throttle_time_ms: int = 0
 
 
-
 def encode_produce(answer: ProduceAnswer, version: int, correlation_id: int) -> bytearray:
     """The framed Produce response v0-v8 (size prefix, header v0, body)."""
-    buf = bytearray(4)  # the size prefix, filled in at the end
-    buf += _I32.pack(correlation_id)
+    buf = response_head(correlation_id, False)
     buf += _I32.pack(len(answer.topics))
     for topic, partitions in answer.topics:
         name = topic.encode()
@@ -383,7 +381,7 @@ def encode_produce(answer: ProduceAnswer, version: int, correlation_id: int) -> 
                 put_string(buf, p.error_message)
     if version >= 1:
         buf += _I32.pack(answer.throttle_time_ms)
-    struct.pack_into(">i", buf, 0, len(buf) - 4)
+    seal_frame(buf)
     return buf
 
 
@@ -427,16 +425,12 @@ class FetchAnswer:
                 p.release()
 
 
-
 def encode_fetch(answer: FetchAnswer, version: int, correlation_id: int) -> list[Any]:
     """The framed response (size prefix, header, body) as parts to send in order: bytes
     and bytearrays, and the records objects themselves (never copied here)."""
     flexible = version >= 12
     parts: list[Any] = []
-    buf = bytearray(4)  # the size prefix, filled in at the end
-    buf += _I32.pack(correlation_id)
-    if flexible:
-        buf.append(0)  # response header v1: no tagged fields
+    buf = response_head(correlation_id, flexible)
     if version >= 1:
         buf += _I32.pack(answer.throttle_time_ms)
     if version >= 7:
@@ -495,7 +489,7 @@ def encode_fetch(answer: FetchAnswer, version: int, correlation_id: int) -> list
         buf.append(0)  # response tagged fields
     parts.append(buf)
     total += len(buf)
-    struct.pack_into(">i", parts[0], 0, total - 4)
+    seal_frame(parts[0], total)
     return parts
 
 

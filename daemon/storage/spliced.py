@@ -17,11 +17,12 @@ through, as it does under Kafka's sendfile; only bytes past the new log end are 
 and the receiver's CRC check refuses a batch that changed.
 
 A range under SPLICE_MIN is read into bytes instead (a copy of a few KiB costs less
-than the pipes). Pipes are a bounded resource (fs.pipe-max-size per pipe, fs.pipe-user-pages-soft per
-user): each is grown to fs.pipe-max-size where allowed, a range larger than one pipe
-takes several, and a range that would need more than MAX_PIPES pipes, or a file system
-that cannot splice (EINVAL), has its rest read with pread into bytes, sent the ordinary
-way. Drained pipes go back to a small pool (POOL_SIZE) shared by every thread.
+than the pipes). Pipes are a bounded resource (fs.pipe-max-size per pipe,
+fs.pipe-user-pages-soft per user): each is grown to fs.pipe-max-size where allowed, a
+range larger than one pipe takes several, and a range that would need more than
+MAX_PIPES pipes, or a file system that cannot splice (EINVAL), has its rest read with
+pread into bytes, sent the ordinary way. Drained pipes go back to a small pool
+(POOL_SIZE) shared by every thread.
 
 Errors: `splice_range` raises the OSError of the read (its caller runs it inside the log
 dir's IoGuard, which classifies it); `send_to` raises BlockingIOError when the socket is
